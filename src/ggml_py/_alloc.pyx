@@ -1,0 +1,1 @@
+"""Graph allocator (filled in by the ggml-alloc port)."""

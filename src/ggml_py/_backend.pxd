@@ -1,0 +1,58 @@
+# Backend interface: buffer types, buffers and backends (ggml-backend-impl.h
+# roles). The C structs are in _ggml.pxd; see _backend.pyx for details.
+
+from libc.stdint cimport int64_t, uint8_t
+from ggml_py._ggml cimport *
+from ggml_py._core cimport OP_GET_ROWS, OP_MUL_MAT, OP_MUL_MAT_ID, OP_ROPE, OP_ROPE_BACK
+
+cdef class BufferType:
+    cdef ggml_backend_buffer_type c
+    cdef readonly object device         # owning backend's device name (informational)
+
+cdef class Buffer:
+    cdef ggml_backend_buffer c
+    cdef readonly BufferType buffer_type
+    cdef readonly object memory         # what keeps the bytes alive (numpy array, handle, None)
+
+cdef class Backend:
+    cdef ggml_backend c
+    cdef readonly BufferType buffer_type
+    cdef list _bufts                    # keeps supported buffer types alive
+
+# slow paths: ask the backend object (Python) when a table says GGML_PY_OP_ASK
+cdef int ask_supports_op(ggml_backend * b, ggml_tensor * t) except -1
+cdef int ask_offload_op(ggml_backend * b, ggml_tensor * t) except -1
+cdef int ask_supports_buft(ggml_backend * b, ggml_backend_buffer_type * buft) except -1
+
+cdef inline int64_t op_batch(const ggml_tensor * t) noexcept nogil:
+    """The batch size offload_op compares with a backend's minimum."""
+    if t.op == OP_GET_ROWS:
+        return 0
+    if t.op == OP_MUL_MAT:
+        return t.ne[1]
+    if t.op == OP_MUL_MAT_ID or t.op == OP_ROPE or t.op == OP_ROPE_BACK:
+        return t.ne[2]
+    return t.ne[1] * t.ne[2] * t.ne[3]
+
+cdef inline int backend_supports_op(ggml_backend * b, ggml_tensor * t) except -1:
+    cdef uint8_t a = b.supports_op_table[t.op]
+    if a != GGML_PY_OP_ASK:
+        return a
+    return ask_supports_op(b, t)
+
+cdef inline int backend_offload_op(ggml_backend * b, ggml_tensor * t) except -1:
+    cdef uint8_t a = b.offload_op_table[t.op]
+    if a == GGML_PY_OP_YES:
+        return op_batch(t) >= b.offload_min_batch
+    if a == GGML_PY_OP_NO:
+        return 0
+    return ask_offload_op(b, t)
+
+cdef inline int backend_supports_buft(ggml_backend * b, ggml_backend_buffer_type * buft) except -1:
+    cdef int i
+    for i in range(b.n_supported_bufts):
+        if b.supported_bufts[i] == buft:
+            return 1
+    if b.supports_buft_ask:
+        return ask_supports_buft(b, buft)
+    return 0

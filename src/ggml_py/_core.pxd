@@ -1,0 +1,154 @@
+# Tensor and graph core: type traits, op names, the hash set, the tensor arena
+# and the graph. See _core.pyx for details.
+
+from libc.stdint cimport int32_t, int64_t, uintptr_t
+from ggml_py._ggml cimport *
+
+cdef enum:
+    CTX_BLOCK_SHIFT = 10
+    CTX_BLOCK = 1 << CTX_BLOCK_SHIFT    # tensors per arena block (pointers stay stable)
+
+cdef struct ggml_type_traits:
+    const char * name
+    int64_t blck_size           # 0 = removed/unsupported type
+    size_t type_size
+    bint is_quantized
+
+cdef int GGML_TYPE_COUNT
+cdef int GGML_OP_COUNT
+cdef ggml_type_traits TYPE_TRAITS[64]
+cdef const char * OP_NAMES[GGML_OP_COUNT_MAX]
+
+# ---- tensor facts (ggml.c) ----
+cdef size_t ggml_nbytes(const ggml_tensor * t) noexcept nogil
+cdef size_t ggml_row_size(int type, int64_t ne) noexcept nogil
+cdef int64_t ggml_nelements(const ggml_tensor * t) noexcept nogil
+cdef int64_t ggml_nrows(const ggml_tensor * t) noexcept nogil
+cdef bint ggml_is_contiguous(const ggml_tensor * t) noexcept nogil
+
+cdef inline bint ggml_is_view_op(int op) noexcept nogil:
+    # VIEW, RESHAPE, PERMUTE, TRANSPOSE
+    return op == OP_RESHAPE or op == OP_VIEW or op == OP_PERMUTE or op == OP_TRANSPOSE
+
+# op ids the core needs by name (ggml 0.10.1 enum order)
+cdef enum:
+    OP_NONE = 0
+    OP_CPY = 34
+    OP_CONT = 35
+    OP_RESHAPE = 36
+    OP_VIEW = 37
+    OP_PERMUTE = 38
+    OP_TRANSPOSE = 39
+    OP_GET_ROWS = 40
+    OP_MUL_MAT = 29
+    OP_MUL_MAT_ID = 30
+    OP_ROPE = 48
+    OP_ROPE_BACK = 49
+
+cdef enum:
+    TYPE_F32 = 0
+    TYPE_F16 = 1
+    TYPE_Q4_0 = 2
+    TYPE_Q8_0 = 8
+    TYPE_I32 = 26
+    TYPE_BF16 = 30
+
+# ---- hash set (port of ggml-impl.h's open addressing set on tensor pointers) ----
+cdef size_t ggml_hash_size(size_t min_sz) noexcept nogil
+cdef int ggml_hash_set_init(ggml_hash_set * hs, size_t min_sz) except -1
+cdef void ggml_hash_set_free(ggml_hash_set * hs) noexcept nogil
+cdef void ggml_hash_set_reset(ggml_hash_set * hs) noexcept nogil
+
+cdef inline size_t ggml_bitset_size(size_t n) noexcept nogil:
+    return (n + 31) >> 5
+
+cdef inline bint ggml_bitset_get(const ggml_bitset_t * bs, size_t i) noexcept nogil:
+    return (bs[i >> 5] >> (i & 31)) & 1
+
+cdef inline void ggml_bitset_set(ggml_bitset_t * bs, size_t i) noexcept nogil:
+    bs[i >> 5] |= (<ggml_bitset_t>1) << (i & 31)
+
+cdef inline size_t ggml_hash(const ggml_tensor * p) noexcept nogil:
+    # the low 4 bits are always zero (alignment)
+    return (<size_t><uintptr_t>p) >> 4
+
+cdef inline size_t ggml_hash_find(const ggml_hash_set * hs, const ggml_tensor * key) noexcept nogil:
+    """Slot of key, or where it would go; GGML_HASHSET_FULL when absent and full."""
+    cdef size_t h = ggml_hash(key) % hs.size
+    cdef size_t i = h
+    while ggml_bitset_get(hs.used, i) and hs.keys[i] != key:
+        i += 1
+        if i == hs.size:
+            i = 0
+        if i == h:
+            return GGML_HASHSET_FULL
+    return i
+
+cdef inline bint ggml_hash_contains(const ggml_hash_set * hs, const ggml_tensor * key) noexcept nogil:
+    cdef size_t i = ggml_hash_find(hs, key)
+    return i != GGML_HASHSET_FULL and ggml_bitset_get(hs.used, i)
+
+cdef inline size_t ggml_hash_insert(ggml_hash_set * hs, ggml_tensor * key) noexcept nogil:
+    """Slot of a new key; GGML_HASHSET_ALREADY_EXISTS or GGML_HASHSET_FULL otherwise."""
+    cdef size_t i = ggml_hash_find(hs, key)
+    if i == GGML_HASHSET_FULL:
+        return GGML_HASHSET_FULL
+    if ggml_bitset_get(hs.used, i):
+        return GGML_HASHSET_ALREADY_EXISTS
+    ggml_bitset_set(hs.used, i)
+    hs.keys[i] = key
+    return i
+
+cdef inline size_t ggml_hash_find_or_insert(ggml_hash_set * hs, ggml_tensor * key) noexcept nogil:
+    """Slot of key, inserting it if needed; GGML_HASHSET_FULL when it cannot be added
+    (ggml aborts there)."""
+    cdef size_t i = ggml_hash_find(hs, key)
+    if i == GGML_HASHSET_FULL:
+        return GGML_HASHSET_FULL
+    if not ggml_bitset_get(hs.used, i):
+        ggml_bitset_set(hs.used, i)
+        hs.keys[i] = key
+    return i
+
+# ---- tensor arena (ggml_context with no_alloc: metadata only) ----
+cdef struct ggml_context:
+    ggml_tensor ** blocks       # [n_blocks] of CTX_BLOCK tensors each
+    int n_blocks
+    int n_tensors
+    void * pyobj                # the owning Context (borrowed)
+
+cdef int ggml_context_init(ggml_context * ctx) except -1
+cdef void ggml_context_free(ggml_context * ctx) noexcept nogil
+cdef void ggml_context_reset(ggml_context * ctx) noexcept nogil
+cdef ggml_tensor * ggml_new_tensor_impl(ggml_context * ctx, int type, int n_dims,
+                                        const int64_t * ne, ggml_tensor * view_src,
+                                        size_t view_offs) except NULL
+cdef ggml_tensor * ggml_dup_tensor_layout(ggml_context * ctx, const ggml_tensor * src) except NULL
+cdef ggml_tensor * ggml_view_tensor(ggml_context * ctx, ggml_tensor * src) except NULL
+cdef inline ggml_tensor * ggml_context_tensor(ggml_context * ctx, int i) noexcept nogil:
+    return &ctx.blocks[i >> CTX_BLOCK_SHIFT][i & (CTX_BLOCK - 1)]
+cdef void ggml_set_name(ggml_tensor * t, const char * name) noexcept nogil
+
+# ---- graph ----
+cdef int ggml_graph_init(ggml_cgraph * g, int size) except -1
+cdef void ggml_graph_free(ggml_cgraph * g) noexcept nogil
+cdef void ggml_graph_clear(ggml_cgraph * g) noexcept nogil
+cdef int ggml_build_forward_expand(ggml_cgraph * g, ggml_tensor * t) except -1
+
+# ---- Python handles ----
+cdef class Context:
+    cdef ggml_context ctx
+    cdef readonly str label
+    cdef Tensor wrap(self, ggml_tensor * t)
+
+cdef class Tensor:
+    cdef ggml_tensor * ptr
+    cdef readonly object owner          # keeps the arena that holds ptr alive
+
+cdef class Graph:
+    cdef ggml_cgraph graph
+    cdef readonly Context context       # where its tensors live (may be None)
+    cdef set _owners                    # contexts of tensors added from elsewhere
+
+cdef Tensor tensor_handle(ggml_tensor * t)
+cdef ggml_tensor * tensor_ptr(object t) except NULL

@@ -1,0 +1,924 @@
+"""Tensor and graph core of ggml_py.
+
+A port of the parts of ggml.c that scheduling, allocation and compute stand
+on: type traits and byte sizes, the open-addressing hash set on tensor
+pointers, a tensor arena (ggml's no_alloc context: metadata only, data lives
+in backend buffers) and the graph with ggml's exact parent-visiting order.
+Python sees thin handles (Context, Tensor, Graph); nothing in the C loops
+needs a Python object per tensor.
+"""
+
+from libc.stdlib cimport malloc, calloc, realloc, free
+from libc.string cimport memset, memcpy, strlen, strncpy
+from libc.stdio cimport snprintf
+from libc.stdint cimport int32_t, int64_t, uint8_t, SIZE_MAX
+
+from ggml_py._ggml cimport *
+
+from ggml_py.errors import GraphError
+
+# ---------------------------------------------------------------------------
+# type traits and op names (ggml 0.10.1 enums)
+
+TYPE_NAMES = (
+    "f32", "f16", "q4_0", "q4_1", None, None, "q5_0", "q5_1", "q8_0", "q8_1",
+    "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "q8_K", "iq2_xxs", "iq2_xs", "iq3_xxs",
+    "iq1_s", "iq4_nl", "iq3_s", "iq2_s", "iq4_xs", "i8", "i16", "i32", "i64", "f64",
+    "iq1_m", "bf16", None, None, None, "tq1_0", "tq2_0", None, None, None, "mxfp4",
+    "nvfp4", "q1_0",
+)
+
+# (block size, bytes per block) for the types ggml_py knows the layout of
+_TYPE_LAYOUT = {
+    "f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "f64": (1, 8),
+    "i8": (1, 1), "i16": (1, 2), "i32": (1, 4), "i64": (1, 8),
+    "q4_0": (32, 18), "q4_1": (32, 20), "q5_0": (32, 22), "q5_1": (32, 24),
+    "q8_0": (32, 34), "q8_1": (32, 36), "mxfp4": (32, 17),
+    "q2_K": (256, 84), "q3_K": (256, 110), "q4_K": (256, 144), "q5_K": (256, 176),
+    "q6_K": (256, 210), "q8_K": (256, 292), "iq4_nl": (32, 18), "iq4_xs": (256, 136),
+    "tq1_0": (256, 54), "tq2_0": (256, 66),
+}
+
+OP_NAMES_LIST = (
+    "NONE", "DUP", "ADD", "ADD_ID", "ADD1", "ACC", "SUB", "MUL", "DIV", "SQR", "SQRT",
+    "LOG", "SIN", "COS", "SUM", "SUM_ROWS", "CUMSUM", "MEAN", "ARGMAX", "COUNT_EQUAL",
+    "REPEAT", "REPEAT_BACK", "CONCAT", "SILU_BACK", "NORM", "RMS_NORM", "RMS_NORM_BACK",
+    "GROUP_NORM", "L2_NORM", "MUL_MAT", "MUL_MAT_ID", "OUT_PROD", "SCALE", "SET", "CPY",
+    "CONT", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE", "GET_ROWS", "GET_ROWS_BACK",
+    "SET_ROWS", "DIAG", "DIAG_MASK_INF", "DIAG_MASK_ZERO", "SOFT_MAX", "SOFT_MAX_BACK",
+    "ROPE", "ROPE_BACK", "CLAMP", "CONV_TRANSPOSE_1D", "IM2COL", "IM2COL_BACK",
+    "IM2COL_3D", "CONV_2D", "CONV_3D", "CONV_2D_DW", "CONV_TRANSPOSE_2D", "POOL_1D",
+    "POOL_2D", "POOL_2D_BACK", "UPSCALE", "PAD", "PAD_REFLECT_1D", "ROLL", "ARANGE",
+    "TIMESTEP_EMBEDDING", "ARGSORT", "TOP_K", "LEAKY_RELU", "TRI", "FILL",
+    "FLASH_ATTN_EXT", "FLASH_ATTN_BACK", "SSM_CONV", "SSM_SCAN", "WIN_PART",
+    "WIN_UNPART", "GET_REL_POS", "ADD_REL_POS", "RWKV_WKV6", "GATED_LINEAR_ATTN",
+    "RWKV_WKV7", "SOLVE_TRI", "GATED_DELTA_NET", "UNARY", "MAP_CUSTOM1", "MAP_CUSTOM2",
+    "MAP_CUSTOM3", "CUSTOM", "CROSS_ENTROPY_LOSS", "CROSS_ENTROPY_LOSS_BACK",
+    "OPT_STEP_ADAMW", "OPT_STEP_SGD", "GLU",
+)
+
+FLAG_NAMES = {"INPUT": GGML_TENSOR_FLAG_INPUT, "OUTPUT": GGML_TENSOR_FLAG_OUTPUT,
+              "PARAM": GGML_TENSOR_FLAG_PARAM, "LOSS": GGML_TENSOR_FLAG_LOSS,
+              "COMPUTE": GGML_TENSOR_FLAG_COMPUTE}
+
+TYPE_IDS = {name: i for i, name in enumerate(TYPE_NAMES) if name in _TYPE_LAYOUT}
+OP_IDS = {name: i for i, name in enumerate(OP_NAMES_LIST)}
+
+GGML_TYPE_COUNT = len(TYPE_NAMES)
+GGML_OP_COUNT = len(OP_NAMES_LIST)
+
+# C copies of the names: the byte strings must outlive the module
+_NAME_BYTES = [n.encode() if n else b"" for n in TYPE_NAMES + OP_NAMES_LIST]
+
+cdef void _init_tables():
+    cdef int i
+    for i in range(GGML_TYPE_COUNT):
+        TYPE_TRAITS[i].name = <const char *>_NAME_BYTES[i]
+        name = TYPE_NAMES[i]
+        if name in _TYPE_LAYOUT:
+            TYPE_TRAITS[i].blck_size, TYPE_TRAITS[i].type_size = _TYPE_LAYOUT[name]
+            TYPE_TRAITS[i].is_quantized = TYPE_TRAITS[i].blck_size > 1
+        else:
+            TYPE_TRAITS[i].blck_size = 0
+            TYPE_TRAITS[i].type_size = 0
+            TYPE_TRAITS[i].is_quantized = False
+    for i in range(GGML_OP_COUNT):
+        OP_NAMES[i] = <const char *>_NAME_BYTES[GGML_TYPE_COUNT + i]
+
+_init_tables()
+
+
+def type_id(name):
+    """ggml type id of a type name ('f32', 'q8_0', ...); KeyError names the type."""
+    try:
+        return TYPE_IDS[name]
+    except KeyError:
+        raise KeyError(f"unknown ggml type {name!r}; known: {', '.join(sorted(TYPE_IDS))}") from None
+
+
+def op_id(name):
+    """ggml op id of an op name without GGML_OP_ ('MUL_MAT', ...)."""
+    try:
+        return OP_IDS[name]
+    except KeyError:
+        raise KeyError(f"unknown ggml op {name!r}") from None
+
+
+def type_name(int type):
+    return TYPE_NAMES[type]
+
+
+def op_name(int op):
+    return OP_NAMES_LIST[op]
+
+
+def blck_size(name):
+    return TYPE_TRAITS[type_id(name)].blck_size
+
+
+def type_size(name):
+    return TYPE_TRAITS[type_id(name)].type_size
+
+
+def row_size(name, int64_t ne):
+    """Bytes of a row of ne elements of this type (ggml_row_size)."""
+    cdef int t = type_id(name)
+    if ne % TYPE_TRAITS[t].blck_size:
+        raise ValueError(f"row of {ne} elements is not a whole number of {name} blocks "
+                         f"({TYPE_TRAITS[t].blck_size})")
+    return ggml_row_size(t, ne)
+
+
+# ---------------------------------------------------------------------------
+# tensor facts
+
+cdef size_t ggml_nbytes(const ggml_tensor * t) noexcept nogil:
+    cdef int i
+    cdef size_t nbytes
+    cdef int64_t blck = TYPE_TRAITS[t.type].blck_size
+    for i in range(GGML_MAX_DIMS):
+        if t.ne[i] <= 0:
+            return 0
+    if blck == 1:
+        nbytes = TYPE_TRAITS[t.type].type_size
+        for i in range(GGML_MAX_DIMS):
+            nbytes += (t.ne[i] - 1) * t.nb[i]
+    else:
+        nbytes = t.ne[0] * t.nb[0] // blck
+        for i in range(1, GGML_MAX_DIMS):
+            nbytes += (t.ne[i] - 1) * t.nb[i]
+    return nbytes
+
+
+cdef size_t ggml_row_size(int type, int64_t ne) noexcept nogil:
+    return TYPE_TRAITS[type].type_size * ne // TYPE_TRAITS[type].blck_size
+
+
+cdef int64_t ggml_nelements(const ggml_tensor * t) noexcept nogil:
+    return t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]
+
+
+cdef int64_t ggml_nrows(const ggml_tensor * t) noexcept nogil:
+    return t.ne[1] * t.ne[2] * t.ne[3]
+
+
+cdef bint ggml_is_contiguous(const ggml_tensor * t) noexcept nogil:
+    # ggml_is_contiguous_n(t, 0): dims of size 1 may have any stride
+    cdef size_t next_nb = TYPE_TRAITS[t.type].type_size
+    cdef int i
+    if t.ne[0] != TYPE_TRAITS[t.type].blck_size and t.nb[0] != next_nb:
+        return False
+    next_nb *= t.ne[0] // TYPE_TRAITS[t.type].blck_size
+    for i in range(1, GGML_MAX_DIMS):
+        if t.ne[i] != 1:
+            if t.nb[i] != next_nb:
+                return False
+            next_nb *= t.ne[i]
+    return True
+
+
+cdef void ggml_set_name(ggml_tensor * t, const char * name) noexcept nogil:
+    strncpy(t.name, name, GGML_MAX_NAME - 1)
+    t.name[GGML_MAX_NAME - 1] = 0
+
+
+# ---------------------------------------------------------------------------
+# hash set
+
+cdef size_t[32] _PRIMES = [
+    2, 3, 5, 11, 17, 37, 67, 131, 257, 521, 1031, 2053, 4099, 8209, 16411, 32771,
+    65537, 131101, 262147, 524309, 1048583, 2097169, 4194319, 8388617, 16777259,
+    33554467, 67108879, 134217757, 268435459, 536870923, 1073741827, 2147483659,
+]
+
+
+cdef size_t ggml_hash_size(size_t min_sz) noexcept nogil:
+    """Smallest prime of ggml's table >= min_sz (min_sz | 1 past the table)."""
+    cdef size_t l = 0, r = 32, m
+    while l < r:
+        m = (l + r) // 2
+        if _PRIMES[m] < min_sz:
+            l = m + 1
+        else:
+            r = m
+    return _PRIMES[l] if l < 32 else (min_sz | 1)
+
+
+cdef int ggml_hash_set_init(ggml_hash_set * hs, size_t min_sz) except -1:
+    hs.size = ggml_hash_size(min_sz)
+    hs.keys = <ggml_tensor **>malloc(hs.size * sizeof(ggml_tensor *))
+    hs.used = <ggml_bitset_t *>calloc(ggml_bitset_size(hs.size), sizeof(ggml_bitset_t))
+    if hs.keys == NULL or hs.used == NULL:
+        ggml_hash_set_free(hs)
+        raise MemoryError(f"hash set of {hs.size} slots")
+    return 0
+
+
+cdef void ggml_hash_set_free(ggml_hash_set * hs) noexcept nogil:
+    free(hs.keys)
+    free(hs.used)
+    hs.keys = NULL
+    hs.used = NULL
+
+
+cdef void ggml_hash_set_reset(ggml_hash_set * hs) noexcept nogil:
+    memset(hs.used, 0, ggml_bitset_size(hs.size) * sizeof(ggml_bitset_t))
+
+
+cdef class HashSet:
+    """Python view of the C hash set, for tests: keys are tensor handles."""
+    cdef ggml_hash_set hs
+    cdef list _keep
+
+    def __cinit__(self, size_t min_size):
+        ggml_hash_set_init(&self.hs, min_size)
+        self._keep = []
+
+    def __dealloc__(self):
+        ggml_hash_set_free(&self.hs)
+
+    @property
+    def size(self):
+        return self.hs.size
+
+    def insert(self, Tensor t):
+        cdef size_t i = ggml_hash_insert(&self.hs, t.ptr)
+        if i == GGML_HASHSET_FULL:
+            raise OverflowError(f"hash set full ({self.hs.size} slots)")
+        if i != GGML_HASHSET_ALREADY_EXISTS:
+            self._keep.append(t)
+            return i
+        return None
+
+    def find(self, Tensor t):
+        cdef size_t i = ggml_hash_find(&self.hs, t.ptr)
+        return None if i == GGML_HASHSET_FULL else i
+
+    def __contains__(self, Tensor t):
+        return ggml_hash_contains(&self.hs, t.ptr)
+
+    def slot_of_hash(self, Tensor t):
+        """The home slot of t before probing."""
+        return ggml_hash(t.ptr) % self.hs.size
+
+    def reset(self):
+        ggml_hash_set_reset(&self.hs)
+        self._keep = []
+
+    def __len__(self):
+        cdef size_t i, n = 0
+        for i in range(self.hs.size):
+            n += ggml_bitset_get(self.hs.used, i)
+        return n
+
+
+def hash_size(size_t min_size):
+    """ggml_hash_size: the slot count ggml gives a hash set asked for min_size."""
+    return ggml_hash_size(min_size)
+
+
+# ---------------------------------------------------------------------------
+# tensor arena
+
+cdef int ggml_context_init(ggml_context * ctx) except -1:
+    ctx.blocks = NULL
+    ctx.n_blocks = 0
+    ctx.n_tensors = 0
+    return 0
+
+
+cdef void ggml_context_free(ggml_context * ctx) noexcept nogil:
+    cdef int i
+    for i in range(ctx.n_blocks):
+        free(ctx.blocks[i])
+    free(ctx.blocks)
+    ctx.blocks = NULL
+    ctx.n_blocks = 0
+    ctx.n_tensors = 0
+
+
+cdef void ggml_context_reset(ggml_context * ctx) noexcept nogil:
+    # keep the blocks: the scheduler reuses its arena on every split
+    ctx.n_tensors = 0
+
+
+cdef ggml_tensor * _context_alloc(ggml_context * ctx) except NULL:
+    cdef ggml_tensor ** blocks
+    cdef ggml_tensor * block
+    cdef int i = ctx.n_tensors
+    if (i >> CTX_BLOCK_SHIFT) >= ctx.n_blocks:
+        blocks = <ggml_tensor **>realloc(ctx.blocks, (ctx.n_blocks + 1) * sizeof(ggml_tensor *))
+        if blocks == NULL:
+            raise MemoryError("tensor arena")
+        ctx.blocks = blocks
+        block = <ggml_tensor *>malloc(CTX_BLOCK * sizeof(ggml_tensor))
+        if block == NULL:
+            raise MemoryError("tensor arena")
+        ctx.blocks[ctx.n_blocks] = block
+        ctx.n_blocks += 1
+    cdef ggml_tensor * t = ggml_context_tensor(ctx, i)
+    memset(t, 0, sizeof(ggml_tensor))
+    t.id = i
+    t.owner = ctx
+    ctx.n_tensors += 1
+    return t
+
+
+cdef ggml_tensor * ggml_new_tensor_impl(ggml_context * ctx, int type, int n_dims,
+                                        const int64_t * ne, ggml_tensor * view_src,
+                                        size_t view_offs) except NULL:
+    """ggml_new_tensor_impl: contiguous strides; a view shares view_src's memory."""
+    cdef ggml_tensor * t
+    cdef int i
+    cdef size_t data_size
+    if view_src != NULL and view_src.view_src != NULL:
+        view_offs += view_src.view_offs
+        view_src = view_src.view_src
+    t = _context_alloc(ctx)
+    t.type = type
+    for i in range(GGML_MAX_DIMS):
+        t.ne[i] = ne[i] if i < n_dims else 1
+    t.nb[0] = TYPE_TRAITS[type].type_size
+    t.nb[1] = t.nb[0] * (t.ne[0] // TYPE_TRAITS[type].blck_size)
+    for i in range(2, GGML_MAX_DIMS):
+        t.nb[i] = t.nb[i - 1] * t.ne[i - 1]
+    if view_src != NULL:
+        # data_size + view_offs must fit in view_src (ggml asserts this)
+        data_size = ggml_row_size(type, t.ne[0]) * t.ne[1] * t.ne[2] * t.ne[3]
+        if data_size != 0 and data_size + view_offs > ggml_nbytes(view_src):
+            ctx.n_tensors -= 1
+            raise GraphError(f"view of {data_size} bytes at offset {view_offs} does not fit in "
+                             f"'{view_src.name.decode(errors='replace')}' "
+                             f"({ggml_nbytes(view_src)} bytes)")
+        if view_src.data != NULL:
+            t.data = view_src.data + view_offs
+    # like ggml, a new view has no buffer until it is initialised in one
+    t.view_src = view_src
+    t.view_offs = view_offs
+    return t
+
+
+cdef ggml_tensor * ggml_dup_tensor_layout(ggml_context * ctx, const ggml_tensor * src) except NULL:
+    """A new tensor of src's type and shape with src's strides (ggml-backend.cpp)."""
+    cdef ggml_tensor * t = ggml_new_tensor_impl(ctx, src.type, GGML_MAX_DIMS, src.ne, NULL, 0)
+    memcpy(t.nb, src.nb, sizeof(t.nb))
+    return t
+
+
+cdef ggml_tensor * ggml_view_tensor(ggml_context * ctx, ggml_tensor * src) except NULL:
+    """ggml_view_tensor: all of src, same strides, named '<src> (view)'; like
+    ggml it keeps op NONE and no sources."""
+    cdef ggml_tensor * t = ggml_new_tensor_impl(ctx, src.type, GGML_MAX_DIMS, src.ne, src, 0)
+    cdef char buf[GGML_MAX_NAME + 8]
+    snprintf(buf, sizeof(buf), b"%s (view)", src.name)
+    ggml_set_name(t, buf)
+    memcpy(t.nb, src.nb, sizeof(t.nb))
+    return t
+
+
+# ---------------------------------------------------------------------------
+# graph
+
+cdef int ggml_graph_init(ggml_cgraph * g, int size) except -1:
+    if size <= 0:
+        raise ValueError(f"graph size must be positive, got {size}")
+    g.size = size
+    g.n_nodes = 0
+    g.n_leafs = 0
+    g.nodes = <ggml_tensor **>malloc(size * sizeof(ggml_tensor *))
+    g.leafs = <ggml_tensor **>malloc(size * sizeof(ggml_tensor *))
+    g.visited_hash_set.keys = NULL
+    g.visited_hash_set.used = NULL
+    g.use_counts = NULL
+    if g.nodes == NULL or g.leafs == NULL:
+        ggml_graph_free(g)
+        raise MemoryError(f"graph of size {size}")
+    # the hash set holds nodes and leafs, hence twice the size (as ggml)
+    ggml_hash_set_init(&g.visited_hash_set, <size_t>size * 2)
+    g.use_counts = <int32_t *>calloc(g.visited_hash_set.size, sizeof(int32_t))
+    if g.use_counts == NULL:
+        ggml_graph_free(g)
+        raise MemoryError(f"graph of size {size}")
+    return 0
+
+
+cdef void ggml_graph_free(ggml_cgraph * g) noexcept nogil:
+    free(g.nodes)
+    free(g.leafs)
+    free(g.use_counts)
+    ggml_hash_set_free(&g.visited_hash_set)
+    g.nodes = NULL
+    g.leafs = NULL
+    g.use_counts = NULL
+
+
+cdef void ggml_graph_clear(ggml_cgraph * g) noexcept nogil:
+    g.n_nodes = 0
+    g.n_leafs = 0
+    ggml_hash_set_reset(&g.visited_hash_set)
+
+
+cdef size_t _graph_enter(ggml_cgraph * g, ggml_tensor * t, bint * is_new) except? GGML_HASHSET_FULL:
+    """First half of ggml_visit_parents_graph: flags and the visited set."""
+    if t.op != OP_NONE:
+        t.flags |= GGML_TENSOR_FLAG_COMPUTE
+    cdef size_t pos = ggml_hash_find(&g.visited_hash_set, t)
+    if pos == GGML_HASHSET_FULL:
+        raise GraphError(f"graph hash set is full ({g.visited_hash_set.size} slots) "
+                         f"while adding tensor '{t.name.decode(errors='replace')}'")
+    is_new[0] = not ggml_bitset_get(g.visited_hash_set.used, pos)
+    if is_new[0]:
+        g.visited_hash_set.keys[pos] = t
+        ggml_bitset_set(g.visited_hash_set.used, pos)
+        g.use_counts[pos] = 0
+    return pos
+
+
+cdef int _graph_append(ggml_cgraph * g, ggml_tensor * t) except -1:
+    """Second half of ggml_visit_parents_graph: a leaf or a node, named if unnamed."""
+    cdef bint is_leaf = t.op == OP_NONE and not (t.flags & GGML_TENSOR_FLAG_PARAM)
+    cdef int n = g.n_leafs if is_leaf else g.n_nodes
+    if n >= g.size:
+        raise GraphError(f"graph is full: {g.size} {'leafs' if is_leaf else 'nodes'} "
+                         f"(adding '{t.name.decode(errors='replace')}'); use a larger graph size")
+    if t.name[0] == 0:
+        snprintf(t.name, GGML_MAX_NAME, b"leaf_%d" if is_leaf else b"node_%d", n)
+    if is_leaf:
+        g.leafs[g.n_leafs] = t
+        g.n_leafs += 1
+    else:
+        g.nodes[g.n_nodes] = t
+        g.n_nodes += 1
+    return 0
+
+
+cdef int ggml_build_forward_expand(ggml_cgraph * g, ggml_tensor * root) except -1:
+    """Port of ggml_build_forward_expand: depth-first over src[0..9], parents first.
+
+    Iterative (an explicit stack) so that chains of 100k nodes do not overflow
+    the C stack; the order is exactly that of ggml's recursion.
+    """
+    cdef int cap = 256, sp = 0
+    cdef ggml_tensor ** stack = <ggml_tensor **>malloc(cap * sizeof(ggml_tensor *))
+    cdef int * next_src = <int *>malloc(cap * sizeof(int))
+    cdef ggml_tensor * t
+    cdef ggml_tensor * src
+    cdef bint is_new
+    cdef size_t pos
+    cdef void * tmp
+    try:
+        if stack == NULL or next_src == NULL:
+            raise MemoryError("graph visit stack")
+        _graph_enter(g, root, &is_new)
+        if not is_new:
+            return 0
+        stack[0] = root
+        next_src[0] = 0
+        sp = 1
+        while sp > 0:
+            t = stack[sp - 1]
+            while next_src[sp - 1] < GGML_MAX_SRC and t.src[next_src[sp - 1]] == NULL:
+                next_src[sp - 1] += 1
+            if next_src[sp - 1] == GGML_MAX_SRC:
+                _graph_append(g, t)
+                sp -= 1
+                continue
+            src = t.src[next_src[sp - 1]]
+            next_src[sp - 1] += 1
+            pos = _graph_enter(g, src, &is_new)
+            g.use_counts[pos] += 1
+            if is_new:
+                if sp == cap:
+                    cap *= 2
+                    tmp = realloc(stack, cap * sizeof(ggml_tensor *))
+                    if tmp == NULL:
+                        raise MemoryError("graph visit stack")
+                    stack = <ggml_tensor **>tmp
+                    tmp = realloc(next_src, cap * sizeof(int))
+                    if tmp == NULL:
+                        raise MemoryError("graph visit stack")
+                    next_src = <int *>tmp
+                stack[sp] = src
+                next_src[sp] = 0
+                sp += 1
+    finally:
+        free(stack)
+        free(next_src)
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# Python handles
+
+cdef Tensor tensor_handle(ggml_tensor * t):
+    if t == NULL:
+        return None
+    cdef Tensor h = Tensor.__new__(Tensor)
+    h.ptr = t
+    h.owner = <object>(<ggml_context *>t.owner).pyobj
+    return h
+
+
+cdef ggml_tensor * tensor_ptr(object t) except NULL:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"expected a ggml_py Tensor, got {type(t).__name__}")
+    return (<Tensor>t).ptr
+
+
+def _shape_to_ne(shape):
+    """numpy-order shape -> ggml ne (fastest dimension first)."""
+    ne = [int(x) for x in reversed(tuple(shape))]
+    if not 1 <= len(ne) <= GGML_MAX_DIMS:
+        raise ValueError(f"tensors have 1 to 4 dimensions, got shape {tuple(shape)}")
+    if any(x < 0 for x in ne):
+        raise ValueError(f"negative dimension in shape {tuple(shape)}")
+    return ne + [1] * (GGML_MAX_DIMS - len(ne))
+
+
+cdef class Context:
+    """An arena of tensors (ggml's no_alloc context: metadata only).
+
+    Tensors live as long as their context. Shapes passed to the builders are
+    in numpy order (slowest dimension first); `Tensor.ne` gives ggml's order.
+    """
+
+    def __cinit__(self, str label=""):
+        ggml_context_init(&self.ctx)
+        self.ctx.pyobj = <void *>self
+        self.label = label
+
+    def __dealloc__(self):
+        ggml_context_free(&self.ctx)
+
+    cdef Tensor wrap(self, ggml_tensor * t):
+        return tensor_handle(t)
+
+    def __len__(self):
+        return self.ctx.n_tensors
+
+    def __getitem__(self, int i):
+        if not 0 <= i < self.ctx.n_tensors:
+            raise IndexError(f"tensor index {i} out of range ({self.ctx.n_tensors} tensors)")
+        return tensor_handle(ggml_context_tensor(&self.ctx, i))
+
+    def __iter__(self):
+        for i in range(self.ctx.n_tensors):
+            yield tensor_handle(ggml_context_tensor(&self.ctx, i))
+
+    def __repr__(self):
+        return f"Context({self.label!r}, {self.ctx.n_tensors} tensors)"
+
+    def new_tensor(self, type, shape, name=None):
+        """A new tensor of `type` ('f32', 'q8_0', ...) and numpy-order `shape`."""
+        cdef int tid = type_id(type)
+        ne = _shape_to_ne(shape)
+        if ne[0] % TYPE_TRAITS[tid].blck_size:
+            raise ValueError(f"ne[0]={ne[0]} is not a multiple of the {type} block size "
+                             f"{TYPE_TRAITS[tid].blck_size}")
+        cdef int64_t c_ne[4]
+        for i in range(4):
+            c_ne[i] = ne[i]
+        cdef ggml_tensor * t = ggml_new_tensor_impl(&self.ctx, tid, 4, c_ne, NULL, 0)
+        h = tensor_handle(t)
+        if name is not None:
+            h.name = name
+        return h
+
+    def new_op(self, op, srcs, type, shape, *, params=(), name=None, view_of=None, view_offs=0,
+               nb=None):
+        """A tensor computed by `op` from `srcs` (the generic op builder).
+
+        `view_of` makes it a view (sharing that tensor's memory at `view_offs`);
+        `nb` overrides the contiguous strides (ggml order, bytes).
+        """
+        cdef int oid = op_id(op)
+        cdef int tid = type_id(type)
+        ne = _shape_to_ne(shape)
+        srcs = list(srcs)
+        if len(srcs) > GGML_MAX_SRC:
+            raise ValueError(f"an op has at most {GGML_MAX_SRC} sources, got {len(srcs)}")
+        params = list(params)
+        if len(params) > GGML_MAX_OP_PARAMS:
+            raise ValueError(f"at most {GGML_MAX_OP_PARAMS} int32 op params, got {len(params)}")
+        cdef int64_t c_ne[4]
+        for i in range(4):
+            c_ne[i] = ne[i]
+        cdef ggml_tensor * vsrc = NULL if view_of is None else tensor_ptr(view_of)
+        cdef ggml_tensor * t = ggml_new_tensor_impl(&self.ctx, tid, 4, c_ne, vsrc, view_offs)
+        t.op = oid
+        for i, s in enumerate(srcs):
+            t.src[i] = NULL if s is None else tensor_ptr(s)
+        for i, p in enumerate(params):
+            t.op_params[i] = p
+        if nb is not None:
+            if len(nb) != 4:
+                raise ValueError("nb needs 4 strides")
+            for i in range(4):
+                t.nb[i] = nb[i]
+        h = tensor_handle(t)
+        if name is not None:
+            h.name = name
+        return h
+
+    # --- the view family (ggml.c): share memory, no data movement ---
+
+    def view(self, Tensor a, shape, nb=None, size_t offset=0, name=None):
+        """ggml_view_Nd: a VIEW of `a` with numpy-order `shape`, ggml-order byte
+        strides `nb` (contiguous when None) at byte `offset`."""
+        ne = _shape_to_ne(shape)
+        t = self.new_op("VIEW", [a], type_name(a.ptr.type), shape, view_of=a, view_offs=offset,
+                        nb=nb, params=[offset & 0xffffffff, offset >> 32])
+        if name is None:
+            t.name = f"{a.name} (view)"
+        else:
+            t.name = name
+        return t
+
+    def reshape(self, Tensor a, shape, name=None):
+        """ggml_reshape: same data, new shape; `a` must be contiguous."""
+        if not ggml_is_contiguous(a.ptr):
+            raise GraphError(f"reshape of non-contiguous tensor '{a.name}'")
+        ne = _shape_to_ne(shape)
+        n = ne[0] * ne[1] * ne[2] * ne[3]
+        if n != ggml_nelements(a.ptr):
+            raise GraphError(f"reshape of '{a.name}' to {tuple(shape)}: {n} elements, "
+                             f"tensor has {ggml_nelements(a.ptr)}")
+        t = self.new_op("RESHAPE", [a], type_name(a.ptr.type), shape, view_of=a)
+        t.name = f"{a.name} (reshaped)" if name is None else name
+        return t
+
+    def permute(self, Tensor a, axes, name=None):
+        """ggml_permute(a, axis0..axis3): ggml axis i of `a` moves to axes[i]."""
+        axes = list(axes) + list(range(len(axes), 4))
+        if sorted(axes) != [0, 1, 2, 3]:
+            raise GraphError(f"permute of '{a.name}': {axes} is not a permutation of 0..3")
+        ne = [0] * 4
+        nb = [0] * 4
+        for i in range(4):
+            ne[axes[i]] = a.ptr.ne[i]
+            nb[axes[i]] = a.ptr.nb[i]
+        t = self.new_op("PERMUTE", [a], type_name(a.ptr.type), list(reversed(ne)), view_of=a,
+                        nb=nb, params=axes[:4])
+        t.name = f"{a.name} (permuted)" if name is None else name
+        return t
+
+    def transpose(self, Tensor a, name=None):
+        """ggml_transpose: swap the first two ggml dimensions."""
+        ne = [a.ptr.ne[1], a.ptr.ne[0], a.ptr.ne[2], a.ptr.ne[3]]
+        nb = [a.ptr.nb[1], a.ptr.nb[0], a.ptr.nb[2], a.ptr.nb[3]]
+        t = self.new_op("TRANSPOSE", [a], type_name(a.ptr.type), list(reversed(ne)),
+                        view_of=a, nb=nb, params=[1, 0, 2, 3])
+        t.name = f"{a.name} (transposed)" if name is None else name
+        return t
+
+
+cdef class Tensor:
+    """A handle on a tensor struct; it keeps the owning context alive."""
+
+    def __init__(self):
+        raise TypeError("tensors are made by a Context (new_tensor, new_op, view, ...)")
+
+    def __eq__(self, other):
+        return isinstance(other, Tensor) and (<Tensor>other).ptr == self.ptr
+
+    def __hash__(self):
+        return hash(<size_t>self.ptr)
+
+    @property
+    def id(self):
+        """Index of the tensor in its context."""
+        return self.ptr.id
+
+    @property
+    def context(self):
+        return self.owner
+
+    @property
+    def name(self):
+        return self.ptr.name.decode("utf-8", errors="replace")
+
+    @name.setter
+    def name(self, value):
+        b = str(value).encode()
+        if len(b) >= GGML_MAX_NAME:
+            raise ValueError(f"tensor names have at most {GGML_MAX_NAME - 1} bytes: {value!r}")
+        ggml_set_name(self.ptr, b)
+
+    @property
+    def type(self):
+        return TYPE_NAMES[self.ptr.type]
+
+    @property
+    def op(self):
+        return OP_NAMES_LIST[self.ptr.op]
+
+    @property
+    def ne(self):
+        """Elements per dimension in ggml order (ne[0] is the fastest)."""
+        return tuple(self.ptr.ne[i] for i in range(4))
+
+    @ne.setter
+    def ne(self, value):
+        for i in range(4):
+            self.ptr.ne[i] = value[i]
+
+    @property
+    def nb(self):
+        """Byte strides in ggml order."""
+        return tuple(self.ptr.nb[i] for i in range(4))
+
+    @nb.setter
+    def nb(self, value):
+        for i in range(4):
+            self.ptr.nb[i] = value[i]
+
+    @property
+    def shape(self):
+        """numpy-order shape: reversed ne, trailing ggml dimensions of 1 dropped."""
+        n = 4
+        while n > 1 and self.ptr.ne[n - 1] == 1:
+            n -= 1
+        return tuple(self.ptr.ne[i] for i in reversed(range(n)))
+
+    @property
+    def nbytes(self):
+        return ggml_nbytes(self.ptr)
+
+    @property
+    def nelements(self):
+        return ggml_nelements(self.ptr)
+
+    @property
+    def is_contiguous(self):
+        return ggml_is_contiguous(self.ptr)
+
+    @property
+    def is_view(self):
+        return self.ptr.view_src != NULL
+
+    @property
+    def src(self):
+        """Sources, trailing empty slots cut (an empty slot inside is None)."""
+        n = GGML_MAX_SRC
+        while n > 0 and self.ptr.src[n - 1] == NULL:
+            n -= 1
+        return [tensor_handle(self.ptr.src[i]) for i in range(n)]
+
+    def set_src(self, int i, src):
+        if not 0 <= i < GGML_MAX_SRC:
+            raise IndexError(f"src index {i} out of range 0..{GGML_MAX_SRC - 1}")
+        self.ptr.src[i] = NULL if src is None else tensor_ptr(src)
+
+    @property
+    def view_src(self):
+        return tensor_handle(self.ptr.view_src)
+
+    @property
+    def view_offs(self):
+        return self.ptr.view_offs
+
+    @property
+    def op_params(self):
+        return [self.ptr.op_params[i] for i in range(GGML_MAX_OP_PARAMS)]
+
+    def set_op_params(self, params):
+        params = list(params)
+        if len(params) > GGML_MAX_OP_PARAMS:
+            raise ValueError(f"at most {GGML_MAX_OP_PARAMS} int32 op params")
+        for i in range(GGML_MAX_OP_PARAMS):
+            self.ptr.op_params[i] = params[i] if i < len(params) else 0
+
+    @property
+    def flags(self):
+        """Names of the set flags (INPUT, OUTPUT, PARAM, LOSS, COMPUTE)."""
+        return [n for n, bit in FLAG_NAMES.items() if self.ptr.flags & bit]
+
+    @flags.setter
+    def flags(self, names):
+        cdef int f = 0
+        for n in names:
+            try:
+                f |= FLAG_NAMES[n]
+            except KeyError:
+                raise ValueError(f"unknown tensor flag {n!r}; known: {', '.join(FLAG_NAMES)}") from None
+        self.ptr.flags = f
+
+    def set_input(self):
+        self.ptr.flags |= GGML_TENSOR_FLAG_INPUT
+        return self
+
+    def set_output(self):
+        self.ptr.flags |= GGML_TENSOR_FLAG_OUTPUT
+        return self
+
+    def set_param(self):
+        self.ptr.flags |= GGML_TENSOR_FLAG_PARAM
+        return self
+
+    @property
+    def data_address(self):
+        """Address of the tensor's data (0 when not allocated)."""
+        return <size_t>self.ptr.data
+
+    def __repr__(self):
+        shape = "x".join(str(x) for x in self.shape)
+        return f"<Tensor '{self.name}' {self.op} {self.type}[{shape}]>"
+
+
+cdef class Graph:
+    """A compute graph: `nodes` (computed tensors) and `leafs` (constants,
+    inputs, weights), in ggml's order."""
+
+    def __cinit__(self, int size=2048, Context context=None):
+        ggml_graph_init(&self.graph, size)
+        self.context = context
+        self._owners = set()
+
+    def __dealloc__(self):
+        ggml_graph_free(&self.graph)
+
+    def _keep(self, Tensor t):
+        self._owners.add(t.owner)
+
+    def build_forward_expand(self, Tensor t):
+        """Add t and every tensor it depends on, parents first (ggml's order)."""
+        self._keep(t)
+        ggml_build_forward_expand(&self.graph, t.ptr)
+        return self
+
+    @classmethod
+    def from_lists(cls, nodes, leafs, int size=0, Context context=None):
+        """A graph with exactly these nodes and leafs, in this order."""
+        nodes = list(nodes)
+        leafs = list(leafs)
+        size = size or max(len(nodes), len(leafs), 1)
+        if len(nodes) > size or len(leafs) > size:
+            raise GraphError(f"graph size {size} is smaller than its {len(nodes)} nodes / "
+                             f"{len(leafs)} leafs")
+        cdef Graph g = cls(size, context)
+        cdef Tensor t
+        cdef size_t pos
+        cdef int j
+        for kind, lst in (("node", nodes), ("leaf", leafs)):
+            for t in lst:
+                g._keep(t)
+                pos = ggml_hash_insert(&g.graph.visited_hash_set, t.ptr)
+                if pos == GGML_HASHSET_ALREADY_EXISTS:
+                    raise GraphError(f"tensor '{t.name}' is listed twice in the graph")
+                g.graph.use_counts[pos] = 0
+                if kind == "node":
+                    g.graph.nodes[g.graph.n_nodes] = t.ptr
+                    g.graph.n_nodes += 1
+                else:
+                    g.graph.leafs[g.graph.n_leafs] = t.ptr
+                    g.graph.n_leafs += 1
+        for i in range(g.graph.n_nodes):
+            for j in range(GGML_MAX_SRC):
+                if g.graph.nodes[i].src[j] != NULL:
+                    pos = ggml_hash_find(&g.graph.visited_hash_set, g.graph.nodes[i].src[j])
+                    if pos != GGML_HASHSET_FULL and ggml_bitset_get(g.graph.visited_hash_set.used, pos):
+                        g.graph.use_counts[pos] += 1
+        return g
+
+    @property
+    def size(self):
+        return self.graph.size
+
+    @property
+    def n_nodes(self):
+        return self.graph.n_nodes
+
+    @property
+    def n_leafs(self):
+        return self.graph.n_leafs
+
+    def __len__(self):
+        return self.graph.n_nodes
+
+    @property
+    def nodes(self):
+        return [tensor_handle(self.graph.nodes[i]) for i in range(self.graph.n_nodes)]
+
+    @property
+    def leafs(self):
+        return [tensor_handle(self.graph.leafs[i]) for i in range(self.graph.n_leafs)]
+
+    def node(self, int i):
+        if i < 0:
+            i += self.graph.n_nodes
+        if not 0 <= i < self.graph.n_nodes:
+            raise IndexError(f"node {i} out of range ({self.graph.n_nodes} nodes)")
+        return tensor_handle(self.graph.nodes[i])
+
+    def use_count(self, Tensor t):
+        """How many node sources name t (0 if t is not in the graph)."""
+        cdef size_t pos = ggml_hash_find(&self.graph.visited_hash_set, t.ptr)
+        if pos == GGML_HASHSET_FULL or not ggml_bitset_get(self.graph.visited_hash_set.used, pos):
+            return 0
+        return self.graph.use_counts[pos]
+
+    def __contains__(self, Tensor t):
+        return ggml_hash_contains(&self.graph.visited_hash_set, t.ptr)
+
+    def __repr__(self):
+        return f"Graph({self.graph.n_nodes} nodes, {self.graph.n_leafs} leafs, size {self.graph.size})"

@@ -1,0 +1,108 @@
+# The C data model of ggml_py: ggml's tensor, graph, hash set, buffer type,
+# buffer and backend structs, laid out for the scheduler and the allocator.
+# Declarations only; the logic lives in _core, _backend, _sched and _alloc.
+
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+
+cdef enum:
+    GGML_MAX_DIMS = 4
+    GGML_MAX_SRC = 10
+    GGML_MAX_OP_PARAMS = 16     # int32 words (ggml: 64 bytes)
+    GGML_MAX_NAME = 64
+
+# tensor flags (ggml_tensor_flag)
+cdef enum:
+    GGML_TENSOR_FLAG_INPUT = 1
+    GGML_TENSOR_FLAG_OUTPUT = 2
+    GGML_TENSOR_FLAG_PARAM = 4
+    GGML_TENSOR_FLAG_LOSS = 8
+    GGML_TENSOR_FLAG_COMPUTE = 16
+
+# buffer usage (ggml_backend_buffer_usage)
+cdef enum:
+    GGML_BACKEND_BUFFER_USAGE_ANY = 0
+    GGML_BACKEND_BUFFER_USAGE_WEIGHTS = 1
+    GGML_BACKEND_BUFFER_USAGE_COMPUTE = 2
+
+# device types (ggml_backend_dev_type)
+cdef enum:
+    GGML_BACKEND_DEVICE_TYPE_CPU = 0
+    GGML_BACKEND_DEVICE_TYPE_GPU = 1
+    GGML_BACKEND_DEVICE_TYPE_IGPU = 2
+    GGML_BACKEND_DEVICE_TYPE_ACCEL = 3
+
+# answers of a backend's per-op tables (supports_op, offload_op)
+cdef enum:
+    GGML_PY_OP_NO = 0           # never
+    GGML_PY_OP_YES = 1          # always (offload_op: when the batch is large enough)
+    GGML_PY_OP_ASK = 2          # ask the backend's own method (C slot or Python)
+
+# hash set sentinels (ggml-impl.h)
+cdef enum:
+    GGML_HASHSET_FULL = <size_t>-1
+    GGML_HASHSET_ALREADY_EXISTS = <size_t>-2
+
+cdef enum:
+    GGML_OP_COUNT_MAX = 128     # room for ggml's op enum (96 ops in 0.10.1)
+
+ctypedef uint32_t ggml_bitset_t
+
+cdef struct ggml_backend_buffer_type:
+    char name[GGML_MAX_NAME]
+    size_t alignment            # power of two
+    size_t max_size             # SIZE_MAX when unbounded
+    bint is_host
+    void * pyobj                # the owning BufferType (borrowed)
+
+cdef struct ggml_backend_buffer:
+    ggml_backend_buffer_type * buft
+    char * base                 # NULL-free, aligned; fake for simulated buffers
+    size_t size
+    int usage                   # GGML_BACKEND_BUFFER_USAGE_*
+    void * pyobj                # the owning Buffer (borrowed)
+
+cdef struct ggml_tensor:
+    int32_t type                # ggml_type
+    int32_t op                  # ggml_op
+    int32_t flags               # GGML_TENSOR_FLAG_*
+    int32_t id                  # index in the owning context
+    int64_t ne[GGML_MAX_DIMS]   # elements per dimension
+    size_t nb[GGML_MAX_DIMS]    # stride in bytes per dimension
+    int32_t op_params[GGML_MAX_OP_PARAMS]
+    ggml_tensor * src[GGML_MAX_SRC]
+    ggml_tensor * view_src
+    size_t view_offs
+    ggml_backend_buffer * buffer
+    char * data
+    void * extra                # backend-private data
+    void * owner                # the owning context struct (for handles)
+    char name[GGML_MAX_NAME]
+
+cdef struct ggml_hash_set:
+    size_t size
+    ggml_bitset_t * used        # [bitset_size(size)]
+    ggml_tensor ** keys         # [size], valid where used
+
+cdef struct ggml_cgraph:
+    int size                    # capacity of nodes and leafs
+    int n_nodes
+    int n_leafs
+    ggml_tensor ** nodes        # [size]
+    ggml_tensor ** leafs        # [size]
+    int32_t * use_counts        # [visited_hash_set.size]
+    ggml_hash_set visited_hash_set
+
+# The scheduler-facing part of a backend: everything split_graph asks of a
+# backend is answerable here without calling into Python, unless a table
+# entry says GGML_PY_OP_ASK.
+cdef struct ggml_backend:
+    char name[GGML_MAX_NAME]
+    int device_type                                 # GGML_BACKEND_DEVICE_TYPE_*
+    ggml_backend_buffer_type * default_buft
+    uint8_t supports_op_table[GGML_OP_COUNT_MAX]    # GGML_PY_OP_*
+    uint8_t offload_op_table[GGML_OP_COUNT_MAX]     # GGML_PY_OP_*
+    int64_t offload_min_batch                       # offload_op needs batch >= this
+    ggml_backend_buffer_type ** supported_bufts     # [n_supported_bufts]
+    int n_supported_bufts
+    bint supports_buft_ask                          # unknown bufts: ask the backend
+    void * pyobj                                    # the owning Backend (borrowed)

@@ -1,0 +1,1 @@
+"""Scheduler core (filled in by the scheduler port)."""
