@@ -712,6 +712,10 @@ cdef class Tensor:
     def op(self):
         return OP_NAMES_LIST[self.ptr.op]
 
+    @op.setter
+    def op(self, name):
+        self.ptr.op = op_id(name)
+
     @property
     def ne(self):
         """Elements per dimension in ggml order (ne[0] is the fastest)."""
@@ -776,6 +780,12 @@ cdef class Tensor:
     @property
     def view_offs(self):
         return self.ptr.view_offs
+
+    def set_view_src(self, view_src, size_t view_offs=0):
+        """Make this tensor a view of `view_src` at byte `view_offs` (no checks: for
+        loaders that rebuild tensors field by field)."""
+        self.ptr.view_src = NULL if view_src is None else tensor_ptr(view_src)
+        self.ptr.view_offs = view_offs
 
     @property
     def op_params(self):

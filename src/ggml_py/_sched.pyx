@@ -1,1 +1,816 @@
-"""Scheduler core (filled in by the scheduler port)."""
+"""Scheduler core: a port of ggml_backend_sched_split_graph (ggml 0.10.1).
+
+Given a graph and backends in priority order, decide where every node runs,
+cut the graph into splits, add copies of the inputs that a split's backend
+cannot read, and build the graph copy that the allocator places and the
+runtime executes. The five passes follow ggml's pass for pass; the loops run
+over C structs only. Where ggml aborts on user input, this raises
+SchedulerError (with the abort class of SCHED_CASES.md as `kind`) and the
+scheduler stays usable.
+"""
+
+from libc.stdlib cimport malloc, calloc, realloc, free
+from libc.string cimport memset, memcpy
+from libc.stdio cimport snprintf
+from libc.stdint cimport uint8_t
+
+from ggml_py._ggml cimport *
+from ggml_py._core cimport (Context, Tensor, Graph, tensor_handle, tensor_ptr, ggml_hash_set_init,
+                            ggml_hash_set_free, ggml_hash_set_reset, ggml_hash_find_or_insert,
+                            ggml_hash_find, ggml_bitset_get, ggml_is_view_op,
+                            ggml_dup_tensor_layout, ggml_view_tensor, ggml_context_reset,
+                            ggml_set_name, OP_ROPE)
+from ggml_py._backend cimport (Backend, BufferType, backend_supports_op, backend_supports_buft,
+                               backend_offload_op)
+
+from ggml_py.errors import SchedulerError
+
+CAUSE_NAMES = {CAUSE_NONE: "", CAUSE_USR: "usr", CAUSE_1_DST: "1.dst", CAUSE_1_VSRC: "1.vsrc",
+               CAUSE_1_INP: "1.inp", CAUSE_1_OFF: "1.off", CAUSE_2_SUP: "2.sup",
+               CAUSE_3_BEST: "3.best", CAUSE_3_UPG: "3.upg", CAUSE_4_VSRC: "4.vsrc",
+               CAUSE_4_CUR: "4.cur"}
+for _i in range(GGML_MAX_SRC):
+    CAUSE_NAMES[CAUSE_1_WGT0 + _i] = f"1.wgt{_i}"
+
+
+cdef inline str _name(const ggml_tensor * t):
+    return t.name.decode("utf-8", errors="replace")
+
+
+cdef inline ggml_backend_buffer * _base_buffer(const ggml_tensor * t) noexcept:
+    return t.view_src.buffer if t.view_src != NULL else t.buffer
+
+
+# ---------------------------------------------------------------------------
+# hash map access (ggml: hash_id / tensor_backend_id / tensor_copy macros)
+
+cdef inline Py_ssize_t hash_id(SchedCore s, ggml_tensor * t) except -1:
+    cdef size_t i = ggml_hash_find_or_insert(&s.hash_set, t)
+    if i == GGML_HASHSET_FULL:
+        raise SchedulerError(
+            f"the scheduler's hash set is full ({s.hash_set.size} slots, from graph_size "
+            f"{s.graph_size}) at tensor '{_name(t)}': the graph and the tensors it refers to "
+            f"need more slots; create the scheduler with a larger graph_size", "hash-set-too-small")
+    return <Py_ssize_t>i
+
+
+cdef inline int backend_of(SchedCore s, ggml_tensor * t) except -2:
+    """tensor_backend_id; a NULL tensor has none (ggml would insert NULL as a key)."""
+    if t == NULL:
+        return -1
+    return s.hv_tensor_backend_ids[hash_id(s, t)]
+
+
+cdef inline ggml_tensor ** copy_slot(SchedCore s, Py_ssize_t id, int backend_id, int copy_id) noexcept:
+    return &s.hv_tensor_copies[(id * s.n_backends + backend_id) * s.n_copies + copy_id]
+
+
+cdef int sched_tensor_backend_id(SchedCore s, ggml_tensor * t) noexcept:
+    """Backend id of t without inserting it (-1 when unknown)."""
+    cdef size_t i = ggml_hash_find(&s.hash_set, t)
+    if i == GGML_HASHSET_FULL or not ggml_bitset_get(s.hash_set.used, i):
+        return -1
+    return s.hv_tensor_backend_ids[i]
+
+
+# ---------------------------------------------------------------------------
+# assignment rules
+
+cdef int backend_from_buffer(SchedCore s, ggml_tensor * tensor, ggml_tensor * op) except -2:
+    """Highest-priority backend that can use tensor's buffer and run op; -1 if none."""
+    cdef ggml_backend_buffer * buf = _base_buffer(tensor)
+    cdef int i
+    if buf == NULL:
+        return -1
+    for i in range(s.n_backends):
+        if backend_supports_buft(s.backends[i], buf.buft) and backend_supports_op(s.backends[i], op):
+            return i
+    return -1
+
+
+cdef int backend_id_from_cur(SchedCore s, ggml_tensor * tensor, uint8_t * cause) except -2:
+    """Pass 1 for one tensor: the backend its current location implies, or -1."""
+    cdef int cur = backend_from_buffer(s, tensor, tensor)
+    cdef int i, b, src_backend_id
+    cdef ggml_tensor * src
+    cdef ggml_backend_buffer * buf
+    if cur != -1:
+        cause[0] = CAUSE_1_DST
+        return cur
+    if tensor.view_src != NULL:
+        cur = backend_from_buffer(s, tensor.view_src, tensor)
+        if cur != -1:
+            cause[0] = CAUSE_1_VSRC
+            return cur
+    buf = _base_buffer(tensor)
+    if tensor.buffer != NULL or buf != NULL:
+        # the memory already exists and cannot move: ggml aborts here
+        from ggml_py._core import OP_NAMES_LIST
+        raise SchedulerError(
+            f"pre-allocated tensor '{_name(tensor)}' (op {OP_NAMES_LIST[tensor.op]}) lives in a "
+            f"buffer of type '{buf.buft.name.decode()}' that no backend able to use it can run "
+            f"the op on", "unsupported-preallocated")
+    if tensor.flags & GGML_TENSOR_FLAG_INPUT:
+        cause[0] = CAUSE_1_INP
+        return s.n_backends - 1
+    # operations with weights run preferably where the weights are
+    for i in range(GGML_MAX_SRC):
+        src = tensor.src[i]
+        if src == NULL:
+            continue
+        # ROPE's frequency tensor is too small to choose a backend by
+        if (tensor.op != OP_ROPE and src.buffer != NULL
+                and src.buffer.usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS):
+            src_backend_id = backend_from_buffer(s, src, tensor)
+            # a higher-priority backend may want to offload the op anyway
+            if s.op_offload and src_backend_id == s.n_backends - 1 and src.buffer.buft.is_host:
+                for b in range(src_backend_id):
+                    if backend_supports_op(s.backends[b], tensor) and backend_offload_op(s.backends[b], tensor):
+                        cause[0] = CAUSE_1_OFF
+                        return b
+            cause[0] = CAUSE_1_WGT0 + i
+            return src_backend_id
+    return -1
+
+
+cdef int buffer_supported(SchedCore s, ggml_tensor * t, int backend_id) except -1:
+    """Can backend_id read t where it is (or will be)?"""
+    cdef ggml_backend_buffer * buf = _base_buffer(t)
+    cdef ggml_backend_buffer_type * buft = NULL
+    cdef int id
+    if buf != NULL:
+        buft = buf.buft
+    else:
+        # not allocated yet: it will live in the buffer type of its backend
+        id = backend_of(s, t)
+        if id == -1 and t.view_src != NULL:
+            id = backend_of(s, t.view_src)
+        if id != -1:
+            buft = s.bufts[id]
+    return buft != NULL and backend_supports_buft(s.backends[backend_id], buft)
+
+
+cdef inline int set_if_supported(SchedCore s, ggml_tensor * node, Py_ssize_t h, int backend_id) except -1:
+    if backend_supports_op(s.backends[backend_id], node):
+        s.hv_tensor_backend_ids[h] = backend_id
+        s.hv_tensor_causes[h] = CAUSE_2_SUP
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# the passes
+
+cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
+    """Pass 1: assign backends to tensors with pre-allocated memory, inputs and
+    ops with weights; user assignments are kept."""
+    cdef int i
+    cdef Py_ssize_t h
+    cdef ggml_tensor * t
+    for i in range(graph.n_leafs + graph.n_nodes):
+        t = graph.leafs[i] if i < graph.n_leafs else graph.nodes[i - graph.n_leafs]
+        h = hash_id(s, t)
+        if s.hv_tensor_backend_ids[h] == -1:
+            s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, &s.hv_tensor_causes[h])
+    return 0
+
+
+cdef int expand(SchedCore s, ggml_cgraph * graph, bint down, bint skip_cpu) except -1:
+    """One sweep of pass 2: give unassigned nodes the backend of the last
+    assigned node before them (down) or after them (up). With skip_cpu the
+    CPU (lowest priority) is not expanded, so it is used only where needed."""
+    cdef int cur_backend_id = -1, i, k, b
+    cdef Py_ssize_t h
+    cdef ggml_tensor * node
+    for k in range(graph.n_nodes):
+        i = k if down else graph.n_nodes - 1 - k
+        node = graph.nodes[i]
+        if ggml_is_view_op(node.op):
+            continue
+        h = hash_id(s, node)
+        b = s.hv_tensor_backend_ids[h]
+        if b != -1:
+            cur_backend_id = -1 if (skip_cpu and b == s.n_backends - 1) else b
+        elif cur_backend_id != -1:
+            set_if_supported(s, node, h, cur_backend_id)
+    return 0
+
+
+cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
+    """Pass 3: move nodes to a higher-priority backend with the same buffer type
+    when it can read all their sources; give each still unassigned node the
+    backend that can read most of its sources."""
+    cdef int i, j, b, n_supported, n_supported_best, cur
+    cdef bint supported
+    cdef Py_ssize_t h
+    cdef ggml_tensor * node
+    cdef ggml_tensor * src
+    for i in range(graph.n_nodes):
+        node = graph.nodes[i]
+        if ggml_is_view_op(node.op):
+            continue
+        h = hash_id(s, node)
+        cur = s.hv_tensor_backend_ids[h]
+        if cur == -1:
+            n_supported_best = -1
+            for b in range(s.n_backends):
+                if not backend_supports_op(s.backends[b], node):
+                    continue
+                n_supported = 0
+                for j in range(GGML_MAX_SRC):
+                    src = node.src[j]
+                    if src == NULL:
+                        continue
+                    if ((backend_of(s, src) != -1 or backend_of(s, src.view_src) != -1)
+                            and buffer_supported(s, src, b)):
+                        n_supported += 1
+                if n_supported > n_supported_best:
+                    n_supported_best = n_supported
+                    s.hv_tensor_backend_ids[h] = b
+                    s.hv_tensor_causes[h] = CAUSE_3_BEST
+        else:
+            for b in range(cur):
+                if s.bufts[b] != s.bufts[cur] or not backend_supports_op(s.backends[b], node):
+                    continue
+                supported = True
+                for j in range(GGML_MAX_SRC):
+                    src = node.src[j]
+                    if src != NULL and not buffer_supported(s, src, b):
+                        supported = False
+                        break
+                if supported:
+                    s.hv_tensor_backend_ids[h] = b
+                    s.hv_tensor_causes[h] = CAUSE_3_UPG
+                    break
+    return 0
+
+
+cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
+    """Pass 4: views follow their view_src, unassigned sources follow their
+    node, and a node still without a backend takes the first that supports it."""
+    cdef int i, j, b
+    cdef Py_ssize_t h, hs
+    cdef ggml_tensor * node
+    cdef ggml_tensor * src
+    for i in range(graph.n_nodes):
+        node = graph.nodes[i]
+        h = hash_id(s, node)
+        if node.view_src != NULL and s.hv_tensor_backend_ids[h] == -1:
+            s.hv_tensor_backend_ids[h] = backend_of(s, node.view_src)
+            s.hv_tensor_causes[h] = CAUSE_4_VSRC
+        for j in range(GGML_MAX_SRC):
+            src = node.src[j]
+            if src == NULL:
+                continue
+            hs = hash_id(s, src)
+            if s.hv_tensor_backend_ids[hs] == -1:
+                if src.view_src != NULL:
+                    s.hv_tensor_backend_ids[hs] = backend_of(s, src.view_src)
+                    s.hv_tensor_causes[hs] = CAUSE_4_VSRC
+                else:
+                    s.hv_tensor_backend_ids[hs] = s.hv_tensor_backend_ids[h]
+                    s.hv_tensor_causes[hs] = CAUSE_4_CUR
+        b = 0
+        while b < s.n_backends and s.hv_tensor_backend_ids[h] == -1:
+            set_if_supported(s, node, h, b)
+            b += 1
+        if s.hv_tensor_backend_ids[h] == -1:
+            from ggml_py._core import OP_NAMES_LIST
+            raise SchedulerError(
+                f"no backend supports node '{_name(node)}' (op {OP_NAMES_LIST[node.op]}); "
+                f"the last backend ({s.backends[s.n_backends - 1].name.decode()}) should be a "
+                f"CPU backend that runs every op", "no-backend-supports-op")
+    return 0
+
+
+cdef ggml_tensor * new_sched_tensor(SchedCore s, ggml_tensor * of, int kind, int backend_id,
+                                    int copy_id) except NULL:
+    """A copy (same layout, named BACKEND#name#C) or a dependency view of `of`,
+    made in the scheduler's arena and recorded for introspection."""
+    cdef ggml_tensor * t
+    cdef char buf[GGML_MAX_NAME + 80]
+    cdef void * tmp
+    if kind == SCHED_TENSOR_COPY:
+        t = ggml_dup_tensor_layout(&s.arena.ctx, of)
+        snprintf(buf, sizeof(buf), b"%s#%s#%d", s.backends[backend_id].name, of.name, copy_id)
+        ggml_set_name(t, buf)
+    else:
+        t = ggml_view_tensor(&s.arena.ctx, of)
+        t.src[0] = of
+    if t.id >= s.infos_capacity:
+        tmp = realloc(s.infos, 2 * (t.id + 1) * sizeof(sched_tensor_info))
+        if tmp == NULL:
+            raise MemoryError()
+        s.infos = <sched_tensor_info *>tmp
+        s.infos_capacity = 2 * (t.id + 1)
+    s.infos[t.id].kind = kind
+    s.infos[t.id].of = of
+    s.infos[t.id].backend_id = backend_id
+    s.infos[t.id].copy_id = copy_id
+    return t
+
+
+cdef int new_split(SchedCore s, int i_start, int backend_id) except -1:
+    cdef void * tmp
+    cdef int k
+    if s.n_splits == s.splits_capacity:
+        tmp = realloc(s.splits, 2 * s.splits_capacity * sizeof(sched_split))
+        if tmp == NULL:
+            raise MemoryError()
+        s.splits = <sched_split *>tmp
+        for k in range(s.splits_capacity, 2 * s.splits_capacity):
+            s.splits[k].inputs = NULL
+            s.splits[k].backend_id = 0
+        s.splits_capacity *= 2
+    cdef sched_split * split = &s.splits[s.n_splits]
+    if split.inputs == NULL:
+        split.inputs = <ggml_tensor **>malloc(s.max_split_inputs * sizeof(ggml_tensor *))
+        if split.inputs == NULL:
+            raise MemoryError()
+    if backend_id != -2:        # -2 keeps the slot's previous backend (ggml's first split)
+        split.backend_id = backend_id
+    split.i_start = i_start
+    split.n_inputs = 0
+    s.n_splits += 1
+    return 0
+
+
+cdef int count_new_inputs(SchedCore s, ggml_tensor * node, int cur_backend_id) except -1:
+    """How many inputs node would add to a split on cur_backend_id."""
+    cdef int j, k, n = 0
+    cdef bint seen
+    cdef Py_ssize_t h
+    cdef ggml_tensor * src
+    for j in range(GGML_MAX_SRC):
+        src = node.src[j]
+        if src == NULL:
+            continue
+        seen = False
+        for k in range(j):
+            if node.src[k] == src:
+                seen = True
+        if seen:
+            continue
+        h = hash_id(s, src)
+        if (s.hv_tensor_backend_ids[h] != cur_backend_id
+                and copy_slot(s, h, cur_backend_id, 0)[0] == NULL
+                and not buffer_supported(s, src, cur_backend_id)):
+            n += 1
+    return n
+
+
+cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
+    """Pass 5: cut the graph where the backend changes and replace every source
+    that the split's backend cannot read by a copy on that backend."""
+    cdef int i = 0, j, c, n_new
+    cdef int cur_backend_id, node_backend_id, src_backend_id
+    cdef bint need_new_split
+    cdef Py_ssize_t h, src_id
+    cdef ggml_tensor * node
+    cdef ggml_tensor * src
+    cdef ggml_tensor * cpy
+    cdef sched_split * split
+
+    s.n_splits = 0
+    new_split(s, 0, -2)
+    split = &s.splits[0]
+    # the first split's backend is that of the first non-view node
+    while i < graph.n_nodes:
+        node = graph.nodes[i]
+        if not ggml_is_view_op(node.op):
+            split.backend_id = backend_of(s, node)
+            break
+        i += 1
+    cur_backend_id = split.backend_id
+
+    while i < graph.n_nodes:
+        node = graph.nodes[i]
+        if ggml_is_view_op(node.op):
+            i += 1
+            continue
+        node_backend_id = backend_of(s, node)
+
+        # a new split where a weight needs copying (its memory can then be
+        # reused) or where the node's new inputs would overflow the input list
+        need_new_split = False
+        if node_backend_id == cur_backend_id and split.n_inputs > 0:
+            for j in range(GGML_MAX_SRC):
+                src = node.src[j]
+                if (src != NULL and src.buffer != NULL
+                        and src.buffer.usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS
+                        and backend_of(s, src) != cur_backend_id
+                        and not buffer_supported(s, src, cur_backend_id)):
+                    need_new_split = True
+                    break
+            if not need_new_split:
+                # ggml checks only a full list and aborts when a node brings two
+                # inputs to 29; counting gives the same splits where ggml works
+                n_new = count_new_inputs(s, node, cur_backend_id)
+                need_new_split = n_new > 0 and split.n_inputs + n_new > s.max_split_inputs
+
+        if node_backend_id != cur_backend_id or need_new_split:
+            split.i_end = i
+            new_split(s, i, node_backend_id)
+            split = &s.splits[s.n_splits - 1]
+            cur_backend_id = node_backend_id
+
+        # find the inputs that are not on the split's backend
+        for j in range(GGML_MAX_SRC):
+            src = node.src[j]
+            if src == NULL:
+                continue
+            src_id = hash_id(s, src)
+            src_backend_id = s.hv_tensor_backend_ids[src_id]
+            if src_backend_id == -1:
+                raise SchedulerError(f"source '{_name(src)}' of node '{_name(node)}' has no backend",
+                                     "source-without-backend")
+
+            if src.flags & GGML_TENSOR_FLAG_INPUT and s.n_copies > 1:
+                if copy_slot(s, src_id, src_backend_id, 0)[0] == NULL:
+                    if s.n_graph_inputs == s.max_graph_inputs:
+                        raise SchedulerError(
+                            f"graph input '{_name(src)}' is more than the {s.max_graph_inputs} "
+                            f"graph inputs a parallel scheduler holds (max_graph_inputs)",
+                            "too-many-graph-inputs")
+                    for c in range(s.n_copies):
+                        if c == s.cur_copy:
+                            cpy = src       # the original is the current copy
+                        else:
+                            cpy = new_sched_tensor(s, src, SCHED_TENSOR_COPY, src_backend_id, c)
+                        # inputs and outputs: ggml-alloc must not overwrite them
+                        cpy.flags |= GGML_TENSOR_FLAG_INPUT | GGML_TENSOR_FLAG_OUTPUT
+                        copy_slot(s, src_id, src_backend_id, c)[0] = cpy
+                    s.graph_inputs[s.n_graph_inputs] = src
+                    s.n_graph_inputs += 1
+
+            if src_backend_id != cur_backend_id and not buffer_supported(s, src, cur_backend_id):
+                if copy_slot(s, src_id, cur_backend_id, 0)[0] == NULL:
+                    if split.n_inputs == s.max_split_inputs:
+                        raise SchedulerError(
+                            f"node '{_name(node)}' alone needs more than the {s.max_split_inputs} "
+                            f"inputs a split holds (max_split_inputs)", "too-many-split-inputs")
+                    for c in range(s.n_copies):
+                        cpy = new_sched_tensor(s, src, SCHED_TENSOR_COPY, cur_backend_id, c)
+                        if s.n_copies > 1:
+                            cpy.flags |= GGML_TENSOR_FLAG_INPUT | GGML_TENSOR_FLAG_OUTPUT
+                        copy_slot(s, src_id, cur_backend_id, c)[0] = cpy
+                    split.inputs[split.n_inputs] = src
+                    split.n_inputs += 1
+                node.src[j] = copy_slot(s, src_id, cur_backend_id, s.cur_copy)[0]
+        i += 1
+    split.i_end = graph.n_nodes
+    return 0
+
+
+cdef int grow_ids(SchedCore s, int n) except -1:
+    """Room for n graph-copy nodes and leafs in the four backend-id arrays."""
+    cdef int ** arrays[4]
+    cdef int k
+    cdef void * tmp
+    if n <= s.ids_capacity:
+        return 0
+    arrays[0] = &s.node_backend_ids
+    arrays[1] = &s.leaf_backend_ids
+    arrays[2] = &s.prev_node_backend_ids
+    arrays[3] = &s.prev_leaf_backend_ids
+    for k in range(4):
+        tmp = realloc(arrays[k][0], n * sizeof(int))
+        if tmp == NULL:
+            raise MemoryError()
+        arrays[k][0] = <int *>tmp
+        memset(arrays[k][0] + s.ids_capacity, 0, (n - s.ids_capacity) * sizeof(int))
+    s.ids_capacity = n
+    return 0
+
+
+cdef int build_graph_copy(SchedCore s, ggml_cgraph * graph) except -1:
+    """The graph that is allocated and run: each split's input copies (with a
+    view of the input so it outlives its copy) before the split's nodes; in
+    parallel mode, every copy slot of the inputs as leafs, allocated first."""
+    cdef int i, j, c, b, n = 0, l = 0
+    cdef int * tmp_ids
+    cdef Py_ssize_t id
+    cdef void * tmp
+    cdef sched_split * split
+    cdef ggml_tensor * input
+    cdef ggml_tensor * dep
+    cdef ggml_cgraph * gc = &s.graph
+
+    # the previous ids stay for the change check of alloc_graph
+    tmp_ids = s.node_backend_ids
+    s.node_backend_ids = s.prev_node_backend_ids
+    s.prev_node_backend_ids = tmp_ids
+    tmp_ids = s.leaf_backend_ids
+    s.leaf_backend_ids = s.prev_leaf_backend_ids
+    s.prev_leaf_backend_ids = tmp_ids
+
+    cdef int size = max(graph.n_nodes, graph.n_leafs) + s.n_splits * s.max_split_inputs * 2 * s.n_copies
+    s.debug_prev_graph_size = s.debug_graph_size
+    s.debug_graph_size = size
+    grow_ids(s, size)
+    if s.graph_capacity < size:
+        tmp = realloc(gc.nodes, size * sizeof(ggml_tensor *))
+        if tmp == NULL:
+            raise MemoryError()
+        gc.nodes = <ggml_tensor **>tmp
+        tmp = realloc(gc.leafs, size * sizeof(ggml_tensor *))
+        if tmp == NULL:
+            raise MemoryError()
+        gc.leafs = <ggml_tensor **>tmp
+        s.graph_capacity = size
+    gc.size = size
+
+    for i in range(s.n_splits):
+        split = &s.splits[i]
+        for j in range(split.n_inputs):
+            input = split.inputs[j]
+            id = hash_id(s, input)
+            dep = new_sched_tensor(s, input, SCHED_TENSOR_DEP, s.hv_tensor_backend_ids[id], 0)
+            s.node_backend_ids[n] = s.hv_tensor_backend_ids[id]
+            gc.nodes[n] = dep
+            n += 1
+            s.node_backend_ids[n] = split.backend_id
+            gc.nodes[n] = copy_slot(s, id, split.backend_id, s.cur_copy)[0]
+            n += 1
+        for j in range(split.i_start, split.i_end):
+            s.node_backend_ids[n] = backend_of(s, graph.nodes[j])
+            gc.nodes[n] = graph.nodes[j]
+            n += 1
+
+    if s.n_copies > 1:
+        for i in range(s.n_graph_inputs):
+            id = hash_id(s, s.graph_inputs[i])
+            b = s.hv_tensor_backend_ids[id]
+            for c in range(s.n_copies):
+                s.leaf_backend_ids[l] = b
+                gc.leafs[l] = copy_slot(s, id, b, c)[0]
+                l += 1
+        for i in range(s.n_splits):
+            split = &s.splits[i]
+            for j in range(split.n_inputs):
+                id = hash_id(s, split.inputs[j])
+                for c in range(s.n_copies):
+                    s.leaf_backend_ids[l] = split.backend_id
+                    gc.leafs[l] = copy_slot(s, id, split.backend_id, c)[0]
+                    l += 1
+
+    for i in range(graph.n_leafs):
+        s.leaf_backend_ids[l] = backend_of(s, graph.leafs[i])
+        gc.leafs[l] = graph.leafs[i]
+        l += 1
+    gc.n_nodes = n
+    gc.n_leafs = l
+    return 0
+
+
+cdef int sched_reset(SchedCore s) noexcept:
+    """ggml_backend_sched_reset: forget assignments and copies (once per split)."""
+    if not s.is_reset:
+        ggml_hash_set_reset(&s.hash_set)
+        memset(s.hv_tensor_backend_ids, -1, s.hash_set.size * sizeof(int))
+        memset(s.hv_tensor_causes, 0, s.hash_set.size * sizeof(uint8_t))
+        memset(s.hv_tensor_copies, 0,
+               s.hash_set.size * s.n_backends * s.n_copies * sizeof(ggml_tensor *))
+        s.is_reset = True
+    s.is_alloc = False
+    return 0
+
+
+cdef int sched_split_graph(SchedCore s, ggml_cgraph * graph) except -1:
+    """ggml_backend_sched_split_graph. On error the scheduler is left reset-able:
+    the next reset() clears what the failed split assigned."""
+    s.n_splits = 0
+    s.n_graph_inputs = 0
+    s.is_reset = False
+    s.last_graph = NULL
+    ggml_context_reset(&s.arena.ctx)
+    if graph.n_nodes + graph.n_leafs > <int>s.hash_set.size:
+        raise SchedulerError(
+            f"the graph has {graph.n_nodes} nodes and {graph.n_leafs} leafs, more than the "
+            f"{s.hash_set.size} slots of the scheduler's hash set (graph_size {s.graph_size}); "
+            f"graph_size must count nodes and leafs", "hash-set-too-small")
+    pass1_preallocated(s, graph)
+    # pass 2: expand the assignments to neighbouring nodes; GPUs first (down, up),
+    # then every backend (down, up)
+    expand(s, graph, True, True)
+    expand(s, graph, False, True)
+    expand(s, graph, True, False)
+    expand(s, graph, False, False)
+    pass3_upgrade(s, graph)
+    pass4_sources(s, graph)
+    pass5_split(s, graph)
+    build_graph_copy(s, graph)
+    s.last_graph = graph
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# Python face of the core (the public API is ggml_py.sched.Scheduler)
+
+cdef class SchedCore:
+    """The scheduler's C state. Use ggml_py.Scheduler, which checks arguments
+    and adds the Pythonic API; this class holds the passes and the arrays."""
+
+    def __cinit__(self):
+        self.backends = NULL
+        self.bufts = NULL
+        self.hash_set.keys = NULL
+        self.hash_set.used = NULL
+        self.hv_tensor_backend_ids = NULL
+        self.hv_tensor_causes = NULL
+        self.hv_tensor_copies = NULL
+        self.splits = NULL
+        self.graph_inputs = NULL
+        self.infos = NULL
+        memset(&self.graph, 0, sizeof(ggml_cgraph))
+
+    def __init__(self, backends, bufts, int graph_size, bint parallel, bint op_offload,
+                 int max_split_inputs=30, int max_graph_inputs=30, int n_copies=4):
+        cdef int b
+        self._keep = list(backends) + list(bufts)
+        self.n_backends = len(backends)
+        self.graph_size = graph_size
+        self.max_split_inputs = max_split_inputs
+        self.max_graph_inputs = max_graph_inputs
+        self.n_copies = n_copies if parallel else 1
+        self.op_offload = op_offload
+        self.backends = <ggml_backend **>calloc(self.n_backends, sizeof(ggml_backend *))
+        self.bufts = <ggml_backend_buffer_type **>calloc(self.n_backends, sizeof(void *))
+        if self.backends == NULL or self.bufts == NULL:
+            raise MemoryError()
+        for b in range(self.n_backends):
+            self.backends[b] = &(<Backend>backends[b]).c
+            self.bufts[b] = &(<BufferType>bufts[b]).c
+        ggml_hash_set_init(&self.hash_set, graph_size)
+        cdef size_t n = self.hash_set.size
+        self.hv_tensor_backend_ids = <int *>malloc(n * sizeof(int))
+        self.hv_tensor_causes = <uint8_t *>malloc(n)
+        self.hv_tensor_copies = <ggml_tensor **>malloc(n * self.n_backends * self.n_copies * sizeof(void *))
+        self.splits_capacity = 16
+        self.splits = <sched_split *>calloc(self.splits_capacity, sizeof(sched_split))
+        self.graph_inputs = <ggml_tensor **>malloc(max(max_graph_inputs, 1) * sizeof(void *))
+        if (self.hv_tensor_backend_ids == NULL or self.hv_tensor_causes == NULL
+                or self.hv_tensor_copies == NULL or self.splits == NULL or self.graph_inputs == NULL):
+            raise MemoryError("scheduler tables")
+        self.arena = Context("sched")
+        self.is_reset = False
+        sched_reset(self)
+
+    def __dealloc__(self):
+        cdef int i
+        if self.splits != NULL:
+            for i in range(self.splits_capacity):
+                free(self.splits[i].inputs)
+        free(self.splits)
+        free(self.backends)
+        free(self.bufts)
+        ggml_hash_set_free(&self.hash_set)
+        free(self.hv_tensor_backend_ids)
+        free(self.hv_tensor_causes)
+        free(self.hv_tensor_copies)
+        free(self.node_backend_ids)
+        free(self.leaf_backend_ids)
+        free(self.prev_node_backend_ids)
+        free(self.prev_leaf_backend_ids)
+        free(self.graph.nodes)
+        free(self.graph.leafs)
+        free(self.graph_inputs)
+        free(self.infos)
+
+    # --- state ---
+
+    def reset(self):
+        sched_reset(self)
+
+    def split_graph(self, Graph graph not None):
+        try:
+            sched_split_graph(self, &graph.graph)
+        except BaseException:
+            # leave nothing half-made: the next split starts from a reset
+            self.n_splits = 0
+            self.graph.n_nodes = 0
+            self.graph.n_leafs = 0
+            sched_reset(self)
+            raise
+
+    def set_tensor_backend(self, Tensor t, int backend_id):
+        cdef Py_ssize_t h = hash_id(self, t.ptr)
+        self.hv_tensor_backend_ids[h] = backend_id
+        self.hv_tensor_causes[h] = CAUSE_USR
+        self.is_reset = False
+
+    def get_tensor_backend_id(self, Tensor t):
+        return sched_tensor_backend_id(self, t.ptr)
+
+    def get_cause(self, Tensor t):
+        cdef size_t i = ggml_hash_find(&self.hash_set, t.ptr)
+        if i == GGML_HASHSET_FULL or not ggml_bitset_get(self.hash_set.used, i):
+            return ""
+        return CAUSE_NAMES.get(self.hv_tensor_causes[i], "")
+
+    def set_cur_copy(self, int c):
+        self.cur_copy = c
+
+    @property
+    def hash_size(self):
+        return self.hash_set.size
+
+    # --- results, as plain Python data (read once per split, not in hot loops) ---
+
+    def get_splits(self):
+        """[(backend_id, i_start, i_end, [input Tensor, ...]), ...]"""
+        cdef int i, j
+        out = []
+        for i in range(self.n_splits):
+            out.append((self.splits[i].backend_id, self.splits[i].i_start, self.splits[i].i_end,
+                        [tensor_handle(self.splits[i].inputs[j]) for j in range(self.splits[i].n_inputs)]))
+        return out
+
+    def get_graph_inputs(self):
+        return [tensor_handle(self.graph_inputs[i]) for i in range(self.n_graph_inputs)]
+
+    def get_graph_copy(self):
+        """(nodes, node_backend_ids, leafs, leaf_backend_ids) of the graph copy."""
+        cdef int i
+        return ([tensor_handle(self.graph.nodes[i]) for i in range(self.graph.n_nodes)],
+                [self.node_backend_ids[i] for i in range(self.graph.n_nodes)],
+                [tensor_handle(self.graph.leafs[i]) for i in range(self.graph.n_leafs)],
+                [self.leaf_backend_ids[i] for i in range(self.graph.n_leafs)])
+
+    def describe(self, Tensor t):
+        """What a tensor is to the scheduler: None for a tensor of the user's
+        graph, ('copy', of, backend_id, copy_id) or ('dep', of) for its own."""
+        if t.owner is not self.arena:
+            return None
+        cdef sched_tensor_info * info = &self.infos[t.ptr.id]
+        if info.kind == SCHED_TENSOR_COPY:
+            return ("copy", tensor_handle(info.of), info.backend_id, info.copy_id)
+        return ("dep", tensor_handle(info.of))
+
+
+# ---------------------------------------------------------------------------
+# graph snapshots: the split rewires sources and sets flags in the user's graph
+
+cdef class GraphSnapshot:
+    """Sources, flags, data and buffer of every tensor of a graph, to restore
+    between repeated splits (benchmarks, re-planning)."""
+    cdef ggml_tensor ** tensors
+    cdef ggml_tensor ** srcs            # [n][GGML_MAX_SRC]
+    cdef int * flags
+    cdef char ** data
+    cdef ggml_backend_buffer ** buffers
+    cdef int n
+    cdef object graph
+
+    def __cinit__(self, Graph graph):
+        cdef ggml_cgraph * g = &graph.graph
+        cdef int i
+        self.graph = graph
+        self.n = g.n_nodes + g.n_leafs
+        self.tensors = <ggml_tensor **>malloc(max(self.n, 1) * sizeof(void *))
+        self.srcs = <ggml_tensor **>malloc(max(self.n, 1) * GGML_MAX_SRC * sizeof(void *))
+        self.flags = <int *>malloc(max(self.n, 1) * sizeof(int))
+        self.data = <char **>malloc(max(self.n, 1) * sizeof(void *))
+        self.buffers = <ggml_backend_buffer **>malloc(max(self.n, 1) * sizeof(void *))
+        if (self.tensors == NULL or self.srcs == NULL or self.flags == NULL or self.data == NULL
+                or self.buffers == NULL):
+            raise MemoryError()
+        for i in range(self.n):
+            self.tensors[i] = g.nodes[i] if i < g.n_nodes else g.leafs[i - g.n_nodes]
+            memcpy(&self.srcs[i * GGML_MAX_SRC], self.tensors[i].src, GGML_MAX_SRC * sizeof(void *))
+            self.flags[i] = self.tensors[i].flags
+            self.data[i] = self.tensors[i].data
+            self.buffers[i] = self.tensors[i].buffer
+
+    def __dealloc__(self):
+        free(self.tensors)
+        free(self.srcs)
+        free(self.flags)
+        free(self.data)
+        free(self.buffers)
+
+    cpdef restore(self):
+        cdef int i
+        for i in range(self.n):
+            memcpy(self.tensors[i].src, &self.srcs[i * GGML_MAX_SRC], GGML_MAX_SRC * sizeof(void *))
+            self.tensors[i].flags = self.flags[i]
+            self.tensors[i].data = self.data[i]
+            self.tensors[i].buffer = self.buffers[i]
+
+
+def time_split(SchedCore s, Graph graph, GraphSnapshot snap, assignments, int reps):
+    """Median-ready timings (ns) of `reps` splits, each from a restored graph, a
+    reset scheduler and re-applied user assignments, as SCHED_CASES.md times ggml.
+    assignments: [(Tensor, backend_id), ...]."""
+    import time
+    cdef list out = []
+    cdef int r
+    clock = time.perf_counter_ns
+    for r in range(reps):
+        snap.restore()
+        sched_reset(s)
+        for t, b in assignments:
+            s.set_tensor_backend(t, b)
+        t0 = clock()
+        sched_split_graph(s, &graph.graph)
+        out.append(clock() - t0)
+    return out

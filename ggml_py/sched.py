@@ -1,0 +1,331 @@
+"""The backend scheduler: split a graph over backends as ggml_backend_sched does.
+
+`Scheduler` is the thin, checked Python face of the Cython core
+(`ggml_py._sched.SchedCore`); `Plan` is what a split decided, in the plan-file
+format of SCHED_CASES.md. ggml's C-style names are provided as aliases at
+the bottom, so code written against ggml's API reads the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+from ggml_py._backend import Backend, BufferType
+from ggml_py._core import Graph, Tensor
+from ggml_py._sched import CAUSE_NAMES, GraphSnapshot, SchedCore, time_split
+from ggml_py.errors import BackendError, SchedulerError
+
+log = logging.getLogger("ggml_py.sched")
+
+MAX_BACKENDS = 16        # GGML_SCHED_MAX_BACKENDS
+MAX_SPLIT_INPUTS = 30    # GGML_SCHED_MAX_SPLIT_INPUTS
+MAX_COPIES = 4           # GGML_SCHED_MAX_COPIES
+
+
+@dataclass(frozen=True)
+class Split:
+    """A run of graph nodes [i_start, i_end) computed on one backend, and the
+    tensors copied to that backend before it runs."""
+    backend: Backend
+    i_start: int
+    i_end: int
+    inputs: list[Tensor] = field(default_factory=list)
+
+
+class Scheduler:
+    """Splits graphs over `backends` (priority order; the last must be a CPU).
+
+    buffer_types: the buffer type each backend allocates in (default: its own).
+    graph_size: the most nodes plus leafs a graph may have (sizes the hash set).
+    parallel: pipeline parallelism, `max_copies` copies of every split input.
+    op_offload: let higher-priority backends take ops whose weights are on the host.
+    """
+
+    def __init__(self, backends, buffer_types=None, graph_size=2048, parallel=False,
+                 op_offload=False, *, max_backends=MAX_BACKENDS,
+                 max_split_inputs=MAX_SPLIT_INPUTS, max_copies=MAX_COPIES,
+                 max_graph_inputs=None):
+        backends = list(backends)
+        if not backends:
+            raise SchedulerError("a scheduler needs at least one backend (the CPU, last)",
+                                 "no-backends")
+        if len(backends) > max_backends:
+            raise SchedulerError(f"{len(backends)} backends is more than max_backends={max_backends}",
+                                 "too-many-backends")
+        for b in backends:
+            if not isinstance(b, Backend):
+                raise TypeError(f"expected Backend objects, got {type(b).__name__}")
+        if len({id(b) for b in backends}) != len(backends):
+            raise BackendError("a backend is listed twice")
+        if backends[-1].device_type != "cpu":
+            raise SchedulerError(f"the last backend must be a CPU backend (ggml's fallback), "
+                                 f"but {backends[-1].name} is a {backends[-1].device_type} backend",
+                                 "last-backend-not-cpu")
+        if buffer_types is None:
+            buffer_types = [b.buffer_type for b in backends]
+        buffer_types = list(buffer_types)
+        if len(buffer_types) != len(backends):
+            raise BackendError(f"{len(buffer_types)} buffer types for {len(backends)} backends")
+        for b, buft in zip(backends, buffer_types):
+            if not isinstance(buft, BufferType):
+                raise TypeError(f"expected BufferType objects, got {type(buft).__name__}")
+            if not b.supports_buft(buft):
+                raise SchedulerError(f"backend {b.name} cannot use its buffer type '{buft.name}'",
+                                     "backend-rejects-own-buffer-type")
+        if graph_size <= 0:
+            raise ValueError(f"graph_size must be positive, got {graph_size}")
+        if not 1 <= max_split_inputs:
+            raise ValueError("max_split_inputs must be at least 1")
+        if max_copies < 1:
+            raise ValueError("max_copies must be at least 1")
+        self.backends = backends
+        self.buffer_types = buffer_types
+        self.graph_size = graph_size
+        self.parallel = bool(parallel)
+        self.op_offload = bool(op_offload)
+        self._core = SchedCore(backends, buffer_types, graph_size, self.parallel, self.op_offload,
+                               max_split_inputs, max_split_inputs if max_graph_inputs is None
+                               else max_graph_inputs, max_copies)
+        self._graph = None
+        self.debug = int(os.environ.get("GGML_SCHED_DEBUG", "0") or 0)
+
+    # --- state ---
+
+    def reset(self):
+        """Forget the assignments and copies of the last split (ggml_backend_sched_reset)."""
+        self._core.reset()
+
+    def split_graph(self, graph: Graph):
+        """Assign a backend to every node, cut the graph into splits and add the
+        copies (ggml_backend_sched_split_graph). Rewires node sources to copies."""
+        if not isinstance(graph, Graph):
+            raise TypeError(f"expected a Graph, got {type(graph).__name__}")
+        self._graph = None
+        self._core.split_graph(graph)
+        self._graph = graph
+        if self.debug:
+            self.log_assignments()
+        return self
+
+    def backend_id(self, backend) -> int:
+        """Priority index of a backend given as object, name or index."""
+        if isinstance(backend, int) and not isinstance(backend, bool):
+            if 0 <= backend < len(self.backends):
+                return backend
+        else:
+            for i, b in enumerate(self.backends):
+                if b is backend or b.name == backend:
+                    return i
+        names = ", ".join(b.name for b in self.backends)
+        raise BackendError(f"unknown backend {getattr(backend, 'name', backend)!r}; "
+                           f"the scheduler has {names}")
+
+    def set_tensor_backend(self, tensor: Tensor, backend):
+        """Pin a tensor to a backend (a user assignment, kept by every pass)."""
+        self._core.set_tensor_backend(tensor, self.backend_id(backend))
+
+    def get_tensor_backend(self, tensor: Tensor):
+        """The backend a tensor was assigned, or None."""
+        i = self._core.get_tensor_backend_id(tensor)
+        return None if i < 0 else self.backends[i]
+
+    def get_cause(self, tensor: Tensor) -> str:
+        """Why the tensor got its backend: the pass and rule ('1.wgt0', '2.sup', 'usr', ...)."""
+        return self._core.get_cause(tensor)
+
+    @property
+    def n_backends(self):
+        return len(self.backends)
+
+    @property
+    def n_splits(self):
+        return self._core.n_splits
+
+    @property
+    def n_copies(self):
+        return self._core.n_copies
+
+    @property
+    def hash_size(self):
+        return self._core.hash_size
+
+    def get_backend(self, i):
+        if not 0 <= i < len(self.backends):
+            raise IndexError(f"backend index {i} out of range ({len(self.backends)} backends)")
+        return self.backends[i]
+
+    # --- results ---
+
+    def _require_split(self):
+        if self._graph is None:
+            raise SchedulerError("no graph has been split yet")
+
+    @property
+    def splits(self) -> list[Split]:
+        self._require_split()
+        return [Split(self.backends[b], i0, i1, inputs)
+                for b, i0, i1, inputs in self._core.get_splits()]
+
+    @property
+    def graph_inputs(self) -> list[Tensor]:
+        self._require_split()
+        return self._core.get_graph_inputs()
+
+    @property
+    def graph_copy(self):
+        """(nodes, node_backends, leafs, leaf_backends) of the graph that is allocated and run."""
+        self._require_split()
+        nodes, nids, leafs, lids = self._core.get_graph_copy()
+        be = self.backends
+        return nodes, [be[i] if i >= 0 else None for i in nids], leafs, \
+            [be[i] if i >= 0 else None for i in lids]
+
+    def describe(self, tensor: Tensor):
+        """None for a user tensor; ('copy', of, backend, slot) or ('dep', of) for the
+        scheduler's copies and dependency views."""
+        d = self._core.describe(tensor)
+        if d is not None and d[0] == "copy":
+            return ("copy", d[1], self.backends[d[2]], d[3])
+        return d
+
+    def token(self, tensor: Tensor):
+        """Plan-file token: the tensor's id, 'ID@BACKEND#C' for a copy, 'dep:ID'."""
+        if tensor is None:
+            return None
+        d = self._core.describe(tensor)
+        if d is None:
+            return tensor.id
+        if d[0] == "copy":
+            return f"{d[1].id}@{self.backends[d[2]].name}#{d[3]}"
+        return f"dep:{d[1].id}"
+
+    def plan(self, name="") -> "Plan":
+        """The plan of the last split, in the plan-file format."""
+        self._require_split()
+        return Plan.from_scheduler(self, self._graph, name)
+
+    def log_assignments(self):
+        """GGML_SCHED_DEBUG output: splits with their inputs, and (level 2) nodes."""
+        from ggml_py._core import hash_size  # noqa: F401  (keeps import light)
+        g = self._graph
+        splits = self.splits
+        k = 0
+        for i, node in enumerate(g.nodes):
+            if k < len(splits) and i == splits[k].i_start:
+                s = splits[k]
+                ins = " ".join(f"[{t.name} ({_fmt_size(t.nbytes)})]" for t in s.inputs)
+                log.debug("## SPLIT #%d: %s # %d inputs%s", k, s.backend.name, len(s.inputs),
+                          ": " + ins if ins else "")
+                k += 1
+            if self.debug > 1 and node.op not in ("VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"):
+                b = self.get_tensor_backend(node)
+                srcs = " ".join(
+                    f"{s.name} ({_fmt_size(s.nbytes)}) [{_bname(self.get_tensor_backend(s))} "
+                    f"{self.get_cause(s)}]" for s in node.src if s is not None)
+                log.debug("node #%3d (%s): %s (%s) [%s %s] use=%d,c=%d: %s", i, node.op, node.name,
+                          _fmt_size(node.nbytes), _bname(b), self.get_cause(node),
+                          g.use_count(node), int("COMPUTE" in node.flags), srcs)
+
+    # --- timing (SCHED_CASES.md "Timing") ---
+
+    def time_split(self, graph: Graph, reps: int, assignments=()):
+        """Wall times (µs) of `reps` splits, each after restoring the graph, a reset and
+        re-applying `assignments` [(tensor, backend), ...]. The graph is left restored."""
+        snap = GraphSnapshot(graph)
+        ids = [(t, self.backend_id(b)) for t, b in assignments]
+        try:
+            ns = time_split(self._core, graph, snap, ids, reps)
+        finally:
+            snap.restore()
+        return [x / 1000.0 for x in ns]
+
+
+def _fmt_size(n):
+    return f"{n // 1024 // 1024}M" if n >= 1024 * 1024 else f"{n // 1024}K"
+
+
+def _bname(b):
+    return b.name if b is not None else "NULL"
+
+
+@dataclass
+class Plan:
+    """What a split decided, as in a `ggml-sched-plan/1` file (without timing/alloc)."""
+    case: str
+    n_splits: int
+    splits: list
+    node_backends: list
+    leaf_backends: list
+    node_srcs: list
+    graph_inputs: list
+    graph_copy: dict
+    causes: list = field(default_factory=list)
+    alloc: dict | None = None
+    timing: dict | None = None
+
+    @classmethod
+    def from_scheduler(cls, sched: Scheduler, graph: Graph, name=""):
+        tok = sched.token
+        bname = lambda b: None if b is None else b.name  # noqa: E731
+        nodes, leafs = graph.nodes, graph.leafs
+        splits = [{"backend": s.backend.name, "i_start": s.i_start, "i_end": s.i_end,
+                   "inputs": [tok(t) for t in s.inputs]} for s in sched.splits]
+        gnodes, gnb, gleafs, glb = sched.graph_copy
+        return cls(
+            case=name,
+            n_splits=sched.n_splits,
+            splits=splits,
+            node_backends=[bname(sched.get_tensor_backend(n)) for n in nodes],
+            leaf_backends=[bname(sched.get_tensor_backend(t)) for t in leafs],
+            node_srcs=[[tok(s) for s in n.src] for n in nodes],
+            graph_inputs=[tok(t) for t in sched.graph_inputs],
+            graph_copy={"nodes": [tok(t) for t in gnodes], "node_backends": [bname(b) for b in gnb],
+                        "leafs": [tok(t) for t in gleafs], "leaf_backends": [bname(b) for b in glb]},
+            causes=[sched.get_cause(n) for n in nodes],
+        )
+
+    def to_dict(self, explain=False):
+        d = {"format": "ggml-sched-plan/1", "case": self.case, "n_splits": self.n_splits,
+             "splits": self.splits, "node_backends": self.node_backends,
+             "leaf_backends": self.leaf_backends, "node_srcs": self.node_srcs,
+             "graph_inputs": self.graph_inputs, "graph_copy": self.graph_copy}
+        if explain:
+            d["node_causes"] = self.causes
+        if self.alloc is not None:
+            d["alloc"] = self.alloc
+        if self.timing is not None:
+            d["timing"] = self.timing
+        return d
+
+
+# ---------------------------------------------------------------------------
+# ggml's C-style names, as thin aliases
+
+def ggml_backend_sched_new(backends, bufts, n_backends, graph_size, parallel, op_offload):
+    return Scheduler(list(backends)[:n_backends], None if bufts is None else list(bufts)[:n_backends],
+                     graph_size, parallel, op_offload)
+
+
+def ggml_backend_sched_free(sched):
+    pass
+
+
+ggml_backend_sched_reset = Scheduler.reset
+ggml_backend_sched_split_graph = Scheduler.split_graph
+ggml_backend_sched_set_tensor_backend = Scheduler.set_tensor_backend
+ggml_backend_sched_get_tensor_backend = Scheduler.get_tensor_backend
+ggml_backend_sched_get_backend = Scheduler.get_backend
+
+
+def ggml_backend_sched_get_n_splits(sched):
+    return sched.n_splits
+
+
+def ggml_backend_sched_get_n_copies(sched):
+    return sched.n_copies
+
+
+def ggml_backend_sched_get_n_backends(sched):
+    return sched.n_backends

@@ -1,0 +1,98 @@
+# Scheduler core: port of ggml_backend_sched's state and split (ggml-backend.cpp).
+# See _sched.pyx for details.
+
+from libc.stdint cimport uint8_t
+from ggml_py._ggml cimport *
+from ggml_py._core cimport Context
+
+# why a tensor got its backend (ggml's SET_CAUSE, kept on the object here)
+cdef enum:
+    CAUSE_NONE = 0
+    CAUSE_USR
+    CAUSE_1_DST
+    CAUSE_1_VSRC
+    CAUSE_1_INP
+    CAUSE_1_OFF
+    CAUSE_2_SUP
+    CAUSE_3_BEST
+    CAUSE_3_UPG
+    CAUSE_4_VSRC
+    CAUSE_4_CUR
+    CAUSE_1_WGT0        # 1.wgtN is CAUSE_1_WGT0 + N
+
+# what a tensor of the scheduler's own arena is
+cdef enum:
+    SCHED_TENSOR_COPY = 0   # copy of an input on another backend, one per copy slot
+    SCHED_TENSOR_DEP = 1    # view added so that an input outlives its copy
+
+cdef struct sched_split:
+    int backend_id
+    int i_start
+    int i_end
+    ggml_tensor ** inputs   # [max_split_inputs]
+    int n_inputs
+
+cdef struct sched_tensor_info:
+    int kind                # SCHED_TENSOR_*
+    ggml_tensor * of        # the tensor it copies or depends on
+    int backend_id          # copies: where the copy lives
+    int copy_id             # copies: the copy slot
+
+cdef class SchedCore:
+    # backends, in priority order (the last one is the CPU)
+    cdef readonly int n_backends
+    cdef ggml_backend ** backends               # [n_backends]
+    cdef ggml_backend_buffer_type ** bufts      # [n_backends]
+    cdef list _keep                             # the Python backends and buffer types
+
+    # limits (ggml: compile-time constants)
+    cdef int max_split_inputs
+    cdef int max_graph_inputs
+    cdef readonly int graph_size
+
+    # hash map of the nodes in the graph
+    cdef ggml_hash_set hash_set
+    cdef int * hv_tensor_backend_ids            # [hash_set.size]
+    cdef uint8_t * hv_tensor_causes             # [hash_set.size]
+    cdef ggml_tensor ** hv_tensor_copies        # [hash_set.size][n_backends][n_copies]
+
+    # backend of each graph-copy node / leaf, and of the previous split's
+    cdef int * node_backend_ids                 # [ids_capacity]
+    cdef int * leaf_backend_ids                 # [ids_capacity]
+    cdef int * prev_node_backend_ids            # [ids_capacity]
+    cdef int * prev_leaf_backend_ids            # [ids_capacity]
+    cdef int ids_capacity
+
+    # copy of the graph with the inputs of each split added
+    cdef ggml_cgraph graph
+    cdef int graph_capacity
+    cdef int debug_graph_size
+    cdef int debug_prev_graph_size
+
+    # graph splits
+    cdef sched_split * splits                   # [splits_capacity]
+    cdef readonly int n_splits
+    cdef int splits_capacity
+
+    # pipeline parallelism
+    cdef readonly int n_copies
+    cdef readonly int cur_copy
+    cdef int next_copy
+    cdef ggml_tensor ** graph_inputs            # [max_graph_inputs]
+    cdef int n_graph_inputs
+
+    # the scheduler's own tensors (copies, dependency views) and what each is
+    cdef readonly Context arena                          # reset on every split
+    cdef sched_tensor_info * infos              # [infos_capacity], by arena index
+    cdef int infos_capacity
+
+    cdef bint op_offload
+    cdef readonly bint is_reset
+    cdef readonly bint is_alloc
+
+    # the graph last split, for introspection
+    cdef ggml_cgraph * last_graph
+
+cdef int sched_reset(SchedCore s) noexcept
+cdef int sched_split_graph(SchedCore s, ggml_cgraph * graph) except -1
+cdef int sched_tensor_backend_id(SchedCore s, ggml_tensor * t) noexcept
