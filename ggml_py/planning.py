@@ -1,0 +1,64 @@
+"""Case files through the scheduler: plans, explanations and split timings
+as SCHED_CASES.md defines them."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from ggml_py.sched import Plan, Scheduler
+
+
+def scheduler_for_case(case) -> Scheduler:
+    """A new scheduler with the case's backends and settings, assignments applied."""
+    sched = Scheduler(case.backends, graph_size=case.graph_size, parallel=case.parallel,
+                      op_offload=case.op_offload)
+    for tensor, backend in case.assignments:
+        sched.set_tensor_backend(tensor, backend)
+    return sched
+
+
+def plan_case(case) -> tuple[Scheduler, Plan]:
+    """Split the case's graph on a fresh scheduler; the plan of that split."""
+    sched = scheduler_for_case(case)
+    sched.split_graph(case.graph)
+    return sched, sched.plan(case.name)
+
+
+def explain(sched: Scheduler, graph) -> str:
+    """A readable table: each split, then each node's backend and the rule that chose it."""
+    out = []
+    splits = sched.splits
+    k = 0
+    for i, node in enumerate(graph.nodes):
+        if k < len(splits) and splits[k].i_start == i:
+            s = splits[k]
+            ins = ", ".join(t.name for t in s.inputs) or "-"
+            out.append(f"## split {k}: {s.backend.name}, nodes {s.i_start}..{s.i_end - 1}, "
+                       f"inputs: {ins}")
+            k += 1
+        b = sched.get_tensor_backend(node)
+        srcs = ", ".join(
+            (f"{s.name}" if sched.describe(s) is None else f"{s.name} (copy)")
+            for s in node.src if s is not None)
+        out.append(f"  #{i:<5} {node.op:<12} {node.name:<32} {b.name if b else 'NULL':<8} "
+                   f"{sched.get_cause(node) or '-':<7} <- {srcs}")
+    return "\n".join(out)
+
+
+def median_split_us(case, min_time_s: float = 0.5, min_reps: int = 50) -> tuple[float, int]:
+    """Median split time (µs) measured as ggml was: each repetition restores the
+    graph, resets the scheduler and re-applies the user assignments, untimed;
+    repeated until min_time_s of timed splits and at least min_reps."""
+    sched = scheduler_for_case(case)
+    samples: list[float] = []
+    start = time.perf_counter()
+    batch = min_reps
+    while True:
+        samples += sched.time_split(case.graph, batch, case.assignments)
+        if len(samples) >= min_reps and sum(samples) >= min_time_s * 1e6:
+            break
+        if time.perf_counter() - start > 20 * min_time_s + 5:
+            break   # a pathological case: report what we have
+        batch = max(batch, len(samples))
+    return statistics.median(samples), len(samples)
