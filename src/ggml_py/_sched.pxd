@@ -56,6 +56,10 @@ cdef class SchedCore:
     cdef uint8_t * hv_tensor_causes             # [hash_set.size]
     cdef ggml_tensor ** hv_tensor_copies        # [hash_set.size][n_backends][n_copies]
 
+    # hash slot of each node of the graph being split: hashed once, in pass 1
+    cdef Py_ssize_t * node_slots                # [node_slots_capacity]
+    cdef int node_slots_capacity
+
     # backend of each graph-copy node / leaf, and of the previous split's
     cdef int * node_backend_ids                 # [ids_capacity]
     cdef int * leaf_backend_ids                 # [ids_capacity]

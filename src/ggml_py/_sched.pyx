@@ -166,9 +166,18 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
     cdef int i
     cdef Py_ssize_t h
     cdef ggml_tensor * t
+    cdef void * tmp
+    if graph.n_nodes > s.node_slots_capacity:
+        tmp = realloc(s.node_slots, graph.n_nodes * sizeof(Py_ssize_t))
+        if tmp == NULL:
+            raise MemoryError()
+        s.node_slots = <Py_ssize_t *>tmp
+        s.node_slots_capacity = graph.n_nodes
     for i in range(graph.n_leafs + graph.n_nodes):
         t = graph.leafs[i] if i < graph.n_leafs else graph.nodes[i - graph.n_leafs]
         h = hash_id(s, t)
+        if i >= graph.n_leafs:
+            s.node_slots[i - graph.n_leafs] = h
         if s.hv_tensor_backend_ids[h] == -1:
             s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, &s.hv_tensor_causes[h])
     return 0
@@ -186,7 +195,7 @@ cdef int expand(SchedCore s, ggml_cgraph * graph, bint down, bint skip_cpu) exce
         node = graph.nodes[i]
         if ggml_is_view_op(node.op):
             continue
-        h = hash_id(s, node)
+        h = s.node_slots[i]
         b = s.hv_tensor_backend_ids[h]
         if b != -1:
             cur_backend_id = -1 if (skip_cpu and b == s.n_backends - 1) else b
@@ -208,7 +217,7 @@ cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
         node = graph.nodes[i]
         if ggml_is_view_op(node.op):
             continue
-        h = hash_id(s, node)
+        h = s.node_slots[i]
         cur = s.hv_tensor_backend_ids[h]
         if cur == -1:
             n_supported_best = -1
@@ -253,7 +262,7 @@ cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
     cdef ggml_tensor * src
     for i in range(graph.n_nodes):
         node = graph.nodes[i]
-        h = hash_id(s, node)
+        h = s.node_slots[i]
         if node.view_src != NULL and s.hv_tensor_backend_ids[h] == -1:
             s.hv_tensor_backend_ids[h] = backend_of(s, node.view_src)
             s.hv_tensor_causes[h] = CAUSE_4_VSRC
@@ -377,7 +386,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
     while i < graph.n_nodes:
         node = graph.nodes[i]
         if not ggml_is_view_op(node.op):
-            split.backend_id = backend_of(s, node)
+            split.backend_id = s.hv_tensor_backend_ids[s.node_slots[i]]
             break
         i += 1
     cur_backend_id = split.backend_id
@@ -387,7 +396,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
         if ggml_is_view_op(node.op):
             i += 1
             continue
-        node_backend_id = backend_of(s, node)
+        node_backend_id = s.hv_tensor_backend_ids[s.node_slots[i]]
 
         # a new split where a weight needs copying (its memory can then be
         # reused) or where the node's new inputs would overflow the input list
@@ -532,7 +541,7 @@ cdef int build_graph_copy(SchedCore s, ggml_cgraph * graph) except -1:
             gc.nodes[n] = copy_slot(s, id, split.backend_id, s.cur_copy)[0]
             n += 1
         for j in range(split.i_start, split.i_end):
-            s.node_backend_ids[n] = backend_of(s, graph.nodes[j])
+            s.node_backend_ids[n] = s.hv_tensor_backend_ids[s.node_slots[j]]
             gc.nodes[n] = graph.nodes[j]
             n += 1
 
@@ -621,6 +630,7 @@ cdef class SchedCore:
         self.splits = NULL
         self.graph_inputs = NULL
         self.infos = NULL
+        self.node_slots = NULL
         memset(&self.graph, 0, sizeof(ggml_cgraph))
 
     def __init__(self, backends, bufts, int graph_size, bint parallel, bint op_offload,
@@ -675,6 +685,7 @@ cdef class SchedCore:
         free(self.graph.leafs)
         free(self.graph_inputs)
         free(self.infos)
+        free(self.node_slots)
 
     # --- state ---
 
