@@ -58,6 +58,7 @@ cdef class SchedCore:
 
     # hash slot of each node of the graph being split: hashed once, in pass 1
     cdef Py_ssize_t * node_slots                # [node_slots_capacity]
+    cdef uint8_t * node_is_view                 # [node_slots_capacity]: skip without a struct read
     cdef int node_slots_capacity
 
     # backend of each graph-copy node / leaf, and of the previous split's

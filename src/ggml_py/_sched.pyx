@@ -172,12 +172,17 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
         if tmp == NULL:
             raise MemoryError()
         s.node_slots = <Py_ssize_t *>tmp
+        tmp = realloc(s.node_is_view, graph.n_nodes * sizeof(uint8_t))
+        if tmp == NULL:
+            raise MemoryError()
+        s.node_is_view = <uint8_t *>tmp
         s.node_slots_capacity = graph.n_nodes
     for i in range(graph.n_leafs + graph.n_nodes):
         t = graph.leafs[i] if i < graph.n_leafs else graph.nodes[i - graph.n_leafs]
         h = hash_id(s, t)
         if i >= graph.n_leafs:
             s.node_slots[i - graph.n_leafs] = h
+            s.node_is_view[i - graph.n_leafs] = ggml_is_view_op(t.op)
         if s.hv_tensor_backend_ids[h] == -1:
             s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, &s.hv_tensor_causes[h])
     return 0
@@ -189,18 +194,16 @@ cdef int expand(SchedCore s, ggml_cgraph * graph, bint down, bint skip_cpu) exce
     CPU (lowest priority) is not expanded, so it is used only where needed."""
     cdef int cur_backend_id = -1, i, k, b
     cdef Py_ssize_t h
-    cdef ggml_tensor * node
     for k in range(graph.n_nodes):
         i = k if down else graph.n_nodes - 1 - k
-        node = graph.nodes[i]
-        if ggml_is_view_op(node.op):
+        if s.node_is_view[i]:
             continue
         h = s.node_slots[i]
         b = s.hv_tensor_backend_ids[h]
         if b != -1:
             cur_backend_id = -1 if (skip_cpu and b == s.n_backends - 1) else b
         elif cur_backend_id != -1:
-            set_if_supported(s, node, h, cur_backend_id)
+            set_if_supported(s, graph.nodes[i], h, cur_backend_id)
     return 0
 
 
@@ -214,9 +217,9 @@ cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
     cdef ggml_tensor * node
     cdef ggml_tensor * src
     for i in range(graph.n_nodes):
-        node = graph.nodes[i]
-        if ggml_is_view_op(node.op):
+        if s.node_is_view[i]:
             continue
+        node = graph.nodes[i]
         h = s.node_slots[i]
         cur = s.hv_tensor_backend_ids[h]
         if cur == -1:
@@ -631,6 +634,7 @@ cdef class SchedCore:
         self.graph_inputs = NULL
         self.infos = NULL
         self.node_slots = NULL
+        self.node_is_view = NULL
         memset(&self.graph, 0, sizeof(ggml_cgraph))
 
     def __init__(self, backends, bufts, int graph_size, bint parallel, bint op_offload,
@@ -686,6 +690,7 @@ cdef class SchedCore:
         free(self.graph_inputs)
         free(self.infos)
         free(self.node_slots)
+        free(self.node_is_view)
 
     # --- state ---
 

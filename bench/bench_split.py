@@ -1,0 +1,155 @@
+"""Split-time benchmark: every shared case against ggml's recorded time, and
+synthetic llama graphs from 1k to 100k nodes (µs per node, linear scaling).
+
+    python bench/bench_split.py [--cases DIR] [--random] [--sizes 1000,10000,100000] [--json]
+
+Medians of wall time, measured as SCHED_CASES.md says ggml was measured
+(graph restored, scheduler reset and assignments re-applied before each split,
+untimed). This machine has 2 noisy cores: read ratios, not absolute numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import sys
+import time
+
+from ggml_py import Backend, BufferType, Context, Graph
+from ggml_py._backend import fake_buffer, set_buffer
+from ggml_py.sched import Scheduler
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_CASES = os.environ.get("GGML_PY_SHARED", os.path.join(HERE, "..", "..", "shared"))
+
+
+def synthetic_llama(n_layers: int, offload: bool = True):
+    """A llama-shaped graph (~31 nodes a layer) with weights on a simulated GPU,
+    token embeddings on the CPU: the shape of llama-80L-full-offload."""
+    host = BufferType("CPU", 32, None, True)
+    gpu_buft = BufferType("GPU0", 32, None, False)
+    gpu = Backend("GPU0", gpu_buft, "gpu")
+    cpu = Backend("CPU", host, "cpu")
+    ctx = Context("synthetic")
+    keep = []       # the weight buffers
+    outputs = []    # the KV-cache writes, expanded before the result (as llama.cpp does)
+
+    def weight(name, shape, buft):
+        t = ctx.new_tensor("f16", shape, name=name)
+        buf = fake_buffer(buft, t.nbytes)
+        buf.usage = "weights"
+        set_buffer(t, buf)
+        keep.append(buf)
+        return t
+
+    E, T = 64, 8
+    wbuft = gpu_buft if offload else host
+    tok = weight("token_embd", (512, E), host)
+    inp = ctx.new_tensor("i32", (T,), name="inp_tokens").set_input()
+    pos = ctx.new_tensor("i32", (T,), name="inp_pos").set_input()
+    mask = ctx.new_tensor("f32", (T, T), name="KQ_mask").set_input()
+    op = ctx.new_op
+    x = op("GET_ROWS", [tok, inp], "f32", (T, E), name="inp_embd")
+    for il in range(n_layers):
+        w = {n: weight(f"blk.{il}.{n}", (E, E), wbuft)
+             for n in ("attn_q", "attn_k", "attn_v", "attn_o", "ffn_gate", "ffn_up", "ffn_down")}
+        nrm = {n: weight(f"blk.{il}.{n}_norm", (E,), wbuft) for n in ("attn", "ffn")}
+        kc = weight(f"cache_k_l{il}", (T, E), wbuft)
+        vc = weight(f"cache_v_l{il}", (T, E), wbuft)
+        cur = op("MUL", [op("RMS_NORM", [x], "f32", (T, E)), nrm["attn"]], "f32", (T, E))
+        q = op("ROPE", [ctx.reshape(op("MUL_MAT", [w["attn_q"], cur], "f32", (T, E)), (T, 4, 16)),
+                        pos], "f32", (T, 4, 16))
+        k = op("ROPE", [ctx.reshape(op("MUL_MAT", [w["attn_k"], cur], "f32", (T, E)), (T, 4, 16)),
+                        pos], "f32", (T, 4, 16))
+        v = op("MUL_MAT", [w["attn_v"], cur], "f32", (T, E))
+        kcpy = op("CPY", [k, ctx.view(kc, (T, E))], "f32", (T, E))
+        vcpy = op("CPY", [v, ctx.view(vc, (T, E))], "f32", (T, E))
+        kq = op("MUL_MAT", [ctx.permute(ctx.view(kc, (T, 4, 16)), (0, 2, 1, 3)),
+                            ctx.permute(q, (0, 2, 1, 3))], "f32", (4, T, T))
+        kq = op("SOFT_MAX", [kq, mask], "f32", (4, T, T))
+        kqv = op("MUL_MAT", [ctx.permute(ctx.view(vc, (T, 4, 16)), (1, 2, 0, 3)), kq], "f32",
+                 (4, T, 16))
+        merged = op("CONT", [ctx.permute(kqv, (0, 2, 1, 3))], "f32", (T, 4, 16))
+        attn = op("MUL_MAT", [w["attn_o"], ctx.reshape(merged, (T, E))], "f32", (T, E))
+        x = op("ADD", [attn, x], "f32", (T, E))
+        cur = op("MUL", [op("RMS_NORM", [x], "f32", (T, E)), nrm["ffn"]], "f32", (T, E))
+        g = op("GLU", [op("MUL_MAT", [w["ffn_gate"], cur], "f32", (T, E)),
+                       op("MUL_MAT", [w["ffn_up"], cur], "f32", (T, E))], "f32", (T, E))
+        x = op("ADD", [op("MUL_MAT", [w["ffn_down"], g], "f32", (T, E)), x], "f32", (T, E))
+        outputs += [kcpy.set_output(), vcpy.set_output()]
+    out = op("MUL_MAT", [weight("output", (512, E), wbuft),
+                         op("RMS_NORM", [x], "f32", (T, E))], "f32", (T, 512), name="result")
+    out.set_output()
+    graph = Graph(8 * (n_layers * 40 + 64))
+    for t in outputs + [out]:
+        graph.build_forward_expand(t)
+    return [gpu, cpu], graph, keep
+
+
+def time_splits(sched, graph, min_time_s=0.5, min_reps=20):
+    samples = []
+    while len(samples) < min_reps or sum(samples) < min_time_s * 1e6:
+        samples += sched.time_split(graph, max(min_reps, 5))
+    return statistics.median(samples), len(samples)
+
+
+def bench_cases(cases_dir, include_random, as_json):
+    from ggml_py.cases import load_case
+    from ggml_py.planning import median_split_us
+    paths = sorted(glob.glob(os.path.join(cases_dir, "cases", "*.case.json")))
+    if include_random:
+        paths += sorted(glob.glob(os.path.join(cases_dir, "cases", "random", "*.case.json")))
+    ratios = []
+    for path in paths:
+        case = load_case(path)
+        with open(path[:-len(".case.json")] + ".plan.json") as f:
+            ref = json.load(f)["timing"]
+        us, reps = median_split_us(case, 0.1 if case.name.startswith("rand-") else 0.5)
+        ratio = us / ref["split_us_median"]
+        ratios.append(ratio)
+        row = {"case": case.name, "n_nodes": case.graph.n_nodes, "split_us_median": round(us, 3),
+               "ggml_split_us": ref["split_us_median"], "split_ratio": round(ratio, 3), "reps": reps}
+        print(json.dumps(row) if as_json else
+              f"{case.name:<36} {case.graph.n_nodes:>6} nodes {us:9.2f} us  ggml "
+              f"{ref['split_us_median']:9.2f} us  {ratio:5.2f}x", flush=True)
+    if ratios and not as_json:
+        print(f"median ratio over {len(ratios)} cases: {statistics.median(ratios):.2f}x, "
+              f"worst {max(ratios):.2f}x")
+
+
+def bench_scaling(sizes, as_json):
+    for n_nodes in sizes:
+        n_layers = max(1, n_nodes // 31)
+        backends, graph, keep = synthetic_llama(n_layers)
+        # ggml sizes hash sets at twice the tensors (ggml_graph_nbytes); a full set probes long
+        sched = Scheduler(backends, graph_size=2 * (graph.n_nodes + graph.n_leafs))
+        t0 = time.perf_counter()
+        us, reps = time_splits(sched, graph, 0.5 if graph.n_nodes < 50000 else 2.0, 5)
+        row = {"case": f"synthetic-llama-{n_layers}L", "n_nodes": graph.n_nodes,
+               "split_us_median": round(us, 1), "us_per_node": round(us / graph.n_nodes, 4),
+               "n_splits": sched.n_splits, "reps": reps}
+        print(json.dumps(row) if as_json else
+              f"{row['case']:<28} {graph.n_nodes:>7} nodes {us:11.1f} us  "
+              f"{row['us_per_node']:.4f} us/node  ({reps} reps, {time.perf_counter() - t0:.1f} s)",
+              flush=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", default=DEFAULT_CASES, help="the shared folder (holding cases/)")
+    ap.add_argument("--random", action="store_true", help="also the random cases")
+    ap.add_argument("--sizes", default="1000,10000,100000")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    if os.path.isdir(os.path.join(args.cases, "cases")):
+        bench_cases(args.cases, args.random, args.json)
+    else:
+        print(f"no cases under {args.cases}; skipping the case benchmark", file=sys.stderr)
+    bench_scaling([int(x) for x in args.sizes.split(",") if x], args.json)
+
+
+if __name__ == "__main__":
+    main()
