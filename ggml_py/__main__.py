@@ -1,5 +1,6 @@
 """Command line: `python -m ggml_py COMMAND ...` (also installed as `ggml-py`).
 
+  demo [--layers N]                                          the main job: models through the scheduler
   plan CASE.json [-o PLAN.json] [--explain] [--dot FILE]   split a case, write its plan
   bench CASE.json... [--json]                               split time against ggml's
 """
@@ -72,6 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ggml-py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
+
+    sd = sub.add_parser("demo", help="run model graphs through the scheduler (the main job)")
+    sd.add_argument("--layers", type=int, default=8)
+    sd.set_defaults(func=lambda a: __import__("ggml_py.demo", fromlist=["main"]).main(
+        ["--layers", str(a.layers)]))
 
     sp = sub.add_parser("plan", help="split a case file and write its plan")
     sp.add_argument("case")

@@ -1,0 +1,1 @@
+"""Model graphs: synthetic (planning) and, with the op builders, computable ones."""
