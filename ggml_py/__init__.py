@@ -1,7 +1,8 @@
 """ggml_py: a Cython port of ggml's backend scheduler, graph allocator and backends."""
 
 from ggml_py._core import Context, Graph, Tensor, HashSet, hash_size, type_id, op_id
-from ggml_py._backend import Backend, BufferType, Buffer
+from ggml_py._backend import (Backend, BufferType, Buffer, fake_buffer, host_buffer, set_buffer,
+                              get_buffer, view_init)
 from ggml_py.errors import (GgmlPyError, GraphError, CaseFormatError, BackendError,
                             SchedulerError, AllocationError)
 

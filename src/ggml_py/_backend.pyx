@@ -176,6 +176,7 @@ cdef class Buffer:
         if offset + size > self.c.size:
             raise AllocationError(f"tensor '{tensor.name}' ({size} bytes at offset {offset}) "
                                   f"does not fit in buffer '{self.buffer_type.name}' of {self.c.size} bytes")
+        tensor.owner.keep(self)
         t.buffer = &self.c
         t.data = self.c.base + offset
         return self
@@ -195,7 +196,9 @@ def view_init(Tensor tensor):
 
 def set_buffer(Tensor tensor, Buffer buffer, size_t offset=0):
     """Mark a tensor as living in `buffer` (pre-allocated) at `offset`; its views
-    follow it through view_src. Used for weights and placed inputs."""
+    follow it through view_src. Used for weights and placed inputs. The tensor's
+    context keeps the buffer alive."""
+    tensor.owner.keep(buffer)
     tensor.ptr.buffer = &buffer.c
     tensor.ptr.data = buffer.c.base + offset
 

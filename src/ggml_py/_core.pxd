@@ -139,6 +139,7 @@ cdef int ggml_build_forward_expand(ggml_cgraph * g, ggml_tensor * t) except -1
 cdef class Context:
     cdef ggml_context ctx
     cdef readonly str label
+    cdef dict _refs                     # id -> buffer its tensors point into (kept alive)
     cdef Tensor wrap(self, ggml_tensor * t)
 
 cdef class Tensor:

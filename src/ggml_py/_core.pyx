@@ -546,6 +546,11 @@ cdef class Context:
         ggml_context_init(&self.ctx)
         self.ctx.pyobj = <void *>self
         self.label = label
+        self._refs = {}
+
+    def keep(self, obj):
+        """Keep `obj` (a buffer its tensors point into) alive as long as this context."""
+        self._refs[id(obj)] = obj
 
     def __dealloc__(self):
         ggml_context_free(&self.ctx)
@@ -604,10 +609,14 @@ cdef class Context:
         for i in range(4):
             c_ne[i] = ne[i]
         cdef ggml_tensor * vsrc = NULL if view_of is None else tensor_ptr(view_of)
+        if view_of is not None and (<Tensor>view_of).owner is not self:
+            self.keep((<Tensor>view_of).owner)
         cdef ggml_tensor * t = ggml_new_tensor_impl(&self.ctx, tid, 4, c_ne, vsrc, view_offs)
         t.op = oid
         for i, s in enumerate(srcs):
             t.src[i] = NULL if s is None else tensor_ptr(s)
+            if s is not None and (<Tensor>s).owner is not self:
+                self.keep((<Tensor>s).owner)        # a source from another context
         for i, p in enumerate(params):
             t.op_params[i] = p
         if nb is not None:
@@ -772,6 +781,8 @@ cdef class Tensor:
         if not 0 <= i < GGML_MAX_SRC:
             raise IndexError(f"src index {i} out of range 0..{GGML_MAX_SRC - 1}")
         self.ptr.src[i] = NULL if src is None else tensor_ptr(src)
+        if src is not None and (<Tensor>src).owner is not self.owner:
+            self.owner.keep((<Tensor>src).owner)
 
     @property
     def view_src(self):
@@ -786,6 +797,8 @@ cdef class Tensor:
         loaders that rebuild tensors field by field)."""
         self.ptr.view_src = NULL if view_src is None else tensor_ptr(view_src)
         self.ptr.view_offs = view_offs
+        if view_src is not None and (<Tensor>view_src).owner is not self.owner:
+            self.owner.keep((<Tensor>view_src).owner)
 
     @property
     def op_params(self):
