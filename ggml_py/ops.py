@@ -481,6 +481,32 @@ for _n in UNARY_OPS:
 del _n
 
 
+def _softplus_f32(x):
+    import numpy as np
+    x = np.float32(x)
+    with np.errstate(over="ignore"):
+        return float(x if x > 20.0 else np.log(np.float32(1) + np.exp(x)))
+
+
+def xielu(ctx, a, alpha_n, alpha_p, beta, eps):
+    """ggml_xielu: UNARY XIELU; op_params [op, beta + softplus(alpha_n), softplus(alpha_p),
+    beta, eps] (floats as float32 bits)."""
+    import numpy as np
+    _check_tensor(a, "UNARY", "a")
+    an = float(np.float32(beta) + np.float32(_softplus_f32(alpha_n)))
+    return _dup_tensor(ctx, "UNARY", a, [a], [UNARY_OP_IDS["XIELU"], f32_bits(an),
+                       f32_bits(_softplus_f32(alpha_p)), f32_bits(beta), f32_bits(eps)])
+
+
+def swiglu_oai(ctx, a, b, alpha, limit):
+    """ggml_swiglu_oai: GLU SWIGLU_OAI with op_params [op, 0, alpha, limit]."""
+    t = _glu_impl(ctx, a, b, "SWIGLU_OAI", False)
+    p = t.op_params
+    p[2], p[3] = f32_bits(alpha), f32_bits(limit)
+    t.set_op_params(p)
+    return t
+
+
 def glu(ctx, a, op, swapped=False):
     return _glu_impl(ctx, a, None, op, swapped)
 
@@ -771,7 +797,7 @@ def rope_ext(ctx, a, b, c, n_dims, mode, n_ctx_orig=0, freq_base=10000.0, freq_s
     params = [0, int(n_dims), mode, 0, int(n_ctx_orig), f32_bits(freq_base), f32_bits(freq_scale),
               f32_bits(ext_factor), f32_bits(attn_factor), f32_bits(beta_fast), f32_bits(beta_slow)]
     if mrope and sections:
-        params += [int(x) for x in sections][:4]
+        params += ([int(x) for x in sections] + [0, 0, 0, 0])[:4]
     else:
         params += [0, 0, 0, 0]
     srcs = [a, b, c] if c is not None else [a, b]
@@ -795,7 +821,7 @@ def rope_multi(ctx, a, b, c, n_dims, sections, mode, n_ctx_orig, freq_base, freq
                     attn_factor, beta_fast, beta_slow, sections=sections)
 
 
-def flash_attn_ext(ctx, q, k, v, mask, scale, max_bias=0.0, logit_softcap=0.0):
+def flash_attn_ext(ctx, q, k, v, mask, scale, max_bias=0.0, logit_softcap=0.0, prec=None):
     op = "FLASH_ATTN_EXT"
     for t, w in ((q, "q"), (k, "k"), (v, "v")):
         _check_tensor(t, op, w)
@@ -814,8 +840,34 @@ def flash_attn_ext(ctx, q, k, v, mask, scale, max_bias=0.0, logit_softcap=0.0):
     if max_bias > 0.0 and mask is None:
         _fail(op, q, "ALiBi (max_bias > 0) needs a mask")
     srcs = [q, k, v, mask] if mask is not None else [q, k, v]
-    return _new(ctx, op, srcs, "f32", [v.ne[0], q.ne[2], q.ne[1], q.ne[3]],
-                [f32_bits(scale), f32_bits(max_bias), f32_bits(logit_softcap)])
+    params = [f32_bits(scale), f32_bits(max_bias), f32_bits(logit_softcap)]
+    if prec is not None:
+        params.append(_enum(prec, PRECS, "GGML_PREC_", "precision"))
+    return _new(ctx, op, srcs, "f32", [v.ne[0], q.ne[2], q.ne[1], q.ne[3]], params)
+
+
+def flash_attn_ext_add_sinks(a, sinks):
+    """ggml_flash_attn_ext_add_sinks: sinks (f32, one per head) become src[4]."""
+    if sinks is None:
+        return
+    if a.op != "FLASH_ATTN_EXT":
+        _fail("flash_attn_ext_add_sinks", a, "is not a FLASH_ATTN_EXT")
+    if sinks.type != "f32":
+        _fail("FLASH_ATTN_EXT", sinks, "sinks must be f32")
+    a.set_src(4, sinks)
+
+
+def soft_max_add_sinks(a, sinks):
+    """ggml_soft_max_add_sinks: sinks (f32, one per head) become src[2]."""
+    if sinks is None:
+        return
+    if a.op != "SOFT_MAX":
+        _fail("soft_max_add_sinks", a, "is not a SOFT_MAX")
+    if sinks.type != "f32":
+        _fail("SOFT_MAX", sinks, "sinks must be f32")
+    if sinks.ne[0] != a.ne[2]:
+        _fail("SOFT_MAX", sinks, f"needs one sink per head ({a.ne[2]})")
+    a.set_src(2, sinks)
 
 
 def flash_attn_ext_set_prec(a, prec):
@@ -901,7 +953,8 @@ def builder(call):
     return f
 
 
-_NOT_BUILDERS = {"builder", "f32_bits", "bits_f32", "unary_op_id", "glu_op_id", "sort_order_id",
+_NOT_BUILDERS = {"builder", "flash_attn_ext_add_sinks", "soft_max_add_sinks",
+                 "mul_mat_set_prec", "flash_attn_ext_set_prec", "f32_bits", "bits_f32", "unary_op_id", "glu_op_id", "sort_order_id",
                  "rope_mode_id", "is_contiguous", "is_contiguous_n", "is_contiguous_1",
                  "is_contiguous_rows", "is_transposed", "is_empty", "nelements", "can_repeat",
                  "are_same_shape", "is_vector", "Tensor", "blck_size", "type_size"}

@@ -318,18 +318,22 @@ def _k_soft_max(t):
     x = values(t.src[0]) * scale
     srcs = t.src
     mask = srcs[1] if len(srcs) > 1 else None
-    if len(srcs) > 2 and srcs[2] is not None:
-        raise BackendError(f"SOFT_MAX '{t.name}': sinks are not supported")
+    sinks = srcs[2] if len(srcs) > 2 else None
     if mask is not None:
         slopes = _alibi_slopes(x.shape[1], max_bias)[None, :, None, None]
         m = _mask_rows(mask, x.shape)
         with np.errstate(invalid="ignore"):
             x = x + (slopes * m if max_bias > 0 else m)
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         mx = np.max(x, axis=-1, keepdims=True)
+        if sinks is not None:
+            sk = values(sinks).reshape(-1)[: x.shape[1]][None, :, None, None]
+            mx = np.maximum(mx, sk)
         e = np.exp(x - mx)
         s = e.astype(np.float64).sum(axis=-1, keepdims=True)
-        y = (e * (F32(1.0) / s.astype(F32))).astype(F32)
+        if sinks is not None:
+            s = s + np.exp(sk - mx).astype(np.float64)
+        y = (e * (1.0 / s).astype(F32)).astype(F32)
     store(t, y)
 
 
@@ -344,20 +348,68 @@ def _rope_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow):
 
 
 def rope_cache(pos, n_dims, freq_base, freq_scale, ext_factor, attn_factor, beta_fast,
-               beta_slow, n_ctx_orig, freq_factors=None):
-    """cos/sin per (position, pair) as the CPU builds them: (len(pos), n_dims/2) each."""
-    half = n_dims // 2
+               beta_slow, n_ctx_orig, freq_factors=None, n_pairs=None, mode=0, sections=None):
+    """cos/sin per (position, pair) as the CPU builds them: (n_pos, n_pairs) each.
+
+    pos is (n_pos,) for the plain modes and (4, n_pos) for the multi-section ones
+    (MROPE / IMROPE / VISION: t, h, w, e positions)."""
+    n_pairs = n_dims // 2 if n_pairs is None else n_pairs
     theta_scale = F32(np.power(F32(freq_base), F32(-2.0) / F32(n_dims), dtype=F32))
     lo, hi = _rope_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow)
-    theta = pos.astype(F32)
-    cos = np.empty((pos.shape[0], half), dtype=F32)
-    sin = np.empty((pos.shape[0], half), dtype=F32)
+    multi = bool(mode & ROPE_TYPES["MROPE"])
+    pos = np.asarray(pos)
+    if multi:
+        base = [pos[k].astype(F32) for k in range(4)]
+        sec = [int(x) for x in (sections or [0, 0, 0, 0])]
+        sect_dims = sum(sec)
+        if sect_dims <= 0:
+            raise BackendError("ROPE: multi-section rope needs sections")
+        sec_w = sec[0] + sec[1]
+        sec_e = sec_w + sec[2]
+        is_imrope = mode == ROPE_TYPES["IMROPE"]
+        indep = mode == ROPE_TYPES["VISION"]
+    else:
+        base = [pos.astype(F32)]
+    thetas = list(base)
+    n_pos = base[0].shape[0]
+    cos = np.empty((n_pos, n_pairs), dtype=F32)
+    sin = np.empty((n_pos, n_pairs), dtype=F32)
     fs, ef = F32(freq_scale), F32(ext_factor)
     mscale = F32(attn_factor)
     if ext_factor != 0.0:
         mscale = F32(mscale * (F32(1.0) + F32(0.1) * np.log(F32(1.0) / fs)))
-    for i in range(half):
-        ff = F32(1.0) if freq_factors is None else F32(freq_factors[i])
+    for i in range(n_pairs):
+        if freq_factors is None or i >= len(freq_factors):
+            ff = F32(1.0)
+        else:
+            ff = F32(freq_factors[i])
+        if multi:
+            sector = i % sect_dims
+            if indep:
+                for k, start in enumerate((0, sec[0], sec_w, sec_e)):
+                    if sector == start:
+                        thetas[k] = base[k]
+                        break
+            if is_imrope:
+                if sector % 3 == 1 and sector < 3 * sec[1]:
+                    theta = thetas[1]
+                elif sector % 3 == 2 and sector < 3 * sec[2]:
+                    theta = thetas[2]
+                elif sector % 3 == 0 and sector < 3 * sec[0]:
+                    theta = thetas[0]
+                else:
+                    theta = thetas[3]
+            else:
+                if sec[0] <= sector < sec_w:
+                    theta = thetas[1]
+                elif sec_w <= sector < sec_w + sec[2]:
+                    theta = thetas[2]
+                elif sector >= sec_w + sec[2]:
+                    theta = thetas[3]
+                else:
+                    theta = thetas[0]
+        else:
+            theta = thetas[0]
         th_extrap = (theta / ff).astype(F32)
         th_interp = (fs * th_extrap).astype(F32)
         th = th_interp
@@ -368,7 +420,7 @@ def rope_cache(pos, n_dims, freq_base, freq_scale, ext_factor, attn_factor, beta
             th = (th_interp * (F32(1) - mix) + th_extrap * mix).astype(F32)
         cos[:, i] = np.cos(th) * mscale
         sin[:, i] = np.sin(th) * mscale
-        theta = (theta * theta_scale).astype(F32)
+        thetas = [(x * theta_scale).astype(F32) for x in thetas]
     return cos, sin
 
 
@@ -379,24 +431,37 @@ def _k_rope(t):
     p = t.op_params
     n_dims, mode, n_ctx_orig = p[1], p[2], p[4]
     fb, fs, ef, af, bf, bs = (bits_f32(p[i]) for i in range(5, 11))
-    if mode not in (ROPE_TYPES["NORMAL"], ROPE_TYPES["NEOX"]):
-        raise BackendError(f"ROPE '{t.name}': mode {mode} is not supported by the numpy CPU backend")
+    sections = p[11:15]
+    if mode not in ROPE_TYPES.values():
+        raise BackendError(f"ROPE '{t.name}': mode {mode} is not supported")
     x = values(a)                                   # (ne3, ne2, ne1, ne0)
-    pos = np.array(tensor_array(b)).reshape(-1)[: x.shape[1]]
+    ne0, ne2 = x.shape[3], x.shape[1]
+    if n_dims > ne0 or n_dims % 2:
+        raise BackendError(f"ROPE '{t.name}': n_dims {n_dims} must be even and <= ne0 {ne0}")
+    posv = np.array(tensor_array(b)).reshape(-1)
+    multi = bool(mode & ROPE_TYPES["MROPE"])
+    vision = mode == ROPE_TYPES["VISION"]
+    if vision and n_dims != ne0 // 2:
+        raise BackendError(f"ROPE '{t.name}': vision rope needs n_dims == ne0/2")
+    pos = posv[: 4 * ne2].reshape(4, ne2) if multi else posv[:ne2]
     ff = values(c).reshape(-1) if c is not None else None
-    cos, sin = rope_cache(pos, n_dims, fb, fs, ef, af, bf, bs, n_ctx_orig, ff)
+    n_pairs = ne0 // 2 if vision else n_dims // 2
+    cos, sin = rope_cache(pos, n_dims, fb, fs, ef, af, bf, bs, n_ctx_orig, ff, n_pairs, mode,
+                          sections)
     cos = cos[None, :, None, :]
     sin = sin[None, :, None, :]
     out = x.copy()
-    half = n_dims // 2
     if mode == ROPE_TYPES["NORMAL"]:
-        x0, x1 = x[..., 0:n_dims:2], x[..., 1:n_dims:2]
-        out[..., 0:n_dims:2] = x0 * cos - x1 * sin
-        out[..., 1:n_dims:2] = x0 * sin + x1 * cos
+        i0, i1 = np.arange(0, n_dims, 2), np.arange(1, n_dims, 2)
+    elif vision:
+        i0 = np.arange(n_pairs)
+        i1 = i0 + n_dims
     else:
-        x0, x1 = x[..., :half], x[..., half:n_dims]
-        out[..., :half] = x0 * cos - x1 * sin
-        out[..., half:n_dims] = x0 * sin + x1 * cos
+        i0 = np.arange(n_dims // 2)
+        i1 = i0 + n_dims // 2
+    x0, x1 = x[..., i0], x[..., i1]
+    out[..., i0] = x0 * cos - x1 * sin
+    out[..., i1] = x0 * sin + x1 * cos
     store(t, out)
 
 
@@ -562,10 +627,21 @@ def _unary(op, x, is_f16):
     raise BackendError(f"unary op {op} is not supported by the numpy CPU backend")
 
 
+def _xielu(t, x):
+    an, ap, beta, eps = (F32(_f(t, i)) for i in range(1, 5))
+    with np.errstate(all="ignore"):
+        pos = ap * x * x + beta * x
+        neg = (np.expm1(np.minimum(x, eps)) - x) * an + beta * x
+    return np.where(x > 0, pos, neg).astype(F32)
+
+
 def _k_unary(t):
     opi = t.op_params[0]
     op = UNARY_OPS[opi] if 0 <= opi < len(UNARY_OPS) else str(opi)
     x = values(t.src[0])
+    if op == "XIELU":
+        store(t, _xielu(t, x))
+        return
     store(t, np.asarray(_unary(op, x, t.src[0].type == "f16"), dtype=F32))
 
 
@@ -596,6 +672,11 @@ def _k_glu(t):
             y = gelu_erf(x) * g
         elif op == "GEGLU_QUICK":
             y = gelu_quick(x) * g
+        elif op == "SWIGLU_OAI":
+            alpha, limit = F32(_f(t, 2)), F32(_f(t, 3))
+            xx = np.minimum(x, limit)
+            yy = np.clip(g, -limit, limit)
+            y = (xx / (F32(1.0) + np.exp(alpha * (-xx)))) * (yy + F32(1.0))
         else:
             raise BackendError(f"GLU op {op} is not supported by the numpy CPU backend")
     store(t, np.asarray(y, dtype=F32))
@@ -607,8 +688,7 @@ def _k_flash_attn_ext(t):
     srcs = t.src
     q, k, v = srcs[0], srcs[1], srcs[2]
     mask = srcs[3] if len(srcs) > 3 else None
-    if len(srcs) > 4 and srcs[4] is not None:
-        raise BackendError(f"FLASH_ATTN_EXT '{t.name}': sinks are not supported")
+    sinks = srcs[4] if len(srcs) > 4 else None
     scale, max_bias, softcap = (F32(_f(t, i)) for i in range(3))
     if softcap != 0:
         scale = F32(scale / softcap)
@@ -653,6 +733,14 @@ def _k_flash_attn_ext(t):
                 upd = quants.round_f16(upd)
             acc = np.where(valid[..., None], upd, acc)
             Ssum = np.where(valid, Ssum * ms + vs, Ssum).astype(F32)
+        if sinks is not None:
+            sk = values(sinks).reshape(-1)[:H][None, :, None]
+            new = sk > M
+            ms = np.where(new, np.exp(M - sk), F32(1)).astype(F32)
+            vs = np.where(new, F32(1), np.exp(sk - M)).astype(F32)
+            acc = np.where(new[..., None], acc * ms[..., None], acc)
+            M = np.where(new, sk, M)
+            Ssum = (Ssum * ms + vs).astype(F32)
         inv = np.where(Ssum == 0, F32(0), F32(1) / Ssum).astype(F32)
     out = (acc * inv[..., None]).astype(F32)            # (s, H, N, DV)
     store(t, np.swapaxes(out, 1, 2))                    # dst (s, N, H, DV)
