@@ -326,6 +326,10 @@ def test_supports_op_table():
     assert cpu.supports_op(ops.rms_norm(ctx, a, 1e-5))
     assert not cpu.supports_op(ctx.new_op("CONV_2D", [a], "f32", (4, 32)))
     assert "VIEW" in SUPPORTED_OPS and "GLU" in SUPPORTED_OPS
+    from ggml_py._backend import BufferType
+    assert cpu.supports_buft(cpu.buffer_type)
+    assert cpu.supports_buft(BufferType("OtherHost", is_host=True))
+    assert not cpu.supports_buft(BufferType("Device", is_host=False))
 
 
 def test_set_get_tensor_roundtrip():

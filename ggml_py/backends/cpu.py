@@ -783,6 +783,10 @@ class CPUBackend(Backend):
             buffer_type = BufferType("CPU", alignment=CPU_ALIGNMENT, is_host=True, device=name)
         super().__init__(name, buffer_type, device_type="cpu", supports_ops=SUPPORTED_OPS)
 
+    def supports_buft(self, buft):
+        """Any host buffer type (ggml_backend_cpu_device_supports_buft: buft is host)."""
+        return bool(buft.is_host)
+
     def graph_compute(self, graph):
         """Compute every node of `graph` in order (ggml_backend_graph_compute)."""
         for t in graph.nodes:
