@@ -1,0 +1,1 @@
+"""Backends of ggml_py that compute (the numpy CPU backend)."""

@@ -1,0 +1,960 @@
+"""Op builders of ggml 0.10.1: shapes, types, sources and op_params as ggml.c sets them.
+
+Every builder takes the Context first and returns the new Tensor, named like
+ggml's function without the ``ggml_`` prefix (``mul_mat(ctx, a, b)``,
+``rope_ext(ctx, a, pos, freq_factors, n_dims, mode, ...)``). Shapes are ggml's
+``ne`` order throughout this module (dim 0 fastest). op_params are the 16 int32
+words ggml stores; float parameters are stored bit-wise as float32 (like
+``ggml_set_op_params_f32``). Where ggml would assert, a GraphError names the op
+and the tensor instead.
+"""
+
+import math
+import struct
+
+from ggml_py._core import Tensor, blck_size, type_size
+from ggml_py.errors import GraphError
+
+# ---------------------------------------------------------------------------
+# enums (ggml.h)
+
+UNARY_OPS = ("ABS", "SGN", "NEG", "STEP", "TANH", "ELU", "RELU", "SIGMOID", "GELU",
+             "GELU_QUICK", "SILU", "HARDSWISH", "HARDSIGMOID", "EXP", "EXPM1", "SOFTPLUS",
+             "GELU_ERF", "XIELU", "FLOOR", "CEIL", "ROUND", "TRUNC")
+GLU_OPS = ("REGLU", "GEGLU", "SWIGLU", "SWIGLU_OAI", "GEGLU_ERF", "GEGLU_QUICK")
+SORT_ORDERS = ("ASC", "DESC")
+ROPE_TYPES = {"NORMAL": 0, "NEOX": 2, "MROPE": 8, "IMROPE": 40, "VISION": 24}
+PRECS = {"DEFAULT": 0, "F32": 10}
+
+UNARY_OP_IDS = {n: i for i, n in enumerate(UNARY_OPS)}
+GLU_OP_IDS = {n: i for i, n in enumerate(GLU_OPS)}
+
+
+def _enum(value, table, prefix, what):
+    """An enum given as int, 'NAME' or 'GGML_<prefix>_NAME' -> its int value."""
+    if isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        name = value.upper()
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+        if isinstance(table, dict):
+            if name in table:
+                return table[name]
+        elif name in table:
+            return table.index(name)
+    raise GraphError(f"{what}: unknown value {value!r}")
+
+
+def unary_op_id(op):
+    return _enum(op, UNARY_OPS, "GGML_UNARY_OP_", "unary op")
+
+
+def glu_op_id(op):
+    return _enum(op, GLU_OPS, "GGML_GLU_OP_", "glu op")
+
+
+def sort_order_id(order):
+    return _enum(order, SORT_ORDERS, "GGML_SORT_ORDER_", "sort order")
+
+
+def rope_mode_id(mode):
+    return _enum(mode, ROPE_TYPES, "GGML_ROPE_TYPE_", "rope mode")
+
+
+def f32_bits(x):
+    """The int32 word holding float32 x bit-wise (ggml_set_op_params_f32)."""
+    return struct.unpack("<i", struct.pack("<f", float(x)))[0]
+
+
+def bits_f32(w):
+    """Inverse of f32_bits."""
+    return struct.unpack("<f", struct.pack("<i", int(w)))[0]
+
+
+def _i32(x):
+    """A C int32 cast of an integer (size_t params are stored truncated, as ggml does)."""
+    x = int(x) & 0xFFFFFFFF
+    return x - (1 << 32) if x >= (1 << 31) else x
+
+
+# ---------------------------------------------------------------------------
+# tensor facts (ggml.c predicates)
+
+def _check_tensor(t, op, what):
+    if not isinstance(t, Tensor):
+        raise GraphError(f"{op}: {what} must be a Tensor, got {type(t).__name__}")
+    return t
+
+
+def _name(t):
+    return repr(t.name) if t.name else f"#{t.id}"
+
+
+def _fail(op, t, msg):
+    raise GraphError(f"{op}: tensor {_name(t)} ({t.type}{list(t.ne)}): {msg}")
+
+
+def is_contiguous_n(t, n):
+    ne, nb = t.ne, t.nb
+    bs = blck_size(t.type)
+    next_nb = type_size(t.type)
+    if ne[0] != bs and nb[0] != next_nb:
+        return False
+    next_nb *= ne[0] // bs
+    for i in range(1, 4):
+        if ne[i] != 1:
+            if i > n:
+                if nb[i] != next_nb:
+                    return False
+                next_nb *= ne[i]
+            else:
+                next_nb = ne[i] * nb[i]
+    return True
+
+
+def is_contiguous(t):
+    return is_contiguous_n(t, 0)
+
+
+def is_contiguous_1(t):
+    return is_contiguous_n(t, 1)
+
+
+def is_contiguous_rows(t):
+    return t.ne[0] == blck_size(t.type) or t.nb[0] == type_size(t.type)
+
+
+def is_transposed(t):
+    return t.nb[0] > t.nb[1]
+
+
+def is_empty(t):
+    return any(x == 0 for x in t.ne)
+
+
+def nelements(t):
+    n = 1
+    for x in t.ne:
+        n *= x
+    return n
+
+
+def can_repeat(t0, t1):
+    """ggml_can_repeat: t0 can be tiled to t1's shape."""
+    return is_empty(t0) or all(t0.ne[i] and t1.ne[i] % t0.ne[i] == 0 for i in range(4))
+
+
+def are_same_shape(a, b):
+    return tuple(a.ne) == tuple(b.ne)
+
+
+def is_vector(t):
+    return t.ne[1] == 1 and t.ne[2] == 1 and t.ne[3] == 1
+
+
+# ---------------------------------------------------------------------------
+# constructors
+
+def _ne4(ne):
+    ne = [int(x) for x in ne]
+    if len(ne) > 4:
+        raise GraphError(f"at most 4 dimensions, got {ne}")
+    return ne + [1] * (4 - len(ne))
+
+
+def _new(ctx, op, srcs, type, ne, params=(), view_of=None, view_offs=0, nb=None, name=None):
+    ne = _ne4(ne)
+    if any(x < 0 for x in ne):
+        raise GraphError(f"{op}: negative dimension in {ne}")
+    return ctx.new_op(op, srcs, type, list(reversed(ne)), params=list(params), view_of=view_of,
+                      view_offs=view_offs, nb=nb, name=name)
+
+
+def new_tensor(ctx, type, ne, name=None):
+    """ggml_new_tensor: a tensor of `type` with ggml-order shape `ne`."""
+    ne = _ne4(ne)
+    return ctx.new_tensor(type, list(reversed(ne)), name=name)
+
+
+def new_tensor_1d(ctx, type, ne0, name=None):
+    return new_tensor(ctx, type, [ne0], name)
+
+
+def new_tensor_2d(ctx, type, ne0, ne1, name=None):
+    return new_tensor(ctx, type, [ne0, ne1], name)
+
+
+def new_tensor_3d(ctx, type, ne0, ne1, ne2, name=None):
+    return new_tensor(ctx, type, [ne0, ne1, ne2], name)
+
+
+def new_tensor_4d(ctx, type, ne0, ne1, ne2, ne3, name=None):
+    return new_tensor(ctx, type, [ne0, ne1, ne2, ne3], name)
+
+
+def _dup_tensor(ctx, op, a, srcs, params=(), type=None, name=None):
+    """ggml_dup_tensor + op: a new contiguous tensor of a's shape."""
+    return _new(ctx, op, srcs, type or a.type, a.ne, params, name=name)
+
+
+def _view_tensor(ctx, op, a, srcs, params=(), name=None):
+    """ggml_view_tensor + op: all of a, same strides, sharing a's memory."""
+    return _new(ctx, op, srcs, a.type, a.ne, params, view_of=a, view_offs=0, nb=list(a.nb),
+                name=name)
+
+
+def _un(ctx, op, a, params=(), inplace=False):
+    _check_tensor(a, op, "a")
+    if inplace:
+        return _view_tensor(ctx, op, a, [a], params)
+    return _dup_tensor(ctx, op, a, [a], params)
+
+
+# ---------------------------------------------------------------------------
+# views (no data movement)
+
+def view_tensor(ctx, a):
+    """ggml_view_tensor: op NONE, same shape and strides, named '<a> (view)'."""
+    t = _new(ctx, "NONE", [], a.type, a.ne, view_of=a, nb=list(a.nb))
+    t.name = f"{a.name} (view)"[:63]
+    return t
+
+
+def _view_impl(ctx, a, ne, nb, offset):
+    _check_tensor(a, "VIEW", "a")
+    ne = _ne4(ne)
+    return ctx.view(a, list(reversed(ne)), nb=list(nb), offset=int(offset))
+
+
+def view_1d(ctx, a, ne0, offset=0):
+    es = type_size(a.type)
+    n1 = ne0 // blck_size(a.type) * es
+    return _view_impl(ctx, a, [ne0], [es, n1, n1, n1], offset)
+
+
+def view_2d(ctx, a, ne0, ne1, nb1, offset=0):
+    es = type_size(a.type)
+    return _view_impl(ctx, a, [ne0, ne1], [es, nb1, nb1 * ne1, nb1 * ne1], offset)
+
+
+def view_3d(ctx, a, ne0, ne1, ne2, nb1, nb2, offset=0):
+    es = type_size(a.type)
+    return _view_impl(ctx, a, [ne0, ne1, ne2], [es, nb1, nb2, nb2 * ne2], offset)
+
+
+def view_4d(ctx, a, ne0, ne1, ne2, ne3, nb1, nb2, nb3, offset=0):
+    es = type_size(a.type)
+    return _view_impl(ctx, a, [ne0, ne1, ne2, ne3], [es, nb1, nb2, nb3], offset)
+
+
+def reshape(ctx, a, b):
+    """ggml_reshape: a's data with b's shape."""
+    if nelements(a) != nelements(b):
+        _fail("RESHAPE", a, f"has {nelements(a)} elements, target shape {list(b.ne)} has {nelements(b)}")
+    return reshape_4d(ctx, a, *b.ne)
+
+
+def _reshape(ctx, a, ne):
+    _check_tensor(a, "RESHAPE", "a")
+    if not is_contiguous(a):
+        _fail("RESHAPE", a, "is not contiguous")
+    ne = _ne4(ne)
+    if math.prod(ne) != nelements(a):
+        _fail("RESHAPE", a, f"{nelements(a)} elements cannot take shape {ne}")
+    return ctx.reshape(a, list(reversed(ne)))
+
+
+def reshape_1d(ctx, a, ne0):
+    return _reshape(ctx, a, [ne0])
+
+
+def reshape_2d(ctx, a, ne0, ne1):
+    return _reshape(ctx, a, [ne0, ne1])
+
+
+def reshape_3d(ctx, a, ne0, ne1, ne2):
+    return _reshape(ctx, a, [ne0, ne1, ne2])
+
+
+def reshape_4d(ctx, a, ne0, ne1, ne2, ne3):
+    return _reshape(ctx, a, [ne0, ne1, ne2, ne3])
+
+
+def permute(ctx, a, axis0=0, axis1=1, axis2=2, axis3=3):
+    """ggml_permute: source dim i goes to position axis_i."""
+    _check_tensor(a, "PERMUTE", "a")
+    axes = [axis0, axis1, axis2, axis3]
+    if sorted(axes) != [0, 1, 2, 3]:
+        _fail("PERMUTE", a, f"axes {axes} are not a permutation of 0..3")
+    return ctx.permute(a, axes)
+
+
+def transpose(ctx, a):
+    _check_tensor(a, "TRANSPOSE", "a")
+    return ctx.transpose(a)
+
+
+# ---------------------------------------------------------------------------
+# copies
+
+def dup(ctx, a):
+    return _un(ctx, "DUP", a)
+
+
+def dup_inplace(ctx, a):
+    return _un(ctx, "DUP", a, inplace=True)
+
+
+def cpy(ctx, a, b):
+    """ggml_cpy: copy a's elements (logical order) into b; returns a view of b."""
+    _check_tensor(a, "CPY", "a")
+    _check_tensor(b, "CPY", "b")
+    if nelements(a) != nelements(b):
+        _fail("CPY", a, f"has {nelements(a)} elements, destination {_name(b)} has {nelements(b)}")
+    t = _view_tensor(ctx, "CPY", b, [a, b])
+    nm = f"{b.name} (copy of {a.name})" if b.name else f"{a.name} (copy)"
+    t.name = nm.encode()[:63].decode(errors="ignore")
+    return t
+
+
+def cast(ctx, a, type):
+    _check_tensor(a, "CPY", "a")
+    t = _new(ctx, "CPY", [a], type, a.ne)
+    t.set_src(1, t)
+    return t
+
+
+def cont(ctx, a):
+    _check_tensor(a, "CONT", "a")
+    t = _dup_tensor(ctx, "CONT", a, [a])
+    t.name = f"{a.name} (cont)".encode()[:63].decode(errors="ignore")
+    return t
+
+
+def cont_4d(ctx, a, ne0, ne1, ne2, ne3):
+    _check_tensor(a, "CONT", "a")
+    if ne0 * ne1 * ne2 * ne3 != nelements(a):
+        _fail("CONT", a, f"{nelements(a)} elements cannot take shape {[ne0, ne1, ne2, ne3]}")
+    t = _new(ctx, "CONT", [a], a.type, [ne0, ne1, ne2, ne3])
+    t.name = f"{a.name} (cont)".encode()[:63].decode(errors="ignore")
+    return t
+
+
+def cont_1d(ctx, a, ne0):
+    return cont_4d(ctx, a, ne0, 1, 1, 1)
+
+
+def cont_2d(ctx, a, ne0, ne1):
+    return cont_4d(ctx, a, ne0, ne1, 1, 1)
+
+
+def cont_3d(ctx, a, ne0, ne1, ne2):
+    return cont_4d(ctx, a, ne0, ne1, ne2, 1)
+
+
+# ---------------------------------------------------------------------------
+# element-wise binary
+
+def _binary(ctx, op, a, b, inplace=False):
+    _check_tensor(a, op, "a")
+    _check_tensor(b, op, "b")
+    if not can_repeat(b, a):
+        _fail(op, b, f"cannot be broadcast to {_name(a)} {list(a.ne)}")
+    if inplace:
+        return _view_tensor(ctx, op, a, [a, b])
+    return _dup_tensor(ctx, op, a, [a, b])
+
+
+def add(ctx, a, b):
+    return _binary(ctx, "ADD", a, b)
+
+
+def add_inplace(ctx, a, b):
+    return _binary(ctx, "ADD", a, b, inplace=True)
+
+
+def sub(ctx, a, b):
+    return _binary(ctx, "SUB", a, b)
+
+
+def sub_inplace(ctx, a, b):
+    return _binary(ctx, "SUB", a, b, inplace=True)
+
+
+def mul(ctx, a, b):
+    return _binary(ctx, "MUL", a, b)
+
+
+def mul_inplace(ctx, a, b):
+    return _binary(ctx, "MUL", a, b, inplace=True)
+
+
+def div(ctx, a, b):
+    return _binary(ctx, "DIV", a, b)
+
+
+def div_inplace(ctx, a, b):
+    return _binary(ctx, "DIV", a, b, inplace=True)
+
+
+def acc(ctx, a, b, nb1, nb2, nb3, offset, inplace=False):
+    op = "ACC"
+    _check_tensor(a, op, "a")
+    _check_tensor(b, op, "b")
+    if nelements(b) > nelements(a):
+        _fail(op, b, f"has more elements than {_name(a)}")
+    if not is_contiguous(a):
+        _fail(op, a, "is not contiguous")
+    if a.type != "f32" or b.type != "f32":
+        _fail(op, a if a.type != "f32" else b, "ACC needs f32 tensors")
+    params = [_i32(nb1), _i32(nb2), _i32(nb3), _i32(offset), 1 if inplace else 0]
+    if inplace:
+        return _view_tensor(ctx, op, a, [a, b], params)
+    return _dup_tensor(ctx, op, a, [a, b], params)
+
+
+def acc_inplace(ctx, a, b, nb1, nb2, nb3, offset):
+    return acc(ctx, a, b, nb1, nb2, nb3, offset, inplace=True)
+
+
+# ---------------------------------------------------------------------------
+# element-wise unary and friends
+
+def sqr(ctx, a):
+    return _un(ctx, "SQR", a)
+
+
+def sqrt(ctx, a):
+    return _un(ctx, "SQRT", a)
+
+
+def scale(ctx, a, s):
+    return scale_bias(ctx, a, s, 0.0)
+
+
+def scale_inplace(ctx, a, s):
+    return scale_bias(ctx, a, s, 0.0, inplace=True)
+
+
+def scale_bias(ctx, a, s, b, inplace=False):
+    _check_tensor(a, "SCALE", "a")
+    ne, nb = a.ne, a.nb
+    if not (nb[0] == type_size(a.type) and nb[2] == nb[1] * ne[1] and nb[3] == nb[2] * ne[2]):
+        _fail("SCALE", a, "is not padded-1d (rows may be padded, nothing else)")
+    return _un(ctx, "SCALE", a, [f32_bits(s), f32_bits(b)], inplace)
+
+
+def clamp(ctx, a, min, max):
+    """ggml_clamp: returns a view of a and clamps in place."""
+    _check_tensor(a, "CLAMP", "a")
+    return _view_tensor(ctx, "CLAMP", a, [a], [f32_bits(min), f32_bits(max)])
+
+
+def unary(ctx, a, op, inplace=False):
+    _check_tensor(a, "UNARY", "a")
+    if not is_contiguous_rows(a):
+        _fail("UNARY", a, "rows are not contiguous")
+    op = unary_op_id(op)
+    if not 0 <= op < len(UNARY_OPS):
+        _fail("UNARY", a, f"unary op {op} out of range")
+    return _un(ctx, "UNARY", a, [op], inplace)
+
+
+def unary_inplace(ctx, a, op):
+    return unary(ctx, a, op, inplace=True)
+
+
+def _make_unary(name):
+    def f(ctx, a):
+        return unary(ctx, a, name)
+    f.__name__ = name.lower()
+    f.__doc__ = f"ggml_{name.lower()}: UNARY {name}."
+    return f
+
+
+for _n in UNARY_OPS:
+    if _n != "XIELU":
+        globals()[_n.lower()] = _make_unary(_n)
+del _n
+
+
+def _softplus_f32(x):
+    import numpy as np
+    x = np.float32(x)
+    with np.errstate(over="ignore"):
+        return float(x if x > 20.0 else np.log(np.float32(1) + np.exp(x)))
+
+
+def xielu(ctx, a, alpha_n, alpha_p, beta, eps):
+    """ggml_xielu: UNARY XIELU; op_params [op, beta + softplus(alpha_n), softplus(alpha_p),
+    beta, eps] (floats as float32 bits)."""
+    import numpy as np
+    _check_tensor(a, "UNARY", "a")
+    an = float(np.float32(beta) + np.float32(_softplus_f32(alpha_n)))
+    return _dup_tensor(ctx, "UNARY", a, [a], [UNARY_OP_IDS["XIELU"], f32_bits(an),
+                       f32_bits(_softplus_f32(alpha_p)), f32_bits(beta), f32_bits(eps)])
+
+
+def swiglu_oai(ctx, a, b, alpha, limit):
+    """ggml_swiglu_oai: GLU SWIGLU_OAI with op_params [op, 0, alpha, limit]."""
+    t = _glu_impl(ctx, a, b, "SWIGLU_OAI", False)
+    p = t.op_params
+    p[2], p[3] = f32_bits(alpha), f32_bits(limit)
+    t.set_op_params(p)
+    return t
+
+
+def glu(ctx, a, op, swapped=False):
+    return _glu_impl(ctx, a, None, op, swapped)
+
+
+def glu_split(ctx, a, b, op):
+    return _glu_impl(ctx, a, b, op, False)
+
+
+def _glu_impl(ctx, a, b, op, swapped):
+    _check_tensor(a, "GLU", "a")
+    if not is_contiguous_1(a):
+        _fail("GLU", a, "is not contiguous in dims 1..3")
+    if b is not None:
+        _check_tensor(b, "GLU", "b")
+        if not is_contiguous_1(b):
+            _fail("GLU", b, "is not contiguous in dims 1..3")
+        if not are_same_shape(a, b):
+            _fail("GLU", b, f"shape differs from {_name(a)} {list(a.ne)}")
+        if a.type != b.type:
+            _fail("GLU", b, f"type differs from {_name(a)} ({a.type})")
+    op = glu_op_id(op)
+    ne = list(a.ne) if b is not None else [a.ne[0] // 2] + list(a.ne[1:])
+    return _new(ctx, "GLU", [a, b] if b is not None else [a], a.type, ne, [op, int(bool(swapped))])
+
+
+def _make_glu(name):
+    def f(ctx, a, swapped=False):
+        return glu(ctx, a, name, swapped)
+
+    def fs(ctx, a, b):
+        return glu_split(ctx, a, b, name)
+    f.__name__ = name.lower()
+    fs.__name__ = name.lower() + "_split"
+    return f, fs
+
+
+for _n in ("REGLU", "GEGLU", "SWIGLU", "GEGLU_ERF", "GEGLU_QUICK"):
+    globals()[_n.lower()], globals()[_n.lower() + "_split"] = _make_glu(_n)
+del _n
+
+
+def reglu_swapped(ctx, a):
+    return glu(ctx, a, "REGLU", True)
+
+
+def geglu_swapped(ctx, a):
+    return glu(ctx, a, "GEGLU", True)
+
+
+def swiglu_swapped(ctx, a):
+    return glu(ctx, a, "SWIGLU", True)
+
+
+# ---------------------------------------------------------------------------
+# reductions, norms
+
+def sum(ctx, a):
+    _check_tensor(a, "SUM", "a")
+    return _new(ctx, "SUM", [a], a.type, [1])
+
+
+def sum_rows(ctx, a):
+    _check_tensor(a, "SUM_ROWS", "a")
+    return _new(ctx, "SUM_ROWS", [a], a.type, [1] + list(a.ne[1:]))
+
+
+def mean(ctx, a):
+    _check_tensor(a, "MEAN", "a")
+    return _new(ctx, "MEAN", [a], "f32", [1] + list(a.ne[1:]))
+
+
+def norm(ctx, a, eps, inplace=False):
+    return _un(ctx, "NORM", a, [f32_bits(eps)], inplace)
+
+
+def rms_norm(ctx, a, eps, inplace=False):
+    return _un(ctx, "RMS_NORM", a, [f32_bits(eps)], inplace)
+
+
+def norm_inplace(ctx, a, eps):
+    return norm(ctx, a, eps, True)
+
+
+def rms_norm_inplace(ctx, a, eps):
+    return rms_norm(ctx, a, eps, True)
+
+
+def repeat(ctx, a, b):
+    _check_tensor(a, "REPEAT", "a")
+    _check_tensor(b, "REPEAT", "b")
+    if not can_repeat(a, b):
+        _fail("REPEAT", a, f"cannot be tiled to {list(b.ne)}")
+    return _new(ctx, "REPEAT", [a], a.type, b.ne)
+
+
+def repeat_4d(ctx, a, ne0, ne1, ne2, ne3):
+    _check_tensor(a, "REPEAT", "a")
+    ne = [ne0, ne1, ne2, ne3]
+    if not (is_empty(a) or all(ne[i] % a.ne[i] == 0 for i in range(4))):
+        _fail("REPEAT", a, f"cannot be tiled to {ne}")
+    return _new(ctx, "REPEAT", [a], a.type, ne)
+
+
+def concat(ctx, a, b, dim):
+    _check_tensor(a, "CONCAT", "a")
+    _check_tensor(b, "CONCAT", "b")
+    if not 0 <= dim < 4:
+        _fail("CONCAT", a, f"dim {dim} out of range 0..3")
+    if a.type != b.type:
+        _fail("CONCAT", b, f"type differs from {_name(a)} ({a.type})")
+    ne = []
+    for d in range(4):
+        if d == dim:
+            ne.append(a.ne[d] + b.ne[d])
+        else:
+            if a.ne[d] != b.ne[d]:
+                _fail("CONCAT", b, f"ne[{d}]={b.ne[d]} differs from {_name(a)}'s {a.ne[d]}")
+            ne.append(a.ne[d])
+    return _new(ctx, "CONCAT", [a, b], a.type, ne, [dim])
+
+
+# ---------------------------------------------------------------------------
+# matrix products
+
+def _can_mul_mat(a, b):
+    return a.ne[0] == b.ne[0] and b.ne[2] % a.ne[2] == 0 and b.ne[3] % a.ne[3] == 0
+
+
+def mul_mat(ctx, a, b):
+    _check_tensor(a, "MUL_MAT", "a")
+    _check_tensor(b, "MUL_MAT", "b")
+    if not _can_mul_mat(a, b):
+        _fail("MUL_MAT", b, f"cannot be multiplied with {_name(a)} {list(a.ne)} "
+              "(ne0 must match, a's dims 2/3 must divide b's)")
+    if is_transposed(a):
+        _fail("MUL_MAT", a, "is transposed")
+    return _new(ctx, "MUL_MAT", [a, b], "f32", [a.ne[1], b.ne[1], b.ne[2], b.ne[3]])
+
+
+def mul_mat_set_prec(a, prec):
+    if a.op != "MUL_MAT":
+        _fail("mul_mat_set_prec", a, "is not a MUL_MAT")
+    p = a.op_params
+    p[0] = _enum(prec, PRECS, "GGML_PREC_", "precision")
+    a.set_op_params(p)
+
+
+def mul_mat_id(ctx, as_, b, ids):
+    op = "MUL_MAT_ID"
+    for t, w in ((as_, "as"), (b, "b"), (ids, "ids")):
+        _check_tensor(t, op, w)
+    if is_transposed(as_):
+        _fail(op, as_, "is transposed")
+    if ids.type != "i32":
+        _fail(op, ids, "ids must be i32")
+    if as_.ne[3] != 1:
+        _fail(op, as_, "must be 3d (one matrix per expert)")
+    if b.ne[3] != 1:
+        _fail(op, b, "must be 3d")
+    if ids.ne[2] != 1 or ids.ne[3] != 1:
+        _fail(op, ids, "must be 2d")
+    if ids.ne[1] != b.ne[2]:
+        _fail(op, ids, f"needs one expert list per token: ne[1]={ids.ne[1]} vs b.ne[2]={b.ne[2]}")
+    if as_.ne[0] != b.ne[0]:
+        _fail(op, b, f"ne[0]={b.ne[0]} differs from the experts' {as_.ne[0]}")
+    if ids.ne[0] % b.ne[1] != 0:
+        _fail(op, b, f"ne[1]={b.ne[1]} does not divide n_expert_used={ids.ne[0]}")
+    return _new(ctx, op, [as_, b, ids], "f32", [as_.ne[1], ids.ne[0], b.ne[2], 1])
+
+
+# ---------------------------------------------------------------------------
+# rows
+
+def get_rows(ctx, a, b):
+    op = "GET_ROWS"
+    _check_tensor(a, op, "a")
+    _check_tensor(b, op, "b")
+    if a.ne[2] != b.ne[1] or a.ne[3] != b.ne[2]:
+        _fail(op, b, f"dims 1/2 {b.ne[1]},{b.ne[2]} must equal {_name(a)}'s dims 2/3 "
+              f"{a.ne[2]},{a.ne[3]}")
+    if b.ne[3] != 1:
+        _fail(op, b, "ne[3] must be 1")
+    if b.type != "i32":
+        _fail(op, b, "row ids must be i32")
+    type = "i32" if a.type == "i32" else "f32"
+    return _new(ctx, op, [a, b], type, [a.ne[0], b.ne[0], b.ne[1], b.ne[2]])
+
+
+def set_rows(ctx, a, b, c):
+    """ggml_set_rows(dst a, src b, ids c): returns a view of a; src order is (b, c, a)."""
+    op = "SET_ROWS"
+    _check_tensor(a, op, "a")
+    _check_tensor(b, op, "b")
+    _check_tensor(c, op, "c")
+    if a.ne[0] != b.ne[0] or a.ne[2] != b.ne[2] or a.ne[3] != b.ne[3]:
+        _fail(op, b, f"shape {list(b.ne)} does not match destination {_name(a)} {list(a.ne)}")
+    if b.ne[1] != c.ne[0]:
+        _fail(op, c, f"ne[0]={c.ne[0]} must equal the source row count {b.ne[1]}")
+    if b.ne[2] % c.ne[1] or b.ne[3] % c.ne[2]:
+        _fail(op, c, "cannot be broadcast over the source's dims 2/3")
+    if c.ne[3] != 1:
+        _fail(op, c, "ne[3] must be 1")
+    if b.type != "f32":
+        _fail(op, b, "source must be f32")
+    if c.type not in ("i32", "i64"):
+        _fail(op, c, "row ids must be i32 or i64")
+    if not is_contiguous_rows(a):
+        _fail(op, a, "rows are not contiguous")
+    if not is_contiguous_rows(b):
+        _fail(op, b, "rows are not contiguous")
+    return _view_tensor(ctx, op, a, [b, c, a])
+
+
+def diag_mask_inf(ctx, a, n_past, inplace=False):
+    return _un(ctx, "DIAG_MASK_INF", a, [int(n_past)], inplace)
+
+
+def diag_mask_inf_inplace(ctx, a, n_past):
+    return diag_mask_inf(ctx, a, n_past, True)
+
+
+# ---------------------------------------------------------------------------
+# attention pieces
+
+def soft_max(ctx, a):
+    return soft_max_ext(ctx, a, None, 1.0, 0.0)
+
+
+def soft_max_inplace(ctx, a):
+    return soft_max_ext(ctx, a, None, 1.0, 0.0, inplace=True)
+
+
+def soft_max_ext(ctx, a, mask, scale, max_bias, inplace=False):
+    op = "SOFT_MAX"
+    _check_tensor(a, op, "a")
+    if not is_contiguous(a):
+        _fail(op, a, "is not contiguous")
+    if mask is not None:
+        _check_tensor(mask, op, "mask")
+        if mask.type not in ("f16", "f32"):
+            _fail(op, mask, "mask must be f16 or f32")
+        if not is_contiguous(mask):
+            _fail(op, mask, "mask is not contiguous")
+        if mask.ne[0] != a.ne[0]:
+            _fail(op, mask, f"ne[0]={mask.ne[0]} differs from {_name(a)}'s {a.ne[0]}")
+        if mask.ne[1] < a.ne[1]:
+            _fail(op, mask, f"has {mask.ne[1]} rows, fewer than {_name(a)}'s {a.ne[1]}")
+        if a.ne[2] % mask.ne[2] or a.ne[3] % mask.ne[3]:
+            _fail(op, mask, "dims 2/3 do not divide a's")
+    if max_bias > 0.0 and mask is None:
+        _fail(op, a, "ALiBi (max_bias > 0) needs a mask")
+    params = [f32_bits(scale), f32_bits(max_bias)]
+    srcs = [a, mask] if mask is not None else [a]
+    if inplace:
+        return _view_tensor(ctx, op, a, srcs, params)
+    return _dup_tensor(ctx, op, a, srcs, params)
+
+
+def soft_max_ext_inplace(ctx, a, mask, scale, max_bias):
+    return soft_max_ext(ctx, a, mask, scale, max_bias, inplace=True)
+
+
+def rope_ext(ctx, a, b, c, n_dims, mode, n_ctx_orig=0, freq_base=10000.0, freq_scale=1.0,
+             ext_factor=0.0, attn_factor=1.0, beta_fast=32.0, beta_slow=1.0, inplace=False,
+             sections=None):
+    op = "ROPE"
+    _check_tensor(a, op, "a")
+    _check_tensor(b, op, "b (positions)")
+    mode = rope_mode_id(mode)
+    if mode & 1:
+        _fail(op, a, "mode & 1 == 1 is no longer supported")
+    if not is_vector(b):
+        _fail(op, b, "positions must be a vector")
+    if b.type != "i32":
+        _fail(op, b, "positions must be i32")
+    mrope = bool(mode & ROPE_TYPES["MROPE"])
+    if mrope:
+        if a.ne[2] * 4 != b.ne[0]:
+            _fail(op, b, f"mrope needs 4 positions per token ({a.ne[2] * 4}), got {b.ne[0]}")
+    elif a.ne[2] != b.ne[0]:
+        _fail(op, b, f"has {b.ne[0]} positions, {_name(a)} has {a.ne[2]} tokens (ne[2])")
+    if c is not None:
+        _check_tensor(c, op, "c (freq_factors)")
+        if c.type != "f32":
+            _fail(op, c, "freq_factors must be f32")
+        if c.ne[0] < n_dims // 2:
+            _fail(op, c, f"needs at least n_dims/2 = {n_dims // 2} factors")
+    params = [0, int(n_dims), mode, 0, int(n_ctx_orig), f32_bits(freq_base), f32_bits(freq_scale),
+              f32_bits(ext_factor), f32_bits(attn_factor), f32_bits(beta_fast), f32_bits(beta_slow)]
+    if mrope and sections:
+        params += ([int(x) for x in sections] + [0, 0, 0, 0])[:4]
+    else:
+        params += [0, 0, 0, 0]
+    srcs = [a, b, c] if c is not None else [a, b]
+    if inplace:
+        return _view_tensor(ctx, op, a, srcs, params)
+    return _dup_tensor(ctx, op, a, srcs, params)
+
+
+def rope_ext_inplace(ctx, a, b, c, n_dims, mode, *args, **kw):
+    return rope_ext(ctx, a, b, c, n_dims, mode, *args, inplace=True, **kw)
+
+
+def rope(ctx, a, b, n_dims, mode):
+    """ggml_rope: rope_ext with base 10000 and no scaling (beta_fast = beta_slow = 0)."""
+    return rope_ext(ctx, a, b, None, n_dims, mode, 0, 10000.0, 1.0, 0.0, 1.0, 0.0, 0.0)
+
+
+def rope_multi(ctx, a, b, c, n_dims, sections, mode, n_ctx_orig, freq_base, freq_scale,
+               ext_factor, attn_factor, beta_fast, beta_slow):
+    return rope_ext(ctx, a, b, c, n_dims, mode, n_ctx_orig, freq_base, freq_scale, ext_factor,
+                    attn_factor, beta_fast, beta_slow, sections=sections)
+
+
+def flash_attn_ext(ctx, q, k, v, mask, scale, max_bias=0.0, logit_softcap=0.0, prec=None):
+    op = "FLASH_ATTN_EXT"
+    for t, w in ((q, "q"), (k, "k"), (v, "v")):
+        _check_tensor(t, op, w)
+    if not _can_mul_mat(k, q):
+        _fail(op, k, f"cannot be multiplied with q {list(q.ne)}")
+    if q.ne[3] != k.ne[3] or q.ne[3] != v.ne[3]:
+        _fail(op, q, "q, k and v must have the same ne[3]")
+    if mask is not None:
+        _check_tensor(mask, op, "mask")
+        if mask.type != "f16":
+            _fail(op, mask, "mask must be f16")
+        if not is_contiguous(mask):
+            _fail(op, mask, "mask is not contiguous")
+        if q.ne[2] % mask.ne[2] or q.ne[3] % mask.ne[3]:
+            _fail(op, mask, "dims 2/3 do not divide q's")
+    if max_bias > 0.0 and mask is None:
+        _fail(op, q, "ALiBi (max_bias > 0) needs a mask")
+    srcs = [q, k, v, mask] if mask is not None else [q, k, v]
+    params = [f32_bits(scale), f32_bits(max_bias), f32_bits(logit_softcap)]
+    if prec is not None:
+        params.append(_enum(prec, PRECS, "GGML_PREC_", "precision"))
+    return _new(ctx, op, srcs, "f32", [v.ne[0], q.ne[2], q.ne[1], q.ne[3]], params)
+
+
+def flash_attn_ext_add_sinks(a, sinks):
+    """ggml_flash_attn_ext_add_sinks: sinks (f32, one per head) become src[4]."""
+    if sinks is None:
+        return
+    if a.op != "FLASH_ATTN_EXT":
+        _fail("flash_attn_ext_add_sinks", a, "is not a FLASH_ATTN_EXT")
+    if sinks.type != "f32":
+        _fail("FLASH_ATTN_EXT", sinks, "sinks must be f32")
+    a.set_src(4, sinks)
+
+
+def soft_max_add_sinks(a, sinks):
+    """ggml_soft_max_add_sinks: sinks (f32, one per head) become src[2]."""
+    if sinks is None:
+        return
+    if a.op != "SOFT_MAX":
+        _fail("soft_max_add_sinks", a, "is not a SOFT_MAX")
+    if sinks.type != "f32":
+        _fail("SOFT_MAX", sinks, "sinks must be f32")
+    if sinks.ne[0] != a.ne[2]:
+        _fail("SOFT_MAX", sinks, f"needs one sink per head ({a.ne[2]})")
+    a.set_src(2, sinks)
+
+
+def flash_attn_ext_set_prec(a, prec):
+    if a.op != "FLASH_ATTN_EXT":
+        _fail("flash_attn_ext_set_prec", a, "is not a FLASH_ATTN_EXT")
+    p = a.op_params
+    p[3] = _enum(prec, PRECS, "GGML_PREC_", "precision")
+    a.set_op_params(p)
+
+
+# ---------------------------------------------------------------------------
+# sorting
+
+def argsort(ctx, a, order="ASC"):
+    _check_tensor(a, "ARGSORT", "a")
+    if a.ne[0] > 2**31 - 1:
+        _fail("ARGSORT", a, "rows longer than INT32_MAX")
+    return _new(ctx, "ARGSORT", [a], "i32", a.ne, [sort_order_id(order)])
+
+
+def argsort_top_k(ctx, a, k):
+    if a.ne[0] < k:
+        _fail("ARGSORT", a, f"has {a.ne[0]} values per row, fewer than k={k}")
+    r = argsort(ctx, a, "DESC")
+    return view_4d(ctx, r, k, r.ne[1], r.ne[2], r.ne[3], r.nb[1], r.nb[2], r.nb[3], 0)
+
+
+def top_k(ctx, a, k):
+    _check_tensor(a, "TOP_K", "a")
+    if a.ne[0] < k:
+        _fail("TOP_K", a, f"has {a.ne[0]} values per row, fewer than k={k}")
+    return _new(ctx, "TOP_K", [a], "i32", [k, a.ne[1], a.ne[2], a.ne[3]])
+
+
+# ---------------------------------------------------------------------------
+# generators and padding
+
+def arange(ctx, start, stop, step):
+    if not stop > start:
+        raise GraphError(f"ARANGE: stop ({stop}) must be greater than start ({start})")
+    import numpy as np
+    steps = int(np.ceil(np.float32(np.float32(stop) - np.float32(start)) / np.float32(step)))
+    return _new(ctx, "ARANGE", [], "f32", [steps],
+                [f32_bits(start), f32_bits(stop), f32_bits(step)])
+
+
+def timestep_embedding(ctx, timesteps, dim, max_period=10000):
+    _check_tensor(timesteps, "TIMESTEP_EMBEDDING", "timesteps")
+    return _new(ctx, "TIMESTEP_EMBEDDING", [timesteps], "f32", [dim, timesteps.ne[0]],
+                [int(dim), int(max_period)])
+
+
+def pad_ext(ctx, a, lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3, circular=False):
+    _check_tensor(a, "PAD", "a")
+    p = [lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3]
+    ne = [a.ne[i] + p[2 * i] + p[2 * i + 1] for i in range(4)]
+    return _new(ctx, "PAD", [a], a.type, ne, [int(x) for x in p] + [1 if circular else 0])
+
+
+def pad(ctx, a, p0, p1, p2=0, p3=0):
+    return pad_ext(ctx, a, 0, p0, 0, p1, 0, p2, 0, p3)
+
+
+def pad_circular(ctx, a, p0, p1, p2=0, p3=0):
+    return pad_ext(ctx, a, 0, p0, 0, p1, 0, p2, 0, p3, circular=True)
+
+
+def pad_ext_circular(ctx, a, lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3):
+    return pad_ext(ctx, a, lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3, circular=True)
+
+
+# ---------------------------------------------------------------------------
+# dispatch by C name (op case files)
+
+def builder(call):
+    """The builder for a ggml C function name ('ggml_mul_mat' -> mul_mat)."""
+    name = call[5:] if call.startswith("ggml_") else call
+    if name == "mul_mat_id":
+        return mul_mat_id
+    f = globals().get(name)
+    if f is None or not callable(f) or name.startswith("_") or name in _NOT_BUILDERS:
+        raise GraphError(f"no op builder for {call!r}")
+    return f
+
+
+_NOT_BUILDERS = {"builder", "flash_attn_ext_add_sinks", "soft_max_add_sinks",
+                 "mul_mat_set_prec", "flash_attn_ext_set_prec", "f32_bits", "bits_f32", "unary_op_id", "glu_op_id", "sort_order_id",
+                 "rope_mode_id", "is_contiguous", "is_contiguous_n", "is_contiguous_1",
+                 "is_contiguous_rows", "is_transposed", "is_empty", "nelements", "can_repeat",
+                 "are_same_shape", "is_vector", "Tensor", "blck_size", "type_size"}

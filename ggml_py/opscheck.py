@@ -1,0 +1,412 @@
+"""ops-check: rebuild ggml's op case files and model files, compute them on a backend and
+compare with the stored reference results (the rules of OPS_CASES.md / test-backend-ops).
+
+    ops-check PATH... [--backend NAME] [--json]
+
+A folder means every *.json in it and in its sub-folders (models included).
+"""
+
+import argparse
+import base64
+import glob
+import json
+import os
+import sys
+
+import numpy as np
+
+from ggml_py._core import Context, Graph
+from ggml_py._backend import host_buffer, view_init, get_buffer
+from ggml_py.errors import CaseFormatError, BackendError, GraphError
+from ggml_py import ops, quants
+
+FLT_MAX = float(np.finfo(np.float32).max)
+
+
+# ---------------------------------------------------------------------------
+# backends by name
+
+def _cpu_backend():
+    from ggml_py.backends.cpu import CPUBackend
+    return CPUBackend()
+
+
+BACKENDS = {"cpu": _cpu_backend}
+
+
+def register_backend(name, factory):
+    """Make `ops-check --backend name` use factory() (a Backend with host-readable buffers)."""
+    BACKENDS[name] = factory
+
+
+def make_backend(name):
+    try:
+        return BACKENDS[name]()
+    except KeyError:
+        raise BackendError(f"unknown backend {name!r}; known: {', '.join(sorted(BACKENDS))}") from None
+
+
+# ---------------------------------------------------------------------------
+# standalone allocation (one host buffer per tensor)
+
+class HostAllocation:
+    """Gives every tensor its own host buffer of the backend's buffer type and keeps the
+    buffers alive; views get their view_src's memory (view_init)."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.buft = backend.get_default_buffer_type()
+        self.buffers = []
+
+    def alloc(self, t):
+        if get_buffer(t) is not None:
+            return
+        vs = t.view_src
+        if vs is not None:
+            self.alloc(vs)
+            view_init(t)
+            return
+        buf = self.buft.alloc_buffer(max(t.nbytes, 1))
+        buf.tensor_alloc(t, 0)
+        self.buffers.append(buf)
+
+    def alloc_graph(self, graph):
+        for t in list(graph.leafs) + list(graph.nodes):
+            self.alloc(t)
+        return self
+
+
+def compute(backend, graph):
+    """Allocate what `graph` still needs (one buffer per tensor) and compute it."""
+    alloc = HostAllocation(backend).alloc_graph(graph)
+    backend.graph_compute(graph)
+    return alloc
+
+
+# ---------------------------------------------------------------------------
+# data
+
+def decode(type_name, ne, b64):
+    """Stored case data -> numpy array in numpy order (raw rows for block types)."""
+    raw = base64.b64decode(b64)
+    ne = list(ne) + [1] * (4 - len(ne))
+    if quants.is_quantized(type_name):
+        rb = quants.row_bytes(type_name, ne[0])
+        want = rb * ne[1] * ne[2] * ne[3]
+        if len(raw) != want:
+            raise CaseFormatError(f"{type_name}{ne}: {len(raw)} data bytes, expected {want}")
+        return np.frombuffer(raw, dtype=np.uint8).reshape(ne[3], ne[2], ne[1], rb)
+    try:
+        dt = quants.PLAIN_DTYPES[type_name]
+    except KeyError:
+        raise CaseFormatError(f"unknown tensor type {type_name!r}") from None
+    want = dt.itemsize * ne[0] * ne[1] * ne[2] * ne[3]
+    if len(raw) != want:
+        raise CaseFormatError(f"{type_name}{ne}: {len(raw)} data bytes, expected {want}")
+    return np.frombuffer(raw, dtype=dt).reshape(ne[3], ne[2], ne[1], ne[0])
+
+
+def as_float(type_name, arr):
+    if quants.is_quantized(type_name) or type_name in ("f16", "bf16", "f32", "f64"):
+        return quants.to_f32(type_name, arr).astype(np.float64)
+    return np.asarray(arr).astype(np.float64)
+
+
+def read_tensor(backend, t):
+    """A tensor's elements in logical order, numpy order (raw rows for block types)."""
+    from ggml_py.backends.cpu import tensor_array
+    if get_buffer(t) is not None and get_buffer(t).memory is not None:
+        return np.array(tensor_array(t))
+    raise BackendError(f"tensor '{t.name}' is not readable from the host")
+
+
+def _write(backend, t, arr):
+    backend.set_tensor(t, np.ascontiguousarray(arr).tobytes())
+
+
+# ---------------------------------------------------------------------------
+# comparison rules
+
+def nmse(ref, x):
+    """(error, message): test-backend-ops' NMSE with its NaN / inf rules."""
+    ref = np.asarray(ref, dtype=np.float64).reshape(-1)
+    x = np.asarray(x, dtype=np.float64).reshape(-1)
+    if ref.shape != x.shape:
+        return float("inf"), f"{x.size} values, reference has {ref.size}"
+    if np.isnan(x).any():
+        return float("inf"), f"NaN in result at {int(np.flatnonzero(np.isnan(x))[0])}"
+    if np.isnan(ref).any():
+        return float("inf"), "NaN in reference"
+    ri = np.isinf(ref) | (np.abs(ref) >= FLT_MAX)
+    xi = np.isinf(x) | (np.abs(x) >= FLT_MAX)
+    bad = (ri != xi) | (ri & (np.sign(ref) != np.sign(x)))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        return float("inf"), f"infinity mismatch at {i}: got {x[i]}, reference {ref[i]}"
+    keep = ~ri
+    r, v = ref[keep], x[keep]
+    num = float(np.sum((r - v) ** 2))
+    den = float(np.sum(r ** 2))
+    if den == 0.0:
+        return (0.0 if num == 0.0 else float("inf")), ""
+    return num / den, ""
+
+
+def compare(rule, type_name, ref, got, tolerance):
+    """(passed, error, message) for one output under a case's rule."""
+    if rule == "exact":
+        same = ref.shape == got.shape and np.array_equal(ref, got)
+        n = int(np.sum(ref != got)) if ref.shape == got.shape else -1
+        return same, (0.0 if same else float(n)), "" if same else f"{n} values differ"
+    if rule == "set_per_row":
+        a = np.sort(ref.reshape(-1, ref.shape[-1]), axis=-1)
+        b = np.sort(got.reshape(-1, got.shape[-1]), axis=-1)
+        bad = int(np.sum(np.any(a != b, axis=-1))) if a.shape == b.shape else -1
+        return bad == 0, float(bad), "" if bad == 0 else f"{bad} rows hold other indices"
+    if rule != "nmse":
+        raise CaseFormatError(f"unknown compare rule {rule!r}")
+    err, msg = nmse(as_float(type_name, ref), as_float(type_name, got))
+    return err <= tolerance, err, msg
+
+
+# ---------------------------------------------------------------------------
+# building
+
+def _call(ctx, call, inputs, args):
+    try:
+        f = ops.builder(call)
+    except GraphError:
+        raise NotImplementedError(f"no builder for {call}") from None
+    return f(ctx, *inputs, **args)
+
+
+def _check_meta(t, want_type, want_ne, what):
+    ne = list(want_ne) + [1] * (4 - len(want_ne))
+    if t.type != want_type or list(t.ne) != ne:
+        raise CaseFormatError(f"{what}: built {t.type}{list(t.ne)}, case says {want_type}{ne}")
+
+
+def _make_input(ctx, backend, alloc, spec, stored):
+    """A case input: the stored tensor with its data, then its view ops."""
+    if spec is None:
+        return None
+    view = spec.get("view")
+    sname = view["of"] if view else spec["name"]
+    sne = view["stored_ne"] if view else spec["ne"]
+    base = ops.new_tensor(ctx, spec["type"], sne, name=sname[:63])
+    alloc.alloc(base)
+    _write(backend, base, decode(spec["type"], sne, spec["data"]))
+    stored[sname] = (base, spec)
+    t = base
+    if view:
+        for o in view["ops"]:
+            t = _call(ctx, o["call"], [t], o.get("args", {}))
+        want_nb = list(view.get("nb", t.nb))
+        if list(t.nb) != want_nb or t.view_offs != view.get("offset", t.view_offs):
+            raise CaseFormatError(f"input {spec['name']}: view has nb {list(t.nb)} offset "
+                                  f"{t.view_offs}, case says {want_nb} offset {view.get('offset')}")
+        t.name = spec["name"][:63]
+    _check_meta(t, spec["type"], spec["ne"], f"input {spec['name']}")
+    return t
+
+
+def run_case(case, backend):
+    """Rebuild, compute and compare one op case; returns the result dict."""
+    name = case.get("name", "?")
+    res = {"name": name, "passed": False, "error": None, "tolerance": case.get("tolerance"),
+           "skipped": False, "message": ""}
+    try:
+        ctx = Context(name)
+        alloc = HostAllocation(backend)
+        stored = {}
+        inputs = [_make_input(ctx, backend, alloc, s, stored) for s in case["inputs"]]
+        out = _call(ctx, case["call"], inputs, case.get("args", {}))
+        o = case["output"]
+        _check_meta(out, o["type"], o["ne"], "output")
+        if out.op != o["op"]:
+            raise CaseFormatError(f"output op is {out.op}, case says {o['op']}")
+        if list(out.op_params) != list(o["op_params"]):
+            raise CaseFormatError(f"output op_params {out.op_params} differ from the case's "
+                                  f"{o['op_params']}")
+        if not backend.supports_op(out):
+            res["skipped"] = True
+            res["message"] = f"backend {backend.name} does not support {out.op}"
+            return res
+        g = Graph(64)
+        g.build_forward_expand(out)
+        alloc.alloc_graph(g)
+        backend.graph_compute(g)
+        tol = float(case.get("tolerance", 1e-7))
+        rule = case.get("compare", "nmse")
+        ref = decode(o["type"], o["ne"], o["data"])
+        got = read_tensor(backend, out)
+        ok, err, msg = compare(rule, o["type"], ref, got, tol)
+        for sname, b64 in (case.get("after") or {}).items():
+            if sname not in stored:
+                raise CaseFormatError(f"'after' names {sname!r}, which is no stored input")
+            base, spec = stored[sname]
+            sne = spec["view"]["stored_ne"] if spec.get("view") else spec["ne"]
+            aref = decode(spec["type"], sne, b64)
+            aok, aerr, amsg = compare("nmse" if rule == "nmse" else "exact", spec["type"], aref,
+                                      read_tensor(backend, base), tol)
+            if not aok:
+                ok = False
+                msg = f"after: {sname}: {amsg or f'nmse {aerr:.3g}'}"
+            err = max(err, aerr)
+        res.update(passed=bool(ok), error=float(err), message=msg)
+    except NotImplementedError as e:
+        res.update(skipped=True, message=str(e))
+    except (GraphError, BackendError, CaseFormatError, KeyError, ValueError) as e:
+        res.update(passed=False, message=f"{type(e).__name__}: {e}")
+    return res
+
+
+def run_model(model, backend):
+    """Rebuild a whole-model file, compute it and compare output and checkpoints."""
+    name = model.get("name", "?")
+    tol = float(model.get("tolerance", 2e-3))
+    res = {"name": name, "passed": False, "error": None, "tolerance": tol, "skipped": False,
+           "message": ""}
+    try:
+        ctx = Context(name)
+        alloc = HostAllocation(backend)
+        env = {}
+        for spec in list(model["weights"]) + list(model["inputs"]):
+            t = ops.new_tensor(ctx, spec["type"], spec["ne"], name=spec["name"][:63])
+            alloc.alloc(t)
+            _write(backend, t, decode(spec["type"], spec["ne"], spec["data"]))
+            env[spec["name"]] = t
+        for c in model["calls"]:
+            ins = []
+            for n in c["inputs"]:
+                if n is None:
+                    ins.append(None)
+                elif n in env:
+                    ins.append(env[n])
+                else:
+                    raise CaseFormatError(f"call {c['call']} -> {c['result']}: unknown input {n!r}")
+            t = _call(ctx, c["call"], ins, c.get("args", {}))
+            t.name = c["result"][:63]
+            _check_meta(t, c["type"], c["ne"], f"result {c['result']}")
+            if c.get("op") and t.op != c["op"]:
+                raise CaseFormatError(f"result {c['result']}: op {t.op}, model says {c['op']}")
+            env[c["result"]] = t
+        o = model["output"]
+        targets = [(o["name"], o)] + [(cp["name"], cp) for cp in model.get("checkpoints", [])]
+        g = Graph(max(64, 4 * len(model["calls"])))
+        for n, spec in targets:
+            if n not in env:
+                raise CaseFormatError(f"model output/checkpoint {n!r} is never computed")
+            g.build_forward_expand(env[n])
+        for t in g.nodes:
+            if not backend.supports_op(t):
+                res.update(skipped=True, message=f"backend {backend.name} does not support {t.op}")
+                return res
+        alloc.alloc_graph(g)
+        backend.graph_compute(g)
+        worst, msgs, ok = 0.0, [], True
+        for n, spec in targets:
+            ref = decode(spec["type"], spec["ne"], spec["data"])
+            got = read_tensor(backend, env[n])
+            p, err, msg = compare(model.get("compare", "nmse"), spec["type"], ref, got, tol)
+            worst = max(worst, err)
+            if not p:
+                ok = False
+                msgs.append(f"{n}: {msg or f'nmse {err:.3g}'}")
+        res.update(passed=ok, error=worst, message="; ".join(msgs))
+    except NotImplementedError as e:
+        res.update(skipped=True, message=str(e))
+    except (GraphError, BackendError, CaseFormatError, KeyError, ValueError) as e:
+        res.update(passed=False, message=f"{type(e).__name__}: {e}")
+    return res
+
+
+# ---------------------------------------------------------------------------
+# files
+
+def case_files(paths):
+    files = []
+    for p in paths:
+        if os.path.isdir(p):
+            files += sorted(glob.glob(os.path.join(p, "**", "*.json"), recursive=True))
+        elif os.path.exists(p):
+            files.append(p)
+        else:
+            raise FileNotFoundError(f"no such file or folder: {p}")
+    return files
+
+
+def load_cases(path):
+    """[(kind, case)] of one file: kind 'op' for op cases, 'model' for a model file."""
+    with open(path) as f:
+        data = json.load(f)
+    if isinstance(data, dict) and "calls" in data:
+        return [("model", data)]
+    if isinstance(data, list):
+        return [("op", c) for c in data]
+    if isinstance(data, dict) and "call" in data:
+        return [("op", data)]
+    raise CaseFormatError(f"{path}: neither an op case list nor a model file")
+
+
+def iter_results(paths, backend_name="cpu"):
+    backend = make_backend(backend_name)
+    for path in case_files(paths):
+        for kind, case in load_cases(path):
+            r = run_model(case, backend) if kind == "model" else run_case(case, backend)
+            r["file"] = path
+            r["kind"] = kind
+            yield r
+
+
+def run_ops_check(paths, backend_name="cpu"):
+    """Run every case of the given files/folders; a list of result dicts
+    {name, passed, error, tolerance, skipped, message, file, kind}."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    return list(iter_results(paths, backend_name))
+
+
+def _fmt(r):
+    if r["skipped"]:
+        status = "SKIP"
+    else:
+        status = "OK  " if r["passed"] else "FAIL"
+    err = "" if r["error"] is None else f" err={r['error']:.3g}"
+    tol = "" if r["tolerance"] is None else f" tol={r['tolerance']:.3g}"
+    msg = f"  {r['message']}" if r.get("message") else ""
+    return f"{status} {r['name']}{err}{tol}{msg}"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="ops-check", description=__doc__.splitlines()[0])
+    ap.add_argument("paths", nargs="+", metavar="PATH", help="case file or folder")
+    ap.add_argument("--backend", default="cpu", help="backend to compute on (default: cpu)")
+    ap.add_argument("--json", action="store_true", help="one JSON object per line")
+    a = ap.parse_args(argv)
+    npass = nfail = nskip = 0
+    try:
+        for r in iter_results(a.paths, a.backend):
+            if r["skipped"]:
+                nskip += 1
+            elif r["passed"]:
+                npass += 1
+            else:
+                nfail += 1
+            if a.json:
+                d = dict(r)
+                if d["error"] is not None and not np.isfinite(d["error"]):
+                    d["error"] = None if np.isnan(d["error"]) else str(d["error"])
+                print(json.dumps(d), flush=True)
+            else:
+                print(_fmt(r), flush=True)
+    except (FileNotFoundError, CaseFormatError, BackendError, json.JSONDecodeError) as e:
+        print(f"ops-check: {e}", file=sys.stderr)
+        print(f"{npass} passed, {nfail + 1} failed, {nskip} skipped")
+        return 2
+    print(f"{npass} passed, {nfail} failed, {nskip} skipped")
+    return 0 if nfail == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
