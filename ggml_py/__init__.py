@@ -6,4 +6,6 @@ from ggml_py._backend import (Backend, BufferType, Buffer, fake_buffer, host_buf
 from ggml_py.errors import (GgmlPyError, GraphError, CaseFormatError, BackendError,
                             SchedulerError, AllocationError)
 
+from ggml_py import ops, quants
+
 __version__ = "0.1.0"

@@ -3,6 +3,7 @@
   demo [--layers N]                                          the main job: models through the scheduler
   plan CASE.json [-o PLAN.json] [--explain] [--dot FILE]   split a case, write its plan
   bench CASE.json... [--json]                               split time against ggml's
+  ops-check PATH... [--backend NAME] [--json]               op cases against ggml's results
 """
 
 from __future__ import annotations
@@ -93,11 +94,19 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_argument("--min-time", type=float, default=0.5,
                     help="seconds of timed splits per case (random cases: 0.1)")
     sb.set_defaults(func=cmd_bench)
+
+    sub.add_parser("ops-check", help="run op cases and model files on a backend "
+                                     "(see `ops-check --help`)")
     return p
 
 
 def main(argv=None) -> int:
     from ggml_py.errors import GgmlPyError
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["ops-check"]:
+        # its own parser: `ops-check --help` lists the runner's options
+        from ggml_py.opscheck import main as ops_check_main
+        return ops_check_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
