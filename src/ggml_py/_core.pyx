@@ -777,6 +777,13 @@ cdef class Tensor:
     def view_offs(self):
         return self.ptr.view_offs
 
+    def set_view_src(self, view_src, size_t view_offs=0):
+        """Set view_src and view_offs as given: no collapse to the base, no
+        extent check, data untouched. For loaders that wire tensors after
+        creating them (a case file may name a later tensor)."""
+        self.ptr.view_src = NULL if view_src is None else tensor_ptr(view_src)
+        self.ptr.view_offs = view_offs
+
     @property
     def op_params(self):
         return [self.ptr.op_params[i] for i in range(GGML_MAX_OP_PARAMS)]
