@@ -68,5 +68,7 @@ def check_list(value, where, field):
 
 def check_choice(value, choices, where, field):
     if not isinstance(value, str) or value not in choices:
-        fail(where, f"unknown {field} {value!r}; expected one of {', '.join(sorted(choices))}")
+        # list the choices only where there are few (not the ~100 ops)
+        known = f"; expected one of {', '.join(sorted(choices))}" if len(choices) <= 30 else ""
+        fail(where, f"unknown {field} {value!r}{known}")
     return value
