@@ -7,6 +7,9 @@ Each check raises CaseFormatError with a message that starts with `where`
 from ggml_py.errors import CaseFormatError
 
 MAX_NAME_BYTES = 63     # GGML_MAX_NAME - 1
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
+SIZE_MAX = 2**64 - 1
 
 
 def is_int(x):
@@ -30,11 +33,14 @@ def check_keys(d, required, optional, where):
         fail(where, f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}")
 
 
-def check_int(value, where, field, minimum=None):
+def check_int(value, where, field, minimum=None, maximum=None):
+    """An integer in [minimum, maximum]; the bounds are those of the C field it goes to."""
     if not is_int(value):
         fail(where, f"{field} must be an integer, got {value!r}")
     if minimum is not None and value < minimum:
         fail(where, f"{field} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        fail(where, f"{field} must be <= {maximum}, got {value}")
     return value
 
 

@@ -13,7 +13,7 @@ import os
 from ggml_py._backend import BUFFER_USAGES, get_buffer, set_buffer
 from ggml_py._core import (Context, Graph, FLAG_NAMES, OP_IDS, TYPE_IDS, blck_size,
                            row_size)
-from ggml_py._validate import (check_keys, check_int, check_bool, check_str, check_name,
+from ggml_py._validate import (INT32_MAX, INT64_MAX, SIZE_MAX, check_keys, check_int, check_bool, check_str, check_name,
                                check_list, check_choice, fail, is_int)
 from ggml_py.backends.sim import SimBackend, buffer_types_from_dicts
 from ggml_py.errors import CaseFormatError
@@ -25,8 +25,6 @@ TENSOR_KEYS = ("id", "name", "op", "type", "ne", "nb", "src", "view_src", "view_
                "buffer", "backend")
 BUFFER_KEYS = ("buffer_type", "usage")
 MAX_SRC = 10
-INT64_MAX = 2**63 - 1
-SIZE_MAX = 2**64 - 1
 
 
 class Case:
@@ -76,7 +74,8 @@ class Case:
         """Case id of a tensor that must be one of this case's tensors."""
         if t is None:
             return None
-        if t.context is not self.context or self.tensors[t.id] != t:
+        if (t.context is not self.context or t.id >= len(self.tensors)
+                or self.tensors[t.id] != t):
             raise ValueError(f"{where} refers to {t!r}, which is not a tensor of case "
                              f"{self.name!r} (was the graph rewritten by a split?)")
         return t.id
@@ -170,7 +169,7 @@ def _check_tensor(i, t, n, buffer_types, backend_names):
             _check_ref(s, n, where, f"src[{j}]", i)
     if t["view_src"] is not None:
         _check_ref(t["view_src"], n, where, "view_src", i)
-    check_int(t["view_offs"], where, "view_offs", 0)
+    check_int(t["view_offs"], where, "view_offs", 0, SIZE_MAX)
     check_list(t["flags"], where, "flags")
     for f in t["flags"]:
         check_choice(f, FLAG_NAMES, where, "flag")
@@ -269,7 +268,8 @@ def _check_case(d):
     if d["format"] != FORMAT:
         fail("format", f"expected {FORMAT!r}, got {d['format']!r}")
     check_str(d["name"], "name", "case name")
-    check_int(d["graph_size"], "graph_size", "value", 1)
+    # ggml's graph size is an int
+    check_int(d["graph_size"], "graph_size", "value", 1, INT32_MAX)
     check_bool(d["parallel"], "parallel", "value")
     check_bool(d["op_offload"], "op_offload", "value")
     check_list(d["backends"], "backends", "value")

@@ -42,5 +42,5 @@ def pytest_generate_tests(metafunc):
     if "case_path" in metafunc.fixturenames:
         files = case_files()
         root = shared_path() / "cases"
-        metafunc.parametrize("case_path", files,
-                             ids=[str(f.relative_to(root)).removesuffix(".case.json") for f in files])
+        ids = [str(f.relative_to(root)).removesuffix(".case.json") for f in files]
+        metafunc.parametrize("case_path", files, ids=ids)

@@ -9,7 +9,7 @@ allocated without touching RAM.
 
 from ggml_py._backend import Backend, BufferType, fake_buffer, DEVICE_TYPES
 from ggml_py._core import OP_IDS
-from ggml_py._validate import (check_keys, check_int, check_bool, check_name, check_list,
+from ggml_py._validate import (SIZE_MAX, INT64_MIN, INT64_MAX, check_keys, check_int, check_bool, check_name, check_list,
                                check_choice, fail)
 
 DEFAULT_ALIGNMENT = 32
@@ -28,6 +28,10 @@ class SimBufferType(BufferType):
 
     def alloc_buffer(self, size):
         return fake_buffer(self, size)
+
+
+def _copy_ops(ops):
+    return ops if ops == "*" else list(ops)
 
 
 def _ops(value, where, field, allow_star):
@@ -59,17 +63,18 @@ def parse_backend_dict(d, index=None):
     check_bool(d["buffer_type_is_host"], where, "buffer_type_is_host")
     omitted = {k for k in OPTIONAL_BACKEND_KEYS if k not in d}
     spec = {k: d.get(k, OPTIONAL_BACKEND_KEYS.get(k)) for k in BACKEND_KEYS}
-    align = check_int(spec["buffer_type_alignment"], where, "buffer_type_alignment", 1)
+    align = check_int(spec["buffer_type_alignment"], where, "buffer_type_alignment", 1,
+                      SIZE_MAX)
     if align & (align - 1):
         fail(where, f"buffer_type_alignment must be a power of two, got {align}")
     if spec["buffer_type_max_size"] is not None:
-        check_int(spec["buffer_type_max_size"], where, "buffer_type_max_size", 1)
+        check_int(spec["buffer_type_max_size"], where, "buffer_type_max_size", 1, SIZE_MAX)
     for name in check_list(spec["supports_buffer_types"], where, "supports_buffer_types"):
         check_name(name, where, "supports_buffer_types entry")
     spec["supports_ops"] = _ops(spec["supports_ops"], where, "supports_ops", True)
     spec["unsupported_ops"] = _ops(spec["unsupported_ops"], where, "unsupported_ops", False)
     spec["offload_ops"] = _ops(spec["offload_ops"], where, "offload_ops", True)
-    check_int(spec["offload_min_batch"], where, "offload_min_batch")
+    check_int(spec["offload_min_batch"], where, "offload_min_batch", INT64_MIN, INT64_MAX)
     return spec, omitted
 
 
@@ -122,12 +127,12 @@ class SimBackend(Backend):
     # the tables lose how they were written ('*' minus a list); keep that for to_dict
     def set_supported_ops(self, supports="*", unsupported=()):
         super().set_supported_ops(supports, unsupported)
-        self._supports_ops = supports if supports == "*" else list(supports)
+        self._supports_ops = _copy_ops(supports)
         self._unsupported_ops = list(unsupported)
 
     def set_offload_ops(self, ops=(), min_batch=0):
         super().set_offload_ops(ops, min_batch)
-        self._offload_ops = ops if ops == "*" else list(ops)
+        self._offload_ops = _copy_ops(ops)
         self._offload_min_batch = min_batch
 
     @classmethod
@@ -169,9 +174,9 @@ class SimBackend(Backend):
             "buffer_type_alignment": buft.alignment,
             "buffer_type_max_size": buft.max_size,
             "supports_buffer_types": [b.name for b in self.supported_buffer_types],
-            "supports_ops": self._supports_ops if self._supports_ops == "*" else list(self._supports_ops),
+            "supports_ops": _copy_ops(self._supports_ops),
             "unsupported_ops": list(self._unsupported_ops),
-            "offload_ops": self._offload_ops if self._offload_ops == "*" else list(self._offload_ops),
+            "offload_ops": _copy_ops(self._offload_ops),
             "offload_min_batch": self._offload_min_batch,
         }
         for k in self._omitted:
