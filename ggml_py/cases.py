@@ -10,11 +10,12 @@ back into the file's form, so a load/write round trip is a real test of both.
 import json
 import os
 
-from ggml_py._backend import BUFFER_USAGES, get_buffer, set_buffer
+from ggml_py._backend import BUFFER_USAGES, clear_buffer, get_buffer, set_buffer
 from ggml_py._core import (Context, Graph, FLAG_NAMES, OP_IDS, TYPE_IDS, blck_size,
                            row_size)
-from ggml_py._validate import (INT32_MAX, INT64_MAX, SIZE_MAX, check_keys, check_int, check_bool, check_str, check_name,
-                               check_list, check_choice, fail, is_int)
+from ggml_py._validate import (INT32_MAX, INT64_MAX, SIZE_MAX, check_keys, check_int,
+                               check_bool, check_str, check_name, check_list, check_choice,
+                               fail, is_int)
 from ggml_py.backends.sim import SimBackend, buffer_types_from_dicts
 from ggml_py.errors import CaseFormatError
 
@@ -40,10 +41,13 @@ class Case:
     graph : the Graph (nodes and leafs in file order)
     assignments : list of (Tensor, backend name), user assignments in tensor id order
     buffers : the dummy buffers of the pre-allocated tensors (kept alive here)
+
+    `restore()` puts every tensor's sources, view, flags and placement back
+    as loaded (a split rewrites node sources; the allocator sets data).
     """
 
     def __init__(self, name, graph_size, parallel, op_offload, backends, buffer_types,
-                 context, tensors, graph, assignments, buffers, src_lengths=None):
+                 context, tensors, graph, assignments, buffers, wiring, placements):
         self.name = name
         self.graph_size = graph_size
         self.parallel = parallel
@@ -55,9 +59,14 @@ class Case:
         self.graph = graph
         self.assignments = assignments
         self.buffers = buffers
-        # tensor id -> length of its src list as written, where the file kept
-        # trailing nulls (the shared files never do; hand-written ones may)
-        self._src_lengths = dict(src_lengths or {})
+        # per tensor: (src ids as written, view_src id, view_offs, flags)
+        self._wiring = wiring
+        # tensor id -> (dummy buffer, offset in it) for pre-allocated tensors
+        self._placements = placements
+
+    def restore(self):
+        """Reset sources, views, flags, buffers and data pointers to the loaded state."""
+        _wire(self.tensors, self._wiring, self._placements)
 
     def backend(self, name):
         """The backend called `name` (KeyError if there is none)."""
@@ -92,7 +101,8 @@ class Case:
         for i, t in enumerate(self.tensors):
             where = f"tensor {i} {t.name!r}"
             src = [self._id_of(s, f"{where} src") for s in t.src]
-            src += [None] * (self._src_lengths.get(i, 0) - len(src))
+            # keep trailing nulls where the file wrote them (the shared files never do)
+            src += [None] * (len(self._wiring[i][0]) - len(src))
             buf = get_buffer(t)
             tensors.append({
                 "id": i,
@@ -292,6 +302,21 @@ def _check_case(d):
 # load and write
 
 
+def _wire(tensors, wiring, placements):
+    """Set every tensor's sources, view, flags and placement (see Case.restore)."""
+    for i, (src, view_src, view_offs, flags) in enumerate(wiring):
+        h = tensors[i]
+        for j in range(MAX_SRC):
+            s = src[j] if j < len(src) else None
+            h.set_src(j, None if s is None else tensors[s])
+        h.set_view_src(None if view_src is None else tensors[view_src], view_offs)
+        h.flags = flags
+        if i in placements:
+            set_buffer(h, *placements[i])
+        else:
+            clear_buffer(h)
+
+
 def load_case(source):
     """Load a case from a file path or from an already parsed dict.
 
@@ -309,36 +334,30 @@ def load_case(source):
     buffer_types, backends = _check_case(d)
 
     ctx = Context(d["name"])
+    # create every tensor first (ne and nb exactly as written; the builder takes
+    # numpy order), then wire sources and views: a tensor may name a later one
     tensors = []
     for t in d["tensors"]:
-        # numpy order for the builder; ne and nb are then set exactly as written
         h = ctx.new_op(t["op"], (), t["type"], t["ne"][::-1], name=t["name"])
         h.nb = t["nb"]
-        h.flags = t["flags"]
         tensors.append(h)
-    # wire only now: a tensor may name a later one
-    src_lengths = {}
-    for i, t in enumerate(d["tensors"]):
-        h = tensors[i]
-        for j, s in enumerate(t["src"]):
-            if s is not None:
-                h.set_src(j, tensors[s])
-        if t["src"] and t["src"][-1] is None:
-            src_lengths[i] = len(t["src"])
-        h.set_view_src(None if t["view_src"] is None else tensors[t["view_src"]], t["view_offs"])
+    wiring = [(list(t["src"]), t["view_src"], t["view_offs"], list(t["flags"]))
+              for t in d["tensors"]]
 
     # each pre-allocated tensor sits in a dummy buffer of its own: at offset 0,
     # or at its view_offs for a view (the buffer then spans the whole extent)
     buffers = []
+    placements = {}
     for i, t in enumerate(d["tensors"]):
         if t["buffer"] is None:
             continue
-        h = tensors[i]
         offset = t["view_offs"] if t["view_src"] is not None else 0
-        buf = buffer_types[t["buffer"]["buffer_type"]].alloc_buffer(max(offset + h.nbytes, 1))
+        buft = buffer_types[t["buffer"]["buffer_type"]]
+        buf = buft.alloc_buffer(max(offset + tensors[i].nbytes, 1))
         buf.usage = t["buffer"]["usage"]
-        set_buffer(h, buf, offset)
         buffers.append(buf)
+        placements[i] = (buf, offset)
+    _wire(tensors, wiring, placements)
 
     size = max(d["graph_size"], len(d["nodes"]), len(d["leafs"]))
     graph = Graph.from_lists([tensors[i] for i in d["nodes"]], [tensors[i] for i in d["leafs"]],
@@ -346,7 +365,7 @@ def load_case(source):
     assignments = [(tensors[i], t["backend"]) for i, t in enumerate(d["tensors"])
                    if t["backend"] is not None]
     return Case(d["name"], d["graph_size"], d["parallel"], d["op_offload"], backends,
-                buffer_types, ctx, tensors, graph, assignments, buffers, src_lengths)
+                buffer_types, ctx, tensors, graph, assignments, buffers, wiring, placements)
 
 
 def format_case(d):

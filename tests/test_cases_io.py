@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ggml_py import Backend, CaseFormatError, BackendError
-from ggml_py._backend import get_buffer
+from ggml_py._backend import get_buffer, set_buffer
 from ggml_py.backends import SimBackend, SimBufferType, get_backend_class, available
 from ggml_py.cases import load_case, dump_case, format_case
 
@@ -505,3 +505,21 @@ def test_malformed_case_is_refused(mutate, expected):
     assert isinstance(info.value, ValueError)
     for part in expected:
         assert part in str(info.value), (part, str(info.value))
+
+
+def test_restore_undoes_rewiring_and_placement():
+    d = small_case()
+    case = load_case(d)
+    uses = [case.graph.use_count(t) for t in case.tensors]
+    assert uses == [1, 1, 1, 1, 1, 1, 0]
+    mm, row, kv = case.tensors[2], case.tensors[3], case.tensors[4]
+    # what a split and an allocation do: rewrite sources, flags, placements
+    mm.set_src(0, None)
+    mm.set_src(5, row)
+    row.flags = ["OUTPUT"]
+    row.set_view_src(None, 0)
+    set_buffer(row, case.buffer_types["CPU"].alloc_buffer(64), 0)
+    case.restore()
+    assert case.to_dict() == d
+    assert row.data_address == 0 and get_buffer(row) is None
+    assert get_buffer(kv) is case.buffers[1] and kv.data_address == case.buffers[1].base
