@@ -793,8 +793,9 @@ cdef class Tensor:
         return self.ptr.view_offs
 
     def set_view_src(self, view_src, size_t view_offs=0):
-        """Make this tensor a view of `view_src` at byte `view_offs` (no checks: for
-        loaders that rebuild tensors field by field)."""
+        """Set view_src and view_offs as given: no collapse to the base, no
+        extent check, data untouched. For loaders that wire tensors after
+        creating them (a case file may name a later tensor)."""
         self.ptr.view_src = NULL if view_src is None else tensor_ptr(view_src)
         self.ptr.view_offs = view_offs
         if view_src is not None and (<Tensor>view_src).owner is not self.owner:

@@ -1,0 +1,325 @@
+"""Tensor and graph core: type layouts, strides and sizes, views, graph order."""
+
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ggml_py import Context, Graph, GraphError, BufferType
+from ggml_py._backend import fake_buffer, set_buffer
+from ggml_py._core import row_size, blck_size, type_size
+
+# (block size, bytes per block), from ggml-common.h's block structs
+# (ggml_half = 2 bytes, QK_K = 256, K_SCALE_SIZE = 12)
+LAYOUTS = {
+    "f32": (1, 4),
+    "f16": (1, 2),
+    "bf16": (1, 2),
+    "f64": (1, 8),
+    "i8": (1, 1),
+    "i32": (1, 4),
+    "q4_0": (32, 2 + 32 // 2),
+    "q8_0": (32, 2 + 32),
+    "mxfp4": (32, 1 + 32 // 2),
+    "q2_K": (256, 2 * 2 + 256 // 16 + 256 // 4),
+    "q4_K": (256, 2 * 2 + 12 + 256 // 2),
+    "q6_K": (256, 2 + 256 // 16 + 3 * 256 // 4),
+}
+
+
+def ref_row_size(type, ne):
+    """ggml_row_size."""
+    blck, size = LAYOUTS[type]
+    return size * ne // blck
+
+
+def ref_nbytes(type, ne, nb):
+    """ggml_nbytes."""
+    if any(x <= 0 for x in ne):
+        return 0
+    blck, size = LAYOUTS[type]
+    if blck == 1:
+        return size + sum((ne[i] - 1) * nb[i] for i in range(4))
+    return ne[0] * nb[0] // blck + sum((ne[i] - 1) * nb[i] for i in range(1, 4))
+
+
+def ref_strides(type, ne):
+    """Contiguous strides of ggml_new_tensor_impl."""
+    blck, size = LAYOUTS[type]
+    nb = [size, size * (ne[0] // blck)]
+    nb += [nb[1] * ne[1], nb[1] * ne[1] * ne[2]]
+    return nb
+
+
+# ---------------------------------------------------------------------------
+# types, shapes, strides, sizes
+
+
+@pytest.mark.parametrize("type", sorted(LAYOUTS))
+def test_type_layout(type):
+    assert (blck_size(type), type_size(type)) == LAYOUTS[type]
+
+
+@pytest.mark.parametrize("type", sorted(LAYOUTS))
+@settings(max_examples=30, deadline=None)
+@given(ne=st.lists(st.integers(0, 6), min_size=4, max_size=4), blocks=st.integers(1, 3))
+def test_contiguous_tensor_layout(type, ne, blocks):
+    blck = LAYOUTS[type][0]
+    ne = [blocks * blck] + ne[1:]
+    t = Context().new_tensor(type, ne[::-1])
+    assert list(t.ne) == ne
+    assert list(t.nb) == ref_strides(type, ne)
+    assert t.nbytes == ref_nbytes(type, ne, t.nb)
+    assert t.nelements == ne[0] * ne[1] * ne[2] * ne[3]
+    assert row_size(type, ne[0]) == ref_row_size(type, ne[0])
+    if all(ne):
+        # contiguous: the bytes are the rows laid end to end
+        assert t.nbytes == ref_row_size(type, ne[0]) * ne[1] * ne[2] * ne[3]
+        assert t.is_contiguous
+
+
+@pytest.mark.parametrize("type", ["f32", "f16", "q8_0", "q4_0"])
+def test_nbytes_with_strides_set_by_hand(type):
+    blck, size = LAYOUTS[type]
+    t = Context().new_tensor(type, (3, 5, 2 * blck))
+    # a padded layout: rows 64 bytes apart more than needed
+    nb = [size, 2 * size * 2 + 64, 0, 0]
+    nb[2] = nb[1] * 5 + 32
+    nb[3] = nb[2] * 3
+    t.nb = nb
+    assert t.nbytes == ref_nbytes(type, list(t.ne), nb)
+    assert not t.is_contiguous
+    t.ne = [2 * blck, 5, 0, 1]
+    assert t.nbytes == 0
+
+
+def test_shape_is_numpy_order():
+    t = Context().new_tensor("f32", (2, 3, 4))
+    assert t.ne == (4, 3, 2, 1) and t.shape == (2, 3, 4)
+
+
+def test_bad_block_multiple_and_shapes_are_refused():
+    ctx = Context()
+    with pytest.raises(ValueError, match="block size"):
+        ctx.new_tensor("q8_0", (2, 33))
+    with pytest.raises(ValueError):
+        ctx.new_tensor("f32", (1, 2, 3, 4, 5))
+    with pytest.raises(ValueError):
+        ctx.new_tensor("f32", (-1,))
+    with pytest.raises(KeyError, match="f8"):
+        ctx.new_tensor("f8", (4,))
+
+
+# ---------------------------------------------------------------------------
+# views
+
+
+def _placed(ctx, type, shape):
+    """A tensor in a (fake) buffer, so that views get a data pointer."""
+    t = ctx.new_tensor(type, shape, name="base")
+    buf = fake_buffer(BufferType("X", alignment=64), t.nbytes)
+    set_buffer(t, buf)
+    return t, buf
+
+
+def test_view_of_a_view_collapses_to_the_base():
+    ctx = Context()
+    a, buf = _placed(ctx, "f32", (8, 16))
+    v1 = ctx.view(a, (4, 16), nb=[4, 64, 256, 256], offset=128)
+    v2 = ctx.view(v1, (2, 8), nb=[4, 64, 128, 128], offset=32)
+    assert v1.view_src == a and v1.view_offs == 128
+    assert v2.view_src == a and v2.view_offs == 160            # offsets add up
+    assert v2.src == [v1] and v2.op == "VIEW"
+    assert v1.data_address == buf.base + 128
+    assert v2.data_address == buf.base + 160
+    assert v2.ne == (8, 2, 1, 1) and v2.nb == (4, 64, 128, 128)
+
+
+def test_view_of_unplaced_tensor_has_no_data():
+    ctx = Context()
+    a = ctx.new_tensor("f32", (8,))
+    v = ctx.view(a, (4,), offset=16)
+    assert v.data_address == 0 and v.view_src == a
+
+
+def test_view_that_does_not_fit_is_refused():
+    ctx = Context()
+    a = ctx.new_tensor("f32", (8, 16))                          # 512 bytes
+    ctx.view(a, (8, 8), offset=256)                             # exactly fits
+    with pytest.raises(GraphError, match="does not fit"):
+        ctx.view(a, (8, 8), offset=260)
+    with pytest.raises(GraphError):
+        ctx.view(a, (9, 16))
+    ctx.view(a, (0, 16), offset=10**6)                          # empty views always fit
+
+
+def test_reshape():
+    ctx = Context()
+    a, buf = _placed(ctx, "f16", (6, 4))
+    r = ctx.reshape(a, (2, 3, 4))
+    assert r.op == "RESHAPE" and r.src == [a] and r.view_src == a and r.view_offs == 0
+    assert r.ne == (4, 3, 2, 1) and list(r.nb) == ref_strides("f16", [4, 3, 2, 1])
+    assert r.data_address == buf.base
+    with pytest.raises(GraphError, match="elements"):
+        ctx.reshape(a, (5, 5))
+    with pytest.raises(GraphError, match="non-contiguous"):
+        ctx.reshape(ctx.transpose(a), (24,))
+
+
+def test_permute():
+    ctx = Context()
+    a = ctx.new_tensor("f32", (5, 4, 3, 2))                     # ne = 2, 3, 4, 5
+    axes = (2, 0, 3, 1)
+    p = ctx.permute(a, axes)
+    for i in range(4):                                          # ggml_permute's rule
+        assert p.ne[axes[i]] == a.ne[i] and p.nb[axes[i]] == a.nb[i]
+    assert p.op == "PERMUTE" and p.view_src == a and p.nbytes == a.nbytes
+    assert not p.is_contiguous
+    with pytest.raises(GraphError):
+        ctx.permute(a, (0, 0, 1, 2))
+
+
+def test_transpose():
+    ctx = Context()
+    a = ctx.new_tensor("f32", (3, 7))
+    t = ctx.transpose(a)
+    assert t.ne == (3, 7, 1, 1) and t.nb == (a.nb[1], a.nb[0], a.nb[2], a.nb[3])
+    assert t.op == "TRANSPOSE" and t.view_src == a and t.src == [a]
+
+
+# ---------------------------------------------------------------------------
+# graph order
+
+
+def _op(ctx, srcs, op="ADD", name=None):
+    return ctx.new_op(op, srcs, "f32", (4,), name=name)
+
+
+def _names(ts):
+    return [t.name for t in ts]
+
+
+def test_diamond_and_shared_parents():
+    ctx = Context()
+    x = ctx.new_tensor("f32", (4,), name="x")
+    w = ctx.new_tensor("f32", (4,), name="w")
+    a = _op(ctx, [x, w], name="a")
+    b = _op(ctx, [x, a], name="b")
+    c = _op(ctx, [a, w], name="c")
+    d = _op(ctx, [b, c], name="d")
+    g = Graph(16).build_forward_expand(d)
+    assert _names(g.nodes) == ["a", "b", "c", "d"]
+    assert _names(g.leafs) == ["x", "w"]
+    assert [g.use_count(t) for t in (x, w, a, b, c, d)] == [2, 2, 2, 1, 1, 0]
+    assert all("COMPUTE" in t.flags for t in (a, b, c, d))
+    assert "COMPUTE" not in x.flags
+    g.build_forward_expand(d)                       # idempotent
+    assert g.n_nodes == 4 and g.n_leafs == 2
+
+
+def test_sources_are_visited_in_slot_order():
+    ctx = Context()
+    leaves = [ctx.new_tensor("f32", (4,), name=f"l{i}") for i in range(10)]
+    parents = [_op(ctx, [leaves[i]], name=f"p{i}") for i in range(10)]
+    # slots filled in reverse creation order, with a gap at slot 3
+    srcs = parents[::-1]
+    srcs[3] = None
+    root = _op(ctx, srcs, op="CONCAT", name="root")
+    g = Graph(32).build_forward_expand(root)
+    expected = [f"p{i}" for i in range(9, -1, -1) if i != 6]
+    assert _names(g.nodes) == expected + ["root"]
+    assert _names(g.leafs) == [f"l{i}" for i in range(9, -1, -1) if i != 6]
+
+
+def test_leaf_or_node_and_auto_names():
+    ctx = Context()
+    x = ctx.new_tensor("f32", (4,))
+    p = ctx.new_tensor("f32", (4,)).set_param()    # a PARAM is a node, even with op NONE
+    named = ctx.new_tensor("f32", (4,), name="kept")
+    y = _op(ctx, [x, p])
+    z = _op(ctx, [y, named])
+    g = Graph(8).build_forward_expand(z)
+    assert g.nodes == [p, y, z] and g.leafs == [x, named]
+    assert _names(g.nodes) == ["node_0", "node_1", "node_2"]
+    assert _names(g.leafs) == ["leaf_0", "kept"]
+    assert "COMPUTE" not in p.flags                 # op NONE never gets COMPUTE
+
+
+def test_graph_full_raises():
+    ctx = Context()
+    t = ctx.new_tensor("f32", (4,))
+    for _ in range(3):
+        t = _op(ctx, [t])
+    with pytest.raises(GraphError, match="full"):
+        Graph(2).build_forward_expand(t)
+
+
+def test_long_chain_builds_without_recursion():
+    n = 100_000
+    ctx = Context()
+    t = ctx.new_tensor("f32", (4,), name="x")
+    for _ in range(n):
+        t = _op(ctx, [t], op="SCALE")
+    g = Graph(n + 1).build_forward_expand(t)
+    assert g.n_nodes == n and g.n_leafs == 1
+    assert g.node(-1) == t and g.node(0).src[0] == g.leafs[0]
+
+
+def ref_build(roots):
+    """ggml_visit_parents_graph, written recursively: (nodes, leafs, use counts)."""
+    visited, nodes, leafs, uses = set(), [], [], Counter()
+
+    def visit(t):
+        if t in visited:
+            return
+        visited.add(t)
+        for s in t.src:
+            if s is not None:
+                visit(s)
+                uses[s] += 1
+        if t.op == "NONE" and "PARAM" not in t.flags:
+            leafs.append(t)
+        else:
+            nodes.append(t)
+
+    for r in roots:
+        visit(r)
+    return nodes, leafs, uses
+
+
+@st.composite
+def random_dags(draw):
+    n = draw(st.integers(1, 40))
+    specs = []
+    for i in range(n):
+        n_src = draw(st.integers(0, 10)) if i else 0
+        srcs = [draw(st.one_of(st.none(), st.integers(0, i - 1))) for _ in range(n_src)]
+        op = draw(st.sampled_from(["NONE", "ADD", "MUL_MAT", "CPY"]))
+        param = draw(st.booleans()) and op == "NONE"
+        specs.append((op, srcs, param))
+    roots = draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=4))
+    return specs, roots
+
+
+@settings(max_examples=200, deadline=None)
+@given(random_dags())
+def test_build_order_matches_reference(dag):
+    specs, roots = dag
+    ctx = Context()
+    ts = []
+    for op, srcs, param in specs:
+        t = ctx.new_op(op, [None if s is None else ts[s] for s in srcs], "f32", (4,))
+        if param:
+            t.set_param()
+        ts.append(t)
+    g = Graph(len(ts))
+    for r in roots:
+        g.build_forward_expand(ts[r])
+    nodes, leafs, uses = ref_build([ts[r] for r in roots])
+    assert g.nodes == nodes and g.leafs == leafs
+    for t in nodes + leafs:
+        assert g.use_count(t) == uses[t]
+    assert _names(g.nodes) == [f"node_{k}" for k in range(len(nodes))]
+    assert _names(g.leafs) == [f"leaf_{k}" for k in range(len(leafs))]
+    for t in nodes + leafs:
+        assert ("COMPUTE" in t.flags) == (t.op != "NONE")
