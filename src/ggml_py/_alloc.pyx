@@ -1,1 +1,1019 @@
-"""Graph allocator (filled in by the ggml-alloc port)."""
+"""Graph allocator of ggml_py: a port of ggml-alloc.c (ggml 0.10.1).
+
+Three allocators, as in ggml:
+
+- TensorAllocator (ggml_tallocr): places tensors one after the other in one
+  buffer; for weights.
+- dyn_tallocr (ggml_dyn_tallocr): plans offsets in a compute buffer that may
+  be split into up to 16 chunks, with a sorted free list per chunk, best-fit
+  choice and merging of neighbouring free blocks. It handles numbers only.
+- GraphAllocator (ggml_gallocr): walks a graph in ggml's order, gives every
+  tensor an address (reusing a parent's memory in place where ggml allows),
+  frees tensors after their last use, then allocates one buffer per chunk and
+  points the tensors into them.
+
+Sizes and offsets must equal ggml's byte for byte (the scheduler's plans are
+compared with ggml's), so the control flow follows ggml's closely, including
+its quirks; each function names the ggml function it ports. Where ggml would
+assert or crash, this port raises instead and stays usable.
+"""
+
+from libc.stdlib cimport malloc, calloc, free
+from libc.string cimport memset
+from libc.stdint cimport int64_t, INT64_MIN, SIZE_MAX
+
+from ggml_py._ggml cimport *
+from ggml_py._core cimport (ggml_nbytes, ggml_hash_set_init, ggml_hash_set_free,
+                            ggml_hash_set_reset, ggml_hash_find_or_insert, tensor_handle,
+                            Tensor, Graph)
+from ggml_py._backend cimport BufferType, Buffer
+
+from ggml_py._core import OP_IDS
+from ggml_py.errors import AllocationError, SchedulerError
+
+# ---------------------------------------------------------------------------
+# in-place ops (ggml_op_can_inplace): the backends of these ops accept dst == src
+
+INPLACE_OPS = (
+    "FILL", "SCALE", "DIAG_MASK_ZERO", "DIAG_MASK_INF", "ADD", "ADD_ID", "ADD1", "SUB",
+    "MUL", "DIV", "SQR", "SQRT", "LOG", "UNARY", "ROPE", "ROPE_BACK", "SILU_BACK",
+    "RMS_NORM", "RMS_NORM_BACK", "SOFT_MAX", "SOFT_MAX_BACK",
+)
+
+cdef bint _INPLACE[GGML_OP_COUNT_MAX]
+for _op in INPLACE_OPS:
+    _INPLACE[OP_IDS[_op]] = True
+
+
+cdef bint ggml_op_can_inplace(int op) noexcept nogil:
+    return 0 <= op < GGML_OP_COUNT_MAX and _INPLACE[op]
+
+
+def op_can_inplace(op):
+    """Whether ggml-alloc may give a node of this op (name or id) its parent's memory."""
+    return ggml_op_can_inplace(OP_IDS[op] if isinstance(op, str) else op)
+
+
+cdef inline size_t aligned_offset(size_t base, size_t offset, size_t alignment) noexcept nogil:
+    """Port of aligned_offset: offset rounded up so that base + offset is aligned."""
+    return offset + (alignment - ((base + offset) % alignment)) % alignment
+
+
+cdef inline str _name(const ggml_tensor * t):
+    return t.name.decode("utf-8", errors="replace")
+
+
+cdef inline str _buft_name(const ggml_backend_buffer_type * buft):
+    return buft.name.decode("utf-8", errors="replace")
+
+
+# ---------------------------------------------------------------------------
+# placing a tensor in a buffer (ggml-backend.cpp: ggml_backend_tensor_alloc,
+# ggml_backend_view_init). ggml asserts these conditions; here they raise.
+
+cdef int tensor_alloc_at(ggml_backend_buffer * buffer, ggml_tensor * tensor, char * addr,
+                         size_t size) except -1:
+    """Give `tensor` the address `addr` in `buffer`; `size` is its alloc size."""
+    if tensor.buffer != NULL or tensor.data != NULL:
+        raise AllocationError(f"tensor '{_name(tensor)}' is already in a buffer")
+    if tensor.view_src != NULL:
+        raise AllocationError(f"tensor '{_name(tensor)}' is a view; views take their "
+                              f"view_src's memory")
+    # a zero-sized buffer has a NULL base (ggml_backend_buffer_get_base); only a
+    # zero-sized tensor at offset 0 fits there, and it ends up with data NULL
+    if addr < buffer.base or addr + size > buffer.base + buffer.size:
+        raise AllocationError(f"tensor '{_name(tensor)}' ({size} bytes at offset "
+                              f"{<size_t>(addr - buffer.base)}) does not fit in its "
+                              f"{_buft_name(buffer.buft)} buffer of {buffer.size} bytes")
+    tensor.buffer = buffer
+    tensor.data = addr
+    # ggml then calls the buffer's optional init_tensor; ggml_py buffers have none
+    return 0
+
+
+cdef int view_init(ggml_tensor * tensor) except -1:
+    """Port of ggml_backend_view_init: a view takes its view_src's buffer and address."""
+    if tensor.buffer != NULL or tensor.view_src == NULL:
+        raise AllocationError(f"tensor '{_name(tensor)}' is not an uninitialised view")
+    if tensor.view_src.buffer == NULL or tensor.view_src.data == NULL:
+        # ggml asserts here; it happens when the view_src got no memory (a zero-sized
+        # tensor in a zero-sized chunk)
+        raise AllocationError(f"view '{_name(tensor)}': its view_src "
+                              f"'{_name(tensor.view_src)}' has no data")
+    tensor.buffer = tensor.view_src.buffer
+    tensor.data = tensor.view_src.data + tensor.view_offs
+    return 0
+
+
+cdef size_t _buft_alloc_size(BufferType buft, ggml_tensor * t) except? 0:
+    """ggml_backend_buft_get_alloc_size through the Python slot."""
+    return buft.get_alloc_size(tensor_handle(t))
+
+
+# ---------------------------------------------------------------------------
+# linear allocator (ggml_tallocr)
+
+cdef class TensorAllocator:
+    """Places tensors one after another in `buffer`, each padded to the buffer
+    type's alignment (ggml_tallocr). Used for weights and other long-lived data."""
+
+    def __init__(self, Buffer buffer):
+        self.buffer = buffer
+        self.base = buffer.c.base
+        self.alignment = buffer.c.buft.alignment
+        self.offset = aligned_offset(<size_t>self.base, 0, self.alignment)
+
+    def alloc(self, Tensor tensor):
+        """Port of ggml_tallocr_alloc. ggml aborts when the buffer is full; this raises
+        AllocationError and leaves the allocator as it was."""
+        cdef ggml_tensor * t = tensor.ptr
+        cdef size_t size = self.buffer.buffer_type.get_alloc_size(tensor)
+        cdef size_t padded = aligned_offset(0, size, self.alignment)   # GGML_PAD
+        if self.offset + padded > self.buffer.c.size:
+            raise AllocationError(
+                f"not enough space in the {self.buffer.buffer_type.name} buffer to allocate "
+                f"'{tensor.name}' (needed {padded}, available {self.buffer.c.size - self.offset})")
+        tensor_alloc_at(&self.buffer.c, t, self.base + self.offset, size)
+        self.offset += padded
+        return self
+
+
+# ---------------------------------------------------------------------------
+# dynamic allocator (ggml_dyn_tallocr): offsets only
+
+cdef buffer_address ADDRESS_INVALID = buffer_address(-1, SIZE_MAX)
+
+
+cdef int dyn_insert_block(tallocr_chunk * chunk, size_t offset, size_t size) except -1:
+    """Port of ggml_dyn_tallocr_insert_block: keep the free list sorted by offset."""
+    cdef int i, pos = 0
+    if chunk.n_free_blocks >= MAX_FREE_BLOCKS:
+        # ggml asserts "out of free blocks"
+        raise AllocationError(f"graph allocation: more than {MAX_FREE_BLOCKS} free blocks "
+                              f"in one chunk (memory too fragmented)")
+    while pos < chunk.n_free_blocks and chunk.free_blocks[pos].offset < offset:
+        pos += 1
+    i = chunk.n_free_blocks
+    while i > pos:
+        chunk.free_blocks[i] = chunk.free_blocks[i - 1]
+        i -= 1
+    chunk.free_blocks[pos].offset = offset
+    chunk.free_blocks[pos].size = size
+    chunk.n_free_blocks += 1
+    return 0
+
+
+cdef inline void dyn_remove_block(tallocr_chunk * chunk, int idx) noexcept nogil:
+    """Port of ggml_dyn_tallocr_remove_block (ggml also copies the slot past the
+    end, which is never read again; this stops one short)."""
+    cdef int i
+    for i in range(idx, chunk.n_free_blocks - 1):
+        chunk.free_blocks[i] = chunk.free_blocks[i + 1]
+    chunk.n_free_blocks -= 1
+
+
+cdef int dyn_new_chunk(dyn_tallocr * alloc, size_t min_size) except -2:
+    """Port of ggml_dyn_tallocr_new_chunk: index of a new chunk, -1 when all 16 exist.
+
+    A chunk holds max_chunk_size bytes, more when one tensor is larger; the
+    16th is unbounded (SIZE_MAX/2), so the allocation never runs out of chunks.
+    """
+    if alloc.n_chunks >= GGML_VBUFFER_MAX_CHUNKS:
+        return -1
+    cdef tallocr_chunk * chunk = <tallocr_chunk *>calloc(1, sizeof(tallocr_chunk))
+    if chunk == NULL:
+        raise MemoryError("graph allocator chunk")
+    chunk.n_free_blocks = 1
+    chunk.free_blocks[0].offset = 0
+    chunk.free_blocks[0].size = min_size if min_size > alloc.max_chunk_size else alloc.max_chunk_size
+    if alloc.n_chunks == GGML_VBUFFER_MAX_CHUNKS - 1:
+        chunk.free_blocks[0].size = SIZE_MAX // 2
+    alloc.chunks[alloc.n_chunks] = chunk
+    alloc.n_chunks += 1
+    return alloc.n_chunks - 1
+
+
+cdef buffer_address dyn_alloc(dyn_tallocr * alloc, size_t size) except *:
+    """Port of ggml_dyn_tallocr_alloc.
+
+    First the best fit (smallest sufficient block, the later one on ties)
+    among the blocks that are not the last of their chunk; failing that, the
+    last block of the chunk that wastes least or grows least (reuse factor);
+    failing that, a new chunk.
+    """
+    size = aligned_offset(0, size, alloc.alignment)
+    cdef int c, i
+    cdef int best_chunk = -1, best_block = -1
+    cdef size_t best_size
+    cdef tallocr_chunk * chunk
+    cdef free_block * block
+    cdef int64_t best_reuse, reuse
+    cdef bint better_reuse, better_fit
+
+    for c in range(alloc.n_chunks):
+        chunk = alloc.chunks[c]
+        best_size = SIZE_MAX
+        for i in range(chunk.n_free_blocks - 1):
+            block = &chunk.free_blocks[i]
+            if block.size >= size and block.size <= best_size:
+                best_chunk = c
+                best_block = i
+                best_size = block.size
+
+    if best_block == -1:
+        # the last block of a chunk may grow the chunk: prefer the chunk whose
+        # high-water mark already covers the tensor with the least left over,
+        # else the one that grows least
+        best_reuse = INT64_MIN
+        for c in range(alloc.n_chunks):
+            chunk = alloc.chunks[c]
+            if chunk.n_free_blocks > 0:
+                block = &chunk.free_blocks[chunk.n_free_blocks - 1]
+                # ggml computes this in size_t and converts: wraps to negative on growth
+                reuse = <int64_t>(chunk.max_size - block.offset - size)
+                better_reuse = best_reuse < 0 and reuse > best_reuse
+                better_fit = reuse >= 0 and reuse < best_reuse
+                if block.size >= size and (better_reuse or better_fit):
+                    best_chunk = c
+                    best_block = chunk.n_free_blocks - 1
+                    best_reuse = reuse
+
+    if best_block == -1:
+        best_chunk = dyn_new_chunk(alloc, size)
+        best_block = 0
+    if best_chunk == -1:
+        # cannot happen (the last chunk is unbounded); ggml aborts
+        raise AllocationError(f"graph allocation: not enough space to allocate {size} bytes")
+
+    chunk = alloc.chunks[best_chunk]
+    block = &chunk.free_blocks[best_block]
+    cdef buffer_address addr = buffer_address(best_chunk, block.offset)
+    block.offset += size
+    block.size -= size
+    if block.size == 0:
+        dyn_remove_block(chunk, best_block)
+    if addr.offset + size > chunk.max_size:
+        chunk.max_size = addr.offset + size
+    return addr
+
+
+cdef int dyn_free_bytes(dyn_tallocr * alloc, buffer_address addr, size_t size) except -1:
+    """Port of ggml_dyn_tallocr_free_bytes: merge with the block ending where this
+    one starts (then maybe the next), or with the block starting where it ends
+    (then maybe the previous), else insert a new block."""
+    size = aligned_offset(0, size, alloc.alignment)
+    cdef tallocr_chunk * chunk = alloc.chunks[addr.chunk]
+    cdef free_block * block
+    cdef free_block * other
+    cdef int i
+    for i in range(chunk.n_free_blocks):
+        block = &chunk.free_blocks[i]
+        if block.offset + block.size == addr.offset:
+            block.size += size
+            if i < chunk.n_free_blocks - 1:
+                other = &chunk.free_blocks[i + 1]
+                if block.offset + block.size == other.offset:
+                    block.size += other.size
+                    dyn_remove_block(chunk, i + 1)
+            return 0
+        if addr.offset + size == block.offset:
+            block.offset = addr.offset
+            block.size += size
+            if i > 0:
+                other = &chunk.free_blocks[i - 1]
+                if other.offset + other.size == block.offset:
+                    other.size += block.size
+                    dyn_remove_block(chunk, i)
+            return 0
+    dyn_insert_block(chunk, addr.offset, size)
+    return 0
+
+
+cdef void dyn_reset(dyn_tallocr * alloc) noexcept nogil:
+    """Port of ggml_dyn_tallocr_reset: drop every chunk (they are made again on demand)."""
+    cdef int i
+    for i in range(GGML_VBUFFER_MAX_CHUNKS):
+        free(alloc.chunks[i])
+        alloc.chunks[i] = NULL
+    alloc.n_chunks = 0
+
+
+cdef dyn_tallocr * dyn_new(size_t alignment, size_t max_buffer_size) except NULL:
+    cdef dyn_tallocr * alloc = <dyn_tallocr *>calloc(1, sizeof(dyn_tallocr))
+    if alloc == NULL:
+        raise MemoryError("graph allocator")
+    alloc.alignment = alignment
+    # clamped so that sums of chunk sizes cannot overflow (as ggml)
+    alloc.max_chunk_size = max_buffer_size if max_buffer_size < SIZE_MAX // 2 else SIZE_MAX // 2
+    return alloc
+
+
+cdef void dyn_free(dyn_tallocr * alloc) noexcept nogil:
+    if alloc != NULL:
+        dyn_reset(alloc)
+        free(alloc)
+
+
+cdef inline size_t dyn_max_size(dyn_tallocr * alloc, int chunk) noexcept nogil:
+    return alloc.chunks[chunk].max_size if chunk < alloc.n_chunks else 0
+
+
+# ---------------------------------------------------------------------------
+# virtual buffer (struct vbuffer): one Buffer per chunk
+
+cdef class VBuffer:
+    """The chunk buffers of one compute buffer. Dropping it frees them (ggml_vbuffer_free)."""
+
+    def __cinit__(self):
+        self.owners = []
+
+    cdef size_t chunk_size(self, int chunk) noexcept:
+        """ggml_vbuffer_chunk_size: 0 for a chunk that was never allocated."""
+        return self.chunks[chunk].size if self.chunks[chunk] != NULL else 0
+
+    cdef size_t total_size(self) noexcept:
+        """ggml_vbuffer_size: the chunks up to the first missing one."""
+        cdef size_t size = 0
+        cdef int i
+        for i in range(GGML_VBUFFER_MAX_CHUNKS):
+            if self.chunks[i] == NULL:
+                break
+            size += self.chunks[i].size
+        return size
+
+    @property
+    def buffers(self):
+        return list(self.owners)
+
+
+cdef Buffer _zero_size_buffer(BufferType buft):
+    """ggml_backend_buft_alloc_buffer's dummy buffer for size 0: no memory and a
+    NULL base. The buffer type's alloc_buffer is not called."""
+    cdef Buffer b = Buffer.__new__(Buffer)
+    b.buffer_type = buft
+    b.memory = None
+    b.c.buft = &buft.c
+    b.c.base = NULL
+    b.c.size = 0
+    b.c.usage = GGML_BACKEND_BUFFER_USAGE_ANY
+    b.c.pyobj = <void *>b
+    return b
+
+
+# ---------------------------------------------------------------------------
+# graph allocator (ggml_gallocr)
+
+cdef class GraphAllocator:
+    """Plans and allocates the compute memory of graphs (ggml_gallocr).
+
+    `buffer_types` has one BufferType per buffer id (per backend in the
+    scheduler); ids with the same buffer type share one planner and one buffer,
+    as in ggml_gallocr_new_n.
+    """
+
+    def __cinit__(self, *args, **kwargs):
+        self.hash_set.size = 0
+        self.hash_set.keys = NULL
+        self.hash_set.used = NULL
+
+    def __init__(self, buffer_types):
+        bufts = list(buffer_types)
+        if not bufts:
+            raise ValueError("a graph allocator needs at least one buffer type")
+        for b in bufts:
+            if not isinstance(b, BufferType):
+                raise TypeError(f"expected BufferType, got {type(b).__name__}")
+        cdef int n = len(bufts), i, j
+        self.bufts = bufts
+        self.c_bufts = <ggml_backend_buffer_type **>calloc(n, sizeof(ggml_backend_buffer_type *))
+        self.nbytes_sized = <bint *>calloc(n, sizeof(bint))
+        self.buf_tallocs = <dyn_tallocr **>calloc(n, sizeof(dyn_tallocr *))
+        self.c_chunks = <ggml_backend_buffer **>calloc(n * GGML_VBUFFER_MAX_CHUNKS,
+                                                       sizeof(ggml_backend_buffer *))
+        if (self.c_bufts == NULL or self.nbytes_sized == NULL or self.buf_tallocs == NULL
+                or self.c_chunks == NULL):
+            raise MemoryError("graph allocator")
+        self.n_buffers = n
+        self.buffers = [None] * n
+        cdef BufferType bt
+        for i in range(n):
+            bt = bufts[i]
+            self.c_bufts[i] = &bt.c
+            # the default get_alloc_size is ggml_nbytes: answer it in C
+            self.nbytes_sized[i] = type(bt).get_alloc_size is BufferType.get_alloc_size
+            for j in range(i):
+                if bufts[j] is bt:
+                    self.buf_tallocs[i] = self.buf_tallocs[j]
+                    break
+            if self.buf_tallocs[i] == NULL:
+                self.buf_tallocs[i] = dyn_new(bt.c.alignment, bt.c.max_size)
+        self.valid = False
+        self.last_error = None
+
+    def __dealloc__(self):
+        cdef int i, j
+        cdef bint shared
+        if self.buf_tallocs != NULL:
+            for i in range(self.n_buffers):
+                shared = False
+                for j in range(i):
+                    if self.buf_tallocs[j] == self.buf_tallocs[i]:
+                        shared = True
+                        break
+                if not shared:
+                    dyn_free(self.buf_tallocs[i])
+        free(self.buf_tallocs)
+        free(self.c_bufts)
+        free(self.nbytes_sized)
+        free(self.c_chunks)
+        ggml_hash_set_free(&self.hash_set)
+        free(self.hash_values)
+        free(self.node_allocs)
+        free(self.leaf_allocs)
+
+    # --- helpers -------------------------------------------------------------
+
+    cdef size_t alloc_size(self, int buffer_id, ggml_tensor * t) except? 0:
+        """ggml_backend_buft_get_alloc_size of buffer id's type."""
+        if self.nbytes_sized[buffer_id]:
+            return ggml_nbytes(t)
+        return _buft_alloc_size(<BufferType>self.bufts[buffer_id], t)
+
+    cdef hash_node * hash_get(self, ggml_tensor * t) except NULL:
+        """Port of ggml_gallocr_hash_get: the tensor's planning state, inserted on first use."""
+        cdef size_t i = ggml_hash_find_or_insert(&self.hash_set, t)
+        if i == GGML_HASHSET_FULL:
+            # ggml aborts ("fatal error"): the graph reaches more tensors than
+            # its nodes and leafs (sources or view sources outside the graph)
+            raise AllocationError(f"graph allocator hash set full ({self.hash_set.size} "
+                                  f"slots) at tensor '{_name(t)}'")
+        return &self.hash_values[i]
+
+    cdef bint is_own(self, ggml_tensor * t) except -1:
+        return self.hash_get(t).allocated
+
+    cdef bint is_allocated(self, ggml_tensor * t) except -1:
+        # data set outside, or an outside buffer not filled in yet, or planned here
+        return t.data != NULL or t.buffer != NULL or self.is_own(t)
+
+    cdef void sync_chunks(self, int i):
+        """Mirror buffers[i]'s chunk pointers into c_chunks (for the C-level loops)."""
+        cdef ggml_backend_buffer ** row = &self.c_chunks[i * GGML_VBUFFER_MAX_CHUNKS]
+        cdef int c
+        vb = self.buffers[i]
+        for c in range(GGML_VBUFFER_MAX_CHUNKS):
+            row[c] = NULL if vb is None else (<VBuffer>vb).chunks[c]
+
+    # --- planning (ggml_gallocr_allocate_node, _free_node, _alloc_graph_impl) ---
+
+    cdef int free_extra_space(self, ggml_tensor * node, ggml_tensor * parent) except -1:
+        """Port of ggml_gallocr_free_extra_space: a node placed in its parent's memory
+        gives back the aligned tail it does not need."""
+        cdef hash_node * hn = self.hash_get(node)
+        cdef hash_node * p_hn = self.hash_get(parent)
+        cdef size_t parent_size = self.alloc_size(p_hn.buffer_id, parent)
+        cdef size_t node_size = self.alloc_size(hn.buffer_id, node)
+        if parent_size < node_size:
+            raise AllocationError(f"in-place node '{_name(node)}' ({node_size} bytes) is larger "
+                                  f"than its parent '{_name(parent)}' ({parent_size} bytes)")
+        cdef dyn_tallocr * p_alloc = self.buf_tallocs[p_hn.buffer_id]
+        # aligned, so that the freed tail keeps the free list aligned
+        parent_size = aligned_offset(0, parent_size, p_alloc.alignment)
+        node_size = aligned_offset(0, node_size, p_alloc.alignment)
+        cdef buffer_address p_addr
+        if parent_size > node_size:
+            p_addr = p_hn.addr
+            p_addr.offset += node_size
+            dyn_free_bytes(p_alloc, p_addr, parent_size - node_size)
+        return 0
+
+    cdef int allocate_node(self, ggml_tensor * node, int buffer_id, bint is_leaf) except -1:
+        """Port of ggml_gallocr_allocate_node: plan `node` in buffer `buffer_id`, in the
+        memory of a parent when the op works in place and nothing else needs the parent."""
+        cdef hash_node * hn = self.hash_get(node)
+        cdef hash_node * p_hn
+        cdef hash_node * vs_hn
+        cdef ggml_tensor * parent
+        cdef ggml_tensor * view_src
+        cdef int i
+        if self.is_allocated(node) or node.view_src != NULL:
+            return 0
+        if buffer_id < 0 or buffer_id >= self.n_buffers:
+            # ggml asserts buffer_id >= 0: the scheduler left the tensor without a backend
+            kind = "leaf-without-backend" if is_leaf else "tensor-without-backend"
+            raise SchedulerError(f"{'leaf' if is_leaf else 'tensor'} '{_name(node)}' has no "
+                                 f"backend (buffer id {buffer_id}) but needs memory from the "
+                                 f"graph allocator", kind=kind)
+        hn.allocated = True
+
+        if ggml_op_can_inplace(node.op):
+            for i in range(GGML_MAX_SRC):
+                parent = node.src[i]
+                if parent == NULL:
+                    continue
+                # memory from outside (or a view: never "own") cannot be reused
+                if not self.is_own(parent):
+                    continue
+                # outputs must survive the graph
+                if (parent.flags & GGML_TENSOR_FLAG_OUTPUT or
+                        (parent.view_src != NULL and parent.view_src.flags & GGML_TENSOR_FLAG_OUTPUT)):
+                    continue
+                if not _same_layout(node, parent):
+                    continue
+                p_hn = self.hash_get(parent)
+                if p_hn.n_children == 1 and p_hn.n_views == 0:
+                    if parent.view_src != NULL:
+                        # ggml's branch for a view parent; unreachable in practice, since
+                        # a view is never "own" (kept for fidelity)
+                        view_src = parent.view_src
+                        vs_hn = self.hash_get(view_src)
+                        if vs_hn.n_views == 1 and vs_hn.n_children == 0 and view_src.data == parent.data:
+                            hn.buffer_id = p_hn.buffer_id
+                            hn.addr = p_hn.addr
+                            p_hn.allocated = False      # the parent is not freed: node owns it now
+                            vs_hn.allocated = False
+                            self.free_extra_space(node, view_src)
+                            return 0
+                    else:
+                        hn.buffer_id = p_hn.buffer_id
+                        hn.addr = p_hn.addr
+                        p_hn.allocated = False          # the parent is not freed: node owns it now
+                        self.free_extra_space(node, parent)
+                        return 0
+
+        hn.buffer_id = buffer_id
+        hn.addr = dyn_alloc(self.buf_tallocs[buffer_id], self.alloc_size(buffer_id, node))
+        return 0
+
+    cdef int free_node(self, ggml_tensor * node) except -1:
+        """Port of ggml_gallocr_free_node; graph outputs are never freed."""
+        if node.flags & GGML_TENSOR_FLAG_OUTPUT:
+            return 0
+        cdef hash_node * hn = self.hash_get(node)
+        dyn_free_bytes(self.buf_tallocs[hn.buffer_id], hn.addr, self.alloc_size(hn.buffer_id, node))
+        hn.allocated = False
+        return 0
+
+    cdef int alloc_graph_impl(self, ggml_cgraph * graph, const int * node_buffer_ids,
+                              const int * leaf_buffer_ids) except -1:
+        """Port of ggml_gallocr_alloc_graph_impl: plan every tensor of the graph.
+
+        Order (it decides every offset): all leafs; then, in one pass over the
+        nodes, count children and views and plan the INPUT tensors; then per
+        node: its not-yet-planned sources, the node itself, and the release of
+        sources (or their view sources) that nothing reads any more.
+        """
+        cdef int i, j, bid
+        cdef ggml_tensor * node
+        cdef ggml_tensor * src
+        cdef ggml_tensor * view_src
+        cdef hash_node * p_hn
+        cdef hash_node * vs_hn
+
+        ggml_hash_set_reset(&self.hash_set)
+        memset(self.hash_values, 0, sizeof(hash_node) * self.hash_set.size)
+
+        # leafs: possibly unused by the graph, but the application may want them
+        for i in range(graph.n_leafs):
+            self.allocate_node(graph.leafs[i], leaf_buffer_ids[i] if leaf_buffer_ids != NULL else 0,
+                               True)
+
+        # count children and views; inputs are planned first so nothing overwrites them
+        for i in range(graph.n_nodes):
+            node = graph.nodes[i]
+            bid = node_buffer_ids[i] if node_buffer_ids != NULL else 0
+            # an op NONE view is the scheduler's dependency node ("dep:"): it holds
+            # its source alive through src[0] but is not itself a use of its memory
+            if node.view_src != NULL and node.op != 0:
+                self.hash_get(node.view_src).n_views += 1
+            if node.flags & GGML_TENSOR_FLAG_INPUT:
+                self.allocate_node(node, bid, False)
+            for j in range(GGML_MAX_SRC):
+                src = node.src[j]
+                if src == NULL:
+                    continue
+                self.hash_get(src).n_children += 1
+                if src.flags & GGML_TENSOR_FLAG_INPUT:
+                    self.allocate_node(src, bid, False)
+
+        for i in range(graph.n_nodes):
+            node = graph.nodes[i]
+            bid = node_buffer_ids[i] if node_buffer_ids != NULL else 0
+            # sources first (only leafs and outside tensors can still be unplanned)
+            for j in range(GGML_MAX_SRC):
+                if node.src[j] != NULL:
+                    self.allocate_node(node.src[j], bid, False)
+            self.allocate_node(node, bid, False)
+            # release sources nothing reads any more
+            for j in range(GGML_MAX_SRC):
+                src = node.src[j]
+                if src == NULL:
+                    continue
+                p_hn = self.hash_get(src)
+                p_hn.n_children -= 1
+                if p_hn.n_children == 0 and p_hn.n_views == 0:
+                    if src.view_src != NULL:
+                        view_src = src.view_src
+                        vs_hn = self.hash_get(view_src)
+                        vs_hn.n_views -= 1
+                        if vs_hn.n_views == 0 and vs_hn.n_children == 0 and vs_hn.allocated:
+                            self.free_node(view_src)
+                    elif p_hn.allocated:
+                        self.free_node(src)
+        return 0
+
+    cdef int set_tensor_alloc(self, tensor_alloc * ta, ggml_tensor * t) except -1:
+        """Remember where a planned tensor goes; nothing for views and tensors with data."""
+        cdef hash_node * hn
+        if t.view_src != NULL or t.data != NULL:
+            ta.buffer_id = -1
+            ta.addr = ADDRESS_INVALID
+            ta.size_max = 0
+        else:
+            hn = self.hash_get(t)
+            ta.buffer_id = hn.buffer_id
+            ta.addr = hn.addr
+            ta.size_max = self.alloc_size(hn.buffer_id, t)
+        return 0
+
+    cdef int reserve_n_impl(self, ggml_cgraph * graph, const int * node_buffer_ids,
+                            const int * leaf_buffer_ids, bint no_alloc) except -1:
+        """Port of ggml_gallocr_reserve_n_impl: plan the graph, record the plan, and
+        (unless no_alloc) allocate each buffer whose chunks must grow."""
+        cdef size_t min_hash_size = <size_t>graph.n_nodes + graph.n_leafs
+        cdef int i, j, c
+        cdef void * tmp
+        cdef ggml_tensor * node
+        cdef node_alloc * na
+        cdef bint realloc
+        cdef size_t new_size, cur_chunk, new_chunk
+        min_hash_size += min_hash_size // 4     # 25% margin against collisions
+
+        # anything below may raise: until the end, the old plan is not usable
+        self.valid = False
+
+        if self.hash_set.size < min_hash_size:
+            ggml_hash_set_free(&self.hash_set)
+            free(self.hash_values)
+            self.hash_values = NULL
+            self.hash_set.size = 0
+            ggml_hash_set_init(&self.hash_set, min_hash_size)
+            self.hash_values = <hash_node *>malloc(sizeof(hash_node) * self.hash_set.size)
+            if self.hash_values == NULL:
+                ggml_hash_set_free(&self.hash_set)
+                self.hash_set.size = 0
+                raise MemoryError("graph allocator hash table")
+
+        for i in range(self.n_buffers):
+            dyn_reset(self.buf_tallocs[i])
+
+        self.alloc_graph_impl(graph, node_buffer_ids, leaf_buffer_ids)
+
+        # record the plan of every node and its sources
+        if self.node_allocs_cap < graph.n_nodes:
+            free(self.node_allocs)
+            self.node_allocs = <node_alloc *>calloc(graph.n_nodes, sizeof(node_alloc))
+            self.node_allocs_cap = 0 if self.node_allocs == NULL else graph.n_nodes
+            if self.node_allocs == NULL:
+                raise MemoryError("graph allocator node table")
+        self.n_nodes = graph.n_nodes
+        for i in range(graph.n_nodes):
+            node = graph.nodes[i]
+            na = &self.node_allocs[i]
+            self.set_tensor_alloc(&na.dst, node)
+            for j in range(GGML_MAX_SRC):
+                if node.src[j] == NULL or node.src[j].view_src != NULL or node.src[j].data != NULL:
+                    na.src[j].buffer_id = -1
+                    na.src[j].addr = ADDRESS_INVALID
+                    na.src[j].size_max = 0
+                else:
+                    self.set_tensor_alloc(&na.src[j], node.src[j])
+        if self.leaf_allocs_cap < graph.n_leafs:
+            free(self.leaf_allocs)
+            self.leaf_allocs = <tensor_alloc *>calloc(graph.n_leafs, sizeof(tensor_alloc))
+            self.leaf_allocs_cap = 0 if self.leaf_allocs == NULL else graph.n_leafs
+            if self.leaf_allocs == NULL:
+                raise MemoryError("graph allocator leaf table")
+        self.n_leafs = graph.n_leafs
+        for i in range(graph.n_leafs):
+            self.hash_get(graph.leafs[i])     # ggml looks every leaf up here (inserting it)
+            self.set_tensor_alloc(&self.leaf_allocs[i], graph.leafs[i])
+
+        # (re)allocate the buffers whose chunks grew
+        for i in range(self.n_buffers):
+            # the same buffer type used again shares the buffer
+            for j in range(i):
+                if self.buf_tallocs[j] == self.buf_tallocs[i]:
+                    self.buffers[i] = self.buffers[j]
+                    self.sync_chunks(i)
+                    break
+            # even an empty buffer is allocated (a VBuffer without chunks), since
+            # views are initialised from it
+            vb = self.buffers[i]
+            realloc = vb is None
+            new_size = 0
+            for c in range(self.buf_tallocs[i].n_chunks):
+                cur_chunk = 0 if vb is None else (<VBuffer>vb).chunk_size(c)
+                new_chunk = dyn_max_size(self.buf_tallocs[i], c)
+                new_size += new_chunk
+                if new_chunk > cur_chunk:
+                    realloc = True
+            if realloc:
+                self.buffers[i] = None          # ggml_vbuffer_free
+                self.sync_chunks(i)
+                if not no_alloc:
+                    if not self.vbuffer_alloc(i):
+                        return 0
+        self.valid = True
+        return 1
+
+    cdef int vbuffer_alloc(self, int i) except -1:
+        """Port of ggml_vbuffer_alloc for buffer id i: one Buffer per planned chunk,
+        through the buffer type's alloc_buffer. On failure the buffer stays None,
+        last_error says why, and 0 is returned (ggml logs and returns false)."""
+        cdef BufferType bt = self.bufts[i]
+        cdef dyn_tallocr * talloc = self.buf_tallocs[i]
+        cdef VBuffer vb = VBuffer()
+        cdef int n
+        cdef size_t size, total = 0
+        cdef Buffer b
+        for n in range(talloc.n_chunks):
+            total += talloc.chunks[n].max_size
+        for n in range(talloc.n_chunks):
+            size = talloc.chunks[n].max_size
+            if size == 0:
+                b = _zero_size_buffer(bt)
+            else:
+                try:
+                    got = bt.alloc_buffer(size)
+                except Exception as e:
+                    self.last_error = (f"failed to allocate {bt.name} buffer of size {total} "
+                                       f"(chunk {n}: {size} bytes): {e}")
+                    return 0
+                if not isinstance(got, Buffer) or (<Buffer>got).c.size < size:
+                    what = ("nothing" if got is None else
+                            f"{(<Buffer>got).c.size} bytes" if isinstance(got, Buffer) else
+                            type(got).__name__)
+                    self.last_error = (f"failed to allocate {bt.name} buffer of size {total} "
+                                       f"(chunk {n}: {size} bytes): alloc_buffer returned {what}")
+                    return 0
+                b = got
+            b.c.usage = GGML_BACKEND_BUFFER_USAGE_COMPUTE
+            vb.chunks[n] = &b.c
+            vb.owners.append(b)
+        self.buffers[i] = vb
+        self.sync_chunks(i)
+        return 1
+
+    # --- using a plan (ggml_gallocr_alloc_graph and its helpers) ---------------
+
+    cdef bint needs_realloc(self, ggml_cgraph * graph) except -1:
+        """Port of ggml_gallocr_needs_realloc: the recorded plan does not fit `graph`
+        (other node or leaf counts, or a node / source that grew or lost its data)."""
+        cdef int i, j
+        cdef ggml_tensor * node
+        cdef node_alloc * na
+        if not self.valid:
+            # a failed or interrupted reserve (ggml would go on with a broken plan)
+            return True
+        if self.n_nodes != graph.n_nodes or self.n_leafs != graph.n_leafs:
+            return True
+        for i in range(graph.n_nodes):
+            node = graph.nodes[i]
+            na = &self.node_allocs[i]
+            if not self.tensor_alloc_fits(node, &na.dst):
+                return True
+            for j in range(GGML_MAX_SRC):
+                if node.src[j] != NULL and not self.tensor_alloc_fits(node.src[j], &na.src[j]):
+                    return True
+        return False
+
+    cdef bint tensor_alloc_fits(self, ggml_tensor * t, tensor_alloc * ta) except -1:
+        """Port of ggml_gallocr_node_needs_realloc, which despite its name answers
+        whether the recorded place still serves: it does for a tensor that now has
+        data or is a view, not for one that had data at planning time and lost
+        it, and otherwise when the tensor is no larger than planned."""
+        cdef size_t size = 0
+        if t.data == NULL and t.view_src == NULL:
+            if ta.buffer_id < 0:
+                return False
+            size = self.alloc_size(ta.buffer_id, t)
+        return ta.size_max >= size
+
+    cdef int init_tensor(self, ggml_tensor * tensor, tensor_alloc * ta) except -1:
+        """Port of ggml_gallocr_init_tensor: point a tensor at its planned memory."""
+        cdef ggml_backend_buffer * chunk
+        if tensor.view_src != NULL:
+            if tensor.buffer == NULL:
+                if tensor.view_src.buffer == NULL:
+                    return 0            # allocated without ggml-backend: leave it
+                view_init(tensor)
+        elif tensor.data == NULL:
+            if ta.buffer_id < 0 or ta.addr.chunk < 0:
+                raise AllocationError(f"tensor '{_name(tensor)}' has no planned place "
+                                      f"(it had data when the graph was reserved)")
+            chunk = self.c_chunks[ta.buffer_id * GGML_VBUFFER_MAX_CHUNKS + ta.addr.chunk]
+            if chunk == NULL:
+                raise AllocationError(f"tensor '{_name(tensor)}': chunk {ta.addr.chunk} of the "
+                                      f"{_buft_name(self.c_bufts[ta.buffer_id])} buffer is "
+                                      f"not allocated")
+            tensor_alloc_at(chunk, tensor, chunk.base + ta.addr.offset,
+                            self.alloc_size(ta.buffer_id, tensor))
+        return 0
+
+    # --- the scheduler's entry points ------------------------------------------
+
+    cdef int reserve_n(self, ggml_cgraph * graph, const int * node_buffer_ids,
+                       const int * leaf_buffer_ids) except -1:
+        """ggml_gallocr_reserve_n: plan and allocate; 1 ok, 0 a buffer failed (see last_error)."""
+        self.last_error = None
+        return self.reserve_n_impl(graph, node_buffer_ids, leaf_buffer_ids, False)
+
+    cdef int reserve_n_size(self, ggml_cgraph * graph, const int * node_buffer_ids,
+                            const int * leaf_buffer_ids, size_t * sizes) except -1:
+        """ggml_gallocr_reserve_n_size: plan only; sizes[i] = planned size of buffer id i
+        (ids sharing a buffer type each report the shared size, as ggml)."""
+        cdef int i, c
+        self.reserve_n_impl(graph, node_buffer_ids, leaf_buffer_ids, True)
+        for i in range(self.n_buffers):
+            sizes[i] = 0
+            for c in range(self.buf_tallocs[i].n_chunks):
+                sizes[i] += self.buf_tallocs[i].chunks[c].max_size
+        return 1
+
+    cdef int alloc_graph(self, ggml_cgraph * graph) except -1:
+        """ggml_gallocr_alloc_graph: place the graph's tensors by the recorded plan.
+        A plan that no longer fits is redone automatically with a single buffer;
+        with several, 0 is returned and the caller must reserve again."""
+        cdef int i, j
+        cdef ggml_tensor * node
+        cdef node_alloc * na
+        if self.needs_realloc(graph):
+            if self.n_buffers == 1:
+                if not self.reserve_n(graph, NULL, NULL):
+                    return 0
+            else:
+                return 0
+        # ggml resets the chunk buffers here (a backend hook); ggml_py buffers have none
+        for i in range(graph.n_leafs):
+            self.init_tensor(graph.leafs[i], &self.leaf_allocs[i])
+        for i in range(graph.n_nodes):
+            node = graph.nodes[i]
+            na = &self.node_allocs[i]
+            for j in range(GGML_MAX_SRC):
+                if node.src[j] != NULL:
+                    self.init_tensor(node.src[j], &na.src[j])
+            self.init_tensor(node, &na.dst)
+        return 1
+
+    cdef size_t get_buffer_size(self, int buffer_id) except? 0:
+        """ggml_gallocr_get_buffer_size: 0 when unallocated or shared with an earlier id."""
+        if buffer_id < 0 or buffer_id >= self.n_buffers:
+            raise IndexError(f"buffer id {buffer_id} out of range 0..{self.n_buffers - 1}")
+        vb = self.buffers[buffer_id]
+        if vb is None:
+            return 0
+        for i in range(buffer_id):
+            if self.buffers[i] is vb:
+                return 0
+        return (<VBuffer>vb).total_size()
+
+    # --- Python interface ------------------------------------------------------
+
+    @property
+    def n_buffer_ids(self):
+        return self.n_buffers
+
+    @property
+    def buffer_types(self):
+        return list(self.bufts)
+
+    def _ids(self, ids, int n, what):
+        """A list of buffer ids -> bytes holding a C int array (None -> all 0)."""
+        import array
+        if ids is None:
+            return None
+        arr = array.array("i", ids)
+        if len(arr) != n:
+            raise ValueError(f"{what}: {len(arr)} buffer ids for {n} tensors")
+        return arr
+
+    def reserve(self, Graph graph):
+        """ggml_gallocr_reserve: every tensor in buffer id 0. Raises AllocationError
+        when a buffer cannot be allocated (the allocator stays usable)."""
+        return self.reserve_n_py(graph, None, None)
+
+    def reserve_n_py(self, Graph graph, node_ids=None, leaf_ids=None):
+        cdef int[::1] nv = None
+        cdef int[::1] lv = None
+        n = self._ids(node_ids, graph.graph.n_nodes, "node_ids")
+        l = self._ids(leaf_ids, graph.graph.n_leafs, "leaf_ids")
+        if n is not None and len(n):
+            nv = n
+        if l is not None and len(l):
+            lv = l
+        cdef int zero = 0
+        cdef const int * np = &nv[0] if nv is not None else (&zero if n is not None else NULL)
+        cdef const int * lp = &lv[0] if lv is not None else (&zero if l is not None else NULL)
+        if not self.reserve_n(&graph.graph, np, lp):
+            raise AllocationError(self.last_error)
+        return True
+
+    def reserve_n_size_py(self, Graph graph, node_ids=None, leaf_ids=None):
+        """ggml_gallocr_reserve_n_size: plan only, return the size per buffer id."""
+        cdef int[::1] nv = None
+        cdef int[::1] lv = None
+        n = self._ids(node_ids, graph.graph.n_nodes, "node_ids")
+        l = self._ids(leaf_ids, graph.graph.n_leafs, "leaf_ids")
+        if n is not None and len(n):
+            nv = n
+        if l is not None and len(l):
+            lv = l
+        cdef int zero = 0
+        cdef const int * np = &nv[0] if nv is not None else (&zero if n is not None else NULL)
+        cdef const int * lp = &lv[0] if lv is not None else (&zero if l is not None else NULL)
+        cdef size_t * sizes = <size_t *>calloc(self.n_buffers, sizeof(size_t))
+        if sizes == NULL:
+            raise MemoryError()
+        try:
+            self.reserve_n_size(&graph.graph, np, lp, sizes)
+            return [sizes[i] for i in range(self.n_buffers)]
+        finally:
+            free(sizes)
+
+    def alloc_graph_py(self, Graph graph):
+        """ggml_gallocr_alloc_graph: True when placed, False when the graph changed and
+        several buffer ids are in use (reserve_n first). Raises AllocationError when an
+        automatic re-reserve cannot allocate its buffer."""
+        self.last_error = None
+        if self.alloc_graph(&graph.graph):
+            return True
+        if self.last_error is not None:
+            raise AllocationError(self.last_error)
+        return False
+
+    def buffer_size(self, int buffer_id):
+        """ggml_gallocr_get_buffer_size."""
+        return self.get_buffer_size(buffer_id)
+
+    def chunk_sizes(self, int buffer_id):
+        """Sizes of buffer id's chunk buffers; [] where get_buffer_size is 0 (no buffer,
+        a buffer shared with an earlier id, or nothing allocated)."""
+        if self.get_buffer_size(buffer_id) == 0:
+            return []
+        cdef VBuffer vb = self.buffers[buffer_id]
+        out = []
+        for c in range(GGML_VBUFFER_MAX_CHUNKS):
+            if vb.chunks[c] == NULL:
+                break
+            out.append(vb.chunks[c].size)
+        return out
+
+    def buffer(self, int buffer_id):
+        """The VBuffer of buffer id (None before a reserve)."""
+        if buffer_id < 0 or buffer_id >= self.n_buffers:
+            raise IndexError(f"buffer id {buffer_id} out of range 0..{self.n_buffers - 1}")
+        return self.buffers[buffer_id]
+
+    def planned_chunk_sizes(self, int buffer_id):
+        """High-water marks of the planner's chunks for buffer id (after any reserve)."""
+        if buffer_id < 0 or buffer_id >= self.n_buffers:
+            raise IndexError(f"buffer id {buffer_id} out of range 0..{self.n_buffers - 1}")
+        cdef dyn_tallocr * t = self.buf_tallocs[buffer_id]
+        return [t.chunks[c].max_size for c in range(t.n_chunks)]
+
+    def tensor_location(self, Tensor tensor):
+        """(buffer type name, offset from the buffer's base, chunk index) of a tensor's
+        data, as in the `alloc` block of a plan file: chunk is None when the buffer is
+        not one of this allocator's chunks, offset None when the tensor has no data,
+        buffer type None when it has no buffer."""
+        cdef ggml_tensor * t = tensor.ptr
+        cdef ggml_backend_buffer * b = t.buffer
+        cdef int i, c
+        if b == NULL:
+            return (None, None, None)
+        offset = None if t.data == NULL else <size_t>(t.data - b.base)
+        chunk = None
+        for i in range(self.n_buffers):
+            for c in range(GGML_VBUFFER_MAX_CHUNKS):
+                if self.c_chunks[i * GGML_VBUFFER_MAX_CHUNKS + c] == b:
+                    chunk = c
+                    break
+            if chunk is not None:
+                break
+        return (_buft_name(b.buft), offset, chunk)
+
+    def __repr__(self):
+        names = ", ".join(b.name for b in self.bufts)
+        return f"GraphAllocator([{names}])"
+
+
+cdef inline bint _same_layout(const ggml_tensor * a, const ggml_tensor * b) noexcept nogil:
+    """ggml_are_same_layout: same type, shape and strides."""
+    cdef int i
+    if a.type != b.type:
+        return False
+    for i in range(GGML_MAX_DIMS):
+        if a.ne[i] != b.ne[i] or a.nb[i] != b.nb[i]:
+            return False
+    return True

@@ -871,8 +871,13 @@ cdef class Graph:
         return self
 
     @classmethod
-    def from_lists(cls, nodes, leafs, int size=0, Context context=None):
-        """A graph with exactly these nodes and leafs, in this order."""
+    def from_lists(cls, nodes, leafs, int size=0, Context context=None,
+                   bint allow_duplicates=False):
+        """A graph with exactly these nodes and leafs, in this order.
+
+        `allow_duplicates` admits a tensor listed more than once, as in the
+        scheduler's graph copy (with parallel copies, an input's copy 0 is the
+        original leaf, listed again among the leafs)."""
         nodes = list(nodes)
         leafs = list(leafs)
         size = size or max(len(nodes), len(leafs), 1)
@@ -888,8 +893,10 @@ cdef class Graph:
                 g._keep(t)
                 pos = ggml_hash_insert(&g.graph.visited_hash_set, t.ptr)
                 if pos == GGML_HASHSET_ALREADY_EXISTS:
-                    raise GraphError(f"tensor '{t.name}' is listed twice in the graph")
-                g.graph.use_counts[pos] = 0
+                    if not allow_duplicates:
+                        raise GraphError(f"tensor '{t.name}' is listed twice in the graph")
+                else:
+                    g.graph.use_counts[pos] = 0
                 if kind == "node":
                     g.graph.nodes[g.graph.n_nodes] = t.ptr
                     g.graph.n_nodes += 1

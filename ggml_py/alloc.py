@@ -1,0 +1,169 @@
+"""Python face of the graph allocator (port of ggml-alloc.c, see _alloc.pyx).
+
+`GraphAllocator` here is the Cython class with ggml's Python-level names
+(reserve, reserve_n, reserve_n_size, alloc_graph, get_buffer_size); the C
+methods the scheduler calls have the same names on the Cython base class, so
+an instance of either serves both.
+
+`validate_allocation` checks an allocated graph: every tensor lies inside its
+buffer, and no two tensors that are alive at the same time share bytes.
+"""
+
+from ggml_py._alloc import (GraphAllocator as _GraphAllocator, TensorAllocator, VBuffer,
+                            op_can_inplace, INPLACE_OPS)
+from ggml_py._backend import get_buffer
+from ggml_py.errors import AllocationError
+
+__all__ = ["GraphAllocator", "TensorAllocator", "VBuffer", "op_can_inplace", "INPLACE_OPS",
+           "validate_allocation", "allocation_problems"]
+
+
+class GraphAllocator(_GraphAllocator):
+    """Plans and allocates the compute memory of graphs (ggml_gallocr).
+
+    GraphAllocator([buft, ...]) has one buffer id per entry; repeated buffer
+    types share one buffer (ggml_gallocr_new_n).
+    """
+
+    def reserve_n(self, graph, node_ids=None, leaf_ids=None):
+        """ggml_gallocr_reserve_n: plan `graph` with a buffer id per node and per leaf
+        (None: all 0) and allocate the buffers that must grow. True, or AllocationError."""
+        return self.reserve_n_py(graph, node_ids, leaf_ids)
+
+    def reserve_n_size(self, graph, node_ids=None, leaf_ids=None):
+        """ggml_gallocr_reserve_n_size: plan only; the planned size per buffer id."""
+        return self.reserve_n_size_py(graph, node_ids, leaf_ids)
+
+    def alloc_graph(self, graph):
+        """ggml_gallocr_alloc_graph: True when placed; False when the plan no longer
+        fits and there are several buffer ids (call reserve_n again)."""
+        return self.alloc_graph_py(graph)
+
+    def get_buffer_size(self, buffer_id):
+        """ggml_gallocr_get_buffer_size: 0 when not allocated or shared with an earlier id."""
+        return self.buffer_size(buffer_id)
+
+    def locations(self, tensors):
+        """tensor_location of each tensor, as lists (the plan file's alloc entries)."""
+        return [list(self.tensor_location(t)) for t in tensors]
+
+
+# ---------------------------------------------------------------------------
+# validation
+
+def _liveness(graph):
+    """First and last node index at which each memory-owning tensor must hold its data.
+
+    The rules are ggml-alloc's: leafs and INPUT tensors are placed before the
+    first node (-1); any other tensor when it is first met as a node or a
+    source. It stays alive until its last reader, where reading a view that is
+    a graph node (VIEW, RESHAPE, ... not the scheduler's op-NONE dependency
+    views) counts as reading its view source; OUTPUT tensors stay alive to
+    the end. Keys are tensors (handles hash by pointer).
+    """
+    nodes = graph.nodes
+    n = len(nodes)
+    first, last = {}, {}
+
+    def touch(t, i):
+        if t not in first:
+            first[t] = i
+        last[t] = max(last.get(t, -1), i)
+
+    for t in graph.leafs:
+        touch(t, -1)
+    for i, node in enumerate(nodes):
+        if "INPUT" in node.flags:
+            touch(node, -1)
+        for s in node.src:
+            if s is not None and "INPUT" in s.flags:
+                touch(s, -1)
+    for i, node in enumerate(nodes):
+        for s in node.src:
+            if s is None:
+                continue
+            touch(s, i)
+            vs = s.view_src
+            if vs is not None and s in graph and s.op != "NONE":
+                touch(vs, i)
+        touch(node, i)
+        if node.view_src is not None and node.op != "NONE":
+            touch(node.view_src, i)
+    for t in list(first):
+        if "OUTPUT" in t.flags:
+            last[t] = n
+    return first, last
+
+
+def allocation_problems(graph, allocator=None):
+    """Problems of an allocated graph, as messages (empty when it is sound).
+
+    Checks that every tensor with a buffer lies inside it, and that no two
+    tensors whose lifetimes (see _liveness) meet share bytes; the only allowed
+    meeting is ggml's in-place reuse, where a node of an in-place op starts at
+    the address of a source whose life ends at that node. With `allocator`,
+    only tensors in its chunk buffers are checked for overlap.
+    """
+    problems = []
+    seen = {}
+    for t in list(graph.leafs) + list(graph.nodes):
+        for x in [t] + [s for s in t.src if s is not None]:
+            seen.setdefault(x, None)
+            if x.view_src is not None:
+                seen.setdefault(x.view_src, None)
+
+    # inside the buffer
+    owners = []
+    for t in seen:
+        buf = get_buffer(t)
+        if buf is None:
+            continue
+        addr, size = t.data_address, t.nbytes
+        if addr == 0:
+            if size and buf.size:
+                problems.append(f"'{t.name}' has a {buf.buffer_type.name} buffer but no data")
+            continue
+        if addr < buf.base or addr + size > buf.base + buf.size:
+            problems.append(f"'{t.name}' [{addr - buf.base}, +{size}) lies outside its "
+                            f"{buf.buffer_type.name} buffer of {buf.size} bytes")
+        if t.view_src is None and size > 0:
+            if allocator is None or allocator.tensor_location(t)[2] is not None:
+                owners.append(t)
+
+    # no overlap while alive
+    first, last = _liveness(graph)
+    nodes = graph.nodes
+    live = [(t, first.get(t), last.get(t)) for t in owners if t in first]
+    live.sort(key=lambda e: e[0].data_address)
+    for a in range(len(live)):
+        ta, fa, la = live[a]
+        end_a = ta.data_address + ta.nbytes
+        for b in range(a + 1, len(live)):
+            tb, fb, lb = live[b]
+            if tb.data_address >= end_a:
+                break
+            if la < fb or lb < fa:
+                continue            # lifetimes do not meet
+            if _in_place(ta, la, tb, fb, nodes) or _in_place(tb, lb, ta, fa, nodes):
+                continue
+            problems.append(
+                f"'{ta.name}' [{ta.data_address:#x}, +{ta.nbytes}) alive {fa}..{la} overlaps "
+                f"'{tb.name}' [{tb.data_address:#x}, +{tb.nbytes}) alive {fb}..{lb}")
+    return problems
+
+
+def _in_place(parent, parent_last, node, node_first, nodes):
+    """node is computed in place in parent's memory at the node where parent dies."""
+    if parent_last != node_first or node_first < 0 or nodes[node_first] != node:
+        return False
+    return (op_can_inplace(node.op) and parent.data_address == node.data_address
+            and any(s == parent for s in node.src if s is not None))
+
+
+def validate_allocation(graph, allocator=None):
+    """Raise AllocationError listing every problem of an allocated graph (see
+    allocation_problems); return the number of tensors checked otherwise."""
+    problems = allocation_problems(graph, allocator)
+    if problems:
+        raise AllocationError("invalid allocation:\n  " + "\n  ".join(problems))
+    return len(graph.leafs) + len(graph.nodes)
