@@ -23,7 +23,7 @@ def cmd_plan(args) -> int:
     from ggml_py.dot import plan_to_dot, render
     from ggml_py.planning import explain, plan_case
     case = _load(args.case)
-    sched, plan = plan_case(case)
+    sched, plan = plan_case(case, alloc=args.alloc)
     text = json.dumps(plan.to_dict(explain=args.explain), indent=1)
     if args.output:
         with open(args.output, "w") as f:
@@ -49,7 +49,7 @@ def _reference_timing(case_path):
 
 
 def cmd_bench(args) -> int:
-    from ggml_py.planning import median_split_us
+    from ggml_py.planning import median_alloc_us, median_split_us
     rows = []
     for path in args.cases:
         case = _load(path)
@@ -57,16 +57,27 @@ def cmd_bench(args) -> int:
         us, reps = median_split_us(case, min_time_s=0.1 if is_random else args.min_time)
         ref = _reference_timing(path)
         ggml_us = ref.get("split_us_median")
+        alloc_us = median_alloc_us(case, reps)
+        reserve_us = median_alloc_us(case, reps, reserve=True)
+        ggml_alloc, ggml_reserve = ref.get("alloc_graph_us_median"), ref.get("alloc_reserve_us_median")
+        ratio = lambda a, b: round(a / b, 3) if b else None  # noqa: E731
         row = {"case": case.name, "n_nodes": case.graph.n_nodes, "reps": reps,
                "split_us_median": round(us, 3), "ggml_split_us": ggml_us,
-               "split_ratio": round(us / ggml_us, 3) if ggml_us else None}
+               "split_ratio": ratio(us, ggml_us),
+               "alloc_graph_us_median": round(alloc_us, 3), "ggml_alloc_graph_us": ggml_alloc,
+               "alloc_ratio": ratio(alloc_us, ggml_alloc),
+               "alloc_reserve_us_median": round(reserve_us, 3),
+               "ggml_alloc_reserve_us": ggml_reserve, "reserve_ratio": ratio(reserve_us, ggml_reserve)}
         rows.append(row)
         if args.json:
             print(json.dumps(row), flush=True)
         else:
-            ratio = f"{row['split_ratio']:.2f}x" if ggml_us else "-"
-            print(f"{case.name:<40} {case.graph.n_nodes:>7} nodes  split {us:10.2f} us  "
-                  f"ggml {ggml_us if ggml_us is not None else '-':>10} us  ratio {ratio}", flush=True)
+            def fmt(ours, theirs):
+                return (f"{ours:9.2f} us (ggml {theirs:9.2f}, {ours / theirs:4.2f}x)" if theirs
+                        else f"{ours:9.2f} us")
+            print(f"{case.name:<34} {case.graph.n_nodes:>6} nodes  split {fmt(us, ggml_us)}  "
+                  f"alloc {fmt(alloc_us, ggml_alloc)}  reserve {fmt(reserve_us, ggml_reserve)}",
+                  flush=True)
     return 0
 
 
@@ -86,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--explain", action="store_true",
                     help="print each node's backend and the rule that chose it")
     sp.add_argument("--dot", help="write a Graphviz picture (.dot, or .svg/.png with `dot`)")
+    sp.add_argument("--alloc", action="store_true",
+                    help="also allocate (alloc_graph) and write the plan's alloc block")
     sp.set_defaults(func=cmd_plan)
 
     sb = sub.add_parser("bench", help="time the split of case files against ggml's")

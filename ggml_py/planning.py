@@ -18,10 +18,14 @@ def scheduler_for_case(case) -> Scheduler:
     return sched
 
 
-def plan_case(case) -> tuple[Scheduler, Plan]:
-    """Split the case's graph on a fresh scheduler; the plan of that split."""
+def plan_case(case, alloc=False) -> tuple[Scheduler, Plan]:
+    """Split the case's graph on a fresh scheduler; the plan of that split. With
+    `alloc`, split and allocate (alloc_graph) and add the plan's `alloc` block."""
     sched = scheduler_for_case(case)
-    sched.split_graph(case.graph)
+    if alloc:
+        sched.alloc_graph(case.graph)
+    else:
+        sched.split_graph(case.graph)
     return sched, sched.plan(case.name)
 
 
@@ -51,11 +55,23 @@ def median_split_us(case, min_time_s: float = 0.5, min_reps: int = 50) -> tuple[
     graph, resets the scheduler and re-applies the user assignments, untimed;
     repeated until min_time_s of timed splits and at least min_reps."""
     sched = scheduler_for_case(case)
+    return _median_until(lambda n: sched.time_split(case.graph, n, case.assignments),
+                         min_time_s, min_reps)
+
+
+def median_alloc_us(case, reps: int, reserve: bool = False) -> float:
+    """Median time (µs) of `reps` alloc_graph calls in the steady state, or with
+    `reserve` of split + reserve_n + alloc_graph (SCHED_CASES.md "Timing")."""
+    sched = scheduler_for_case(case)
+    return statistics.median(sched.time_alloc(case.graph, reps, case.assignments, reserve))
+
+
+def _median_until(run, min_time_s, min_reps):
     samples: list[float] = []
     start = time.perf_counter()
     batch = min_reps
     while True:
-        samples += sched.time_split(case.graph, batch, case.assignments)
+        samples += run(batch)
         if len(samples) >= min_reps and sum(samples) >= min_time_s * 1e6:
             break
         if time.perf_counter() - start > 20 * min_time_s + 5:

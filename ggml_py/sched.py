@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from ggml_py._backend import Backend, BufferType
 from ggml_py._core import Graph, Tensor
-from ggml_py._sched import CAUSE_NAMES, GraphSnapshot, SchedCore, time_split
-from ggml_py.errors import BackendError, SchedulerError
+from ggml_py._sched import CAUSE_NAMES, GraphSnapshot, SchedCore, time_alloc, time_split
+from ggml_py.errors import AllocationError, BackendError, SchedulerError
 
 log = logging.getLogger("ggml_py.sched")
 
@@ -41,12 +41,15 @@ class Scheduler:
     graph_size: the most nodes plus leafs a graph may have (sizes the hash set).
     parallel: pipeline parallelism, `max_copies` copies of every split input.
     op_offload: let higher-priority backends take ops whose weights are on the host.
+    debug_realloc: GGML_SCHED_DEBUG_REALLOC (default: from the environment). ggml aborts on
+        an unexpected reallocation; here level 1 warns on those, 2 warns on every
+        reallocation, 3 raises SchedulerError. `n_reallocs` counts them always.
     """
 
     def __init__(self, backends, buffer_types=None, graph_size=2048, parallel=False,
                  op_offload=False, *, max_backends=MAX_BACKENDS,
                  max_split_inputs=MAX_SPLIT_INPUTS, max_copies=MAX_COPIES,
-                 max_graph_inputs=None):
+                 max_graph_inputs=None, debug_realloc=None):
         backends = list(backends)
         if not backends:
             raise SchedulerError("a scheduler needs at least one backend (the CPU, last)",
@@ -87,7 +90,9 @@ class Scheduler:
         self.op_offload = bool(op_offload)
         self._core = SchedCore(backends, buffer_types, graph_size, self.parallel, self.op_offload,
                                max_split_inputs, max_split_inputs if max_graph_inputs is None
-                               else max_graph_inputs, max_copies)
+                               else max_graph_inputs, max_copies,
+                               int(os.environ.get("GGML_SCHED_DEBUG_REALLOC", "0") or 0)
+                               if debug_realloc is None else debug_realloc)
         self._graph = None
         self.debug = int(os.environ.get("GGML_SCHED_DEBUG", "0") or 0)
 
@@ -108,6 +113,99 @@ class Scheduler:
         if self.debug:
             self.log_assignments()
         return self
+
+    # --- allocation (port of the scheduler's reserve / alloc_graph path) ---
+
+    def _check_graph_size(self, graph: Graph):
+        if graph.n_nodes + graph.n_leafs > self._core.hash_size:
+            raise SchedulerError(
+                f"the graph has {graph.n_nodes} nodes and {graph.n_leafs} leafs, more than the "
+                f"{self._core.hash_size} slots of the scheduler's hash set (graph_size "
+                f"{self.graph_size}); graph_size must count nodes and leafs", "hash-set-too-small")
+
+    def _allocation_error(self):
+        err = self._core.galloc.last_error or "a compute buffer could not be allocated"
+        return AllocationError(err)
+
+    def reserve(self, graph: Graph) -> bool:
+        """Size and allocate the compute buffers for a worst-case graph
+        (ggml_backend_sched_reserve). Raises AllocationError when a buffer cannot be had."""
+        self._check_graph_size(graph)
+        self.synchronize()
+        self.split_graph(graph)
+        try:
+            ok = self._core.reserve_n()
+        except AllocationError:
+            self.reset()
+            raise
+        if not ok:
+            raise self._allocation_error()
+        self.reset()
+        return True
+
+    def reserve_size(self, graph: Graph) -> dict:
+        """The compute-buffer size each backend would need for `graph`, without
+        allocating (ggml_backend_sched_reserve_size). {backend name: bytes}."""
+        self._check_graph_size(graph)
+        self.reset()
+        self.synchronize()
+        self.split_graph(graph)
+        sizes = self._core.reserve_n_size()
+        return {b.name: n for b, n in zip(self.backends, sizes)}
+
+    def alloc_graph(self, graph: Graph) -> bool:
+        """Split `graph` and place it in the compute buffers (ggml_backend_sched_alloc_graph).
+        Reuses the last reservation when the graph's backends did not change. Raises
+        AllocationError naming the buffer type and size when memory cannot be had."""
+        self._check_graph_size(graph)
+        self._graph = None
+        ok = self._core.alloc_graph(graph)
+        self._graph = graph
+        if not ok:
+            self.reset()
+            raise self._allocation_error()
+        if self.debug:
+            self.log_assignments()
+        return True
+
+    def synchronize(self):
+        """Wait for every backend (ggml_backend_sched_synchronize)."""
+        for b in self.backends:
+            b.synchronize()
+        self._core.synchronize_copy()
+
+    def get_buffer_size(self, backend) -> int:
+        """Bytes of the backend's compute buffer (0 when it shares an earlier backend's)."""
+        return self._core.galloc.buffer_size(self.backend_id(backend))
+
+    def get_buffer_type(self, backend) -> BufferType:
+        return self.buffer_types[self.backend_id(backend)]
+
+    def get_chunk_sizes(self, backend) -> list:
+        """Sizes of the chunks of the backend's compute buffer ([] when it has none)."""
+        return self._core.galloc.chunk_sizes(self.backend_id(backend))
+
+    def tensor_location(self, tensor: Tensor):
+        """(buffer type name, offset, chunk) of a tensor's data after alloc_graph."""
+        return self._core.galloc.tensor_location(tensor)
+
+    @property
+    def is_alloc(self) -> bool:
+        return self._core.is_alloc
+
+    @property
+    def is_reset(self) -> bool:
+        return self._core.is_reset
+
+    @property
+    def n_reallocs(self) -> int:
+        """How many times alloc_graph had to reserve again (ggml's GGML_SCHED_DEBUG_REALLOC)."""
+        return self._core.n_reallocs
+
+    @property
+    def n_unexpected_reallocs(self) -> int:
+        """Reallocations although the graph's size and backends did not change."""
+        return self._core.n_unexpected_reallocs
 
     def backend_id(self, backend) -> int:
         """Priority index of a backend given as object, name or index."""
@@ -202,9 +300,24 @@ class Scheduler:
         return f"dep:{d[1].id}"
 
     def plan(self, name="") -> "Plan":
-        """The plan of the last split, in the plan-file format."""
+        """The plan of the last split, in the plan-file format; with its `alloc`
+        block when the graph was allocated (alloc_graph)."""
         self._require_split()
-        return Plan.from_scheduler(self, self._graph, name)
+        plan = Plan.from_scheduler(self, self._graph, name)
+        if self.is_alloc:
+            plan.alloc = self.alloc_report()
+        return plan
+
+    def alloc_report(self) -> dict:
+        """The `alloc` block of a plan file for the allocated graph copy."""
+        nodes, _, leafs, _ = self.graph_copy
+        galloc = self._core.galloc
+        return {
+            "buffer_sizes": {b.name: self.get_buffer_size(i) for i, b in enumerate(self.backends)},
+            "chunk_sizes": {b.name: self.get_chunk_sizes(i) for i, b in enumerate(self.backends)},
+            "graph_copy_nodes": [list(galloc.tensor_location(t)) for t in nodes],
+            "graph_copy_leafs": [list(galloc.tensor_location(t)) for t in leafs],
+        }
 
     def log_assignments(self):
         """GGML_SCHED_DEBUG output: splits with their inputs, and (level 2) nodes."""
@@ -229,6 +342,21 @@ class Scheduler:
                           g.use_count(node), int("COMPUTE" in node.flags), srcs)
 
     # --- timing (SCHED_CASES.md "Timing") ---
+
+    def time_alloc(self, graph: Graph, reps: int, assignments=(), reserve=False):
+        """Wall times (µs) of `reps` alloc_graph calls in the steady state (the
+        reservation reused), or with `reserve` of split + reserve_n + alloc_graph, each
+        after restoring the graph, a reset and re-applying `assignments`."""
+        snap = GraphSnapshot(graph)
+        ids = [(t, self.backend_id(b)) for t, b in assignments]
+        try:
+            if not reserve and not self.is_alloc:
+                self.alloc_graph(graph)     # the first call reserves; time the steady state
+            ns = time_alloc(self._core, graph, snap, ids, reps, reserve)
+        finally:
+            snap.restore()
+            self.reset()
+        return [x / 1000.0 for x in ns]
 
     def time_split(self, graph: Graph, reps: int, assignments=()):
         """Wall times (µs) of `reps` splits, each after restoring the graph, a reset and

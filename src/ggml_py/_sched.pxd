@@ -4,6 +4,7 @@
 from libc.stdint cimport uint8_t
 from ggml_py._ggml cimport *
 from ggml_py._core cimport Context
+from ggml_py._alloc cimport GraphAllocator
 
 # why a tensor got its backend (ggml's SET_CAUSE, kept on the object here)
 cdef enum:
@@ -91,6 +92,12 @@ cdef class SchedCore:
     cdef sched_tensor_info * infos              # [infos_capacity], by arena index
     cdef int infos_capacity
 
+    # the compute buffers: one graph allocator over the backends' buffer types
+    cdef readonly GraphAllocator galloc
+    cdef readonly int debug_realloc             # GGML_SCHED_DEBUG_REALLOC level
+    cdef readonly int n_reallocs                # reserves made by alloc_graph
+    cdef readonly int n_unexpected_reallocs     # ... of them with an unchanged graph
+
     cdef bint op_offload
     cdef readonly bint is_reset
     cdef readonly bint is_alloc
@@ -101,3 +108,5 @@ cdef class SchedCore:
 cdef int sched_reset(SchedCore s) noexcept
 cdef int sched_split_graph(SchedCore s, ggml_cgraph * graph) except -1
 cdef int sched_tensor_backend_id(SchedCore s, ggml_tensor * t) noexcept
+cdef int sched_alloc_splits(SchedCore s) except -1
+cdef int sched_alloc_graph(SchedCore s, ggml_cgraph * graph) except -1

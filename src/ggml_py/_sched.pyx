@@ -23,7 +23,9 @@ from ggml_py._core cimport (Context, Tensor, Graph, tensor_handle, tensor_ptr, g
 from ggml_py._backend cimport (Backend, BufferType, backend_supports_op, backend_supports_buft,
                                backend_offload_op)
 
-from ggml_py.errors import SchedulerError
+from ggml_py._alloc cimport GraphAllocator
+
+from ggml_py.errors import AllocationError, SchedulerError
 
 CAUSE_NAMES = {CAUSE_NONE: "", CAUSE_USR: "usr", CAUSE_1_DST: "1.dst", CAUSE_1_VSRC: "1.vsrc",
                CAUSE_1_INP: "1.inp", CAUSE_1_OFF: "1.off", CAUSE_2_SUP: "2.sup",
@@ -616,6 +618,62 @@ cdef int sched_split_graph(SchedCore s, ggml_cgraph * graph) except -1:
 
 
 # ---------------------------------------------------------------------------
+# allocation (ggml_backend_sched_alloc_splits / _alloc_graph)
+
+cdef inline bint _ids_changed(SchedCore s, const int * ids, const int * prev, int n) noexcept:
+    """Did any tensor move to a backend with another buffer type? (ggml reads
+    bufts[-1] for a tensor without a backend; here that counts as a change.)"""
+    cdef int i
+    for i in range(n):
+        if ids[i] != prev[i]:
+            if ids[i] < 0 or prev[i] < 0 or s.bufts[ids[i]] != s.bufts[prev[i]]:
+                return True
+    return False
+
+
+cdef int sched_alloc_splits(SchedCore s) except -1:
+    """Place the graph copy in the compute buffers, reusing the last reservation
+    when the backends did not change; reserve again otherwise. 1 ok, 0 failed."""
+    cdef bint changed = (_ids_changed(s, s.node_backend_ids, s.prev_node_backend_ids, s.graph.n_nodes)
+                         or _ids_changed(s, s.leaf_backend_ids, s.prev_leaf_backend_ids, s.graph.n_leafs))
+    cdef bint unexpected
+    cdef int b
+    if not changed and s.galloc.alloc_graph(&s.graph):
+        return 1
+    # a reallocation (ggml: GGML_SCHED_DEBUG_REALLOC aborts on the unexpected ones)
+    unexpected = not changed and s.debug_prev_graph_size == s.debug_graph_size
+    s.n_reallocs += 1
+    s.n_unexpected_reallocs += unexpected
+    if s.debug_realloc > 0 and (unexpected or s.debug_realloc > 1):
+        msg = (f"unexpected graph reallocation (graph size = {s.debug_graph_size}, nodes = "
+               f"{s.graph.n_nodes}, leafs = {s.graph.n_leafs}, debug_realloc = {s.debug_realloc})")
+        if s.debug_realloc > 2:
+            raise SchedulerError(msg, "unexpected-realloc")
+        import warnings
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+    # the reallocation may move split inputs: wait for queued work first
+    for b in range(s.n_backends):
+        (<object>s.backends[b].pyobj).synchronize()
+    if not s.galloc.reserve_n(&s.graph, s.node_backend_ids, s.leaf_backend_ids):
+        return 0
+    return s.galloc.alloc_graph(&s.graph)
+
+
+cdef int sched_alloc_graph(SchedCore s, ggml_cgraph * graph) except -1:
+    """ggml_backend_sched_alloc_graph: split on the next copy slot, then allocate."""
+    if s.is_alloc:
+        raise SchedulerError("the scheduler already holds an allocated graph: call reset() "
+                             "before allocating another", "already-allocated")
+    s.cur_copy = s.next_copy
+    s.next_copy = (s.next_copy + 1) % s.n_copies
+    sched_split_graph(s, graph)
+    if not sched_alloc_splits(s):
+        return 0
+    s.is_alloc = True
+    return 1
+
+
+# ---------------------------------------------------------------------------
 # Python face of the core (the public API is ggml_py.sched.Scheduler)
 
 cdef class SchedCore:
@@ -638,7 +696,8 @@ cdef class SchedCore:
         memset(&self.graph, 0, sizeof(ggml_cgraph))
 
     def __init__(self, backends, bufts, int graph_size, bint parallel, bint op_offload,
-                 int max_split_inputs=30, int max_graph_inputs=30, int n_copies=4):
+                 int max_split_inputs=30, int max_graph_inputs=30, int n_copies=4,
+                 int debug_realloc=0):
         cdef int b
         self._keep = list(backends) + list(bufts)
         self.n_backends = len(backends)
@@ -666,6 +725,8 @@ cdef class SchedCore:
                 or self.hv_tensor_copies == NULL or self.splits == NULL or self.graph_inputs == NULL):
             raise MemoryError("scheduler tables")
         self.arena = Context("sched")
+        self.galloc = GraphAllocator(list(bufts))
+        self.debug_realloc = debug_realloc
         self.is_reset = False
         sched_reset(self)
 
@@ -707,6 +768,37 @@ cdef class SchedCore:
             self.graph.n_leafs = 0
             sched_reset(self)
             raise
+
+    def alloc_graph(self, Graph graph not None):
+        """Split and allocate; True, or False when a buffer could not be allocated
+        (the allocator's last_error says which)."""
+        try:
+            ok = sched_alloc_graph(self, &graph.graph)
+        except BaseException:
+            self.is_alloc = False
+            sched_reset(self)
+            raise
+        return bool(ok)
+
+    def reserve_n(self):
+        """Reserve compute buffers for the current graph copy (after a split)."""
+        return bool(self.galloc.reserve_n(&self.graph, self.node_backend_ids, self.leaf_backend_ids))
+
+    def reserve_n_size(self):
+        """Buffer sizes per backend the current graph copy would need (a dry run)."""
+        cdef size_t * sizes = <size_t *>calloc(self.n_backends, sizeof(size_t))
+        if sizes == NULL:
+            raise MemoryError()
+        try:
+            self.galloc.reserve_n_size(&self.graph, self.node_backend_ids, self.leaf_backend_ids, sizes)
+            return [sizes[i] for i in range(self.n_backends)]
+        finally:
+            free(sizes)
+
+    def synchronize_copy(self):
+        """After a synchronize with no graph allocated, start again at copy slot 0."""
+        if not self.is_alloc:
+            self.next_copy = 0
 
     def set_tensor_backend(self, Tensor t, int backend_id):
         cdef Py_ssize_t h = hash_id(self, t.ptr)
@@ -829,4 +921,30 @@ def time_split(SchedCore s, Graph graph, GraphSnapshot snap, assignments, int re
         t0 = clock()
         sched_split_graph(s, &graph.graph)
         out.append(clock() - t0)
+    return out
+
+
+def time_alloc(SchedCore s, Graph graph, GraphSnapshot snap, assignments, int reps, bint reserve):
+    """Times (ns) of `reps` allocations measured as SCHED_CASES.md times ggml:
+    alloc_graph in the steady state (the reservation is reused), or with
+    `reserve` split + reserve_n + alloc_graph (a new or changed graph)."""
+    import time
+    cdef list out = []
+    cdef int r
+    clock = time.perf_counter_ns
+    for r in range(reps):
+        snap.restore()
+        sched_reset(s)
+        for t, b in assignments:
+            s.set_tensor_backend(t, b)
+        if reserve:
+            t0 = clock()
+            sched_split_graph(s, &graph.graph)
+            s.galloc.reserve_n(&s.graph, s.node_backend_ids, s.leaf_backend_ids)
+            s.galloc.alloc_graph(&s.graph)
+        else:
+            t0 = clock()
+            sched_alloc_graph(s, &graph.graph)
+        out.append(clock() - t0)
+    s.is_alloc = False
     return out
