@@ -1,0 +1,101 @@
+"""A plain-numpy forward pass of the transformer models, for testing the graphs.
+
+Written from the models' definitions, not from ggml's kernels: float64 throughout,
+no KV cache (the whole sequence at once), heads and experts looped over in the
+obvious way. It reads the same (dequantised) weights as the graph, so a graph and
+this reference differ only by the graph's float32 arithmetic and its f16/q8_0
+rounding of activations and cache cells.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ggml_py.models.transformer import Model
+
+
+def _rms_norm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def _rope(x, pos, n_rot, base, freq_scale, neox):
+    """x (T, heads, D): rotate the first n_rot dims by position; NORMAL rotates adjacent
+    pairs (2i, 2i+1), NEOX the halves (i, i + n_rot/2)."""
+    i = np.arange(n_rot // 2)
+    theta = pos[:, None] * freq_scale * base ** (-2.0 * i / n_rot)      # (T, n_rot/2)
+    c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+    out = x.copy()
+    a, b = (i, i + n_rot // 2) if neox else (2 * i, 2 * i + 1)
+    out[..., a] = x[..., a] * c - x[..., b] * s
+    out[..., b] = x[..., a] * s + x[..., b] * c
+    return out
+
+
+def _silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _swiglu(x, gate, up, down):
+    return (_silu(x @ gate.T) * (x @ up.T)) @ down.T
+
+
+def _moe(cfg, x, w):
+    """Routed experts for every token of x (T, E); w(name) gives a layer weight."""
+    logits = x @ w("ffn_gate_inp").T                         # (T, n_expert)
+    gate, up, down = w("ffn_gate_exps"), w("ffn_up_exps"), w("ffn_down_exps")
+    out = np.zeros_like(x)
+    for t in range(x.shape[0]):
+        if cfg.ffn == "moe_dense":
+            chosen = np.arange(cfg.n_expert)
+            weights = _softmax(logits[t])
+        else:
+            chosen = np.argsort(-logits[t], kind="stable")[: cfg.n_expert_used]
+            if cfg.ffn == "moe_topk":
+                weights = _softmax(logits[t, chosen])
+            else:
+                weights = _softmax(logits[t])[chosen]
+        for e, g in zip(chosen, weights):
+            out[t] += g * _swiglu(x[t], gate[e], up[e], down[e])
+    if cfg.ffn == "moe_shared":
+        out += _swiglu(x, w("ffn_gate_shexp"), w("ffn_up_shexp"), w("ffn_down_shexp"))
+    return out
+
+
+def reference_logits(model: Model, tokens) -> np.ndarray:
+    """Logits (n_tokens, n_vocab) of a causal pass over `tokens` from position 0."""
+    cfg = model.config
+    tokens = np.asarray(tokens).reshape(-1)
+    T, H, Hkv, D = tokens.size, cfg.n_head, cfg.n_head_kv, cfg.head_dim
+    V = {name: model.values(name).astype(np.float64) for name in model.weights}
+    pos = np.arange(T, dtype=np.float64)
+    neox = cfg.rope_mode.upper().endswith("NEOX")
+    x = V["token_embd.weight"][tokens]
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    for il in range(cfg.n_layer):
+        def w(n, il=il):
+            return V[f"blk.{il}.{n}.weight"]
+        h = _rms_norm(x, w("attn_norm"), cfg.eps)
+        q = _rope((h @ w("attn_q").T).reshape(T, H, D), pos, cfg.n_rot_, cfg.rope_freq_base,
+                  cfg.rope_freq_scale, neox)
+        k = _rope((h @ w("attn_k").T).reshape(T, Hkv, D), pos, cfg.n_rot_, cfg.rope_freq_base,
+                  cfg.rope_freq_scale, neox)
+        v = (h @ w("attn_v").T).reshape(T, Hkv, D)
+        att = np.empty((T, H, D))
+        for hd in range(H):
+            g = hd // (H // Hkv)                         # the KV head of this query head
+            s = q[:, hd] @ k[:, g].T / np.sqrt(D)
+            s = np.where(causal, s, -np.inf)
+            att[:, hd] = _softmax(s) @ v[:, g]
+        x = x + att.reshape(T, H * D) @ w("attn_output").T
+        h = _rms_norm(x, w("ffn_norm"), cfg.eps)
+        if cfg.ffn == "dense":
+            x = x + _swiglu(h, w("ffn_gate"), w("ffn_up"), w("ffn_down"))
+        else:
+            x = x + _moe(cfg, h, w)
+    x = _rms_norm(x, V["output_norm.weight"], cfg.eps)
+    return x @ V["output.weight"].T

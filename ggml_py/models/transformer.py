@@ -1,0 +1,663 @@
+"""Computable transformer models in ggml's graph form: a llama and MoE variants.
+
+The graphs are built the way llama.cpp builds them (llm_build_llama and its MoE
+helper), with the op builders of ggml_py.ops:
+
+  * attention: GQA heads, rope_ext, scores soft_max_ext'ed with a causal mask,
+    a KV cache per layer written with cpy into views of the cache tensors (K row
+    per cell; V stored transposed, one row per channel) and read back through
+    strided views;
+  * FFN kinds (FFN_KINDS):
+      dense      llama SwiGLU;
+      moe_dense  every expert runs, weighted by a softmax over all router logits;
+      moe_topk   Mixtral: the top-k experts, weighted by a softmax over their logits;
+      moe_shared DeepSeek-MoE: top-k routed experts weighted by their softmax
+                 probabilities (not renormalised) plus always-on shared experts.
+    The MoE forms share one expert path (mul_mat_id over the selected experts).
+
+Weights are kept in their stored form (`Model.weights`: name -> (ggml type,
+numpy array: values for plain types, row bytes for block types)) and placed in
+backend buffers by `Model.place` (one weights buffer per layer and backend, so
+layers can be offloaded). `Session` owns a KV cache and a Scheduler and runs
+prompt and decode steps: build graph, alloc_graph, set inputs, compute, read
+logits, as llama_decode does.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ggml_py import ops, quants
+from ggml_py._backend import get_buffer
+from ggml_py._core import Context, Graph, row_size, type_size
+from ggml_py.alloc import TensorAllocator
+from ggml_py.errors import BackendError, GraphError
+
+FFN_KINDS = ("dense", "moe_dense", "moe_topk", "moe_shared")
+WEIGHT_TYPES = ("f32", "f16", "q8_0", "q4_0")
+
+
+# ---------------------------------------------------------------------------
+# configuration
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Hyper-parameters of a llama-style model (llama.cpp's llama_hparams subset)."""
+    n_vocab: int = 256
+    n_ctx: int = 64               # KV cache cells
+    n_embd: int = 64
+    n_head: int = 4
+    n_head_kv: int = 2
+    n_layer: int = 2
+    n_ff: int = 128               # dense FFN width (and each expert's, unless n_ff_exp)
+    n_rot: int | None = None      # rope dimensions (default: the head size)
+    rope_mode: str = "NORMAL"     # llama's rope type (adjacent pairs)
+    rope_freq_base: float = 10000.0
+    rope_freq_scale: float = 1.0
+    eps: float = 1e-5             # rms_norm epsilon
+    wtype: str = "f16"            # matrices; norms and the router stay f32
+    cache_type: str = "f16"       # K/V cache cells
+    ffn: str = "dense"
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int | None = None   # width of each expert (default n_ff)
+    n_expert_shared: int = 0      # moe_shared: shared experts (their FFN is n_ff_exp wide each)
+    kv_pad: int = 32              # attention runs over the used cells rounded up to this
+    name: str = "llama"
+
+    def __post_init__(self):
+        if self.ffn not in FFN_KINDS:
+            raise ValueError(f"ffn must be one of {FFN_KINDS}, got {self.ffn!r}")
+        if self.wtype not in WEIGHT_TYPES:
+            raise ValueError(f"wtype must be one of {WEIGHT_TYPES}, got {self.wtype!r}")
+        if self.n_embd % self.n_head or self.n_head % self.n_head_kv:
+            raise ValueError("n_embd must divide into n_head heads, n_head into n_head_kv groups")
+        if self.ffn != "dense":
+            if not 0 < self.n_expert_used <= self.n_expert:
+                raise ValueError(f"{self.ffn} needs 0 < n_expert_used <= n_expert")
+            if self.ffn == "moe_shared" and self.n_expert_shared < 1:
+                raise ValueError("moe_shared needs n_expert_shared >= 1")
+        if self.n_rot_ % 2 or self.n_rot_ > self.head_dim:
+            raise ValueError(f"n_rot must be even and at most the head size {self.head_dim}")
+        if quants.is_quantized(self.wtype):
+            qk = quants.BLOCKS[self.wtype][0]
+            widths = {self.n_embd, self.n_ff, self.ff_exp}
+            if any(w % qk for w in widths):
+                raise ValueError(f"{self.wtype} weights need row lengths that are multiples of {qk}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def n_embd_gqa(self) -> int:
+        return self.head_dim * self.n_head_kv
+
+    @property
+    def n_rot_(self) -> int:
+        return self.head_dim if self.n_rot is None else self.n_rot
+
+    @property
+    def ff_exp(self) -> int:
+        return self.n_ff if self.n_ff_exp is None else self.n_ff_exp
+
+    @property
+    def is_moe(self) -> bool:
+        return self.ffn != "dense"
+
+
+def llama_config(**kw) -> ModelConfig:
+    """The small llama of the demo (and the base of the MoE configs)."""
+    base = dict(n_vocab=512, n_ctx=64, n_embd=128, n_head=8, n_head_kv=4, n_layer=4, n_ff=256)
+    base.update(kw)
+    return ModelConfig(**base)
+
+
+MOE_DEFAULTS = {
+    "moe_dense": dict(n_expert=4, n_expert_used=4, n_ff_exp=128),     # all experts run
+    "moe_topk": dict(n_expert=8, n_expert_used=2, n_ff_exp=128),
+    "moe_shared": dict(n_expert=8, n_expert_used=2, n_ff_exp=64, n_expert_shared=2),
+}
+
+
+def moe_config(ffn: str, **kw) -> ModelConfig:
+    """A small MoE in one of the three classic forms, llama-sized otherwise.
+    moe_dense always uses every expert (n_expert_used = n_expert)."""
+    base = dict(name=ffn.replace("_", "-"), ffn=ffn, **MOE_DEFAULTS[ffn])
+    base.update(kw)
+    if ffn == "moe_dense":
+        base["n_expert_used"] = base["n_expert"]
+    return llama_config(**base)
+
+
+# ---------------------------------------------------------------------------
+# weights
+
+def weight_shapes(cfg: ModelConfig) -> dict:
+    """name -> (ggml type, ggml ne) of every weight, with GGUF's tensor names."""
+    E, V, F = cfg.n_embd, cfg.n_vocab, cfg.n_ff
+    G, X, Fe = cfg.n_embd_gqa, cfg.n_expert, cfg.ff_exp
+    w = cfg.wtype
+    shapes = {"token_embd.weight": (w, (E, V))}
+    for il in range(cfg.n_layer):
+        p = f"blk.{il}."
+        shapes.update({
+            p + "attn_norm.weight": ("f32", (E,)),
+            p + "attn_q.weight": (w, (E, E)),
+            p + "attn_k.weight": (w, (E, G)),
+            p + "attn_v.weight": (w, (E, G)),
+            p + "attn_output.weight": (w, (E, E)),
+            p + "ffn_norm.weight": ("f32", (E,)),
+        })
+        if cfg.ffn == "dense":
+            shapes.update({p + "ffn_gate.weight": (w, (E, F)), p + "ffn_up.weight": (w, (E, F)),
+                           p + "ffn_down.weight": (w, (F, E))})
+        else:
+            shapes.update({
+                p + "ffn_gate_inp.weight": ("f32", (E, X)),      # the router stays f32
+                p + "ffn_gate_exps.weight": (w, (E, Fe, X)),
+                p + "ffn_up_exps.weight": (w, (E, Fe, X)),
+                p + "ffn_down_exps.weight": (w, (Fe, E, X)),
+            })
+        if cfg.ffn == "moe_shared":
+            Fs = Fe * cfg.n_expert_shared
+            shapes.update({p + "ffn_gate_shexp.weight": (w, (E, Fs)),
+                           p + "ffn_up_shexp.weight": (w, (E, Fs)),
+                           p + "ffn_down_shexp.weight": (w, (Fs, E))})
+    shapes["output_norm.weight"] = ("f32", (E,))
+    shapes["output.weight"] = (w, (E, V))
+    return shapes
+
+
+def layer_of(name: str) -> int | None:
+    """The block index of a weight name ('blk.3.attn_q.weight' -> 3), None outside blocks."""
+    if name.startswith("blk."):
+        return int(name.split(".", 2)[1])
+    return None
+
+
+def to_stored(type_name: str, values: np.ndarray) -> np.ndarray:
+    """float32 values (numpy order) -> the stored form of `type_name` (ggml's reference
+    quantiser for block types, as ggml_quantize_chunk / llama-quantize use)."""
+    return quants.from_f32(type_name, values, cpu=False)
+
+
+def stored_values(type_name: str, stored: np.ndarray) -> np.ndarray:
+    """Stored form -> float32 values, numpy order."""
+    return quants.to_f32(type_name, stored)
+
+
+def random_weights(cfg: ModelConfig, seed: int = 0) -> dict:
+    """Seeded random weights in stored form: matrices ~ N(0, 1/fan_in) so activations keep
+    their scale through the layers, norms ~ 1, embeddings ~ N(0, 1)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, (t, ne) in weight_shapes(cfg).items():
+        shape = tuple(reversed(ne))
+        if len(ne) == 1:
+            x = 1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)
+        elif name == "token_embd.weight":
+            x = rng.standard_normal(shape, dtype=np.float32)
+        else:
+            x = rng.standard_normal(shape, dtype=np.float32) / np.float32(math.sqrt(ne[0]))
+        out[name] = (t, to_stored(t, x.astype(np.float32)))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# tensor data in and out (ggml_backend_tensor_set / _get)
+
+def tensor_set(t, data: np.ndarray, backends=()):
+    """Write `data` (the tensor's stored form, any shape with the right bytes) into t."""
+    raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+    if raw.size != t.nbytes:
+        raise BackendError(f"tensor '{t.name}': {raw.size} bytes given, it holds {t.nbytes}")
+    buf = get_buffer(t)
+    if buf is None or t.data_address == 0:
+        raise BackendError(f"tensor '{t.name}' is not allocated")
+    if buf.memory is not None:
+        off = t.data_address - buf.base
+        buf.memory[off:off + raw.size] = raw
+        return
+    _owner(t, backends).set_tensor(t, raw)
+
+
+def tensor_get(t, backends=()) -> np.ndarray:
+    """t's bytes as a new uint8 array."""
+    buf = get_buffer(t)
+    if buf is None or t.data_address == 0:
+        raise BackendError(f"tensor '{t.name}' is not allocated")
+    if buf.memory is not None:
+        off = t.data_address - buf.base
+        return np.array(buf.memory[off:off + t.nbytes], dtype=np.uint8)
+    return np.frombuffer(_owner(t, backends).get_tensor(t), dtype=np.uint8).copy()
+
+
+def tensor_values(t, backends=()) -> np.ndarray:
+    """A contiguous float tensor's values as float32, numpy order (dequantised)."""
+    raw = tensor_get(t, backends)
+    shape = tuple(reversed(t.ne))
+    if quants.is_quantized(t.type):
+        return quants.to_f32(t.type, raw.reshape(shape[:-1] + (-1,)))
+    return quants.to_f32(t.type, raw.view(quants.PLAIN_DTYPES[t.type]).reshape(shape))
+
+
+def _owner(t, backends):
+    buft = get_buffer(t).buffer_type
+    for b in backends:
+        if b.get_default_buffer_type() is buft or buft in b.supported_buffer_types:
+            return b
+    raise BackendError(f"tensor '{t.name}' is in a {buft.name} buffer without host memory and "
+                       "no backend given that owns it")
+
+
+def _alloc_group(buft, tensors, usage):
+    """One buffer of `buft` holding `tensors` one after another (ggml_backend_alloc_ctx_tensors)."""
+    size = sum(-(-buft.get_alloc_size(t) // buft.alignment) * buft.alignment for t in tensors)
+    buf = buft.alloc_buffer(max(size, 1) + buft.alignment)
+    buf.usage = usage
+    talloc = TensorAllocator(buf)
+    for t in tensors:
+        talloc.alloc(t)
+    return buf
+
+
+# ---------------------------------------------------------------------------
+# the model: weights placed in backend buffers
+
+def _check_stored(name, type_name, ne, stored):
+    """A weight's stored array must hold exactly the bytes of a `type_name` tensor of `ne`."""
+    if type_name not in WEIGHT_TYPES:
+        raise GraphError(f"weight {name}: type {type_name} is not one of {WEIGHT_TYPES}")
+    want = row_size(type_name, ne[0]) * math.prod(ne[1:])
+    if ne[0] % quants.BLOCKS.get(type_name, (1,))[0] or stored.nbytes != want:
+        raise GraphError(f"weight {name}: {stored.nbytes} bytes of {type_name} do not make "
+                         f"a tensor of ne {list(ne)}")
+
+
+class Model:
+    """A model's config and weights; `place` puts the weights into backend buffers.
+
+    weights: name -> (ggml type, stored numpy array) as weight_shapes(config) names them.
+    """
+
+    def __init__(self, config: ModelConfig, weights: dict):
+        want = weight_shapes(config)
+        missing = sorted(set(want) - set(weights))
+        if missing:
+            raise GraphError(f"model {config.name}: missing weights {', '.join(missing[:5])}"
+                             + (" ..." if len(missing) > 5 else ""))
+        self.config = config
+        self.weights = weights
+        self.tensors = {}           # name -> Tensor, after place()
+        self.buffers = []
+        self.backends = []          # every backend a weight lives on
+        self.layer_backend = []     # per layer
+
+    @classmethod
+    def random(cls, config: ModelConfig, seed: int = 0) -> "Model":
+        return cls(config, random_weights(config, seed))
+
+    def values(self, name: str) -> np.ndarray:
+        """A weight's float32 values in numpy order (dequantised): what the graph sees."""
+        t, stored = self.weights[name]
+        return stored_values(t, stored)
+
+    def place(self, layer_backends=None, host=None, output_backend=None) -> "Model":
+        """Create the weight tensors and write them into buffers.
+
+        layer_backends: a backend per layer (a single backend: all layers); host: where the
+        token embeddings live (llama.cpp keeps the input layer on the CPU; default: the
+        last layer's backend); output_backend: output norm and matrix (default: the last
+        layer's). Each (layer, backend) gets its own weights buffer."""
+        cfg = self.config
+        if layer_backends is None:
+            raise ValueError("place() needs the backend(s) for the layers")
+        if not isinstance(layer_backends, (list, tuple)):
+            layer_backends = [layer_backends] * cfg.n_layer
+        if len(layer_backends) != cfg.n_layer:
+            raise ValueError(f"{len(layer_backends)} layer backends for {cfg.n_layer} layers")
+        host = host or layer_backends[-1]
+        output_backend = output_backend or layer_backends[-1]
+        self.layer_backend = list(layer_backends)
+        self.ctx = Context(f"{cfg.name}.weights")
+        groups = {}             # (group key, backend id) -> (backend, [tensors])
+        for name, (t, ne) in weight_shapes(cfg).items():
+            stored_t, stored = self.weights[name]
+            _check_stored(name, stored_t, ne, stored)
+            tensor = ops.new_tensor(self.ctx, stored_t, ne, name=name)
+            il = layer_of(name)
+            if il is not None:
+                key, be = f"blk.{il}", layer_backends[il]
+            elif name == "token_embd.weight":
+                key, be = "input", host
+            else:
+                key, be = "output", output_backend
+            groups.setdefault((key, id(be)), (be, []))[1].append(tensor)
+            self.tensors[name] = tensor
+        self.buffers = [_alloc_group(be.get_default_buffer_type(), ts, "weights")
+                        for be, ts in groups.values()]
+        self.backends = list({id(b): b for b, _ in groups.values()}.values())
+        self.has_data = True
+        for name, tensor in self.tensors.items():
+            try:
+                tensor_set(tensor, self.weights[name][1], self.backends)
+            except (BackendError, NotImplementedError):
+                if get_buffer(tensor).memory is not None:
+                    raise
+                self.has_data = False       # a simulated device: placement only, no data
+        return self
+
+    @property
+    def n_params(self) -> int:
+        return sum(math.prod(ne) for _, ne in weight_shapes(self.config).values())
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for _, s in self.weights.values())
+
+
+class KVCache:
+    """Per-layer K and V cache tensors in the layer's backend (llama_kv_cache, one
+    sequence). K: ne [n_embd_gqa, n_ctx], a row per cell; V: ne [n_ctx, n_embd_gqa],
+    stored transposed (a row per channel), as llama.cpp does without flash attention."""
+
+    def __init__(self, model: Model):
+        cfg = model.config
+        self.config = cfg
+        self.ctx = Context(f"{cfg.name}.kv")
+        self.k, self.v = [], []
+        groups = {}
+        for il in range(cfg.n_layer):
+            k = ops.new_tensor_2d(self.ctx, cfg.cache_type, cfg.n_embd_gqa, cfg.n_ctx,
+                                  name=f"cache_k_l{il}")
+            v = ops.new_tensor_2d(self.ctx, cfg.cache_type, cfg.n_ctx, cfg.n_embd_gqa,
+                                  name=f"cache_v_l{il}")
+            self.k.append(k)
+            self.v.append(v)
+            be = model.layer_backend[il]
+            groups.setdefault(id(be), (be, []))[1].extend([k, v])
+        # llama.cpp leaves the cache buffer's usage at 'any': the scheduler places
+        # its views by the buffer's backend, not as weights
+        self.buffers = [_alloc_group(be.get_default_buffer_type(), ts, "any")
+                        for be, ts in groups.values()]
+        self.backends = [be for be, _ in groups.values()]
+        self.clear()
+
+    def clear(self):
+        """Empty the cache (zeroed cells, n_past 0)."""
+        self.n_past = 0
+        for buf in self.buffers:
+            if buf.memory is not None:
+                buf.memory[...] = 0
+
+
+# ---------------------------------------------------------------------------
+# the forward graph
+
+@dataclass
+class Forward:
+    """One built forward graph and what to do around its computation."""
+    graph: Graph
+    ctx: Context
+    logits: object                                  # Tensor [n_vocab, n_outputs]
+    inputs: list = field(default_factory=list)      # [(Tensor, numpy data)]
+    n_tokens: int = 0
+    n_past: int = 0
+    n_kv: int = 0
+    n_outputs: int = 0
+
+
+def _name(t, name):
+    t.name = name
+    return t
+
+
+def build_forward(model: Model, cache: KVCache, tokens, n_past: int | None = None,
+                  logits: str = "all") -> Forward:
+    """The graph of one llama_decode call: `tokens` at positions n_past.. (default: the
+    cache's), writing their K/V into the cache. logits 'all' or 'last' (a get_rows of
+    the output ids before the output norm, as llama.cpp does)."""
+    cfg = model.config
+    tokens = np.asarray(tokens, dtype=np.int32).reshape(-1)
+    T = int(tokens.size)
+    n_past = cache.n_past if n_past is None else int(n_past)
+    if T < 1:
+        raise ValueError("no tokens")
+    if n_past + T > cfg.n_ctx:
+        raise ValueError(f"{n_past} cached + {T} new tokens exceed the context of {cfg.n_ctx}")
+    if tokens.min() < 0 or tokens.max() >= cfg.n_vocab:
+        raise ValueError(f"token ids must lie in 0..{cfg.n_vocab - 1}")
+    W = model.tensors
+    if not W:
+        raise GraphError("the model's weights are not placed (Model.place)")
+    n_kv = min(cfg.n_ctx, -(-(n_past + T) // cfg.kv_pad) * cfg.kv_pad)
+    E, H, Hkv, D = cfg.n_embd, cfg.n_head, cfg.n_head_kv, cfg.head_dim
+
+    ctx = Context(f"{cfg.name}.forward")
+    graph = Graph(graph_size(cfg))
+    inputs = []
+
+    def inp(type_name, ne, name, data):
+        t = ops.new_tensor(ctx, type_name, ne, name=name).set_input()
+        inputs.append((t, np.ascontiguousarray(data, dtype=quants.PLAIN_DTYPES[type_name])))
+        return t
+
+    inp_tokens = inp("i32", (T,), "inp_tokens", tokens)
+    inp_pos = inp("i32", (T,), "inp_pos", np.arange(n_past, n_past + T))
+    cells = np.arange(n_kv)[None, :]
+    allowed = cells <= (n_past + np.arange(T))[:, None]          # causal, one sequence
+    kq_mask = inp("f32", (n_kv, T), "kq_mask", np.where(allowed, 0.0, -np.inf))
+    all_ids = None
+    if cfg.ffn == "moe_dense":
+        all_ids = inp("i32", (cfg.n_expert, T), "inp_all_experts",
+                      np.tile(np.arange(cfg.n_expert), (T, 1)))
+
+    x = _name(ops.get_rows(ctx, W["token_embd.weight"], inp_tokens), "inp_embd")
+    kq_scale = 1.0 / math.sqrt(D)
+    ck, cv = cache.k, cache.v
+    esv = type_size(cfg.cache_type)
+    for il in range(cfg.n_layer):
+        p = f"blk.{il}."
+        cur = ops.mul(ctx, ops.rms_norm(ctx, x, cfg.eps), W[p + "attn_norm.weight"])
+        cur.name = f"attn_norm-{il}"
+        q = ops.mul_mat(ctx, W[p + "attn_q.weight"], cur)
+        k = ops.mul_mat(ctx, W[p + "attn_k.weight"], cur)
+        v = _name(ops.mul_mat(ctx, W[p + "attn_v.weight"], cur), f"Vcur-{il}")
+        q = _rope(ctx, cfg, ops.reshape_3d(ctx, q, D, H, T), inp_pos, f"Qcur-{il}")
+        k = _rope(ctx, cfg, ops.reshape_3d(ctx, k, D, Hkv, T), inp_pos, f"Kcur-{il}")
+
+        # store this batch's K and V in the cache; expanded now so the writes come before
+        # the reads below in graph order (llama.cpp's cpy_k / cpy_v)
+        k_view = ops.view_1d(ctx, ck[il], T * cfg.n_embd_gqa,
+                             row_size(cfg.cache_type, cfg.n_embd_gqa) * n_past)
+        v_view = ops.view_2d(ctx, cv[il], T, cfg.n_embd_gqa, cfg.n_ctx * esv, n_past * esv)
+        graph.build_forward_expand(ops.cpy(ctx, k, k_view))
+        graph.build_forward_expand(ops.cpy(ctx, ops.transpose(ctx, v), v_view))
+
+        kk = ops.view_3d(ctx, ck[il], D, n_kv, Hkv, row_size(cfg.cache_type, cfg.n_embd_gqa),
+                         row_size(cfg.cache_type, D), 0)
+        vv = ops.view_3d(ctx, cv[il], n_kv, D, Hkv, cfg.n_ctx * esv, cfg.n_ctx * esv * D, 0)
+        qp = ops.permute(ctx, q, 0, 2, 1, 3)                            # [D, T, H]
+        kq = _name(ops.mul_mat(ctx, kk, qp), f"kq-{il}")                # [n_kv, T, H]
+        kq = _name(ops.soft_max_ext(ctx, kq, kq_mask, kq_scale, 0.0), f"kq_soft_max-{il}")
+        kqv = ops.mul_mat(ctx, vv, kq)                                  # [D, T, H]
+        cur = ops.cont_2d(ctx, ops.permute(ctx, kqv, 0, 2, 1, 3), E, T)
+        cur = _name(ops.mul_mat(ctx, W[p + "attn_output.weight"], cur), f"attn_out-{il}")
+        ffn_inp = _name(ops.add(ctx, cur, x), f"ffn_inp-{il}")
+
+        cur = ops.mul(ctx, ops.rms_norm(ctx, ffn_inp, cfg.eps), W[p + "ffn_norm.weight"])
+        cur.name = f"ffn_norm-{il}"
+        cur = _ffn(ctx, cfg, W, p, cur, T, il, all_ids)
+        x = _name(ops.add(ctx, cur, ffn_inp), f"l_out-{il}")
+
+    n_out = T
+    if logits == "last":
+        ids = inp("i32", (1,), "inp_out_ids", [T - 1])
+        x = ops.get_rows(ctx, x, ids)
+        n_out = 1
+    elif logits != "all":
+        raise ValueError("logits must be 'all' or 'last'")
+    x = _name(ops.mul(ctx, ops.rms_norm(ctx, x, cfg.eps), W["output_norm.weight"]), "result_norm")
+    out = _name(ops.mul_mat(ctx, W["output.weight"], x), "result_output").set_output()
+    graph.build_forward_expand(out)
+    return Forward(graph, ctx, out, inputs, T, n_past, n_kv, n_out)
+
+
+def graph_size(cfg: ModelConfig) -> int:
+    """Nodes plus leafs a forward graph can have, with room to spare (llama.cpp's
+    graph_max_nodes is generous too)."""
+    return 128 + cfg.n_layer * (96 + 8 * cfg.n_expert_used)
+
+
+def _rope(ctx, cfg, t, pos, name):
+    return _name(ops.rope_ext(ctx, t, pos, None, cfg.n_rot_, cfg.rope_mode, cfg.n_ctx,
+                              cfg.rope_freq_base, cfg.rope_freq_scale, 0.0, 1.0, 32.0, 1.0), name)
+
+
+def _swiglu_ffn(ctx, W, gate, up, down, cur, name):
+    g = ops.mul_mat(ctx, W[gate], cur)
+    u = ops.mul_mat(ctx, W[up], cur)
+    return _name(ops.mul_mat(ctx, W[down], ops.swiglu_split(ctx, g, u)), name)
+
+
+def _ffn(ctx, cfg, W, p, cur, T, il, all_ids):
+    if cfg.ffn == "dense":
+        return _swiglu_ffn(ctx, W, p + "ffn_gate.weight", p + "ffn_up.weight",
+                           p + "ffn_down.weight", cur, f"ffn_out-{il}")
+    X, K = cfg.n_expert, cfg.n_expert_used
+    logits = _name(ops.mul_mat(ctx, W[p + "ffn_gate_inp.weight"], cur), f"ffn_moe_logits-{il}")
+    if cfg.ffn == "moe_dense":
+        # every expert, weighted by the softmax over all of them
+        selected = all_ids
+        weights = ops.reshape_3d(ctx, ops.soft_max(ctx, logits), 1, X, T)
+    elif cfg.ffn == "moe_topk":
+        # Mixtral: softmax over the chosen experts' logits (= softmax, top-k, renormalise)
+        selected = _name(ops.top_k(ctx, logits, K), f"ffn_moe_topk-{il}")
+        chosen = ops.get_rows(ctx, ops.reshape_3d(ctx, logits, 1, X, T), selected)
+        weights = ops.reshape_3d(ctx, ops.soft_max(ctx, ops.reshape_2d(ctx, chosen, K, T)), 1, K, T)
+    else:
+        # DeepSeek-MoE: the top-k of the softmax probabilities, used as they are
+        probs = _name(ops.soft_max(ctx, logits), f"ffn_moe_probs-{il}")
+        selected = _name(ops.top_k(ctx, probs, K), f"ffn_moe_topk-{il}")
+        weights = ops.get_rows(ctx, ops.reshape_3d(ctx, probs, 1, X, T), selected)
+    weights.name = f"ffn_moe_weights-{il}"
+    out = _moe_experts(ctx, cfg, W, p, cur, selected, weights, T, il)
+    if cfg.ffn == "moe_shared":
+        sh = _swiglu_ffn(ctx, W, p + "ffn_gate_shexp.weight", p + "ffn_up_shexp.weight",
+                         p + "ffn_down_shexp.weight", cur, f"ffn_shexp-{il}")
+        out = _name(ops.add(ctx, out, sh), f"ffn_out-{il}")
+    return out
+
+
+def _moe_experts(ctx, cfg, W, p, cur, selected, weights, T, il):
+    """The selected experts' SwiGLU FFNs (mul_mat_id), weighted and summed per token."""
+    k = selected.ne[0]
+    x3 = ops.reshape_3d(ctx, cur, cfg.n_embd, 1, T)
+    up = ops.mul_mat_id(ctx, W[p + "ffn_up_exps.weight"], x3, selected)      # [Fe, k, T]
+    gate = ops.mul_mat_id(ctx, W[p + "ffn_gate_exps.weight"], x3, selected)
+    h = ops.swiglu_split(ctx, gate, up)
+    experts = ops.mul_mat_id(ctx, W[p + "ffn_down_exps.weight"], h, selected)  # [E, k, T]
+    experts = _name(ops.mul(ctx, experts, weights), f"ffn_moe_weighted-{il}")
+    # sum over the k experts with views (llama.cpp avoids a reduction op here)
+    out = None
+    for i in range(k):
+        v = ops.view_2d(ctx, experts, cfg.n_embd, T, experts.nb[2], i * experts.nb[1])
+        out = v if out is None else ops.add(ctx, out, v)
+    if k == 1:
+        out = ops.cont(ctx, out)
+    return _name(out, f"ffn_moe_out-{il}")
+
+
+# ---------------------------------------------------------------------------
+# running: a session of prompt and decode steps
+
+@dataclass
+class StepStats:
+    """What one forward pass cost and how the scheduler cut it."""
+    kind: str                  # 'prompt' or 'decode'
+    n_tokens: int
+    n_nodes: int
+    n_splits: int
+    n_copies: int
+    copy_bytes: int            # split inputs copied between backends
+    build_s: float
+    alloc_s: float
+    compute_s: float
+    splits: list               # [(backend name, n_nodes, n_inputs, input bytes)]
+    profile: object = None     # the scheduler's per-split profile, when it has one
+
+
+def has_runtime(sched) -> bool:
+    """Does this Scheduler run graphs (the runtime port), or only plan them?"""
+    return callable(getattr(sched, "graph_compute", None))
+
+
+class Session:
+    """A model, its KV cache and a Scheduler over `backends` (priority order, CPU last)."""
+
+    def __init__(self, model: Model, backends, scheduler=None):
+        from ggml_py.sched import Scheduler
+        self.model = model
+        self.backends = list(backends)
+        self.cache = KVCache(model)
+        self.sched = scheduler or Scheduler(self.backends, graph_size=graph_size(model.config))
+        if not has_runtime(self.sched) and len(self.backends) > 1:
+            raise BackendError("this Scheduler has no graph_compute (runtime); only a single "
+                               "CPU backend can compute, use plan_forward() for more")
+        self.history = []
+
+    def forward(self, tokens, logits="all") -> np.ndarray:
+        """Run `tokens` through the model after the cached ones; returns their logits,
+        numpy [n_outputs, n_vocab]."""
+        t0 = time.perf_counter()
+        fw = build_forward(self.model, self.cache, tokens, logits=logits)
+        t1 = time.perf_counter()
+        sched = self.sched
+        sched.reset()
+        sched.alloc_graph(fw.graph)
+        for t, data in fw.inputs:
+            tensor_set(t, data, self.backends)
+        t2 = time.perf_counter()
+        if has_runtime(sched):
+            sched.graph_compute(fw.graph)
+        else:
+            self.backends[0].graph_compute(fw.graph)      # one CPU backend, one split
+        t3 = time.perf_counter()
+        out = tensor_values(fw.logits, self.backends).reshape(fw.n_outputs, -1)
+        self.cache.n_past += fw.n_tokens
+        self.history.append(self._stats(fw, t1 - t0, t2 - t1, t3 - t2))
+        return out
+
+    def _stats(self, fw, build_s, alloc_s, compute_s):
+        s = self.sched
+        splits = [(sp.backend.name, sp.i_end - sp.i_start, len(sp.inputs),
+                   sum(t.nbytes for t in sp.inputs)) for sp in s.splits]
+        prof = None
+        if callable(getattr(s, "profile", None)):
+            prof = s.profile()
+        elif getattr(s, "profile", None) is not None:
+            prof = s.profile
+        return StepStats("prompt" if fw.n_tokens > 1 else "decode", fw.n_tokens,
+                         fw.graph.n_nodes, s.n_splits, s.n_copies,
+                         sum(x[3] for x in splits), build_s, alloc_s, compute_s, splits, prof)
+
+    def generate(self, prompt, n_new: int) -> list:
+        """Greedy decoding: the prompt in one pass, then one token per step; the new ids."""
+        logits = self.forward(prompt, logits="last")
+        out = []
+        for i in range(n_new):
+            tok = int(np.argmax(logits[-1]))
+            out.append(tok)
+            if i + 1 < n_new:
+                logits = self.forward([tok], logits="last")
+        return out
+
+    def reset(self):
+        self.cache.clear()
+        self.history.clear()
+
