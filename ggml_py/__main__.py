@@ -1,6 +1,6 @@
 """Command line: `python -m ggml_py COMMAND ...` (also installed as `ggml-py`).
 
-  demo [--layers N]                                          the main job: models through the scheduler
+  demo [--gguf PATH] [--layers N] [--steps N] ...           the main job: models through the scheduler
   plan CASE.json [-o PLAN.json] [--explain] [--dot FILE]   split a case, write its plan
   bench CASE.json... [--json]                               split time against ggml's
   ops-check PATH... [--backend NAME] [--json]               op cases against ggml's results
@@ -86,10 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 
-    sd = sub.add_parser("demo", help="run model graphs through the scheduler (the main job)")
-    sd.add_argument("--layers", type=int, default=8)
-    sd.set_defaults(func=lambda a: __import__("ggml_py.demo", fromlist=["main"]).main(
-        ["--layers", str(a.layers)]))
+    sub.add_parser("demo", help="run model graphs through the scheduler (the main job; "
+                                "see `demo --help`)")
 
     sp = sub.add_parser("plan", help="split a case file and write its plan")
     sp.add_argument("case")
@@ -116,6 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     from ggml_py.errors import GgmlPyError
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["demo"]:
+        # its own parser: `demo --help` lists the demo's options
+        from ggml_py.demo import main as demo_main
+        return demo_main(argv[1:])
     if argv[:1] == ["ops-check"]:
         # its own parser: `ops-check --help` lists the runner's options
         from ggml_py.opscheck import main as ops_check_main

@@ -1,14 +1,23 @@
-"""The main job: build model graphs and run them through the scheduler on the
-backends at hand, with simulated devices where no real one exists.
+"""The main job: run model graphs through the scheduler on the backends at hand.
 
-Each scenario is a what-if plan of a llama-shaped model: where ggml's scheduler
-puts every node, where it cuts splits, which tensors it copies between devices
-and how long the split takes.
+Part 1 builds a small llama and the three classic MoE forms with seeded random
+weights (or loads a GGUF file), offloads their layers to the best device backend
+here (OpenCL when present, else the numpy device; the CPU always last) and runs a
+prompt and greedy decode steps, printing the generated token ids and, per step,
+the scheduler's splits, copies, bytes and times.
+
+Part 2 is what-if planning: a deeper llama-shaped graph planned over simulated
+GPUs (where ggml's scheduler puts every node, where it cuts splits, which tensors
+it copies and how long the split takes). Nothing is computed there.
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
+import time
+
+import numpy as np
 
 from ggml_py.models.synthetic import synthetic_llama
 from ggml_py.sched import Scheduler
@@ -28,6 +37,199 @@ def _fmt_bytes(n: int) -> str:
         n /= 1024
     return str(n)
 
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.1f}"
+
+
+class Progress:
+    """A one-line progress bar on a terminal (nothing when output is redirected)."""
+
+    def __init__(self, total: int, label: str, stream=None, width: int = 28):
+        self.total, self.label, self.width = max(total, 1), label, width
+        self.stream = stream or sys.stderr
+        self.enabled = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.t0 = time.perf_counter()
+
+    def update(self, done: int):
+        if not self.enabled:
+            return
+        fill = self.width * done // self.total
+        self.stream.write(f"\r  {self.label:<12} [{'#' * fill}{'.' * (self.width - fill)}] "
+                          f"{done}/{self.total} {time.perf_counter() - self.t0:5.1f}s")
+        self.stream.flush()
+
+    def close(self):
+        if self.enabled:
+            self.stream.write("\r" + " " * (self.width + 40) + "\r")
+            self.stream.flush()
+
+
+# ---------------------------------------------------------------------------
+# part 1: computing models
+
+def device_backends(out=print):
+    """The device backends this machine has, best first (each import guarded: a
+    backend that is not built or finds no device is left out with a note)."""
+    found = []
+    for module, cls in (("ggml_py.backends.opencl", "OpenCLBackend"),
+                        ("ggml_py.backends.numpy_device", "NumpyDeviceBackend")):
+        try:
+            mod = __import__(module, fromlist=[cls])
+            found.append(getattr(mod, cls)())
+        except ImportError:
+            continue
+        except Exception as e:      # e.g. OpenCL present but no platform
+            out(f"  ({cls} unavailable: {e})")
+            continue
+        break                       # the first that works is the device
+    return found
+
+
+def demo_models(args):
+    from ggml_py.models.transformer import llama_config, moe_config, Model
+    if args.gguf:
+        from ggml_py.models.gguf import load_gguf
+        n_ctx = args.prompt + args.steps
+        return [load_gguf(args.gguf, n_ctx=-(-n_ctx // 32) * 32)]
+    kw = dict(n_layer=args.layers, wtype=args.wtype)
+    cfgs = [llama_config(**kw), moe_config("moe_dense", **kw), moe_config("moe_topk", **kw),
+            moe_config("moe_shared", **kw)]
+    return [Model.random(c, seed=args.seed + i) for i, c in enumerate(cfgs)]
+
+
+def _describe(model):
+    c = model.config
+    ffn = {"dense": f"SwiGLU FFN {c.n_ff}",
+           "moe_dense": f"dense MoE: all {c.n_expert} experts x {c.ff_exp}, softmax gate",
+           "moe_topk": f"sparse MoE: top-{c.n_expert_used} of {c.n_expert} experts x {c.ff_exp}",
+           "moe_shared": f"shared+routed MoE: {c.n_expert_shared} shared + top-"
+                         f"{c.n_expert_used} of {c.n_expert} experts x {c.ff_exp}"}[c.ffn]
+    return (f"{c.name}: {c.n_layer} layers, n_embd {c.n_embd}, {c.n_head} heads "
+            f"({c.n_head_kv} KV), vocab {c.n_vocab}, {ffn}; {c.wtype} weights, "
+            f"{model.n_params / 1e6:.2f} M params ({_fmt_bytes(model.nbytes)})")
+
+
+def run_model(model, backends, args, out=print):
+    """Prompt + greedy decode of one model through the scheduler; prints its tables and
+    returns a summary row."""
+    from ggml_py.models.transformer import Session
+    cfg = model.config
+    devices, cpu = backends[:-1], backends[-1]
+    # llama.cpp's layout with every layer offloaded: token embeddings stay on the CPU,
+    # the layers and the output head go to the device
+    layer_be = devices[0] if devices else cpu
+    model.place([layer_be] * cfg.n_layer, host=cpu, output_backend=layer_be)
+    sess = Session(model, backends)
+    rng = np.random.default_rng(args.seed)
+    prompt = rng.integers(0, cfg.n_vocab, size=args.prompt).tolist()
+    # an untimed pass first: numpy/BLAS start-up and the scheduler's first reservation
+    # would otherwise land in the prompt's time
+    sess.forward(prompt[:1], logits="last")
+    sess.reset()
+    bar = Progress(1 + args.steps, cfg.name)
+    t0 = time.perf_counter()
+    logits = sess.forward(prompt, logits="last")
+    new = []
+    for i in range(args.steps):
+        bar.update(i + 1)
+        tok = int(np.argmax(logits[-1]))
+        new.append(tok)
+        if i + 1 < args.steps:
+            logits = sess.forward([tok], logits="last")
+    bar.update(1 + args.steps)
+    bar.close()
+    wall = time.perf_counter() - t0
+
+    out(f"\n== {_describe(model)}")
+    out(f"   prompt   {prompt}")
+    out(f"   greedy   {new}")
+    hist = sess.history
+    p, d = hist[0], hist[1:]
+    out(f"   {'step':<8} {'tokens':>6} {'nodes':>6} {'splits':>6} {'copies':>6} "
+        f"{'copied':>10} {'alloc ms':>9} {'compute ms':>11} {'tok/s':>8}")
+
+    def row(label, steps):
+        n_tok = sum(s.n_tokens for s in steps)
+        comp = sum(s.compute_s for s in steps)
+        s0 = steps[0]
+        out(f"   {label:<8} {n_tok:>6} {s0.n_nodes:>6} {s0.n_splits:>6} "
+            f"{statistics.median(sum(x[2] for x in s.splits) for s in steps):>6.0f} "
+            f"{_fmt_bytes(statistics.median(s.copy_bytes for s in steps)):>10} "
+            f"{_ms(statistics.median(s.alloc_s for s in steps)):>9} "
+            f"{_ms(statistics.median(s.compute_s for s in steps)):>11} "
+            f"{n_tok / comp if comp else 0:>8.0f}")
+    row("prompt", [p])
+    if d:
+        row("decode", d)
+    out("   (decode row: medians per step; copies = split inputs copied between backends)")
+    _split_table(p, out)
+    return dict(name=cfg.name, nodes=p.n_nodes, splits=p.n_splits, copy_bytes=p.copy_bytes,
+                prompt_s=p.compute_s, decode_s=statistics.median(s.compute_s for s in d) if d
+                else 0.0, wall=wall, tokens=new)
+
+
+def _split_table(step, out):
+    prof = _profile_times(step.profile)
+    out(f"   prompt splits:  {'#':>3} {'backend':<12} {'nodes':>6} {'inputs':>6} "
+        f"{'copied':>10}" + (f" {'ms':>8}" if prof else ""))
+    for k, (name, n_nodes, n_in, nbytes) in enumerate(step.splits[:10]):
+        t = f" {_ms(prof[k]):>8}" if prof and k < len(prof) else ""
+        out(f"                   {k:>3} {name:<12} {n_nodes:>6} {n_in:>6} "
+            f"{_fmt_bytes(nbytes):>10}{t}")
+    if len(step.splits) > 10:
+        out(f"                   ... {len(step.splits) - 10} more splits")
+
+
+def _profile_times(profile):
+    """Seconds per split from the scheduler's profile, whatever shape it comes in
+    (a list of records with a time, or of numbers); None without one."""
+    if not profile:
+        return None
+    times = []
+    for rec in profile:
+        if isinstance(rec, (int, float)):
+            times.append(float(rec))
+            continue
+        get = rec.get if isinstance(rec, dict) else (lambda k, r=rec: getattr(r, k, None))
+        for key in ("compute_s", "time_s", "seconds", "wall_s"):
+            if get(key) is not None:
+                times.append(float(get(key)))
+                break
+        else:
+            for key in ("compute_us", "time_us", "us"):
+                if get(key) is not None:
+                    times.append(float(get(key)) * 1e-6)
+                    break
+            else:
+                return None
+    return times
+
+
+def run_models(args, out=print):
+    from ggml_py.backends.cpu import CPUBackend
+    from ggml_py.models.transformer import has_runtime
+    out("== part 1: models computed through the scheduler")
+    devices = device_backends(out)
+    probe = Scheduler([CPUBackend()], graph_size=16)
+    if devices and not has_runtime(probe):
+        out("  (this build's Scheduler has no graph_compute yet: computing on the CPU only)")
+        devices = []
+    backends = devices + [CPUBackend()]
+    out(f"   backends (priority order): {', '.join(b.name for b in backends)}")
+    rows = []
+    for model in demo_models(args):
+        rows.append(run_model(model, backends, args, out))
+    out(f"\n   {'model':<12} {'nodes':>6} {'splits':>6} {'copied':>10} {'prompt ms':>10} "
+        f"{'decode ms':>10} {'wall s':>7}")
+    for r in rows:
+        out(f"   {r['name']:<12} {r['nodes']:>6} {r['splits']:>6} {_fmt_bytes(r['copy_bytes']):>10} "
+            f"{_ms(r['prompt_s']):>10} {_ms(r['decode_s']):>10} {r['wall']:>7.2f}")
+    return rows
+
+
+# ---------------------------------------------------------------------------
+# part 2: what-if planning over simulated GPUs
 
 def run_scenario(title, n_layers, n_gpus=1, gpu_unsupported=(), parallel=False, out=print):
     backends, graph, _keep = synthetic_llama(n_layers, n_gpus=max(n_gpus, 0),
@@ -58,13 +260,39 @@ def run_scenario(title, n_layers, n_gpus=1, gpu_unsupported=(), parallel=False, 
     return sched
 
 
-def main(argv=None) -> int:
-    import argparse
-    ap = argparse.ArgumentParser(prog="ggml-py demo", description=__doc__)
-    ap.add_argument("--layers", type=int, default=8, help="model depth (default 8)")
-    args = ap.parse_args(argv)
-    print("ggml_py demo: llama-shaped model planned by the ggml scheduler port")
-    print("(simulated GPUs stand in for devices this machine does not have)")
+def run_whatif(n_layers, out=print):
+    out(f"\n== part 2: what-if plans of a {n_layers}-layer llama-shaped graph over simulated GPUs")
     for title, kw in SCENARIOS:
-        run_scenario(title, args.layers, **kw)
+        run_scenario(title, n_layers, **kw, out=out)
+
+
+def build_parser():
+    import argparse
+    ap = argparse.ArgumentParser(prog="ggml-py demo", description=__doc__.splitlines()[0])
+    ap.add_argument("--gguf", metavar="PATH", help="run this llama GGUF file instead of the "
+                    "random models (needs the gguf package)")
+    ap.add_argument("--layers", type=int, default=4, help="layers of the random models (4)")
+    ap.add_argument("--wtype", default="f16", choices=("f32", "f16", "q8_0", "q4_0"),
+                    help="weight type of the random models (f16)")
+    ap.add_argument("--prompt", type=int, default=16, help="prompt tokens (16)")
+    ap.add_argument("--steps", type=int, default=16, help="greedy decode steps (16)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--plan-layers", type=int, default=8,
+                    help="depth of the what-if planning graphs (8)")
+    ap.add_argument("--no-plan", action="store_true", help="skip the what-if planning part")
+    ap.add_argument("--no-models", action="store_true", help="skip the computed models")
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.prompt < 1 or args.steps < 0:
+        raise SystemExit("demo: --prompt must be >= 1 and --steps >= 0")
+    t0 = time.perf_counter()
+    print("ggml_py demo: llama-style models through a port of ggml's backend scheduler")
+    if not args.no_models:
+        run_models(args)
+    if not args.no_plan:
+        run_whatif(args.plan_layers)
+    print(f"\ndone in {time.perf_counter() - t0:.1f} s")
     return 0
