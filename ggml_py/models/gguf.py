@@ -31,11 +31,16 @@ class GGUFError(ValueError):
     """A GGUF file this loader cannot turn into a model."""
 
 
+def _path(reader):
+    """The file a reader reads (the gguf package keeps it on its memmap)."""
+    return getattr(getattr(reader, "data", None), "filename", None) or "GGUF file"
+
+
 def _field(reader, key, default=None, required=False):
     f = reader.get_field(key)
     if f is None:
         if required:
-            raise GGUFError(f"{reader.path}: metadata key {key!r} is missing")
+            raise GGUFError(f"{_path(reader)}: metadata key {key!r} is missing")
         return default
     return f.contents()
 
@@ -45,7 +50,7 @@ def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None)
     context_length)."""
     arch = _field(reader, "general.architecture", required=True)
     if arch != ARCH:
-        raise GGUFError(f"{reader.path}: architecture {arch!r} is not supported (only {ARCH!r})")
+        raise GGUFError(f"{_path(reader)}: architecture {arch!r} is not supported (only {ARCH!r})")
 
     def key(k, default=None, required=False):
         return _field(reader, f"{ARCH}.{k}", default, required)
@@ -62,7 +67,7 @@ def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None)
     n_vocab = key("vocab_size")
     if n_vocab is None:
         if "token_embd.weight" not in tensors:
-            raise GGUFError(f"{reader.path}: no vocab_size and no token_embd.weight")
+            raise GGUFError(f"{_path(reader)}: no vocab_size and no token_embd.weight")
         n_vocab = int(tensors["token_embd.weight"].shape[1])
     if wtype is None:
         q = tensors.get("blk.0.attn_q.weight")

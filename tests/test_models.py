@@ -1,0 +1,275 @@
+"""Computable models: graphs against the numpy reference, KV-cache consistency,
+the MoE forms, GGUF round trips, determinism, placement and the demo."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from ggml_py import Backend
+from ggml_py.backends.cpu import CPUBackend
+from ggml_py.backends.sim import SimBufferType
+from ggml_py.errors import BackendError
+from ggml_py.models.reference import reference_logits
+from ggml_py.models.transformer import (KVCache, Model, ModelConfig, Session, build_forward,
+                                        llama_config, moe_config)
+from ggml_py.sched import Scheduler
+
+# small enough that every test computes in milliseconds
+SMALL = dict(n_vocab=96, n_ctx=32, n_embd=64, n_head=4, n_head_kv=2, n_layer=2, n_ff=96,
+             kv_pad=8)
+TOKENS = [5, 17, 3, 88, 41, 0, 62, 9, 33, 71]
+
+
+def nmse(ref, x):
+    ref, x = np.asarray(ref, np.float64), np.asarray(x, np.float64)
+    return float(np.sum((ref - x) ** 2) / np.sum(ref ** 2))
+
+
+def session(cfg, seed=0):
+    cpu = CPUBackend()
+    return Session(Model.random(cfg, seed).place(cpu), [cpu])
+
+
+# tolerance per weight type: f16 and q8_0 round the activations of every matmul
+# (f16 / q8_0 vec_dot types), which the float64 reference does not
+@pytest.mark.parametrize("wtype,tol", [("f32", 1e-6), ("f16", 1e-5), ("q8_0", 1e-3),
+                                       ("q4_0", 1e-3)])
+def test_llama_graph_matches_reference(wtype, tol):
+    cfg = ModelConfig(**SMALL, wtype=wtype, cache_type="f32" if wtype == "f32" else "f16")
+    s = session(cfg)
+    got = s.forward(TOKENS)
+    ref = reference_logits(s.model, TOKENS)
+    assert got.shape == (len(TOKENS), cfg.n_vocab)
+    assert nmse(ref, got) < tol
+
+
+@pytest.mark.parametrize("ffn", ["moe_dense", "moe_topk", "moe_shared"])
+def test_moe_forms_match_reference(ffn):
+    # f32 weights and cache: the graph and the reference agree to float32 rounding, so
+    # the routing (which a near tie could flip under f16 rounding) is the same
+    cfg = moe_config(ffn, **SMALL, n_expert=4, n_expert_used=2, n_ff_exp=32,
+                     wtype="f32", cache_type="f32")
+    s = session(cfg, seed=3)
+    got = s.forward(TOKENS)
+    assert nmse(reference_logits(s.model, TOKENS), got) < 1e-6
+
+
+def test_moe_forms_differ():
+    """The three gates give different models on the same weights' shapes."""
+    outs = {}
+    for ffn in ("moe_dense", "moe_topk", "moe_shared"):
+        cfg = moe_config(ffn, **SMALL, n_expert=4, n_expert_used=2, n_ff_exp=32, wtype="f32")
+        outs[ffn] = session(cfg).forward(TOKENS[:4])
+    assert nmse(outs["moe_dense"], outs["moe_topk"]) > 1e-6
+    assert nmse(outs["moe_topk"], outs["moe_shared"]) > 1e-6
+
+
+def test_moe_graph_uses_mul_mat_id():
+    cfg = moe_config("moe_topk", **SMALL, n_expert=4, n_expert_used=2, n_ff_exp=32)
+    s = session(cfg)
+    fw = build_forward(s.model, s.cache, TOKENS[:3])
+    ops = [n.op for n in fw.graph.nodes]
+    assert ops.count("MUL_MAT_ID") == 3 * cfg.n_layer
+    assert ops.count("TOP_K") == cfg.n_layer
+
+
+@pytest.mark.parametrize("cfg", [
+    ModelConfig(**SMALL),
+    moe_config("moe_topk", **SMALL, n_expert=4, n_expert_used=2, n_ff_exp=32),
+    moe_config("moe_shared", **SMALL, n_expert=4, n_expert_used=2, n_ff_exp=32, wtype="q8_0"),
+], ids=["llama-f16", "moe_topk-f16", "moe_shared-q8_0"])
+def test_decode_matches_prompt(cfg):
+    """Logits of decode steps through the KV cache == the rows of one prompt pass."""
+    s = session(cfg)
+    full = s.forward(TOKENS)
+    s.reset()
+    n0 = 4
+    part = [s.forward(TOKENS[:n0])]
+    for t in TOKENS[n0:]:
+        part.append(s.forward([t]))
+    steps = np.concatenate(part)
+    assert s.cache.n_past == len(TOKENS)
+    assert nmse(full, steps) < 1e-6
+    assert np.array_equal(full.argmax(-1), steps.argmax(-1))
+
+
+def test_last_logits_and_greedy_generate():
+    cfg = ModelConfig(**SMALL, wtype="f32", cache_type="f32")
+    s = session(cfg)
+    last = s.forward(TOKENS, logits="last")
+    s.reset()
+    full = s.forward(TOKENS)
+    np.testing.assert_allclose(last[0], full[-1], rtol=1e-5, atol=1e-5)
+    # greedy decoding through the cache picks what the reference picks
+    s.reset()
+    new = s.generate(TOKENS[:5], 4)
+    seq = list(TOKENS[:5])
+    for _ in range(4):
+        seq.append(int(np.argmax(reference_logits(s.model, seq)[-1])))
+    assert new == seq[5:]
+
+
+def test_cache_limits_and_padding():
+    cfg = ModelConfig(**SMALL)
+    s = session(cfg)
+    fw = build_forward(s.model, s.cache, TOKENS[:3])
+    assert fw.n_kv == cfg.kv_pad            # attention runs over padded cells
+    with pytest.raises(ValueError, match="exceed the context"):
+        build_forward(s.model, s.cache, list(range(cfg.n_ctx + 1)))
+    with pytest.raises(ValueError, match="token ids"):
+        build_forward(s.model, s.cache, [cfg.n_vocab])
+
+
+def test_seeded_determinism():
+    cfg = moe_config("moe_topk", **SMALL, n_expert=4, n_expert_used=2, n_ff_exp=32)
+    a, b, c = Model.random(cfg, 7), Model.random(cfg, 7), Model.random(cfg, 8)
+    for name in a.weights:
+        assert np.array_equal(a.weights[name][1], b.weights[name][1])
+    assert not np.array_equal(a.weights["output.weight"][1], c.weights["output.weight"][1])
+    cpu = CPUBackend()
+    la = Session(a.place(cpu), [cpu]).forward(TOKENS)
+    lb = Session(b.place(cpu), [cpu]).forward(TOKENS)
+    assert np.array_equal(la, lb)
+
+
+def test_config_checks():
+    with pytest.raises(ValueError, match="ffn"):
+        ModelConfig(ffn="nope")
+    with pytest.raises(ValueError, match="n_expert_used"):
+        ModelConfig(ffn="moe_topk", n_expert=2, n_expert_used=3)
+    with pytest.raises(ValueError, match="multiples of 32"):
+        ModelConfig(n_embd=48, n_head=4, n_head_kv=2, wtype="q8_0")
+    assert moe_config("moe_dense", n_expert=6).n_expert_used == 6
+
+
+def test_layers_offloaded_to_a_simulated_gpu_split_like_llama_cpp():
+    """Weights and cache per layer on a device: the scheduler keeps the input layer on
+    the CPU and runs the offloaded layers on the device."""
+    cfg = ModelConfig(**SMALL)
+    gpu = Backend("GPU0", SimBufferType("GPU0", 32, None, False), "gpu")
+    cpu = CPUBackend()
+    model = Model.random(cfg).place([cpu, gpu], host=cpu, output_backend=gpu)
+    assert not model.has_data                  # a simulated device holds no bytes
+    fw = build_forward(model, KVCache(model), TOKENS[:4])
+    sched = Scheduler([gpu, cpu], graph_size=2048)
+    sched.split_graph(fw.graph)
+    names = [s.backend.name for s in sched.splits]
+    assert names[0] == "CPU" and names[-1] == "GPU0" and sched.n_splits >= 2
+    assert sched.get_tensor_backend(fw.logits).name == "GPU0"
+
+
+def test_session_without_runtime_needs_one_backend():
+    cfg = ModelConfig(**SMALL)
+    cpu = CPUBackend()
+    model = Model.random(cfg).place(cpu)
+    sched = Scheduler([CPUBackend("CPU2"), cpu])
+    if callable(getattr(sched, "graph_compute", None)):
+        pytest.skip("the Scheduler computes graphs")
+    with pytest.raises(BackendError, match="graph_compute"):
+        Session(model, [CPUBackend("CPU2"), cpu], scheduler=sched)
+
+
+# ---------------------------------------------------------------------------
+# GGUF
+
+@pytest.mark.parametrize("cfg", [
+    ModelConfig(**SMALL, wtype="q8_0"),
+    ModelConfig(**SMALL, wtype="q4_0", rope_freq_base=500000.0, eps=1e-6),
+    moe_config("moe_topk", **SMALL, n_expert=4, n_expert_used=2, n_ff_exp=32, wtype="f16"),
+], ids=["llama-q8_0", "llama-q4_0", "mixtral-f16"])
+def test_gguf_round_trip(tmp_path, cfg):
+    pytest.importorskip("gguf")
+    from ggml_py.models.gguf import load_gguf, save_gguf
+    model = Model.random(cfg, seed=5)
+    path = tmp_path / "tiny.gguf"
+    save_gguf(model, path)
+    loaded = load_gguf(path)
+    assert loaded.config == dataclasses.replace(cfg, kv_pad=32)    # kv_pad is not in the file
+    for name, (t, stored) in model.weights.items():
+        lt, ls = loaded.weights[name]
+        assert lt == t and ls.tobytes() == stored.tobytes(), name
+    cpu = CPUBackend()
+    direct = Session(model.place(cpu), [cpu]).forward(TOKENS)
+    from_file = Session(loaded.place(cpu), [cpu]).forward(TOKENS)
+    assert np.array_equal(direct, from_file)
+
+
+def test_gguf_smaller_context_and_tied_output(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    from ggml_py.models.gguf import load_gguf
+    cfg = ModelConfig(**SMALL, wtype="f32")
+    model = Model.random(cfg, seed=1)
+    path = str(tmp_path / "tied.gguf")
+    _write(gguf, path, cfg, {k: v for k, v in model.weights.items() if k != "output.weight"})
+    loaded = load_gguf(path, n_ctx=16)
+    assert loaded.config.n_ctx == 16
+    assert loaded.weights["output.weight"][1].tobytes() == \
+        model.weights["token_embd.weight"][1].tobytes()
+
+
+def test_gguf_rejects_unsupported_type_and_arch(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    from ggml_py.models.gguf import GGUFError, load_gguf
+    cfg = ModelConfig(**SMALL, wtype="f32")
+    weights = dict(Model.random(cfg).weights)
+    # q4_1 blocks (20 bytes per 32 values): a type the models do not compute
+    rows = cfg.n_embd
+    weights["blk.1.attn_q.weight"] = ("q4_1", np.zeros((rows, cfg.n_embd // 32 * 20), np.uint8))
+    path = str(tmp_path / "q41.gguf")
+    _write(gguf, path, cfg, weights)
+    with pytest.raises(GGUFError, match=r"blk\.1\.attn_q\.weight.*Q4_1"):
+        load_gguf(path)
+    other = str(tmp_path / "gpt2.gguf")
+    w = gguf.GGUFWriter(other, "gpt2")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(GGUFError, match="gpt2"):
+        load_gguf(other)
+
+
+def _write(gguf, path, cfg, weights):
+    """A llama GGUF with these weights (stored forms; q4_1 allowed, for the error test)."""
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_context_length(cfg.n_ctx)
+    w.add_embedding_length(cfg.n_embd)
+    w.add_block_count(cfg.n_layer)
+    w.add_feed_forward_length(cfg.n_ff)
+    w.add_head_count(cfg.n_head)
+    w.add_head_count_kv(cfg.n_head_kv)
+    w.add_layer_norm_rms_eps(cfg.eps)
+    for name, (t, stored) in weights.items():
+        if t in ("q8_0", "q4_0", "q4_1"):
+            w.add_tensor(name, stored, raw_dtype=getattr(gguf.GGMLQuantizationType, t.upper()))
+        else:
+            w.add_tensor(name, stored)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+# ---------------------------------------------------------------------------
+# the demo
+
+def test_demo_runs_models_and_plans(capsys):
+    from ggml_py.demo import main
+    assert main(["--layers", "1", "--prompt", "4", "--steps", "3", "--plan-layers", "2"]) == 0
+    out = capsys.readouterr().out
+    for name in ("llama", "moe-dense", "moe-topk", "moe-shared"):
+        assert f"== {name}:" in out
+    assert out.count("greedy   [") == 4
+    assert "what-if" in out and "GPU without ROPE" in out
+
+
+def test_demo_loads_gguf(tmp_path, capsys):
+    pytest.importorskip("gguf")
+    from ggml_py.demo import main
+    from ggml_py.models.gguf import save_gguf
+    path = tmp_path / "m.gguf"
+    save_gguf(Model.random(ModelConfig(**SMALL, name="tiny-gguf")), path)
+    assert main(["--gguf", str(path), "--prompt", "3", "--steps", "2", "--no-plan"]) == 0
+    out = capsys.readouterr().out
+    assert "== tiny-gguf:" in out and out.count("greedy   [") == 1
