@@ -42,14 +42,17 @@ class Scheduler:
     parallel: pipeline parallelism, `max_copies` copies of every split input.
     op_offload: let higher-priority backends take ops whose weights are on the host.
     debug_realloc: GGML_SCHED_DEBUG_REALLOC (default: from the environment). ggml aborts on
-        an unexpected reallocation; here level 1 warns on those, 2 warns on every
-        reallocation, 3 raises SchedulerError. `n_reallocs` counts them always.
+        an unexpected reallocation (1) or on every one (2); here they warn, or raise
+        SchedulerError(kind='unexpected-realloc') with `realloc_raises`. `n_reallocs`
+        and `n_unexpected_reallocs` count them always.
+    validate: prove every allocation sound (default: GGML_PY_VALIDATE_ALLOC).
     """
 
     def __init__(self, backends, buffer_types=None, graph_size=2048, parallel=False,
                  op_offload=False, *, max_backends=MAX_BACKENDS,
                  max_split_inputs=MAX_SPLIT_INPUTS, max_copies=MAX_COPIES,
-                 max_graph_inputs=None, debug_realloc=None):
+                 max_graph_inputs=None, debug_realloc=None, realloc_raises=False,
+                 validate=None):
         backends = list(backends)
         if not backends:
             raise SchedulerError("a scheduler needs at least one backend (the CPU, last)",
@@ -92,9 +95,12 @@ class Scheduler:
                                max_split_inputs, max_split_inputs if max_graph_inputs is None
                                else max_graph_inputs, max_copies,
                                int(os.environ.get("GGML_SCHED_DEBUG_REALLOC", "0") or 0)
-                               if debug_realloc is None else debug_realloc)
+                               if debug_realloc is None else debug_realloc, realloc_raises)
         self._graph = None
         self.debug = int(os.environ.get("GGML_SCHED_DEBUG", "0") or 0)
+        # debug mode: prove every allocation sound (alloc.validate_allocation)
+        self.validate = (os.environ.get("GGML_PY_VALIDATE_ALLOC", "0") not in ("", "0")
+                         if validate is None else bool(validate))
 
     # --- state ---
 
@@ -166,7 +172,20 @@ class Scheduler:
             raise self._allocation_error()
         if self.debug:
             self.log_assignments()
+        if self.validate:
+            self.validate_allocation()
         return True
+
+    def validate_allocation(self) -> int:
+        """Prove the allocated graph copy sound: every tensor inside its buffer, no two
+        tensors alive at the same time sharing bytes. Raises AllocationError listing the
+        problems; returns the number of tensors checked."""
+        from ggml_py.alloc import validate_allocation
+        if not self.is_alloc:
+            raise SchedulerError("no graph is allocated")
+        nodes, _, leafs, _ = self.graph_copy
+        copy = Graph.from_lists(nodes, leafs, allow_duplicates=True)
+        return validate_allocation(copy, self._core.galloc)
 
     def synchronize(self):
         """Wait for every backend (ggml_backend_sched_synchronize)."""

@@ -647,7 +647,7 @@ cdef int sched_alloc_splits(SchedCore s) except -1:
     if s.debug_realloc > 0 and (unexpected or s.debug_realloc > 1):
         msg = (f"unexpected graph reallocation (graph size = {s.debug_graph_size}, nodes = "
                f"{s.graph.n_nodes}, leafs = {s.graph.n_leafs}, debug_realloc = {s.debug_realloc})")
-        if s.debug_realloc > 2:
+        if s.realloc_raises:
             raise SchedulerError(msg, "unexpected-realloc")
         import warnings
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
@@ -697,7 +697,7 @@ cdef class SchedCore:
 
     def __init__(self, backends, bufts, int graph_size, bint parallel, bint op_offload,
                  int max_split_inputs=30, int max_graph_inputs=30, int n_copies=4,
-                 int debug_realloc=0):
+                 int debug_realloc=0, bint realloc_raises=False):
         cdef int b
         self._keep = list(backends) + list(bufts)
         self.n_backends = len(backends)
@@ -727,6 +727,7 @@ cdef class SchedCore:
         self.arena = Context("sched")
         self.galloc = GraphAllocator(list(bufts))
         self.debug_realloc = debug_realloc
+        self.realloc_raises = realloc_raises
         self.is_reset = False
         sched_reset(self)
 
