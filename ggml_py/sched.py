@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from ggml_py._backend import Backend, BufferType
 from ggml_py._core import Graph, Tensor
-from ggml_py._sched import CAUSE_NAMES, GraphSnapshot, SchedCore, time_alloc, time_split
+from ggml_py._sched import (CAUSE_NAMES, TIME_ALLOC, TIME_RESERVE, TIME_SPLIT, GraphSnapshot,
+                            SchedCore, time_reps)
 from ggml_py.errors import AllocationError, BackendError, SchedulerError
 
 log = logging.getLogger("ggml_py.sched")
@@ -46,6 +47,8 @@ class Scheduler:
         SchedulerError(kind='unexpected-realloc') with `realloc_raises`. `n_reallocs`
         and `n_unexpected_reallocs` count them always.
     validate: prove every allocation sound (default: GGML_PY_VALIDATE_ALLOC).
+    max_split_inputs / max_graph_inputs / max_copies / max_backends: ggml's fixed limits
+        (30, 30, 4, 16), here arguments.
     """
 
     def __init__(self, backends, buffer_types=None, graph_size=2048, parallel=False,
@@ -92,7 +95,7 @@ class Scheduler:
         self.parallel = bool(parallel)
         self.op_offload = bool(op_offload)
         self._core = SchedCore(backends, buffer_types, graph_size, self.parallel, self.op_offload,
-                               max_split_inputs, max_split_inputs if max_graph_inputs is None
+                               max_split_inputs, MAX_SPLIT_INPUTS if max_graph_inputs is None
                                else max_graph_inputs, max_copies,
                                int(os.environ.get("GGML_SCHED_DEBUG_REALLOC", "0") or 0)
                                if debug_realloc is None else debug_realloc, realloc_raises)
@@ -371,7 +374,7 @@ class Scheduler:
         try:
             if not reserve and not self.is_alloc:
                 self.alloc_graph(graph)     # the first call reserves; time the steady state
-            ns = time_alloc(self._core, graph, snap, ids, reps, reserve)
+            ns = time_reps(self._core, graph, snap, ids, reps, TIME_RESERVE if reserve else TIME_ALLOC)
         finally:
             snap.restore()
             self.reset()
@@ -383,7 +386,7 @@ class Scheduler:
         snap = GraphSnapshot(graph)
         ids = [(t, self.backend_id(b)) for t, b in assignments]
         try:
-            ns = time_split(self._core, graph, snap, ids, reps)
+            ns = time_reps(self._core, graph, snap, ids, reps, TIME_SPLIT)
         finally:
             snap.restore()
         return [x / 1000.0 for x in ns]

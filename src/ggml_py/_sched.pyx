@@ -906,10 +906,15 @@ cdef class GraphSnapshot:
             self.tensors[i].buffer = self.buffers[i]
 
 
-def time_split(SchedCore s, Graph graph, GraphSnapshot snap, assignments, int reps):
-    """Median-ready timings (ns) of `reps` splits, each from a restored graph, a
-    reset scheduler and re-applied user assignments, as SCHED_CASES.md times ggml.
-    assignments: [(Tensor, backend_id), ...]."""
+TIME_SPLIT, TIME_ALLOC, TIME_RESERVE = 0, 1, 2
+
+
+def time_reps(SchedCore s, Graph graph, GraphSnapshot snap, assignments, int reps, int what):
+    """Times (ns) of `reps` repetitions measured as SCHED_CASES.md times ggml: before
+    each, untimed, the graph is restored, the scheduler reset and the user
+    assignments [(Tensor, backend_id), ...] re-applied. `what` is TIME_SPLIT (the
+    split alone), TIME_ALLOC (alloc_graph; in the steady state the reservation is
+    reused) or TIME_RESERVE (split + reserve_n + alloc_graph: a new or changed graph)."""
     import time
     cdef list out = []
     cdef int r
@@ -920,32 +925,14 @@ def time_split(SchedCore s, Graph graph, GraphSnapshot snap, assignments, int re
         for t, b in assignments:
             s.set_tensor_backend(t, b)
         t0 = clock()
-        sched_split_graph(s, &graph.graph)
-        out.append(clock() - t0)
-    return out
-
-
-def time_alloc(SchedCore s, Graph graph, GraphSnapshot snap, assignments, int reps, bint reserve):
-    """Times (ns) of `reps` allocations measured as SCHED_CASES.md times ggml:
-    alloc_graph in the steady state (the reservation is reused), or with
-    `reserve` split + reserve_n + alloc_graph (a new or changed graph)."""
-    import time
-    cdef list out = []
-    cdef int r
-    clock = time.perf_counter_ns
-    for r in range(reps):
-        snap.restore()
-        sched_reset(s)
-        for t, b in assignments:
-            s.set_tensor_backend(t, b)
-        if reserve:
-            t0 = clock()
+        if what == TIME_SPLIT:
+            sched_split_graph(s, &graph.graph)
+        elif what == TIME_ALLOC:
+            sched_alloc_graph(s, &graph.graph)
+        else:
             sched_split_graph(s, &graph.graph)
             s.galloc.reserve_n(&s.graph, s.node_backend_ids, s.leaf_backend_ids)
             s.galloc.alloc_graph(&s.graph)
-        else:
-            t0 = clock()
-            sched_alloc_graph(s, &graph.graph)
         out.append(clock() - t0)
     s.is_alloc = False
     return out
