@@ -415,9 +415,10 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
                         and not buffer_supported(s, src, cur_backend_id)):
                     need_new_split = True
                     break
-            if not need_new_split:
+            if not need_new_split and split.n_inputs + GGML_MAX_SRC > s.max_split_inputs:
                 # ggml checks only a full list and aborts when a node brings two
                 # inputs to 29; counting gives the same splits where ggml works
+                # (and is needed only when the node's sources could overflow it)
                 n_new = count_new_inputs(s, node, cur_backend_id)
                 need_new_split = n_new > 0 and split.n_inputs + n_new > s.max_split_inputs
 
