@@ -36,7 +36,7 @@ OPS_DIR = os.path.join(SHARED, "ops")
 # op families (case file names) whose every case the backend must run, not skip
 CLAIMED = {"mul_mat", "mul_mat_id", "add", "sub", "mul", "div", "scale", "rms_norm", "norm",
            "soft_max", "rope", "get_rows", "cpy", "cont", "dup", "glu", "unary", "sqr", "sqrt",
-           "clamp"}
+           "clamp", "repeat", "concat", "diag_mask_inf", "sum_rows", "mean"}
 
 
 def _load():
@@ -253,6 +253,10 @@ def test_supports_op_refuses_what_it_cannot_run(ocl):
     assert not ocl.supports_op(ops.cpy(ctx, i32, f32))             # i32 -> f32 conversion
     assert not ocl.supports_op(ops.cpy(ctx, q8, _tensor(ctx, "q8_0", [64, 4])))
     assert not ocl.supports_op(ops.argsort(ctx, f32, "ASC"))
+    rows = _tensor(ctx, "f32", [64, 2], "rows")
+    ids = _tensor(ctx, "i32", [2], "ids")
+    assert ocl.supports_op(ops.set_rows(ctx, _tensor(ctx, "f16", [64, 8]), rows, ids))
+    assert not ocl.supports_op(ops.set_rows(ctx, _tensor(ctx, "q8_0", [64, 8]), rows, ids))
     assert not ocl.supports_op(ops.xielu(ctx, f32, 0.8, 0.8, 0.5, 1e-6))
     assert not ocl.supports_op(ops.add(ctx, i32, i32))
     assert not ocl.supports_op(ops.rms_norm(ctx, _tensor(ctx, "f16", [64, 4]), 1e-5))

@@ -47,7 +47,7 @@ __all__ = ["OpenCLBackend", "OpenCLBufferType", "OpenCLBuffer", "OpenCLEvent", "
 VIEW_OPS = ("NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE")
 
 # kernel-side element type codes: ggml's type ids, handed to the program as -D options
-TYPE_CODES = {name: type_id(name) for name in ("f32", "f16", "q8_0", "i32")}
+TYPE_CODES = {name: type_id(name) for name in ("f32", "f16", "q8_0", "i32", "i64")}
 FLOATS = ("f32", "f16")
 BUILD_OPTIONS = " ".join(["-cl-std=CL1.2"] + [f"-DT_{n.upper()}={c}" for n, c in TYPE_CODES.items()])
 
@@ -337,6 +337,17 @@ class OpenCLBackend(Backend):
                         and t.nb[1] >= t.nb[0] * (t.ne[0] // 32))
             return (a.type == t.type and t.type in ("f32", "f16", "i32")) or \
                 (a.type in FLOATS and t.type in FLOATS)
+        if o == "REPEAT":
+            return a.type == t.type and t.type in ("f32", "f16", "i32") and \
+                all(a.ne[i] > 0 and t.ne[i] % a.ne[i] == 0 for i in range(4))
+        if o == "CONCAT":
+            return a.type == b.type == t.type and t.type in ("f32", "f16", "i32")
+        if o == "DIAG_MASK_INF":
+            return a.type == "f32" and t.type == "f32"
+        if o in ("SUM_ROWS", "MEAN"):
+            return a.type == "f32" and t.type == "f32"
+        if o == "SET_ROWS":
+            return (a.type == "f32" and b.type in ("i32", "i64") and t.type in FLOATS)
         if o in BINARY_CODES:
             return (a.type in FLOATS and b.type in FLOATS and t.type in FLOATS
                     and all(b.ne[i] > 0 and a.ne[i] % b.ne[i] == 0 for i in range(4)))
@@ -423,7 +434,23 @@ class OpenCLBackend(Backend):
                 self._launch("k_cpy_q8_0", T(a) + [_code(a)] + T(t) + [_u64(n // 32)], n // 32)
             else:
                 self._launch("k_cpy", T(a) + [_code(a)] + T(t) + [_code(t), _i32(type_size(t.type)),
-                                                                  _u64(n)], n)
+                                                                  _i32(0), _u64(n)], n)
+        elif o == "REPEAT":
+            self._launch("k_cpy", T(a) + [_code(a)] + T(t) + [_code(t), _i32(type_size(t.type)),
+                                                              _i32(1), _u64(n)], n)
+        elif o == "CONCAT":
+            self._launch("k_concat", [_i32(t.op_params[0])] + T(a) + T(srcs[1]) + T(t)
+                         + [_i32(type_size(t.type)), _u64(n)], n)
+        elif o == "DIAG_MASK_INF":
+            self._launch("k_diag_mask_inf", [_i32(t.op_params[0])] + T(a) + T(t) + [_u64(n)], n)
+        elif o in ("SUM_ROWS", "MEAN"):
+            self._launch_rows("k_sum_rows", [_i32(o == "MEAN")] + T(a) + T(t),
+                              a.ne[1] * a.ne[2] * a.ne[3])
+        elif o == "SET_ROWS":
+            c = srcs[1]
+            self._launch("k_set_rows", T(a) + T(c) + [_code(c)] + T(t) + [_code(t),
+                                                                        _u64(a.nelements)],
+                         a.nelements)
         elif o in BINARY_CODES:
             b = srcs[1]
             self._launch("k_binary", [_i32(BINARY_CODES[o])] + T(a) + [_code(a)] + T(b) + [_code(b)]

@@ -94,13 +94,15 @@ float wg_max(local float * buf, float v) {
     return r;
 }
 
-/* ---- DUP / CONT / CPY: element k of src (logical order) -> element k of dst ---- */
+/* ---- DUP / CONT / CPY: element k of src (logical order) -> element k of dst;
+   REPEAT (repeat != 0): dst[i] = src[i mod src.ne] ---- */
 
-kernel void k_cpy(TENSOR(s), int s_t, TENSOR(d), int d_t, int elt_size, ulong n) {
+kernel void k_cpy(TENSOR(s), int s_t, TENSOR(d), int d_t, int elt_size, int repeat, ulong n) {
     const ulong k = get_global_id(0);
     if (k >= n) return;
-    const global char * ps = ATV(s, unravel(k, s_ne));
-    global char * pd = ATV(d, unravel(k, d_ne));
+    const long4 id = unravel(k, d_ne);
+    const global char * ps = ATV(s, repeat ? id % s_ne : unravel(k, s_ne));
+    global char * pd = ATV(d, id);
     if (s_t == d_t) {                               /* bit copy: exact for every type */
         if (elt_size == 4) *(global uint *)pd = *(const global uint *)ps;
         else if (elt_size == 2) *(global ushort *)pd = *(const global ushort *)ps;
@@ -131,6 +133,61 @@ kernel void k_cpy_q8_0(TENSOR(s), int s_t, TENSOR(d), ulong nblocks) {
     for (int j = 0; j < QK8_0; j++) {
         blk[2 + j] = (char)clamp(rint(v[j] * id), -128.0f, 127.0f);
     }
+}
+
+/* ---- CONCAT along dim: dst[i] = a[i] where i[dim] < a.ne[dim], else b[i - a.ne[dim]] ---- */
+
+kernel void k_concat(int dim, TENSOR(a), TENSOR(b), TENSOR(d), int elt_size, ulong n) {
+    const ulong k = get_global_id(0);
+    if (k >= n) return;
+    const long4 i = unravel(k, d_ne);
+    const long ia[4] = {i.s0, i.s1, i.s2, i.s3};
+    long ib[4] = {i.s0, i.s1, i.s2, i.s3};
+    const long na[4] = {a_ne.s0, a_ne.s1, a_ne.s2, a_ne.s3};
+    const global char * ps;
+    if (ia[dim] < na[dim]) {
+        ps = AT(a, ia[0], ia[1], ia[2], ia[3]);
+    } else {
+        ib[dim] -= na[dim];
+        ps = AT(b, ib[0], ib[1], ib[2], ib[3]);
+    }
+    global char * pd = ATV(d, i);
+    for (int c = 0; c < elt_size; c++) pd[c] = ps[c];
+}
+
+/* ---- DIAG_MASK_INF: -inf above the diagonal shifted by n_past ---- */
+
+kernel void k_diag_mask_inf(int n_past, TENSOR(a), TENSOR(d), ulong n) {
+    const ulong k = get_global_id(0);
+    if (k >= n) return;
+    const long4 i = unravel(k, d_ne);
+    const float v = ld(ATV(a, i), T_F32);
+    st(ATV(d, i), T_F32, i.s0 > n_past + i.s1 ? -INFINITY : v);
+}
+
+/* ---- SUM_ROWS / MEAN: one work-group per row ---- */
+
+kernel void k_sum_rows(int mean, TENSOR(a), TENSOR(d)) {
+    local float buf[WG];
+    const long row = get_group_id(0);
+    const int l = get_local_id(0);
+    const long i1 = row % a_ne.s1, i2 = (row / a_ne.s1) % a_ne.s2, i3 = row / (a_ne.s1 * a_ne.s2);
+    float s = 0.0f;
+    for (long i0 = l; i0 < a_ne.s0; i0 += WG) s += ld(AT(a, i0, i1, i2, i3), T_F32);
+    s = wg_sum(buf, s);
+    if (l == 0) st(AT(d, 0, i1, i2, i3), T_F32, mean ? s / (float)a_ne.s0 : s);
+}
+
+/* ---- SET_ROWS: d[i0, ids[i1, i2 % c.ne1, i3 % c.ne2], i2, i3] = s[i0, i1, i2, i3] ---- */
+
+kernel void k_set_rows(TENSOR(s), TENSOR(c), int c_t, TENSOR(d), int d_t, ulong n) {
+    const ulong k = get_global_id(0);
+    if (k >= n) return;
+    const long4 i = unravel(k, s_ne);
+    const global char * pc = AT(c, i.s1, i.s2 % c_ne.s1, i.s3 % c_ne.s2, 0);
+    const long row = c_t == T_I64 ? *(const global long *)pc : *(const global int *)pc;
+    if (row < 0 || row >= d_ne.s1) return;          /* a bad id writes nothing */
+    st(AT(d, i.s0, row, i.s2, i.s3), d_t, ld(ATV(s, i), T_F32));
 }
 
 /* ---- ADD / SUB / MUL / DIV: src1 repeats over src0 (ggml_can_repeat) ---- */
@@ -480,7 +537,8 @@ kernel void k_mul_mat_id(TENSOR(a), int a_t, TENSOR(b), int b_t, int round_b, TE
 """
 
 # kernel names the backend looks up after the build
-KERNELS = ("k_cpy", "k_cpy_q8_0", "k_binary", "k_map1", "k_glu", "k_norm", "k_soft_max",
+KERNELS = ("k_cpy", "k_cpy_q8_0", "k_concat", "k_diag_mask_inf", "k_sum_rows", "k_set_rows",
+           "k_binary", "k_map1", "k_glu", "k_norm", "k_soft_max",
            "k_rope", "k_get_rows", "k_mul_mat", "k_mul_mat_id")
 
 WG = 64          # local size of 1-D kernels and row reductions (matches #define WG)
