@@ -239,8 +239,12 @@ class OpenCLBackend(Backend):
         return buf.mem, t.data_address - buf.base
 
     def _targs(self, t):
-        """The four kernel arguments of TENSOR(x)."""
+        """The four kernel arguments of TENSOR(x). The span is checked against the cl_mem
+        here because a kernel reading past it could bring the process down."""
         mem, off = self._place(t)
+        if off + t.nbytes > mem.size:
+            raise BackendError(f"{self.name}: tensor '{t.name}' ({t.nbytes} bytes at offset "
+                               f"{off}) reaches past its {mem.size}-byte buffer")
         return [mem, _u64(off), struct.pack("<4q", *t.ne), struct.pack("<4Q", *t.nb)]
 
     def _region(self, t, offset, size):
@@ -341,7 +345,8 @@ class OpenCLBackend(Backend):
             return a.type == t.type and t.type in ("f32", "f16", "i32") and \
                 all(a.ne[i] > 0 and t.ne[i] % a.ne[i] == 0 for i in range(4))
         if o == "CONCAT":
-            return a.type == b.type == t.type and t.type in ("f32", "f16", "i32")
+            return (a.type == b.type == t.type and t.type in ("f32", "f16", "i32")
+                    and 0 <= t.op_params[0] < 4)
         if o == "DIAG_MASK_INF":
             return a.type == "f32" and t.type == "f32"
         if o in ("SUM_ROWS", "MEAN"):
