@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from ggml_py import opscheck, ops
-from ggml_py._backend import get_buffer, view_init
+from ggml_py._backend import get_buffer, set_buffer, view_init
 from ggml_py._core import Context, Graph
 from ggml_py.errors import AllocationError, BackendError
 from ggml_py.backends import opencl
@@ -236,6 +236,59 @@ def test_graph_compute_node_list_matches_cpu(ocl):
         backend.synchronize()
         results.append(np.frombuffer(backend.get_tensor(out), np.float32))
     np.testing.assert_allclose(results[0], results[1], rtol=1e-4, atol=1e-5)
+
+
+def _both(ocl, build, feeds_fn):
+    """Build the same graph for OpenCL and the CPU backend; both results as float32."""
+    out = []
+    for backend in (ocl, CPUBackend()):
+        ctx = Context()
+        t, feeds = build(ctx)
+        assert backend is not ocl or ocl.supports_op(t), t
+        alloc = opscheck.HostAllocation(backend)
+        for tensor, arr in zip(feeds, feeds_fn()):
+            alloc.alloc(tensor)
+            backend.set_tensor(tensor, np.ascontiguousarray(arr).tobytes())
+        g = Graph(16)
+        g.build_forward_expand(t)
+        alloc.alloc_graph(g)
+        backend.graph_compute(g)
+        out.append(opscheck.read_tensor(backend, t).astype(np.float32))
+    return out
+
+
+def test_soft_max_sinks_swiglu_oai_match_cpu(ocl):
+    """Ops of ggml 0.10.1 the reference cases do not cover: sinks and SWIGLU_OAI."""
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-2, 2, (1, 2, 3, 8)).astype(np.float32)
+    sk = np.array([0.5, -1.0], np.float32)
+
+    def sm(ctx):
+        a = _tensor(ctx, "f32", [8, 3, 2], "a")
+        s = _tensor(ctx, "f32", [2], "sinks")
+        t = ops.soft_max_ext(ctx, a, None, 0.7, 0.0)
+        ops.soft_max_add_sinks(t, s)
+        return t, [a, s]
+    got, ref = _both(ocl, sm, lambda: [x, sk])
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-7)
+
+    def oai(ctx):
+        a = _tensor(ctx, "f32", [8, 3, 2], "a")
+        b = _tensor(ctx, "f32", [8, 3, 2], "b")
+        return ops.swiglu_oai(ctx, a, b, 1.702, 1.5), [a, b]
+    got, ref = _both(ocl, oai, lambda: [x, -x])
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_tensor_past_its_buffer_is_refused(ocl):
+    ctx = Context()
+    a = _tensor(ctx, "f32", [16], "a")
+    buf = ocl.get_default_buffer_type().alloc_buffer(64)
+    set_buffer(a, buf, 32)                           # 64 bytes at 32: past the end
+    out = ops.scale(ctx, a, 2.0)
+    ocl.get_default_buffer_type().alloc_buffer(64).tensor_alloc(out, 0)
+    with pytest.raises(BackendError, match="reaches past"):
+        ocl.graph_compute([out])
 
 
 # ---------------------------------------------------------------------------
