@@ -4,7 +4,7 @@ Conventions:
   * a tensor travels as four arguments, TENSOR(x): the buffer, the byte offset of the
     tensor's data in it, ne (long4) and nb (ulong4, byte strides) -- so every kernel
     reads views and permuted tensors through their strides, as ggml's ops do;
-  * element types are runtime ints (T_F32, T_F16, T_Q8_0, T_I32: ggml's type ids,
+  * element types are runtime ints (T_F32, T_F16, T_Q8_0, T_I32, T_I64: ggml type ids,
     passed as -D options by the backend); arithmetic is f32, f16 is read with
     vload_half and written with vstore_half_rte (round to nearest even, as ggml's
     CPU converts);
