@@ -31,7 +31,12 @@ def _cpu_backend():
     return CPUBackend()
 
 
-BACKENDS = {"cpu": _cpu_backend}
+def _opencl_backend():
+    from ggml_py.backends.opencl import OpenCLBackend
+    return OpenCLBackend()
+
+
+BACKENDS = {"cpu": _cpu_backend, "opencl": _opencl_backend}
 
 
 def register_backend(name, factory):
@@ -115,9 +120,28 @@ def as_float(type_name, arr):
 def read_tensor(backend, t):
     """A tensor's elements in logical order, numpy order (raw rows for block types)."""
     from ggml_py.backends.cpu import tensor_array
-    if get_buffer(t) is not None and get_buffer(t).memory is not None:
+    buf = get_buffer(t)
+    if buf is not None and buf.memory is not None:
         return np.array(tensor_array(t))
+    if buf is not None:
+        return _device_array(backend, t)
     raise BackendError(f"tensor '{t.name}' is not readable from the host")
+
+
+def _device_array(backend, t):
+    """read_tensor for device memory: fetch the bytes t spans (backend.get_tensor) and
+    lay them out as tensor_array does (strided; raw rows for block types)."""
+    raw = np.frombuffer(backend.get_tensor(t), dtype=np.uint8)
+    ne, nb = t.ne, t.nb
+    if quants.is_quantized(t.type):
+        shape, strides, dtype = (ne[3], ne[2], ne[1], quants.row_bytes(t.type, ne[0])), \
+            (nb[3], nb[2], nb[1], 1), np.uint8
+    else:
+        shape, strides, dtype = (ne[3], ne[2], ne[1], ne[0]), tuple(reversed(nb)), \
+            quants.PLAIN_DTYPES[t.type]
+    if 0 in shape:
+        return np.zeros(shape, dtype=dtype)
+    return np.array(np.ndarray(shape, dtype=dtype, buffer=raw, strides=strides))
 
 
 def _write(backend, t, arr):

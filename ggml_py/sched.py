@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from ggml_py._backend import Backend, BufferType
 from ggml_py._core import Graph, Tensor
-from ggml_py._sched import CAUSE_NAMES, GraphSnapshot, SchedCore, time_alloc, time_split
+from ggml_py._sched import (CAUSE_NAMES, TIME_ALLOC, TIME_RESERVE, TIME_SPLIT, GraphSnapshot,
+                            SchedCore, time_reps)
 from ggml_py.errors import AllocationError, BackendError, SchedulerError
 
 log = logging.getLogger("ggml_py.sched")
@@ -42,14 +43,19 @@ class Scheduler:
     parallel: pipeline parallelism, `max_copies` copies of every split input.
     op_offload: let higher-priority backends take ops whose weights are on the host.
     debug_realloc: GGML_SCHED_DEBUG_REALLOC (default: from the environment). ggml aborts on
-        an unexpected reallocation; here level 1 warns on those, 2 warns on every
-        reallocation, 3 raises SchedulerError. `n_reallocs` counts them always.
+        an unexpected reallocation (1) or on every one (2); here they warn, or raise
+        SchedulerError(kind='unexpected-realloc') with `realloc_raises`. `n_reallocs`
+        and `n_unexpected_reallocs` count them always.
+    validate: prove every allocation sound (default: GGML_PY_VALIDATE_ALLOC).
+    max_split_inputs / max_graph_inputs / max_copies / max_backends: ggml's fixed limits
+        (30, 30, 4, 16), here arguments.
     """
 
     def __init__(self, backends, buffer_types=None, graph_size=2048, parallel=False,
                  op_offload=False, *, max_backends=MAX_BACKENDS,
                  max_split_inputs=MAX_SPLIT_INPUTS, max_copies=MAX_COPIES,
-                 max_graph_inputs=None, debug_realloc=None):
+                 max_graph_inputs=None, debug_realloc=None, realloc_raises=False,
+                 validate=None):
         backends = list(backends)
         if not backends:
             raise SchedulerError("a scheduler needs at least one backend (the CPU, last)",
@@ -89,12 +95,15 @@ class Scheduler:
         self.parallel = bool(parallel)
         self.op_offload = bool(op_offload)
         self._core = SchedCore(backends, buffer_types, graph_size, self.parallel, self.op_offload,
-                               max_split_inputs, max_split_inputs if max_graph_inputs is None
+                               max_split_inputs, MAX_SPLIT_INPUTS if max_graph_inputs is None
                                else max_graph_inputs, max_copies,
                                int(os.environ.get("GGML_SCHED_DEBUG_REALLOC", "0") or 0)
-                               if debug_realloc is None else debug_realloc)
+                               if debug_realloc is None else debug_realloc, realloc_raises)
         self._graph = None
         self.debug = int(os.environ.get("GGML_SCHED_DEBUG", "0") or 0)
+        # debug mode: prove every allocation sound (alloc.validate_allocation)
+        self.validate = (os.environ.get("GGML_PY_VALIDATE_ALLOC", "0") not in ("", "0")
+                         if validate is None else bool(validate))
 
     # --- state ---
 
@@ -166,7 +175,20 @@ class Scheduler:
             raise self._allocation_error()
         if self.debug:
             self.log_assignments()
+        if self.validate:
+            self.validate_allocation()
         return True
+
+    def validate_allocation(self) -> int:
+        """Prove the allocated graph copy sound: every tensor inside its buffer, no two
+        tensors alive at the same time sharing bytes. Raises AllocationError listing the
+        problems; returns the number of tensors checked."""
+        from ggml_py.alloc import validate_allocation
+        if not self.is_alloc:
+            raise SchedulerError("no graph is allocated")
+        nodes, _, leafs, _ = self.graph_copy
+        copy = Graph.from_lists(nodes, leafs, allow_duplicates=True)
+        return validate_allocation(copy, self._core.galloc)
 
     def synchronize(self):
         """Wait for every backend (ggml_backend_sched_synchronize)."""
@@ -352,7 +374,7 @@ class Scheduler:
         try:
             if not reserve and not self.is_alloc:
                 self.alloc_graph(graph)     # the first call reserves; time the steady state
-            ns = time_alloc(self._core, graph, snap, ids, reps, reserve)
+            ns = time_reps(self._core, graph, snap, ids, reps, TIME_RESERVE if reserve else TIME_ALLOC)
         finally:
             snap.restore()
             self.reset()
@@ -364,7 +386,7 @@ class Scheduler:
         snap = GraphSnapshot(graph)
         ids = [(t, self.backend_id(b)) for t, b in assignments]
         try:
-            ns = time_split(self._core, graph, snap, ids, reps)
+            ns = time_reps(self._core, graph, snap, ids, reps, TIME_SPLIT)
         finally:
             snap.restore()
         return [x / 1000.0 for x in ns]

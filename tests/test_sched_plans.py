@@ -1,24 +1,20 @@
 """The scheduler reproduces every plan that ggml 0.10.1 produced, and refuses
 (with a clear exception) or sensibly plans every problem on which ggml aborts."""
 
-import glob
 import json
 import os
 
 import pytest
+from conftest import case_files, shared_path
 
 from ggml_py.cases import load_case
 from ggml_py.errors import GgmlPyError, SchedulerError
 from ggml_py.planning import plan_case, scheduler_for_case
 from ggml_py.sched import Scheduler
 
-SHARED = os.environ.get("GGML_PY_SHARED") or os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared")
-CASES = os.path.join(SHARED, "cases")
-
-PLAN_CASES = sorted(glob.glob(os.path.join(CASES, "*.case.json"))
-                    + glob.glob(os.path.join(CASES, "random", "*.case.json")))
-ABORT_CASES = sorted(glob.glob(os.path.join(CASES, "aborts", "*.case.json")))
+CASES = str(shared_path() / "cases")
+PLAN_CASES = [str(p) for p in case_files(("", "random"))]
+ABORT_CASES = [str(p) for p in case_files(("aborts",))]
 SPLIT_KEYS = ("n_splits", "splits", "node_backends", "leaf_backends", "node_srcs",
               "graph_inputs", "graph_copy")
 

@@ -363,6 +363,18 @@ cdef Buffer _zero_size_buffer(BufferType buft):
 # ---------------------------------------------------------------------------
 # graph allocator (ggml_gallocr)
 
+cdef const int * _ids_ptr(object ids, int * zero) except? NULL:
+    """The C int array inside an array.array of buffer ids (kept alive by the
+    caller); NULL for None (every tensor in buffer 0), `zero` for an empty one."""
+    cdef int[::1] view
+    if ids is None:
+        return NULL
+    if len(ids) == 0:
+        return zero
+    view = ids
+    return &view[0]
+
+
 cdef class GraphAllocator:
     """Plans and allocates the compute memory of graphs (ggml_gallocr).
 
@@ -904,39 +916,23 @@ cdef class GraphAllocator:
         return self.reserve_n_py(graph, None, None)
 
     def reserve_n_py(self, Graph graph, node_ids=None, leaf_ids=None):
-        cdef int[::1] nv = None
-        cdef int[::1] lv = None
+        cdef int zero = 0
         n = self._ids(node_ids, graph.graph.n_nodes, "node_ids")
         l = self._ids(leaf_ids, graph.graph.n_leafs, "leaf_ids")
-        if n is not None and len(n):
-            nv = n
-        if l is not None and len(l):
-            lv = l
-        cdef int zero = 0
-        cdef const int * np = &nv[0] if nv is not None else (&zero if n is not None else NULL)
-        cdef const int * lp = &lv[0] if lv is not None else (&zero if l is not None else NULL)
-        if not self.reserve_n(&graph.graph, np, lp):
+        if not self.reserve_n(&graph.graph, _ids_ptr(n, &zero), _ids_ptr(l, &zero)):
             raise AllocationError(self.last_error)
         return True
 
     def reserve_n_size_py(self, Graph graph, node_ids=None, leaf_ids=None):
         """ggml_gallocr_reserve_n_size: plan only, return the size per buffer id."""
-        cdef int[::1] nv = None
-        cdef int[::1] lv = None
+        cdef int zero = 0
         n = self._ids(node_ids, graph.graph.n_nodes, "node_ids")
         l = self._ids(leaf_ids, graph.graph.n_leafs, "leaf_ids")
-        if n is not None and len(n):
-            nv = n
-        if l is not None and len(l):
-            lv = l
-        cdef int zero = 0
-        cdef const int * np = &nv[0] if nv is not None else (&zero if n is not None else NULL)
-        cdef const int * lp = &lv[0] if lv is not None else (&zero if l is not None else NULL)
         cdef size_t * sizes = <size_t *>calloc(self.n_buffers, sizeof(size_t))
         if sizes == NULL:
             raise MemoryError()
         try:
-            self.reserve_n_size(&graph.graph, np, lp, sizes)
+            self.reserve_n_size(&graph.graph, _ids_ptr(n, &zero), _ids_ptr(l, &zero), sizes)
             return [sizes[i] for i in range(self.n_buffers)]
         finally:
             free(sizes)

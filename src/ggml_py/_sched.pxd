@@ -95,6 +95,7 @@ cdef class SchedCore:
     # the compute buffers: one graph allocator over the backends' buffer types
     cdef readonly GraphAllocator galloc
     cdef readonly int debug_realloc             # GGML_SCHED_DEBUG_REALLOC level
+    cdef readonly bint realloc_raises           # raise instead of warning
     cdef readonly int n_reallocs                # reserves made by alloc_graph
     cdef readonly int n_unexpected_reallocs     # ... of them with an unchanged graph
 

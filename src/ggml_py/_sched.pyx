@@ -415,9 +415,10 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
                         and not buffer_supported(s, src, cur_backend_id)):
                     need_new_split = True
                     break
-            if not need_new_split:
+            if not need_new_split and split.n_inputs + GGML_MAX_SRC > s.max_split_inputs:
                 # ggml checks only a full list and aborts when a node brings two
                 # inputs to 29; counting gives the same splits where ggml works
+                # (and is needed only when the node's sources could overflow it)
                 n_new = count_new_inputs(s, node, cur_backend_id)
                 need_new_split = n_new > 0 and split.n_inputs + n_new > s.max_split_inputs
 
@@ -647,7 +648,7 @@ cdef int sched_alloc_splits(SchedCore s) except -1:
     if s.debug_realloc > 0 and (unexpected or s.debug_realloc > 1):
         msg = (f"unexpected graph reallocation (graph size = {s.debug_graph_size}, nodes = "
                f"{s.graph.n_nodes}, leafs = {s.graph.n_leafs}, debug_realloc = {s.debug_realloc})")
-        if s.debug_realloc > 2:
+        if s.realloc_raises:
             raise SchedulerError(msg, "unexpected-realloc")
         import warnings
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
@@ -697,7 +698,7 @@ cdef class SchedCore:
 
     def __init__(self, backends, bufts, int graph_size, bint parallel, bint op_offload,
                  int max_split_inputs=30, int max_graph_inputs=30, int n_copies=4,
-                 int debug_realloc=0):
+                 int debug_realloc=0, bint realloc_raises=False):
         cdef int b
         self._keep = list(backends) + list(bufts)
         self.n_backends = len(backends)
@@ -727,6 +728,7 @@ cdef class SchedCore:
         self.arena = Context("sched")
         self.galloc = GraphAllocator(list(bufts))
         self.debug_realloc = debug_realloc
+        self.realloc_raises = realloc_raises
         self.is_reset = False
         sched_reset(self)
 
@@ -905,10 +907,15 @@ cdef class GraphSnapshot:
             self.tensors[i].buffer = self.buffers[i]
 
 
-def time_split(SchedCore s, Graph graph, GraphSnapshot snap, assignments, int reps):
-    """Median-ready timings (ns) of `reps` splits, each from a restored graph, a
-    reset scheduler and re-applied user assignments, as SCHED_CASES.md times ggml.
-    assignments: [(Tensor, backend_id), ...]."""
+TIME_SPLIT, TIME_ALLOC, TIME_RESERVE = 0, 1, 2
+
+
+def time_reps(SchedCore s, Graph graph, GraphSnapshot snap, assignments, int reps, int what):
+    """Times (ns) of `reps` repetitions measured as SCHED_CASES.md times ggml: before
+    each, untimed, the graph is restored, the scheduler reset and the user
+    assignments [(Tensor, backend_id), ...] re-applied. `what` is TIME_SPLIT (the
+    split alone), TIME_ALLOC (alloc_graph; in the steady state the reservation is
+    reused) or TIME_RESERVE (split + reserve_n + alloc_graph: a new or changed graph)."""
     import time
     cdef list out = []
     cdef int r
@@ -919,32 +926,14 @@ def time_split(SchedCore s, Graph graph, GraphSnapshot snap, assignments, int re
         for t, b in assignments:
             s.set_tensor_backend(t, b)
         t0 = clock()
-        sched_split_graph(s, &graph.graph)
-        out.append(clock() - t0)
-    return out
-
-
-def time_alloc(SchedCore s, Graph graph, GraphSnapshot snap, assignments, int reps, bint reserve):
-    """Times (ns) of `reps` allocations measured as SCHED_CASES.md times ggml:
-    alloc_graph in the steady state (the reservation is reused), or with
-    `reserve` split + reserve_n + alloc_graph (a new or changed graph)."""
-    import time
-    cdef list out = []
-    cdef int r
-    clock = time.perf_counter_ns
-    for r in range(reps):
-        snap.restore()
-        sched_reset(s)
-        for t, b in assignments:
-            s.set_tensor_backend(t, b)
-        if reserve:
-            t0 = clock()
+        if what == TIME_SPLIT:
+            sched_split_graph(s, &graph.graph)
+        elif what == TIME_ALLOC:
+            sched_alloc_graph(s, &graph.graph)
+        else:
             sched_split_graph(s, &graph.graph)
             s.galloc.reserve_n(&s.graph, s.node_backend_ids, s.leaf_backend_ids)
             s.galloc.alloc_graph(&s.graph)
-        else:
-            t0 = clock()
-            sched_alloc_graph(s, &graph.graph)
         out.append(clock() - t0)
     s.is_alloc = False
     return out

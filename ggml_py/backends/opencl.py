@@ -1,0 +1,539 @@
+"""An OpenCL backend: device buffers, copies, events and a kernel per graph node.
+
+The OpenCL library is opened at run time by a small C shim (ggml_py._opencl), so the
+backend is simply unavailable -- OpenCLUnavailable, with the reason -- where there is
+no library, platform or device. Layout follows ggml's OpenCL backend:
+
+  * buffer type 'OpenCL' (not host): each buffer is one cl_mem; its `base` is a fake,
+    aligned, non-null address, and a tensor's place in the cl_mem is
+    data_address - base, so ggml's allocators work on it unchanged;
+  * one context and one in-order queue per device, shared by every backend object on
+    that device; graph_compute queues a kernel per node in graph order (views need
+    none) and returns without waiting: synchronize(), get_tensor or an event wait;
+  * the kernels (opencl_kernels.py) compute in f32; supports_op says yes exactly for
+    the types, shapes and layouts they handle, so the scheduler sends the rest to the CPU.
+"""
+
+import math
+import struct
+
+import numpy as np
+
+from ggml_py._backend import Backend, Buffer, BufferType, get_buffer
+from ggml_py._core import type_id, type_size
+from ggml_py.errors import AllocationError, BackendError
+from ggml_py.ops import bits_f32, UNARY_OPS, GLU_OPS, ROPE_TYPES
+from ggml_py.backends import opencl_kernels as K
+
+try:
+    from ggml_py import _opencl
+    from ggml_py._opencl import OpenCLUnavailable, OpenCLError, BuildError
+except ImportError as _e:                          # a build without the extension
+    _opencl = None
+    _IMPORT_ERROR = str(_e)
+
+    class OpenCLUnavailable(BackendError):
+        pass
+
+    class OpenCLError(BackendError):
+        pass
+
+    class BuildError(OpenCLError):
+        pass
+
+__all__ = ["OpenCLBackend", "OpenCLBufferType", "OpenCLBuffer", "OpenCLEvent", "list_devices",
+           "device_info", "available", "OpenCLUnavailable", "OpenCLError", "BuildError"]
+
+VIEW_OPS = ("NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE")
+
+# kernel-side element type codes: ggml's type ids, handed to the program as -D options
+TYPE_CODES = {name: type_id(name) for name in ("f32", "f16", "q8_0", "i32", "i64")}
+FLOATS = ("f32", "f16")
+BUILD_OPTIONS = " ".join(["-cl-std=CL1.2"] + [f"-DT_{n.upper()}={c}" for n, c in TYPE_CODES.items()])
+
+BINARY_CODES = {"ADD": 0, "SUB": 1, "MUL": 2, "DIV": 3}
+MAP_CODES = {"SQR": 100, "SQRT": 101, "CLAMP": 102, "SCALE": 103}
+UNARY_SUPPORTED = tuple(op for op in UNARY_OPS if op != "XIELU")
+
+
+def _require_module():
+    if _opencl is None:
+        raise OpenCLUnavailable(f"the OpenCL extension module is not built ({_IMPORT_ERROR})")
+
+
+def available():
+    """(True, library path) when an OpenCL device can be used, else (False, reason)."""
+    try:
+        _require_module()
+        path = _opencl.load()
+        n = _opencl.device_count()
+    except OpenCLUnavailable as e:
+        return False, str(e)
+    if n == 0:
+        return False, f"no OpenCL device found (library {path})"
+    return True, path
+
+
+def list_devices():
+    """Info dicts of every OpenCL device (empty when OpenCL is unavailable)."""
+    ok, _ = available()
+    if not ok:
+        return []
+    return [_opencl.device_info(i) for i in range(_opencl.device_count())]
+
+
+def device_info(device=0):
+    return _opencl.device_info(_device_index(device))
+
+
+def _device_index(device):
+    """A device index from an int or a substring of the device (or platform) name."""
+    _require_module()
+    n = _opencl.device_count()
+    if n == 0:
+        raise OpenCLUnavailable(f"no OpenCL device found (library {_opencl.load()})")
+    if isinstance(device, int):
+        if not 0 <= device < n:
+            raise OpenCLUnavailable(f"no OpenCL device {device} (there are {n})")
+        return device
+    infos = [_opencl.device_info(i) for i in range(n)]
+    for info in infos:
+        if device.lower() in (info["name"] + " " + info["platform"]).lower():
+            return info["index"]
+    raise OpenCLUnavailable(f"no OpenCL device matches {device!r}; devices: "
+                            + ", ".join(i["name"] for i in infos))
+
+
+# ---------------------------------------------------------------------------
+# devices, buffer types and buffers
+
+_FAKE_BASE = 0x7e0000000000       # fake buffer bases: aligned, non-null, never dereferenced
+
+
+class _Device:
+    """Per-device state shared by all backends on it: context + queue, buffer type and
+    (built on first use) the program and its kernels."""
+
+    _cache = {}
+
+    def __init__(self, index):
+        self.index = index
+        self.info = _opencl.device_info(index)
+        self.ctx = _opencl.DeviceContext(index)
+        self.name = "OpenCL" if index == 0 else f"OpenCL{index}"
+        self.buffer_type = OpenCLBufferType(self)
+        self.program = None
+        self.kernels = None
+
+    @classmethod
+    def get(cls, index):
+        if index not in cls._cache:
+            cls._cache[index] = cls(index)
+        return cls._cache[index]
+
+    def kernel(self, name):
+        if self.kernels is None:
+            self.program = self.ctx.build(K.SOURCE, BUILD_OPTIONS)
+            self.kernels = {k: self.program.kernel(k) for k in K.KERNELS}
+        return self.kernels[name]
+
+
+class OpenCLBuffer(Buffer):
+    """A Buffer whose memory is a cl_mem (`mem`); `memory` stays None: not host memory."""
+
+    def __init__(self, buffer_type, size, base, mem):
+        super().__init__(buffer_type, size, base)
+        self.mem = mem
+
+
+class OpenCLBufferType(BufferType):
+    """Device memory of one OpenCL device (ggml's 'OpenCL' buffer type)."""
+
+    def __init__(self, device):
+        info = device.info
+        align = max(info["base_addr_align_bits"] // 8, 1) if info["base_addr_align_bits"] else 128
+        super().__init__(device.name, alignment=align, max_size=info["max_alloc"] or None,
+                         is_host=False, device=device.name)
+        self._dev = device
+
+    def alloc_buffer(self, size):
+        global _FAKE_BASE
+        limit = self.max_size
+        if limit is not None and size > limit:
+            raise AllocationError(f"OpenCL device {self._dev.index} ({self._dev.info['name']}): "
+                                  f"cannot allocate {size} bytes, the largest single allocation "
+                                  f"is {limit} bytes")
+        mem = self._dev.ctx.alloc(max(size, 1))         # raises AllocationError itself
+        step = max(self.alignment, 4096)
+        base = (_FAKE_BASE + step - 1) // step * step
+        _FAKE_BASE = base + max(size, 1)
+        return OpenCLBuffer(self, size, base, mem)
+
+
+# ---------------------------------------------------------------------------
+# kernel arguments
+
+def _i32(v):
+    return struct.pack("<i", int(v))
+
+
+def _f32(v):
+    return struct.pack("<f", float(v))
+
+
+def _u64(v):
+    return struct.pack("<Q", int(v))
+
+
+def _code(t):
+    return _i32(TYPE_CODES[t.type])
+
+
+def _round_up(n, m):
+    return (n + m - 1) // m * m
+
+
+def _f(t, i):
+    return bits_f32(t.op_params[i])
+
+
+# ---------------------------------------------------------------------------
+# the backend
+
+class OpenCLEvent:
+    """A backend event: the marker of the last event_record (None before)."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.marker = None
+
+
+class OpenCLBackend(Backend):
+    """ggml's OpenCL backend on one device: OpenCLBackend(0) or OpenCLBackend('pthread')."""
+
+    def __init__(self, device=0):
+        _require_module()
+        dev = _Device.get(_device_index(device))
+        super().__init__(dev.name, dev.buffer_type, device_type="gpu")
+        self._dev = dev
+
+    @property
+    def device(self):
+        """The device's info dict (name, vendor, version, global_mem, max_alloc, ...)."""
+        return dict(self._dev.info)
+
+    def build(self):
+        """Compile the kernels now (otherwise the first graph_compute does)."""
+        self._dev.kernel(K.KERNELS[0])
+
+    # --- tensors in device memory ---
+
+    def _place(self, t):
+        """(cl_mem, byte offset) of tensor t, which must live in this device's memory."""
+        buf = get_buffer(t)
+        if buf is None or t.data_address == 0:
+            raise BackendError(f"{self.name}: tensor '{t.name}' ({t.op}) is not allocated")
+        if not isinstance(buf, OpenCLBuffer) or buf.buffer_type._dev is not self._dev:
+            raise BackendError(f"{self.name}: tensor '{t.name}' lives in buffer type "
+                               f"'{buf.buffer_type.name}', not in this device's memory")
+        return buf.mem, t.data_address - buf.base
+
+    def _targs(self, t):
+        """The four kernel arguments of TENSOR(x). The span is checked against the cl_mem
+        here because a kernel reading past it could bring the process down."""
+        mem, off = self._place(t)
+        if off + t.nbytes > mem.size:
+            raise BackendError(f"{self.name}: tensor '{t.name}' ({t.nbytes} bytes at offset "
+                               f"{off}) reaches past its {mem.size}-byte buffer")
+        return [mem, _u64(off), struct.pack("<4q", *t.ne), struct.pack("<4Q", *t.nb)]
+
+    def _region(self, t, offset, size):
+        mem, off = self._place(t)
+        nbytes = t.nbytes
+        if size is None:
+            size = nbytes - offset
+        if offset + size > nbytes:
+            raise BackendError(f"tensor '{t.name}': {size} bytes at offset {offset} exceed its "
+                               f"{nbytes} bytes")
+        return mem, off + offset, size
+
+    def set_tensor(self, tensor, data, offset=0):
+        if isinstance(data, np.ndarray):
+            data = np.ascontiguousarray(data)
+        view = memoryview(data).cast("B")
+        mem, off, size = self._region(tensor, offset, len(view))
+        self._dev.ctx.write(mem, off, view)
+
+    def get_tensor(self, tensor, offset=0, size=None):
+        mem, off, size = self._region(tensor, offset, size)
+        return self._dev.ctx.read(mem, off, size)
+
+    def cpy_tensor_async(self, backend_src, src, dst):
+        """dst (here) = src: device-to-device on this context, or from/to host memory.
+        False for layouts or memories it cannot copy (the caller then copies itself)."""
+        if src.nbytes != dst.nbytes or not (src.is_contiguous and dst.is_contiguous):
+            return False
+        sbuf, dbuf = get_buffer(src), get_buffer(dst)
+        if sbuf is None or dbuf is None:
+            return False
+        n = src.nbytes
+        s_dev = isinstance(sbuf, OpenCLBuffer) and sbuf.buffer_type._dev is self._dev
+        d_dev = isinstance(dbuf, OpenCLBuffer) and dbuf.buffer_type._dev is self._dev
+        if s_dev and d_dev:
+            smem, soff = self._place(src)
+            dmem, doff = self._place(dst)
+            self._dev.ctx.copy(smem, soff, dmem, doff, n)
+        elif d_dev and sbuf.memory is not None:
+            start = src.data_address - sbuf.base
+            self.set_tensor(dst, sbuf.memory[start:start + n])
+        elif s_dev and dbuf.memory is not None:
+            smem, soff = self._place(src)
+            start = dst.data_address - dbuf.base
+            self._dev.ctx.read_into(smem, soff, dbuf.memory[start:start + n])
+        else:
+            return False
+        return True
+
+    # --- synchronisation ---
+
+    def synchronize(self):
+        self._dev.ctx.finish()
+
+    def event_new(self):
+        return OpenCLEvent(self)
+
+    def event_record(self, event):
+        event.marker = self._dev.ctx.marker()
+
+    def event_wait(self, event):
+        """Work queued here from now on waits for `event` (recorded on any backend)."""
+        if not isinstance(event, OpenCLEvent) or event.marker is None:
+            return
+        if event.marker.ctx is self._dev.ctx:
+            self._dev.ctx.wait_event(event.marker)
+        else:                                      # another context: wait on the host
+            event.marker.synchronize()
+
+    def event_synchronize(self, event):
+        if event.marker is not None:
+            event.marker.synchronize()
+
+    # --- what runs here ---
+
+    def supports_op(self, op):
+        try:
+            return self._supports(op)
+        except (KeyError, IndexError):
+            return False
+
+    def _supports(self, t):
+        o = t.op
+        if o in VIEW_OPS:
+            return True
+        srcs = t.src
+        a = srcs[0] if srcs else None
+        b = srcs[1] if len(srcs) > 1 else None
+        if o in ("DUP", "CONT", "CPY"):
+            if a.nelements != t.nelements:
+                return False
+            if t.type == "q8_0":
+                return (a.type in FLOATS and t.ne[0] % 32 == 0 and t.nb[0] == type_size("q8_0")
+                        and t.nb[1] >= t.nb[0] * (t.ne[0] // 32))
+            return (a.type == t.type and t.type in ("f32", "f16", "i32")) or \
+                (a.type in FLOATS and t.type in FLOATS)
+        if o == "REPEAT":
+            return a.type == t.type and t.type in ("f32", "f16", "i32") and \
+                all(a.ne[i] > 0 and t.ne[i] % a.ne[i] == 0 for i in range(4))
+        if o == "CONCAT":
+            return (a.type == b.type == t.type and t.type in ("f32", "f16", "i32")
+                    and 0 <= t.op_params[0] < 4)
+        if o == "DIAG_MASK_INF":
+            return a.type == "f32" and t.type == "f32"
+        if o in ("SUM_ROWS", "MEAN"):
+            return a.type == "f32" and t.type == "f32"
+        if o == "SET_ROWS":
+            return (a.type == "f32" and b.type in ("i32", "i64") and t.type in FLOATS)
+        if o in BINARY_CODES:
+            return (a.type in FLOATS and b.type in FLOATS and t.type in FLOATS
+                    and all(b.ne[i] > 0 and a.ne[i] % b.ne[i] == 0 for i in range(4)))
+        if o in MAP_CODES:
+            return a.type in FLOATS and t.type in FLOATS
+        if o == "UNARY":
+            return (UNARY_OPS[t.op_params[0]] in UNARY_SUPPORTED and a.type in FLOATS
+                    and t.type in FLOATS)
+        if o == "GLU":
+            GLU_OPS[t.op_params[0]]                # IndexError: an unknown GLU op
+            return all(s.type in FLOATS for s in srcs if s is not None) and t.type in FLOATS
+        if o in ("NORM", "RMS_NORM"):
+            return a.type == "f32" and t.type == "f32"
+        if o == "SOFT_MAX":
+            mask = b
+            sinks = srcs[2] if len(srcs) > 2 else None
+            return (a.type == "f32" and t.type == "f32"
+                    and (mask is None or (mask.type in FLOATS and mask.ne[1] >= a.ne[1]
+                                          and a.ne[2] % mask.ne[2] == 0
+                                          and a.ne[3] % mask.ne[3] == 0))
+                    and (sinks is None or sinks.type == "f32"))
+        if o == "ROPE":
+            p = t.op_params
+            n_dims, mode = p[1], p[2]
+            ff = srcs[2] if len(srcs) > 2 else None
+            return (mode in (ROPE_TYPES["NORMAL"], ROPE_TYPES["NEOX"]) and a.type in FLOATS
+                    and t.type == a.type and b.type == "i32" and a.ne[0] % 2 == 0
+                    and n_dims % 2 == 0 and 0 < n_dims <= a.ne[0]
+                    and (ff is None or ff.type == "f32"))
+        if o == "GET_ROWS":
+            if b.type != "i32":
+                return False
+            if a.type == "i32":
+                return t.type == "i32"
+            if a.type == "q8_0":
+                return t.type in FLOATS and a.nb[0] == type_size("q8_0")
+            return a.type in FLOATS and t.type in FLOATS
+        if o in ("MUL_MAT", "MUL_MAT_ID"):
+            return (a.type in ("f32", "f16", "q8_0") and a.nb[0] == type_size(a.type)
+                    and b.type in FLOATS and t.type == "f32"
+                    and (o == "MUL_MAT_ID" or (b.ne[2] % a.ne[2] == 0 and b.ne[3] % a.ne[3] == 0))
+                    and (o == "MUL_MAT" or srcs[2].type == "i32"))
+        return False
+
+    # --- compute ---
+
+    def graph_compute(self, graph):
+        """Queue a kernel for every node of `graph` (a Graph or a list of nodes), in order.
+        Returns without waiting for the device."""
+        nodes = graph.nodes if hasattr(graph, "nodes") else list(graph)
+        for t in nodes:
+            if t.op in VIEW_OPS:
+                continue
+            if not self.supports_op(t):
+                raise BackendError(f"{self.name}: op {t.op} ('{t.name}') with these types / "
+                                   "layouts is not supported")
+            self._compute_node(t)
+        return True
+
+    def _launch(self, name, args, n):
+        """A 1-D launch over n items in groups of WG."""
+        if n == 0:
+            return
+        k = self._dev.kernel(name)
+        k.set_args(args)
+        self._dev.ctx.enqueue(k, (_round_up(n, K.WG),), (K.WG,))
+
+    def _launch_rows(self, name, args, nrows):
+        """One work-group of WG items per row."""
+        if nrows == 0:
+            return
+        k = self._dev.kernel(name)
+        k.set_args(args)
+        self._dev.ctx.enqueue(k, (nrows * K.WG,), (K.WG,))
+
+    def _compute_node(self, t):
+        o = t.op
+        srcs = t.src
+        a = srcs[0]
+        n = t.nelements
+        T = self._targs
+        if o in ("DUP", "CONT", "CPY"):
+            if t.type == "q8_0":
+                self._launch("k_cpy_q8_0", T(a) + [_code(a)] + T(t) + [_u64(n // 32)], n // 32)
+            else:
+                self._launch("k_cpy", T(a) + [_code(a)] + T(t) + [_code(t), _i32(type_size(t.type)),
+                                                                  _i32(0), _u64(n)], n)
+        elif o == "REPEAT":
+            self._launch("k_cpy", T(a) + [_code(a)] + T(t) + [_code(t), _i32(type_size(t.type)),
+                                                              _i32(1), _u64(n)], n)
+        elif o == "CONCAT":
+            self._launch("k_concat", [_i32(t.op_params[0])] + T(a) + T(srcs[1]) + T(t)
+                         + [_i32(type_size(t.type)), _u64(n)], n)
+        elif o == "DIAG_MASK_INF":
+            self._launch("k_diag_mask_inf", [_i32(t.op_params[0])] + T(a) + T(t) + [_u64(n)], n)
+        elif o in ("SUM_ROWS", "MEAN"):
+            self._launch_rows("k_sum_rows", [_i32(o == "MEAN")] + T(a) + T(t),
+                              a.ne[1] * a.ne[2] * a.ne[3])
+        elif o == "SET_ROWS":
+            c = srcs[1]
+            self._launch("k_set_rows", T(a) + T(c) + [_code(c)] + T(t) + [_code(t),
+                                                                        _u64(a.nelements)],
+                         a.nelements)
+        elif o in BINARY_CODES:
+            b = srcs[1]
+            self._launch("k_binary", [_i32(BINARY_CODES[o])] + T(a) + [_code(a)] + T(b) + [_code(b)]
+                         + T(t) + [_code(t), _u64(n)], n)
+        elif o in MAP_CODES or o == "UNARY":
+            code = t.op_params[0] if o == "UNARY" else MAP_CODES[o]
+            p0 = p1 = 0.0
+            if o in ("SCALE", "CLAMP"):
+                p0, p1 = _f(t, 0), _f(t, 1)
+            self._launch("k_map1", [_i32(code), _f32(p0), _f32(p1)] + T(a) + [_code(a)] + T(t)
+                         + [_code(t), _u64(n)], n)
+        elif o == "GLU":
+            b = srcs[1] if len(srcs) > 1 and srcs[1] is not None else None
+            p = t.op_params
+            self._launch("k_glu", [_i32(p[0]), _i32(p[1]), _i32(b is not None), _f32(_f(t, 2)),
+                                   _f32(_f(t, 3))] + T(a) + [_code(a)] + T(b if b is not None else a)
+                         + [_code(b if b is not None else a)] + T(t) + [_code(t), _u64(n)], n)
+        elif o in ("NORM", "RMS_NORM"):
+            self._launch_rows("k_norm", [_i32(o == "RMS_NORM"), _f32(_f(t, 0))] + T(a) + T(t),
+                              n // max(t.ne[0], 1))
+        elif o == "SOFT_MAX":
+            self._soft_max(t, a, srcs)
+        elif o == "ROPE":
+            self._rope(t, a, srcs)
+        elif o == "GET_ROWS":
+            self._launch("k_get_rows", T(a) + [_code(a)] + T(srcs[1]) + T(t) + [_code(t), _u64(n)], n)
+        elif o == "MUL_MAT":
+            self._mul_mat(t, a, srcs[1])
+        elif o == "MUL_MAT_ID":
+            self._launch("k_mul_mat_id", T(a) + [_code(a)] + T(srcs[1]) + [_code(srcs[1]), _i32(a.type == "f16")]
+                         + T(srcs[2]) + T(t) + [_u64(n)], n)
+        else:                                      # supports_op and this list disagree
+            raise BackendError(f"{self.name}: no kernel for {o} ('{t.name}')")
+
+    def _soft_max(self, t, a, srcs):
+        mask = srcs[1] if len(srcs) > 1 else None
+        sinks = srcs[2] if len(srcs) > 2 else None
+        scale, max_bias = _f(t, 0), _f(t, 1)
+        n_head = a.ne[2]
+        n_head_log2 = 1 << int(math.floor(math.log2(n_head))) if n_head > 0 else 1
+        # the ALiBi bases in f32, as the CPU computes them
+        m0 = np.float32(2.0) ** (np.float32(-max_bias) / np.float32(n_head_log2))
+        m1 = np.float32(2.0) ** (np.float32(-max_bias / 2.0) / np.float32(n_head_log2))
+        T = self._targs
+        args = (T(a) + T(mask if mask is not None else a)
+                + [_code(mask if mask is not None else a), _i32(mask is not None)]
+                + T(sinks if sinks is not None else a) + [_i32(sinks is not None)] + T(t)
+                + [_f32(scale), _f32(max_bias), _f32(m0), _f32(m1), _i32(n_head_log2)])
+        self._launch_rows("k_soft_max", args, a.ne[1] * a.ne[2] * a.ne[3])
+
+    def _rope(self, t, a, srcs):
+        from ggml_py.backends.cpu import _rope_corr_dims   # the CPU's YaRN ramp bounds
+        p = t.op_params
+        n_dims, mode, n_ctx_orig = p[1], p[2], p[4]
+        fb, fs, ef, af, bf, bs = (bits_f32(p[i]) for i in range(5, 11))
+        F = np.float32
+        theta_scale = np.power(F(fb), F(-2.0) / F(n_dims), dtype=F)
+        lo, hi = _rope_corr_dims(n_dims, n_ctx_orig, fb, bf, bs)
+        mscale = F(af)
+        if ef != 0.0:
+            mscale = F(mscale * (F(1.0) + F(0.1) * np.log(F(1.0) / F(fs))))
+        ff = srcs[2] if len(srcs) > 2 else None
+        T = self._targs
+        n = a.ne[0] // 2 * a.ne[1] * a.ne[2] * a.ne[3]
+        args = (T(a) + [_code(a)] + T(srcs[1]) + T(ff if ff is not None else a)
+                + [_i32(ff is not None)] + T(t) + [_code(t), _i32(n_dims),
+                                                    _i32(mode == ROPE_TYPES["NEOX"]),
+                                                    _f32(theta_scale), _f32(fs), _f32(ef),
+                                                    _f32(mscale), _f32(lo), _f32(hi), _u64(n)])
+        self._launch("k_rope", args, n)
+
+    def _mul_mat(self, t, a, b):
+        M, N = a.ne[1], b.ne[1]
+        batches = b.ne[2] * b.ne[3]
+        if M == 0 or N == 0 or batches == 0:
+            return
+        k = self._dev.kernel("k_mul_mat")
+        T = self._targs
+        k.set_args(T(a) + [_code(a)] + T(b) + [_code(b), _i32(a.type == "f16")] + T(t))
+        self._dev.ctx.enqueue(k, (_round_up(M, K.TS), _round_up(N, K.TS), batches),
+                              (K.TS, K.TS, 1))
