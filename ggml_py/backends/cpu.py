@@ -228,10 +228,12 @@ def _k_mul_mat(t):
         raise BackendError(f"MUL_MAT '{t.name}': src0 '{a.name}' dim 0 is not contiguous")
     if b.nb[0] != quants.PLAIN_DTYPES.get(b.type, np.dtype("u1")).itemsize:
         raise BackendError(f"MUL_MAT '{t.name}': src1 '{b.name}' dim 0 is not contiguous")
-    w = values(a)
-    x = quants.vec_dot_round(a.type, values(b))
+    # f32 operands are read in place and the product written straight into dst: copies
+    # of the weights would cost as much memory traffic as the product itself
+    w = tensor_array(a) if a.type == "f32" else values(a)
+    x = quants.vec_dot_round(a.type, tensor_array(b) if b.type == "f32" else values(b))
     w = _bcast_weights(w, x.shape)
-    store(t, np.matmul(x, np.swapaxes(w, -1, -2)))
+    np.matmul(x, np.swapaxes(w, -1, -2), out=tensor_array(t))
 
 
 def _k_mul_mat_id(t):

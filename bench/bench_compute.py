@@ -1,0 +1,242 @@
+"""Compute benchmark of the numpy CPU backend and the demo models.
+
+    python bench/bench_compute.py [--quick] [--json]
+
+1. dispatch: a graph of many tiny ops (f32[16] ADD/MUL/SCALE chains): µs per node
+   through CPUBackend.graph_compute (and Scheduler.graph_compute when the runtime is
+   there), against the same ops written directly in numpy.
+2. decode: one decode step of the demo llama (llama_config()), the whole
+   llama_decode-like step (build graph, alloc_graph, set inputs, compute, read logits)
+   against the time spent inside the op kernels: the share outside the kernels is the
+   price of graphs, scheduling and dispatch.
+3. matmul: a graph of f32 MUL_MATs (the shapes of a prompt's projections) against the
+   same products done directly with np.matmul; throughput ratio (goal >= 0.9x).
+
+Medians of wall time. This machine has 2 noisy cores (and OpenBLAS with 2 threads):
+read ratios, not absolute numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from ggml_py import Context, Graph, ops                                    # noqa: E402
+from ggml_py.backends import cpu as cpu_mod                                 # noqa: E402
+from ggml_py.backends.cpu import CPUBackend, tensor_array                   # noqa: E402
+from ggml_py.models.transformer import (Model, Session, build_forward,     # noqa: E402
+                                        has_runtime, llama_config, tensor_set, tensor_values)
+from ggml_py.opscheck import HostAllocation                                # noqa: E402
+from ggml_py.sched import Scheduler                                        # noqa: E402
+
+
+def paired_times(fa, fb, reps, warmup=2):
+    """Median times of fa and fb run alternately (a noisy machine slows both alike) and
+    the median of the per-pair ratios time(fb) / time(fa)."""
+    for _ in range(warmup):
+        fa()
+        fb()
+    ta, tb = [], []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fa()
+        t1 = time.perf_counter()
+        fb()
+        t2 = time.perf_counter()
+        ta.append(t1 - t0)
+        tb.append(t2 - t1)
+    return (statistics.median(ta), statistics.median(tb),
+            statistics.median(b / a for a, b in zip(ta, tb)))
+
+
+def median_time(fn, reps, warmup=2):
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+# ---------------------------------------------------------------------------
+# 1. per-node dispatch
+
+def bench_dispatch(n_nodes, reps):
+    cpu = CPUBackend()
+    ctx = Context("dispatch")
+    a = ops.new_tensor_1d(ctx, "f32", 16, name="a")
+    b = ops.new_tensor_1d(ctx, "f32", 16, name="b")
+    x = a
+    for i in range(n_nodes):
+        k = i % 3
+        x = ops.add(ctx, x, b) if k == 0 else ops.mul(ctx, x, b) if k == 1 else \
+            ops.scale(ctx, x, 0.5)
+    g = Graph(2 * n_nodes + 16).build_forward_expand(x)
+    HostAllocation(cpu).alloc_graph(g)
+    tensor_array(a)[...] = 1.0
+    tensor_array(b)[...] = 1.0
+    an, bn = np.ones(16, np.float32), np.ones(16, np.float32)
+
+    def direct():
+        y = an
+        for i in range(n_nodes):
+            k = i % 3
+            y = y + bn if k == 0 else y * bn if k == 1 else y * np.float32(0.5)
+        return y
+    t_backend, t_numpy, _ = paired_times(lambda: cpu.graph_compute(g), direct, reps)
+    row = {"bench": "dispatch", "n_nodes": g.n_nodes,
+           "backend_us_per_node": t_backend / g.n_nodes * 1e6,
+           "numpy_us_per_op": t_numpy / n_nodes * 1e6}
+    row["overhead_us_per_node"] = row["backend_us_per_node"] - row["numpy_us_per_op"]
+    sched = Scheduler([cpu], graph_size=g.n_nodes + g.n_leafs + 16)
+    if has_runtime(sched):
+        sched.alloc_graph(g)
+        t_sched = median_time(lambda: sched.graph_compute(g), reps)
+        row["sched_us_per_node"] = t_sched / g.n_nodes * 1e6
+    return row
+
+
+# ---------------------------------------------------------------------------
+# 2. a decode step of the demo llama
+
+class KernelTimer:
+    """Wraps the CPU backend's kernel table to add up the time spent in kernels."""
+
+    def __init__(self):
+        self.total = 0.0
+        self.saved = dict(cpu_mod.KERNELS)
+
+    def __enter__(self):
+        for op, k in self.saved.items():
+            cpu_mod.KERNELS[op] = self._wrap(k)
+        return self
+
+    def _wrap(self, k):
+        def timed(t):
+            t0 = time.perf_counter()
+            k(t)
+            self.total += time.perf_counter() - t0
+        return timed
+
+    def __exit__(self, *exc):
+        cpu_mod.KERNELS.update(self.saved)
+
+
+def bench_decode(reps):
+    cfg = llama_config()
+    cpu = CPUBackend()
+    sess = Session(Model.random(cfg, seed=0).place(cpu), [cpu])
+    prompt = list(range(1, 17))
+    sess.forward(prompt, logits="last")
+    n_past = sess.cache.n_past
+
+    def step():
+        # llama_decode of one token at the same position (rewrites the same cache cell)
+        sess.cache.n_past = n_past
+        sess.forward([7], logits="last")
+    t_step = median_time(step, reps)
+
+    fw = build_forward(sess.model, sess.cache, [7], n_past=n_past, logits="last")
+    sess.sched.reset()
+    sess.sched.alloc_graph(fw.graph)
+
+    def compute():
+        # inputs again each time: the allocator may reuse their memory once read,
+        # as ggml-alloc does, so every compute needs them set (llama.cpp does the same)
+        for t, d in fw.inputs:
+            tensor_set(t, d)
+        if has_runtime(sess.sched):
+            sess.sched.graph_compute(fw.graph)
+        else:
+            cpu.graph_compute(fw.graph)
+    t_compute = median_time(compute, reps)
+    kernel_times = []
+    with KernelTimer() as kt:
+        for _ in range(reps):
+            kt.total = 0.0
+            compute()
+            kernel_times.append(kt.total)
+    t_kernels = statistics.median(kernel_times)
+    tensor_values(fw.logits)
+    return {"bench": "decode", "model": f"llama {cfg.n_layer}L n_embd {cfg.n_embd}",
+            "n_nodes": fw.graph.n_nodes, "step_ms": t_step * 1e3,
+            "compute_ms": t_compute * 1e3, "kernels_ms": t_kernels * 1e3,
+            "outside_kernels_share": (t_step - t_kernels) / t_step,
+            "graph_alloc_share": (t_step - t_compute) / t_step,
+            "dispatch_share": (t_compute - t_kernels) / t_step}
+
+
+# ---------------------------------------------------------------------------
+# 3. matmul-heavy graph vs numpy
+
+def bench_matmul(n_embd, n_tokens, n_mats, reps, wtype="f32"):
+    cpu = CPUBackend()
+    rng = np.random.default_rng(0)
+    ctx = Context("matmul")
+    ws = [ops.new_tensor_2d(ctx, wtype, n_embd, n_embd, name=f"w{i}") for i in range(n_mats)]
+    x = ops.new_tensor_2d(ctx, "f32", n_embd, n_tokens, name="x")
+    y = x
+    for w in ws:
+        y = ops.mul_mat(ctx, w, y)
+    g = Graph(4 * n_mats + 16).build_forward_expand(y)
+    HostAllocation(cpu).alloc_graph(g)
+    wn = [rng.standard_normal((n_embd, n_embd), dtype=np.float32) / np.float32(np.sqrt(n_embd))
+          for _ in ws]
+    for w, v in zip(ws, wn):
+        tensor_array(w)[0, 0] = v.astype(tensor_array(w).dtype)
+    xn = rng.standard_normal((n_tokens, n_embd), dtype=np.float32)
+    tensor_array(x)[0, 0] = xn
+
+    def direct():
+        yy = xn
+        for v in wn:
+            yy = np.matmul(yy, v.T)
+        return yy
+    t_graph, t_numpy, ratio = paired_times(lambda: cpu.graph_compute(g), direct, reps)
+    flops = 2.0 * n_embd * n_embd * n_tokens * n_mats
+    return {"bench": "matmul", "shape": f"{n_mats} x [{n_embd}x{n_embd}] @ [{n_embd}x{n_tokens}]",
+            "wtype": wtype, "graph_gflops": flops / t_graph / 1e9,
+            "numpy_gflops": flops / t_numpy / 1e9, "ratio_vs_numpy": ratio}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--json", action="store_true", help="one JSON object per result")
+    a = ap.parse_args(argv)
+    reps = 7 if a.quick else 25
+    rows = [bench_dispatch(600 if a.quick else 3000, reps), bench_decode(reps),
+            bench_matmul(1024, 128, 8, reps), bench_matmul(512, 16, 8, reps)]
+    for r in rows:
+        if a.json:
+            print(json.dumps(r))
+        elif r["bench"] == "dispatch":
+            s = (f", {r['sched_us_per_node']:.1f} us through Scheduler.graph_compute"
+                 if "sched_us_per_node" in r else "")
+            print(f"dispatch: {r['n_nodes']} tiny nodes: {r['backend_us_per_node']:.1f} us/node "
+                  f"on CPUBackend{s}; numpy directly {r['numpy_us_per_op']:.2f} us/op "
+                  f"-> {r['overhead_us_per_node']:.1f} us/node of overhead")
+        elif r["bench"] == "decode":
+            print(f"decode step ({r['model']}, {r['n_nodes']} nodes): {r['step_ms']:.2f} ms "
+                  f"per step, compute {r['compute_ms']:.2f} ms, in kernels "
+                  f"{r['kernels_ms']:.2f} ms -> {100 * r['outside_kernels_share']:.0f}% outside "
+                  f"kernels ({100 * r['graph_alloc_share']:.0f}% graph build/alloc/inputs, "
+                  f"{100 * r['dispatch_share']:.0f}% dispatch)")
+        else:
+            print(f"matmul {r['shape']} {r['wtype']}: graph {r['graph_gflops']:.1f} GFLOP/s, "
+                  f"numpy {r['numpy_gflops']:.1f} GFLOP/s -> {r['ratio_vs_numpy']:.2f}x numpy")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
