@@ -120,7 +120,7 @@ def run_model(model, backends, args, out=print):
     # the layers and the output head go to the device
     layer_be = devices[0] if devices else cpu
     model.place([layer_be] * cfg.n_layer, host=cpu, output_backend=layer_be)
-    sess = Session(model, backends)
+    sess = Session(model, backends, profile_splits=True)
     rng = np.random.default_rng(args.seed)
     prompt = rng.integers(0, cfg.n_vocab, size=args.prompt).tolist()
     # an untimed pass first: numpy/BLAS start-up and the scheduler's first reservation
@@ -154,7 +154,7 @@ def run_model(model, backends, args, out=print):
         comp = sum(s.compute_s for s in steps)
         s0 = steps[0]
         out(f"   {label:<8} {n_tok:>6} {s0.n_nodes:>6} {s0.n_splits:>6} "
-            f"{statistics.median(sum(x[2] for x in s.splits) for s in steps):>6.0f} "
+            f"{statistics.median(s.n_inputs for s in steps):>6.0f} "
             f"{_fmt_bytes(statistics.median(s.copy_bytes for s in steps)):>10} "
             f"{_ms(statistics.median(s.alloc_s for s in steps)):>9} "
             f"{_ms(statistics.median(s.compute_s for s in steps)):>11} "
@@ -169,41 +169,19 @@ def run_model(model, backends, args, out=print):
                 else 0.0, wall=wall, tokens=new)
 
 
-def _split_table(step, out):
-    prof = _profile_times(step.profile)
-    out(f"   prompt splits:  {'#':>3} {'backend':<12} {'nodes':>6} {'inputs':>6} "
-        f"{'copied':>10}" + (f" {'ms':>8}" if prof else ""))
-    for k, (name, n_nodes, n_in, nbytes) in enumerate(step.splits[:10]):
-        t = f" {_ms(prof[k]):>8}" if prof and k < len(prof) else ""
-        out(f"                   {k:>3} {name:<12} {n_nodes:>6} {n_in:>6} "
+def _split_table(step, out, limit=12):
+    timed = any(sp.compute_s is not None for sp in step.splits)
+    out(f"   prompt splits: {'#':>3} {'backend':<10} {'nodes':>5} {'inputs':>6} {'copied':>10}"
+        + (f" {'copy ms':>8} {'compute ms':>10}" if timed else ""))
+    for k, sp in enumerate(step.splits[:limit]):
+        nbytes = sp.input_bytes if sp.bytes_copied is None else sp.bytes_copied
+        t = (f" {_ms(sp.copy_s or 0):>8} {_ms(sp.compute_s or 0):>10}" if timed else "")
+        out(f"                  {k:>3} {sp.backend:<10} {sp.n_nodes:>5} {sp.n_inputs:>6} "
             f"{_fmt_bytes(nbytes):>10}{t}")
-    if len(step.splits) > 10:
-        out(f"                   ... {len(step.splits) - 10} more splits")
-
-
-def _profile_times(profile):
-    """Seconds per split from the scheduler's profile, whatever shape it comes in
-    (a list of records with a time, or of numbers); None without one."""
-    if not profile:
-        return None
-    times = []
-    for rec in profile:
-        if isinstance(rec, (int, float)):
-            times.append(float(rec))
-            continue
-        get = rec.get if isinstance(rec, dict) else (lambda k, r=rec: getattr(r, k, None))
-        for key in ("compute_s", "time_s", "seconds", "wall_s"):
-            if get(key) is not None:
-                times.append(float(get(key)))
-                break
-        else:
-            for key in ("compute_us", "time_us", "us"):
-                if get(key) is not None:
-                    times.append(float(get(key)) * 1e-6)
-                    break
-            else:
-                return None
-    return times
+    if len(step.splits) > limit:
+        rest = step.splits[limit:]
+        out(f"                  ... {len(rest)} more splits on "
+            f"{', '.join(sorted({sp.backend for sp in rest}))}")
 
 
 def run_models(args, out=print):

@@ -389,11 +389,18 @@ class KVCache:
         self.clear()
 
     def clear(self):
-        """Empty the cache (zeroed cells, n_past 0)."""
+        """Empty the cache: n_past 0 and every cell zeroed (ggml_backend_buffer_clear), since
+        masked cells still enter the V product with weight 0, and 0 * NaN is NaN."""
         self.n_past = 0
         for buf in self.buffers:
             if buf.memory is not None:
                 buf.memory[...] = 0
+        for t in self.k + self.v:
+            if get_buffer(t).memory is None:
+                try:
+                    tensor_set(t, np.zeros(t.nbytes, np.uint8), self.backends)
+                except (BackendError, NotImplementedError):
+                    pass                # a simulated device: no bytes to clear
 
 
 # ---------------------------------------------------------------------------
@@ -577,19 +584,41 @@ def _moe_experts(ctx, cfg, W, p, cur, selected, weights, T, il):
 # running: a session of prompt and decode steps
 
 @dataclass
+class SplitStats:
+    """One split of a step: where it ran, what it copied in, and (with the runtime's
+    profile) what it cost."""
+    backend: str
+    n_nodes: int
+    n_inputs: int
+    input_bytes: int           # the split inputs' sizes
+    bytes_copied: int | None = None     # what the runtime copied (MoE: used experts only)
+    copy_s: float | None = None
+    compute_s: float | None = None
+
+
+@dataclass
 class StepStats:
     """What one forward pass cost and how the scheduler cut it."""
     kind: str                  # 'prompt' or 'decode'
     n_tokens: int
     n_nodes: int
     n_splits: int
-    n_copies: int
-    copy_bytes: int            # split inputs copied between backends
-    build_s: float
-    alloc_s: float
-    compute_s: float
-    splits: list               # [(backend name, n_nodes, n_inputs, input bytes)]
-    profile: object = None     # the scheduler's per-split profile, when it has one
+    n_copies: int              # copy slots (pipeline parallelism)
+    build_s: float             # graph build
+    alloc_s: float             # split + alloc_graph + setting the inputs
+    compute_s: float           # graph compute, copies included
+    splits: list               # [SplitStats]
+
+    @property
+    def n_inputs(self) -> int:
+        return sum(s.n_inputs for s in self.splits)
+
+    @property
+    def copy_bytes(self) -> int:
+        """Bytes copied between backends: the runtime's count when it profiled, else the
+        split inputs' sizes."""
+        return sum(s.input_bytes if s.bytes_copied is None else s.bytes_copied
+                   for s in self.splits)
 
 
 def has_runtime(sched) -> bool:
@@ -598,22 +627,30 @@ def has_runtime(sched) -> bool:
 
 
 class Session:
-    """A model, its KV cache and a Scheduler over `backends` (priority order, CPU last)."""
+    """A model, its KV cache and a Scheduler over `backends` (priority order, CPU last).
 
-    def __init__(self, model: Model, backends, scheduler=None):
+    profile_splits: time every split to completion (the runtime's sync_splits: an
+    asynchronous device is waited for after each split, so split times are real, at
+    the price of the overlap)."""
+
+    def __init__(self, model: Model, backends, scheduler=None, profile_splits=False):
         from ggml_py.sched import Scheduler
         self.model = model
         self.backends = list(backends)
         self.cache = KVCache(model)
         self.sched = scheduler or Scheduler(self.backends, graph_size=graph_size(model.config))
         if not has_runtime(self.sched) and len(self.backends) > 1:
-            raise BackendError("this Scheduler has no graph_compute (runtime); only a single "
-                               "CPU backend can compute, use plan_forward() for more")
+            raise BackendError("this Scheduler has no graph_compute (runtime): only a single "
+                               "CPU backend can compute")
+        runtime = getattr(self.sched, "runtime", None)
+        if profile_splits and runtime is not None:
+            runtime.sync_splits = True
         self.history = []
 
     def forward(self, tokens, logits="all") -> np.ndarray:
-        """Run `tokens` through the model after the cached ones; returns their logits,
-        numpy [n_outputs, n_vocab]."""
+        """Run `tokens` through the model after the cached ones (llama_decode: build the
+        graph, allocate it, set the inputs, compute); returns their logits, numpy
+        [n_outputs, n_vocab]."""
         t0 = time.perf_counter()
         fw = build_forward(self.model, self.cache, tokens, logits=logits)
         t1 = time.perf_counter()
@@ -622,6 +659,9 @@ class Session:
         sched.alloc_graph(fw.graph)
         for t, data in fw.inputs:
             tensor_set(t, data, self.backends)
+        profile = getattr(sched, "profile", None)
+        if profile is not None:
+            profile.reset()
         t2 = time.perf_counter()
         if has_runtime(sched):
             sched.graph_compute(fw.graph)
@@ -630,21 +670,20 @@ class Session:
         t3 = time.perf_counter()
         out = tensor_values(fw.logits, self.backends).reshape(fw.n_outputs, -1)
         self.cache.n_past += fw.n_tokens
-        self.history.append(self._stats(fw, t1 - t0, t2 - t1, t3 - t2))
+        self.history.append(self._stats(fw, t1 - t0, t2 - t1, t3 - t2, profile))
         return out
 
-    def _stats(self, fw, build_s, alloc_s, compute_s):
+    def _stats(self, fw, build_s, alloc_s, compute_s, profile):
         s = self.sched
-        splits = [(sp.backend.name, sp.i_end - sp.i_start, len(sp.inputs),
-                   sum(t.nbytes for t in sp.inputs)) for sp in s.splits]
-        prof = None
-        if callable(getattr(s, "profile", None)):
-            prof = s.profile()
-        elif getattr(s, "profile", None) is not None:
-            prof = s.profile
+        splits = [SplitStats(sp.backend.name, sp.i_end - sp.i_start, len(sp.inputs),
+                             sum(t.nbytes for t in sp.inputs)) for sp in s.splits]
+        prof = list(getattr(profile, "splits", None) or [])
+        if len(prof) == len(splits):
+            for st, p in zip(splits, prof):
+                st.bytes_copied, st.copy_s, st.compute_s = p.bytes_copied, p.copy_s, p.compute_s
         return StepStats("prompt" if fw.n_tokens > 1 else "decode", fw.n_tokens,
-                         fw.graph.n_nodes, s.n_splits, s.n_copies,
-                         sum(x[3] for x in splits), build_s, alloc_s, compute_s, splits, prof)
+                         fw.graph.n_nodes, s.n_splits, s.n_copies, build_s, alloc_s, compute_s,
+                         splits)
 
     def generate(self, prompt, n_new: int) -> list:
         """Greedy decoding: the prompt in one pass, then one token per step; the new ids."""
