@@ -68,22 +68,26 @@ class Progress:
 # ---------------------------------------------------------------------------
 # part 1: computing models
 
-def device_backends(out=print):
-    """The device backends this machine has, best first (each import guarded: a
-    backend that is not built or finds no device is left out with a note)."""
-    found = []
-    for module, cls in (("ggml_py.backends.opencl", "OpenCLBackend"),
-                        ("ggml_py.backends.numpy_device", "NumpyDeviceBackend")):
+DEVICES = {"opencl": ("ggml_py.backends.opencl", "OpenCLBackend"),
+           "numpy": ("ggml_py.backends.numpy_device", "NumpyDeviceBackend")}
+
+
+def device_backends(which="auto", out=print):
+    """The device backend to offload to: 'auto' (OpenCL when it works here, else the
+    numpy device), 'opencl', 'numpy' or 'cpu' (none). Each import is guarded: a backend
+    that is not built or finds no device is left out with a note."""
+    names = {"auto": ("opencl", "numpy"), "cpu": ()}.get(which, (which,))
+    for name in names:
+        module, cls = DEVICES[name]
         try:
             mod = __import__(module, fromlist=[cls])
-            found.append(getattr(mod, cls)())
+            return [getattr(mod, cls)()]
         except ImportError:
-            continue
-        except Exception as e:      # e.g. OpenCL present but no platform
+            if which != "auto":
+                out(f"  ({cls} is not in this build)")
+        except Exception as e:      # e.g. the OpenCL library is there but no device
             out(f"  ({cls} unavailable: {e})")
-            continue
-        break                       # the first that works is the device
-    return found
+    return []
 
 
 def demo_models(args):
@@ -116,10 +120,12 @@ def run_model(model, backends, args, out=print):
     from ggml_py.models.transformer import Session
     cfg = model.config
     devices, cpu = backends[:-1], backends[-1]
-    # llama.cpp's layout with every layer offloaded: token embeddings stay on the CPU,
-    # the layers and the output head go to the device
-    layer_be = devices[0] if devices else cpu
-    model.place([layer_be] * cfg.n_layer, host=cpu, output_backend=layer_be)
+    # llama.cpp's layout for -ngl N: token embeddings stay on the CPU, the last N layers
+    # and the output head go to the device
+    ngl = cfg.n_layer if args.gpu_layers is None else min(args.gpu_layers, cfg.n_layer)
+    dev = devices[0] if devices and ngl > 0 else cpu
+    layers = [cpu] * (cfg.n_layer - ngl) + [dev] * ngl
+    model.place(layers, host=cpu, output_backend=dev)
     sess = Session(model, backends, profile_splits=True)
     rng = np.random.default_rng(args.seed)
     prompt = rng.integers(0, cfg.n_vocab, size=args.prompt).tolist()
@@ -188,7 +194,7 @@ def run_models(args, out=print):
     from ggml_py.backends.cpu import CPUBackend
     from ggml_py.models.transformer import has_runtime
     out("== part 1: models computed through the scheduler")
-    devices = device_backends(out)
+    devices = device_backends(args.device, out)
     probe = Scheduler([CPUBackend()], graph_size=16)
     if devices and not has_runtime(probe):
         out("  (this build's Scheduler has no graph_compute yet: computing on the CPU only)")
@@ -249,6 +255,11 @@ def build_parser():
     ap = argparse.ArgumentParser(prog="ggml-py demo", description=__doc__.splitlines()[0])
     ap.add_argument("--gguf", metavar="PATH", help="run this llama GGUF file instead of the "
                     "random models (needs the gguf package)")
+    ap.add_argument("--device", default="auto", choices=("auto", "opencl", "numpy", "cpu"),
+                    help="where the layers go: auto (OpenCL if present, else the numpy "
+                    "device), opencl, numpy, or cpu (no offload)")
+    ap.add_argument("--gpu-layers", type=int, default=None, metavar="N",
+                    help="offload only the last N layers (default: all), like llama.cpp's -ngl")
     ap.add_argument("--layers", type=int, default=4, help="layers of the random models (4)")
     ap.add_argument("--wtype", default="f16", choices=("f32", "f16", "q8_0", "q4_0"),
                     help="weight type of the random models (f16)")

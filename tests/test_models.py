@@ -171,6 +171,45 @@ def test_session_without_runtime_needs_one_backend():
 
 
 # ---------------------------------------------------------------------------
+# offloaded layers computed through the scheduler's runtime
+
+def _runtime_or_skip():
+    if not callable(getattr(Scheduler, "graph_compute", None)):
+        pytest.skip("this build's Scheduler has no graph_compute (runtime)")
+
+
+def _device(name):
+    from ggml_py.demo import device_backends
+    found = device_backends(name, out=lambda *a: None)
+    if not found:
+        pytest.skip(f"no {name} device backend here")
+    return found[0]
+
+
+@pytest.mark.parametrize("device,tol", [("numpy", 1e-12), ("opencl", 1e-4)])
+@pytest.mark.parametrize("ffn", ["dense", "moe_topk", "moe_shared"])
+def test_offloaded_layers_match_cpu(device, tol, ffn):
+    """Half the layers on a device, the rest and the embeddings on the CPU: the same
+    logits as a CPU-only run (the numpy device runs the CPU kernels: equal up to the
+    last bit; OpenCL's kernels compute activations in f32)."""
+    _runtime_or_skip()
+    dev = _device(device)
+    cfg = ModelConfig(**SMALL) if ffn == "dense" else \
+        moe_config(ffn, **SMALL, n_expert=4, n_expert_used=2, n_ff_exp=32)
+    cpu = CPUBackend()
+    ref = Session(Model.random(cfg).place(cpu), [cpu])
+    want = [ref.forward(TOKENS[:6]), ref.forward([TOKENS[6]])]
+    model = Model.random(cfg).place([cpu, dev], host=cpu, output_backend=dev)
+    s = Session(model, [dev, cpu], profile_splits=True)
+    got = [s.forward(TOKENS[:6]), s.forward([TOKENS[6]])]
+    for w, g in zip(want, got):
+        assert nmse(w, g) < tol
+    st = s.history[0]
+    assert st.n_splits >= 2 and {sp.backend for sp in st.splits} == {dev.name, "CPU"}
+    assert st.copy_bytes > 0 and all(sp.compute_s is not None for sp in st.splits)
+
+
+# ---------------------------------------------------------------------------
 # GGUF
 
 @pytest.mark.parametrize("cfg", [
