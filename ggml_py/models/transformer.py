@@ -186,11 +186,6 @@ def to_stored(type_name: str, values: np.ndarray) -> np.ndarray:
     return quants.from_f32(type_name, values, cpu=False)
 
 
-def stored_values(type_name: str, stored: np.ndarray) -> np.ndarray:
-    """Stored form -> float32 values, numpy order."""
-    return quants.to_f32(type_name, stored)
-
-
 def random_weights(cfg: ModelConfig, seed: int = 0) -> dict:
     """Seeded random weights in stored form: matrices ~ N(0, 1/fan_in) so activations keep
     their scale through the layers, norms ~ 1, embeddings ~ N(0, 1)."""
@@ -305,9 +300,9 @@ class Model:
     def values(self, name: str) -> np.ndarray:
         """A weight's float32 values in numpy order (dequantised): what the graph sees."""
         t, stored = self.weights[name]
-        return stored_values(t, stored)
+        return quants.to_f32(t, stored)
 
-    def place(self, layer_backends=None, host=None, output_backend=None) -> "Model":
+    def place(self, layer_backends, host=None, output_backend=None) -> "Model":
         """Create the weight tensors and write them into buffers.
 
         layer_backends: a backend per layer (a single backend: all layers); host: where the
@@ -315,8 +310,6 @@ class Model:
         last layer's backend); output_backend: output norm and matrix (default: the last
         layer's). Each (layer, backend) gets its own weights buffer."""
         cfg = self.config
-        if layer_backends is None:
-            raise ValueError("place() needs the backend(s) for the layers")
         if not isinstance(layer_backends, (list, tuple)):
             layer_backends = [layer_backends] * cfg.n_layer
         if len(layer_backends) != cfg.n_layer:
@@ -326,8 +319,8 @@ class Model:
         self.layer_backend = list(layer_backends)
         self.ctx = Context(f"{cfg.name}.weights")
         groups = {}             # (group key, backend id) -> (backend, [tensors])
-        for name, (t, ne) in weight_shapes(cfg).items():
-            stored_t, stored = self.weights[name]
+        for name, (_, ne) in weight_shapes(cfg).items():
+            stored_t, stored = self.weights[name]       # a GGUF file may mix types
             _check_stored(name, stored_t, ne, stored)
             tensor = ops.new_tensor(self.ctx, stored_t, ne, name=name)
             il = layer_of(name)
