@@ -121,11 +121,12 @@ def run_model(model, backends, args, out=print):
     cfg = model.config
     devices, cpu = backends[:-1], backends[-1]
     # llama.cpp's layout for -ngl N: token embeddings stay on the CPU, the last N layers
-    # and the output head go to the device
-    ngl = cfg.n_layer if args.gpu_layers is None else min(args.gpu_layers, cfg.n_layer)
-    dev = devices[0] if devices and ngl > 0 else cpu
-    layers = [cpu] * (cfg.n_layer - ngl) + [dev] * ngl
-    model.place(layers, host=cpu, output_backend=dev)
+    # go to the device, and the output head too when N exceeds the layer count
+    ngl = cfg.n_layer + 1 if args.gpu_layers is None else max(args.gpu_layers, 0)
+    dev = devices[0] if devices else cpu
+    n_dev = min(ngl, cfg.n_layer)
+    layers = [cpu] * (cfg.n_layer - n_dev) + [dev] * n_dev
+    model.place(layers, host=cpu, output_backend=dev if ngl > cfg.n_layer else cpu)
     sess = Session(model, backends, profile_splits=True)
     rng = np.random.default_rng(args.seed)
     prompt = rng.integers(0, cfg.n_vocab, size=args.prompt).tolist()
@@ -259,7 +260,8 @@ def build_parser():
                     help="where the layers go: auto (OpenCL if present, else the numpy "
                     "device), opencl, numpy, or cpu (no offload)")
     ap.add_argument("--gpu-layers", type=int, default=None, metavar="N",
-                    help="offload only the last N layers (default: all), like llama.cpp's -ngl")
+                    help="offload the last N layers, and the output head when N exceeds "
+                    "the layer count (llama.cpp's -ngl; default: everything)")
     ap.add_argument("--layers", type=int, default=4, help="layers of the random models (4)")
     ap.add_argument("--wtype", default="f16", choices=("f32", "f16", "q8_0", "q4_0"),
                     help="weight type of the random models (f16)")
