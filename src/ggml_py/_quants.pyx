@@ -116,9 +116,10 @@ cdef inline float f16_round(float f) noexcept nogil:
     return h2f(f2h(f))
 
 
-# Rounding of a quantised value. Only comparisons and exact operations are used
-# (no addition after a product), so the result cannot depend on FMA contraction.
-# Both are exact for |v| < 2^22; larger values only occur for non-finite inputs.
+# Rounding of a quantised value. Only exact operations and comparisons follow the
+# product that made v, so the result cannot depend on FMA contraction. Both are
+# exact for |v| < 2^22, which holds in every block with a finite, not too small
+# scale (|v| <= 127 or so); the other blocks take the *_blocks' slow path.
 
 cdef inline int32_t round_away(float v) noexcept nogil:
     """roundf(v): halves away from zero."""
@@ -132,10 +133,30 @@ cdef inline int32_t round_away(float v) noexcept nogil:
 
 cdef inline int32_t round_even(float v) noexcept nogil:
     """rintf(v) in the default mode: halves to even. Adding 1.5 * 2^52 in double
-    leaves no fraction bits, so the addition itself rounds (the operand is a float
-    converted to double, so it cannot be fused with the product that made it)."""
+    leaves no fraction bits, so the addition itself rounds; the operand is a float
+    widened to double, so no FMA can absorb it."""
     cdef double t = (<double>v + 6755399441055744.0) - 6755399441055744.0
     return <int32_t>t
+
+
+cdef inline int32_t x86_i32(float r) noexcept nogil:
+    """A float that is already an integer (or inf / NaN) converted to int32 as x86's
+    cvt instructions do: what does not fit, inf and NaN give INT32_MIN. C leaves
+    this undefined; ggml's x86 code meets it in the degenerate blocks."""
+    if r != r or r >= <float>2147483648.0 or r < <float>-2147483648.0:
+        return <int32_t>0x80000000
+    return <int32_t>r
+
+
+cdef inline float rint_any(float v, bint even) noexcept nogil:
+    """round_even / round_away for any float (large ones are integers already)."""
+    if not (v < <float>4194304 and v > <float>-4194304):
+        return v
+    return <float>(round_even(v) if even else round_away(v))
+
+
+cdef inline bint finite(float f) noexcept nogil:
+    return (f2u(f) & 0x7F800000) != 0x7F800000
 
 
 cdef inline int32_t sat8(int32_t q) noexcept nogil:
@@ -215,41 +236,57 @@ cdef void dequantize_q8_0_blocks(const uint8_t *x, float *y, Py_ssize_t nb) noex
             yb[j] = <float>qs[j] * d
 
 
-cdef void quantize_q8_0_blocks(const float *x, uint8_t *y, Py_ssize_t nb, bint cpu) noexcept nogil:
-    """cpu=0: quantize_row_q8_0_ref; cpu=1: the x86 CPU quantize_row_q8_0."""
-    cdef Py_ssize_t b, j
-    cdef float amax, d, idv
-    cdef const float *xb
-    cdef int8_t q[32]
-    for b in range(nb):
-        xb = x + b * 32
-        amax = u2f(absmax_bits32(xb))
-        d = amax / <float>127
-        store_le16(y + b * B8, f2h(d))
+cdef inline float q8_0_block(const float *xb, int8_t *q, bint cpu) noexcept nogil:
+    """One block of 32 values -> q[32] and the scale d (before its f16 rounding).
+
+    cpu=0: quantize_row_q8_0_ref (1/d, halves away from zero); cpu=1: the x86
+    CPU quantize_row_q8_0 (127/max, halves to even, saturating)."""
+    cdef Py_ssize_t j
+    cdef float amax = u2f(absmax_bits32(xb))
+    cdef float d = amax / <float>127
+    cdef float idv
+    cdef int32_t i
+    if cpu:
+        idv = (<float>127 / amax) if amax != 0 else <float>0
+    else:
+        idv = (<float>1 / d) if d != 0 else <float>0
+    if finite(idv) and finite(amax):            # then |x * idv| <= 127 or so
         if cpu:
-            idv = (<float>127 / amax) if amax != 0 else <float>0
             for j in range(32):
                 q[j] = <int8_t>sat8(round_even(xb[j] * idv))
         else:
-            idv = (<float>1 / d) if d != 0 else <float>0
             for j in range(32):
                 q[j] = <int8_t>sat8(round_away(xb[j] * idv))
+    else:
+        # degenerate block (a scale that overflows, or inf / NaN in it): follow
+        # ggml's x86 code, whose float -> int conversions give INT32_MIN there;
+        # the CPU quantiser saturates it to -128, the reference one truncates to 0
+        for j in range(32):
+            i = x86_i32(rint_any(xb[j] * idv, cpu))
+            q[j] = <int8_t>sat8(i) if cpu else <int8_t>i
+    return d
+
+
+cdef void quantize_q8_0_blocks(const float *x, uint8_t *y, Py_ssize_t nb, bint cpu) noexcept nogil:
+    cdef Py_ssize_t b
+    cdef int8_t q[32]
+    cdef float d
+    for b in range(nb):
+        d = q8_0_block(x + b * 32, q, cpu)
+        store_le16(y + b * B8, f2h(d))
         memcpy(y + b * B8 + 2, q, 32)
 
 
 cdef void round_q8_0_blocks(const float *x, float *y, Py_ssize_t nb) noexcept nogil:
     """The CPU q8_0 quantiser followed by dequantisation, without the bytes in between."""
     cdef Py_ssize_t b, j
-    cdef float amax, d, idv
-    cdef const float *xb
+    cdef int8_t q[32]
     cdef float r[32]
+    cdef float d
     for b in range(nb):
-        xb = x + b * 32
-        amax = u2f(absmax_bits32(xb))
-        d = f16_round(amax / <float>127)
-        idv = (<float>127 / amax) if amax != 0 else <float>0
+        d = f16_round(q8_0_block(x + b * 32, q, 1))
         for j in range(32):
-            r[j] = <float>sat8(round_even(xb[j] * idv)) * d
+            r[j] = <float>q[j] * d
         memcpy(y + b * 32, r, 32 * sizeof(float))
 
 
@@ -296,8 +333,13 @@ cdef void quantize_q4_0_blocks(const float *x, uint8_t *y, Py_ssize_t nb) noexce
         d = mx / <float>-8
         idv = (<float>1 / d) if d != 0 else <float>0
         store_le16(y + b * B4, f2h(d))
-        for j in range(32):
-            q[j] = <uint8_t>(q4_value(xb[j], idv) & 0x0F)
+        if finite(idv) and finite(mx):             # then x * idv + 8.5 is in [0.5, 16.5]
+            for j in range(32):
+                q[j] = <uint8_t>(q4_value(xb[j], idv) & 0x0F)
+        else:                                       # degenerate block: as on x86
+            for j in range(32):
+                q[j] = <uint8_t>(min(15, <int8_t>x86_i32(<float>(<double>(xb[j] * idv) + 8.5)))
+                                 & 0x0F)
         for j in range(16):
             qs[j] = q[j] | (q[j + 16] << 4)
         memcpy(y + b * B4 + 2, qs, 16)
