@@ -19,9 +19,15 @@ Block layouts (ggml-common.h) are read and written byte by byte, little-endian:
 q8_0 = f16 scale + 32 int8; q4_0 = f16 scale + 16 bytes of nibbles (low nibbles
 are elements 0..15, high nibbles 16..31), value = (q - 8) * d.
 
-Float arithmetic is kept exactly to float32 operations: where a product is
-followed by an addition, the addition is done in double on the rounded float
-product (exact), so that no compiler can fuse the two into an FMA.
+Degenerate blocks (a scale whose inverse overflows, from a largest magnitude
+below ~3.7e-37, or inf / NaN inside) follow ggml's x86 code too: its float -> int
+conversions give INT32_MIN, saturated to -128 by the CPU q8_0 quantiser and
+truncated to 0 by the reference one.
+
+Float arithmetic is exactly that of float32 operations: no addition follows a
+product directly (roundings use comparisons, or an addition in double on the
+rounded float product), so no compiler can fuse the two into an FMA. The inner
+loops are branch-free (sel) so that gcc -O3 vectorises them at the baseline ISA.
 """
 
 from libc.stdint cimport uint8_t, int8_t, uint16_t, uint32_t, int32_t
