@@ -87,6 +87,8 @@ def store(t, x, cpu=True):
         a[...] = x
     elif t.type == "f32":
         a[...] = x
+    elif a.flags.c_contiguous and a.flags.writeable and np.shape(x) == a.shape:
+        quants.from_f32(t.type, x, cpu=cpu, out=a)       # converted straight into t
     else:
         a[...] = quants.from_f32(t.type, np.asarray(x, dtype=F32), cpu=cpu)
 
@@ -542,15 +544,15 @@ def _gelu_quick_f32(x):
 def _tables():
     global _GELU_TABLE, _GELU_QUICK_TABLE
     if _GELU_TABLE is None:
-        allh = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(F32)
+        allh = quants.f16_to_f32(np.arange(1 << 16, dtype=np.uint32).astype(np.uint16))
         with np.errstate(all="ignore"):
-            _GELU_TABLE = _gelu_f32(allh).astype(np.float16).astype(F32)
-            _GELU_QUICK_TABLE = _gelu_quick_f32(allh).astype(np.float16).astype(F32)
+            _GELU_TABLE = quants.round_f16(_gelu_f32(allh))
+            _GELU_QUICK_TABLE = quants.round_f16(_gelu_quick_f32(allh))
     return _GELU_TABLE, _GELU_QUICK_TABLE
 
 
 def _f16_index(x):
-    return np.asarray(x, dtype=F32).astype(np.float16).view(np.uint16)
+    return quants.f32_to_f16(x).view(np.uint16)
 
 
 def gelu(x, is_f16=False):
