@@ -11,11 +11,10 @@ scheduler stays usable.
 
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memset, memcpy
-from libc.stdio cimport snprintf
 from libc.stdint cimport uint8_t
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (Context, Tensor, Graph, tensor_handle, tensor_ptr, ggml_hash_set_init,
+from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handle, tensor_ptr, ggml_hash_set_init,
                             ggml_hash_set_free, ggml_hash_set_reset, ggml_hash_find_or_insert,
                             ggml_hash_find, ggml_bitset_get, ggml_is_view_op,
                             ggml_dup_tensor_layout, ggml_view_tensor, ggml_context_reset,
@@ -296,17 +295,35 @@ cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
     return 0
 
 
+cdef inline void _copy_suffix(char * out, int copy_id) noexcept nogil:
+    """'#C' for a copy slot C (0 <= C < 10**9)."""
+    cdef char digits[12]
+    cdef int n = 0, k = 1
+    while True:
+        digits[n] = 48 + copy_id % 10      # '0' + digit
+        n += 1
+        copy_id //= 10
+        if copy_id == 0:
+            break
+    out[0] = 35                             # '#'
+    while n > 0:
+        n -= 1
+        out[k] = digits[n]
+        k += 1
+    out[k] = 0
+
+
 cdef ggml_tensor * new_sched_tensor(SchedCore s, ggml_tensor * of, int kind, int backend_id,
                                     int copy_id) except NULL:
     """A copy (same layout, named BACKEND#name#C) or a dependency view of `of`,
     made in the scheduler's arena and recorded for introspection."""
     cdef ggml_tensor * t
-    cdef char buf[GGML_MAX_NAME + 80]
+    cdef char suffix[16]
     cdef void * tmp
     if kind == SCHED_TENSOR_COPY:
         t = ggml_dup_tensor_layout(&s.arena.ctx, of)
-        snprintf(buf, sizeof(buf), b"%s#%s#%d", s.backends[backend_id].name, of.name, copy_id)
-        ggml_set_name(t, buf)
+        _copy_suffix(suffix, copy_id)
+        ggml_join_name(t, s.backends[backend_id].name, b"#", of.name, suffix)   # BACKEND#name#C
     else:
         t = ggml_view_tensor(&s.arena.ctx, of)
         t.src[0] = of
