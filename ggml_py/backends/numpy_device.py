@@ -55,17 +55,36 @@ class NumpyDeviceBufferType(BufferType):
 
 
 class DeviceEvent:
-    """An event of a numpy device (ggml_backend_event): set when the queue reaches the
-    point where it was recorded. A never-recorded event counts as reached."""
+    """An event of a numpy device (ggml_backend_event). Each record is a new generation;
+    a wait or a synchronize waits for the generation recorded last when it was called
+    (as cudaStreamWaitEvent does), so a later record never blocks an earlier waiter.
+    A never-recorded event counts as reached."""
 
     def __init__(self, device):
         self.device = device
-        self._reached = threading.Event()
-        self._reached.set()
+        self._cond = threading.Condition()
+        self._recorded = 0          # generations handed out by record (caller's thread)
+        self._reached = 0           # the last generation the queue got to
+
+    def _record(self):
+        with self._cond:
+            self._recorded += 1
+            return self._recorded
+
+    def _reach(self, generation):
+        with self._cond:
+            self._reached = max(self._reached, generation)
+            self._cond.notify_all()
+
+    def _wait(self, generation):
+        with self._cond:
+            self._cond.wait_for(lambda: self._reached >= generation)
 
     @property
     def reached(self):
-        return self._reached.is_set()
+        """Has the queue got to the last record?"""
+        with self._cond:
+            return self._reached >= self._recorded
 
 
 class _Queue:
@@ -222,9 +241,10 @@ class NumpyDeviceBackend(Backend):
             src_region = backend_src._device_region(src, 0, None)
             ready = backend_src.event_new()
             backend_src.event_record(ready)
+            generation = ready._recorded
 
             def copy():
-                ready._reached.wait()
+                ready._wait(generation)
                 dst_region[...] = src_region
         else:
             return False
@@ -258,15 +278,17 @@ class NumpyDeviceBackend(Backend):
 
     def event_record(self, event):
         """Mark `event` as reached when the queue gets to this point."""
-        event._reached.clear()
-        self._queue.put(event._reached.set, always=True)
+        generation = event._record()
+        self._queue.put(lambda: event._reach(generation), always=True)
         self.stats["event_records"] += 1
 
     def event_wait(self, event):
-        """Make this device's queue wait for `event` (of any numpy device)."""
-        self._queue.put(event._reached.wait)
+        """Make this device's queue wait for the last record of `event` (of any numpy
+        device)."""
+        generation = event._recorded
+        self._queue.put(lambda: event._wait(generation))
         self.stats["event_waits"] += 1
 
     def event_synchronize(self, event):
-        """Block the caller until `event` is reached."""
-        event._reached.wait()
+        """Block the caller until the last record of `event` is reached."""
+        event._wait(event._recorded)
