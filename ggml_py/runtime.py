@@ -258,15 +258,14 @@ class Runtime:
                 sp.copy_s = t1 - t0
 
                 if self.callback is None:
-                    self._graph_compute(backend, split_nodes)
-                    aborted = False
+                    status = self._graph_compute(backend, split_nodes)
                 else:
-                    aborted = not self._compute_observed(backend, split_nodes)
+                    status = self._compute_observed(backend, split_nodes)
                 if self.sync_splits:
                     backend.synchronize()
                 sp.compute_s = time.perf_counter() - t1
-                if aborted:
-                    return Status.ABORTED
+                if status != Status.SUCCESS:
+                    return status
 
                 # the next use of this slot's input copies must wait for this split
                 if copies and self.events[b][cur] is not None:
@@ -278,15 +277,17 @@ class Runtime:
 
     @staticmethod
     def _graph_compute(backend, nodes):
+        """backend.graph_compute on a view of `nodes`; its False (or a ggml_status
+        other than success) becomes the returned Status."""
         ok = backend.graph_compute(GraphView(nodes))
-        if ok is False:
-            raise BackendError(f"backend {backend.name} failed to compute a graph of "
-                               f"{len(nodes)} nodes")
+        if ok is True or ok is None:
+            return Status.SUCCESS
+        return Status.FAILED if ok is False else Status(ok)
 
     def _compute_observed(self, backend, nodes):
         """The split's nodes with the eval callback: nodes the user does not ask for are
         computed together up to the next one asked for, which is then shown to the user
-        (after a synchronize). False when the user cancels."""
+        (after a synchronize). ABORTED when the user cancels."""
         cb = self.callback
         n = len(nodes)
         j0 = 0
@@ -296,12 +297,14 @@ class Runtime:
             while not need and j1 < n - 1:
                 j1 += 1
                 need = bool(cb(nodes[j1], True))
-            self._graph_compute(backend, nodes[j0:j1 + 1])
+            status = self._graph_compute(backend, nodes[j0:j1 + 1])
+            if status != Status.SUCCESS:
+                return status
             backend.synchronize()
             if need and not cb(nodes[j1], False):
-                return False
+                return Status.ABORTED
             j0 = j1 + 1
-        return True
+        return Status.SUCCESS
 
 
 class _ExpertCopier:

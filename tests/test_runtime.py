@@ -368,9 +368,28 @@ def test_repeated_compute_reuses_allocation():
             again = run(m, sched)
             copies.append(sched._core.cur_copy)
             assert all(np.array_equal(first[k], again[k]) for k in first)
+        # the async form leaves the device's work queued until synchronize
+        sched.reset()
+        sched.alloc_graph(m.graph)
+        m.set_inputs(sched)
+        assert sched.graph_compute_async(m.graph) == Status.SUCCESS
+        sched.synchronize()
+        again = m.results(sched)
+        assert all(np.array_equal(first[k], again[k]) for k in first)
+        copies.append(sched._core.cur_copy)
         assert sched.n_reallocs == n
-        assert copies == [1, 2, 3, 0, 1]
-        assert sched.profile.n_computes == 8
+        assert copies == [1, 2, 3, 0, 1, 2]
+        assert sched.profile.n_computes == 9
+
+
+def test_backend_failure_status():
+    """A backend whose graph_compute returns False: graph_compute returns FAILED."""
+    dev, c, m, sched = _layout0()
+    with dev:
+        dev.graph_compute = lambda graph: False
+        sched.alloc_graph(m.graph)
+        m.set_inputs(sched)
+        assert sched.graph_compute(m.graph) == Status.FAILED
 
 
 def test_alloc_failed_status():
