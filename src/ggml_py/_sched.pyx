@@ -852,6 +852,23 @@ cdef class SchedCore:
                         [tensor_handle(self.splits[i].inputs[j]) for j in range(self.splits[i].n_inputs)]))
         return out
 
+    def get_split_copies(self, int split_id):
+        """[(input, input_backend_id, input_cpy), ...] of a split, input_cpy being the
+        copy for the current copy slot (what the runtime copies before the split runs)."""
+        if not 0 <= split_id < self.n_splits:
+            raise IndexError(f"split {split_id} out of range ({self.n_splits} splits)")
+        cdef sched_split * split = &self.splits[split_id]
+        cdef ggml_tensor * input
+        cdef Py_ssize_t h
+        cdef int j
+        out = []
+        for j in range(split.n_inputs):
+            input = split.inputs[j]
+            h = hash_id(self, input)
+            out.append((tensor_handle(input), self.hv_tensor_backend_ids[h],
+                        tensor_handle(copy_slot(self, h, split.backend_id, self.cur_copy)[0])))
+        return out
+
     def get_graph_inputs(self):
         return [tensor_handle(self.graph_inputs[i]) for i in range(self.n_graph_inputs)]
 
