@@ -383,17 +383,6 @@ def _ranges(sorted_ids):
     return [tuple(r) for r in out]
 
 
-def undo_rewiring(core, graph):
-    """Give every node of `graph` back the sources that the last split replaced by the
-    scheduler's copies (they live until the next split resets the arena)."""
-    for node in graph.nodes:
-        for j, src in enumerate(node.src):
-            if src is not None:
-                d = core.describe(src)
-                if d is not None and d[0] == "copy":
-                    node.set_src(j, d[1])
-
-
 # ---------------------------------------------------------------------------
 # the scheduler's compute entry points (called by Scheduler)
 

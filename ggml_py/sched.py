@@ -102,6 +102,7 @@ class Scheduler:
                                int(os.environ.get("GGML_SCHED_DEBUG_REALLOC", "0") or 0)
                                if debug_realloc is None else debug_realloc, realloc_raises)
         self._graph = None
+        self._kept_alive_by = None
         self.debug = int(os.environ.get("GGML_SCHED_DEBUG", "0") or 0)
         # debug mode: prove every allocation sound (alloc.validate_allocation)
         self.validate = (os.environ.get("GGML_PY_VALIDATE_ALLOC", "0") not in ("", "0")
@@ -132,7 +133,7 @@ class Scheduler:
         last split replaced by copies, while those copies still exist (ggml leaves such
         a graph pointing at freed copies; users rebuild their graphs instead)."""
         if graph is self._graph and self._core.n_splits:
-            _runtime.undo_rewiring(self._core, graph)
+            self._core.undo_rewiring(graph)
 
     # --- allocation (port of the scheduler's reserve / alloc_graph path) ---
 
@@ -185,6 +186,10 @@ class Scheduler:
         if not ok:
             self.reset()
             raise self._allocation_error()
+        if graph is not self._kept_alive_by:
+            # the graph's tensors point into the compute buffers from now on
+            graph.keep_alive(self._core.galloc)
+            self._kept_alive_by = graph
         if self.debug:
             self.log_assignments()
         if self.validate:

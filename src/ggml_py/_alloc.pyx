@@ -134,6 +134,7 @@ cdef class TensorAllocator:
                 f"not enough space in the {self.buffer.buffer_type.name} buffer to allocate "
                 f"'{tensor.name}' (needed {padded}, available {self.buffer.c.size - self.offset})")
         tensor_alloc_at(&self.buffer.c, t, self.base + self.offset, size)
+        tensor.owner.keep(self.buffer)      # the tensor's context keeps its memory alive
         self.offset += padded
         return self
 

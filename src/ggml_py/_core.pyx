@@ -882,6 +882,14 @@ cdef class Graph:
     def _keep(self, Tensor t):
         self._owners.add(t.owner)
 
+    def keep_alive(self, obj):
+        """Make every context whose tensors are in this graph keep `obj` alive (the
+        allocator whose buffers they now point into)."""
+        for ctx in self._owners:
+            ctx.keep(obj)
+        if self.context is not None:
+            self.context.keep(obj)
+
     def build_forward_expand(self, Tensor t):
         """Add t and every tensor it depends on, parents first (ggml's order)."""
         self._keep(t)

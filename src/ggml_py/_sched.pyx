@@ -819,6 +819,20 @@ cdef class SchedCore:
         if not self.is_alloc:
             self.next_copy = 0
 
+    def undo_rewiring(self, Graph graph not None):
+        """Give every node of `graph` back the sources that the last split replaced by
+        this scheduler's copies (they live until the next split resets the arena)."""
+        cdef ggml_cgraph * g = &graph.graph
+        cdef ggml_tensor * src
+        cdef int i, j
+        for i in range(g.n_nodes):
+            for j in range(GGML_MAX_SRC):
+                src = g.nodes[i].src[j]
+                if (src != NULL and src.owner == <void *>&self.arena.ctx
+                        and src.id < self.arena.ctx.n_tensors
+                        and self.infos[src.id].kind == SCHED_TENSOR_COPY):
+                    g.nodes[i].src[j] = self.infos[src.id].of
+
     def set_tensor_backend(self, Tensor t, int backend_id):
         cdef Py_ssize_t h = hash_id(self, t.ptr)
         self.hv_tensor_backend_ids[h] = backend_id
