@@ -145,7 +145,10 @@ class Scheduler:
                 f"{self.graph_size}); graph_size must count nodes and leafs", "hash-set-too-small")
 
     def _allocation_error(self):
-        err = self._core.galloc.last_error or "a compute buffer could not be allocated"
+        galloc = self._core.galloc
+        err = galloc.last_error or "a compute buffer could not be allocated"
+        if 0 <= galloc.last_error_id < len(self.backends):
+            err = f"backend {self.backends[galloc.last_error_id].name}: {err}"
         return AllocationError(err)
 
     def reserve(self, graph: Graph) -> bool:
