@@ -17,6 +17,8 @@ from ggml_py._core import Graph, Tensor
 from ggml_py._sched import (CAUSE_NAMES, TIME_ALLOC, TIME_RESERVE, TIME_SPLIT, GraphSnapshot,
                             SchedCore, time_reps)
 from ggml_py.errors import AllocationError, BackendError, SchedulerError
+from ggml_py import runtime as _runtime
+from ggml_py.runtime import Status
 
 log = logging.getLogger("ggml_py.sched")
 
@@ -100,10 +102,12 @@ class Scheduler:
                                int(os.environ.get("GGML_SCHED_DEBUG_REALLOC", "0") or 0)
                                if debug_realloc is None else debug_realloc, realloc_raises)
         self._graph = None
+        self._kept_alive_by = None
         self.debug = int(os.environ.get("GGML_SCHED_DEBUG", "0") or 0)
         # debug mode: prove every allocation sound (alloc.validate_allocation)
         self.validate = (os.environ.get("GGML_PY_VALIDATE_ALLOC", "0") not in ("", "0")
                          if validate is None else bool(validate))
+        self.runtime = _runtime.Runtime(self)    # events per backend and copy slot
 
     # --- state ---
 
@@ -116,12 +120,20 @@ class Scheduler:
         copies (ggml_backend_sched_split_graph). Rewires node sources to copies."""
         if not isinstance(graph, Graph):
             raise TypeError(f"expected a Graph, got {type(graph).__name__}")
+        self._undo_rewiring(graph)
         self._graph = None
         self._core.split_graph(graph)
         self._graph = graph
         if self.debug:
             self.log_assignments()
         return self
+
+    def _undo_rewiring(self, graph: Graph):
+        """Splitting the graph split last again: point its nodes back at the tensors the
+        last split replaced by copies, while those copies still exist (ggml leaves such
+        a graph pointing at freed copies; users rebuild their graphs instead)."""
+        if graph is self._graph and self._core.n_splits:
+            self._core.undo_rewiring(graph)
 
     # --- allocation (port of the scheduler's reserve / alloc_graph path) ---
 
@@ -133,7 +145,10 @@ class Scheduler:
                 f"{self.graph_size}); graph_size must count nodes and leafs", "hash-set-too-small")
 
     def _allocation_error(self):
-        err = self._core.galloc.last_error or "a compute buffer could not be allocated"
+        galloc = self._core.galloc
+        err = galloc.last_error or "a compute buffer could not be allocated"
+        if 0 <= galloc.last_error_id < len(self.backends):
+            err = f"backend {self.backends[galloc.last_error_id].name}: {err}"
         return AllocationError(err)
 
     def reserve(self, graph: Graph) -> bool:
@@ -167,12 +182,17 @@ class Scheduler:
         Reuses the last reservation when the graph's backends did not change. Raises
         AllocationError naming the buffer type and size when memory cannot be had."""
         self._check_graph_size(graph)
+        self._undo_rewiring(graph)
         self._graph = None
         ok = self._core.alloc_graph(graph)
         self._graph = graph
         if not ok:
             self.reset()
             raise self._allocation_error()
+        if graph is not self._kept_alive_by:
+            # the graph's tensors point into the compute buffers from now on
+            graph.keep_alive(self._core.galloc)
+            self._kept_alive_by = graph
         if self.debug:
             self.log_assignments()
         if self.validate:
@@ -191,10 +211,37 @@ class Scheduler:
         return validate_allocation(copy, self._core.galloc)
 
     def synchronize(self):
-        """Wait for every backend (ggml_backend_sched_synchronize)."""
-        for b in self.backends:
-            b.synchronize()
-        self._core.synchronize_copy()
+        """Wait for every backend (ggml_backend_sched_synchronize); raises the first
+        error an asynchronous backend reported."""
+        _runtime.synchronize(self)
+
+    # --- compute (ggml_py.runtime) ---
+
+    def graph_compute(self, graph: Graph) -> Status:
+        """Allocate `graph` if needed, run its splits and wait for every backend
+        (ggml_backend_sched_graph_compute). Returns Status.SUCCESS, ABORTED (the eval
+        callback cancelled) or ALLOC_FAILED; a failing kernel raises ComputeError and
+        the scheduler stays usable. Computing again without reset() reuses the split
+        and the allocation."""
+        return _runtime.graph_compute(self, graph)
+
+    def graph_compute_async(self, graph: Graph) -> Status:
+        """graph_compute without the final synchronize; call synchronize() before
+        reading results (ggml_backend_sched_graph_compute_async)."""
+        return _runtime.graph_compute_async(self, graph)
+
+    def set_eval_callback(self, callback):
+        """callback(tensor, ask) -> bool, or None to remove it. With ask=True the
+        scheduler asks whether the user wants to observe the node; with ask=False the
+        node has been computed and is shown. Returning False then cancels the whole
+        graph compute (ggml's documented behaviour; ggml itself only stops the split),
+        and graph_compute returns Status.ABORTED."""
+        self.runtime.callback = callback
+
+    @property
+    def profile(self):
+        """The runtime's Profile, accumulated over graph computes (profile.reset())."""
+        return self.runtime.profile
 
     def get_buffer_size(self, backend) -> int:
         """Bytes of the backend's compute buffer (0 when it shares an earlier backend's)."""
@@ -467,6 +514,10 @@ ggml_backend_sched_split_graph = Scheduler.split_graph
 ggml_backend_sched_set_tensor_backend = Scheduler.set_tensor_backend
 ggml_backend_sched_get_tensor_backend = Scheduler.get_tensor_backend
 ggml_backend_sched_get_backend = Scheduler.get_backend
+ggml_backend_sched_graph_compute = Scheduler.graph_compute
+ggml_backend_sched_graph_compute_async = Scheduler.graph_compute_async
+ggml_backend_sched_synchronize = Scheduler.synchronize
+ggml_backend_sched_set_eval_callback = Scheduler.set_eval_callback
 
 
 def ggml_backend_sched_get_n_splits(sched):

@@ -10,12 +10,14 @@ import importlib
 # name -> (module, class)
 _REGISTRY = {
     "sim": ("ggml_py.backends.sim", "SimBackend"),
+    "numpy_device": ("ggml_py.backends.numpy_device", "NumpyDeviceBackend"),
 }
 
 # names this package exports lazily -> (module, attribute)
 _EXPORTS = {
     "SimBackend": ("ggml_py.backends.sim", "SimBackend"),
     "SimBufferType": ("ggml_py.backends.sim", "SimBufferType"),
+    "NumpyDeviceBackend": ("ggml_py.backends.numpy_device", "NumpyDeviceBackend"),
 }
 
 __all__ = ["register", "get_backend_class", "available", *_EXPORTS]

@@ -16,11 +16,13 @@ Numerics follow ggml-cpu where they decide whether results match:
 """
 
 import math
+import threading
 
 import numpy as np
 
 from ggml_py._backend import Backend, BufferType, get_buffer
 from ggml_py.errors import BackendError
+from ggml_py.runtime import ComputeError
 from ggml_py import quants
 from ggml_py.ops import bits_f32, UNARY_OPS, GLU_OPS, ROPE_TYPES
 
@@ -42,6 +44,25 @@ F32 = np.float32
 # ---------------------------------------------------------------------------
 # tensor memory as numpy
 
+# Device buffers (ggml_py.backends.numpy_device) keep their bytes off Buffer.memory so
+# that host code cannot read them; a device's worker thread opens its own buffer
+# type here so the kernels below can run on device memory.
+_thread = threading.local()
+
+
+def open_device_memory(buffer_type):
+    """Let the calling thread's kernels use buffers of the non-host `buffer_type`."""
+    _thread.device_buft = buffer_type
+
+
+def _memory(buf):
+    if buf.memory is not None:
+        return buf.memory
+    if getattr(_thread, "device_buft", None) is buf.buffer_type:
+        return buf.device_memory
+    return None
+
+
 def tensor_array(t):
     """A numpy view of t's memory, numpy order (ne3, ne2, ne1, ne0) with t's strides.
 
@@ -49,7 +70,7 @@ def tensor_array(t):
     buf = get_buffer(t)
     if buf is None or t.data_address == 0:
         raise BackendError(f"tensor '{t.name}' ({t.op}) is not allocated")
-    mem = buf.memory
+    mem = _memory(buf)
     if mem is None:
         raise BackendError(f"tensor '{t.name}' lives in buffer type '{buf.buffer_type.name}', "
                            "which has no host memory")
@@ -776,6 +797,17 @@ def compute_node(t):
     k(t)
 
 
+def compute_nodes(nodes, backend_name):
+    """Run the kernels of `nodes` in order; a failing kernel raises ComputeError naming
+    the node and the backend (the cause is chained)."""
+    for t in nodes:
+        try:
+            compute_node(t)
+        except Exception as e:
+            raise ComputeError(f"backend {backend_name}: node '{t.name}' ({t.op}) failed: "
+                               f"{type(e).__name__}: {e}", node=t.name, backend=backend_name) from e
+
+
 # ---------------------------------------------------------------------------
 # the backend
 
@@ -793,8 +825,7 @@ class CPUBackend(Backend):
 
     def graph_compute(self, graph):
         """Compute every node of `graph` in order (ggml_backend_graph_compute)."""
-        for t in graph.nodes:
-            compute_node(t)
+        compute_nodes(graph.nodes, self.name)
         return True
 
     def _region(self, tensor, offset, size):

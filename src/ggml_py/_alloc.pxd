@@ -94,6 +94,7 @@ cdef class GraphAllocator:
     cdef int leaf_allocs_cap
     cdef bint valid                     # False after a failed or interrupted reserve
     cdef readonly object last_error     # message of the last failed buffer allocation
+    cdef readonly int last_error_id     # ... and the buffer id it was for (-1: none)
 
     # the scheduler's entry points (1 = ok, 0 = failed, like ggml's bool results)
     cdef int reserve_n(self, ggml_cgraph * graph, const int * node_buffer_ids,

@@ -134,6 +134,7 @@ cdef class TensorAllocator:
                 f"not enough space in the {self.buffer.buffer_type.name} buffer to allocate "
                 f"'{tensor.name}' (needed {padded}, available {self.buffer.c.size - self.offset})")
         tensor_alloc_at(&self.buffer.c, t, self.base + self.offset, size)
+        tensor.owner.keep(self.buffer)      # the tensor's context keeps its memory alive
         self.offset += padded
         return self
 
@@ -421,6 +422,7 @@ cdef class GraphAllocator:
                 self.buf_tallocs[i] = dyn_new(bt.c.alignment, bt.c.max_size)
         self.valid = False
         self.last_error = None
+        self.last_error_id = -1
 
     def __dealloc__(self):
         cdef int i, j
@@ -761,6 +763,7 @@ cdef class GraphAllocator:
                 except Exception as e:
                     self.last_error = (f"failed to allocate {bt.name} buffer of size {total} "
                                        f"(chunk {n}: {size} bytes): {e}")
+                    self.last_error_id = i
                     return 0
                 if not isinstance(got, Buffer) or (<Buffer>got).c.size < size:
                     what = ("nothing" if got is None else
@@ -768,6 +771,7 @@ cdef class GraphAllocator:
                             type(got).__name__)
                     self.last_error = (f"failed to allocate {bt.name} buffer of size {total} "
                                        f"(chunk {n}: {size} bytes): alloc_buffer returned {what}")
+                    self.last_error_id = i
                     return 0
                 b = got
             b.c.usage = GGML_BACKEND_BUFFER_USAGE_COMPUTE
@@ -839,6 +843,7 @@ cdef class GraphAllocator:
                        const int * leaf_buffer_ids) except -1:
         """ggml_gallocr_reserve_n: plan and allocate; 1 ok, 0 a buffer failed (see last_error)."""
         self.last_error = None
+        self.last_error_id = -1
         return self.reserve_n_impl(graph, node_buffer_ids, leaf_buffer_ids, False)
 
     cdef int reserve_n_size(self, ggml_cgraph * graph, const int * node_buffer_ids,
@@ -942,6 +947,7 @@ cdef class GraphAllocator:
         several buffer ids are in use (reserve_n first). Raises AllocationError when an
         automatic re-reserve cannot allocate its buffer."""
         self.last_error = None
+        self.last_error_id = -1
         if self.alloc_graph(&graph.graph):
             return True
         if self.last_error is not None:

@@ -128,6 +128,8 @@ cdef ggml_tensor * ggml_view_tensor(ggml_context * ctx, ggml_tensor * src) excep
 cdef inline ggml_tensor * ggml_context_tensor(ggml_context * ctx, int i) noexcept nogil:
     return &ctx.blocks[i >> CTX_BLOCK_SHIFT][i & (CTX_BLOCK - 1)]
 cdef void ggml_set_name(ggml_tensor * t, const char * name) noexcept nogil
+cdef void ggml_join_name(ggml_tensor * t, const char * a, const char * b, const char * c,
+                         const char * d) noexcept nogil
 
 # ---- graph ----
 cdef int ggml_graph_init(ggml_cgraph * g, int size) except -1

@@ -182,6 +182,26 @@ cdef void ggml_set_name(ggml_tensor * t, const char * name) noexcept nogil:
     t.name[GGML_MAX_NAME - 1] = 0
 
 
+cdef void ggml_join_name(ggml_tensor * t, const char * a, const char * b, const char * c,
+                         const char * d) noexcept nogil:
+    """t.name = a + b + c + d, cut to the name's size like snprintf (without its
+    cost: the scheduler names every copy it makes on every split)."""
+    cdef size_t n = 0, k
+    cdef const char * part
+    cdef const char * parts[4]
+    parts[0] = a
+    parts[1] = b
+    parts[2] = c
+    parts[3] = d
+    for k in range(4):
+        part = parts[k]
+        while part[0] != 0 and n < GGML_MAX_NAME - 1:
+            t.name[n] = part[0]
+            n += 1
+            part += 1
+    t.name[n] = 0
+
+
 # ---------------------------------------------------------------------------
 # hash set
 
@@ -369,9 +389,7 @@ cdef ggml_tensor * ggml_view_tensor(ggml_context * ctx, ggml_tensor * src) excep
     """ggml_view_tensor: all of src, same strides, named '<src> (view)'; like
     ggml it keeps op NONE and no sources."""
     cdef ggml_tensor * t = ggml_new_tensor_impl(ctx, src.type, GGML_MAX_DIMS, src.ne, src, 0)
-    cdef char buf[GGML_MAX_NAME + 8]
-    snprintf(buf, sizeof(buf), b"%s (view)", src.name)
-    ggml_set_name(t, buf)
+    ggml_join_name(t, src.name, b" (view)", b"", b"")
     memcpy(t.nb, src.nb, sizeof(t.nb))
     return t
 
@@ -863,6 +881,14 @@ cdef class Graph:
 
     def _keep(self, Tensor t):
         self._owners.add(t.owner)
+
+    def keep_alive(self, obj):
+        """Make every context whose tensors are in this graph keep `obj` alive (the
+        allocator whose buffers they now point into)."""
+        for ctx in self._owners:
+            ctx.keep(obj)
+        if self.context is not None:
+            self.context.keep(obj)
 
     def build_forward_expand(self, Tensor t):
         """Add t and every tensor it depends on, parents first (ggml's order)."""

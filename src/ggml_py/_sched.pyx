@@ -11,11 +11,10 @@ scheduler stays usable.
 
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memset, memcpy
-from libc.stdio cimport snprintf
 from libc.stdint cimport uint8_t
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (Context, Tensor, Graph, tensor_handle, tensor_ptr, ggml_hash_set_init,
+from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handle, tensor_ptr, ggml_hash_set_init,
                             ggml_hash_set_free, ggml_hash_set_reset, ggml_hash_find_or_insert,
                             ggml_hash_find, ggml_bitset_get, ggml_is_view_op,
                             ggml_dup_tensor_layout, ggml_view_tensor, ggml_context_reset,
@@ -296,17 +295,35 @@ cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
     return 0
 
 
+cdef inline void _copy_suffix(char * out, int copy_id) noexcept nogil:
+    """'#C' for a copy slot C (0 <= C < 10**9)."""
+    cdef char digits[12]
+    cdef int n = 0, k = 1
+    while True:
+        digits[n] = 48 + copy_id % 10      # '0' + digit
+        n += 1
+        copy_id //= 10
+        if copy_id == 0:
+            break
+    out[0] = 35                             # '#'
+    while n > 0:
+        n -= 1
+        out[k] = digits[n]
+        k += 1
+    out[k] = 0
+
+
 cdef ggml_tensor * new_sched_tensor(SchedCore s, ggml_tensor * of, int kind, int backend_id,
                                     int copy_id) except NULL:
     """A copy (same layout, named BACKEND#name#C) or a dependency view of `of`,
     made in the scheduler's arena and recorded for introspection."""
     cdef ggml_tensor * t
-    cdef char buf[GGML_MAX_NAME + 80]
+    cdef char suffix[16]
     cdef void * tmp
     if kind == SCHED_TENSOR_COPY:
         t = ggml_dup_tensor_layout(&s.arena.ctx, of)
-        snprintf(buf, sizeof(buf), b"%s#%s#%d", s.backends[backend_id].name, of.name, copy_id)
-        ggml_set_name(t, buf)
+        _copy_suffix(suffix, copy_id)
+        ggml_join_name(t, s.backends[backend_id].name, b"#", of.name, suffix)   # BACKEND#name#C
     else:
         t = ggml_view_tensor(&s.arena.ctx, of)
         t.src[0] = of
@@ -802,6 +819,20 @@ cdef class SchedCore:
         if not self.is_alloc:
             self.next_copy = 0
 
+    def undo_rewiring(self, Graph graph not None):
+        """Give every node of `graph` back the sources that the last split replaced by
+        this scheduler's copies (they live until the next split resets the arena)."""
+        cdef ggml_cgraph * g = &graph.graph
+        cdef ggml_tensor * src
+        cdef int i, j
+        for i in range(g.n_nodes):
+            for j in range(GGML_MAX_SRC):
+                src = g.nodes[i].src[j]
+                if (src != NULL and src.owner == <void *>&self.arena.ctx
+                        and src.id < self.arena.ctx.n_tensors
+                        and self.infos[src.id].kind == SCHED_TENSOR_COPY):
+                    g.nodes[i].src[j] = self.infos[src.id].of
+
     def set_tensor_backend(self, Tensor t, int backend_id):
         cdef Py_ssize_t h = hash_id(self, t.ptr)
         self.hv_tensor_backend_ids[h] = backend_id
@@ -833,6 +864,23 @@ cdef class SchedCore:
         for i in range(self.n_splits):
             out.append((self.splits[i].backend_id, self.splits[i].i_start, self.splits[i].i_end,
                         [tensor_handle(self.splits[i].inputs[j]) for j in range(self.splits[i].n_inputs)]))
+        return out
+
+    def get_split_copies(self, int split_id):
+        """[(input, input_backend_id, input_cpy), ...] of a split, input_cpy being the
+        copy for the current copy slot (what the runtime copies before the split runs)."""
+        if not 0 <= split_id < self.n_splits:
+            raise IndexError(f"split {split_id} out of range ({self.n_splits} splits)")
+        cdef sched_split * split = &self.splits[split_id]
+        cdef ggml_tensor * input
+        cdef Py_ssize_t h
+        cdef int j
+        out = []
+        for j in range(split.n_inputs):
+            input = split.inputs[j]
+            h = hash_id(self, input)
+            out.append((tensor_handle(input), self.hv_tensor_backend_ids[h],
+                        tensor_handle(copy_slot(self, h, split.backend_id, self.cur_copy)[0])))
         return out
 
     def get_graph_inputs(self):

@@ -1,0 +1,294 @@
+"""A second executing backend that behaves like a GPU, on the CPU: the "numpy device".
+
+It exists so that what the scheduler does between backends really happens on a
+CPU-only machine:
+
+  * its memory is not host memory: a NON-host buffer type whose bytes are kept off
+    `Buffer.memory`, so the CPU backend (and its kernels on the caller's thread) cannot
+    read it and the scheduler must copy split inputs in and out;
+  * it runs asynchronously: one worker thread per device executes a FIFO queue (a CUDA
+    stream); graph_compute, async copies, async sets and event records only enqueue,
+    synchronize waits for the queue and re-raises the first error of the worker;
+  * events are threading.Events recorded in the queue (event_record), waited for by a
+    queue (event_wait) or by the caller (event_synchronize).
+
+Kernels are the CPU backend's (`cpu.compute_nodes`); the worker opens its own buffer
+type with `cpu.open_device_memory` so they may run on device memory there.
+"""
+
+import queue
+import threading
+import weakref
+
+import numpy as np
+
+from ggml_py._backend import Backend, Buffer, BufferType, get_buffer
+from ggml_py.backends import cpu
+from ggml_py.errors import AllocationError, BackendError
+
+DEVICE_ALIGNMENT = 256      # a GPU-like alignment, larger than the CPU's 32
+
+
+class DeviceBuffer(Buffer):
+    """A buffer of device memory. `device_memory` is the numpy byte array behind it;
+    `memory` stays None so host code treats it as unreadable."""
+
+    device_memory = None
+
+
+class NumpyDeviceBufferType(BufferType):
+    """The device's memory: is_host False, numpy-backed with an aligned base address."""
+
+    def __init__(self, name, alignment=DEVICE_ALIGNMENT, max_size=None, device=None):
+        super().__init__(name, alignment=alignment, max_size=max_size, is_host=False,
+                         device=device)
+
+    def alloc_buffer(self, size):
+        try:
+            raw = np.zeros(size + self.alignment, dtype=np.uint8)
+        except MemoryError:
+            raise AllocationError(f"buffer type '{self.name}': cannot allocate {size} bytes") from None
+        pad = (-raw.ctypes.data) % self.alignment
+        buf = DeviceBuffer(self, size, raw.ctypes.data + pad)
+        buf.device_memory = raw[pad:pad + size]
+        return buf
+
+
+class DeviceEvent:
+    """An event of a numpy device (ggml_backend_event). Each record is a new generation;
+    a wait or a synchronize waits for the generation recorded last when it was called
+    (as cudaStreamWaitEvent does), so a later record never blocks an earlier waiter.
+    A never-recorded event counts as reached."""
+
+    def __init__(self, device):
+        self.device = device
+        self._cond = threading.Condition()
+        self._recorded = 0          # generations handed out by record (caller's thread)
+        self._reached = 0           # the last generation the queue got to
+
+    def _record(self):
+        with self._cond:
+            self._recorded += 1
+            return self._recorded
+
+    def _reach(self, generation):
+        with self._cond:
+            self._reached = max(self._reached, generation)
+            self._cond.notify_all()
+
+    def _wait(self, generation):
+        with self._cond:
+            self._cond.wait_for(lambda: self._reached >= generation)
+
+    @property
+    def reached(self):
+        """Has the queue got to the last record?"""
+        with self._cond:
+            return self._reached >= self._recorded
+
+
+class _Queue:
+    """The device's in-order work queue and its worker thread. Holds no reference to the
+    backend, so a dropped backend is collected and its finalizer stops the thread."""
+
+    def __init__(self, name, buffer_type):
+        self.name = name
+        self.items = queue.Queue()
+        self.error = None               # first exception of the worker, until synchronize
+        self.thread = threading.Thread(target=self._run, args=(buffer_type,),
+                                       name=f"ggml_py-{name}", daemon=True)
+        self.thread.start()
+
+    def _run(self, buffer_type):
+        cpu.open_device_memory(buffer_type)
+        while True:
+            item = self.items.get()
+            try:
+                if item is None:
+                    return
+                work, always = item
+                # after an error the queue drains without working, except for event
+                # records, so that nobody waits forever on an event of a failed queue
+                if self.error is None or always:
+                    try:
+                        work()
+                    except BaseException as e:      # re-raised on the caller's thread
+                        if self.error is None:
+                            self.error = e
+            finally:
+                self.items.task_done()
+
+    def put(self, work, always=False):
+        if not self.thread.is_alive():
+            raise BackendError(f"backend {self.name} is closed")
+        self.items.put((work, always))
+
+    def join(self):
+        """Wait until the queue is empty; raise (once) what the worker raised."""
+        if self.thread.is_alive():
+            self.items.join()
+        err, self.error = self.error, None
+        if err is not None:
+            if isinstance(err, BackendError):
+                raise err
+            raise BackendError(f"backend {self.name}: {type(err).__name__}: {err}") from err
+
+    def stop(self):
+        if self.thread.is_alive():
+            self.items.put(None)
+            if threading.current_thread() is not self.thread:
+                self.thread.join()
+
+
+class NumpyDeviceBackend(Backend):
+    """A GPU-like backend (device type 'gpu') computing with the CPU kernels on its own
+    non-host memory, asynchronously on a worker thread.
+
+    unsupported_ops: op names the device claims not to support (to make the scheduler
+        alternate splits, e.g. ("ROPE", "SOFT_MAX")).
+    offload_ops, offload_min_batch: ops the device asks to run even when their weights
+        are in host memory (the scheduler's op_offload), like a GPU's offload_op.
+    """
+
+    def __init__(self, name="NUMPY_DEV", unsupported_ops=(), offload_ops=(),
+                 offload_min_batch=0, alignment=DEVICE_ALIGNMENT):
+        buft = NumpyDeviceBufferType(name, alignment=alignment, device=name)
+        super().__init__(name, buft, device_type="gpu", supports_ops=cpu.SUPPORTED_OPS,
+                         unsupported_ops=tuple(unsupported_ops), offload_ops=tuple(offload_ops),
+                         offload_min_batch=offload_min_batch)
+        self._queue = _Queue(name, buft)
+        self._finalizer = weakref.finalize(self, self._queue.stop)
+        # what went through the queue, for tests and profiles
+        self.stats = {"graph_computes": 0, "nodes": 0, "async_copies": 0, "async_sets": 0,
+                      "event_records": 0, "event_waits": 0}
+
+    # --- lifetime ---
+
+    def close(self):
+        """Stop the worker thread (after the queued work). The backend is unusable after."""
+        self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # --- memory ---
+
+    def _device_region(self, tensor, offset, size):
+        """The device bytes [offset, offset + size) of `tensor`, a numpy view."""
+        buf = get_buffer(tensor)
+        if buf is None or tensor.data_address == 0:
+            raise BackendError(f"backend {self.name}: tensor '{tensor.name}' is not allocated")
+        if buf.buffer_type is not self.buffer_type:
+            raise BackendError(f"backend {self.name}: tensor '{tensor.name}' is in buffer type "
+                               f"'{buf.buffer_type.name}', not in this device's memory")
+        nbytes = tensor.nbytes
+        if size is None:
+            size = nbytes - offset
+        if offset + size > nbytes:
+            raise BackendError(f"tensor '{tensor.name}': {size} bytes at offset {offset} exceed "
+                               f"its {nbytes} bytes")
+        start = tensor.data_address - buf.base + offset
+        return buf.device_memory[start:start + size]
+
+    @staticmethod
+    def _snapshot(data):
+        """A private copy of the caller's bytes (a staging buffer): the caller may reuse
+        its memory as soon as an async call returns."""
+        return np.array(np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8))
+
+    def set_tensor(self, tensor, data, offset=0):
+        """Write bytes to device memory now (ggml_backend_tensor_set: blocking, and not
+        ordered with the queue; callers synchronize, as the scheduler does)."""
+        src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+        self._device_region(tensor, offset, src.size)[...] = src
+
+    def get_tensor(self, tensor, offset=0, size=None):
+        """Read device bytes after the queued work is done (a blocking read)."""
+        self.synchronize()
+        return self._device_region(tensor, offset, size).tobytes()
+
+    def set_tensor_async(self, tensor, data, offset=0):
+        """Write bytes in queue order (ggml_backend_tensor_set_async)."""
+        region = self._device_region(tensor, offset, memoryview(data).nbytes)
+        staged = self._snapshot(data)
+
+        def write():
+            region[...] = staged
+        self._queue.put(write)
+        self.stats["async_sets"] += 1
+
+    def cpy_tensor_async(self, backend_src, src, dst):
+        """Copy `src` into `dst` (in this device's memory) in queue order. Host sources
+        are staged now; another numpy device's tensor is read after that device's queued
+        work (an event recorded there is waited for here). False for other sources."""
+        dst_region = self._device_region(dst, 0, None)
+        src_buf = get_buffer(src)
+        if src_buf is None or src.nbytes != dst.nbytes:
+            return False
+        if src_buf.is_host:
+            if src_buf.memory is None:
+                return False
+            start = src.data_address - src_buf.base
+            staged = np.array(src_buf.memory[start:start + src.nbytes])
+
+            def copy():
+                dst_region[...] = staged
+        elif isinstance(backend_src, NumpyDeviceBackend) and \
+                src_buf.buffer_type is backend_src.buffer_type:
+            src_region = backend_src._device_region(src, 0, None)
+            ready = backend_src.event_new()
+            backend_src.event_record(ready)
+            generation = ready._recorded
+
+            def copy():
+                ready._wait(generation)
+                dst_region[...] = src_region
+        else:
+            return False
+        self._queue.put(copy)
+        self.stats["async_copies"] += 1
+        return True
+
+    # --- compute ---
+
+    def graph_compute(self, graph):
+        """Enqueue the graph's nodes and return (ggml_backend_graph_compute_async); a
+        failing kernel is raised by the next synchronize, naming the node."""
+        nodes = list(graph.nodes)
+        name = self.name
+
+        def run():
+            cpu.compute_nodes(nodes, name)
+        self._queue.put(run)
+        self.stats["graph_computes"] += 1
+        self.stats["nodes"] += len(nodes)
+        return True
+
+    def synchronize(self):
+        """Wait for the queue; raise the worker's first error, if any (then cleared)."""
+        self._queue.join()
+
+    # --- events ---
+
+    def event_new(self):
+        return DeviceEvent(self)
+
+    def event_record(self, event):
+        """Mark `event` as reached when the queue gets to this point."""
+        generation = event._record()
+        self._queue.put(lambda: event._reach(generation), always=True)
+        self.stats["event_records"] += 1
+
+    def event_wait(self, event):
+        """Make this device's queue wait for the last record of `event` (of any numpy
+        device)."""
+        generation = event._recorded
+        self._queue.put(lambda: event._wait(generation))
+        self.stats["event_waits"] += 1
+
+    def event_synchronize(self, event):
+        """Block the caller until the last record of `event` is reached."""
+        event._wait(event._recorded)

@@ -1,0 +1,428 @@
+"""The scheduler's compute runtime: a port of ggml_backend_sched_compute_splits and of
+the calls around it (graph_compute / graph_compute_async, ggml_backend_tensor_copy,
+the per-backend, per-copy-slot events and the MUL_MAT_ID used-expert copies).
+
+For every split, in order:
+  1. copy its inputs to the split's backend: user inputs (INPUT flag) at once, after
+     the split backend finished with the current copy slot; other inputs after making
+     the backend's queue wait for that slot's event, asynchronously when the backend
+     can (cpy_tensor_async) and with a blocking copy otherwise; host-resident MoE expert
+     weights only for the experts the ids use;
+  2. compute the split's nodes on its backend (a GraphView of the node range), with
+     the eval callback when one is set;
+  3. record the backend's event for the copy slot (pipeline parallelism), so the next
+     use of the slot's input copies waits until this split is done with them.
+
+Differences from ggml, on purpose:
+  * ggml's header says an eval callback that returns false cancels the graph compute,
+    but ggml's loop only leaves the current split. Here the whole graph compute stops
+    and Status.ABORTED is returned, as documented.
+  * A failing kernel raises ComputeError (naming the node and the backend) instead of
+    aborting the process; the scheduler stays usable (reset() and compute again).
+The runtime also keeps a Profile of what it did (times, bytes, copy kinds, events).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ggml_py._backend import get_buffer
+from ggml_py.errors import BackendError, SchedulerError
+
+
+class Status(enum.IntEnum):
+    """ggml_status."""
+    ALLOC_FAILED = -2
+    FAILED = -1
+    SUCCESS = 0
+    ABORTED = 1
+
+
+class ComputeError(BackendError):
+    """A kernel failed. `node` and `backend` name where."""
+
+    def __init__(self, message, node=None, backend=None):
+        super().__init__(message)
+        self.node = node
+        self.backend = backend
+
+
+class GraphView:
+    """Nodes [i0, i1) of a graph, as a backend's graph_compute sees a graph
+    (ggml_graph_view: the nodes only, no leafs)."""
+
+    __slots__ = ("nodes",)
+
+    def __init__(self, nodes):
+        self.nodes = nodes
+
+    @property
+    def n_nodes(self):
+        return len(self.nodes)
+
+    def __len__(self):
+        return len(self.nodes)
+
+
+# ---------------------------------------------------------------------------
+# profile
+
+@dataclass
+class SplitProfile:
+    """What one split cost in one graph compute. Times are wall seconds on the caller's
+    thread: for an asynchronous backend `compute_s` is the time to enqueue, unless the
+    runtime's `sync_splits` is set (then it waits for the backend after each split)."""
+    split: int
+    backend: str
+    n_nodes: int
+    n_inputs: int
+    copy_s: float = 0.0
+    compute_s: float = 0.0
+    bytes_copied: int = 0
+    n_async: int = 0
+    n_sync: int = 0
+
+    @property
+    def wall_s(self):
+        return self.copy_s + self.compute_s
+
+
+@dataclass
+class Profile:
+    """Accumulated over graph computes until reset(). bytes_by_pair is keyed by
+    (source backend name, destination backend name)."""
+    n_computes: int = 0
+    wall_s: float = 0.0
+    splits: list = field(default_factory=list)          # SplitProfile, every compute
+    bytes_by_pair: dict = field(default_factory=dict)
+    n_async_copies: int = 0
+    n_sync_copies: int = 0
+    n_input_copies: int = 0                 # user inputs (INPUT flag), always blocking
+    n_event_records: int = 0
+    n_event_waits: int = 0
+    n_event_syncs: int = 0
+    n_backend_syncs: int = 0                # synchronize() used where no event exists
+    moe_bytes_copied: int = 0               # expert ranges copied, padding included
+    moe_bytes_saved: int = 0                # whole expert tensors minus the above
+    moe_experts_used: list = field(default_factory=list)   # (tensor name, sorted ids)
+
+    def reset(self):
+        self.__init__()
+
+    @property
+    def bytes_copied(self):
+        return sum(self.bytes_by_pair.values())
+
+    def summary(self):
+        """Per backend: splits, total copy and compute seconds, bytes copied in."""
+        out = {}
+        for s in self.splits:
+            d = out.setdefault(s.backend, {"splits": 0, "copy_s": 0.0, "compute_s": 0.0,
+                                           "bytes_in": 0})
+            d["splits"] += 1
+            d["copy_s"] += s.copy_s
+            d["compute_s"] += s.compute_s
+            d["bytes_in"] += s.bytes_copied
+        return out
+
+
+# ---------------------------------------------------------------------------
+# tensor copies between backends
+
+def _host_bytes(t):
+    """t's bytes in host memory, a numpy uint8 view (t must be in a host buffer)."""
+    buf = get_buffer(t)
+    start = t.data_address - buf.base
+    return buf.memory[start:start + t.nbytes]
+
+
+def _same_layout(a, b):
+    return a.type == b.type and a.ne == b.ne and a.nb == b.nb
+
+
+def tensor_copy(src_backend, src, dst_backend, dst):
+    """ggml_backend_tensor_copy: a blocking copy of src's bytes into dst. Host memory
+    is read or written in place; otherwise the bytes go through the backends."""
+    if not _same_layout(src, dst):
+        raise BackendError(f"cannot copy '{src.name}' to '{dst.name}': different layouts")
+    if src.data_address == dst.data_address and get_buffer(src) is get_buffer(dst):
+        return
+    if get_buffer(src).is_host:
+        dst_backend.set_tensor(dst, _host_bytes(src))
+    elif get_buffer(dst).is_host:
+        _host_bytes(dst)[...] = np.frombuffer(src_backend.get_tensor(src), dtype=np.uint8)
+    else:
+        dst_backend.set_tensor(dst, src_backend.get_tensor(src))
+
+
+def _set_tensor_async(backend, t, data, offset):
+    """ggml_backend_tensor_set_async: the backend's async set, or a blocking set."""
+    setter = getattr(backend, "set_tensor_async", None)
+    (setter or backend.set_tensor)(t, data, offset)
+
+
+# ---------------------------------------------------------------------------
+# the runtime
+
+class Runtime:
+    """Runs the splits of a Scheduler's allocated graph. One per scheduler, created
+    with it (the events are made then, as ggml_backend_sched_new makes them)."""
+
+    def __init__(self, sched):
+        self.sched = sched
+        n_copies = sched.n_copies
+        # events[backend][copy slot]; None where the backend has no events, and all None
+        # without pipeline parallelism (then synchronize() is used instead)
+        self.events = [[b.event_new() if n_copies > 1 else None for _ in range(n_copies)]
+                       for b in sched.backends]
+        self.callback = None
+        self.profile = Profile()
+        self.sync_splits = False
+
+    # --- waiting for a copy slot ---
+
+    def _wait_slot_host(self, b, backend, cur):
+        """Block the caller until `backend` is done with copy slot `cur`."""
+        ev = self.events[b][cur]
+        if ev is not None:
+            backend.event_synchronize(ev)
+            self.profile.n_event_syncs += 1
+        else:
+            backend.synchronize()
+            self.profile.n_backend_syncs += 1
+
+    def _wait_slot_queue(self, b, backend, cur):
+        """Make `backend`'s queue wait until it is done with copy slot `cur`."""
+        ev = self.events[b][cur]
+        if ev is not None:
+            backend.event_wait(ev)
+            self.profile.n_event_waits += 1
+        else:
+            backend.synchronize()
+            self.profile.n_backend_syncs += 1
+
+    # --- compute ---
+
+    def compute_splits(self, graph) -> Status:
+        """ggml_backend_sched_compute_splits over the scheduler's current splits."""
+        sched, core, prof = self.sched, self.sched._core, self.profile
+        backends = sched.backends
+        cur = core.cur_copy
+        nodes = graph.nodes
+        moe = _ExpertCopier(self)
+        t_start = time.perf_counter()
+        prof.n_computes += 1
+        try:
+            for split_id, (b, i0, i1, _) in enumerate(core.get_splits()):
+                backend = backends[b]
+                copies = core.get_split_copies(split_id)
+                sp = SplitProfile(split_id, backend.name, i1 - i0, len(copies))
+                prof.splits.append(sp)
+                split_nodes = nodes[i0:i1]
+
+                t0 = time.perf_counter()
+                for input_id, (inp, ib, cpy) in enumerate(copies):
+                    in_backend = backends[ib]
+                    nbytes = inp.nbytes
+                    if "INPUT" in inp.flags:
+                        # the user may overwrite an input as soon as we return: copy now
+                        self._wait_slot_host(b, backend, cur)
+                        tensor_copy(in_backend, inp, backend, cpy)
+                        prof.n_input_copies += 1
+                        sp.n_sync += 1
+                    else:
+                        self._wait_slot_queue(b, backend, cur)
+                        if moe.applies(split_nodes, inp, cpy):
+                            nbytes = moe.copy(split_id, split_nodes[0], copies, input_id, b,
+                                              in_backend, backend)
+                            sp.n_async += 1
+                        elif backend.cpy_tensor_async(in_backend, inp, cpy):
+                            prof.n_async_copies += 1
+                            sp.n_async += 1
+                        else:
+                            # a blocking copy; the destination needs no full synchronize,
+                            # the slot's event is what protects the copy
+                            in_backend.synchronize()
+                            self._wait_slot_host(b, backend, cur)
+                            tensor_copy(in_backend, inp, backend, cpy)
+                            prof.n_sync_copies += 1
+                            sp.n_sync += 1
+                    sp.bytes_copied += nbytes
+                    key = (in_backend.name, backend.name)
+                    prof.bytes_by_pair[key] = prof.bytes_by_pair.get(key, 0) + nbytes
+                t1 = time.perf_counter()
+                sp.copy_s = t1 - t0
+
+                if self.callback is None:
+                    status = self._graph_compute(backend, split_nodes)
+                else:
+                    status = self._compute_observed(backend, split_nodes)
+                if self.sync_splits:
+                    backend.synchronize()
+                sp.compute_s = time.perf_counter() - t1
+                if status != Status.SUCCESS:
+                    return status
+
+                # the next use of this slot's input copies must wait for this split
+                if copies and self.events[b][cur] is not None:
+                    backend.event_record(self.events[b][cur])
+                    prof.n_event_records += 1
+        finally:
+            prof.wall_s += time.perf_counter() - t_start
+        return Status.SUCCESS
+
+    @staticmethod
+    def _graph_compute(backend, nodes):
+        """backend.graph_compute on a view of `nodes`; its False (or a ggml_status
+        other than success) becomes the returned Status."""
+        ok = backend.graph_compute(GraphView(nodes))
+        if ok is True or ok is None:
+            return Status.SUCCESS
+        return Status.FAILED if ok is False else Status(ok)
+
+    def _compute_observed(self, backend, nodes):
+        """The split's nodes with the eval callback: nodes the user does not ask for are
+        computed together up to the next one asked for, which is then shown to the user
+        (after a synchronize). ABORTED when the user cancels."""
+        cb = self.callback
+        n = len(nodes)
+        j0 = 0
+        while j0 < n:
+            j1 = j0
+            need = bool(cb(nodes[j1], True))
+            while not need and j1 < n - 1:
+                j1 += 1
+                need = bool(cb(nodes[j1], True))
+            status = self._graph_compute(backend, nodes[j0:j1 + 1])
+            if status != Status.SUCCESS:
+                return status
+            backend.synchronize()
+            if need and not cb(nodes[j1], False):
+                return Status.ABORTED
+            j0 = j1 + 1
+        return Status.SUCCESS
+
+
+class _ExpertCopier:
+    """The MUL_MAT_ID path of compute_splits: when a split starts with a MUL_MAT_ID
+    whose expert weights are copied from host memory, copy only the experts its ids
+    use, consecutive ones together. The ids are read once per ids tensor."""
+
+    PADDING = 512       # bytes copied past the last expert of a range (CUDA's MMQ reads them)
+
+    def __init__(self, runtime):
+        self.rt = runtime
+        self.prev_ids = None
+        self.used = None
+
+    @staticmethod
+    def applies(split_nodes, inp, cpy):
+        if not split_nodes:
+            return False
+        node = split_nodes[0]
+        buf = get_buffer(inp)
+        return (node.op == "MUL_MAT_ID" and node.src[0] == cpy and buf is not None
+                and buf.usage == "weights" and buf.is_host)
+
+    def copy(self, split_id, node, copies, input_id, b, in_backend, backend):
+        """Copy the used experts of copies[input_id]; returns the bytes copied."""
+        inp, _, cpy = copies[input_id]
+        n_expert = inp.ne[2]
+        expert_size = inp.nb[2]
+        in_backend.synchronize()
+
+        # the ids may be a later input of this split, not copied yet: read the original
+        ids_t, ids_backend = node.src[2], backend
+        for later, lb, later_cpy in copies[input_id + 1:]:
+            if later_cpy == ids_t:
+                ids_t, ids_backend = later, self.rt.sched.backends[lb]
+                break
+
+        if ids_t != self.prev_ids:
+            ids_backend.synchronize()
+            raw = ids_backend.get_tensor(ids_t)
+            ids = np.ndarray((ids_t.ne[1], ids_t.ne[0]), dtype=np.int32, buffer=raw,
+                             strides=(ids_t.nb[1], ids_t.nb[0]))
+            if ids.size and (ids.min() < 0 or ids.max() >= n_expert):
+                raise SchedulerError(f"MUL_MAT_ID '{node.name}': expert ids outside "
+                                     f"[0, {n_expert}) in '{ids_t.name}'", "bad-expert-id")
+            self.used = np.unique(ids)
+            self.prev_ids = ids_t
+
+        host = _host_bytes(inp)
+        copied = 0
+        for first, last in _ranges(self.used):
+            offset = first * expert_size
+            size = (last - first + 1) * expert_size
+            # a little more after a range that does not end the tensor, so that no NaNs
+            # sit in the padding of its last expert
+            if last < n_expert - 1:
+                size += min(expert_size, self.PADDING)
+            _set_tensor_async(backend, cpy, host[offset:offset + size], offset)
+            copied += size
+        prof = self.rt.profile
+        prof.moe_bytes_copied += copied
+        prof.moe_bytes_saved += inp.nbytes - copied
+        prof.moe_experts_used.append((inp.name, [int(i) for i in self.used]))
+        return copied
+
+
+def _ranges(sorted_ids):
+    """Runs of consecutive ids: [0, 1, 2, 5, 7, 8] -> (0, 2), (5, 5), (7, 8)."""
+    out = []
+    for i in sorted_ids:
+        i = int(i)
+        if out and i == out[-1][1] + 1:
+            out[-1][1] = i
+        else:
+            out.append([i, i])
+    return [tuple(r) for r in out]
+
+
+# ---------------------------------------------------------------------------
+# the scheduler's compute entry points (called by Scheduler)
+
+def graph_compute_async(sched, graph) -> Status:
+    """ggml_backend_sched_graph_compute_async: allocate the graph unless it is
+    allocated already (resetting a used scheduler first), then run its splits."""
+    if not sched.is_reset and not sched.is_alloc:
+        sched.reset()
+    if not sched.is_alloc:
+        try:
+            sched.alloc_graph(graph)
+        except MemoryError:
+            return Status.ALLOC_FAILED
+    elif sched._graph is not graph:
+        raise SchedulerError("graph_compute: the scheduler holds another allocated graph; "
+                             "call reset() first", "already-allocated")
+    return sched.runtime.compute_splits(graph)
+
+
+def graph_compute(sched, graph) -> Status:
+    """ggml_backend_sched_graph_compute: graph_compute_async, then synchronize."""
+    try:
+        status = graph_compute_async(sched, graph)
+    except BaseException:
+        # leave no queue running when the caller resets; the first error is the one raised
+        synchronize(sched, raise_errors=False)
+        raise
+    synchronize(sched)
+    return status
+
+
+def synchronize(sched, raise_errors=True):
+    """ggml_backend_sched_synchronize: wait for every backend, then raise the first
+    error a backend reported (every backend is waited for even so)."""
+    first = None
+    for b in sched.backends:
+        try:
+            b.synchronize()
+        except BackendError as e:
+            first = first or e
+    sched._core.synchronize_copy()
+    if first is not None and raise_errors:
+        raise first
