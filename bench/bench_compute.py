@@ -33,7 +33,7 @@ from ggml_py import Context, Graph, ops                                    # noq
 from ggml_py.backends import cpu as cpu_mod                                 # noqa: E402
 from ggml_py.backends.cpu import CPUBackend, tensor_array                   # noqa: E402
 from ggml_py.models.transformer import (Model, Session, build_forward,     # noqa: E402
-                                        has_runtime, llama_config, tensor_set, tensor_values)
+                                        llama_config, tensor_set, tensor_values)
 from ggml_py.opscheck import HostAllocation                                # noqa: E402
 from ggml_py.sched import Scheduler                                        # noqa: E402
 
@@ -99,10 +99,9 @@ def bench_dispatch(n_nodes, reps):
            "numpy_us_per_op": t_numpy / n_nodes * 1e6}
     row["overhead_us_per_node"] = row["backend_us_per_node"] - row["numpy_us_per_op"]
     sched = Scheduler([cpu], graph_size=g.n_nodes + g.n_leafs + 16)
-    if has_runtime(sched):
-        sched.alloc_graph(g)
-        t_sched = median_time(lambda: sched.graph_compute(g), reps)
-        row["sched_us_per_node"] = t_sched / g.n_nodes * 1e6
+    sched.alloc_graph(g)
+    t_sched = median_time(lambda: sched.graph_compute(g), reps)
+    row["sched_us_per_node"] = t_sched / g.n_nodes * 1e6
     return row
 
 
@@ -155,10 +154,7 @@ def bench_decode(reps):
         # as ggml-alloc does, so every compute needs them set (llama.cpp does the same)
         for t, d in fw.inputs:
             tensor_set(t, d)
-        if has_runtime(sess.sched):
-            sess.sched.graph_compute(fw.graph)
-        else:
-            cpu.graph_compute(fw.graph)
+        sess.sched.graph_compute(fw.graph)
     t_compute = median_time(compute, reps)
     kernel_times = []
     with KernelTimer() as kt:
@@ -221,8 +217,7 @@ def main(argv=None):
         if a.json:
             print(json.dumps(r))
         elif r["bench"] == "dispatch":
-            s = (f", {r['sched_us_per_node']:.1f} us through Scheduler.graph_compute"
-                 if "sched_us_per_node" in r else "")
+            s = f", {r['sched_us_per_node']:.1f} us through Scheduler.graph_compute"
             print(f"dispatch: {r['n_nodes']} tiny nodes: {r['backend_us_per_node']:.1f} us/node "
                   f"on CPUBackend{s}; numpy directly {r['numpy_us_per_op']:.2f} us/op "
                   f"-> {r['overhead_us_per_node']:.1f} us/node of overhead")

@@ -177,14 +177,11 @@ def run_model(model, backends, args, out=print):
 
 
 def _split_table(step, out, limit=12):
-    timed = any(sp.compute_s is not None for sp in step.splits)
     out(f"   prompt splits: {'#':>3} {'backend':<10} {'nodes':>5} {'inputs':>6} {'copied':>10}"
-        + (f" {'copy ms':>8} {'compute ms':>10}" if timed else ""))
+        f" {'copy ms':>8} {'compute ms':>10}")
     for k, sp in enumerate(step.splits[:limit]):
-        nbytes = sp.input_bytes if sp.bytes_copied is None else sp.bytes_copied
-        t = (f" {_ms(sp.copy_s or 0):>8} {_ms(sp.compute_s or 0):>10}" if timed else "")
         out(f"                  {k:>3} {sp.backend:<10} {sp.n_nodes:>5} {sp.n_inputs:>6} "
-            f"{_fmt_bytes(nbytes):>10}{t}")
+            f"{_fmt_bytes(sp.bytes_copied):>10} {_ms(sp.copy_s):>8} {_ms(sp.compute_s):>10}")
     if len(step.splits) > limit:
         rest = step.splits[limit:]
         out(f"                  ... {len(rest)} more splits on "
@@ -193,13 +190,8 @@ def _split_table(step, out, limit=12):
 
 def run_models(args, out=print):
     from ggml_py.backends.cpu import CPUBackend
-    from ggml_py.models.transformer import has_runtime
     out("== part 1: models computed through the scheduler")
     devices = device_backends(args.device, out)
-    probe = Scheduler([CPUBackend()], graph_size=16)
-    if devices and not has_runtime(probe):
-        out("  (this build's Scheduler has no graph_compute yet: computing on the CPU only)")
-        devices = []
     backends = devices + [CPUBackend()]
     out(f"   backends (priority order): {', '.join(b.name for b in backends)}")
     rows = []

@@ -9,7 +9,6 @@ import pytest
 from ggml_py import Backend
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.backends.sim import SimBufferType
-from ggml_py.errors import BackendError
 from ggml_py.models.reference import reference_logits
 from ggml_py.models.transformer import (KVCache, Model, ModelConfig, Session, build_forward,
                                         llama_config, moe_config)
@@ -159,24 +158,8 @@ def test_layers_offloaded_to_a_simulated_gpu_split_like_llama_cpp():
     assert sched.get_tensor_backend(fw.logits).name == "GPU0"
 
 
-def test_session_without_runtime_needs_one_backend():
-    cfg = ModelConfig(**SMALL)
-    cpu = CPUBackend()
-    model = Model.random(cfg).place(cpu)
-    sched = Scheduler([CPUBackend("CPU2"), cpu])
-    if callable(getattr(sched, "graph_compute", None)):
-        pytest.skip("the Scheduler computes graphs")
-    with pytest.raises(BackendError, match="graph_compute"):
-        Session(model, [CPUBackend("CPU2"), cpu], scheduler=sched)
-
-
 # ---------------------------------------------------------------------------
 # offloaded layers computed through the scheduler's runtime
-
-def _runtime_or_skip():
-    if not callable(getattr(Scheduler, "graph_compute", None)):
-        pytest.skip("this build's Scheduler has no graph_compute (runtime)")
-
 
 def _device(name):
     from ggml_py.demo import device_backends
@@ -192,7 +175,6 @@ def test_offloaded_layers_match_cpu(device, tol, ffn):
     """Half the layers on a device, the rest and the embeddings on the CPU: the same
     logits as a CPU-only run (the numpy device runs the CPU kernels: equal up to the
     last bit; OpenCL's kernels compute activations in f32)."""
-    _runtime_or_skip()
     dev = _device(device)
     cfg = ModelConfig(**SMALL) if ffn == "dense" else \
         moe_config(ffn, **SMALL, n_expert=4, n_expert_used=2, n_ff_exp=32)

@@ -36,6 +36,7 @@ from ggml_py._backend import get_buffer
 from ggml_py._core import Context, Graph, row_size, type_size
 from ggml_py.alloc import TensorAllocator
 from ggml_py.errors import BackendError, GraphError
+from ggml_py.runtime import Status
 
 FFN_KINDS = ("dense", "moe_dense", "moe_topk", "moe_shared")
 WEIGHT_TYPES = ("f32", "f16", "q8_0", "q4_0")
@@ -578,15 +579,16 @@ def _moe_experts(ctx, cfg, W, p, cur, selected, weights, T, il):
 
 @dataclass
 class SplitStats:
-    """One split of a step: where it ran, what it copied in, and (with the runtime's
-    profile) what it cost."""
+    """One split of a step: where it ran, what it copied in and what it cost (from the
+    runtime's profile; compute_s is enqueue time on an asynchronous device unless the
+    session profiles splits)."""
     backend: str
     n_nodes: int
     n_inputs: int
     input_bytes: int           # the split inputs' sizes
-    bytes_copied: int | None = None     # what the runtime copied (MoE: used experts only)
-    copy_s: float | None = None
-    compute_s: float | None = None
+    bytes_copied: int = 0      # what the runtime copied (MoE weights: used experts only)
+    copy_s: float = 0.0
+    compute_s: float = 0.0
 
 
 @dataclass
@@ -608,15 +610,8 @@ class StepStats:
 
     @property
     def copy_bytes(self) -> int:
-        """Bytes copied between backends: the runtime's count when it profiled, else the
-        split inputs' sizes."""
-        return sum(s.input_bytes if s.bytes_copied is None else s.bytes_copied
-                   for s in self.splits)
-
-
-def has_runtime(sched) -> bool:
-    """Does this Scheduler run graphs (the runtime port), or only plan them?"""
-    return callable(getattr(sched, "graph_compute", None))
+        """Bytes the runtime copied between backends."""
+        return sum(s.bytes_copied for s in self.splits)
 
 
 class Session:
@@ -632,12 +627,7 @@ class Session:
         self.backends = list(backends)
         self.cache = KVCache(model)
         self.sched = scheduler or Scheduler(self.backends, graph_size=graph_size(model.config))
-        if not has_runtime(self.sched) and len(self.backends) > 1:
-            raise BackendError("this Scheduler has no graph_compute (runtime): only a single "
-                               "CPU backend can compute")
-        runtime = getattr(self.sched, "runtime", None)
-        if profile_splits and runtime is not None:
-            runtime.sync_splits = True
+        self.sched.runtime.sync_splits = bool(profile_splits)
         self.history = []
 
     def forward(self, tokens, logits="all") -> np.ndarray:
@@ -652,28 +642,23 @@ class Session:
         sched.alloc_graph(fw.graph)
         for t, data in fw.inputs:
             tensor_set(t, data, self.backends)
-        profile = getattr(sched, "profile", None)
-        if profile is not None:
-            profile.reset()
+        sched.profile.reset()
         t2 = time.perf_counter()
-        if has_runtime(sched):
-            sched.graph_compute(fw.graph)
-        else:
-            self.backends[0].graph_compute(fw.graph)      # one CPU backend, one split
+        status = sched.graph_compute(fw.graph)
         t3 = time.perf_counter()
+        if status != Status.SUCCESS:
+            raise BackendError(f"graph compute of {self.model.config.name}: {status.name}")
         out = tensor_values(fw.logits, self.backends).reshape(fw.n_outputs, -1)
         self.cache.n_past += fw.n_tokens
-        self.history.append(self._stats(fw, t1 - t0, t2 - t1, t3 - t2, profile))
+        self.history.append(self._stats(fw, t1 - t0, t2 - t1, t3 - t2, sched.profile))
         return out
 
     def _stats(self, fw, build_s, alloc_s, compute_s, profile):
         s = self.sched
         splits = [SplitStats(sp.backend.name, sp.i_end - sp.i_start, len(sp.inputs),
                              sum(t.nbytes for t in sp.inputs)) for sp in s.splits]
-        prof = list(getattr(profile, "splits", None) or [])
-        if len(prof) == len(splits):
-            for st, p in zip(splits, prof):
-                st.bytes_copied, st.copy_s, st.compute_s = p.bytes_copied, p.copy_s, p.compute_s
+        for st, p in zip(splits, profile.splits):
+            st.bytes_copied, st.copy_s, st.compute_s = p.bytes_copied, p.copy_s, p.compute_s
         return StepStats("prompt" if fw.n_tokens > 1 else "decode", fw.n_tokens,
                          fw.graph.n_nodes, s.n_splits, s.n_copies, build_s, alloc_s, compute_s,
                          splits)
