@@ -811,6 +811,19 @@ def compute_nodes(nodes, backend_name):
 # ---------------------------------------------------------------------------
 # the backend
 
+def tensor_region(tensor, buf, memory, offset=0, size=None):
+    """The bytes [offset, offset + size) of an allocated tensor as a view of `memory`,
+    the numpy bytes behind its buffer `buf`; checked against the tensor's size."""
+    nbytes = tensor.nbytes
+    if size is None:
+        size = nbytes - offset
+    if offset + size > nbytes:
+        raise BackendError(f"tensor '{tensor.name}': {size} bytes at offset {offset} exceed "
+                           f"its {nbytes} bytes")
+    start = tensor.data_address - buf.base + offset
+    return memory[start:start + size]
+
+
 class CPUBackend(Backend):
     """The numpy CPU backend: host buffer type 'CPU' (alignment 32), device type 'cpu'."""
 
@@ -834,14 +847,7 @@ class CPUBackend(Backend):
             raise BackendError(f"tensor '{tensor.name}' is not allocated")
         if buf.memory is None:
             raise BackendError(f"tensor '{tensor.name}' is not in host memory")
-        nbytes = tensor.nbytes
-        if size is None:
-            size = nbytes - offset
-        if offset + size > nbytes:
-            raise BackendError(f"tensor '{tensor.name}': {size} bytes at offset {offset} exceed "
-                               f"its {nbytes} bytes")
-        start = tensor.data_address - buf.base + offset
-        return buf.memory[start:start + size]
+        return tensor_region(tensor, buf, buf.memory, offset, size)
 
     def set_tensor(self, tensor, data, offset=0):
         src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)

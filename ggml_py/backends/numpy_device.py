@@ -184,14 +184,7 @@ class NumpyDeviceBackend(Backend):
         if buf.buffer_type is not self.buffer_type:
             raise BackendError(f"backend {self.name}: tensor '{tensor.name}' is in buffer type "
                                f"'{buf.buffer_type.name}', not in this device's memory")
-        nbytes = tensor.nbytes
-        if size is None:
-            size = nbytes - offset
-        if offset + size > nbytes:
-            raise BackendError(f"tensor '{tensor.name}': {size} bytes at offset {offset} exceed "
-                               f"its {nbytes} bytes")
-        start = tensor.data_address - buf.base + offset
-        return buf.device_memory[start:start + size]
+        return cpu.tensor_region(tensor, buf, buf.device_memory, offset, size)
 
     @staticmethod
     def _snapshot(data):
