@@ -112,6 +112,27 @@ def run(reps=5):
     return ocl.device["name"], rows
 
 
+def decode_steps(ocl, cpu, steps=16):
+    """Median decode step (ms) of the demo llama: every layer on OpenCL (CPU last), and
+    on the CPU alone; plus the NMSE between their last logits."""
+    from ggml_py.models.transformer import Model, Session, llama_config
+    out = {}
+    logits = {}
+    for key, backends in (("opencl", [ocl, cpu]), ("cpu", [cpu])):
+        model = Model.random(llama_config(), seed=0).place(backends[0], host=cpu)
+        sess = Session(model, backends)
+        sess.forward(list(range(1, 9)), logits="last")
+        times = []
+        for i in range(steps):
+            t0 = time.perf_counter()
+            logits[key] = sess.forward([10 + i], logits="last")
+            times.append(time.perf_counter() - t0)
+        out[key] = statistics.median(times) * 1e3
+    ref, got = logits["cpu"], logits["opencl"]
+    out["nmse"] = float(np.sum((ref - got) ** 2) / np.sum(ref ** 2))
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=5)
@@ -122,8 +143,9 @@ def main(argv=None):
         print(f"OpenCL unavailable: {why}", file=sys.stderr)
         return 2
     device, rows = run(args.reps)
+    decode = decode_steps(opencl.OpenCLBackend(), CPUBackend())
     if args.json:
-        print(json.dumps({"device": device, "results": rows}, indent=1))
+        print(json.dumps({"device": device, "results": rows, "decode_step": decode}, indent=1))
         return 0
     print(f"device: {device}   (median of {args.reps}; ratio = cpu time / opencl time)")
     print(f"{'case':34s} {'cpu ms':>9s} {'ocl ms':>9s} {'ratio':>7s} {'ocl GF/s':>9s} {'nmse':>9s}")
@@ -131,6 +153,9 @@ def main(argv=None):
         gf = f"{r['opencl_gflops']:9.2f}" if "opencl_gflops" in r else " " * 9
         print(f"{r['case']:34s} {r['cpu_ms']:9.3f} {r['opencl_ms']:9.3f} "
               f"{r['cpu_over_opencl']:7.3f} {gf} {r['nmse']:9.2e}")
+    print(f"demo llama decode step: OpenCL+CPU {decode['opencl']:.2f} ms, CPU alone "
+          f"{decode['cpu']:.2f} ms (ratio {decode['cpu'] / decode['opencl']:.2f}), "
+          f"logits NMSE {decode['nmse']:.2e}")
     return 0
 
 
