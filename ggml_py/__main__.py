@@ -14,6 +14,9 @@ import os
 import sys
 
 
+ALLOC_REPS_MAX = 5000
+
+
 def _load(path):
     from ggml_py.cases import load_case
     return load_case(path)
@@ -57,8 +60,11 @@ def cmd_bench(args) -> int:
         us, reps = median_split_us(case, min_time_s=0.1 if is_random else args.min_time)
         ref = _reference_timing(path)
         ggml_us = ref.get("split_us_median")
-        alloc_us = median_alloc_us(case, reps)
-        reserve_us = median_alloc_us(case, reps, reserve=True)
+        # ggml timed as many allocations as splits; a median needs far fewer, and each
+        # untimed restore costs more than a small case's allocation
+        alloc_reps = min(reps, ALLOC_REPS_MAX)
+        alloc_us = median_alloc_us(case, alloc_reps)
+        reserve_us = median_alloc_us(case, alloc_reps, reserve=True)
         ggml_alloc, ggml_reserve = ref.get("alloc_graph_us_median"), ref.get("alloc_reserve_us_median")
         ratio = lambda a, b: round(a / b, 3) if b else None  # noqa: E731
         row = {"case": case.name, "n_nodes": case.graph.n_nodes, "reps": reps,

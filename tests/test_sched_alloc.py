@@ -33,6 +33,23 @@ def test_alloc_block_matches_ggml(path):
     assert sched.validate_allocation() > 0
 
 
+@pytest.mark.parametrize("path", PLAN_CASES, ids=lambda p: p.rsplit("/", 1)[-1][:-10])
+def test_repeated_allocation_stays_sound(path):
+    """alloc_graph again and again, as a serving loop does (restore, reset, allocate):
+    copy slots rotate in parallel mode; every allocation must be valid."""
+    from ggml_py._sched import GraphSnapshot
+    case = load_case(path)
+    sched = scheduler_for_case(case)
+    snap = GraphSnapshot(case.graph)
+    for _ in range(5):
+        _restore(case, sched, snap)
+        assert sched.alloc_graph(case.graph)
+        assert sched.validate_allocation() > 0
+    if not case.parallel:
+        # the first allocation reserves (in ggml-alloc itself with one buffer), then reuse
+        assert sched.n_reallocs <= 1 and sched.n_unexpected_reallocs == 0
+
+
 def test_reserve_size_matches_allocation():
     path = str(shared_path() / "cases" / "llama-4L-partial-offload.case.json")
     case = load_case(path)

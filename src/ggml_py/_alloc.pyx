@@ -785,7 +785,13 @@ cdef class GraphAllocator:
 
     cdef bint needs_realloc(self, ggml_cgraph * graph) except -1:
         """Port of ggml_gallocr_needs_realloc: the recorded plan does not fit `graph`
-        (other node or leaf counts, or a node / source that grew or lost its data)."""
+        (other node or leaf counts, or a node / source / leaf that grew or lost its data).
+
+        ggml checks nodes and their sources only. A leaf that had data when the graph
+        was planned and has none now (a parallel scheduler's copy slots of a placed
+        graph input rotate between the input itself and fresh copies) then gets no
+        place, and ggml's release build writes through buffers[-1]; checking leafs too
+        makes it a reallocation instead."""
         cdef int i, j
         cdef ggml_tensor * node
         cdef node_alloc * na
@@ -802,6 +808,9 @@ cdef class GraphAllocator:
             for j in range(GGML_MAX_SRC):
                 if node.src[j] != NULL and not self.tensor_alloc_fits(node.src[j], &na.src[j]):
                     return True
+        for i in range(graph.n_leafs):
+            if not self.tensor_alloc_fits(graph.leafs[i], &self.leaf_allocs[i]):
+                return True
         return False
 
     cdef bint tensor_alloc_fits(self, ggml_tensor * t, tensor_alloc * ta) except -1:
