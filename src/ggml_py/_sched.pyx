@@ -960,8 +960,8 @@ TIME_SPLIT, TIME_ALLOC, TIME_RESERVE = 0, 1, 2
 
 def time_reps(SchedCore s, Graph graph, GraphSnapshot snap, assignments, int reps, int what):
     """Times (ns) of `reps` repetitions measured as SCHED_CASES.md times ggml: before
-    each, untimed, the graph is restored, the scheduler reset and the user
-    assignments [(Tensor, backend_id), ...] re-applied. `what` is TIME_SPLIT (the
+    each, untimed, the graph is restored, the scheduler reset to copy slot 0 and the
+    user assignments [(Tensor, backend_id), ...] re-applied. `what` is TIME_SPLIT (the
     split alone), TIME_ALLOC (alloc_graph; in the steady state the reservation is
     reused) or TIME_RESERVE (split + reserve_n + alloc_graph: a new or changed graph)."""
     import time
@@ -971,6 +971,7 @@ def time_reps(SchedCore s, Graph graph, GraphSnapshot snap, assignments, int rep
     for r in range(reps):
         snap.restore()
         sched_reset(s)
+        s.next_copy = 0         # copy slot 0 every time (ggml_backend_sched_synchronize)
         for t, b in assignments:
             s.set_tensor_backend(t, b)
         t0 = clock()
