@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 from ggml_py import Backend, BufferType, Context, Graph
 from ggml_py._backend import fake_buffer, set_buffer
 from ggml_py._sched import GraphSnapshot
+from ggml_py.backends.sim import SimBufferType
 from ggml_py.sched import Scheduler
 
 VIEW_OPS = {"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"}
@@ -23,7 +24,7 @@ def problems(draw):
         if last or draw(st.integers(0, 3)) == 0:
             buft = host     # the CPU, or a device that shares the host's memory
         else:
-            buft = BufferType(f"B{b}", 32, None, False)
+            buft = SimBufferType(f"B{b}", 32, None, False)     # fake memory, plans only
         ops = "*" if last else ["NONE", *VIEW_OPS, *draw(st.lists(st.sampled_from(COMPUTE_OPS),
                                                                   unique=True))]
         supported = [buft] + ([host] if buft is not host and draw(st.booleans()) else [])
@@ -125,3 +126,39 @@ def test_split_invariants(problem):
     sched.reset()
     sched.split_graph(graph)
     assert sched.plan().to_dict() == first
+
+
+@st.composite
+def hostile_problems(draw):
+    """problems() plus what users get wrong: pre-allocated nodes, unsupported ops on
+    placed memory, random user assignments, tiny limits and graph sizes."""
+    backends, bufts, g, keep, parallel, max_inputs = draw(problems())
+    nodes = g.nodes
+    for t in nodes:
+        if draw(st.integers(0, 9)) == 0 and not t.is_view:
+            buf = fake_buffer(draw(st.sampled_from(bufts)), max(t.nbytes, 1))
+            set_buffer(t, buf)
+            keep.append(buf)
+    assign = [(t, draw(st.integers(0, len(backends) - 1)))
+              for t in nodes + g.leafs if draw(st.integers(0, 7)) == 0]
+    graph_size = draw(st.sampled_from([8, 64, 512]))
+    return backends, g, keep, parallel, max_inputs, assign, graph_size
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(hostile_problems())
+def test_bad_problems_raise_cleanly_and_scheduler_stays_usable(problem):
+    from ggml_py.errors import GgmlPyError
+    backends, graph, keep, parallel, max_inputs, assign, graph_size = problem
+    sched = Scheduler(backends, graph_size=graph_size, parallel=parallel,
+                      max_split_inputs=max_inputs, validate=True)
+    snap = GraphSnapshot(graph)
+    for _ in range(2):
+        try:
+            for t, b in assign:
+                sched.set_tensor_backend(t, b)
+            sched.alloc_graph(graph)
+        except GgmlPyError as e:
+            assert str(e)
+        snap.restore()
+        sched.reset()
