@@ -746,7 +746,7 @@ cdef class Tensor:
     @property
     def ne(self):
         """Elements per dimension in ggml order (ne[0] is the fastest)."""
-        return tuple(self.ptr.ne[i] for i in range(4))
+        return (self.ptr.ne[0], self.ptr.ne[1], self.ptr.ne[2], self.ptr.ne[3])
 
     @ne.setter
     def ne(self, value):
@@ -756,7 +756,7 @@ cdef class Tensor:
     @property
     def nb(self):
         """Byte strides in ggml order."""
-        return tuple(self.ptr.nb[i] for i in range(4))
+        return (self.ptr.nb[0], self.ptr.nb[1], self.ptr.nb[2], self.ptr.nb[3])
 
     @nb.setter
     def nb(self, value):
@@ -790,7 +790,7 @@ cdef class Tensor:
     @property
     def src(self):
         """Sources, trailing empty slots cut (an empty slot inside is None)."""
-        n = GGML_MAX_SRC
+        cdef int i, n = GGML_MAX_SRC
         while n > 0 and self.ptr.src[n - 1] == NULL:
             n -= 1
         return [tensor_handle(self.ptr.src[i]) for i in range(n)]
