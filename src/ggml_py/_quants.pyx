@@ -404,82 +404,78 @@ cdef object _out(out, tuple shape, dt, str what, alt=None):
     return out
 
 
-def f16_to_f32(x, out=None):
-    """f16 values (float16, or uint16 bits) -> float32, exact."""
-    a = _u16_in(x, "f16_to_f32")
-    r = _out(out, a.shape, _F32, "f16_to_f32")
+ctypedef void (*u16_to_f32_row)(const uint16_t *, float *, Py_ssize_t) noexcept nogil
+ctypedef void (*f32_to_u16_row)(const float *, uint16_t *, Py_ssize_t) noexcept nogil
+ctypedef void (*f32_to_f32_row)(const float *, float *, Py_ssize_t) noexcept nogil
+
+
+cdef object _widen(x, out, str what, u16_to_f32_row row):
+    """16-bit values (bits) -> float32 through `row`, the GIL released."""
+    a = _u16_in(x, what)
+    r = _out(out, a.shape, _F32, what)
     cdef const uint16_t[::1] src = a.reshape(-1)
     cdef float[::1] dst = r.reshape(-1)
     cdef Py_ssize_t n = src.shape[0]
     if n:
         with nogil:
-            f16_to_f32_row(&src[0], &dst[0], n)
+            row(&src[0], &dst[0], n)
     return r
 
 
-def f32_to_f16(x, out=None):
-    """float32 values -> float16 array, round to nearest even (out may be float16 or uint16)."""
+cdef object _narrow(x, out, str what, f32_to_u16_row row, dtype, alt_dtype=None):
+    """float32 -> 16-bit values (bits) through `row`, the GIL released."""
     a = _f32_in(x)
-    r = _out(out, a.shape, _F16, "f32_to_f16", _U16)
+    r = _out(out, a.shape, dtype, what, alt_dtype)
     cdef const float[::1] src = a.reshape(-1)
     cdef uint16_t[::1] dst = r.reshape(-1).view(np.uint16)
     cdef Py_ssize_t n = src.shape[0]
     if n:
         with nogil:
-            f32_to_f16_row(&src[0], &dst[0], n)
+            row(&src[0], &dst[0], n)
     return r
+
+
+cdef object _round_trip(x, out, str what, f32_to_f32_row row):
+    """float32 -> float32 through a narrower type, the GIL released."""
+    a = _f32_in(x)
+    r = _out(out, a.shape, _F32, what)
+    cdef const float[::1] src = a.reshape(-1)
+    cdef float[::1] dst = r.reshape(-1)
+    cdef Py_ssize_t n = src.shape[0]
+    if n:
+        with nogil:
+            row(&src[0], &dst[0], n)
+    return r
+
+
+def f16_to_f32(x, out=None):
+    """f16 values (float16, or uint16 bits) -> float32, exact."""
+    return _widen(x, out, "f16_to_f32", f16_to_f32_row)
+
+
+def f32_to_f16(x, out=None):
+    """float32 values -> float16 array, round to nearest even (out may be float16 or uint16)."""
+    return _narrow(x, out, "f32_to_f16", f32_to_f16_row, _F16, _U16)
 
 
 def bf16_to_f32(x, out=None):
     """bf16 bits (uint16) -> float32."""
-    a = _u16_in(x, "bf16_to_f32")
-    r = _out(out, a.shape, _F32, "bf16_to_f32")
-    cdef const uint16_t[::1] src = a.reshape(-1)
-    cdef float[::1] dst = r.reshape(-1)
-    cdef Py_ssize_t n = src.shape[0]
-    if n:
-        with nogil:
-            bf16_to_f32_row(&src[0], &dst[0], n)
-    return r
+    return _widen(x, out, "bf16_to_f32", bf16_to_f32_row)
 
 
 def f32_to_bf16(x, out=None):
     """float32 -> bf16 bits (uint16), ggml_compute_fp32_to_bf16."""
-    a = _f32_in(x)
-    r = _out(out, a.shape, _U16, "f32_to_bf16")
-    cdef const float[::1] src = a.reshape(-1)
-    cdef uint16_t[::1] dst = r.reshape(-1)
-    cdef Py_ssize_t n = src.shape[0]
-    if n:
-        with nogil:
-            f32_to_bf16_row(&src[0], &dst[0], n)
-    return r
+    return _narrow(x, out, "f32_to_bf16", f32_to_bf16_row, _U16)
 
 
 def round_f16(x, out=None):
     """float32 values rounded to the nearest f16 (ties to even), as float32."""
-    a = _f32_in(x)
-    r = _out(out, a.shape, _F32, "round_f16")
-    cdef const float[::1] src = a.reshape(-1)
-    cdef float[::1] dst = r.reshape(-1)
-    cdef Py_ssize_t n = src.shape[0]
-    if n:
-        with nogil:
-            round_f16_row(&src[0], &dst[0], n)
-    return r
+    return _round_trip(x, out, "round_f16", round_f16_row)
 
 
 def round_bf16(x, out=None):
     """float32 values through bf16 and back."""
-    a = _f32_in(x)
-    r = _out(out, a.shape, _F32, "round_bf16")
-    cdef const float[::1] src = a.reshape(-1)
-    cdef float[::1] dst = r.reshape(-1)
-    cdef Py_ssize_t n = src.shape[0]
-    if n:
-        with nogil:
-            round_bf16_row(&src[0], &dst[0], n)
-    return r
+    return _round_trip(x, out, "round_bf16", round_bf16_row)
 
 
 cdef tuple _blocks_shape(tuple shape, Py_ssize_t unit, Py_ssize_t per, str what, str of):
