@@ -20,7 +20,7 @@ import threading
 
 import numpy as np
 
-from ggml_py._backend import Backend, BufferType, get_buffer
+from ggml_py._backend import Backend, BufferType, get_buffer, tensor_ndarray
 from ggml_py.errors import BackendError
 from ggml_py.runtime import ComputeError
 from ggml_py import quants
@@ -68,29 +68,19 @@ def tensor_array(t):
 
     Block types (q8_0, ...) give uint8 rows: (ne3, ne2, ne1, row bytes)."""
     buf = get_buffer(t)
-    if buf is None or t.data_address == 0:
+    if buf is None:
         raise BackendError(f"tensor '{t.name}' ({t.op}) is not allocated")
     mem = _memory(buf)
     if mem is None:
         raise BackendError(f"tensor '{t.name}' lives in buffer type '{buf.buffer_type.name}', "
                            "which has no host memory")
-    off = t.data_address - buf.base
-    ne, nb = t.ne, t.nb
-    if quants.is_quantized(t.type):
-        shape = (ne[3], ne[2], ne[1], quants.row_bytes(t.type, ne[0]))
-        strides = (nb[3], nb[2], nb[1], 1)
-        dtype = np.uint8
-    else:
-        try:
-            dtype = quants.PLAIN_DTYPES[t.type]
-        except KeyError:
-            raise BackendError(f"tensor '{t.name}': type {t.type} is not supported by the CPU "
-                               "backend") from None
-        shape = (ne[3], ne[2], ne[1], ne[0])
-        strides = (nb[3], nb[2], nb[1], nb[0])
-    if 0 in shape:
-        return np.zeros(shape, dtype=dtype)
-    return np.ndarray(shape, dtype=dtype, buffer=mem, offset=off, strides=strides)
+    type_name = t.type
+    dtype = quants.PLAIN_DTYPES.get(type_name)
+    if dtype is not None:
+        return tensor_ndarray(t, mem, dtype)
+    if quants.is_quantized(type_name):
+        return tensor_ndarray(t, mem, np.uint8, quants.row_bytes(type_name, t.ne[0]))
+    raise BackendError(f"tensor '{t.name}': type {type_name} is not supported by the CPU backend")
 
 
 def values(t):

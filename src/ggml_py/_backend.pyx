@@ -17,6 +17,8 @@ from ggml_py._ggml cimport *
 from ggml_py._core cimport (Tensor, tensor_handle, tensor_ptr, ggml_nbytes, TYPE_TRAITS,
                             ggml_is_view_op)
 
+import numpy as np
+
 from ggml_py._core import OP_IDS, OP_NAMES_LIST
 from ggml_py.errors import AllocationError, BackendError
 
@@ -108,7 +110,6 @@ cdef class BufferType:
 
 def host_buffer(BufferType buft, size_t size):
     """A buffer of real host memory: a numpy byte array, aligned to the type."""
-    import numpy as np
     try:
         raw = np.zeros(size + buft.c.alignment, dtype=np.uint8)
     except MemoryError:
@@ -201,6 +202,26 @@ def set_buffer(Tensor tensor, Buffer buffer, size_t offset=0):
     tensor.owner.keep(buffer)
     tensor.ptr.buffer = &buffer.c
     tensor.ptr.data = buffer.c.base + offset
+
+
+def tensor_ndarray(Tensor tensor, memory, dtype, Py_ssize_t row_bytes=0):
+    """A numpy view of an allocated tensor inside `memory`, the numpy bytes behind its
+    buffer: numpy order (ne3, ne2, ne1, ne0) with the tensor's byte strides, or with
+    `row_bytes` the uint8 rows of a block type (ne3, ne2, ne1, row_bytes). Built from
+    the struct directly: kernels ask for one per source and result of every node."""
+    cdef ggml_tensor * t = tensor.ptr
+    if t.buffer == NULL or t.data == NULL:
+        raise BackendError(f"tensor '{tensor.name}' ({tensor.op}) is not allocated")
+    cdef size_t offset = <size_t>(t.data - t.buffer.base)
+    if row_bytes:
+        shape = (t.ne[3], t.ne[2], t.ne[1], row_bytes)
+        strides = (t.nb[3], t.nb[2], t.nb[1], 1)
+    else:
+        shape = (t.ne[3], t.ne[2], t.ne[1], t.ne[0])
+        strides = (t.nb[3], t.nb[2], t.nb[1], t.nb[0])
+    if t.ne[0] == 0 or t.ne[1] == 0 or t.ne[2] == 0 or t.ne[3] == 0 or row_bytes < 0:
+        return np.zeros(shape, dtype=dtype)
+    return np.ndarray(shape, dtype=dtype, buffer=memory, offset=offset, strides=strides)
 
 
 def get_buffer(Tensor tensor):
