@@ -9,6 +9,11 @@ import os
 import pathlib
 
 import pytest
+from hypothesis import settings
+
+# CI machines are small and noisy: no per-example deadlines anywhere
+settings.register_profile("ggml_py", deadline=None)
+settings.load_profile("ggml_py")
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 CASE_SUBDIRS = ("", "random", "aborts")
