@@ -36,7 +36,9 @@ OPS_DIR = os.path.join(SHARED, "ops")
 # op families (case file names) whose every case the backend must run, not skip
 CLAIMED = {"mul_mat", "mul_mat_id", "add", "sub", "mul", "div", "scale", "rms_norm", "norm",
            "soft_max", "rope", "get_rows", "cpy", "cont", "dup", "glu", "unary", "sqr", "sqrt",
-           "clamp", "repeat", "concat", "diag_mask_inf", "sum_rows", "mean"}
+           "clamp", "repeat", "concat", "diag_mask_inf", "sum_rows", "mean", "set_rows",
+           "argsort", "top_k", "sum", "pad", "arange", "acc", "timestep_embedding",
+           "flash_attn_ext"}
 
 
 def _load():
@@ -280,6 +282,56 @@ def test_soft_max_sinks_swiglu_oai_match_cpu(ocl):
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("n", [7, 200])
+def test_argsort_top_k_order_matches_cpu(ocl, n):
+    """Ties (index order, both directions), NaN (last) and -0.0 == 0.0 as the CPU backend
+    orders them, in rows shorter and longer than a work-group; TOP_K with ggml's swapped
+    first pair, exactly."""
+    rng = np.random.default_rng(n)
+    x = rng.integers(-3, 4, (2, 3, n)).astype(np.float32)     # many ties
+    x[0, 0, :3] = [np.nan, -0.0, 0.0]
+    x[1, 2, -1] = np.nan
+    for order in ("ASC", "DESC"):
+        got, ref = _both(ocl, lambda ctx: (lambda a: (ops.argsort(ctx, a, order), [a]))(
+            _tensor(ctx, "f32", [n, 3, 2], "a")), lambda: [x])
+        np.testing.assert_array_equal(got, ref)
+    for k in (1, 2, 5):
+        got, ref = _both(ocl, lambda ctx: (lambda a: (ops.top_k(ctx, a, k), [a]))(
+            _tensor(ctx, "f32", [n, 3, 2], "a")), lambda: [x])
+        np.testing.assert_array_equal(got, ref)
+
+
+def test_acc_inplace_and_flash_attn_sinks_match_cpu(ocl):
+    """ACC into its own source, and FLASH_ATTN_EXT sinks (with and without a mask): not in
+    the reference cases."""
+    rng = np.random.default_rng(9)
+    a = rng.uniform(-1, 1, (3, 16)).astype(np.float32)
+    b = rng.uniform(-1, 1, (2, 4)).astype(np.float32)
+
+    def acc(ctx):
+        ta, tb = _tensor(ctx, "f32", [16, 3], "a"), _tensor(ctx, "f32", [4, 2], "b")
+        return ops.acc_inplace(ctx, ta, tb, 64, 128, 128, 20), [ta, tb]
+    got, ref = _both(ocl, acc, lambda: [a, b])
+    np.testing.assert_array_equal(got, ref)
+
+    q = rng.uniform(-1, 1, (1, 2, 3, 32)).astype(np.float32)
+    kv = rng.uniform(-1, 1, (1, 2, 8, 32)).astype(np.float16)
+    mask = np.zeros((3, 8), np.float16)
+    mask[:, 5:] = -np.inf
+    sinks = np.array([0.3, 2.0], np.float32)
+    for with_mask in (False, True):
+        def fa(ctx):
+            tq = _tensor(ctx, "f32", [32, 3, 2], "q")
+            tk, tv = _tensor(ctx, "f16", [32, 8, 2], "k"), _tensor(ctx, "f16", [32, 8, 2], "v")
+            tm = _tensor(ctx, "f16", [8, 3], "m") if with_mask else None
+            ts = _tensor(ctx, "f32", [2], "sinks")
+            t = ops.flash_attn_ext(ctx, tq, tk, tv, tm, 0.2)
+            ops.flash_attn_ext_add_sinks(t, ts)
+            return t, [tq, tk, tv, ts] + ([tm] if with_mask else [])
+        got, ref = _both(ocl, fa, lambda: [q, kv, -kv, sinks] + ([mask] if with_mask else []))
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
 def test_tensor_past_its_buffer_is_refused(ocl):
     ctx = Context()
     a = _tensor(ctx, "f32", [16], "a")
@@ -305,11 +357,28 @@ def test_supports_op_refuses_what_it_cannot_run(ocl):
     assert not ocl.supports_op(ops.mul_mat(ctx, f32, q8))          # quantised src1
     assert not ocl.supports_op(ops.cpy(ctx, i32, f32))             # i32 -> f32 conversion
     assert not ocl.supports_op(ops.cpy(ctx, q8, _tensor(ctx, "q8_0", [64, 4])))
-    assert not ocl.supports_op(ops.argsort(ctx, f32, "ASC"))
+    assert ocl.supports_op(ops.argsort(ctx, f32, "ASC"))
+    long_row = _tensor(ctx, "f32", [opencl.K.SORT_MAX + 1, 2], "long_row")
+    assert not ocl.supports_op(ops.argsort(ctx, long_row, "ASC"))   # past the local buffer
+    assert not ocl.supports_op(ops.top_k(ctx, long_row, 4))
+    assert not ocl.supports_op(ops.argsort(ctx, _tensor(ctx, "f16", [64, 4]), "ASC"))
     rows = _tensor(ctx, "f32", [64, 2], "rows")
     ids = _tensor(ctx, "i32", [2], "ids")
     assert ocl.supports_op(ops.set_rows(ctx, _tensor(ctx, "f16", [64, 8]), rows, ids))
-    assert not ocl.supports_op(ops.set_rows(ctx, _tensor(ctx, "q8_0", [64, 8]), rows, ids))
+    assert ocl.supports_op(ops.set_rows(ctx, _tensor(ctx, "q8_0", [64, 8]), rows, ids))
+    assert not ocl.supports_op(ops.set_rows(ctx, _tensor(ctx, "q4_0", [64, 8]), rows, ids))
+    small = _tensor(ctx, "f32", [8, 2], "small")
+    assert ocl.supports_op(ops.acc(ctx, f32, small, 256, 1024, 1024, 8))
+    assert not ocl.supports_op(ops.acc(ctx, f32, small, 256, 1024, 1024, 2))     # mid-element
+    assert not ocl.supports_op(ops.acc(ctx, f32, small, 256, 1024, 1024, 768))   # past dst
+    q = _tensor(ctx, "f32", [64, 3, 2], "q")
+    kv16 = _tensor(ctx, "f16", [64, 8, 2], "kv16")
+    assert ocl.supports_op(ops.flash_attn_ext(ctx, q, kv16, kv16, None, 0.125))
+    kv32 = _tensor(ctx, "f32", [64, 8, 2], "kv32")
+    assert not ocl.supports_op(ops.flash_attn_ext(ctx, q, kv32, kv32, None, 0.125))
+    big = opencl.K.FA_D * 2
+    qb, kb = _tensor(ctx, "f32", [big, 3, 2], "qb"), _tensor(ctx, "f16", [big, 8, 2], "kb")
+    assert not ocl.supports_op(ops.flash_attn_ext(ctx, qb, kb, kb, None, 0.125))
     assert not ocl.supports_op(ops.xielu(ctx, f32, 0.8, 0.8, 0.5, 1e-6))
     assert not ocl.supports_op(ops.add(ctx, i32, i32))
     assert not ocl.supports_op(ops.rms_norm(ctx, _tensor(ctx, "f16", [64, 4]), 1e-5))
@@ -324,7 +393,7 @@ def test_supports_op_refuses_what_it_cannot_run(ocl):
 
 def test_graph_compute_rejects_unsupported_node(ocl):
     ctx = Context()
-    a = _tensor(ctx, "f32", [8, 2])
+    a = _tensor(ctx, "f32", [opencl.K.SORT_MAX + 1, 2])
     s = ops.argsort(ctx, a, "ASC")
     with pytest.raises(BackendError, match="ARGSORT"):
         ocl.graph_compute([s])

@@ -197,6 +197,14 @@ def _f(t, i):
     return bits_f32(t.op_params[i])
 
 
+def _alibi_args(n_head, max_bias):
+    """m0, m1 and n_head_log2 of ggml's ALiBi slopes; the bases in f32, as the CPU."""
+    n_head_log2 = 1 << int(math.floor(math.log2(n_head))) if n_head > 0 else 1
+    m0 = np.float32(2.0) ** (np.float32(-max_bias) / np.float32(n_head_log2))
+    m1 = np.float32(2.0) ** (np.float32(-max_bias / 2.0) / np.float32(n_head_log2))
+    return [_f32(m0), _f32(m1), _i32(n_head_log2)]
+
+
 # ---------------------------------------------------------------------------
 # the backend
 
@@ -352,7 +360,26 @@ class OpenCLBackend(Backend):
         if o in ("SUM_ROWS", "MEAN"):
             return a.type == "f32" and t.type == "f32"
         if o == "SET_ROWS":
-            return (a.type == "f32" and b.type in ("i32", "i64") and t.type in FLOATS)
+            if a.type != "f32" or b.type not in ("i32", "i64"):
+                return False
+            if t.type == "q8_0":
+                return t.ne[0] % 32 == 0 and t.nb[0] == type_size("q8_0")
+            return t.type in FLOATS
+        if o in ("ARGSORT", "TOP_K"):
+            return (a.type == "f32" and t.type == "i32" and 0 < a.ne[0] <= K.SORT_MAX
+                    and (o == "TOP_K" or t.op_params[0] in (0, 1)))
+        if o == "SUM":
+            return a.type == "f32" and t.type == "f32"
+        if o == "ACC":
+            return a.type == b.type == t.type == "f32" and self._acc_region(t) is not None
+        if o == "PAD":
+            return a.type in FLOATS and t.type in FLOATS
+        if o == "ARANGE":
+            return t.type == "f32"
+        if o == "TIMESTEP_EMBEDDING":
+            return a.type == "f32" and t.type == "f32"
+        if o == "FLASH_ATTN_EXT":
+            return self._supports_flash_attn(t, srcs)
         if o in BINARY_CODES:
             return (a.type in FLOATS and b.type in FLOATS and t.type in FLOATS
                     and all(b.ne[i] > 0 and a.ne[i] % b.ne[i] == 0 for i in range(4)))
@@ -397,6 +424,31 @@ class OpenCLBackend(Backend):
                     and (o == "MUL_MAT" or srcs[2].type == "i32"))
         return False
 
+    @staticmethod
+    def _acc_region(t):
+        """ACC's (offset, nb1, nb2, nb3) in f32 elements of dst's flat order, or None when
+        they are not whole elements or the region of src1 reaches past dst."""
+        b = t.src[1]
+        r = [x & 0xFFFFFFFF for x in (t.op_params[3],) + tuple(t.op_params[:3])]
+        if any(x % 4 for x in r):
+            return None
+        r = [x // 4 for x in r]
+        last = r[0] + (b.ne[0] - 1) + sum((b.ne[i] - 1) * r[i] for i in (1, 2, 3))
+        return r if b.nelements == 0 or last < t.nelements else None
+
+    @staticmethod
+    def _supports_flash_attn(t, srcs):
+        q, k, v = srcs[0], srcs[1], srcs[2]
+        mask = srcs[3] if len(srcs) > 3 else None
+        sinks = srcs[4] if len(srcs) > 4 else None
+        return (q.type == "f32" and k.type == "f16" and v.type == "f16" and t.type == "f32"
+                and q.ne[0] == k.ne[0] <= K.FA_D and v.ne[0] <= K.FA_D and k.ne[1] == v.ne[1]
+                and all(q.ne[i] % k.ne[i] == 0 and q.ne[i] % v.ne[i] == 0 for i in (2, 3))
+                and (mask is None or (mask.type in FLOATS and mask.ne[0] >= k.ne[1]
+                                      and mask.ne[1] >= q.ne[1] and q.ne[2] % mask.ne[2] == 0
+                                      and q.ne[3] % mask.ne[3] == 0))
+                and (sinks is None or (sinks.type == "f32" and sinks.ne[0] >= q.ne[2])))
+
     # --- compute ---
 
     def graph_compute(self, graph):
@@ -431,7 +483,7 @@ class OpenCLBackend(Backend):
     def _compute_node(self, t):
         o = t.op
         srcs = t.src
-        a = srcs[0]
+        a = srcs[0] if srcs else None               # ARANGE has no source
         n = t.nelements
         T = self._targs
         if o in ("DUP", "CONT", "CPY"):
@@ -453,9 +505,39 @@ class OpenCLBackend(Backend):
                               a.ne[1] * a.ne[2] * a.ne[3])
         elif o == "SET_ROWS":
             c = srcs[1]
-            self._launch("k_set_rows", T(a) + T(c) + [_code(c)] + T(t) + [_code(t),
-                                                                        _u64(a.nelements)],
-                         a.nelements)
+            if t.type == "q8_0":
+                nblocks = a.nelements // 32
+                self._launch("k_set_rows_q8_0", T(a) + T(c) + [_code(c)] + T(t) + [_u64(nblocks)],
+                             nblocks)
+            else:
+                self._launch("k_set_rows", T(a) + T(c) + [_code(c)] + T(t)
+                             + [_code(t), _u64(a.nelements)], a.nelements)
+        elif o in ("ARGSORT", "TOP_K"):
+            desc = o == "TOP_K" or t.op_params[0] == 1
+            swap01 = o == "TOP_K" and t.ne[0] > 1
+            self._launch_rows("k_argsort", [_i32(desc), _i32(swap01)] + T(a) + T(t),
+                              a.ne[1] * a.ne[2] * a.ne[3])
+        elif o == "SUM":
+            self._launch_rows("k_sum", T(a) + T(t) + [_u64(a.nelements)], 1)
+        elif o == "ACC":
+            b = srcs[1]
+            self._launch("k_cpy", T(a) + [_code(a)] + T(t) + [_code(t), _i32(4), _i32(0), _u64(n)],
+                         n)
+            self._launch("k_acc", [struct.pack("<4q", *self._acc_region(t))] + T(a) + T(b) + T(t)
+                         + [_u64(b.nelements)], b.nelements)
+        elif o == "PAD":
+            p = t.op_params
+            self._launch("k_pad", [_i32(p[8]), struct.pack("<4q", p[0], p[2], p[4], p[6])] + T(a)
+                         + [_code(a)] + T(t) + [_code(t), _u64(n)], n)
+        elif o == "ARANGE":
+            self._launch("k_arange", [_f32(_f(t, 0)), _f32(_f(t, 2))] + T(t) + [_u64(n)], n)
+        elif o == "TIMESTEP_EMBEDDING":
+            dim, max_period = t.op_params[0], t.op_params[1]
+            neg_log = -np.log(np.float32(max_period))       # in f32, as the CPU
+            self._launch("k_timestep_embedding", [_f32(neg_log), _i32(dim // 2)] + T(a) + T(t)
+                         + [_u64(n)], n)
+        elif o == "FLASH_ATTN_EXT":
+            self._flash_attn(t, srcs)
         elif o in BINARY_CODES:
             b = srcs[1]
             self._launch("k_binary", [_i32(BINARY_CODES[o])] + T(a) + [_code(a)] + T(b) + [_code(b)]
@@ -490,21 +572,35 @@ class OpenCLBackend(Backend):
         else:                                      # supports_op and this list disagree
             raise BackendError(f"{self.name}: no kernel for {o} ('{t.name}')")
 
+    def _optional(self, x, stand_in):
+        """TENSOR(x) and a has-x flag; an absent x passes stand_in (never read)."""
+        return self._targs(x if x is not None else stand_in), _i32(x is not None)
+
     def _soft_max(self, t, a, srcs):
         mask = srcs[1] if len(srcs) > 1 else None
         sinks = srcs[2] if len(srcs) > 2 else None
         scale, max_bias = _f(t, 0), _f(t, 1)
-        n_head = a.ne[2]
-        n_head_log2 = 1 << int(math.floor(math.log2(n_head))) if n_head > 0 else 1
-        # the ALiBi bases in f32, as the CPU computes them
-        m0 = np.float32(2.0) ** (np.float32(-max_bias) / np.float32(n_head_log2))
-        m1 = np.float32(2.0) ** (np.float32(-max_bias / 2.0) / np.float32(n_head_log2))
-        T = self._targs
-        args = (T(a) + T(mask if mask is not None else a)
-                + [_code(mask if mask is not None else a), _i32(mask is not None)]
-                + T(sinks if sinks is not None else a) + [_i32(sinks is not None)] + T(t)
-                + [_f32(scale), _f32(max_bias), _f32(m0), _f32(m1), _i32(n_head_log2)])
+        m_args, has_m = self._optional(mask, a)
+        s_args, has_s = self._optional(sinks, a)
+        args = (self._targs(a) + m_args + [_code(mask if mask is not None else a), has_m]
+                + s_args + [has_s] + self._targs(t)
+                + [_f32(scale), _f32(max_bias)] + _alibi_args(a.ne[2], max_bias))
         self._launch_rows("k_soft_max", args, a.ne[1] * a.ne[2] * a.ne[3])
+
+    def _flash_attn(self, t, srcs):
+        q, k, v = srcs[0], srcs[1], srcs[2]
+        mask = srcs[3] if len(srcs) > 3 else None
+        sinks = srcs[4] if len(srcs) > 4 else None
+        scale, max_bias, softcap = _f(t, 0), _f(t, 1), _f(t, 2)
+        if softcap != 0.0:                          # tanh(x * scale / softcap) * softcap
+            scale = np.float32(scale) / np.float32(softcap)
+        m_args, has_m = self._optional(mask, q)
+        s_args, has_s = self._optional(sinks, q)
+        T = self._targs
+        args = (T(q) + T(k) + T(v) + m_args + [_code(mask if mask is not None else q), has_m]
+                + s_args + [has_s] + T(t) + [_f32(scale), _f32(softcap), _f32(max_bias)]
+                + _alibi_args(q.ne[2], max_bias))
+        self._launch_rows("k_flash_attn", args, q.ne[1] * q.ne[2] * q.ne[3])
 
     def _rope(self, t, a, srcs):
         from ggml_py.backends.cpu import _rope_corr_dims   # the CPU's YaRN ramp bounds

@@ -22,6 +22,7 @@ SOURCE = r"""
 #define AT(x, i0, i1, i2, i3) (x##_d + x##_o + (ulong)(i0) * x##_nb.s0 + (ulong)(i1) * x##_nb.s1 \
                                + (ulong)(i2) * x##_nb.s2 + (ulong)(i3) * x##_nb.s3)
 #define ATV(x, i) AT(x, (i).s0, (i).s1, (i).s2, (i).s3)
+#define PASS(x) x##_d, x##_o, x##_ne, x##_nb           /* a TENSOR(x) on to a helper */
 
 /* ---- element access ---- */
 
@@ -64,6 +65,29 @@ long4 unravel(ulong k, long4 ne) {
     i.s2 = k % ne.s2;
     i.s3 = k / ne.s2;
     return i;
+}
+
+/* group index -> (0, i1, i2, i3): the row a one-group-per-row kernel works on */
+long4 unravel_row(ulong row, long4 ne) {
+    return unravel(row, (long4)(1, ne.s1, ne.s2, ne.s3));
+}
+
+/* 32 floats -> one q8_0 block with the CPU backend's quantiser
+   (d = amax/127, q = rint(x * 127/amax)) */
+void quantize_q8_0(const float * v, global char * blk) {
+    float amax = 0.0f;
+    for (int j = 0; j < QK8_0; j++) amax = fmax(amax, fabs(v[j]));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    vstore_half_rte(amax / 127.0f, 0, (global half *)blk);
+    for (int j = 0; j < QK8_0; j++) {
+        blk[2 + j] = (char)clamp(rint(v[j] * id), -128.0f, 127.0f);
+    }
+}
+
+/* ALiBi slope of head h (slope 1 without max_bias), as ggml's soft_max and flash attention */
+float alibi_slope(int h, float max_bias, float m0, float m1, int n_head_log2) {
+    if (max_bias <= 0.0f) return 1.0f;
+    return h < n_head_log2 ? pown(m0, h + 1) : pown(m1, 2 * (h - n_head_log2) + 1);
 }
 
 /* ---- work-group reductions (WG items, one row per group) ---- */
@@ -112,8 +136,7 @@ kernel void k_cpy(TENSOR(s), int s_t, TENSOR(d), int d_t, int elt_size, int repe
     }
 }
 
-/* f32/f16 -> q8_0, one block per item, with the CPU backend's quantiser
-   (d = amax/127, q = rint(x * 127/amax)) */
+/* f32/f16 -> q8_0, one block per item */
 kernel void k_cpy_q8_0(TENSOR(s), int s_t, TENSOR(d), ulong nblocks) {
     const ulong b = get_global_id(0);
     if (b >= nblocks) return;
@@ -122,17 +145,8 @@ kernel void k_cpy_q8_0(TENSOR(s), int s_t, TENSOR(d), ulong nblocks) {
     const ulong k0 = (((ulong)ib.s3 * d_ne.s2 + ib.s2) * d_ne.s1 + ib.s1) * d_ne.s0
                      + (ulong)ib.s0 * QK8_0;
     float v[QK8_0];
-    float amax = 0.0f;
-    for (int j = 0; j < QK8_0; j++) {
-        v[j] = ld(ATV(s, unravel(k0 + j, s_ne)), s_t);
-        amax = fmax(amax, fabs(v[j]));
-    }
-    global char * blk = AT(d, 0, ib.s1, ib.s2, ib.s3) + ib.s0 * Q8_0_BYTES;
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    vstore_half_rte(amax / 127.0f, 0, (global half *)blk);
-    for (int j = 0; j < QK8_0; j++) {
-        blk[2 + j] = (char)clamp(rint(v[j] * id), -128.0f, 127.0f);
-    }
+    for (int j = 0; j < QK8_0; j++) v[j] = ld(ATV(s, unravel(k0 + j, s_ne)), s_t);
+    quantize_q8_0(v, AT(d, 0, ib.s1, ib.s2, ib.s3) + ib.s0 * Q8_0_BYTES);
 }
 
 /* ---- CONCAT along dim: dst[i] = a[i] where i[dim] < a.ne[dim], else b[i - a.ne[dim]] ---- */
@@ -169,9 +183,9 @@ kernel void k_diag_mask_inf(int n_past, TENSOR(a), TENSOR(d), ulong n) {
 
 kernel void k_sum_rows(int mean, TENSOR(a), TENSOR(d)) {
     local float buf[WG];
-    const long row = get_group_id(0);
+    const long4 r = unravel_row(get_group_id(0), a_ne);
+    const long i1 = r.s1, i2 = r.s2, i3 = r.s3;
     const int l = get_local_id(0);
-    const long i1 = row % a_ne.s1, i2 = (row / a_ne.s1) % a_ne.s2, i3 = row / (a_ne.s1 * a_ne.s2);
     float s = 0.0f;
     for (long i0 = l; i0 < a_ne.s0; i0 += WG) s += ld(AT(a, i0, i1, i2, i3), T_F32);
     s = wg_sum(buf, s);
@@ -180,14 +194,33 @@ kernel void k_sum_rows(int mean, TENSOR(a), TENSOR(d)) {
 
 /* ---- SET_ROWS: d[i0, ids[i1, i2 % c.ne1, i3 % c.ne2], i2, i3] = s[i0, i1, i2, i3] ---- */
 
+/* the destination row of source row (i1, i2, i3), or -1 for a bad id (which writes nothing) */
+long set_rows_target(TENSOR(c), int c_t, long4 i, long n_rows) {
+    const global char * pc = AT(c, i.s1, i.s2 % c_ne.s1, i.s3 % c_ne.s2, 0);
+    const long row = c_t == T_I64 ? *(const global long *)pc : *(const global int *)pc;
+    return row >= 0 && row < n_rows ? row : -1;
+}
+
 kernel void k_set_rows(TENSOR(s), TENSOR(c), int c_t, TENSOR(d), int d_t, ulong n) {
     const ulong k = get_global_id(0);
     if (k >= n) return;
     const long4 i = unravel(k, s_ne);
-    const global char * pc = AT(c, i.s1, i.s2 % c_ne.s1, i.s3 % c_ne.s2, 0);
-    const long row = c_t == T_I64 ? *(const global long *)pc : *(const global int *)pc;
-    if (row < 0 || row >= d_ne.s1) return;          /* a bad id writes nothing */
-    st(AT(d, i.s0, row, i.s2, i.s3), d_t, ld(ATV(s, i), T_F32));
+    const long row = set_rows_target(PASS(c), c_t, i, d_ne.s1);
+    if (row >= 0) st(AT(d, i.s0, row, i.s2, i.s3), d_t, ld(ATV(s, i), T_F32));
+}
+
+/* into q8_0 rows: one block per item, quantised as CPY does */
+kernel void k_set_rows_q8_0(TENSOR(s), TENSOR(c), int c_t, TENSOR(d), ulong nblocks) {
+    const ulong b = get_global_id(0);
+    if (b >= nblocks) return;
+    const long4 ib = unravel(b, (long4)(s_ne.s0 / QK8_0, s_ne.s1, s_ne.s2, s_ne.s3));
+    const long row = set_rows_target(PASS(c), c_t, ib, d_ne.s1);
+    if (row < 0) return;
+    float v[QK8_0];
+    for (int j = 0; j < QK8_0; j++) {
+        v[j] = ld(AT(s, ib.s0 * QK8_0 + j, ib.s1, ib.s2, ib.s3), T_F32);
+    }
+    quantize_q8_0(v, AT(d, 0, row, ib.s2, ib.s3) + ib.s0 * Q8_0_BYTES);
 }
 
 /* ---- ADD / SUB / MUL / DIV: src1 repeats over src0 (ggml_can_repeat) ---- */
@@ -357,9 +390,9 @@ kernel void k_glu(int op, int swapped, int split, float alpha, float limit,
 
 kernel void k_norm(int rms, float eps, TENSOR(a), TENSOR(d)) {
     local float buf[WG];
-    const long row = get_group_id(0);
+    const long4 r = unravel_row(get_group_id(0), a_ne);
+    const long i1 = r.s1, i2 = r.s2, i3 = r.s3;
     const int l = get_local_id(0);
-    const long i1 = row % a_ne.s1, i2 = (row / a_ne.s1) % a_ne.s2, i3 = row / (a_ne.s1 * a_ne.s2);
     const long n = a_ne.s0;
     float s = 0.0f;
     for (long i0 = l; i0 < n; i0 += WG) s += ld(AT(a, i0, i1, i2, i3), T_F32);
@@ -381,14 +414,11 @@ kernel void k_soft_max(TENSOR(a), TENSOR(m), int m_t, int has_mask, TENSOR(s), i
                        TENSOR(d), float scale, float max_bias, float m0, float m1,
                        int n_head_log2) {
     local float buf[WG];
-    const long row = get_group_id(0);
+    const long4 r = unravel_row(get_group_id(0), a_ne);
+    const long i1 = r.s1, i2 = r.s2, i3 = r.s3;
     const int l = get_local_id(0);
-    const long i1 = row % a_ne.s1, i2 = (row / a_ne.s1) % a_ne.s2, i3 = row / (a_ne.s1 * a_ne.s2);
     const long n = a_ne.s0;
-    float slope = 1.0f;
-    if (max_bias > 0.0f) {
-        slope = i2 < n_head_log2 ? pown(m0, (int)i2 + 1) : pown(m1, 2 * (int)(i2 - n_head_log2) + 1);
-    }
+    const float slope = alibi_slope((int)i2, max_bias, m0, m1, n_head_log2);
     float mx = -INFINITY;
     for (long i0 = l; i0 < n; i0 += WG) {
         float v = ld(AT(a, i0, i1, i2, i3), T_F32) * scale;
@@ -476,6 +506,180 @@ kernel void k_get_rows(TENSOR(a), int a_t, TENSOR(r), TENSOR(d), int d_t, ulong 
     }
 }
 
+/* ---- SUM: the whole tensor, one work-group ---- */
+
+kernel void k_sum(TENSOR(a), TENSOR(d), ulong n) {
+    local float buf[WG];
+    float s = 0.0f;
+    for (ulong k = get_local_id(0); k < n; k += WG) s += ld(ATV(a, unravel(k, a_ne)), T_F32);
+    s = wg_sum(buf, s);
+    if (get_local_id(0) == 0) st(AT(d, 0, 0, 0, 0), T_F32, s);
+}
+
+/* ---- ACC: d = a, plus b added over the region of a's flat (logical) elements that starts
+   at element r.s0 with element strides r.s1..r.s3 (ggml's byte nb1..nb3 and offset / 4).
+   The copy d = a is queued first (k_cpy); this adds, reading a as ggml does. ---- */
+
+kernel void k_acc(long4 r, TENSOR(a), TENSOR(b), TENSOR(d), ulong n) {
+    const ulong k = get_global_id(0);
+    if (k >= n) return;
+    const long4 i = unravel(k, b_ne);
+    const ulong e = r.s0 + i.s0 + i.s1 * r.s1 + i.s2 * r.s2 + i.s3 * r.s3;
+    const long4 id = unravel(e, d_ne);
+    st(ATV(d, id), T_F32, ld(ATV(a, id), T_F32) + ld(ATV(b, i), T_F32));
+}
+
+/* ---- PAD: a shifted by the left pads lp; outside a zero, or wrapped round when circular ---- */
+
+kernel void k_pad(int circular, long4 lp, TENSOR(a), int a_t, TENSOR(d), int d_t, ulong n) {
+    const ulong k = get_global_id(0);
+    if (k >= n) return;
+    const long4 i = unravel(k, d_ne);
+    long4 j = i - lp;
+    float v = 0.0f;
+    if (circular) {
+        j = (j % a_ne + a_ne) % a_ne;
+        v = ld(ATV(a, j), a_t);
+    } else if (!any(j < 0) && !any(j >= a_ne)) {
+        v = ld(ATV(a, j), a_t);
+    }
+    st(ATV(d, i), d_t, v);
+}
+
+/* ---- ARANGE: start + step * i, the product and sum as two f32 roundings (as the CPU) ---- */
+
+kernel void k_arange(float start, float step, TENSOR(d), ulong n) {
+    const ulong k = get_global_id(0);
+    if (k >= n) return;
+    const float off = step * (float)k;
+    st(AT(d, k, 0, 0, 0), T_F32, start + off);
+}
+
+/* ---- TIMESTEP_EMBEDDING: row r = [cos(t f_j) | sin(t f_j) | 0 for an odd dim], with
+   f_j = exp(-log(max_period) * j / half) and t = timesteps[r] ---- */
+
+kernel void k_timestep_embedding(float neg_log_period, int half_dim, TENSOR(a), TENSOR(d),
+                                 ulong n) {
+    const ulong k = get_global_id(0);
+    if (k >= n) return;
+    const long i0 = k % d_ne.s0, r = k / d_ne.s0;
+    float v = 0.0f;
+    if (i0 < 2 * half_dim) {
+        const long j = i0 < half_dim ? i0 : i0 - half_dim;
+        const float freq = exp((neg_log_period * (float)j) / (float)half_dim);
+        const float arg = ld(AT(a, r, 0, 0, 0), T_F32) * freq;
+        v = i0 < half_dim ? cos(arg) : sin(arg);
+    }
+    st(AT(d, i0, r, 0, 0), T_F32, v);
+}
+
+/* ---- ARGSORT / TOP_K: one work-group per row (at most SORT_MAX values, kept in local
+   memory). Each value's place is its rank in a stable ascending sort of the keys (x, or
+   -x for descending; NaN last): the order of numpy's stable argsort, which the CPU
+   backend uses -- ties keep index order. Places from d.ne0 on are dropped (TOP_K);
+   swap01 swaps the first two, as ggml 0.10.1's CPU top_k does. ---- */
+
+#define SORT_MAX 2048
+
+/* key x at index i sorts before key y at index j */
+int sorts_before(float x, long i, float y, long j) {
+    if (isnan(x) || isnan(y)) return isnan(y) && (!isnan(x) || i < j);
+    return x < y || (x == y && i < j);
+}
+
+kernel void k_argsort(int desc, int swap01, TENSOR(a), TENSOR(d)) {
+    local float key[SORT_MAX];
+    const long4 r = unravel_row(get_group_id(0), a_ne);
+    const int l = get_local_id(0);
+    const long n = a_ne.s0;
+    for (long j = l; j < n; j += WG) {
+        const float x = ld(AT(a, j, r.s1, r.s2, r.s3), T_F32);
+        key[j] = desc ? -x : x;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (long j = l; j < n; j += WG) {
+        long place = 0;
+        for (long i = 0; i < n; i++) place += sorts_before(key[i], i, key[j], j);
+        if (swap01 && place < 2) place = 1 - place;
+        if (place < d_ne.s0) *(global int *)AT(d, place, r.s1, r.s2, r.s3) = (int)j;
+    }
+}
+
+/* ---- FLASH_ATTN_EXT with f16 K and V, as ggml's CPU computes it: q rounded to f16 for
+   the K dots, then an online softmax over the KV positions whose V*p sums are kept in
+   f16 (rounded after every scale and add). One work-group per (query row, head, seq):
+   each item scores one KV position of a block of WG, then every item walks the block's
+   scores for its own FA_PER output elements (all items keep the same max and sum). ---- */
+
+#define FA_D 256                    /* the largest DK and DV handled */
+#define FA_PER (FA_D / WG)
+
+kernel void k_flash_attn(TENSOR(q), TENSOR(k), TENSOR(v), TENSOR(m), int m_t, int has_mask,
+                         TENSOR(s), int has_sinks, TENSOR(d), float scale, float softcap,
+                         float max_bias, float m0, float m1, int n_head_log2) {
+    local float qs[FA_D];
+    local float score[WG];
+    local float masked[WG];
+    const long4 r = unravel_row(get_group_id(0), q_ne);    /* (0, query, head, seq) */
+    const long iq1 = r.s1, h = r.s2, iq3 = r.s3;
+    const int l = get_local_id(0);
+    const long DK = q_ne.s0, DV = v_ne.s0, n_kv = k_ne.s1;
+    const long hk = h / (q_ne.s2 / k_ne.s2), sk = iq3 / (q_ne.s3 / k_ne.s3);
+    const long hv = h / (q_ne.s2 / v_ne.s2), sv = iq3 / (q_ne.s3 / v_ne.s3);
+    const float slope = alibi_slope((int)h, max_bias, m0, m1, n_head_log2);
+    for (long c = l; c < DK; c += WG) qs[c] = round_f16(ld(AT(q, c, iq1, h, iq3), T_F32));
+    float acc[FA_PER];
+    for (int p = 0; p < FA_PER; p++) acc[p] = 0.0f;
+    float M = -INFINITY, S = 0.0f;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (long c0 = 0; c0 < n_kv; c0 += WG) {
+        const long ic = c0 + l;
+        if (ic < n_kv) {
+            float dot = 0.0f;
+            for (long c = 0; c < DK; c++) dot += qs[c] * ld(AT(k, c, ic, hk, sk), T_F16);
+            float x = dot * scale;
+            if (softcap != 0.0f) x = softcap * tanh(x);
+            const float mv = has_mask
+                ? slope * ld(AT(m, ic, iq1, h % m_ne.s2, iq3 % m_ne.s3), m_t) : 0.0f;
+            score[l] = x + mv;
+            masked[l] = mv;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const long cnt = min((long)WG, n_kv - c0);
+        for (long t = 0; t < cnt; t++) {
+            if (masked[t] == -INFINITY) continue;
+            const float x = score[t];
+            const int is_new = x > M;
+            const float ms = is_new ? exp(M - x) : 1.0f;
+            const float vs = is_new ? 1.0f : exp(x - M);
+            if (is_new) M = x;
+            for (int p = 0; p < FA_PER; p++) {
+                const long c = l + p * WG;
+                if (c >= DV) break;
+                const float a = is_new ? round_f16(acc[p] * ms) : acc[p];
+                acc[p] = round_f16(a + ld(AT(v, c, c0 + t, hv, sv), T_F16) * vs);
+            }
+            S = S * ms + vs;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (has_sinks) {                    /* one more score, with no V row (and no f16 rounding) */
+        const float x = ld(AT(s, h, 0, 0, 0), T_F32);
+        const int is_new = x > M;
+        const float ms = is_new ? exp(M - x) : 1.0f;
+        const float vs = is_new ? 1.0f : exp(x - M);
+        if (is_new) {
+            for (int p = 0; p < FA_PER; p++) acc[p] *= ms;
+        }
+        S = S * ms + vs;
+    }
+    const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    for (int p = 0; p < FA_PER; p++) {
+        const long c = l + p * WG;
+        if (c < DV) st(AT(d, c, h, iq1, iq3), T_F32, acc[p] * inv);
+    }
+}
+
 /* ---- MUL_MAT: d[m, n, i2, i3] = sum_k a[k, m, i2/r2, i3/r3] * b[k, n, i2, i3] ----
    TS x TS tiles of a and b in local memory; dims 2/3 of a broadcast by integer
    division (ggml). b is f32 or f16; f32 b is rounded to f16 for f16 weights (the CPU
@@ -539,7 +743,10 @@ kernel void k_mul_mat_id(TENSOR(a), int a_t, TENSOR(b), int b_t, int round_b, TE
 # kernel names the backend looks up after the build
 KERNELS = ("k_cpy", "k_cpy_q8_0", "k_concat", "k_diag_mask_inf", "k_sum_rows", "k_set_rows",
            "k_binary", "k_map1", "k_glu", "k_norm", "k_soft_max",
-           "k_rope", "k_get_rows", "k_mul_mat", "k_mul_mat_id")
+           "k_rope", "k_get_rows", "k_mul_mat", "k_mul_mat_id", "k_set_rows_q8_0", "k_sum",
+           "k_acc", "k_pad", "k_arange", "k_timestep_embedding", "k_argsort", "k_flash_attn")
 
 WG = 64          # local size of 1-D kernels and row reductions (matches #define WG)
 TS = 16          # matmul tile (matches #define TS)
+SORT_MAX = 2048  # longest row ARGSORT / TOP_K sort in local memory (matches #define SORT_MAX)
+FA_D = 256       # largest flash-attention head size (matches #define FA_D)
