@@ -323,3 +323,16 @@ def test_build_order_matches_reference(dag):
     assert _names(g.leafs) == [f"leaf_{k}" for k in range(len(leafs))]
     for t in nodes + leafs:
         assert ("COMPUTE" in t.flags) == (t.op != "NONE")
+
+
+def test_shapes_whose_size_would_wrap_are_refused():
+    """Sizes are size_t in C: a wrapped product would put a huge tensor in a tiny buffer."""
+    ctx = Context()
+    with pytest.raises(ValueError, match="elements"):
+        ctx.new_tensor("f32", (2 ** 33, 2 ** 33))
+    t = ctx.new_tensor("f32", (4, 4))
+    with pytest.raises(ValueError, match="elements"):
+        t.ne = (2 ** 40, 2 ** 40, 1, 1)
+    with pytest.raises(ValueError, match="negative"):
+        t.ne = (-1, 4, 1, 1)
+    assert t.ne == (4, 4, 1, 1)

@@ -550,7 +550,17 @@ def _shape_to_ne(shape):
         raise ValueError(f"tensors have 1 to 4 dimensions, got shape {tuple(shape)}")
     if any(x < 0 for x in ne):
         raise ValueError(f"negative dimension in shape {tuple(shape)}")
+    n = 1
+    for x in ne:
+        n *= x
+    if n > MAX_ELEMENTS:
+        # sizes are size_t in C: a product that wraps would place a huge tensor in a
+        # tiny buffer
+        raise ValueError(f"shape {tuple(shape)} has {n} elements, more than {MAX_ELEMENTS}")
     return ne + [1] * (GGML_MAX_DIMS - len(ne))
+
+
+MAX_ELEMENTS = 1 << 56      # bytes stay far below 2**63 for every type
 
 
 cdef class Context:
@@ -750,8 +760,11 @@ cdef class Tensor:
 
     @ne.setter
     def ne(self, value):
+        ne = _shape_to_ne(tuple(reversed(tuple(value))))
+        if len(tuple(value)) != 4:
+            raise ValueError(f"ne needs 4 dimensions, got {tuple(value)}")
         for i in range(4):
-            self.ptr.ne[i] = value[i]
+            self.ptr.ne[i] = ne[i]
 
     @property
     def nb(self):
