@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from ggml_py import ops, opscheck
-from ggml_py._core import Context, Graph
+from ggml_py._core import Context
 from ggml_py.backends import opencl
 from ggml_py.backends.cpu import CPUBackend
 
@@ -66,13 +66,7 @@ CASES = [
 def _prepare(backend, build, seed):
     ctx = Context()
     out, feeds = build(ctx, np.random.default_rng(seed))
-    alloc = opscheck.HostAllocation(backend)
-    for t, arr in feeds:
-        alloc.alloc(t)
-        backend.set_tensor(t, np.ascontiguousarray(arr).tobytes())
-    g = Graph(16)
-    g.build_forward_expand(out)
-    alloc.alloc_graph(g)
+    g, alloc = opscheck.prepare(backend, out, feeds)
     return ctx, g, out, alloc
 
 

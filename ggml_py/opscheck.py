@@ -81,6 +81,19 @@ class HostAllocation:
         return self
 
 
+def prepare(backend, out, feeds, graph_size=64):
+    """The graph of `out` with every tensor in its own host buffer of `backend`, the
+    (tensor, numpy array) `feeds` written first; returns (graph, allocation)."""
+    alloc = HostAllocation(backend)
+    for t, arr in feeds:
+        alloc.alloc(t)
+        backend.set_tensor(t, np.ascontiguousarray(arr).tobytes())
+    graph = Graph(graph_size)
+    graph.build_forward_expand(out)
+    alloc.alloc_graph(graph)
+    return graph, alloc
+
+
 def compute(backend, graph):
     """Allocate what `graph` still needs (one buffer per tensor) and compute it."""
     alloc = HostAllocation(backend).alloc_graph(graph)

@@ -17,7 +17,7 @@ import pytest
 
 from ggml_py import opscheck, ops
 from ggml_py._backend import get_buffer, set_buffer, view_init
-from ggml_py._core import Context, Graph
+from ggml_py._core import Context
 from ggml_py.errors import AllocationError, BackendError
 from ggml_py.backends import opencl
 from ggml_py.backends.cpu import CPUBackend
@@ -227,13 +227,7 @@ def test_graph_compute_node_list_matches_cpu(ocl):
         bt = _tensor(ctx, "f32", [24], "bias")
         out = ops.unary(ctx, ops.rms_norm(ctx, ops.add(ctx, ops.mul_mat(ctx, wt, xt), bt), 1e-5),
                         "SILU")
-        alloc = opscheck.HostAllocation(backend)
-        for t, arr in ((wt, w), (xt, x), (bt, bias)):
-            alloc.alloc(t)
-            backend.set_tensor(t, arr.tobytes())
-        g = Graph(16)
-        g.build_forward_expand(out)
-        alloc.alloc_graph(g)
+        g, alloc = opscheck.prepare(backend, out, ((wt, w), (xt, x), (bt, bias)))
         backend.graph_compute(list(g.nodes) if backend is ocl else g)
         backend.synchronize()
         results.append(np.frombuffer(backend.get_tensor(out), np.float32))
@@ -247,13 +241,7 @@ def _both(ocl, build, feeds_fn):
         ctx = Context()
         t, feeds = build(ctx)
         assert backend is not ocl or ocl.supports_op(t), t
-        alloc = opscheck.HostAllocation(backend)
-        for tensor, arr in zip(feeds, feeds_fn()):
-            alloc.alloc(tensor)
-            backend.set_tensor(tensor, np.ascontiguousarray(arr).tobytes())
-        g = Graph(16)
-        g.build_forward_expand(t)
-        alloc.alloc_graph(g)
+        g, alloc = opscheck.prepare(backend, t, zip(feeds, feeds_fn()))
         backend.graph_compute(g)
         out.append(opscheck.read_tensor(backend, t).astype(np.float32))
     return out

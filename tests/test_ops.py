@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 
-from ggml_py._core import Context, Graph
+from ggml_py._core import Context
 from ggml_py.errors import GraphError
 from ggml_py import ops, quants, opscheck
 from ggml_py.backends.cpu import CPUBackend, tensor_array, SUPPORTED_OPS, rope_cache
@@ -96,13 +96,7 @@ def test_ops_check_missing_path(capsys):
 # helpers to run small graphs
 
 def _run(cpu, ctx, out, feeds):
-    alloc = opscheck.HostAllocation(cpu)
-    for t, arr in feeds:
-        alloc.alloc(t)
-        cpu.set_tensor(t, np.ascontiguousarray(arr).tobytes())
-    g = Graph(64)
-    g.build_forward_expand(out)
-    alloc.alloc_graph(g)
+    g, alloc = opscheck.prepare(cpu, out, feeds)
     cpu.graph_compute(g)
     return np.array(tensor_array(out)), alloc
 
