@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 from ggml_py._core import Context, Graph
-from ggml_py._backend import host_buffer, view_init, get_buffer
+from ggml_py._backend import view_init, get_buffer
 from ggml_py.errors import CaseFormatError, BackendError, GraphError
 from ggml_py import ops, quants
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ggml_py._backend import Backend, BufferType
 from ggml_py._core import Graph, Tensor
-from ggml_py._sched import (CAUSE_NAMES, TIME_ALLOC, TIME_RESERVE, TIME_SPLIT, GraphSnapshot,
+from ggml_py._sched import (TIME_ALLOC, TIME_RESERVE, TIME_SPLIT, GraphSnapshot,
                             SchedCore, time_reps)
 from ggml_py.errors import AllocationError, BackendError, SchedulerError
 from ggml_py import runtime as _runtime
@@ -390,7 +390,6 @@ class Scheduler:
 
     def log_assignments(self):
         """GGML_SCHED_DEBUG output: splits with their inputs, and (level 2) nodes."""
-        from ggml_py._core import hash_size  # noqa: F401  (keeps import light)
         g = self._graph
         splits = self.splits
         k = 0

@@ -11,7 +11,7 @@ from ggml_py.backends.cpu import CPUBackend
 from ggml_py.backends.sim import SimBufferType
 from ggml_py.models.reference import reference_logits
 from ggml_py.models.transformer import (KVCache, Model, ModelConfig, Session, build_forward,
-                                        llama_config, moe_config)
+                                        moe_config)
 from ggml_py.sched import Scheduler
 
 # small enough that every test computes in milliseconds

@@ -10,12 +10,11 @@ while a graph is split.
 """
 
 from libc.string cimport memset, strncpy
-from libc.stdint cimport SIZE_MAX, uintptr_t
+from libc.stdint cimport SIZE_MAX
 from libc.stdlib cimport realloc, free
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (Tensor, tensor_handle, tensor_ptr, ggml_nbytes, TYPE_TRAITS,
-                            ggml_is_view_op)
+from ggml_py._core cimport Tensor, tensor_handle, ggml_nbytes
 
 import numpy as np
 

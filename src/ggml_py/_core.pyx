@@ -9,9 +9,9 @@ needs a Python object per tensor.
 """
 
 from libc.stdlib cimport malloc, calloc, realloc, free
-from libc.string cimport memset, memcpy, strlen, strncpy
+from libc.string cimport memset, memcpy, strncpy
 from libc.stdio cimport snprintf
-from libc.stdint cimport int32_t, int64_t, uint8_t, SIZE_MAX
+from libc.stdint cimport int32_t, int64_t
 
 from ggml_py._ggml cimport *
 

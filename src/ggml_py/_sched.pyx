@@ -14,17 +14,17 @@ from libc.string cimport memset, memcpy
 from libc.stdint cimport uint8_t
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handle, tensor_ptr, ggml_hash_set_init,
-                            ggml_hash_set_free, ggml_hash_set_reset, ggml_hash_find_or_insert,
-                            ggml_hash_find, ggml_bitset_get, ggml_is_view_op,
-                            ggml_dup_tensor_layout, ggml_view_tensor, ggml_context_reset,
-                            ggml_set_name, OP_ROPE)
+from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handle,
+                            ggml_hash_set_init, ggml_hash_set_free, ggml_hash_set_reset,
+                            ggml_hash_find_or_insert, ggml_hash_find, ggml_bitset_get,
+                            ggml_is_view_op, ggml_dup_tensor_layout, ggml_view_tensor,
+                            ggml_context_reset, OP_ROPE)
 from ggml_py._backend cimport (Backend, BufferType, backend_supports_op, backend_supports_buft,
                                backend_offload_op)
 
 from ggml_py._alloc cimport GraphAllocator
 
-from ggml_py.errors import AllocationError, SchedulerError
+from ggml_py.errors import SchedulerError
 
 CAUSE_NAMES = {CAUSE_NONE: "", CAUSE_USR: "usr", CAUSE_1_DST: "1.dst", CAUSE_1_VSRC: "1.vsrc",
                CAUSE_1_INP: "1.inp", CAUSE_1_OFF: "1.off", CAUSE_2_SUP: "2.sup",
@@ -848,8 +848,6 @@ cdef class SchedCore:
             return ""
         return CAUSE_NAMES.get(self.hv_tensor_causes[i], "")
 
-    def set_cur_copy(self, int c):
-        self.cur_copy = c
 
     @property
     def hash_size(self):
