@@ -137,13 +137,6 @@ class Scheduler:
 
     # --- allocation (port of the scheduler's reserve / alloc_graph path) ---
 
-    def _check_graph_size(self, graph: Graph):
-        if graph.n_nodes + graph.n_leafs > self._core.hash_size:
-            raise SchedulerError(
-                f"the graph has {graph.n_nodes} nodes and {graph.n_leafs} leafs, more than the "
-                f"{self._core.hash_size} slots of the scheduler's hash set (graph_size "
-                f"{self.graph_size}); graph_size must count nodes and leafs", "hash-set-too-small")
-
     def _allocation_error(self):
         galloc = self._core.galloc
         err = galloc.last_error or "a compute buffer could not be allocated"
@@ -154,7 +147,6 @@ class Scheduler:
     def reserve(self, graph: Graph) -> bool:
         """Size and allocate the compute buffers for a worst-case graph
         (ggml_backend_sched_reserve). Raises AllocationError when a buffer cannot be had."""
-        self._check_graph_size(graph)
         self.synchronize()
         self.split_graph(graph)
         try:
@@ -170,7 +162,6 @@ class Scheduler:
     def reserve_size(self, graph: Graph) -> dict:
         """The compute-buffer size each backend would need for `graph`, without
         allocating (ggml_backend_sched_reserve_size). {backend name: bytes}."""
-        self._check_graph_size(graph)
         self.reset()
         self.synchronize()
         self.split_graph(graph)
@@ -181,7 +172,6 @@ class Scheduler:
         """Split `graph` and place it in the compute buffers (ggml_backend_sched_alloc_graph).
         Reuses the last reservation when the graph's backends did not change. Raises
         AllocationError naming the buffer type and size when memory cannot be had."""
-        self._check_graph_size(graph)
         self._undo_rewiring(graph)
         self._graph = None
         ok = self._core.alloc_graph(graph)

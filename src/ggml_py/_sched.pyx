@@ -607,6 +607,16 @@ cdef int sched_reset(SchedCore s) noexcept:
     return 0
 
 
+cdef int check_graph_fits(SchedCore s, ggml_cgraph * graph) except -1:
+    """ggml asserts that the hash set has a slot for every node and leaf."""
+    if graph.n_nodes + graph.n_leafs > <int>s.hash_set.size:
+        raise SchedulerError(
+            f"the graph has {graph.n_nodes} nodes and {graph.n_leafs} leafs, more than the "
+            f"{s.hash_set.size} slots of the scheduler's hash set (graph_size {s.graph_size}); "
+            f"graph_size must count nodes and leafs", "hash-set-too-small")
+    return 0
+
+
 cdef int sched_split_graph(SchedCore s, ggml_cgraph * graph) except -1:
     """ggml_backend_sched_split_graph. On error the scheduler is left reset-able:
     the next reset() clears what the failed split assigned."""
@@ -615,11 +625,7 @@ cdef int sched_split_graph(SchedCore s, ggml_cgraph * graph) except -1:
     s.is_reset = False
     s.last_graph = NULL
     ggml_context_reset(&s.arena.ctx)
-    if graph.n_nodes + graph.n_leafs > <int>s.hash_set.size:
-        raise SchedulerError(
-            f"the graph has {graph.n_nodes} nodes and {graph.n_leafs} leafs, more than the "
-            f"{s.hash_set.size} slots of the scheduler's hash set (graph_size {s.graph_size}); "
-            f"graph_size must count nodes and leafs", "hash-set-too-small")
+    check_graph_fits(s, graph)
     pass1_preallocated(s, graph)
     # pass 2: expand the assignments to neighbouring nodes; GPUs first (down, up),
     # then every backend (down, up)
@@ -682,6 +688,7 @@ cdef int sched_alloc_graph(SchedCore s, ggml_cgraph * graph) except -1:
     if s.is_alloc:
         raise SchedulerError("the scheduler already holds an allocated graph: call reset() "
                              "before allocating another", "already-allocated")
+    check_graph_fits(s, graph)      # before the copy slot moves, as ggml checks it
     s.cur_copy = s.next_copy
     s.next_copy = (s.next_copy + 1) % s.n_copies
     sched_split_graph(s, graph)
