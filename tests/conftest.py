@@ -1,8 +1,9 @@
-"""Shared test fixtures: where the shared case files are, and which there are.
+"""Shared test fixtures: where the reference data is, and which files there are.
 
-The shared folder (SCHED_CASES.md and cases/) is found through the
-GGML_PY_SHARED environment variable, else the `shared` folder beside the
-repository root. Tests that need it skip when it is missing.
+The reference data (ggml 0.10.1's scheduling cases and op cases, copied
+byte-identical from the project's shared folder) lives in tests/data, so a
+fresh clone tests itself. GGML_PY_SHARED points the tests at another folder of
+the same layout (cases/, ops/) for newer data.
 """
 
 import os
@@ -16,34 +17,39 @@ settings.register_profile("ggml_py", deadline=None)
 settings.load_profile("ggml_py")
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+DATA_DIR = pathlib.Path(__file__).resolve().parent / "data"
 CASE_SUBDIRS = ("", "random", "aborts")
 
 
-def shared_path():
-    """The shared folder (it may not exist)."""
-    return pathlib.Path(os.environ.get("GGML_PY_SHARED", REPO_ROOT.parent / "shared"))
+def shared_path() -> pathlib.Path:
+    """The reference data folder: GGML_PY_SHARED, else tests/data."""
+    override = os.environ.get("GGML_PY_SHARED")
+    return pathlib.Path(override) if override else DATA_DIR
+
+
+def ops_dir() -> pathlib.Path:
+    """The op cases and model files (ops/, ops/models/)."""
+    return shared_path() / "ops"
 
 
 def case_files(subdirs=CASE_SUBDIRS):
-    """Every *.case.json under shared/cases (named, random/, aborts/), sorted;
-    empty when the folder is missing."""
+    """Every *.case.json under cases/ (named, random/, aborts/), sorted."""
     root = shared_path() / "cases"
     files = []
     for sub in subdirs:
         files.extend(sorted((root / sub).glob("*.case.json")))
+    if not files:
+        raise RuntimeError(f"no scheduling cases under {root}: the reference data is missing")
     return files
 
 
 @pytest.fixture(scope="session")
 def shared_dir():
-    path = shared_path()
-    if not (path / "cases").is_dir():
-        pytest.skip(f"shared case folder not found at {path} (set GGML_PY_SHARED)")
-    return path
+    return shared_path()
 
 
 def pytest_generate_tests(metafunc):
-    # a test taking `case_path` runs once per shared case file (skipped if none)
+    # a test taking `case_path` runs once per case file
     if "case_path" in metafunc.fixturenames:
         files = case_files()
         root = shared_path() / "cases"

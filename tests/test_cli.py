@@ -11,7 +11,6 @@ from conftest import shared_path
 from ggml_py.__main__ import main
 
 CASES = shared_path() / "cases"
-pytestmark = pytest.mark.skipif(not CASES.is_dir(), reason="no shared cases (set GGML_PY_SHARED)")
 
 
 def _golden(name):

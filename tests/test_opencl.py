@@ -17,6 +17,7 @@ import pytest
 
 from ggml_py import opscheck, ops
 from ggml_py._backend import get_buffer, set_buffer, view_init
+from conftest import ops_dir
 from ggml_py._core import Context
 from ggml_py.errors import AllocationError, BackendError
 from ggml_py.backends import opencl
@@ -29,9 +30,7 @@ if not OK:
                     pytrace=False)
     pytest.skip(f"OpenCL unavailable: {REASON}", allow_module_level=True)
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.environ.get("GGML_PY_SHARED", os.path.join(os.path.dirname(REPO), "shared"))
-OPS_DIR = os.path.join(SHARED, "ops")
+OPS_DIR = str(ops_dir())
 
 # op families (case file names) whose every case the backend must run, not skip
 CLAIMED = {"mul_mat", "mul_mat_id", "add", "sub", "mul", "div", "scale", "rms_norm", "norm",
@@ -191,7 +190,6 @@ def test_copies_and_events(ocl):
 # ---------------------------------------------------------------------------
 # the reference cases
 
-@pytest.mark.skipif(not CASES, reason=f"no op cases under {OPS_DIR}")
 @pytest.mark.parametrize("family,case", CASES, ids=[c["name"] for _, c in CASES])
 def test_op_case(family, case, ocl):
     r = opscheck.run_case(case, ocl)

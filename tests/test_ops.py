@@ -9,20 +9,17 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 
+from conftest import ops_dir
 from ggml_py._core import Context
 from ggml_py.errors import GraphError
 from ggml_py import ops, quants, opscheck
 from ggml_py.backends.cpu import CPUBackend, tensor_array, SUPPORTED_OPS, rope_cache
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.environ.get("GGML_PY_SHARED", os.path.join(os.path.dirname(REPO), "shared"))
-OPS_DIR = os.path.join(SHARED, "ops")
+OPS_DIR = str(ops_dir())
 
 
 def _load_cases():
     cases, models = [], []
-    if not os.path.isdir(OPS_DIR):
-        return cases, models
     for path in sorted(glob.glob(os.path.join(OPS_DIR, "**", "*.json"), recursive=True)):
         for kind, c in opscheck.load_cases(path):
             (models if kind == "model" else cases).append(c)
@@ -30,7 +27,7 @@ def _load_cases():
 
 
 CASES, MODELS = _load_cases()
-needs_shared = pytest.mark.skipif(not CASES, reason=f"no op cases under {OPS_DIR}")
+assert CASES, f"no op cases under {OPS_DIR}"
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +38,6 @@ def cpu():
 # ---------------------------------------------------------------------------
 # the reference cases
 
-@needs_shared
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_op_case(case, cpu):
     r = opscheck.run_case(case, cpu)
@@ -49,7 +45,6 @@ def test_op_case(case, cpu):
     assert r["passed"], f"{r['name']}: error {r['error']} > {r['tolerance']}: {r['message']}"
 
 
-@needs_shared
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_op_params(case, cpu):
     """The builder stores exactly ggml's op_params words (and result type/shape/op)."""
@@ -66,7 +61,6 @@ def test_op_params(case, cpu):
         assert out.view_src is not None
 
 
-@needs_shared
 @pytest.mark.parametrize("model", MODELS, ids=[m["name"] for m in MODELS])
 def test_model_logits(model, cpu):
     r = opscheck.run_model(model, cpu)
@@ -74,7 +68,6 @@ def test_model_logits(model, cpu):
     assert r["passed"], r["message"]
 
 
-@needs_shared
 def test_ops_check_cli(capsys):
     files = sorted(glob.glob(os.path.join(OPS_DIR, "scale.json")))
     rc = opscheck.main(files + ["--json"])
