@@ -25,6 +25,7 @@ GLU_OPS = ("REGLU", "GEGLU", "SWIGLU", "SWIGLU_OAI", "GEGLU_ERF", "GEGLU_QUICK")
 SORT_ORDERS = ("ASC", "DESC")
 ROPE_TYPES = {"NORMAL": 0, "NEOX": 2, "MROPE": 8, "IMROPE": 40, "VISION": 24}
 PRECS = {"DEFAULT": 0, "F32": 10}
+VIEW_OPS = ("VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE")     # no computation, memory of their source
 
 UNARY_OP_IDS = {n: i for i, n in enumerate(UNARY_OPS)}
 GLU_OP_IDS = {n: i for i, n in enumerate(GLU_OPS)}

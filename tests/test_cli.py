@@ -50,9 +50,9 @@ def test_plan_dot_picture(tmp_path):
         assert svg.read_text().lstrip().startswith(("<?xml", "<svg"))
 
 
-def test_plan_error_is_clear_and_exit_code_2(capsys):
+def test_plan_abort_is_one_line_and_exit_code_1(capsys):
     rc = main(["plan", str(CASES / "aborts" / "no-backend-supports-op-softmax-cpu-only.case.json")])
-    assert rc == 2
+    assert rc == 1
     err = capsys.readouterr().err
     assert "no backend supports node 'probs'" in err and "[no-backend-supports-op]" in err
 

@@ -169,7 +169,7 @@ def _device(name):
     return found[0]
 
 
-@pytest.mark.parametrize("device,tol", [("numpy", 1e-12), ("opencl", 1e-4)])
+@pytest.mark.parametrize("device,tol", [("numpy_device", 1e-12), ("opencl", 1e-4)])
 @pytest.mark.parametrize("ffn", ["dense", "moe_topk", "moe_shared"])
 def test_offloaded_layers_match_cpu(device, tol, ffn):
     """Half the layers on a device, the rest and the embeddings on the CPU: the same
@@ -276,8 +276,9 @@ def _write(gguf, path, cfg, weights):
 # the demo
 
 def test_demo_runs_models_and_plans(capsys):
-    from ggml_py.demo import main
-    assert main(["--layers", "1", "--prompt", "4", "--steps", "3", "--plan-layers", "2"]) == 0
+    from ggml_py.__main__ import main
+    assert main(["demo", "--layers", "1", "--prompt", "4", "--steps", "3",
+                 "--plan-layers", "2"]) == 0
     out = capsys.readouterr().out
     for name in ("llama", "moe-dense", "moe-topk", "moe-shared"):
         assert f"== {name}:" in out
@@ -287,10 +288,10 @@ def test_demo_runs_models_and_plans(capsys):
 
 def test_demo_loads_gguf(tmp_path, capsys):
     pytest.importorskip("gguf")
-    from ggml_py.demo import main
+    from ggml_py.__main__ import main
     from ggml_py.models.gguf import save_gguf
     path = tmp_path / "m.gguf"
     save_gguf(Model.random(ModelConfig(**SMALL, name="tiny-gguf")), path)
-    assert main(["--gguf", str(path), "--prompt", "3", "--steps", "2", "--no-plan"]) == 0
+    assert main(["demo", "--gguf", str(path), "--prompt", "3", "--steps", "2", "--no-plan"]) == 0
     out = capsys.readouterr().out
     assert "== tiny-gguf:" in out and out.count("greedy   [") == 1

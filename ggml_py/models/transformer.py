@@ -628,7 +628,8 @@ class Session:
         self.cache = KVCache(model)
         self.sched = scheduler or Scheduler(self.backends, graph_size=graph_size(model.config))
         self.sched.runtime.sync_splits = bool(profile_splits)
-        self.history = []
+        self.history: list[StepStats] = []
+        self.graph: Graph | None = None     # the last forward graph (split as sched.splits)
 
     def forward(self, tokens, logits="all") -> np.ndarray:
         """Run `tokens` through the model after the cached ones (llama_decode: build the
@@ -650,6 +651,7 @@ class Session:
             raise BackendError(f"graph compute of {self.model.config.name}: {status.name}")
         out = tensor_values(fw.logits, self.backends).reshape(fw.n_outputs, -1)
         self.cache.n_past += fw.n_tokens
+        self.graph = fw.graph
         self.history.append(self._stats(fw, t1 - t0, t2 - t1, t3 - t2, sched.profile))
         return out
 
