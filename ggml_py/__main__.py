@@ -1,11 +1,6 @@
-"""The command line, installed as `ggml-py` (also `python -m ggml_py`).
-
-  demo       the main job: llama and MoE models through the scheduler, then what-if plans
-  plan       split a case file: its plan, explanation, Graphviz picture or split map
-  bench      split and allocation times of case files against ggml's
-  ops-check  ggml's op cases and model files computed on a backend
-
-`ggml-py COMMAND --help` describes each.
+"""The command line, installed as `ggml-py` (also `python -m ggml_py`): `demo`, `plan`,
+`bench` and `ops-check`, each with its own `--help`. Parsing, argument checks and the
+mapping of errors to exit statuses live in ggml_py.cli.
 """
 
 from __future__ import annotations
@@ -122,11 +117,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     from ggml_py import demo, opscheck, splitmap
     prog = prog or cli.program_name()
-    p = cli.Parser(prog=prog, description=__doc__.replace("`ggml-py", f"`{prog}"),
-                   epilog=cli.EXIT_STATUS_HELP,
-                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.Parser(prog=prog, description="ggml_py: a port of ggml's backend scheduler, graph "
+                   "allocator and backends.",
+                   epilog=f"'{prog} COMMAND --help' describes each command.\n\n"
+                   + cli.EXIT_STATUS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"{prog} {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands",
                            parser_class=cli.Parser)
 
     def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
