@@ -402,3 +402,9 @@ def test_plan_map_of_80_layers(tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert width <= 1920 and height <= 1080          # one screen
+
+
+def test_ops_check_on_the_numpy_device(capsys):
+    """The README's `ops-check --backend numpy_device`: a name of the backend registry."""
+    assert main(["ops-check", OPS_FILE, "--backend", "numpy_device"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "6 passed, 0 failed, 0 skipped"
