@@ -10,6 +10,7 @@ wrong kind, a missing optional package), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import glob
 import importlib.util
 import json
 import os
@@ -60,7 +61,6 @@ def count(minimum: int = 1) -> Callable[[str], int]:
             what = "positive" if minimum == 1 else f"at least {minimum}"
             raise argparse.ArgumentTypeError(f"must be {what}, got {n}")
         return n
-    parse.__name__ = "count"
     return parse
 
 
@@ -94,22 +94,18 @@ def input_file(*suffixes: str) -> Callable[[str], str]:
         if suffixes and not path.endswith(suffixes):
             raise argparse.ArgumentTypeError(f"{path}: expected a {' or '.join(suffixes)} file")
         return path
-    parse.__name__ = "file"
     return parse
 
 
 def input_file_or_folder(pattern: str) -> Callable[[str], str]:
     """An existing file, or a folder with at least one file matching `pattern` in it or
     below."""
-    import glob
-
     def parse(path: str) -> str:
         if os.path.isdir(path):
             if not glob.glob(os.path.join(path, "**", pattern), recursive=True):
                 raise argparse.ArgumentTypeError(f"{path}: no {pattern} files in this folder")
             return path
         return _readable_file(path)
-    parse.__name__ = "path"
     return parse
 
 
@@ -129,7 +125,6 @@ def output_file(*suffixes: str) -> Callable[[str], str]:
                                               and not os.access(path, os.W_OK)):
             raise argparse.ArgumentTypeError(f"{path}: permission denied")
         return path
-    parse.__name__ = "output file"
     return parse
 
 

@@ -75,7 +75,7 @@ class _NoProgress:
 def progress(total: int, desc: str) -> Any:
     """A progress bar on stderr (tqdm; nothing when stderr is not a terminal)."""
     try:
-        from tqdm import tqdm
+        from tqdm import tqdm  # type: ignore[import-untyped]
     except ImportError:         # installed without its dependencies
         return _NoProgress()
     return tqdm(total=total, desc=f"   {desc}", unit="pass", leave=False, file=sys.stderr,

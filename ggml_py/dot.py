@@ -25,7 +25,8 @@ def _q(s: object) -> str:
 
 def plan_to_dot(sched: Scheduler, graph: Graph, title: str = "") -> str:
     """DOT text for the last split of `sched` over `graph`."""
-    colour = {b.name: PALETTE[i % len(PALETTE)] for i, b in enumerate(sched.backends)}
+    colour: dict[str | None, str] = {b.name: PALETTE[i % len(PALETTE)]
+                                     for i, b in enumerate(sched.backends)}
     lines = ["digraph plan {", "  rankdir=TB;", "  node [style=filled, fontsize=10];",
              f"  label={_q(title)}; labelloc=t;"]
 

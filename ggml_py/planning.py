@@ -136,22 +136,22 @@ def split_reasons(sched: Scheduler, graph: Graph) -> list[SplitReason]:
     """Why each split after the first exists, from the recorded causes: the first node
     of the split that is not a view, the rule that chose its backend, and the backends of
     higher priority that cannot run it (Backend.supports_op)."""
-    out = []
+    out: list[SplitReason] = []
     splits = sched.splits
     nodes = graph.nodes
     for k in range(1, len(splits)):
         s, prev = splits[k], splits[k - 1]
         span = nodes[s.i_start:s.i_end]
         node = next((t for t in span if t.op not in VIEW_OPS), span[0])
-        why = dict(split=k, backend=s.backend.name, node=node, cause=sched.get_cause(node),
-                   src_types=tuple(t.type for t in node.src if t is not None))
+        cause = sched.get_cause(node)
+        src_types = tuple(t.type for t in node.src if t is not None)
         if s.backend is prev.backend:
-            out.append(SplitReason(**why, same_backend=True,
+            out.append(SplitReason(k, s.backend.name, node, cause, src_types, same_backend=True,
                                    weight=_foreign_weight(sched, node, s.backend)))
             continue
         higher = sched.backends[:sched.backend_id(s.backend)]
-        out.append(SplitReason(**why, cannot=tuple(b.name for b in higher
-                                                   if not b.supports_op(node))))
+        out.append(SplitReason(k, s.backend.name, node, cause, src_types,
+                               cannot=tuple(b.name for b in higher if not b.supports_op(node))))
     return out
 
 
