@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 Out = Callable[[str], None]
 
 RANDOM_N_CTX = 64           # the random models' context (KV cache cells)
+AUTO_DEVICES = ("opencl", "numpy_device")       # --device auto: the first that works
 DEFAULTS = {"layers": 4, "wtype": "f16", "prompt": 16, "steps": 16, "seed": 0,
             "plan_layers": 8}
 MODEL_OPTIONS = ("gguf", "device", "gpu_layers", "layers", "wtype", "prompt", "steps")
@@ -86,19 +87,19 @@ def progress(total: int, desc: str) -> Any:
 # part 1: computing models
 
 def device_backends(which: str = "auto", out: Out = say) -> list[Backend]:
-    """The device backend to offload to: 'auto' (OpenCL when it works here, else the
-    numpy device), 'cpu' (none), or a computing backend's registry name ('opencl',
-    'numpy_device', ...). A backend that is not built or finds no device is left out
-    with a note."""
-    names = {"auto": ("opencl", "numpy_device"), "cpu": ()}.get(which, (which,))
-    for name in names:
+    """The device backend to offload to: 'cpu' (none), a computing backend's registry name
+    ('opencl', 'numpy_device', ...; its errors propagate: the user asked for it), or
+    'auto': OpenCL when it works here, else the numpy device, with a note on what was
+    left out."""
+    if which == "cpu":
+        return []
+    if which != "auto":
+        return [backend_registry.create(which)]
+    for name in AUTO_DEVICES:
         try:
             return [backend_registry.create(name)]
-        except ImportError as e:
-            if which != "auto":
-                out(f"  ({name} is not in this build: {e})")
-        except Exception as e:      # e.g. the OpenCL library is there but no device
-            out(f"  ({name} unavailable: {e})")
+        except Exception as e:      # not built, no OpenCL library, no device, ...
+            out(f"   ({name} unavailable: {e})")
     return []
 
 

@@ -408,3 +408,23 @@ def test_ops_check_on_the_numpy_device(capsys):
     """The README's `ops-check --backend numpy_device`: a name of the backend registry."""
     assert main(["ops-check", OPS_FILE, "--backend", "numpy_device"]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == "6 passed, 0 failed, 0 skipped"
+
+
+def test_demo_device_asked_for_but_unavailable(capsys, monkeypatch):
+    """--device opencl where OpenCL does not work: one line and exit 1 (auto falls back)."""
+    from ggml_py import backends
+    from ggml_py.errors import BackendError
+    real = backends.create
+
+    def create(name, *a, **k):
+        if name == "opencl":
+            raise BackendError("no OpenCL platform")
+        return real(name, *a, **k)
+    monkeypatch.setattr(backends, "create", create)
+    out, _ = _fails(capsys, ["demo", "--device", "opencl", "--no-plan"], 1,
+                    "no OpenCL platform")
+    assert "== llama" not in out
+    assert main(["demo", "--layers", "1", "--prompt", "2", "--steps", "1", "--no-plan"]) == 0
+    out = capsys.readouterr().out
+    assert "(opencl unavailable: no OpenCL platform)" in out
+    assert "backends (priority order): NUMPY_DEV, CPU" in out

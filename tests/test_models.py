@@ -9,6 +9,7 @@ import pytest
 from ggml_py import Backend
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.backends.sim import SimBufferType
+from ggml_py.errors import BackendError
 from ggml_py.models.reference import reference_logits
 from ggml_py.models.transformer import (KVCache, Model, ModelConfig, Session, build_forward,
                                         moe_config)
@@ -163,10 +164,10 @@ def test_layers_offloaded_to_a_simulated_gpu_split_like_llama_cpp():
 
 def _device(name):
     from ggml_py.demo import device_backends
-    found = device_backends(name, out=lambda *a: None)
-    if not found:
-        pytest.skip(f"no {name} device backend here")
-    return found[0]
+    try:
+        return device_backends(name)[0]
+    except BackendError as e:
+        pytest.skip(f"no {name} device backend here: {e}")
 
 
 @pytest.mark.parametrize("device,tol", [("numpy_device", 1e-12), ("opencl", 1e-4)])
