@@ -20,22 +20,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from ggml_py import Context, Graph, ops                                    # noqa: E402
-from ggml_py.backends import cpu as cpu_mod                                 # noqa: E402
-from ggml_py.backends.cpu import CPUBackend, tensor_array                   # noqa: E402
-from ggml_py.models.transformer import (Model, Session, build_forward,     # noqa: E402
-                                        llama_config, tensor_set, tensor_values)
-from ggml_py.opscheck import HostAllocation                                # noqa: E402
-from ggml_py.sched import Scheduler                                        # noqa: E402
+from ggml_py import Context, Graph, ops
+from ggml_py.backends import cpu as cpu_mod
+from ggml_py.backends.cpu import CPUBackend, tensor_array
+from ggml_py.models.transformer import (Model, Session, build_forward, llama_config, tensor_set,
+                                        tensor_values)
+from ggml_py.opscheck import HostAllocation
+from ggml_py.sched import Scheduler
 
 
 def paired_times(fa, fb, reps, warmup=2):

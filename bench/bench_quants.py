@@ -14,6 +14,7 @@ absolute numbers.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -25,8 +26,20 @@ import numpy as np
 from ggml_py import _quants as C
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-import quants_ref as R  # noqa: E402
+
+
+def _numpy_reference():
+    """tests/quants_ref.py, the numpy versions the kernels replaced: a test helper, loaded
+    from its file (the package under test is the installed one)."""
+    path = os.path.join(HERE, "..", "tests", "quants_ref.py")
+    spec = importlib.util.spec_from_file_location("quants_ref", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+R = _numpy_reference()
 
 
 def median_s(fn, reps):

@@ -22,7 +22,8 @@ from ggml_py.models.synthetic import synthetic_llama
 from ggml_py.sched import Scheduler
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_CASES = os.environ.get("GGML_PY_SHARED", os.path.join(HERE, "..", "..", "shared"))
+# ggml's reference cases (tests/data); GGML_PY_SHARED points at another copy
+DEFAULT_CASES = os.environ.get("GGML_PY_SHARED", os.path.join(HERE, "..", "tests", "data"))
 
 
 def time_splits(sched, graph, min_time_s=0.5, min_reps=20):
@@ -75,7 +76,7 @@ def bench_scaling(sizes, as_json):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", default=DEFAULT_CASES, help="the shared folder (holding cases/)")
+    ap.add_argument("--cases", default=DEFAULT_CASES, help="the reference data folder, holding cases/ (default: tests/data)")
     ap.add_argument("--random", action="store_true", help="also the random cases")
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--json", action="store_true")

@@ -1,6 +1,24 @@
 """ggml_py: a Cython port of ggml's backend scheduler, graph allocator and backends."""
 
-from ggml_py._core import Context, Graph, Tensor, HashSet, hash_size, type_id, op_id
+__version__ = "0.1.0"
+
+try:
+    from ggml_py._core import Context, Graph, Tensor, HashSet, hash_size, type_id, op_id
+except ModuleNotFoundError as _e:
+    if _e.name != "ggml_py._core":
+        raise
+    import os as _os
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    if _os.path.exists(_os.path.join(_here, _os.pardir, "src", "ggml_py", "_core.pyx")):
+        raise ImportError(
+            f"ggml_py is being imported from its source tree ({_here}), which has no compiled "
+            "modules. Build them in place with `pip install -e .`, or run from another "
+            "folder (an installed ggml_py, and its `ggml-py` command, work anywhere else)."
+        ) from None
+    raise ImportError(
+        f"ggml_py's compiled modules are missing from {_here}: the installation is "
+        "incomplete; reinstall it (pip install --force-reinstall ggml-py-sched)") from None
+
 from ggml_py._backend import (Backend, BufferType, Buffer, fake_buffer, host_buffer, set_buffer,
                               get_buffer, view_init)
 from ggml_py.errors import (GgmlPyError, GraphError, CaseFormatError, BackendError,
@@ -8,4 +26,16 @@ from ggml_py.errors import (GgmlPyError, GraphError, CaseFormatError, BackendErr
 
 from ggml_py import ops, quants
 
-__version__ = "0.1.0"
+__all__ = [
+    "__version__",
+    # tensors and graphs
+    "Context", "Graph", "Tensor", "HashSet", "hash_size", "type_id", "op_id",
+    # buffers and backends
+    "Backend", "BufferType", "Buffer", "fake_buffer", "host_buffer", "set_buffer",
+    "get_buffer", "view_init",
+    # errors
+    "GgmlPyError", "GraphError", "CaseFormatError", "BackendError", "SchedulerError",
+    "AllocationError",
+    # modules
+    "ops", "quants",
+]

@@ -1,24 +1,37 @@
+# Stub of the Cython module ggml_py._alloc (src/ggml_py/_alloc.pyx); checked against the
+# built module by `python -m mypy.stubtest` (.ci/stubtest).
 from typing import Sequence
 
+from typing_extensions import disjoint_base
+
 from ggml_py._backend import Buffer, BufferType
-from ggml_py._core import Graph, Tensor
+from ggml_py._core import OP_IDS as OP_IDS, Graph, Tensor
 
 INPLACE_OPS: tuple[str, ...]
 
 def op_can_inplace(op: str) -> bool: ...
 
+@disjoint_base
 class TensorAllocator:
-    buffer: Buffer
-    offset: int
     def __init__(self, buffer: Buffer) -> None: ...
+    @property
+    def buffer(self) -> Buffer: ...
+    @property
+    def offset(self) -> int: ...
     def alloc(self, tensor: Tensor) -> None: ...
 
+@disjoint_base
 class VBuffer:
+    @property
     def buffers(self) -> list[Buffer]: ...
 
+@disjoint_base
 class GraphAllocator:
-    last_error: str | None
     def __init__(self, buffer_types: Sequence[BufferType]) -> None: ...
+    @property
+    def last_error(self) -> str | None: ...
+    @property
+    def last_error_id(self) -> int: ...
     @property
     def n_buffer_ids(self) -> int: ...
     @property

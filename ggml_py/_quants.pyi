@@ -1,3 +1,5 @@
+# Stub of the Cython module ggml_py._quants (src/ggml_py/_quants.pyx); checked against
+# the built module by `python -m mypy.stubtest` (.ci/stubtest).
 from typing import Any
 
 import numpy as np

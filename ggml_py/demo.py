@@ -1,108 +1,141 @@
 """The main job: run model graphs through the scheduler on the backends at hand.
 
 Part 1 builds a small llama and the three classic MoE forms with seeded random
-weights (or loads a GGUF file), offloads their layers to the best device backend
-here (OpenCL when present, else the numpy device; the CPU always last) and runs a
-prompt and greedy decode steps, printing the generated token ids and, per step,
-the scheduler's splits, copies, bytes and times.
+weights (or loads a llama GGUF file), offloads their layers to the best device
+backend here (OpenCL when present, else the numpy device; the CPU always last) and
+runs a prompt and greedy decode steps, printing the generated token ids and, per
+step, the scheduler's splits, copies, bytes and times -- and why each extra split
+exists: the op, its types and the backend that cannot run it.
 
 Part 2 is what-if planning: a deeper llama-shaped graph planned over simulated
 GPUs (where ggml's scheduler puts every node, where it cuts splits, which tensors
 it copies and how long the split takes). Nothing is computed there.
+
+The prompt and the generated tokens share the model's context: --prompt + --steps
+may be at most 64 for the random models, and the file's context_length with --gguf.
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
+import os
 import statistics
 import sys
 import time
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
+from ggml_py import backends as backend_registry
+from ggml_py import cli
 from ggml_py.models.synthetic import synthetic_llama
+from ggml_py.planning import split_reasons
 from ggml_py.sched import Scheduler
+from ggml_py.splitmap import SplitMap, fmt_bytes
 
-SCENARIOS = [
+if TYPE_CHECKING:
+    from ggml_py._backend import Backend
+    from ggml_py.models.transformer import Model, ModelConfig, StepStats
+
+Out = Callable[[str], None]
+
+RANDOM_N_CTX = 64           # the random models' context (KV cache cells)
+AUTO_DEVICES = ("opencl", "numpy_device")       # --device auto: the first that works
+DEFAULTS = {"layers": 4, "wtype": "f16", "prompt": 16, "steps": 16, "seed": 0,
+            "plan_layers": 8}
+MODEL_OPTIONS = ("gguf", "device", "gpu_layers", "layers", "wtype", "prompt", "steps")
+
+SCENARIOS: list[tuple[str, dict[str, Any]]] = [
     ("full offload to one GPU", dict(n_gpus=1)),
     ("GPU without ROPE", dict(n_gpus=1, gpu_unsupported=("ROPE",))),
     ("two GPUs, pipeline parallel", dict(n_gpus=2, parallel=True)),
     ("CPU only", dict(n_gpus=0)),
 ]
 
-
-def _fmt_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+# live output, also through a pipe (`ggml-py demo | tee log`)
+say: Out = functools.partial(print, flush=True)
 
 
 def _ms(s: float) -> str:
     return f"{s * 1e3:.1f}"
 
 
-class Progress:
-    """A one-line progress bar on a terminal (nothing when output is redirected)."""
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
-    def __init__(self, total: int, label: str, stream=None, width: int = 28):
-        self.total, self.label, self.width = max(total, 1), label, width
-        self.stream = stream or sys.stderr
-        self.enabled = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.t0 = time.perf_counter()
 
-    def update(self, done: int):
-        if not self.enabled:
-            return
-        fill = self.width * done // self.total
-        self.stream.write(f"\r  {self.label:<12} [{'#' * fill}{'.' * (self.width - fill)}] "
-                          f"{done}/{self.total} {time.perf_counter() - self.t0:5.1f}s")
-        self.stream.flush()
+class _NoProgress:
+    def update(self, n: int = 1) -> None:
+        pass
 
-    def close(self):
-        if self.enabled:
-            self.stream.write("\r" + " " * (self.width + 40) + "\r")
-            self.stream.flush()
+    def close(self) -> None:
+        pass
+
+
+def progress(total: int, desc: str) -> Any:
+    """A progress bar on stderr (tqdm; nothing when stderr is not a terminal)."""
+    try:
+        from tqdm import tqdm  # type: ignore[import-untyped]
+    except ImportError:         # installed without its dependencies
+        return _NoProgress()
+    return tqdm(total=total, desc=f"   {desc}", unit="pass", leave=False, file=sys.stderr,
+                disable=None, dynamic_ncols=True)
 
 
 # ---------------------------------------------------------------------------
 # part 1: computing models
 
-DEVICES = {"opencl": ("ggml_py.backends.opencl", "OpenCLBackend"),
-           "numpy": ("ggml_py.backends.numpy_device", "NumpyDeviceBackend")}
-
-
-def device_backends(which="auto", out=print):
-    """The device backend to offload to: 'auto' (OpenCL when it works here, else the
-    numpy device), 'opencl', 'numpy' or 'cpu' (none). Each import is guarded: a backend
-    that is not built or finds no device is left out with a note."""
-    names = {"auto": ("opencl", "numpy"), "cpu": ()}.get(which, (which,))
-    for name in names:
-        module, cls = DEVICES[name]
+def device_backends(which: str = "auto", out: Out = say) -> list[Backend]:
+    """The device backend to offload to: 'cpu' (none), a computing backend's registry name
+    ('opencl', 'numpy_device', ...; its errors propagate: the user asked for it), or
+    'auto': OpenCL when it works here, else the numpy device, with a note on what was
+    left out."""
+    if which == "cpu":
+        return []
+    if which != "auto":
+        return [backend_registry.create(which)]
+    for name in AUTO_DEVICES:
         try:
-            mod = __import__(module, fromlist=[cls])
-            return [getattr(mod, cls)()]
-        except ImportError:
-            if which != "auto":
-                out(f"  ({cls} is not in this build)")
-        except Exception as e:      # e.g. the OpenCL library is there but no device
-            out(f"  ({cls} unavailable: {e})")
+            return [backend_registry.create(name)]
+        except Exception as e:      # not built, no OpenCL library, no device, ...
+            out(f"   ({name} unavailable: {e})")
     return []
 
 
-def demo_models(args):
-    from ggml_py.models.transformer import llama_config, moe_config, Model
+def gguf_config(path: str) -> ModelConfig:
+    """The config of a llama GGUF file, or a UsageError that says what is wrong with it."""
+    cli.require_module("gguf", "--gguf", "gguf")
+    from ggml_py.models.gguf import GGUFError, read_config
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise cli.UsageError(f"{path} is not a GGUF file (it does not start with 'GGUF')")
+    try:
+        return read_config(path)
+    except GGUFError as e:
+        raise cli.UsageError(str(e)) from None
+
+
+def demo_models(args: argparse.Namespace) -> Iterator[Model]:
+    """The models to run, built one at a time as they are needed."""
+    from ggml_py.models.transformer import Model, llama_config, moe_config
     if args.gguf:
-        from ggml_py.models.gguf import load_gguf
+        from ggml_py.models.gguf import GGUFError, load_gguf
         n_ctx = args.prompt + args.steps
-        return [load_gguf(args.gguf, n_ctx=-(-n_ctx // 32) * 32)]
-    kw = dict(n_layer=args.layers, wtype=args.wtype)
+        try:
+            yield load_gguf(args.gguf, n_ctx=-(-n_ctx // 32) * 32)
+        except GGUFError as e:
+            raise cli.UsageError(str(e)) from None
+        return
+    kw = dict(n_layer=args.layers, wtype=args.wtype, n_ctx=RANDOM_N_CTX)
     cfgs = [llama_config(**kw), moe_config("moe_dense", **kw), moe_config("moe_topk", **kw),
             moe_config("moe_shared", **kw)]
-    return [Model.random(c, seed=args.seed + i) for i, c in enumerate(cfgs)]
+    for i, c in enumerate(cfgs):
+        yield Model.random(c, seed=args.seed + i)
 
 
-def _describe(model):
+def _describe(model: Model) -> str:
     c = model.config
     ffn = {"dense": f"SwiGLU FFN {c.n_ff}",
            "moe_dense": f"dense MoE: all {c.n_expert} experts x {c.ff_exp}, softmax gate",
@@ -111,18 +144,20 @@ def _describe(model):
                          f"{c.n_expert_used} of {c.n_expert} experts x {c.ff_exp}"}[c.ffn]
     return (f"{c.name}: {c.n_layer} layers, n_embd {c.n_embd}, {c.n_head} heads "
             f"({c.n_head_kv} KV), vocab {c.n_vocab}, {ffn}; {c.wtype} weights, "
-            f"{model.n_params / 1e6:.2f} M params ({_fmt_bytes(model.nbytes)})")
+            f"{model.n_params / 1e6:.2f} M params ({fmt_bytes(model.nbytes)})")
 
 
-def run_model(model, backends, args, out=print):
+def run_model(model: Model, backends: list[Backend], args: argparse.Namespace,
+              out: Out = say) -> dict[str, Any]:
     """Prompt + greedy decode of one model through the scheduler; prints its tables and
     returns a summary row."""
     from ggml_py.models.transformer import Session
     cfg = model.config
+    out(f"\n== {_describe(model)}")
     devices, cpu = backends[:-1], backends[-1]
     # llama.cpp's layout for -ngl N: token embeddings stay on the CPU, the last N layers
     # go to the device, and the output head too when N exceeds the layer count
-    ngl = cfg.n_layer + 1 if args.gpu_layers is None else max(args.gpu_layers, 0)
+    ngl = cfg.n_layer + 1 if args.gpu_layers is None else args.gpu_layers
     dev = devices[0] if devices else cpu
     n_dev = min(ngl, cfg.n_layer)
     layers = [cpu] * (cfg.n_layer - n_dev) + [dev] * n_dev
@@ -130,25 +165,32 @@ def run_model(model, backends, args, out=print):
     sess = Session(model, backends, profile_splits=True)
     rng = np.random.default_rng(args.seed)
     prompt = rng.integers(0, cfg.n_vocab, size=args.prompt).tolist()
-    # an untimed pass first: numpy/BLAS start-up and the scheduler's first reservation
-    # would otherwise land in the prompt's time
-    sess.forward(prompt[:1], logits="last")
-    sess.reset()
-    bar = Progress(1 + args.steps, cfg.name)
-    t0 = time.perf_counter()
-    logits = sess.forward(prompt, logits="last")
-    new = []
-    for i in range(args.steps):
-        bar.update(i + 1)
-        tok = int(np.argmax(logits[-1]))
-        new.append(tok)
-        if i + 1 < args.steps:
-            logits = sess.forward([tok], logits="last")
-    bar.update(1 + args.steps)
-    bar.close()
-    wall = time.perf_counter() - t0
+    bar = progress(2 + max(args.steps - 1, 0), cfg.name)
+    try:
+        # an untimed pass first: numpy/BLAS start-up and the scheduler's first
+        # reservation would otherwise land in the prompt's time
+        sess.forward(prompt[:1], logits="last")
+        sess.reset()
+        bar.update(1)
+        t0 = time.perf_counter()
+        logits = sess.forward(prompt, logits="last")
+        bar.update(1)
+        prompt_graph, prompt_splits = sess.graph, sess.sched.splits
+        reasons = split_reasons(sess.sched, prompt_graph) if prompt_graph is not None else []
+        split_map = SplitMap.from_scheduler(
+            sess.sched, f"{cfg.name}, prompt of {args.prompt} tokens",
+            [sp.copy_s + sp.compute_s for sp in sess.history[-1].splits])
+        new = []
+        for i in range(args.steps):
+            tok = int(np.argmax(logits[-1]))
+            new.append(tok)
+            if i + 1 < args.steps:
+                logits = sess.forward([tok], logits="last")
+                bar.update(1)
+        wall = time.perf_counter() - t0
+    finally:
+        bar.close()
 
-    out(f"\n== {_describe(model)}")
     out(f"   prompt   {prompt}")
     out(f"   greedy   {new}")
     hist = sess.history
@@ -156,13 +198,13 @@ def run_model(model, backends, args, out=print):
     out(f"   {'step':<8} {'tokens':>6} {'nodes':>6} {'splits':>6} {'copies':>6} "
         f"{'copied':>10} {'alloc ms':>9} {'compute ms':>11} {'tok/s':>8}")
 
-    def row(label, steps):
+    def row(label: str, steps: list[StepStats]) -> None:
         n_tok = sum(s.n_tokens for s in steps)
         comp = sum(s.compute_s for s in steps)
         s0 = steps[0]
         out(f"   {label:<8} {n_tok:>6} {s0.n_nodes:>6} {s0.n_splits:>6} "
             f"{statistics.median(s.n_inputs for s in steps):>6.0f} "
-            f"{_fmt_bytes(statistics.median(s.copy_bytes for s in steps)):>10} "
+            f"{fmt_bytes(statistics.median(s.copy_bytes for s in steps)):>10} "
             f"{_ms(statistics.median(s.alloc_s for s in steps)):>9} "
             f"{_ms(statistics.median(s.compute_s for s in steps)):>11} "
             f"{n_tok / comp if comp else 0:>8.0f}")
@@ -171,36 +213,56 @@ def run_model(model, backends, args, out=print):
         row("decode", d)
     out("   (decode row: medians per step; copies = split inputs copied between backends)")
     _split_table(p, out)
+    _why_splits(reasons, len(prompt_splits), out)
+    if args.maps:
+        path = os.path.join(args.maps, f"{cfg.name}.png")
+        from ggml_py import splitmap
+        splitmap.save(split_map, path)
+        out(f"   split map: {path}")
     return dict(name=cfg.name, nodes=p.n_nodes, splits=p.n_splits, copy_bytes=p.copy_bytes,
                 prompt_s=p.compute_s, decode_s=statistics.median(s.compute_s for s in d) if d
                 else 0.0, wall=wall, tokens=new)
 
 
-def _split_table(step, out, limit=12):
+def _split_table(step: StepStats, out: Out, limit: int = 12) -> None:
     out(f"   prompt splits: {'#':>3} {'backend':<10} {'nodes':>5} {'inputs':>6} {'copied':>10}"
         f" {'copy ms':>8} {'compute ms':>10}")
     for k, sp in enumerate(step.splits[:limit]):
         out(f"                  {k:>3} {sp.backend:<10} {sp.n_nodes:>5} {sp.n_inputs:>6} "
-            f"{_fmt_bytes(sp.bytes_copied):>10} {_ms(sp.copy_s):>8} {_ms(sp.compute_s):>10}")
+            f"{fmt_bytes(sp.bytes_copied):>10} {_ms(sp.copy_s):>8} {_ms(sp.compute_s):>10}")
     if len(step.splits) > limit:
         rest = step.splits[limit:]
         out(f"                  ... {len(rest)} more splits on "
             f"{', '.join(sorted({sp.backend for sp in rest}))}")
 
 
-def run_models(args, out=print):
+def _why_splits(reasons: list[Any], n_splits: int, out: Out, limit: int = 8) -> None:
+    """Why the splits after the first exist, grouped: 'N x REASON (splits a, b, ...)'."""
+    if not reasons:
+        return
+    groups: dict[str, list[int]] = {}
+    for r in reasons:
+        groups.setdefault(r.text() + f" [{r.cause}]" if r.cause else r.text(), []).append(r.split)
+    out(f"   why {n_splits} splits: split 0 starts the graph; then")
+    for text, ks in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))[:limit]:
+        at = ", ".join(map(str, ks[:6])) + (", ..." if len(ks) > 6 else "")
+        out(f"     {len(ks):>3} x {text} (split{'s' if len(ks) > 1 else ''} {at})")
+    if len(groups) > limit:
+        out(f"     ... and {len(groups) - limit} more reasons (`ggml-py plan --explain` "
+            "lists every node)")
+
+
+def run_models(args: argparse.Namespace, out: Out = say) -> list[dict[str, Any]]:
     from ggml_py.backends.cpu import CPUBackend
     out("== part 1: models computed through the scheduler")
     devices = device_backends(args.device, out)
     backends = devices + [CPUBackend()]
     out(f"   backends (priority order): {', '.join(b.name for b in backends)}")
-    rows = []
-    for model in demo_models(args):
-        rows.append(run_model(model, backends, args, out))
+    rows = [run_model(model, backends, args, out) for model in demo_models(args)]
     out(f"\n   {'model':<12} {'nodes':>6} {'splits':>6} {'copied':>10} {'prompt ms':>10} "
         f"{'decode ms':>10} {'wall s':>7}")
     for r in rows:
-        out(f"   {r['name']:<12} {r['nodes']:>6} {r['splits']:>6} {_fmt_bytes(r['copy_bytes']):>10} "
+        out(f"   {r['name']:<12} {r['nodes']:>6} {r['splits']:>6} {fmt_bytes(r['copy_bytes']):>10} "
             f"{_ms(r['prompt_s']):>10} {_ms(r['decode_s']):>10} {r['wall']:>7.2f}")
     return rows
 
@@ -208,7 +270,9 @@ def run_models(args, out=print):
 # ---------------------------------------------------------------------------
 # part 2: what-if planning over simulated GPUs
 
-def run_scenario(title, n_layers, n_gpus=1, gpu_unsupported=(), parallel=False, out=print):
+def run_scenario(title: str, n_layers: int, n_gpus: int = 1,
+                 gpu_unsupported: tuple[str, ...] = (), parallel: bool = False,
+                 out: Out = say, maps: str | None = None) -> Scheduler:
     backends, graph, _keep = synthetic_llama(n_layers, n_gpus=max(n_gpus, 0),
                                              gpu_unsupported=gpu_unsupported,
                                              offload=n_gpus > 0)
@@ -229,53 +293,104 @@ def run_scenario(title, n_layers, n_gpus=1, gpu_unsupported=(), parallel=False, 
         if shown < 12:
             names = ", ".join(t.name for t in s.inputs[:3]) + (" ..." if len(s.inputs) > 3 else "")
             out(f"   {k:>5}  {s.backend.name:<8} {s.i_start:>5}..{s.i_end - 1:<5}  "
-                f"{len(s.inputs):>6}  {_fmt_bytes(nbytes):>10}  {names}")
+                f"{len(s.inputs):>6}  {fmt_bytes(nbytes):>10}  {names}")
             shown += 1
     if sched.n_splits > shown:
         out(f"   ... {sched.n_splits - shown} more splits")
-    out(f"   bytes copied between backends per evaluation: {_fmt_bytes(total)}")
+    out(f"   bytes copied between backends per evaluation: {fmt_bytes(total)}")
+    _why_splits(split_reasons(sched, graph), sched.n_splits, out)
+    if maps:
+        from ggml_py import splitmap
+        path = os.path.join(maps, "whatif-" + "".join(c if c.isalnum() else "-"
+                                                      for c in title.lower()) + ".png")
+        splitmap.save(SplitMap.from_scheduler(sched, f"{title}, {n_layers} layers"), path)
+        out(f"   split map: {path}")
     return sched
 
 
-def run_whatif(n_layers, out=print):
+def run_whatif(n_layers: int, out: Out = say, maps: str | None = None) -> None:
     out(f"\n== part 2: what-if plans of a {n_layers}-layer llama-shaped graph over simulated GPUs")
     for title, kw in SCENARIOS:
-        run_scenario(title, n_layers, **kw, out=out)
+        run_scenario(title, n_layers, **kw, out=out, maps=maps)
 
 
-def build_parser():
-    import argparse
-    ap = argparse.ArgumentParser(prog="ggml-py demo", description=__doc__.splitlines()[0])
-    ap.add_argument("--gguf", metavar="PATH", help="run this llama GGUF file instead of the "
-                    "random models (needs the gguf package)")
-    ap.add_argument("--device", default="auto", choices=("auto", "opencl", "numpy", "cpu"),
-                    help="where the layers go: auto (OpenCL if present, else the numpy "
-                    "device), opencl, numpy, or cpu (no offload)")
-    ap.add_argument("--gpu-layers", type=int, default=None, metavar="N",
-                    help="offload the last N layers, and the output head when N exceeds "
-                    "the layer count (llama.cpp's -ngl; default: everything)")
-    ap.add_argument("--layers", type=int, default=4, help="layers of the random models (4)")
-    ap.add_argument("--wtype", default="f16", choices=("f32", "f16", "q8_0", "q4_0"),
-                    help="weight type of the random models (f16)")
-    ap.add_argument("--prompt", type=int, default=16, help="prompt tokens (16)")
-    ap.add_argument("--steps", type=int, default=16, help="greedy decode steps (16)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--plan-layers", type=int, default=8,
-                    help="depth of the what-if planning graphs (8)")
-    ap.add_argument("--no-plan", action="store_true", help="skip the what-if planning part")
-    ap.add_argument("--no-models", action="store_true", help="skip the computed models")
-    return ap
+# ---------------------------------------------------------------------------
+# the command line: `ggml-py demo`
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    devices = ["auto", *backend_registry.available(computes=True)]
+    d = DEFAULTS
+    p.add_argument("--gguf", metavar="PATH", type=cli.input_file(),
+                   help="run this llama GGUF file instead of the random models (needs the "
+                        "gguf package: pip install \"ggml-py-sched[gguf]\")")
+    p.add_argument("--device", choices=devices, metavar="NAME",
+                   help=f"where the layers go: {', '.join(devices)}; auto (the default): "
+                        "OpenCL when it works here, else numpy_device; cpu: no offload")
+    p.add_argument("--gpu-layers", type=cli.count(0), metavar="N",
+                   help="offload the last N layers, and the output head when N exceeds the "
+                        "layer count (llama.cpp's -ngl; default: everything)")
+    p.add_argument("--layers", type=cli.count(1), metavar="N",
+                   help=f"layers of the random models (default {d['layers']})")
+    p.add_argument("--wtype", choices=("f32", "f16", "q8_0", "q4_0"),
+                   help=f"weight type of the random models: f32, f16, q8_0 or q4_0 "
+                        f"(default {d['wtype']})")
+    p.add_argument("--prompt", type=cli.count(1), metavar="N",
+                   help=f"prompt tokens (default {d['prompt']}); --prompt + --steps must fit "
+                        f"the context: {RANDOM_N_CTX} for the random models, the file's "
+                        "context_length with --gguf")
+    p.add_argument("--steps", type=cli.count(0), metavar="N",
+                   help=f"greedy decode steps (default {d['steps']})")
+    p.add_argument("--seed", type=cli.count(0), metavar="N",
+                   help=f"seed of the random weights and the prompt (default {d['seed']})")
+    p.add_argument("--plan-layers", type=cli.count(1), metavar="N",
+                   help=f"depth of the what-if planning graphs (default {d['plan_layers']})")
+    p.add_argument("--maps", metavar="DIR", type=cli.output_folder,
+                   help="write a split map per model and per what-if plan into DIR, as PNG "
+                        "(needs matplotlib: pip install \"ggml-py-sched[plot]\")")
+    p.add_argument("--no-plan", action="store_true", help="skip the what-if planning part")
+    p.add_argument("--no-models", action="store_true", help="skip the computed models")
+    p.set_defaults(func=run)
 
 
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.prompt < 1 or args.steps < 0:
-        raise SystemExit("demo: --prompt must be >= 1 and --steps >= 0")
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse options that would be ignored and limits that would be crossed, before
+    anything runs; then fill in the defaults."""
+    given = {k for k in (*MODEL_OPTIONS, "plan_layers") if getattr(args, k) is not None}
+    if args.no_models and args.no_plan:
+        raise cli.UsageError("--no-models and --no-plan leave nothing to do")
+    if args.no_models and given & set(MODEL_OPTIONS):
+        raise cli.UsageError(f"{', '.join(_option(k) for k in sorted(given & set(MODEL_OPTIONS)))}"
+                             " would be ignored with --no-models")
+    if args.no_plan and "plan_layers" in given:
+        raise cli.UsageError("--plan-layers would be ignored with --no-plan")
+    if args.gguf and given & {"layers", "wtype"}:
+        raise cli.UsageError(f"{', '.join(_option(k) for k in sorted(given & {'layers', 'wtype'}))}"
+                             " apply to the random models; a GGUF file brings its own")
+    if args.device == "cpu" and "gpu_layers" in given:
+        raise cli.UsageError("--gpu-layers would be ignored with --device cpu (no offload)")
+    for k, v in DEFAULTS.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    args.device = args.device or "auto"
+    if args.maps:
+        cli.require_module("matplotlib", "--maps", "plot")
+        os.makedirs(args.maps, exist_ok=True)
+    if args.no_models:
+        return
+    n_ctx = gguf_config(args.gguf).n_ctx if args.gguf else RANDOM_N_CTX
+    if args.prompt + args.steps > n_ctx:
+        where = f"{args.gguf}'s context_length" if args.gguf else "the random models' context"
+        raise cli.UsageError(f"--prompt {args.prompt} + --steps {args.steps} = "
+                             f"{args.prompt + args.steps} tokens exceed {where} ({n_ctx})")
+
+
+def run(args: argparse.Namespace) -> int:
+    check_arguments(args)
     t0 = time.perf_counter()
-    print("ggml_py demo: llama-style models through a port of ggml's backend scheduler")
+    say("ggml_py demo: llama-style models through a port of ggml's backend scheduler")
     if not args.no_models:
         run_models(args)
     if not args.no_plan:
-        run_whatif(args.plan_layers)
-    print(f"\ndone in {time.perf_counter() - t0:.1f} s")
+        run_whatif(args.plan_layers, maps=args.maps)
+    say(f"\ndone in {time.perf_counter() - t0:.1f} s")
     return 0

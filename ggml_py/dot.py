@@ -5,26 +5,35 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from typing import TYPE_CHECKING
+
+from ggml_py.ops import VIEW_OPS
+
+if TYPE_CHECKING:
+    from ggml_py._core import Graph, Tensor
+    from ggml_py.sched import Scheduler
 
 PALETTE = ["#8dd3c7", "#fdb462", "#bebada", "#fb8072", "#80b1d3", "#b3de69", "#fccde5",
            "#d9d9d9", "#bc80bd", "#ccebc5", "#ffed6f", "#ffffb3"]
-VIEW_OPS = ("VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE")
 
 
-def _q(s) -> str:
-    return '"' + str(s).replace("\\", "\\\\").replace('"', '\\"') + '"'
+def _q(s: object) -> str:
+    """A DOT string literal; a newline in `s` becomes DOT's line break."""
+    text = str(s).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{text}"'
 
 
-def plan_to_dot(sched, graph, title="") -> str:
+def plan_to_dot(sched: Scheduler, graph: Graph, title: str = "") -> str:
     """DOT text for the last split of `sched` over `graph`."""
-    colour = {b.name: PALETTE[i % len(PALETTE)] for i, b in enumerate(sched.backends)}
+    colour: dict[str | None, str] = {b.name: PALETTE[i % len(PALETTE)]
+                                     for i, b in enumerate(sched.backends)}
     lines = ["digraph plan {", "  rankdir=TB;", "  node [style=filled, fontsize=10];",
              f"  label={_q(title)}; labelloc=t;"]
 
-    def node_id(t):
+    def node_id(t: Tensor) -> str:
         return f"t{t.id}"
 
-    def backend_name(t):
+    def backend_name(t: Tensor) -> str | None:
         b = sched.get_tensor_backend(t)
         return b.name if b is not None else None
 
@@ -36,13 +45,13 @@ def plan_to_dot(sched, graph, title="") -> str:
         for t in nodes[split.i_start:split.i_end]:
             shape = "ellipse" if t.op in VIEW_OPS else "box"
             b = backend_name(t)
-            label = _q(t.name + "\\n" + f"{t.op} [{b}]")
+            label = _q(f"{t.name}\n{t.op} [{b}]")
             lines.append(f"    {node_id(t)} [label={label}, shape={shape}, "
                          f"fillcolor={_q(colour.get(b, 'white'))}];")
         lines.append("  }")
     for t in graph.leafs:
         b = backend_name(t)
-        label = _q(t.name + "\\n" + f"[{b}]")
+        label = _q(f"{t.name}\n[{b}]")
         lines.append(f"  {node_id(t)} [label={label}, shape=note, "
                      f"fillcolor={_q(colour.get(b, 'white'))}];")
     for t in nodes:
@@ -67,7 +76,11 @@ def render(dot_text: str, path: str) -> bool:
     if fmt in ("svg", "png", "pdf"):
         exe = shutil.which("dot")
         if exe:
-            subprocess.run([exe, f"-T{fmt}", "-o", path], input=dot_text.encode(), check=True)
+            r = subprocess.run([exe, f"-T{fmt}", "-o", path], input=dot_text.encode(),
+                               capture_output=True)
+            if r.returncode != 0:
+                raise OSError(f"Graphviz could not write {path}: "
+                              f"{r.stderr.decode(errors='replace').strip()}")
             return True
         path = path + ".dot"
     with open(path, "w") as f:

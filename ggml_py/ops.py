@@ -9,10 +9,13 @@ words ggml stores; float parameters are stored bit-wise as float32 (like
 and the tensor instead.
 """
 
+from __future__ import annotations
+
 import math
 import struct
+from typing import Callable, NoReturn, Protocol, Sequence
 
-from ggml_py._core import Tensor, blck_size, type_size
+from ggml_py._core import Context, Tensor, blck_size, type_size
 from ggml_py.errors import GraphError
 
 # ---------------------------------------------------------------------------
@@ -25,12 +28,14 @@ GLU_OPS = ("REGLU", "GEGLU", "SWIGLU", "SWIGLU_OAI", "GEGLU_ERF", "GEGLU_QUICK")
 SORT_ORDERS = ("ASC", "DESC")
 ROPE_TYPES = {"NORMAL": 0, "NEOX": 2, "MROPE": 8, "IMROPE": 40, "VISION": 24}
 PRECS = {"DEFAULT": 0, "F32": 10}
+VIEW_OPS = ("VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE")     # no computation, memory of their source
 
 UNARY_OP_IDS = {n: i for i, n in enumerate(UNARY_OPS)}
 GLU_OP_IDS = {n: i for i, n in enumerate(GLU_OPS)}
 
 
-def _enum(value, table, prefix, what):
+def _enum(value: str | int, table: Sequence[str] | dict[str, int], prefix: str,
+          what: str) -> int:
     """An enum given as int, 'NAME' or 'GGML_<prefix>_NAME' -> its int value."""
     if isinstance(value, bool):
         value = int(value)
@@ -48,33 +53,35 @@ def _enum(value, table, prefix, what):
     raise GraphError(f"{what}: unknown value {value!r}")
 
 
-def unary_op_id(op):
+def unary_op_id(op: str | int) -> int:
     return _enum(op, UNARY_OPS, "GGML_UNARY_OP_", "unary op")
 
 
-def glu_op_id(op):
+def glu_op_id(op: str | int) -> int:
     return _enum(op, GLU_OPS, "GGML_GLU_OP_", "glu op")
 
 
-def sort_order_id(order):
+def sort_order_id(order: str | int) -> int:
     return _enum(order, SORT_ORDERS, "GGML_SORT_ORDER_", "sort order")
 
 
-def rope_mode_id(mode):
+def rope_mode_id(mode: str | int) -> int:
     return _enum(mode, ROPE_TYPES, "GGML_ROPE_TYPE_", "rope mode")
 
 
-def f32_bits(x):
+def f32_bits(x: float) -> int:
     """The int32 word holding float32 x bit-wise (ggml_set_op_params_f32)."""
-    return struct.unpack("<i", struct.pack("<f", float(x)))[0]
+    word: int = struct.unpack("<i", struct.pack("<f", float(x)))[0]
+    return word
 
 
-def bits_f32(w):
+def bits_f32(w: int) -> float:
     """Inverse of f32_bits."""
-    return struct.unpack("<f", struct.pack("<i", int(w)))[0]
+    x: float = struct.unpack("<f", struct.pack("<i", int(w)))[0]
+    return x
 
 
-def _i32(x):
+def _i32(x: int) -> int:
     """A C int32 cast of an integer (size_t params are stored truncated, as ggml does)."""
     x = int(x) & 0xFFFFFFFF
     return x - (1 << 32) if x >= (1 << 31) else x
@@ -83,21 +90,21 @@ def _i32(x):
 # ---------------------------------------------------------------------------
 # tensor facts (ggml.c predicates)
 
-def _check_tensor(t, op, what):
+def _check_tensor(t: object, op: str, what: str) -> Tensor:
     if not isinstance(t, Tensor):
         raise GraphError(f"{op}: {what} must be a Tensor, got {type(t).__name__}")
     return t
 
 
-def _name(t):
+def _name(t: Tensor) -> str:
     return repr(t.name) if t.name else f"#{t.id}"
 
 
-def _fail(op, t, msg):
+def _fail(op: str, t: Tensor, msg: str) -> NoReturn:
     raise GraphError(f"{op}: tensor {_name(t)} ({t.type}{list(t.ne)}): {msg}")
 
 
-def is_contiguous_n(t, n):
+def is_contiguous_n(t: Tensor, n: int) -> bool:
     ne, nb = t.ne, t.nb
     bs = blck_size(t.type)
     next_nb = type_size(t.type)
@@ -115,57 +122,59 @@ def is_contiguous_n(t, n):
     return True
 
 
-def is_contiguous(t):
+def is_contiguous(t: Tensor) -> bool:
     return is_contiguous_n(t, 0)
 
 
-def is_contiguous_1(t):
+def is_contiguous_1(t: Tensor) -> bool:
     return is_contiguous_n(t, 1)
 
 
-def is_contiguous_rows(t):
+def is_contiguous_rows(t: Tensor) -> bool:
     return t.ne[0] == blck_size(t.type) or t.nb[0] == type_size(t.type)
 
 
-def is_transposed(t):
+def is_transposed(t: Tensor) -> bool:
     return t.nb[0] > t.nb[1]
 
 
-def is_empty(t):
+def is_empty(t: Tensor) -> bool:
     return any(x == 0 for x in t.ne)
 
 
-def nelements(t):
+def nelements(t: Tensor) -> int:
     n = 1
     for x in t.ne:
         n *= x
     return n
 
 
-def can_repeat(t0, t1):
+def can_repeat(t0: Tensor, t1: Tensor) -> bool:
     """ggml_can_repeat: t0 can be tiled to t1's shape."""
     return is_empty(t0) or all(t0.ne[i] and t1.ne[i] % t0.ne[i] == 0 for i in range(4))
 
 
-def are_same_shape(a, b):
+def are_same_shape(a: Tensor, b: Tensor) -> bool:
     return tuple(a.ne) == tuple(b.ne)
 
 
-def is_vector(t):
+def is_vector(t: Tensor) -> bool:
     return t.ne[1] == 1 and t.ne[2] == 1 and t.ne[3] == 1
 
 
 # ---------------------------------------------------------------------------
 # constructors
 
-def _ne4(ne):
+def _ne4(ne: Sequence[int]) -> list[int]:
     ne = [int(x) for x in ne]
     if len(ne) > 4:
         raise GraphError(f"at most 4 dimensions, got {ne}")
     return ne + [1] * (4 - len(ne))
 
 
-def _new(ctx, op, srcs, type, ne, params=(), view_of=None, view_offs=0, nb=None, name=None):
+def _new(ctx: Context, op: str, srcs: Sequence[Tensor | None], type: str, ne: Sequence[int],
+         params: Sequence[int] = (), view_of: Tensor | None = None, view_offs: int = 0,
+         nb: Sequence[int] | None = None, name: str | None = None) -> Tensor:
     ne = _ne4(ne)
     if any(x < 0 for x in ne):
         raise GraphError(f"{op}: negative dimension in {ne}")
@@ -173,40 +182,47 @@ def _new(ctx, op, srcs, type, ne, params=(), view_of=None, view_offs=0, nb=None,
                       view_offs=view_offs, nb=nb, name=name)
 
 
-def new_tensor(ctx, type, ne, name=None):
+def new_tensor(ctx: Context, type: str, ne: Sequence[int], name: str | None = None) -> Tensor:
     """ggml_new_tensor: a tensor of `type` with ggml-order shape `ne`."""
     ne = _ne4(ne)
     return ctx.new_tensor(type, list(reversed(ne)), name=name)
 
 
-def new_tensor_1d(ctx, type, ne0, name=None):
+def new_tensor_1d(ctx: Context, type: str, ne0: int, name: str | None = None) -> Tensor:
     return new_tensor(ctx, type, [ne0], name)
 
 
-def new_tensor_2d(ctx, type, ne0, ne1, name=None):
+def new_tensor_2d(ctx: Context, type: str, ne0: int, ne1: int,
+                  name: str | None = None) -> Tensor:
     return new_tensor(ctx, type, [ne0, ne1], name)
 
 
-def new_tensor_3d(ctx, type, ne0, ne1, ne2, name=None):
+def new_tensor_3d(ctx: Context, type: str, ne0: int, ne1: int, ne2: int,
+                  name: str | None = None) -> Tensor:
     return new_tensor(ctx, type, [ne0, ne1, ne2], name)
 
 
-def new_tensor_4d(ctx, type, ne0, ne1, ne2, ne3, name=None):
+def new_tensor_4d(ctx: Context, type: str, ne0: int, ne1: int, ne2: int, ne3: int,
+                  name: str | None = None) -> Tensor:
     return new_tensor(ctx, type, [ne0, ne1, ne2, ne3], name)
 
 
-def _dup_tensor(ctx, op, a, srcs, params=(), type=None, name=None):
+def _dup_tensor(ctx: Context, op: str, a: Tensor, srcs: Sequence[Tensor | None],
+                params: Sequence[int] = (), type: str | None = None,
+                name: str | None = None) -> Tensor:
     """ggml_dup_tensor + op: a new contiguous tensor of a's shape."""
     return _new(ctx, op, srcs, type or a.type, a.ne, params, name=name)
 
 
-def _view_tensor(ctx, op, a, srcs, params=(), name=None):
+def _view_tensor(ctx: Context, op: str, a: Tensor, srcs: Sequence[Tensor | None],
+                 params: Sequence[int] = (), name: str | None = None) -> Tensor:
     """ggml_view_tensor + op: all of a, same strides, sharing a's memory."""
     return _new(ctx, op, srcs, a.type, a.ne, params, view_of=a, view_offs=0, nb=list(a.nb),
                 name=name)
 
 
-def _un(ctx, op, a, params=(), inplace=False):
+def _un(ctx: Context, op: str, a: Tensor, params: Sequence[int] = (),
+        inplace: bool = False) -> Tensor:
     _check_tensor(a, op, "a")
     if inplace:
         return _view_tensor(ctx, op, a, [a], params)
@@ -216,48 +232,52 @@ def _un(ctx, op, a, params=(), inplace=False):
 # ---------------------------------------------------------------------------
 # views (no data movement)
 
-def view_tensor(ctx, a):
+def view_tensor(ctx: Context, a: Tensor) -> Tensor:
     """ggml_view_tensor: op NONE, same shape and strides, named '<a> (view)'."""
     t = _new(ctx, "NONE", [], a.type, a.ne, view_of=a, nb=list(a.nb))
     t.name = f"{a.name} (view)"[:63]
     return t
 
 
-def _view_impl(ctx, a, ne, nb, offset):
+def _view_impl(ctx: Context, a: Tensor, ne: Sequence[int], nb: Sequence[int],
+               offset: int) -> Tensor:
     _check_tensor(a, "VIEW", "a")
     ne = _ne4(ne)
     return ctx.view(a, list(reversed(ne)), nb=list(nb), offset=int(offset))
 
 
-def view_1d(ctx, a, ne0, offset=0):
+def view_1d(ctx: Context, a: Tensor, ne0: int, offset: int = 0) -> Tensor:
     es = type_size(a.type)
     n1 = ne0 // blck_size(a.type) * es
     return _view_impl(ctx, a, [ne0], [es, n1, n1, n1], offset)
 
 
-def view_2d(ctx, a, ne0, ne1, nb1, offset=0):
+def view_2d(ctx: Context, a: Tensor, ne0: int, ne1: int, nb1: int, offset: int = 0) -> Tensor:
     es = type_size(a.type)
     return _view_impl(ctx, a, [ne0, ne1], [es, nb1, nb1 * ne1, nb1 * ne1], offset)
 
 
-def view_3d(ctx, a, ne0, ne1, ne2, nb1, nb2, offset=0):
+def view_3d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, nb1: int, nb2: int,
+            offset: int = 0) -> Tensor:
     es = type_size(a.type)
     return _view_impl(ctx, a, [ne0, ne1, ne2], [es, nb1, nb2, nb2 * ne2], offset)
 
 
-def view_4d(ctx, a, ne0, ne1, ne2, ne3, nb1, nb2, nb3, offset=0):
+def view_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int, nb1: int, nb2: int,
+            nb3: int, offset: int = 0) -> Tensor:
     es = type_size(a.type)
     return _view_impl(ctx, a, [ne0, ne1, ne2, ne3], [es, nb1, nb2, nb3], offset)
 
 
-def reshape(ctx, a, b):
+def reshape(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """ggml_reshape: a's data with b's shape."""
     if nelements(a) != nelements(b):
-        _fail("RESHAPE", a, f"has {nelements(a)} elements, target shape {list(b.ne)} has {nelements(b)}")
+        _fail("RESHAPE", a, f"has {nelements(a)} elements, target shape {list(b.ne)} has "
+              f"{nelements(b)}")
     return reshape_4d(ctx, a, *b.ne)
 
 
-def _reshape(ctx, a, ne):
+def _reshape(ctx: Context, a: Tensor, ne: Sequence[int]) -> Tensor:
     _check_tensor(a, "RESHAPE", "a")
     if not is_contiguous(a):
         _fail("RESHAPE", a, "is not contiguous")
@@ -267,23 +287,24 @@ def _reshape(ctx, a, ne):
     return ctx.reshape(a, list(reversed(ne)))
 
 
-def reshape_1d(ctx, a, ne0):
+def reshape_1d(ctx: Context, a: Tensor, ne0: int) -> Tensor:
     return _reshape(ctx, a, [ne0])
 
 
-def reshape_2d(ctx, a, ne0, ne1):
+def reshape_2d(ctx: Context, a: Tensor, ne0: int, ne1: int) -> Tensor:
     return _reshape(ctx, a, [ne0, ne1])
 
 
-def reshape_3d(ctx, a, ne0, ne1, ne2):
+def reshape_3d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int) -> Tensor:
     return _reshape(ctx, a, [ne0, ne1, ne2])
 
 
-def reshape_4d(ctx, a, ne0, ne1, ne2, ne3):
+def reshape_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
     return _reshape(ctx, a, [ne0, ne1, ne2, ne3])
 
 
-def permute(ctx, a, axis0=0, axis1=1, axis2=2, axis3=3):
+def permute(ctx: Context, a: Tensor, axis0: int = 0, axis1: int = 1, axis2: int = 2,
+            axis3: int = 3) -> Tensor:
     """ggml_permute: source dim i goes to position axis_i."""
     _check_tensor(a, "PERMUTE", "a")
     axes = [axis0, axis1, axis2, axis3]
@@ -292,7 +313,7 @@ def permute(ctx, a, axis0=0, axis1=1, axis2=2, axis3=3):
     return ctx.permute(a, axes)
 
 
-def transpose(ctx, a):
+def transpose(ctx: Context, a: Tensor) -> Tensor:
     _check_tensor(a, "TRANSPOSE", "a")
     return ctx.transpose(a)
 
@@ -300,15 +321,15 @@ def transpose(ctx, a):
 # ---------------------------------------------------------------------------
 # copies
 
-def dup(ctx, a):
+def dup(ctx: Context, a: Tensor) -> Tensor:
     return _un(ctx, "DUP", a)
 
 
-def dup_inplace(ctx, a):
+def dup_inplace(ctx: Context, a: Tensor) -> Tensor:
     return _un(ctx, "DUP", a, inplace=True)
 
 
-def cpy(ctx, a, b):
+def cpy(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """ggml_cpy: copy a's elements (logical order) into b; returns a view of b."""
     _check_tensor(a, "CPY", "a")
     _check_tensor(b, "CPY", "b")
@@ -320,21 +341,21 @@ def cpy(ctx, a, b):
     return t
 
 
-def cast(ctx, a, type):
+def cast(ctx: Context, a: Tensor, type: str) -> Tensor:
     _check_tensor(a, "CPY", "a")
     t = _new(ctx, "CPY", [a], type, a.ne)
     t.set_src(1, t)
     return t
 
 
-def cont(ctx, a):
+def cont(ctx: Context, a: Tensor) -> Tensor:
     _check_tensor(a, "CONT", "a")
     t = _dup_tensor(ctx, "CONT", a, [a])
     t.name = f"{a.name} (cont)".encode()[:63].decode(errors="ignore")
     return t
 
 
-def cont_4d(ctx, a, ne0, ne1, ne2, ne3):
+def cont_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
     _check_tensor(a, "CONT", "a")
     if ne0 * ne1 * ne2 * ne3 != nelements(a):
         _fail("CONT", a, f"{nelements(a)} elements cannot take shape {[ne0, ne1, ne2, ne3]}")
@@ -343,22 +364,22 @@ def cont_4d(ctx, a, ne0, ne1, ne2, ne3):
     return t
 
 
-def cont_1d(ctx, a, ne0):
+def cont_1d(ctx: Context, a: Tensor, ne0: int) -> Tensor:
     return cont_4d(ctx, a, ne0, 1, 1, 1)
 
 
-def cont_2d(ctx, a, ne0, ne1):
+def cont_2d(ctx: Context, a: Tensor, ne0: int, ne1: int) -> Tensor:
     return cont_4d(ctx, a, ne0, ne1, 1, 1)
 
 
-def cont_3d(ctx, a, ne0, ne1, ne2):
+def cont_3d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int) -> Tensor:
     return cont_4d(ctx, a, ne0, ne1, ne2, 1)
 
 
 # ---------------------------------------------------------------------------
 # element-wise binary
 
-def _binary(ctx, op, a, b, inplace=False):
+def _binary(ctx: Context, op: str, a: Tensor, b: Tensor, inplace: bool = False) -> Tensor:
     _check_tensor(a, op, "a")
     _check_tensor(b, op, "b")
     if not can_repeat(b, a):
@@ -368,39 +389,40 @@ def _binary(ctx, op, a, b, inplace=False):
     return _dup_tensor(ctx, op, a, [a, b])
 
 
-def add(ctx, a, b):
+def add(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     return _binary(ctx, "ADD", a, b)
 
 
-def add_inplace(ctx, a, b):
+def add_inplace(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     return _binary(ctx, "ADD", a, b, inplace=True)
 
 
-def sub(ctx, a, b):
+def sub(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     return _binary(ctx, "SUB", a, b)
 
 
-def sub_inplace(ctx, a, b):
+def sub_inplace(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     return _binary(ctx, "SUB", a, b, inplace=True)
 
 
-def mul(ctx, a, b):
+def mul(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     return _binary(ctx, "MUL", a, b)
 
 
-def mul_inplace(ctx, a, b):
+def mul_inplace(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     return _binary(ctx, "MUL", a, b, inplace=True)
 
 
-def div(ctx, a, b):
+def div(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     return _binary(ctx, "DIV", a, b)
 
 
-def div_inplace(ctx, a, b):
+def div_inplace(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     return _binary(ctx, "DIV", a, b, inplace=True)
 
 
-def acc(ctx, a, b, nb1, nb2, nb3, offset, inplace=False):
+def acc(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset: int,
+        inplace: bool = False) -> Tensor:
     op = "ACC"
     _check_tensor(a, op, "a")
     _check_tensor(b, op, "b")
@@ -416,30 +438,31 @@ def acc(ctx, a, b, nb1, nb2, nb3, offset, inplace=False):
     return _dup_tensor(ctx, op, a, [a, b], params)
 
 
-def acc_inplace(ctx, a, b, nb1, nb2, nb3, offset):
+def acc_inplace(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int,
+                offset: int) -> Tensor:
     return acc(ctx, a, b, nb1, nb2, nb3, offset, inplace=True)
 
 
 # ---------------------------------------------------------------------------
 # element-wise unary and friends
 
-def sqr(ctx, a):
+def sqr(ctx: Context, a: Tensor) -> Tensor:
     return _un(ctx, "SQR", a)
 
 
-def sqrt(ctx, a):
+def sqrt(ctx: Context, a: Tensor) -> Tensor:
     return _un(ctx, "SQRT", a)
 
 
-def scale(ctx, a, s):
+def scale(ctx: Context, a: Tensor, s: float) -> Tensor:
     return scale_bias(ctx, a, s, 0.0)
 
 
-def scale_inplace(ctx, a, s):
+def scale_inplace(ctx: Context, a: Tensor, s: float) -> Tensor:
     return scale_bias(ctx, a, s, 0.0, inplace=True)
 
 
-def scale_bias(ctx, a, s, b, inplace=False):
+def scale_bias(ctx: Context, a: Tensor, s: float, b: float, inplace: bool = False) -> Tensor:
     _check_tensor(a, "SCALE", "a")
     ne, nb = a.ne, a.nb
     if not (nb[0] == type_size(a.type) and nb[2] == nb[1] * ne[1] and nb[3] == nb[2] * ne[2]):
@@ -447,13 +470,13 @@ def scale_bias(ctx, a, s, b, inplace=False):
     return _un(ctx, "SCALE", a, [f32_bits(s), f32_bits(b)], inplace)
 
 
-def clamp(ctx, a, min, max):
+def clamp(ctx: Context, a: Tensor, min: float, max: float) -> Tensor:
     """ggml_clamp: returns a view of a and clamps in place."""
     _check_tensor(a, "CLAMP", "a")
     return _view_tensor(ctx, "CLAMP", a, [a], [f32_bits(min), f32_bits(max)])
 
 
-def unary(ctx, a, op, inplace=False):
+def unary(ctx: Context, a: Tensor, op: str | int, inplace: bool = False) -> Tensor:
     _check_tensor(a, "UNARY", "a")
     if not is_contiguous_rows(a):
         _fail("UNARY", a, "rows are not contiguous")
@@ -463,32 +486,55 @@ def unary(ctx, a, op, inplace=False):
     return _un(ctx, "UNARY", a, [op], inplace)
 
 
-def unary_inplace(ctx, a, op):
+def unary_inplace(ctx: Context, a: Tensor, op: str | int) -> Tensor:
     return unary(ctx, a, op, inplace=True)
 
 
-def _make_unary(name):
-    def f(ctx, a):
+class UnaryBuilder(Protocol):
+    def __call__(self, ctx: Context, a: Tensor) -> Tensor: ...
+
+
+def _make_unary(name: str) -> UnaryBuilder:
+    def f(ctx: Context, a: Tensor) -> Tensor:
         return unary(ctx, a, name)
     f.__name__ = name.lower()
     f.__doc__ = f"ggml_{name.lower()}: UNARY {name}."
     return f
 
 
-for _n in UNARY_OPS:
-    if _n != "XIELU":
-        globals()[_n.lower()] = _make_unary(_n)
-del _n
+# ggml_abs, ggml_relu, ...: one builder per unary op (XIELU has parameters: xielu below)
+abs = _make_unary("ABS")
+sgn = _make_unary("SGN")
+neg = _make_unary("NEG")
+step = _make_unary("STEP")
+tanh = _make_unary("TANH")
+elu = _make_unary("ELU")
+relu = _make_unary("RELU")
+sigmoid = _make_unary("SIGMOID")
+gelu = _make_unary("GELU")
+gelu_quick = _make_unary("GELU_QUICK")
+silu = _make_unary("SILU")
+hardswish = _make_unary("HARDSWISH")
+hardsigmoid = _make_unary("HARDSIGMOID")
+exp = _make_unary("EXP")
+expm1 = _make_unary("EXPM1")
+softplus = _make_unary("SOFTPLUS")
+gelu_erf = _make_unary("GELU_ERF")
+floor = _make_unary("FLOOR")
+ceil = _make_unary("CEIL")
+round = _make_unary("ROUND")
+trunc = _make_unary("TRUNC")
 
 
-def _softplus_f32(x):
+def _softplus_f32(x: float) -> float:
     import numpy as np
-    x = np.float32(x)
+    x32 = np.float32(x)
     with np.errstate(over="ignore"):
-        return float(x if x > 20.0 else np.log(np.float32(1) + np.exp(x)))
+        return float(x32 if x32 > 20.0 else np.log(np.float32(1) + np.exp(x32)))
 
 
-def xielu(ctx, a, alpha_n, alpha_p, beta, eps):
+def xielu(ctx: Context, a: Tensor, alpha_n: float, alpha_p: float, beta: float,
+          eps: float) -> Tensor:
     """ggml_xielu: UNARY XIELU; op_params [op, beta + softplus(alpha_n), softplus(alpha_p),
     beta, eps] (floats as float32 bits)."""
     import numpy as np
@@ -498,7 +544,7 @@ def xielu(ctx, a, alpha_n, alpha_p, beta, eps):
                        f32_bits(_softplus_f32(alpha_p)), f32_bits(beta), f32_bits(eps)])
 
 
-def swiglu_oai(ctx, a, b, alpha, limit):
+def swiglu_oai(ctx: Context, a: Tensor, b: Tensor | None, alpha: float, limit: float) -> Tensor:
     """ggml_swiglu_oai: GLU SWIGLU_OAI with op_params [op, 0, alpha, limit]."""
     t = _glu_impl(ctx, a, b, "SWIGLU_OAI", False)
     p = t.op_params
@@ -507,15 +553,16 @@ def swiglu_oai(ctx, a, b, alpha, limit):
     return t
 
 
-def glu(ctx, a, op, swapped=False):
+def glu(ctx: Context, a: Tensor, op: str | int, swapped: bool = False) -> Tensor:
     return _glu_impl(ctx, a, None, op, swapped)
 
 
-def glu_split(ctx, a, b, op):
+def glu_split(ctx: Context, a: Tensor, b: Tensor, op: str | int) -> Tensor:
     return _glu_impl(ctx, a, b, op, False)
 
 
-def _glu_impl(ctx, a, b, op, swapped):
+def _glu_impl(ctx: Context, a: Tensor, b: Tensor | None, op: str | int,
+              swapped: bool) -> Tensor:
     _check_tensor(a, "GLU", "a")
     if not is_contiguous_1(a):
         _fail("GLU", a, "is not contiguous in dims 1..3")
@@ -532,69 +579,80 @@ def _glu_impl(ctx, a, b, op, swapped):
     return _new(ctx, "GLU", [a, b] if b is not None else [a], a.type, ne, [op, int(bool(swapped))])
 
 
-def _make_glu(name):
-    def f(ctx, a, swapped=False):
+class GluBuilder(Protocol):
+    def __call__(self, ctx: Context, a: Tensor, swapped: bool = False) -> Tensor: ...
+
+
+class GluSplitBuilder(Protocol):
+    def __call__(self, ctx: Context, a: Tensor, b: Tensor) -> Tensor: ...
+
+
+def _make_glu(name: str) -> tuple[GluBuilder, GluSplitBuilder]:
+    def f(ctx: Context, a: Tensor, swapped: bool = False) -> Tensor:
         return glu(ctx, a, name, swapped)
 
-    def fs(ctx, a, b):
+    def fs(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         return glu_split(ctx, a, b, name)
     f.__name__ = name.lower()
     fs.__name__ = name.lower() + "_split"
     return f, fs
 
 
-for _n in ("REGLU", "GEGLU", "SWIGLU", "GEGLU_ERF", "GEGLU_QUICK"):
-    globals()[_n.lower()], globals()[_n.lower() + "_split"] = _make_glu(_n)
-del _n
+# ggml_swiglu (one input, halves) and ggml_swiglu_split (two inputs), ... per GLU op
+reglu, reglu_split = _make_glu("REGLU")
+geglu, geglu_split = _make_glu("GEGLU")
+swiglu, swiglu_split = _make_glu("SWIGLU")
+geglu_erf, geglu_erf_split = _make_glu("GEGLU_ERF")
+geglu_quick, geglu_quick_split = _make_glu("GEGLU_QUICK")
 
 
-def reglu_swapped(ctx, a):
+def reglu_swapped(ctx: Context, a: Tensor) -> Tensor:
     return glu(ctx, a, "REGLU", True)
 
 
-def geglu_swapped(ctx, a):
+def geglu_swapped(ctx: Context, a: Tensor) -> Tensor:
     return glu(ctx, a, "GEGLU", True)
 
 
-def swiglu_swapped(ctx, a):
+def swiglu_swapped(ctx: Context, a: Tensor) -> Tensor:
     return glu(ctx, a, "SWIGLU", True)
 
 
 # ---------------------------------------------------------------------------
 # reductions, norms
 
-def sum(ctx, a):
+def sum(ctx: Context, a: Tensor) -> Tensor:
     _check_tensor(a, "SUM", "a")
     return _new(ctx, "SUM", [a], a.type, [1])
 
 
-def sum_rows(ctx, a):
+def sum_rows(ctx: Context, a: Tensor) -> Tensor:
     _check_tensor(a, "SUM_ROWS", "a")
     return _new(ctx, "SUM_ROWS", [a], a.type, [1] + list(a.ne[1:]))
 
 
-def mean(ctx, a):
+def mean(ctx: Context, a: Tensor) -> Tensor:
     _check_tensor(a, "MEAN", "a")
     return _new(ctx, "MEAN", [a], "f32", [1] + list(a.ne[1:]))
 
 
-def norm(ctx, a, eps, inplace=False):
+def norm(ctx: Context, a: Tensor, eps: float, inplace: bool = False) -> Tensor:
     return _un(ctx, "NORM", a, [f32_bits(eps)], inplace)
 
 
-def rms_norm(ctx, a, eps, inplace=False):
+def rms_norm(ctx: Context, a: Tensor, eps: float, inplace: bool = False) -> Tensor:
     return _un(ctx, "RMS_NORM", a, [f32_bits(eps)], inplace)
 
 
-def norm_inplace(ctx, a, eps):
+def norm_inplace(ctx: Context, a: Tensor, eps: float) -> Tensor:
     return norm(ctx, a, eps, True)
 
 
-def rms_norm_inplace(ctx, a, eps):
+def rms_norm_inplace(ctx: Context, a: Tensor, eps: float) -> Tensor:
     return rms_norm(ctx, a, eps, True)
 
 
-def repeat(ctx, a, b):
+def repeat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     _check_tensor(a, "REPEAT", "a")
     _check_tensor(b, "REPEAT", "b")
     if not can_repeat(a, b):
@@ -602,7 +660,7 @@ def repeat(ctx, a, b):
     return _new(ctx, "REPEAT", [a], a.type, b.ne)
 
 
-def repeat_4d(ctx, a, ne0, ne1, ne2, ne3):
+def repeat_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
     _check_tensor(a, "REPEAT", "a")
     ne = [ne0, ne1, ne2, ne3]
     if not (is_empty(a) or all(ne[i] % a.ne[i] == 0 for i in range(4))):
@@ -610,7 +668,7 @@ def repeat_4d(ctx, a, ne0, ne1, ne2, ne3):
     return _new(ctx, "REPEAT", [a], a.type, ne)
 
 
-def concat(ctx, a, b, dim):
+def concat(ctx: Context, a: Tensor, b: Tensor, dim: int) -> Tensor:
     _check_tensor(a, "CONCAT", "a")
     _check_tensor(b, "CONCAT", "b")
     if not 0 <= dim < 4:
@@ -631,11 +689,11 @@ def concat(ctx, a, b, dim):
 # ---------------------------------------------------------------------------
 # matrix products
 
-def _can_mul_mat(a, b):
+def _can_mul_mat(a: Tensor, b: Tensor) -> bool:
     return a.ne[0] == b.ne[0] and b.ne[2] % a.ne[2] == 0 and b.ne[3] % a.ne[3] == 0
 
 
-def mul_mat(ctx, a, b):
+def mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     _check_tensor(a, "MUL_MAT", "a")
     _check_tensor(b, "MUL_MAT", "b")
     if not _can_mul_mat(a, b):
@@ -646,7 +704,7 @@ def mul_mat(ctx, a, b):
     return _new(ctx, "MUL_MAT", [a, b], "f32", [a.ne[1], b.ne[1], b.ne[2], b.ne[3]])
 
 
-def mul_mat_set_prec(a, prec):
+def mul_mat_set_prec(a: Tensor, prec: str | int) -> None:
     if a.op != "MUL_MAT":
         _fail("mul_mat_set_prec", a, "is not a MUL_MAT")
     p = a.op_params
@@ -654,7 +712,7 @@ def mul_mat_set_prec(a, prec):
     a.set_op_params(p)
 
 
-def mul_mat_id(ctx, as_, b, ids):
+def mul_mat_id(ctx: Context, as_: Tensor, b: Tensor, ids: Tensor) -> Tensor:
     op = "MUL_MAT_ID"
     for t, w in ((as_, "as"), (b, "b"), (ids, "ids")):
         _check_tensor(t, op, w)
@@ -680,7 +738,7 @@ def mul_mat_id(ctx, as_, b, ids):
 # ---------------------------------------------------------------------------
 # rows
 
-def get_rows(ctx, a, b):
+def get_rows(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     op = "GET_ROWS"
     _check_tensor(a, op, "a")
     _check_tensor(b, op, "b")
@@ -695,7 +753,7 @@ def get_rows(ctx, a, b):
     return _new(ctx, op, [a, b], type, [a.ne[0], b.ne[0], b.ne[1], b.ne[2]])
 
 
-def set_rows(ctx, a, b, c):
+def set_rows(ctx: Context, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
     """ggml_set_rows(dst a, src b, ids c): returns a view of a; src order is (b, c, a)."""
     op = "SET_ROWS"
     _check_tensor(a, op, "a")
@@ -720,26 +778,27 @@ def set_rows(ctx, a, b, c):
     return _view_tensor(ctx, op, a, [b, c, a])
 
 
-def diag_mask_inf(ctx, a, n_past, inplace=False):
+def diag_mask_inf(ctx: Context, a: Tensor, n_past: int, inplace: bool = False) -> Tensor:
     return _un(ctx, "DIAG_MASK_INF", a, [int(n_past)], inplace)
 
 
-def diag_mask_inf_inplace(ctx, a, n_past):
+def diag_mask_inf_inplace(ctx: Context, a: Tensor, n_past: int) -> Tensor:
     return diag_mask_inf(ctx, a, n_past, True)
 
 
 # ---------------------------------------------------------------------------
 # attention pieces
 
-def soft_max(ctx, a):
+def soft_max(ctx: Context, a: Tensor) -> Tensor:
     return soft_max_ext(ctx, a, None, 1.0, 0.0)
 
 
-def soft_max_inplace(ctx, a):
+def soft_max_inplace(ctx: Context, a: Tensor) -> Tensor:
     return soft_max_ext(ctx, a, None, 1.0, 0.0, inplace=True)
 
 
-def soft_max_ext(ctx, a, mask, scale, max_bias, inplace=False):
+def soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None, scale: float, max_bias: float,
+                 inplace: bool = False) -> Tensor:
     op = "SOFT_MAX"
     _check_tensor(a, op, "a")
     if not is_contiguous(a):
@@ -765,13 +824,16 @@ def soft_max_ext(ctx, a, mask, scale, max_bias, inplace=False):
     return _dup_tensor(ctx, op, a, srcs, params)
 
 
-def soft_max_ext_inplace(ctx, a, mask, scale, max_bias):
+def soft_max_ext_inplace(ctx: Context, a: Tensor, mask: Tensor | None, scale: float,
+                         max_bias: float) -> Tensor:
     return soft_max_ext(ctx, a, mask, scale, max_bias, inplace=True)
 
 
-def rope_ext(ctx, a, b, c, n_dims, mode, n_ctx_orig=0, freq_base=10000.0, freq_scale=1.0,
-             ext_factor=0.0, attn_factor=1.0, beta_fast=32.0, beta_slow=1.0, inplace=False,
-             sections=None):
+def rope_ext(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None, n_dims: int, mode: str | int,
+             n_ctx_orig: int = 0, freq_base: float = 10000.0, freq_scale: float = 1.0,
+             ext_factor: float = 0.0, attn_factor: float = 1.0, beta_fast: float = 32.0,
+             beta_slow: float = 1.0, inplace: bool = False,
+             sections: Sequence[int] | None = None) -> Tensor:
     op = "ROPE"
     _check_tensor(a, op, "a")
     _check_tensor(b, op, "b (positions)")
@@ -806,22 +868,30 @@ def rope_ext(ctx, a, b, c, n_dims, mode, n_ctx_orig=0, freq_base=10000.0, freq_s
     return _dup_tensor(ctx, op, a, srcs, params)
 
 
-def rope_ext_inplace(ctx, a, b, c, n_dims, mode, *args, **kw):
-    return rope_ext(ctx, a, b, c, n_dims, mode, *args, inplace=True, **kw)
+def rope_ext_inplace(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None, n_dims: int,
+                     mode: str | int, n_ctx_orig: int = 0, freq_base: float = 10000.0,
+                     freq_scale: float = 1.0, ext_factor: float = 0.0, attn_factor: float = 1.0,
+                     beta_fast: float = 32.0, beta_slow: float = 1.0) -> Tensor:
+    return rope_ext(ctx, a, b, c, n_dims, mode, n_ctx_orig, freq_base, freq_scale, ext_factor,
+                    attn_factor, beta_fast, beta_slow, inplace=True)
 
 
-def rope(ctx, a, b, n_dims, mode):
+def rope(ctx: Context, a: Tensor, b: Tensor, n_dims: int, mode: str | int) -> Tensor:
     """ggml_rope: rope_ext with base 10000 and no scaling (beta_fast = beta_slow = 0)."""
     return rope_ext(ctx, a, b, None, n_dims, mode, 0, 10000.0, 1.0, 0.0, 1.0, 0.0, 0.0)
 
 
-def rope_multi(ctx, a, b, c, n_dims, sections, mode, n_ctx_orig, freq_base, freq_scale,
-               ext_factor, attn_factor, beta_fast, beta_slow):
+def rope_multi(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None, n_dims: int,
+               sections: Sequence[int], mode: str | int, n_ctx_orig: int, freq_base: float,
+               freq_scale: float, ext_factor: float, attn_factor: float, beta_fast: float,
+               beta_slow: float) -> Tensor:
     return rope_ext(ctx, a, b, c, n_dims, mode, n_ctx_orig, freq_base, freq_scale, ext_factor,
                     attn_factor, beta_fast, beta_slow, sections=sections)
 
 
-def flash_attn_ext(ctx, q, k, v, mask, scale, max_bias=0.0, logit_softcap=0.0, prec=None):
+def flash_attn_ext(ctx: Context, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+                   scale: float, max_bias: float = 0.0, logit_softcap: float = 0.0,
+                   prec: str | int | None = None) -> Tensor:
     op = "FLASH_ATTN_EXT"
     for t, w in ((q, "q"), (k, "k"), (v, "v")):
         _check_tensor(t, op, w)
@@ -846,7 +916,7 @@ def flash_attn_ext(ctx, q, k, v, mask, scale, max_bias=0.0, logit_softcap=0.0, p
     return _new(ctx, op, srcs, "f32", [v.ne[0], q.ne[2], q.ne[1], q.ne[3]], params)
 
 
-def flash_attn_ext_add_sinks(a, sinks):
+def flash_attn_ext_add_sinks(a: Tensor, sinks: Tensor | None) -> None:
     """ggml_flash_attn_ext_add_sinks: sinks (f32, one per head) become src[4]."""
     if sinks is None:
         return
@@ -857,7 +927,7 @@ def flash_attn_ext_add_sinks(a, sinks):
     a.set_src(4, sinks)
 
 
-def soft_max_add_sinks(a, sinks):
+def soft_max_add_sinks(a: Tensor, sinks: Tensor | None) -> None:
     """ggml_soft_max_add_sinks: sinks (f32, one per head) become src[2]."""
     if sinks is None:
         return
@@ -870,7 +940,7 @@ def soft_max_add_sinks(a, sinks):
     a.set_src(2, sinks)
 
 
-def flash_attn_ext_set_prec(a, prec):
+def flash_attn_ext_set_prec(a: Tensor, prec: str | int) -> None:
     if a.op != "FLASH_ATTN_EXT":
         _fail("flash_attn_ext_set_prec", a, "is not a FLASH_ATTN_EXT")
     p = a.op_params
@@ -881,21 +951,21 @@ def flash_attn_ext_set_prec(a, prec):
 # ---------------------------------------------------------------------------
 # sorting
 
-def argsort(ctx, a, order="ASC"):
+def argsort(ctx: Context, a: Tensor, order: str | int = "ASC") -> Tensor:
     _check_tensor(a, "ARGSORT", "a")
     if a.ne[0] > 2**31 - 1:
         _fail("ARGSORT", a, "rows longer than INT32_MAX")
     return _new(ctx, "ARGSORT", [a], "i32", a.ne, [sort_order_id(order)])
 
 
-def argsort_top_k(ctx, a, k):
+def argsort_top_k(ctx: Context, a: Tensor, k: int) -> Tensor:
     if a.ne[0] < k:
         _fail("ARGSORT", a, f"has {a.ne[0]} values per row, fewer than k={k}")
     r = argsort(ctx, a, "DESC")
     return view_4d(ctx, r, k, r.ne[1], r.ne[2], r.ne[3], r.nb[1], r.nb[2], r.nb[3], 0)
 
 
-def top_k(ctx, a, k):
+def top_k(ctx: Context, a: Tensor, k: int) -> Tensor:
     _check_tensor(a, "TOP_K", "a")
     if a.ne[0] < k:
         _fail("TOP_K", a, f"has {a.ne[0]} values per row, fewer than k={k}")
@@ -905,7 +975,7 @@ def top_k(ctx, a, k):
 # ---------------------------------------------------------------------------
 # generators and padding
 
-def arange(ctx, start, stop, step):
+def arange(ctx: Context, start: float, stop: float, step: float) -> Tensor:
     if not stop > start:
         raise GraphError(f"ARANGE: stop ({stop}) must be greater than start ({start})")
     import numpy as np
@@ -914,35 +984,38 @@ def arange(ctx, start, stop, step):
                 [f32_bits(start), f32_bits(stop), f32_bits(step)])
 
 
-def timestep_embedding(ctx, timesteps, dim, max_period=10000):
+def timestep_embedding(ctx: Context, timesteps: Tensor, dim: int,
+                       max_period: int = 10000) -> Tensor:
     _check_tensor(timesteps, "TIMESTEP_EMBEDDING", "timesteps")
     return _new(ctx, "TIMESTEP_EMBEDDING", [timesteps], "f32", [dim, timesteps.ne[0]],
                 [int(dim), int(max_period)])
 
 
-def pad_ext(ctx, a, lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3, circular=False):
+def pad_ext(ctx: Context, a: Tensor, lp0: int, rp0: int, lp1: int, rp1: int, lp2: int, rp2: int,
+            lp3: int, rp3: int, circular: bool = False) -> Tensor:
     _check_tensor(a, "PAD", "a")
     p = [lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3]
     ne = [a.ne[i] + p[2 * i] + p[2 * i + 1] for i in range(4)]
     return _new(ctx, "PAD", [a], a.type, ne, [int(x) for x in p] + [1 if circular else 0])
 
 
-def pad(ctx, a, p0, p1, p2=0, p3=0):
+def pad(ctx: Context, a: Tensor, p0: int, p1: int, p2: int = 0, p3: int = 0) -> Tensor:
     return pad_ext(ctx, a, 0, p0, 0, p1, 0, p2, 0, p3)
 
 
-def pad_circular(ctx, a, p0, p1, p2=0, p3=0):
+def pad_circular(ctx: Context, a: Tensor, p0: int, p1: int, p2: int = 0, p3: int = 0) -> Tensor:
     return pad_ext(ctx, a, 0, p0, 0, p1, 0, p2, 0, p3, circular=True)
 
 
-def pad_ext_circular(ctx, a, lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3):
+def pad_ext_circular(ctx: Context, a: Tensor, lp0: int, rp0: int, lp1: int, rp1: int, lp2: int,
+                     rp2: int, lp3: int, rp3: int) -> Tensor:
     return pad_ext(ctx, a, lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3, circular=True)
 
 
 # ---------------------------------------------------------------------------
 # dispatch by C name (op case files)
 
-def builder(call):
+def builder(call: str) -> Callable[..., Tensor]:
     """The builder for a ggml C function name ('ggml_mul_mat' -> mul_mat)."""
     name = call[5:] if call.startswith("ggml_") else call
     if name == "mul_mat_id":
@@ -950,7 +1023,8 @@ def builder(call):
     f = globals().get(name)
     if f is None or not callable(f) or name.startswith("_") or name in _NOT_BUILDERS:
         raise GraphError(f"no op builder for {call!r}")
-    return f
+    built: Callable[..., Tensor] = f
+    return built
 
 
 _NOT_BUILDERS = {"builder", "flash_attn_ext_add_sinks", "soft_max_add_sinks",

@@ -1,54 +1,45 @@
 """ops-check: rebuild ggml's op case files and model files, compute them on a backend and
 compare with the stored reference results (the rules of OPS_CASES.md / test-backend-ops).
 
-    ops-check PATH... [--backend NAME] [--json]
-
-A folder means every *.json in it and in its sub-folders (models included).
+Each PATH is an op case file (a JSON list of cases), a model file (a JSON object with
+"calls"), or a folder: every *.json in it and in its sub-folders. Every file is read and
+checked before the first case runs. Prints a line per case (OK, FAIL or SKIP, with the
+error and the tolerance), then `N passed, M failed, K skipped`; the exit status is 1
+when a case failed.
 """
+
+from __future__ import annotations
 
 import argparse
 import base64
 import glob
 import json
 import os
-import sys
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from ggml_py import backends, cli, ops, quants
+from ggml_py._backend import Backend, view_init, get_buffer
 from ggml_py._core import Context, Graph
-from ggml_py._backend import view_init, get_buffer
 from ggml_py.errors import CaseFormatError, BackendError, GraphError
-from ggml_py import ops, quants
 
 FLT_MAX = float(np.finfo(np.float32).max)
+# what a malformed case or an op the backend gets wrong raises: that case fails, the
+# run goes on
+CASE_ERRORS = (GraphError, BackendError, CaseFormatError, KeyError, ValueError, TypeError,
+               AttributeError, IndexError)
 
 
 # ---------------------------------------------------------------------------
-# backends by name
+# backends by name (the registry of ggml_py.backends: those that compute)
 
-def _cpu_backend():
-    from ggml_py.backends.cpu import CPUBackend
-    return CPUBackend()
-
-
-def _opencl_backend():
-    from ggml_py.backends.opencl import OpenCLBackend
-    return OpenCLBackend()
-
-
-BACKENDS = {"cpu": _cpu_backend, "opencl": _opencl_backend}
-
-
-def register_backend(name, factory):
-    """Make `ops-check --backend name` use factory() (a Backend with host-readable buffers)."""
-    BACKENDS[name] = factory
-
-
-def make_backend(name):
-    try:
-        return BACKENDS[name]()
-    except KeyError:
-        raise BackendError(f"unknown backend {name!r}; known: {', '.join(sorted(BACKENDS))}") from None
+def make_backend(name: str) -> Backend:
+    """A new backend of the registry's computing backends ('cpu', 'opencl', ...)."""
+    names = backends.available(computes=True)
+    if name not in names:
+        raise BackendError(f"unknown backend {name!r}; ops-check runs on {', '.join(names)}")
+    return backends.create(name)
 
 
 # ---------------------------------------------------------------------------
@@ -293,7 +284,7 @@ def run_case(case, backend):
         res.update(passed=bool(ok), error=float(err), message=msg)
     except NotImplementedError as e:
         res.update(skipped=True, message=str(e))
-    except (GraphError, BackendError, CaseFormatError, KeyError, ValueError) as e:
+    except CASE_ERRORS as e:
         res.update(passed=False, message=f"{type(e).__name__}: {e}")
     return res
 
@@ -353,7 +344,7 @@ def run_model(model, backend):
         res.update(passed=ok, error=worst, message="; ".join(msgs))
     except NotImplementedError as e:
         res.update(skipped=True, message=str(e))
-    except (GraphError, BackendError, CaseFormatError, KeyError, ValueError) as e:
+    except CASE_ERRORS as e:
         res.update(passed=False, message=f"{type(e).__name__}: {e}")
     return res
 
@@ -361,42 +352,54 @@ def run_model(model, backend):
 # ---------------------------------------------------------------------------
 # files
 
-def case_files(paths):
-    files = []
-    for p in paths:
+def case_files(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """The files behind `paths`: a folder means every *.json in it and below."""
+    files: list[str] = []
+    for p in map(os.fspath, paths):
         if os.path.isdir(p):
             files += sorted(glob.glob(os.path.join(p, "**", "*.json"), recursive=True))
         elif os.path.exists(p):
             files.append(p)
         else:
-            raise FileNotFoundError(f"no such file or folder: {p}")
+            raise FileNotFoundError(2, "no such file or folder", p)
     return files
 
 
-def load_cases(path):
-    """[(kind, case)] of one file: kind 'op' for op cases, 'model' for a model file."""
-    with open(path) as f:
-        data = json.load(f)
+def load_cases(path: str) -> list[tuple[str, dict[str, Any]]]:
+    """[(kind, case)] of one file: kind 'op' for op cases, 'model' for a model file.
+    CaseFormatError names the file when it is neither."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CaseFormatError(f"{path}: not a JSON file ({e})") from None
     if isinstance(data, dict) and "calls" in data:
         return [("model", data)]
-    if isinstance(data, list):
-        return [("op", c) for c in data]
     if isinstance(data, dict) and "call" in data:
         return [("op", data)]
-    raise CaseFormatError(f"{path}: neither an op case list nor a model file")
+    if isinstance(data, list) and data and all(isinstance(c, dict) and "call" in c
+                                               for c in data):
+        return [("op", c) for c in data]
+    raise CaseFormatError(f"{path}: neither a list of op cases (objects with \"call\") "
+                          f"nor a model file (an object with \"calls\")")
 
 
-def iter_results(paths, backend_name="cpu"):
+def iter_results(paths: Sequence[str | os.PathLike[str]],
+                 backend_name: str = "cpu") -> Iterator[dict[str, Any]]:
+    """Result dicts, case by case; every file is loaded and checked before the first
+    case runs."""
     backend = make_backend(backend_name)
-    for path in case_files(paths):
-        for kind, case in load_cases(path):
+    loaded = [(path, load_cases(path)) for path in case_files(paths)]
+    for path, cases in loaded:
+        for kind, case in cases:
             r = run_model(case, backend) if kind == "model" else run_case(case, backend)
             r["file"] = path
             r["kind"] = kind
             yield r
 
 
-def run_ops_check(paths, backend_name="cpu"):
+def run_ops_check(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+                  backend_name: str = "cpu") -> list[dict[str, Any]]:
     """Run every case of the given files/folders; a list of result dicts
     {name, passed, error, tolerance, skipped, message, file, kind}."""
     if isinstance(paths, (str, os.PathLike)):
@@ -404,7 +407,7 @@ def run_ops_check(paths, backend_name="cpu"):
     return list(iter_results(paths, backend_name))
 
 
-def _fmt(r):
+def _fmt(r: dict[str, Any]) -> str:
     if r["skipped"]:
         status = "SKIP"
     else:
@@ -415,35 +418,29 @@ def _fmt(r):
     return f"{status} {r['name']}{err}{tol}{msg}"
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="ops-check", description=__doc__.splitlines()[0])
-    ap.add_argument("paths", nargs="+", metavar="PATH", help="case file or folder")
-    ap.add_argument("--backend", default="cpu", help="backend to compute on (default: cpu)")
-    ap.add_argument("--json", action="store_true", help="one JSON object per line")
-    a = ap.parse_args(argv)
-    npass = nfail = nskip = 0
-    try:
-        for r in iter_results(a.paths, a.backend):
-            if r["skipped"]:
-                nskip += 1
-            elif r["passed"]:
-                npass += 1
-            else:
-                nfail += 1
-            if a.json:
-                d = dict(r)
-                if d["error"] is not None and not np.isfinite(d["error"]):
-                    d["error"] = None if np.isnan(d["error"]) else str(d["error"])
-                print(json.dumps(d), flush=True)
-            else:
-                print(_fmt(r), flush=True)
-    except (FileNotFoundError, CaseFormatError, BackendError, json.JSONDecodeError) as e:
-        print(f"ops-check: {e}", file=sys.stderr)
-        print(f"{npass} passed, {nfail + 1} failed, {nskip} skipped")
-        return 2
-    print(f"{npass} passed, {nfail} failed, {nskip} skipped")
-    return 0 if nfail == 0 else 1
+# ---------------------------------------------------------------------------
+# the command line: `ggml-py ops-check`
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    names = backends.available(computes=True)
+    p.add_argument("paths", nargs="+", metavar="PATH", type=cli.input_file_or_folder("*.json"),
+                   help="an op case file, a model file, or a folder of them")
+    p.add_argument("--backend", default="cpu", choices=names, metavar="NAME",
+                   help=f"the backend to compute on: {', '.join(names)} (default: cpu)")
+    p.add_argument("--json", action="store_true", help="one JSON object per case and line")
+    p.set_defaults(func=run)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def run(args: argparse.Namespace) -> int:
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    for r in iter_results(args.paths, args.backend):
+        counts["skipped" if r["skipped"] else "passed" if r["passed"] else "failed"] += 1
+        if args.json:
+            d = dict(r)
+            if d["error"] is not None and not np.isfinite(d["error"]):
+                d["error"] = None if np.isnan(d["error"]) else str(d["error"])
+            print(json.dumps(d), flush=True)
+        else:
+            print(_fmt(r), flush=True)
+    print(", ".join(f"{n} {k}" for k, n in counts.items()))
+    return cli.EXIT_FAILED if counts["failed"] else cli.EXIT_OK

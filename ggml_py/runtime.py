@@ -27,11 +27,17 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ggml_py._backend import get_buffer
 from ggml_py.errors import BackendError, SchedulerError
+
+if TYPE_CHECKING:
+    from ggml_py._backend import Backend
+    from ggml_py._core import Graph, Tensor
+    from ggml_py.sched import Scheduler
 
 
 class Status(enum.IntEnum):
@@ -45,7 +51,8 @@ class Status(enum.IntEnum):
 class ComputeError(BackendError):
     """A kernel failed. `node` and `backend` name where."""
 
-    def __init__(self, message, node=None, backend=None):
+    def __init__(self, message: str, node: Tensor | None = None,
+                 backend: Backend | None = None) -> None:
         super().__init__(message)
         self.node = node
         self.backend = backend
@@ -87,7 +94,7 @@ class SplitProfile:
     n_sync: int = 0
 
     @property
-    def wall_s(self):
+    def wall_s(self) -> float:
         return self.copy_s + self.compute_s
 
 
@@ -110,14 +117,14 @@ class Profile:
     moe_bytes_saved: int = 0                # whole expert tensors minus the above
     moe_experts_used: list = field(default_factory=list)   # (tensor name, sorted ids)
 
-    def reset(self):
+    def reset(self) -> None:
         self.__init__()
 
     @property
-    def bytes_copied(self):
+    def bytes_copied(self) -> int:
         return sum(self.bytes_by_pair.values())
 
-    def summary(self):
+    def summary(self) -> dict[str, dict[str, float]]:
         """Per backend: splits, total copy and compute seconds, bytes copied in."""
         out = {}
         for s in self.splits:
@@ -144,7 +151,7 @@ def _same_layout(a, b):
     return a.type == b.type and a.ne == b.ne and a.nb == b.nb
 
 
-def tensor_copy(src_backend, src, dst_backend, dst):
+def tensor_copy(src_backend: Backend, src: Tensor, dst_backend: Backend, dst: Tensor) -> None:
     """ggml_backend_tensor_copy: a blocking copy of src's bytes into dst. Host memory
     is read or written in place; otherwise the bytes go through the backends."""
     if not _same_layout(src, dst):
@@ -386,7 +393,7 @@ def _ranges(sorted_ids):
 # ---------------------------------------------------------------------------
 # the scheduler's compute entry points (called by Scheduler)
 
-def graph_compute_async(sched, graph) -> Status:
+def graph_compute_async(sched: Scheduler, graph: Graph) -> Status:
     """ggml_backend_sched_graph_compute_async: allocate the graph unless it is
     allocated already (resetting a used scheduler first), then run its splits."""
     if not sched.is_reset and not sched.is_alloc:
@@ -402,7 +409,7 @@ def graph_compute_async(sched, graph) -> Status:
     return sched.runtime.compute_splits(graph)
 
 
-def graph_compute(sched, graph) -> Status:
+def graph_compute(sched: Scheduler, graph: Graph) -> Status:
     """ggml_backend_sched_graph_compute: graph_compute_async, then synchronize."""
     try:
         status = graph_compute_async(sched, graph)
@@ -414,7 +421,7 @@ def graph_compute(sched, graph) -> Status:
     return status
 
 
-def synchronize(sched, raise_errors=True):
+def synchronize(sched: Scheduler, raise_errors: bool = True) -> None:
     """ggml_backend_sched_synchronize: wait for every backend, then raise the first
     error a backend reported (every backend is waited for even so)."""
     first = None

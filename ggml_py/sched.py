@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from ggml_py._backend import Backend, BufferType
 from ggml_py._core import Graph, Tensor
@@ -19,6 +20,10 @@ from ggml_py._sched import (TIME_ALLOC, TIME_RESERVE, TIME_SPLIT, GraphSnapshot,
 from ggml_py.errors import AllocationError, BackendError, SchedulerError
 from ggml_py import runtime as _runtime
 from ggml_py.runtime import Status
+
+if TYPE_CHECKING:
+    from ggml_py._types import BackendRef, EvalCallback
+    from ggml_py.runtime import Profile
 
 log = logging.getLogger("ggml_py.sched")
 
@@ -53,11 +58,13 @@ class Scheduler:
         (30, 30, 4, 16), here arguments.
     """
 
-    def __init__(self, backends, buffer_types=None, graph_size=2048, parallel=False,
-                 op_offload=False, *, max_backends=MAX_BACKENDS,
-                 max_split_inputs=MAX_SPLIT_INPUTS, max_copies=MAX_COPIES,
-                 max_graph_inputs=None, debug_realloc=None, realloc_raises=False,
-                 validate=None):
+    def __init__(self, backends: Iterable[Backend],
+                 buffer_types: Iterable[BufferType] | None = None, graph_size: int = 2048,
+                 parallel: bool = False, op_offload: bool = False, *,
+                 max_backends: int = MAX_BACKENDS, max_split_inputs: int = MAX_SPLIT_INPUTS,
+                 max_copies: int = MAX_COPIES, max_graph_inputs: int | None = None,
+                 debug_realloc: int | None = None, realloc_raises: bool = False,
+                 validate: bool | None = None) -> None:
         backends = list(backends)
         if not backends:
             raise SchedulerError("a scheduler needs at least one backend (the CPU, last)",
@@ -111,11 +118,11 @@ class Scheduler:
 
     # --- state ---
 
-    def reset(self):
+    def reset(self) -> None:
         """Forget the assignments and copies of the last split (ggml_backend_sched_reset)."""
         self._core.reset()
 
-    def split_graph(self, graph: Graph):
+    def split_graph(self, graph: Graph) -> Scheduler:
         """Assign a backend to every node, cut the graph into splits and add the
         copies (ggml_backend_sched_split_graph). Rewires node sources to copies."""
         if not isinstance(graph, Graph):
@@ -128,7 +135,7 @@ class Scheduler:
             self.log_assignments()
         return self
 
-    def _undo_rewiring(self, graph: Graph):
+    def _undo_rewiring(self, graph: Graph) -> None:
         """Splitting the graph split last again: point its nodes back at the tensors the
         last split replaced by copies, while those copies still exist (ggml leaves such
         a graph pointing at freed copies; users rebuild their graphs instead)."""
@@ -137,7 +144,7 @@ class Scheduler:
 
     # --- allocation (port of the scheduler's reserve / alloc_graph path) ---
 
-    def _allocation_error(self):
+    def _allocation_error(self) -> AllocationError:
         galloc = self._core.galloc
         err = galloc.last_error or "a compute buffer could not be allocated"
         if 0 <= galloc.last_error_id < len(self.backends):
@@ -159,7 +166,7 @@ class Scheduler:
         self.reset()
         return True
 
-    def reserve_size(self, graph: Graph) -> dict:
+    def reserve_size(self, graph: Graph) -> dict[str, int]:
         """The compute-buffer size each backend would need for `graph`, without
         allocating (ggml_backend_sched_reserve_size). {backend name: bytes}."""
         self.reset()
@@ -200,7 +207,7 @@ class Scheduler:
         copy = Graph.from_lists(nodes, leafs, allow_duplicates=True)
         return validate_allocation(copy, self._core.galloc)
 
-    def synchronize(self):
+    def synchronize(self) -> None:
         """Wait for every backend (ggml_backend_sched_synchronize); raises the first
         error an asynchronous backend reported."""
         _runtime.synchronize(self)
@@ -220,7 +227,7 @@ class Scheduler:
         reading results (ggml_backend_sched_graph_compute_async)."""
         return _runtime.graph_compute_async(self, graph)
 
-    def set_eval_callback(self, callback):
+    def set_eval_callback(self, callback: EvalCallback | None) -> None:
         """callback(tensor, ask) -> bool, or None to remove it. With ask=True the
         scheduler asks whether the user wants to observe the node; with ask=False the
         node has been computed and is shown. Returning False then cancels the whole
@@ -229,22 +236,22 @@ class Scheduler:
         self.runtime.callback = callback
 
     @property
-    def profile(self):
+    def profile(self) -> Profile:
         """The runtime's Profile, accumulated over graph computes (profile.reset())."""
         return self.runtime.profile
 
-    def get_buffer_size(self, backend) -> int:
+    def get_buffer_size(self, backend: BackendRef) -> int:
         """Bytes of the backend's compute buffer (0 when it shares an earlier backend's)."""
         return self._core.galloc.buffer_size(self.backend_id(backend))
 
-    def get_buffer_type(self, backend) -> BufferType:
+    def get_buffer_type(self, backend: BackendRef) -> BufferType:
         return self.buffer_types[self.backend_id(backend)]
 
-    def get_chunk_sizes(self, backend) -> list:
+    def get_chunk_sizes(self, backend: BackendRef) -> list[int]:
         """Sizes of the chunks of the backend's compute buffer ([] when it has none)."""
         return self._core.galloc.chunk_sizes(self.backend_id(backend))
 
-    def tensor_location(self, tensor: Tensor):
+    def tensor_location(self, tensor: Tensor) -> tuple[str | None, int | None, int | None]:
         """(buffer type name, offset, chunk) of a tensor's data after alloc_graph."""
         return self._core.galloc.tensor_location(tensor)
 
@@ -266,7 +273,7 @@ class Scheduler:
         """Reallocations although the graph's size and backends did not change."""
         return self._core.n_unexpected_reallocs
 
-    def backend_id(self, backend) -> int:
+    def backend_id(self, backend: BackendRef) -> int:
         """Priority index of a backend given as object, name or index."""
         if isinstance(backend, int) and not isinstance(backend, bool):
             if 0 <= backend < len(self.backends):
@@ -279,11 +286,11 @@ class Scheduler:
         raise BackendError(f"unknown backend {getattr(backend, 'name', backend)!r}; "
                            f"the scheduler has {names}")
 
-    def set_tensor_backend(self, tensor: Tensor, backend):
+    def set_tensor_backend(self, tensor: Tensor, backend: BackendRef) -> None:
         """Pin a tensor to a backend (a user assignment, kept by every pass)."""
         self._core.set_tensor_backend(tensor, self.backend_id(backend))
 
-    def get_tensor_backend(self, tensor: Tensor):
+    def get_tensor_backend(self, tensor: Tensor) -> Backend | None:
         """The backend a tensor was assigned, or None."""
         i = self._core.get_tensor_backend_id(tensor)
         return None if i < 0 else self.backends[i]
@@ -293,29 +300,29 @@ class Scheduler:
         return self._core.get_cause(tensor)
 
     @property
-    def n_backends(self):
+    def n_backends(self) -> int:
         return len(self.backends)
 
     @property
-    def n_splits(self):
+    def n_splits(self) -> int:
         return self._core.n_splits
 
     @property
-    def n_copies(self):
+    def n_copies(self) -> int:
         return self._core.n_copies
 
     @property
-    def hash_size(self):
+    def hash_size(self) -> int:
         return self._core.hash_size
 
-    def get_backend(self, i):
+    def get_backend(self, i: int) -> Backend:
         if not 0 <= i < len(self.backends):
             raise IndexError(f"backend index {i} out of range ({len(self.backends)} backends)")
         return self.backends[i]
 
     # --- results ---
 
-    def _require_split(self):
+    def _require_split(self) -> None:
         if self._graph is None:
             raise SchedulerError("no graph has been split yet")
 
@@ -331,7 +338,8 @@ class Scheduler:
         return self._core.get_graph_inputs()
 
     @property
-    def graph_copy(self):
+    def graph_copy(self) -> tuple[list[Tensor], list[Backend | None], list[Tensor],
+                                  list[Backend | None]]:
         """(nodes, node_backends, leafs, leaf_backends) of the graph that is allocated and run."""
         self._require_split()
         nodes, nids, leafs, lids = self._core.get_graph_copy()
@@ -339,7 +347,7 @@ class Scheduler:
         return nodes, [be[i] if i >= 0 else None for i in nids], leafs, \
             [be[i] if i >= 0 else None for i in lids]
 
-    def describe(self, tensor: Tensor):
+    def describe(self, tensor: Tensor) -> tuple[Any, ...] | None:
         """None for a user tensor; ('copy', of, backend, slot) or ('dep', of) for the
         scheduler's copies and dependency views."""
         d = self._core.describe(tensor)
@@ -347,7 +355,7 @@ class Scheduler:
             return ("copy", d[1], self.backends[d[2]], d[3])
         return d
 
-    def token(self, tensor: Tensor):
+    def token(self, tensor: Tensor | None) -> int | str | None:
         """Plan-file token: the tensor's id, 'ID@BACKEND#C' for a copy, 'dep:ID'."""
         if tensor is None:
             return None
@@ -358,7 +366,7 @@ class Scheduler:
             return f"{d[1].id}@{self.backends[d[2]].name}#{d[3]}"
         return f"dep:{d[1].id}"
 
-    def plan(self, name="") -> "Plan":
+    def plan(self, name: str = "") -> Plan:
         """The plan of the last split, in the plan-file format; with its `alloc`
         block when the graph was allocated (alloc_graph)."""
         self._require_split()
@@ -367,7 +375,7 @@ class Scheduler:
             plan.alloc = self.alloc_report()
         return plan
 
-    def alloc_report(self) -> dict:
+    def alloc_report(self) -> dict[str, Any]:
         """The `alloc` block of a plan file for the allocated graph copy."""
         nodes, _, leafs, _ = self.graph_copy
         galloc = self._core.galloc
@@ -378,7 +386,7 @@ class Scheduler:
             "graph_copy_leafs": [list(galloc.tensor_location(t)) for t in leafs],
         }
 
-    def log_assignments(self):
+    def log_assignments(self) -> None:
         """GGML_SCHED_DEBUG output: splits with their inputs, and (level 2) nodes."""
         g = self._graph
         splits = self.splits
@@ -401,7 +409,9 @@ class Scheduler:
 
     # --- timing (SCHED_CASES.md "Timing") ---
 
-    def time_alloc(self, graph: Graph, reps: int, assignments=(), reserve=False):
+    def time_alloc(self, graph: Graph, reps: int,
+                   assignments: Iterable[tuple[Tensor, BackendRef]] = (),
+                   reserve: bool = False) -> list[float]:
         """Wall times (µs) of `reps` alloc_graph calls in the steady state (the
         reservation reused), or with `reserve` of split + reserve_n + alloc_graph, each
         after restoring the graph, a reset and re-applying `assignments`."""
@@ -416,7 +426,8 @@ class Scheduler:
             self.reset()
         return [x / 1000.0 for x in ns]
 
-    def time_split(self, graph: Graph, reps: int, assignments=()):
+    def time_split(self, graph: Graph, reps: int,
+                   assignments: Iterable[tuple[Tensor, BackendRef]] = ()) -> list[float]:
         """Wall times (µs) of `reps` splits, each after restoring the graph, a reset and
         re-applying `assignments` [(tensor, backend), ...]. The graph is left restored."""
         snap = GraphSnapshot(graph)
@@ -428,11 +439,11 @@ class Scheduler:
         return [x / 1000.0 for x in ns]
 
 
-def _fmt_size(n):
+def _fmt_size(n: int) -> str:
     return f"{n // 1024 // 1024}M" if n >= 1024 * 1024 else f"{n // 1024}K"
 
 
-def _bname(b):
+def _bname(b: Backend | None) -> str:
     return b.name if b is not None else "NULL"
 
 
@@ -452,7 +463,7 @@ class Plan:
     timing: dict | None = None
 
     @classmethod
-    def from_scheduler(cls, sched: Scheduler, graph: Graph, name=""):
+    def from_scheduler(cls, sched: Scheduler, graph: Graph, name: str = "") -> Plan:
         tok = sched.token
         bname = lambda b: None if b is None else b.name  # noqa: E731
         nodes, leafs = graph.nodes, graph.leafs
@@ -472,7 +483,7 @@ class Plan:
             causes=[sched.get_cause(n) for n in nodes],
         )
 
-    def to_dict(self, explain=False):
+    def to_dict(self, explain: bool = False) -> dict[str, Any]:
         d = {"format": "ggml-sched-plan/1", "case": self.case, "n_splits": self.n_splits,
              "splits": self.splits, "node_backends": self.node_backends,
              "leaf_backends": self.leaf_backends, "node_srcs": self.node_srcs,
@@ -489,12 +500,14 @@ class Plan:
 # ---------------------------------------------------------------------------
 # ggml's C-style names, as thin aliases
 
-def ggml_backend_sched_new(backends, bufts, n_backends, graph_size, parallel, op_offload):
+def ggml_backend_sched_new(backends: Sequence[Backend], bufts: Sequence[BufferType] | None,
+                           n_backends: int, graph_size: int, parallel: bool,
+                           op_offload: bool) -> Scheduler:
     return Scheduler(list(backends)[:n_backends], None if bufts is None else list(bufts)[:n_backends],
                      graph_size, parallel, op_offload)
 
 
-def ggml_backend_sched_free(sched):
+def ggml_backend_sched_free(sched: Scheduler) -> None:
     pass
 
 
@@ -509,13 +522,13 @@ ggml_backend_sched_synchronize = Scheduler.synchronize
 ggml_backend_sched_set_eval_callback = Scheduler.set_eval_callback
 
 
-def ggml_backend_sched_get_n_splits(sched):
+def ggml_backend_sched_get_n_splits(sched: Scheduler) -> int:
     return sched.n_splits
 
 
-def ggml_backend_sched_get_n_copies(sched):
+def ggml_backend_sched_get_n_copies(sched: Scheduler) -> int:
     return sched.n_copies
 
 
-def ggml_backend_sched_get_n_backends(sched):
+def ggml_backend_sched_get_n_backends(sched: Scheduler) -> int:
     return sched.n_backends

@@ -9,6 +9,7 @@ import pytest
 from ggml_py import Backend
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.backends.sim import SimBufferType
+from ggml_py.errors import BackendError
 from ggml_py.models.reference import reference_logits
 from ggml_py.models.transformer import (KVCache, Model, ModelConfig, Session, build_forward,
                                         moe_config)
@@ -163,13 +164,13 @@ def test_layers_offloaded_to_a_simulated_gpu_split_like_llama_cpp():
 
 def _device(name):
     from ggml_py.demo import device_backends
-    found = device_backends(name, out=lambda *a: None)
-    if not found:
-        pytest.skip(f"no {name} device backend here")
-    return found[0]
+    try:
+        return device_backends(name)[0]
+    except BackendError as e:
+        pytest.skip(f"no {name} device backend here: {e}")
 
 
-@pytest.mark.parametrize("device,tol", [("numpy", 1e-12), ("opencl", 1e-4)])
+@pytest.mark.parametrize("device,tol", [("numpy_device", 1e-12), ("opencl", 1e-4)])
 @pytest.mark.parametrize("ffn", ["dense", "moe_topk", "moe_shared"])
 def test_offloaded_layers_match_cpu(device, tol, ffn):
     """Half the layers on a device, the rest and the embeddings on the CPU: the same
@@ -276,8 +277,9 @@ def _write(gguf, path, cfg, weights):
 # the demo
 
 def test_demo_runs_models_and_plans(capsys):
-    from ggml_py.demo import main
-    assert main(["--layers", "1", "--prompt", "4", "--steps", "3", "--plan-layers", "2"]) == 0
+    from ggml_py.__main__ import main
+    assert main(["demo", "--layers", "1", "--prompt", "4", "--steps", "3",
+                 "--plan-layers", "2"]) == 0
     out = capsys.readouterr().out
     for name in ("llama", "moe-dense", "moe-topk", "moe-shared"):
         assert f"== {name}:" in out
@@ -287,10 +289,10 @@ def test_demo_runs_models_and_plans(capsys):
 
 def test_demo_loads_gguf(tmp_path, capsys):
     pytest.importorskip("gguf")
-    from ggml_py.demo import main
+    from ggml_py.__main__ import main
     from ggml_py.models.gguf import save_gguf
     path = tmp_path / "m.gguf"
     save_gguf(Model.random(ModelConfig(**SMALL, name="tiny-gguf")), path)
-    assert main(["--gguf", str(path), "--prompt", "3", "--steps", "2", "--no-plan"]) == 0
+    assert main(["demo", "--gguf", str(path), "--prompt", "3", "--steps", "2", "--no-plan"]) == 0
     out = capsys.readouterr().out
     assert "== tiny-gguf:" in out and out.count("greedy   [") == 1

@@ -69,8 +69,9 @@ def test_model_logits(model, cpu):
 
 
 def test_ops_check_cli(capsys):
+    from ggml_py.__main__ import main
     files = sorted(glob.glob(os.path.join(OPS_DIR, "scale.json")))
-    rc = opscheck.main(files + ["--json"])
+    rc = main(["ops-check", *files, "--json"])
     out = capsys.readouterr().out.strip().splitlines()
     assert rc == 0
     assert out[-1] == "6 passed, 0 failed, 0 skipped"
@@ -80,9 +81,11 @@ def test_ops_check_cli(capsys):
 
 
 def test_ops_check_missing_path(capsys):
-    rc = opscheck.main(["/nonexistent/ops"])
+    from ggml_py.__main__ import main
+    rc = main(["ops-check", "/nonexistent/ops"])
     assert rc == 2
-    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("skipped")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "/nonexistent/ops: no such file" in err[0]
 
 
 # ---------------------------------------------------------------------------

@@ -2,47 +2,72 @@
 
 The registry maps a backend name to the module and class that implement it;
 a module is imported only when its backend is asked for, so optional
-backends cost nothing until used (tinygrad's Device[...] pattern).
+backends cost nothing until used (tinygrad's Device[...] pattern). It is the
+one list of backend names: the command line's choices (`demo --device`,
+`ops-check --backend`) come from it.
 """
 
-import importlib
+from __future__ import annotations
 
-# name -> (module, class)
-_REGISTRY = {
-    "sim": ("ggml_py.backends.sim", "SimBackend"),
-    "numpy_device": ("ggml_py.backends.numpy_device", "NumpyDeviceBackend"),
+import importlib
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from ggml_py._backend import Backend
+
+
+class Entry(NamedTuple):
+    module: str
+    cls: str
+    computes: bool          # runs graphs (False: plans only, like the simulated backend)
+
+
+_REGISTRY: dict[str, Entry] = {
+    "cpu": Entry("ggml_py.backends.cpu", "CPUBackend", True),
+    "numpy_device": Entry("ggml_py.backends.numpy_device", "NumpyDeviceBackend", True),
+    "opencl": Entry("ggml_py.backends.opencl", "OpenCLBackend", True),
+    "sim": Entry("ggml_py.backends.sim", "SimBackend", False),
 }
 
 # names this package exports lazily -> (module, attribute)
 _EXPORTS = {
+    "CPUBackend": ("ggml_py.backends.cpu", "CPUBackend"),
     "SimBackend": ("ggml_py.backends.sim", "SimBackend"),
     "SimBufferType": ("ggml_py.backends.sim", "SimBufferType"),
     "NumpyDeviceBackend": ("ggml_py.backends.numpy_device", "NumpyDeviceBackend"),
 }
 
-__all__ = ["register", "get_backend_class", "available", *_EXPORTS]
+__all__ = ["register", "get_backend_class", "available", "create", *_EXPORTS]
 
 
-def register(name, module, cls):
-    """Register backend `name` as class `cls` of module `module` (imported on first use)."""
-    _REGISTRY[name] = (module, cls)
+def register(name: str, module: str, cls: str, computes: bool = True) -> None:
+    """Register backend `name` as class `cls` of module `module` (imported on first use);
+    `computes=False` for a backend that only plans."""
+    _REGISTRY[name] = Entry(module, cls, computes)
 
 
-def available():
-    """Names of the registered backends."""
-    return sorted(_REGISTRY)
+def available(computes: bool | None = None) -> list[str]:
+    """Names of the registered backends; `computes=True`: those that run graphs."""
+    return sorted(n for n, e in _REGISTRY.items() if computes is None or e.computes == computes)
 
 
-def get_backend_class(name):
+def get_backend_class(name: str) -> type[Backend]:
     """The backend class registered as `name`; KeyError lists the known names."""
     try:
-        module, cls = _REGISTRY[name]
+        entry = _REGISTRY[name]
     except KeyError:
         raise KeyError(f"unknown backend {name!r}; known: {', '.join(available())}") from None
-    return getattr(importlib.import_module(module), cls)
+    cls: type[Backend] = getattr(importlib.import_module(entry.module), entry.cls)
+    return cls
 
 
-def __getattr__(name):
+def create(name: str, *args: Any, **kwargs: Any) -> Backend:
+    """A new backend of the class registered as `name` (its defaults unless arguments
+    are given): create('cpu'), create('opencl', 'pthread')."""
+    return get_backend_class(name)(*args, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         module, attr = _EXPORTS[name]
         return getattr(importlib.import_module(module), attr)

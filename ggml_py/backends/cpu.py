@@ -15,8 +15,11 @@ Numerics follow ggml-cpu where they decide whether results match:
   * FLASH_ATTN_EXT with f16 V accumulates V*p in f16 with the online softmax.
 """
 
+from __future__ import annotations
+
 import math
 import threading
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +28,10 @@ from ggml_py.errors import BackendError
 from ggml_py.runtime import ComputeError
 from ggml_py import quants
 from ggml_py.ops import bits_f32, UNARY_OPS, GLU_OPS, ROPE_TYPES
+
+if TYPE_CHECKING:
+    from ggml_py._core import Tensor
+    from ggml_py._types import BytesLike
 
 VIEW_OPS = ("NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE")
 
@@ -817,16 +824,16 @@ def tensor_region(tensor, buf, memory, offset=0, size=None):
 class CPUBackend(Backend):
     """The numpy CPU backend: host buffer type 'CPU' (alignment 32), device type 'cpu'."""
 
-    def __init__(self, name="CPU", buffer_type=None):
+    def __init__(self, name: str = "CPU", buffer_type: BufferType | None = None) -> None:
         if buffer_type is None:
             buffer_type = BufferType("CPU", alignment=CPU_ALIGNMENT, is_host=True, device=name)
         super().__init__(name, buffer_type, device_type="cpu", supports_ops=SUPPORTED_OPS)
 
-    def supports_buft(self, buft):
+    def supports_buft(self, buft: BufferType) -> bool:
         """Any host buffer type (ggml_backend_cpu_device_supports_buft: buft is host)."""
         return bool(buft.is_host)
 
-    def graph_compute(self, graph):
+    def graph_compute(self, graph: Any) -> bool:
         """Compute every node of `graph` in order (ggml_backend_graph_compute)."""
         compute_nodes(graph.nodes, self.name)
         return True
@@ -839,9 +846,9 @@ class CPUBackend(Backend):
             raise BackendError(f"tensor '{tensor.name}' is not in host memory")
         return tensor_region(tensor, buf, buf.memory, offset, size)
 
-    def set_tensor(self, tensor, data, offset=0):
+    def set_tensor(self, tensor: Tensor, data: BytesLike, offset: int = 0) -> None:
         src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
         self._region(tensor, offset, src.size)[...] = src
 
-    def get_tensor(self, tensor, offset=0, size=None):
+    def get_tensor(self, tensor: Tensor, offset: int = 0, size: int | None = None) -> bytes:
         return self._region(tensor, offset, size).tobytes()

@@ -16,15 +16,24 @@ Kernels are the CPU backend's (`cpu.compute_nodes`); the worker opens its own bu
 type with `cpu.open_device_memory` so they may run on device memory there.
 """
 
+from __future__ import annotations
+
 import queue
 import threading
 import weakref
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
 from ggml_py._backend import Backend, Buffer, BufferType, get_buffer
 from ggml_py.backends import cpu
 from ggml_py.errors import AllocationError, BackendError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from ggml_py._core import Tensor
+    from ggml_py._types import BytesLike
 
 DEVICE_ALIGNMENT = 256      # a GPU-like alignment, larger than the CPU's 32
 
@@ -150,8 +159,9 @@ class NumpyDeviceBackend(Backend):
         are in host memory (the scheduler's op_offload), like a GPU's offload_op.
     """
 
-    def __init__(self, name="NUMPY_DEV", unsupported_ops=(), offload_ops=(),
-                 offload_min_batch=0, alignment=DEVICE_ALIGNMENT):
+    def __init__(self, name: str = "NUMPY_DEV", unsupported_ops: Iterable[str] = (),
+                 offload_ops: Iterable[str] = (), offload_min_batch: int = 0,
+                 alignment: int = DEVICE_ALIGNMENT) -> None:
         buft = NumpyDeviceBufferType(name, alignment=alignment, device=name)
         super().__init__(name, buft, device_type="gpu", supports_ops=cpu.SUPPORTED_OPS,
                          unsupported_ops=tuple(unsupported_ops), offload_ops=tuple(offload_ops),
@@ -164,14 +174,14 @@ class NumpyDeviceBackend(Backend):
 
     # --- lifetime ---
 
-    def close(self):
+    def close(self) -> None:
         """Stop the worker thread (after the queued work). The backend is unusable after."""
         self._finalizer()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     # --- memory ---
@@ -192,13 +202,13 @@ class NumpyDeviceBackend(Backend):
         its memory as soon as an async call returns."""
         return np.array(np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8))
 
-    def set_tensor(self, tensor, data, offset=0):
+    def set_tensor(self, tensor: Tensor, data: BytesLike, offset: int = 0) -> None:
         """Write bytes to device memory now (ggml_backend_tensor_set: blocking, and not
         ordered with the queue; callers synchronize, as the scheduler does)."""
         src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
         self._device_region(tensor, offset, src.size)[...] = src
 
-    def get_tensor(self, tensor, offset=0, size=None):
+    def get_tensor(self, tensor: Tensor, offset: int = 0, size: int | None = None) -> bytes:
         """Read device bytes after the queued work is done (a blocking read)."""
         self.synchronize()
         return self._device_region(tensor, offset, size).tobytes()

@@ -14,8 +14,11 @@ no library, platform or device. Layout follows ggml's OpenCL backend:
     the types, shapes and layouts they handle, so the scheduler sends the rest to the CPU.
 """
 
+from __future__ import annotations
+
 import math
 import struct
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +27,10 @@ from ggml_py._core import type_id, type_size
 from ggml_py.errors import AllocationError, BackendError
 from ggml_py.ops import bits_f32, UNARY_OPS, GLU_OPS, ROPE_TYPES
 from ggml_py.backends import opencl_kernels as K
+
+if TYPE_CHECKING:
+    from ggml_py._core import Tensor
+    from ggml_py._types import BytesLike
 
 try:
     from ggml_py import _opencl
@@ -61,7 +68,7 @@ def _require_module():
         raise OpenCLUnavailable(f"the OpenCL extension module is not built ({_IMPORT_ERROR})")
 
 
-def available():
+def available() -> tuple[bool, str]:
     """(True, library path) when an OpenCL device can be used, else (False, reason)."""
     try:
         _require_module()
@@ -74,7 +81,7 @@ def available():
     return True, path
 
 
-def list_devices():
+def list_devices() -> list[dict[str, Any]]:
     """Info dicts of every OpenCL device (empty when OpenCL is unavailable)."""
     ok, _ = available()
     if not ok:
@@ -82,7 +89,7 @@ def list_devices():
     return [_opencl.device_info(i) for i in range(_opencl.device_count())]
 
 
-def device_info(device=0):
+def device_info(device: int | str = 0) -> dict[str, Any]:
     return _opencl.device_info(_device_index(device))
 
 
@@ -219,14 +226,14 @@ class OpenCLEvent:
 class OpenCLBackend(Backend):
     """ggml's OpenCL backend on one device: OpenCLBackend(0) or OpenCLBackend('pthread')."""
 
-    def __init__(self, device=0):
+    def __init__(self, device: int | str = 0) -> None:
         _require_module()
         dev = _Device.get(_device_index(device))
         super().__init__(dev.name, dev.buffer_type, device_type="gpu")
         self._dev = dev
 
     @property
-    def device(self):
+    def device(self) -> dict[str, Any]:
         """The device's info dict (name, vendor, version, global_mem, max_alloc, ...)."""
         return dict(self._dev.info)
 
@@ -265,14 +272,14 @@ class OpenCLBackend(Backend):
                                f"{nbytes} bytes")
         return mem, off + offset, size
 
-    def set_tensor(self, tensor, data, offset=0):
+    def set_tensor(self, tensor: Tensor, data: BytesLike, offset: int = 0) -> None:
         if isinstance(data, np.ndarray):
             data = np.ascontiguousarray(data)
         view = memoryview(data).cast("B")
         mem, off, size = self._region(tensor, offset, len(view))
         self._dev.ctx.write(mem, off, view)
 
-    def get_tensor(self, tensor, offset=0, size=None):
+    def get_tensor(self, tensor: Tensor, offset: int = 0, size: int | None = None) -> bytes:
         mem, off, size = self._region(tensor, offset, size)
         return self._dev.ctx.read(mem, off, size)
 

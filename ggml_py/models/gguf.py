@@ -106,11 +106,35 @@ def _type_name(t) -> str:
     return _TYPES[name]
 
 
+def _reader(path):
+    """A GGUFReader of `path`; GGUFError, naming the file, when it cannot be read as GGUF."""
+    gguf = _gguf()
+    try:
+        return gguf.GGUFReader(str(path))
+    except OSError:
+        raise
+    except Exception as e:          # the gguf package's parser reports damage in many ways
+        raise GGUFError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e})") from None
+
+
+def _config(reader, path, n_ctx):
+    try:
+        return config_from_gguf(reader, n_ctx)
+    except GGUFError:
+        raise
+    except (ValueError, TypeError) as e:    # metadata the model config refuses
+        raise GGUFError(f"{path}: {e}") from None
+
+
+def read_config(path, n_ctx: int | None = None) -> ModelConfig:
+    """The ModelConfig of a llama GGUF file, from its metadata alone (no tensor is read)."""
+    return _config(_reader(path), path, n_ctx)
+
+
 def load_gguf(path, n_ctx: int | None = None) -> Model:
     """A Model from a llama GGUF file (weights copied out of the file; not yet placed)."""
-    gguf = _gguf()
-    reader = gguf.GGUFReader(str(path))
-    cfg = config_from_gguf(reader, n_ctx)
+    reader = _reader(path)
+    cfg = _config(reader, path, n_ctx)
     want = weight_shapes(cfg)
     weights = {}
     for t in reader.tensors:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -37,6 +38,10 @@ from ggml_py._core import Context, Graph, row_size, type_size
 from ggml_py.alloc import TensorAllocator
 from ggml_py.errors import BackendError, GraphError
 from ggml_py.runtime import Status
+
+if TYPE_CHECKING:
+    from ggml_py._backend import Backend
+    from ggml_py.sched import Scheduler
 
 FFN_KINDS = ("dense", "moe_dense", "moe_topk", "moe_shared")
 WEIGHT_TYPES = ("f32", "f16", "q8_0", "q4_0")
@@ -111,7 +116,7 @@ class ModelConfig:
         return self.ffn != "dense"
 
 
-def llama_config(**kw) -> ModelConfig:
+def llama_config(**kw: Any) -> ModelConfig:
     """The small llama of the demo (and the base of the MoE configs)."""
     base = dict(n_vocab=512, n_ctx=64, n_embd=128, n_head=8, n_head_kv=4, n_layer=4, n_ff=256)
     base.update(kw)
@@ -125,7 +130,7 @@ MOE_DEFAULTS = {
 }
 
 
-def moe_config(ffn: str, **kw) -> ModelConfig:
+def moe_config(ffn: str, **kw: Any) -> ModelConfig:
     """A small MoE in one of the three classic forms, llama-sized otherwise.
     moe_dense always uses every expert (n_expert_used = n_expert)."""
     base = dict(name=ffn.replace("_", "-"), ffn=ffn, **MOE_DEFAULTS[ffn])
@@ -295,7 +300,7 @@ class Model:
         self.layer_backend = []     # per layer
 
     @classmethod
-    def random(cls, config: ModelConfig, seed: int = 0) -> "Model":
+    def random(cls, config: ModelConfig, seed: int = 0) -> Model:
         return cls(config, random_weights(config, seed))
 
     def values(self, name: str) -> np.ndarray:
@@ -303,7 +308,8 @@ class Model:
         t, stored = self.weights[name]
         return quants.to_f32(t, stored)
 
-    def place(self, layer_backends, host=None, output_backend=None) -> "Model":
+    def place(self, layer_backends: Backend | Sequence[Backend], host: Backend | None = None,
+              output_backend: Backend | None = None) -> Model:
         """Create the weight tensors and write them into buffers.
 
         layer_backends: a backend per layer (a single backend: all layers); host: where the
@@ -382,7 +388,7 @@ class KVCache:
         self.backends = [be for be, _ in groups.values()]
         self.clear()
 
-    def clear(self):
+    def clear(self) -> None:
         """Empty the cache: n_past 0 and every cell zeroed (ggml_backend_buffer_clear), since
         masked cells still enter the V product with weight 0, and 0 * NaN is NaN."""
         self.n_past = 0
@@ -602,7 +608,7 @@ class StepStats:
     build_s: float             # graph build
     alloc_s: float             # split + alloc_graph + setting the inputs
     compute_s: float           # graph compute, copies included
-    splits: list               # [SplitStats]
+    splits: list[SplitStats]
 
     @property
     def n_inputs(self) -> int:
@@ -621,16 +627,18 @@ class Session:
     asynchronous device is waited for after each split, so split times are real, at
     the price of the overlap)."""
 
-    def __init__(self, model: Model, backends, scheduler=None, profile_splits=False):
+    def __init__(self, model: Model, backends: Sequence[Backend],
+                 scheduler: Scheduler | None = None, profile_splits: bool = False) -> None:
         from ggml_py.sched import Scheduler
         self.model = model
         self.backends = list(backends)
         self.cache = KVCache(model)
         self.sched = scheduler or Scheduler(self.backends, graph_size=graph_size(model.config))
         self.sched.runtime.sync_splits = bool(profile_splits)
-        self.history = []
+        self.history: list[StepStats] = []
+        self.graph: Graph | None = None     # the last forward graph (split as sched.splits)
 
-    def forward(self, tokens, logits="all") -> np.ndarray:
+    def forward(self, tokens: Sequence[int] | np.ndarray, logits: str = "all") -> np.ndarray:
         """Run `tokens` through the model after the cached ones (llama_decode: build the
         graph, allocate it, set the inputs, compute); returns their logits, numpy
         [n_outputs, n_vocab]."""
@@ -650,6 +658,7 @@ class Session:
             raise BackendError(f"graph compute of {self.model.config.name}: {status.name}")
         out = tensor_values(fw.logits, self.backends).reshape(fw.n_outputs, -1)
         self.cache.n_past += fw.n_tokens
+        self.graph = fw.graph
         self.history.append(self._stats(fw, t1 - t0, t2 - t1, t3 - t2, sched.profile))
         return out
 
@@ -663,7 +672,7 @@ class Session:
                          fw.graph.n_nodes, s.n_splits, s.n_copies, build_s, alloc_s, compute_s,
                          splits)
 
-    def generate(self, prompt, n_new: int) -> list:
+    def generate(self, prompt: Sequence[int], n_new: int) -> list[int]:
         """Greedy decoding: the prompt in one pass, then one token per step; the new ids."""
         logits = self.forward(prompt, logits="last")
         out = []
@@ -674,7 +683,7 @@ class Session:
                 logits = self.forward([tok], logits="last")
         return out
 
-    def reset(self):
+    def reset(self) -> None:
         self.cache.clear()
         self.history.clear()
 

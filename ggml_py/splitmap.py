@@ -1,0 +1,249 @@
+"""Split maps: a whole plan on one screen, however many nodes it has.
+
+One lane per backend (priority order, top down); along it, in node order, a block per
+split, as wide as the split's nodes; arrows from the lane the inputs come from to the
+split they are copied into, as thick as the bytes. Below, the bytes copied into each
+split, and, when the splits were timed (the demo's prompt), the time each took. Node
+counts stand for the time where nothing was measured.
+
+`SplitMap.from_scheduler(sched)` takes the last split of a Scheduler; `draw(m)` makes a
+matplotlib Figure and `save(m, path)` writes .png/.svg/.pdf. matplotlib is an optional
+extra: pip install "ggml-py-sched[plot]".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from ggml_py.sched import Scheduler
+
+SUFFIXES = (".png", ".svg", ".pdf")
+INSTALL_HINT = 'pip install matplotlib (or pip install "ggml-py-sched[plot]")'
+
+# one colour per lane (ColorBrewer Set2, then Dark2), the CPU always grey
+LANE_COLOURS = ["#66c2a5", "#fc8d62", "#8da0cb", "#e78ac3", "#a6d854", "#ffd92f",
+                "#e5c494", "#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e"]
+CPU_COLOUR = "#b3b3b3"
+
+
+@dataclass(frozen=True)
+class Block:
+    """One split: nodes [i_start, i_end) on `backend`, and what was copied into it."""
+    index: int
+    backend: str
+    i_start: int
+    i_end: int
+    copies: tuple[tuple[str, int], ...] = ()   # (the backend the input came from, bytes)
+    seconds: float | None = None               # measured copy + compute time
+
+    @property
+    def n_nodes(self) -> int:
+        return self.i_end - self.i_start
+
+    @property
+    def bytes_in(self) -> int:
+        return sum(n for _, n in self.copies)
+
+
+@dataclass(frozen=True)
+class SplitMap:
+    """What a split map shows: the lanes (backends in priority order) and the blocks."""
+    title: str
+    lanes: tuple[str, ...]
+    blocks: tuple[Block, ...]
+    cpu_lanes: tuple[str, ...] = ()
+
+    @classmethod
+    def from_scheduler(cls, sched: Scheduler, title: str = "",
+                       seconds: Sequence[float] | None = None) -> SplitMap:
+        """The map of the scheduler's last split; `seconds`: a time per split (as many
+        as there are splits), e.g. the demo's measured copy + compute times."""
+        splits = sched.splits
+        if seconds is not None and len(seconds) != len(splits):
+            raise ValueError(f"{len(seconds)} times for {len(splits)} splits")
+        blocks = []
+        for k, s in enumerate(splits):
+            copies = []
+            for t in s.inputs:
+                src = sched.get_tensor_backend(t)
+                copies.append((src.name if src is not None else "?", t.nbytes))
+            blocks.append(Block(k, s.backend.name, s.i_start, s.i_end, tuple(copies),
+                                None if seconds is None else float(seconds[k])))
+        return cls(title, tuple(b.name for b in sched.backends), tuple(blocks),
+                   tuple(b.name for b in sched.backends if b.device_type == "cpu"))
+
+    @property
+    def n_nodes(self) -> int:
+        return max((b.i_end for b in self.blocks), default=0)
+
+    @property
+    def bytes_in(self) -> int:
+        return sum(b.bytes_in for b in self.blocks)
+
+    @property
+    def timed(self) -> bool:
+        return bool(self.blocks) and all(b.seconds is not None for b in self.blocks)
+
+    def colours(self) -> dict[str, str]:
+        out, k = {}, 0
+        for lane in self.lanes:
+            if lane in self.cpu_lanes:
+                out[lane] = CPU_COLOUR
+            else:
+                out[lane] = LANE_COLOURS[k % len(LANE_COLOURS)]
+                k += 1
+        return out
+
+
+BYTE_UNITS = ((1, "B"), (1024, "KiB"), (1024 ** 2, "MiB"), (1024 ** 3, "GiB"))
+SECOND_UNITS = ((1e-6, "µs"), (1e-3, "ms"), (1.0, "s"))
+
+
+def _unit(x: float, units: Sequence[tuple[float, str]]) -> tuple[float, str]:
+    """The largest unit not larger than x (the smallest for 0)."""
+    best = units[0]
+    for u in units:
+        if abs(x) >= u[0]:
+            best = u
+    return best
+
+
+def fmt_bytes(n: float) -> str:
+    div, name = _unit(n, BYTE_UNITS)
+    return f"{n:.0f} B" if div == 1 else f"{n / div:.1f} {name}"
+
+
+def _fmt_seconds(s: float) -> str:
+    div, name = _unit(s, SECOND_UNITS)
+    return f"{s / div:.1f} {name}"
+
+
+def _matplotlib() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise ImportError(f"the split map needs matplotlib: {INSTALL_HINT}") from None
+    return matplotlib
+
+
+# ---------------------------------------------------------------------------
+# drawing
+
+def draw(m: SplitMap) -> Figure:
+    """A matplotlib Figure of the map (no pyplot state, no display needed)."""
+    _matplotlib()
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
+
+    n_lanes = max(len(m.lanes), 1)
+    panels = [1.0 + 0.5 * n_lanes, 1.4] + ([1.4] if m.timed else [])
+    fig = Figure(figsize=(13, sum(panels) + 0.9), dpi=110, layout="constrained")
+    axes = fig.subplots(len(panels), 1, sharex=True, height_ratios=panels)
+    lanes_ax, bytes_ax = axes[0], axes[1]
+    colours = m.colours()
+    # a split narrower than this still shows as a sliver
+    min_w = max(m.n_nodes / 250, 0.6)
+
+    _draw_lanes(lanes_ax, m, colours, min_w)
+    _draw_values(bytes_ax, m, colours, min_w, [b.bytes_in for b in m.blocks], BYTE_UNITS,
+                 f"bytes copied into each split (total {fmt_bytes(m.bytes_in)})", stems=True)
+    if m.timed:
+        secs = [b.seconds or 0.0 for b in m.blocks]
+        _draw_values(axes[2], m, colours, min_w, secs, SECOND_UNITS,
+                     f"time of each split, copies included (total {_fmt_seconds(sum(secs))})",
+                     stems=False)
+    axes[-1].set_xlabel("graph nodes, in execution order")
+    axes[-1].set_xlim(-0.01 * max(m.n_nodes, 1), 1.01 * max(m.n_nodes, 1))
+    axes[-1].xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
+    head = f"{m.title}: " if m.title else ""
+    fig.suptitle(f"{head}{m.n_nodes:,} nodes in {len(m.blocks)} split"
+                 f"{'s' if len(m.blocks) != 1 else ''} on {len(m.lanes)} backend"
+                 f"{'s' if len(m.lanes) != 1 else ''}, {fmt_bytes(m.bytes_in)} copied "
+                 "between them per evaluation", fontsize=12)
+    return fig
+
+
+def _draw_lanes(ax: Axes, m: SplitMap, colours: dict[str, str], min_w: float) -> None:
+    from matplotlib.patches import FancyArrowPatch, Rectangle
+
+    y = {lane: len(m.lanes) - 1 - i for i, lane in enumerate(m.lanes)}   # first lane on top
+    total_nodes = max(m.n_nodes, 1)
+    height = 0.6
+    max_bytes = max((n for b in m.blocks for _, n in b.copies), default=1) or 1
+    for b in m.blocks:
+        w = max(b.n_nodes, min_w)
+        ax.add_patch(Rectangle((b.i_start, y[b.backend] - height / 2), w, height,
+                               facecolor=colours[b.backend], edgecolor="white", linewidth=0.6))
+        if b.n_nodes / total_nodes >= 0.06:     # room for a label
+            ax.text(b.i_start + w / 2, y[b.backend], f"split {b.index}\n{b.n_nodes:,} nodes",
+                    ha="center", va="center", fontsize=8)
+        # one arrow per source lane: from where the inputs live to the split
+        by_source: dict[str, int] = {}
+        for src, n in b.copies:
+            by_source[src] = by_source.get(src, 0) + n
+        for src, n in by_source.items():
+            if src not in y or src == b.backend:
+                continue
+            y0, y1 = y[src], y[b.backend]
+            step = height / 2 if y1 > y0 else -height / 2
+            width = 0.6 + 2.4 * math.log1p(n) / math.log1p(max_bytes)
+            ax.add_patch(FancyArrowPatch((b.i_start, y0 + step), (b.i_start, y1 - step),
+                                         arrowstyle="-|>", mutation_scale=8, linewidth=width,
+                                         color="#444444", alpha=0.75, zorder=3))
+    labels = []
+    for lane in m.lanes:
+        mine = [b for b in m.blocks if b.backend == lane]
+        nodes = sum(b.n_nodes for b in mine)
+        line = (f"{lane}\n{len(mine)} split{'s' if len(mine) != 1 else ''}, "
+                f"{nodes:,} node{'s' if nodes != 1 else ''}")
+        if m.timed:
+            line += f"\n{_fmt_seconds(sum(b.seconds or 0.0 for b in mine))}"
+        labels.append(line)
+    ax.set_yticks([y[lane] for lane in m.lanes], labels, fontsize=9)
+    ax.set_ylim(-0.7, len(m.lanes) - 0.3)
+    ax.tick_params(axis="y", length=0)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    ax.set_title("splits per backend (arrows: inputs copied in, thicker = more bytes)",
+                 fontsize=9, loc="left")
+
+
+def _draw_values(ax: Axes, m: SplitMap, colours: dict[str, str], min_w: float,
+                 values: list[float], units: Sequence[tuple[float, str]], title: str,
+                 stems: bool) -> None:
+    """A value per split under the lanes: stems at the split's start for what happens
+    there (bytes copied in), bars over its nodes for what it spends (time)."""
+    div, unit = _unit(max(values, default=0.0), units)
+    ys = [v / div for v in values]
+    xs = [b.i_start for b in m.blocks]
+    cs = [colours[b.backend] for b in m.blocks]
+    if stems:
+        ax.vlines(xs, 0, ys, colors=cs, linewidth=2.5)
+        ax.scatter(xs, ys, c=cs, s=18, edgecolors="#555555", linewidths=0.4, zorder=3)
+    else:
+        ax.bar(xs, ys, width=[max(b.n_nodes, min_w) for b in m.blocks], align="edge",
+               color=cs, edgecolor="#555555", linewidth=0.3)
+    # name the three largest, so the eye finds where the bulk goes
+    for k in sorted(range(len(ys)), key=lambda k: -ys[k])[:3]:
+        if ys[k] > 0:
+            ax.annotate(f"split {m.blocks[k].index}: {ys[k]:.1f} {unit}", (xs[k], ys[k]),
+                        xytext=(4, 2), textcoords="offset points", fontsize=7.5)
+    ax.set_ylim(0, max(max(ys, default=0.0) * 1.3, 1e-9))
+    ax.set_ylabel(unit, fontsize=8)
+    ax.tick_params(axis="y", labelsize=8)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    ax.set_title(title, fontsize=9, loc="left")
+
+
+def save(m: SplitMap, path: str) -> None:
+    """Draw the map and write it to `path` (.png, .svg or .pdf)."""
+    if not str(path).lower().endswith(SUFFIXES):
+        raise ValueError(f"{path}: a split map is written as {', '.join(SUFFIXES)}")
+    draw(m).savefig(path)
