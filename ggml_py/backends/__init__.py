@@ -11,6 +11,7 @@ import importlib
 _REGISTRY = {
     "sim": ("ggml_py.backends.sim", "SimBackend"),
     "numpy_device": ("ggml_py.backends.numpy_device", "NumpyDeviceBackend"),
+    "rpc": ("ggml_py.backends.rpc", "RPCBackend"),
 }
 
 # names this package exports lazily -> (module, attribute)
@@ -18,6 +19,7 @@ _EXPORTS = {
     "SimBackend": ("ggml_py.backends.sim", "SimBackend"),
     "SimBufferType": ("ggml_py.backends.sim", "SimBufferType"),
     "NumpyDeviceBackend": ("ggml_py.backends.numpy_device", "NumpyDeviceBackend"),
+    "RPCBackend": ("ggml_py.backends.rpc", "RPCBackend"),
 }
 
 __all__ = ["register", "get_backend_class", "available", *_EXPORTS]
