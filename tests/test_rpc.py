@@ -201,7 +201,7 @@ def small_graph(r):
 
 def test_graph_serialisation_is_ggmls_format(rpc):
     r = rpc[0]
-    g, (a, w, y, z, out), bufs = small_graph(r)
+    g, (a, w, y, z, out), keep = small_graph(r)
     payload = _rpc.serialize_graph(r, 0, g, r.conn)
     device, ids, rec = _rpc.decode_graph(payload)
     # an independent reading of ggml-rpc.cpp's packed struct
@@ -233,7 +233,7 @@ def _ptr(t):
 
 def test_recompute_when_the_same_graph_runs_again(rpc):
     r = rpc[0]
-    g, (a, w, y, z, out), bufs = small_graph(r)
+    g, (a, _, _, _, out), keep = small_graph(r)
     stats = r.conn.stats
     before = stats.get("GRAPH_RECOMPUTE", [0])[0]
     r.graph_compute(g)
@@ -261,8 +261,17 @@ def test_graph_checks_before_sending(rpc):
     assert not r.supports_op(bad)                               # f32 x f16: ggml-cpu would abort
     with pytest.raises(BackendError, match="op MUL_MAT .* is not one a ggml CPU server runs"):
         r.graph_compute([bad])
+    u = f32(ctx, (8,), "u")
+    ubuf = put(r, u, np.ones(8, np.float32))
+    v = ops.scale(ctx, u, 2.0)
+    vbuf = put(r, v, None)
+    ubuf.free()
+    with pytest.raises(BackendError, match="'u' .* is in a freed buffer"):
+        r.graph_compute([v])
+    with pytest.raises(BackendError, match="'u' is not in its memory"):
+        r.get_tensor(u)
     assert r.conn.stats.get("GRAPH_COMPUTE", [0])[0] == n and r.conn.broken is None
-    assert keep and ybuf
+    assert keep and ybuf and vbuf
 
 
 @pytest.mark.parametrize("case", [
@@ -369,7 +378,6 @@ def test_demo_models_over_two_servers(rpc, kind):
     for tokens in ([3, 1, 4, 1, 5], [9], [2]):              # a prompt, then decode steps
         got, want = sess.forward(tokens), ref.forward(tokens)
         assert opscheck.nmse(want, got)[0] < 2e-3          # the model files' tolerance
-    assert sess.generate([7], 4) == ref.generate([7], 4) or kind != "llama"
     assert {s.backend for s in sess.history[-1].splits} >= used
 
 

@@ -281,7 +281,7 @@ def test_compute_fault_leaves_the_scheduler_usable(fake, fault, match):
     s = fake()
     r = RPCBackend(s.endpoint, timeout=0.3)
     cpu = CPUBackend()
-    ctx, x, y, g = scaled_graph(r)
+    _ctx, x, y, g = scaled_graph(r)
     sched = Scheduler([r, cpu], graph_size=16)
     sched.set_tensor_backend(y, r)
     sched.alloc_graph(g)
@@ -295,7 +295,7 @@ def test_compute_fault_leaves_the_scheduler_usable(fake, fault, match):
     sched.reset()
     with raises_rpc(s.endpoint, None, "lost earlier"):
         sched.graph_compute(g)
-    ctx2, x2, y2, g2 = scaled_graph(cpu)
+    _ctx2, x2, y2, g2 = scaled_graph(cpu)
     s2 = Scheduler([cpu], graph_size=16)
     s2.alloc_graph(g2)
     cpu.set_tensor(x2, np.arange(8, dtype=np.float32))

@@ -148,7 +148,10 @@ def parse_endpoints(spec) -> list:
         item = item.strip()
         if item:
             host, port = parse_endpoint(item)
-            out.append(f"{host}:{port}")
+            ep = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            if ep in out:
+                raise ValueError(f"RPC endpoint {ep} is listed twice in {spec!r}")
+            out.append(ep)
     if not out:
         raise ValueError(f"no RPC endpoint in {spec!r}")
     return out

@@ -18,16 +18,17 @@
 
 cimport cython
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
-from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, int64_t, UINT32_MAX
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, UINT32_MAX
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memset, memcpy, strncpy
 
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (Tensor, Graph, TYPE_TRAITS, ggml_nbytes, ggml_is_view_op,
-                            ggml_hash_size, ggml_hash_set_init, ggml_hash_set_free,
-                            ggml_hash_insert, ggml_hash_contains)
+                            ggml_hash_set_init, ggml_hash_set_free, ggml_hash_insert,
+                            ggml_hash_contains)
 from ggml_py._backend cimport Backend, BufferType, Buffer, backend_supports_op
 
+import _socket
 import socket
 import struct
 import threading
@@ -109,6 +110,7 @@ cdef uint64_t fnv1a(const uint8_t * data, size_t n) noexcept nogil:
 def fnv_hash(data):
     """FNV-1a of a bytes-like object, as SET_TENSOR_HASH sends it."""
     cdef const uint8_t[::1] v = memoryview(data).cast("B")
+    cdef uint64_t h
     if v.shape[0] == 0:
         return fnv1a(NULL, 0)
     with nogil:
@@ -365,11 +367,11 @@ def use_cpu_server_rules(Backend backend, unsupported_ops=()):
 # tensors on the wire
 
 cdef inline uint64_t _remote_buffer(const ggml_tensor * t, Connection conn):
-    """The server's handle of t's buffer when it is an RPCBuffer of `conn`, else 0."""
+    """The server's handle of t's buffer when it is a live RPCBuffer of `conn`, else 0."""
     if t.buffer == NULL or t.buffer.pyobj == NULL:
         return 0
     obj = <object>t.buffer.pyobj
-    if isinstance(obj, RPCBuffer) and (<RPCBuffer>obj).conn is conn:
+    if isinstance(obj, RPCBuffer) and (<RPCBuffer>obj).conn is conn and not (<RPCBuffer>obj).freed:
         return (<RPCBuffer>obj).remote
     return 0
 
@@ -431,7 +433,7 @@ cdef bytes _tensor_wire(Tensor tensor, Connection conn):
     cdef uint64_t remote = _remote_buffer(t, conn)
     if remote == 0:
         raise BackendError(f"RPC server {conn.endpoint}: tensor '{tensor.name}' is not in its "
-                           f"memory")
+                           f"memory (or its buffer was freed)")
     _check_wire(t, remote, f"RPC server {conn.endpoint}")
     out = PyBytes_FromStringAndSize(NULL, sizeof(rpc_tensor))
     _fill(<rpc_tensor *>PyBytes_AS_STRING(out), t, remote)
@@ -459,23 +461,26 @@ cdef class _TensorList:
         return 0
 
 
+cdef struct _visit:
+    ggml_tensor * t
+    int next_child              # 0..9: src[i], GGML_MAX_SRC: view_src, then done
+
+
 cdef int _collect(ggml_tensor ** nodes, int n_nodes, _TensorList out, size_t hash_min) except -1:
     """ggml-rpc's add_tensor over every node: each tensor once, its sources (src[0..9],
     then view_src) before it. Iterative (deep chains) with a hash set of visited
     tensors; returns 1 when the set is full (the caller retries with a larger one)."""
     cdef ggml_hash_set seen
-    cdef ggml_tensor ** stack = NULL
-    cdef int * next_child = NULL
-    cdef int sp = 0, cap = 256, i, c
-    cdef ggml_tensor * t
+    cdef _visit * stack = NULL
+    cdef _visit * top
+    cdef int sp, cap = 256, i, c
     cdef ggml_tensor * child
     cdef size_t pos
     cdef void * p
     ggml_hash_set_init(&seen, hash_min)
     try:
-        stack = <ggml_tensor **>malloc(cap * sizeof(ggml_tensor *))
-        next_child = <int *>malloc(cap * sizeof(int))
-        if stack == NULL or next_child == NULL:
+        stack = <_visit *>malloc(cap * sizeof(_visit))
+        if stack == NULL:
             raise MemoryError("RPC graph serialisation")
         for i in range(n_nodes):
             pos = ggml_hash_insert(&seen, nodes[i])
@@ -483,18 +488,18 @@ cdef int _collect(ggml_tensor ** nodes, int n_nodes, _TensorList out, size_t has
                 return 1
             if pos == GGML_HASHSET_ALREADY_EXISTS:
                 continue
-            stack[0] = nodes[i]
-            next_child[0] = 0
+            stack[0].t = nodes[i]
+            stack[0].next_child = 0
             sp = 1
             while sp > 0:
-                t = stack[sp - 1]
-                c = next_child[sp - 1]
+                top = &stack[sp - 1]
+                c = top.next_child
                 if c > GGML_MAX_SRC:
-                    out.push(t)
+                    out.push(top.t)
                     sp -= 1
                     continue
-                next_child[sp - 1] = c + 1
-                child = t.view_src if c == GGML_MAX_SRC else t.src[c]
+                top.next_child = c + 1
+                child = top.t.view_src if c == GGML_MAX_SRC else top.t.src[c]
                 if child == NULL:
                     continue
                 pos = ggml_hash_insert(&seen, child)
@@ -504,35 +509,34 @@ cdef int _collect(ggml_tensor ** nodes, int n_nodes, _TensorList out, size_t has
                     continue
                 if sp == cap:
                     cap *= 2
-                    p = realloc(stack, cap * sizeof(ggml_tensor *))
+                    p = realloc(stack, cap * sizeof(_visit))
                     if p == NULL:
                         raise MemoryError("RPC graph serialisation")
-                    stack = <ggml_tensor **>p
-                    p = realloc(next_child, cap * sizeof(int))
-                    if p == NULL:
-                        raise MemoryError("RPC graph serialisation")
-                    next_child = <int *>p
-                stack[sp] = child
-                next_child[sp] = 0
+                    stack = <_visit *>p
+                stack[sp].t = child
+                stack[sp].next_child = 0
                 sp += 1
     finally:
         free(stack)
-        free(next_child)
         ggml_hash_set_free(&seen)
     return 0
 
 
-cdef int _check_operand(const ggml_tensor * t, const ggml_tensor * node, const ggml_backend_buffer_type * buft,
-                        str where) except -1:
+cdef int _check_operand(const ggml_tensor * t, const ggml_tensor * node, Connection conn,
+                        const ggml_backend_buffer_type * buft, str where) except -1:
     """A node and what it reads must be in this device's memory (a server computing on a
     tensor it does not hold dereferences NULL); empty tensors need no memory."""
     if ggml_nbytes(t) == 0:
         return 0
-    if t.buffer != NULL and t.buffer.buft == buft and t.data != NULL:
+    if t.buffer != NULL and t.buffer.buft == buft and t.data != NULL and _remote_buffer(t, conn):
         return 0
     what = "node" if t == node else f"input of node '{_tname(node)}'"
-    place = ("is not allocated" if t.buffer == NULL else
-             f"is in buffer type '{t.buffer.buft.name.decode()}'")
+    if t.buffer == NULL:
+        place = "is not allocated"
+    elif t.buffer.buft == buft:
+        place = "is in a freed buffer"
+    else:
+        place = f"is in buffer type '{t.buffer.buft.name.decode()}'"
     raise BackendError(f"{where}: tensor '{_tname(t)}' ({what}) {place}, not in this "
                        f"device's memory")
 
@@ -575,12 +579,12 @@ def serialize_graph(Backend backend, uint32_t device, nodes, Connection conn):
             raise BackendError(f"{where}: op {OP_NAMES_LIST[node.op]} ('{_tname(node)}', "
                                f"{TYPE_NAMES[node.type]} from {srcs or 'nothing'}) is not one a "
                                f"ggml CPU server runs")
-        _check_operand(node, node, buft, where)
+        _check_operand(node, node, conn, buft, where)
         for j in range(GGML_MAX_SRC):
             if node.src[j] != NULL:
-                _check_operand(node.src[j], node, buft, where)
+                _check_operand(node.src[j], node, conn, buft, where)
         if node.view_src != NULL:
-            _check_operand(node.view_src, node, buft, where)
+            _check_operand(node.view_src, node, conn, buft, where)
 
     hash_min = 4 * <size_t>n_nodes + 64
     while True:
@@ -631,11 +635,18 @@ class _Closed(Exception):
 
 
 def parse_endpoint(endpoint):
-    """'host:port' -> (host, port); ValueError names what is wrong."""
+    """'host:port' (an IPv6 host in brackets) -> (host, port); ValueError names what is
+    wrong."""
     host, sep, port = str(endpoint).strip().rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"an RPC endpoint is HOST:PORT, got {endpoint!r}")
     return host, int(port)
+
+
+def _endpoint(host, port):
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 _connections = weakref.WeakValueDictionary()      # endpoint -> live Connection
@@ -645,8 +656,7 @@ _connections_lock = threading.Lock()
 def connect(endpoint, timeout=DEFAULT_TIMEOUT, connect_timeout=DEFAULT_CONNECT_TIMEOUT):
     """The connection to `endpoint`, shared by every backend on that server (a ggml RPC
     server serves one client at a time); a new one when there is none or it broke."""
-    host, port = parse_endpoint(endpoint)
-    key = f"{host}:{port}"
+    key = _endpoint(*parse_endpoint(endpoint))
     with _connections_lock:
         conn = _connections.get(key)
         if conn is None or conn.broken is not None:
@@ -667,7 +677,7 @@ cdef class Connection:
     cdef readonly str endpoint
     cdef readonly str host
     cdef readonly int port
-    cdef public double timeout
+    cdef double _timeout
     cdef readonly tuple version
     cdef readonly int n_devices
     cdef readonly object broken         # why the connection is unusable; None while usable
@@ -684,10 +694,10 @@ cdef class Connection:
     def __init__(self, str endpoint, double timeout=DEFAULT_TIMEOUT,
                  double connect_timeout=DEFAULT_CONNECT_TIMEOUT):
         self.host, self.port = parse_endpoint(endpoint)
-        self.endpoint = f"{self.host}:{self.port}"
+        self.endpoint = _endpoint(self.host, self.port)
         if timeout <= 0 or connect_timeout <= 0:
             raise ValueError("RPC timeouts must be positive")
-        self.timeout = timeout
+        self._timeout = timeout
         self.stats = {}
         self.lock = threading.RLock()
         self.free_later = []
@@ -695,7 +705,10 @@ cdef class Connection:
         self.bufts = {}
         self.broken = None
         try:
-            self.sock = socket.create_connection((self.host, self.port), timeout=connect_timeout)
+            # the C socket object: outside the garbage collector's cycles, so __dealloc__
+            # can still close it when a connection and its buffer types are collected
+            self.sock = _socket.socket(fileno=socket.create_connection(
+                (self.host, self.port), timeout=connect_timeout).detach())
         except OSError as e:
             self.broken = f"connect: {e}"
             raise _error(self.endpoint, "connect", f"cannot connect ({e.strerror or e}); is a "
@@ -708,8 +721,25 @@ cdef class Connection:
             self._break("HELLO", f"the server speaks RPC protocol "
                         f"{'.'.join(map(str, self.version))}; ggml_py speaks "
                         f"{'.'.join(map(str, PROTO_VERSION))}")
-        self.sock.settimeout(self.timeout)
+        self.sock.settimeout(timeout)
         self.n_devices = struct.unpack("<I", self._call("DEVICE_COUNT", b"", 4))[0]
+
+    def __dealloc__(self):
+        if self.sock is not None:
+            self.sock.close()
+
+    @property
+    def timeout(self):
+        """Seconds any socket call may take (a reply after GRAPH_COMPUTE waits for it)."""
+        return self._timeout
+
+    @timeout.setter
+    def timeout(self, double value):
+        if value <= 0:
+            raise ValueError("RPC timeouts must be positive")
+        self._timeout = value
+        if self.broken is None:
+            self.sock.settimeout(value)
 
     def __repr__(self):
         state = "broken" if self.broken is not None else "open"
@@ -959,9 +989,9 @@ cdef class RPCBufferType(BufferType):
         size = max(size, 1)             # a server's 0-byte buffer has no base
         remote, got = self.conn.alloc_buffer(self.device, size)
         if remote == 0:
-            free, total = self.conn.get_device_memory(self.device)
+            free_mem, total = self.conn.get_device_memory(self.device)
             raise AllocationError(f"RPC server {self.conn.endpoint} device {self.device}: cannot "
-                                  f"allocate {size} bytes ({free} of {total} bytes free)")
+                                  f"allocate {size} bytes ({free_mem} of {total} bytes free)")
         base = self.conn.buffer_get_base(remote)
         if base == 0 or got < size:
             self.conn.free_buffer(remote)
@@ -1001,7 +1031,8 @@ cdef class RPCBuffer(Buffer):
 
     def __dealloc__(self):
         # no I/O here: a collection may happen in the middle of another command
-        if not self.freed and self.conn is not None and self.conn.free_later is not None:
+        if (not self.freed and self.conn is not None and self.conn.free_later is not None
+                and self.conn.broken is None):
             self.conn.free_later.append(self.remote)
 
     cdef Py_ssize_t _region(self, Tensor tensor, size_t offset, size) except -1:
