@@ -1,4 +1,4 @@
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, final
 
 import numpy as np
 
@@ -22,8 +22,10 @@ def use_cpu_server_rules(backend: Backend, unsupported_ops: Iterable[str] = ()) 
 def serialize_graph(backend: Backend, device: int, nodes: Graph | Sequence[Tensor],
                     conn: Connection) -> bytes: ...
 def parse_endpoint(endpoint: str) -> tuple[str, int]: ...
+def format_endpoint(host: str, port: int) -> str: ...
 def connect(endpoint: str, timeout: float = ..., connect_timeout: float = ...) -> Connection: ...
 
+@final
 class Connection:
     endpoint: str
     host: str

@@ -363,6 +363,22 @@ def test_model_files_over_two_servers(rpc, name, parallel):
     assert all(v["seconds"] > 0 for v in links.values())
 
 
+def test_moe_experts_from_host_memory(rpc):
+    """Expert weights on the CPU, their MUL_MAT_IDs assigned to a server: the runtime sends
+    only the experts the ids use (SET_TENSOR at offsets)."""
+    cpu = CPUBackend()
+    m = Model(load_model("moe_2L"), [rpc[0], cpu],
+              lambda n: cpu if "_exps" in n or n.startswith("tok_embd") else rpc[0])
+    sched = Scheduler([rpc[0], cpu])
+    for t in m.graph.nodes:
+        if t.op == "MUL_MAT_ID":
+            sched.set_tensor_backend(t, rpc[0])
+    m.check(run(m, sched))
+    p = sched.profile
+    assert p.moe_bytes_copied > 0 and p.moe_bytes_saved > 0
+    assert p.links()[("CPU", rpc[0].name)]["bytes"] >= p.moe_bytes_copied
+
+
 DEMO = {"llama": llama_config(), **{k: moe_config(k) for k in ("moe_dense", "moe_topk", "moe_shared")}}
 
 

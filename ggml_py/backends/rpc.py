@@ -34,7 +34,7 @@ from ggml_py import _rpc
 from ggml_py._backend import Backend, get_buffer
 from ggml_py._core import Graph
 from ggml_py._rpc import (RPCBuffer, RPCBufferType, DEFAULT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
-                          PROTO_VERSION, CPU_SERVER_OPS, parse_endpoint)
+                          PROTO_VERSION, CPU_SERVER_OPS, format_endpoint, parse_endpoint)
 from ggml_py.errors import BackendError, RPCError
 
 __all__ = ["RPCBackend", "RPCBuffer", "RPCBufferType", "RPCError", "PROTO_VERSION",
@@ -147,8 +147,7 @@ def parse_endpoints(spec) -> list:
     for item in items:
         item = item.strip()
         if item:
-            host, port = parse_endpoint(item)
-            ep = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            ep = format_endpoint(*parse_endpoint(item))
             if ep in out:
                 raise ValueError(f"RPC endpoint {ep} is listed twice in {spec!r}")
             out.append(ep)

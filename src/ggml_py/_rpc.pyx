@@ -645,7 +645,8 @@ def parse_endpoint(endpoint):
     return host, int(port)
 
 
-def _endpoint(host, port):
+def format_endpoint(host, port):
+    """(host, port) -> 'host:port' ('[host]:port' for IPv6), as connections are keyed."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
@@ -656,7 +657,7 @@ _connections_lock = threading.Lock()
 def connect(endpoint, timeout=DEFAULT_TIMEOUT, connect_timeout=DEFAULT_CONNECT_TIMEOUT):
     """The connection to `endpoint`, shared by every backend on that server (a ggml RPC
     server serves one client at a time); a new one when there is none or it broke."""
-    key = _endpoint(*parse_endpoint(endpoint))
+    key = format_endpoint(*parse_endpoint(endpoint))
     with _connections_lock:
         conn = _connections.get(key)
         if conn is None or conn.broken is not None:
@@ -694,7 +695,7 @@ cdef class Connection:
     def __init__(self, str endpoint, double timeout=DEFAULT_TIMEOUT,
                  double connect_timeout=DEFAULT_CONNECT_TIMEOUT):
         self.host, self.port = parse_endpoint(endpoint)
-        self.endpoint = _endpoint(self.host, self.port)
+        self.endpoint = format_endpoint(self.host, self.port)
         if timeout <= 0 or connect_timeout <= 0:
             raise ValueError("RPC timeouts must be positive")
         self._timeout = timeout
