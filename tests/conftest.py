@@ -69,7 +69,7 @@ def require_ggml_rpc():
     except GgmlLibraryError as e:
         if os.environ.get("GGML_PY_REQUIRE_RPC") == "1":
             pytest.fail(f"GGML_PY_REQUIRE_RPC=1 but {e}", pytrace=False)
-        pytest.skip(f"ggml's RPC server is not installed: {e}")
+        pytest.skip(f"ggml's RPC server is not installed: {e}", allow_module_level=True)
 
 
 @pytest.fixture(scope="session")

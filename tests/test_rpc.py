@@ -361,6 +361,13 @@ def test_model_files_over_two_servers(rpc, name, parallel):
     links = sched.profile.links()
     assert links[(rpc[0].name, rpc[1].name)]["bytes"] > 0   # layer 0's output went across
     assert all(v["seconds"] > 0 for v in links.values())
+    if not parallel:
+        # computed again as it is: each server runs its stored graph (GRAPH_RECOMPUTE)
+        before = [r.conn.stats.get("GRAPH_RECOMPUTE", [0])[0] for r in rpc]
+        m.set_inputs(sched)
+        sched.graph_compute(m.graph)
+        m.check(m.results(sched))
+        assert [r.conn.stats.get("GRAPH_RECOMPUTE", [0])[0] for r in rpc] == [n + 1 for n in before]
 
 
 def test_moe_experts_from_host_memory(rpc):
@@ -410,10 +417,10 @@ def test_server_killed_during_compute(rpc_server_factory):
     wbuf = put(r, w, np.full(512 * 512, 1e-3, np.float32))
     x0 = f32(ctx, (512, 1024), "x0").set_input()
     x = x0
-    for _ in range(200):                                    # ~100 GFLOP: seconds on one thread
+    for _ in range(400):                                    # ~200 GFLOP: seconds on one thread
         x = ops.mul_mat(ctx, w, x)
-    g = Graph(512).build_forward_expand(x)
-    sched = Scheduler([r, cpu], graph_size=512)
+    g = Graph(1024).build_forward_expand(x)
+    sched = Scheduler([r, cpu], graph_size=1024)
     sched.alloc_graph(g)
     cpu.set_tensor(x0, np.ones(512 * 1024, np.float32))
     killer = threading.Timer(0.3, s.stop)
