@@ -31,3 +31,8 @@ class SchedulerError(GgmlPyError, RuntimeError):
 
 class AllocationError(GgmlPyError, MemoryError):
     """A buffer that could not be allocated; names the backend or buffer type and the size."""
+
+
+class RPCError(BackendError):
+    """An RPC server that is down, refuses, breaks off or answers wrongly; names the
+    endpoint and the command (`.endpoint`, `.command`)."""

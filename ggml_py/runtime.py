@@ -100,12 +100,14 @@ class SplitProfile:
 
 @dataclass
 class Profile:
-    """Accumulated over graph computes until reset(). bytes_by_pair is keyed by
-    (source backend name, destination backend name)."""
+    """Accumulated over graph computes until reset(). bytes_by_pair and seconds_by_pair
+    (the time the copies took on the caller's thread) are keyed by (source backend
+    name, destination backend name): the links."""
     n_computes: int = 0
     wall_s: float = 0.0
     splits: list = field(default_factory=list)          # SplitProfile, every compute
     bytes_by_pair: dict = field(default_factory=dict)
+    seconds_by_pair: dict = field(default_factory=dict)
     n_async_copies: int = 0
     n_sync_copies: int = 0
     n_input_copies: int = 0                 # user inputs (INPUT flag), always blocking
@@ -123,6 +125,11 @@ class Profile:
     @property
     def bytes_copied(self) -> int:
         return sum(self.bytes_by_pair.values())
+
+    def links(self) -> dict[tuple[str, str], dict[str, float]]:
+        """Per (source, destination) backend pair: bytes copied and seconds spent."""
+        return {k: {"bytes": n, "seconds": self.seconds_by_pair.get(k, 0.0)}
+                for k, n in self.bytes_by_pair.items()}
 
     def summary(self) -> dict[str, dict[str, float]]:
         """Per backend: splits, total copy and compute seconds, bytes copied in."""
@@ -233,6 +240,7 @@ class Runtime:
 
                 t0 = time.perf_counter()
                 for input_id, (inp, ib, cpy) in enumerate(copies):
+                    t_copy = time.perf_counter()
                     in_backend = backends[ib]
                     nbytes = inp.nbytes
                     if "INPUT" in inp.flags:
@@ -261,6 +269,8 @@ class Runtime:
                     sp.bytes_copied += nbytes
                     key = (in_backend.name, backend.name)
                     prof.bytes_by_pair[key] = prof.bytes_by_pair.get(key, 0) + nbytes
+                    prof.seconds_by_pair[key] = (prof.seconds_by_pair.get(key, 0.0)
+                                                 + time.perf_counter() - t_copy)
                 t1 = time.perf_counter()
                 sp.copy_s = t1 - t0
 

@@ -55,3 +55,49 @@ def pytest_generate_tests(metafunc):
         root = shared_path() / "cases"
         ids = [str(f.relative_to(root)).removesuffix(".case.json") for f in files]
         metafunc.parametrize("case_path", files, ids=ids)
+
+
+# ---------------------------------------------------------------------------
+# ggml's own RPC servers (tests/test_rpc*.py)
+
+def require_ggml_rpc():
+    """Skip unless ggml 0.10.1's libraries with RPC are installed (.ci/install-ggml-rpc);
+    GGML_PY_REQUIRE_RPC=1 (CI) turns the skip into a failure."""
+    from ggml_py.rpc_server import GgmlLibraryError, library_dir
+    try:
+        library_dir()
+    except GgmlLibraryError as e:
+        if os.environ.get("GGML_PY_REQUIRE_RPC") == "1":
+            pytest.fail(f"GGML_PY_REQUIRE_RPC=1 but {e}", pytrace=False)
+        pytest.skip(f"ggml's RPC server is not installed: {e}", allow_module_level=True)
+
+
+@pytest.fixture(scope="session")
+def rpc_servers():
+    """Two ggml RPC servers (one thread each) on free 127.0.0.1 ports for the session,
+    killed at its end."""
+    require_ggml_rpc()
+    from ggml_py.rpc_server import start_server
+    servers = []
+    try:
+        for _ in range(2):
+            servers.append(start_server(threads=1))
+        yield servers
+    finally:
+        for s in servers:
+            s.stop()
+
+
+@pytest.fixture
+def rpc_server_factory():
+    """start(**kw) -> a fresh ggml RPC server of this test (one thread), killed after it."""
+    require_ggml_rpc()
+    from ggml_py.rpc_server import start_server
+    started = []
+
+    def start(**kw):
+        started.append(start_server(**{"threads": 1, **kw}))
+        return started[-1]
+    yield start
+    for s in started:
+        s.stop()

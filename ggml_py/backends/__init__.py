@@ -26,6 +26,7 @@ _REGISTRY: dict[str, Entry] = {
     "cpu": Entry("ggml_py.backends.cpu", "CPUBackend", True),
     "numpy_device": Entry("ggml_py.backends.numpy_device", "NumpyDeviceBackend", True),
     "opencl": Entry("ggml_py.backends.opencl", "OpenCLBackend", True),
+    "rpc": Entry("ggml_py.backends.rpc", "RPCBackend", True),
     "sim": Entry("ggml_py.backends.sim", "SimBackend", False),
 }
 
@@ -35,6 +36,7 @@ _EXPORTS = {
     "SimBackend": ("ggml_py.backends.sim", "SimBackend"),
     "SimBufferType": ("ggml_py.backends.sim", "SimBufferType"),
     "NumpyDeviceBackend": ("ggml_py.backends.numpy_device", "NumpyDeviceBackend"),
+    "RPCBackend": ("ggml_py.backends.rpc", "RPCBackend"),
 }
 
 __all__ = ["register", "get_backend_class", "available", "create", *_EXPORTS]

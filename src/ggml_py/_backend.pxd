@@ -36,6 +36,8 @@ cdef inline int64_t op_batch(const ggml_tensor * t) noexcept nogil:
 
 cdef inline int backend_supports_op(ggml_backend * b, ggml_tensor * t) except -1:
     cdef uint8_t a = b.supports_op_table[t.op]
+    if a == GGML_PY_OP_FN:
+        return b.supports_op_fn(b, t)
     if a != GGML_PY_OP_ASK:
         return a
     return ask_supports_op(b, t)

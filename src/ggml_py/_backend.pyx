@@ -10,7 +10,7 @@ while a graph is split.
 """
 
 from libc.string cimport memset, strncpy
-from libc.stdint cimport SIZE_MAX
+from libc.stdint cimport SIZE_MAX, uint8_t
 from libc.stdlib cimport realloc, free
 
 from ggml_py._ggml cimport *
@@ -332,7 +332,10 @@ cdef class Backend:
 
     def supports_op(self, Tensor op):
         """Can this backend compute `op`?"""
-        return self.c.supports_op_table[op.ptr.op] == GGML_PY_OP_YES
+        cdef uint8_t a = self.c.supports_op_table[op.ptr.op]
+        if a == GGML_PY_OP_FN:
+            return self.c.supports_op_fn(&self.c, op.ptr) != 0
+        return a == GGML_PY_OP_YES
 
     def supports_buft(self, BufferType buft):
         """Can this backend use memory of `buft` directly?"""

@@ -36,6 +36,7 @@ cdef enum:
     GGML_PY_OP_NO = 0           # never
     GGML_PY_OP_YES = 1          # always (offload_op: when the batch is large enough)
     GGML_PY_OP_ASK = 2          # ask the backend's own method (C slot or Python)
+    GGML_PY_OP_FN = 3           # ask the backend's C rule (supports_op_fn), no Python
 
 # hash set sentinels (ggml-impl.h)
 cdef enum:
@@ -101,6 +102,7 @@ cdef struct ggml_backend:
     int device_type                                 # GGML_BACKEND_DEVICE_TYPE_*
     ggml_backend_buffer_type * default_buft
     uint8_t supports_op_table[GGML_OP_COUNT_MAX]    # GGML_PY_OP_*
+    int (*supports_op_fn)(const ggml_backend * b, const ggml_tensor * t) noexcept nogil
     uint8_t offload_op_table[GGML_OP_COUNT_MAX]     # GGML_PY_OP_*
     int64_t offload_min_batch                       # offload_op needs batch >= this
     ggml_backend_buffer_type ** supported_bufts     # [n_supported_bufts]

@@ -1,0 +1,215 @@
+"""A backend on a ggml RPC server (ggml 0.10.1, protocol 4.0.0): ggml's own engine on
+another machine, driven from ggml_py's scheduler like any device.
+
+    rpc0 = RPCBackend("192.168.1.10:50052")        # device 0 of that server
+    sched = Scheduler([rpc0, rpc1, CPUBackend()])
+
+Start servers with `python -m ggml_py.rpc_server` (ggml_py.rpc_server) or llama.cpp's
+`rpc-server`. The wire protocol is in ggml_py._rpc; this module is the backend:
+
+  * memory: the server device's buffer type (alignment and largest buffer from the
+    server); buffers are allocated, written, read, cleared and freed on the server;
+  * copies: a split input coming from host memory is sent (SET_TENSOR, no reply to wait
+    for); from the same server it is copied there (COPY_TENSOR); from another server it
+    is read there and sent here;
+  * compute: graph_compute sends the split's graph (GRAPH_COMPUTE; the same graph again:
+    GRAPH_RECOMPUTE) and returns without waiting, like ggml's client; synchronize (and
+    any read) waits for the server;
+  * supports_op: what a ggml CPU server runs, answered in C during the split (ggml's own
+    client says yes to everything), minus `unsupported_ops`;
+  * faults: RPCError names the endpoint and the command; every socket call has a timeout.
+    A connection that failed is closed for good (the server frees the client's buffers
+    when it leaves), so the backend is then unusable; the scheduler, the other backends
+    and a new RPCBackend on the same server are not affected.
+
+Helpers for running a model over several servers: `parse_endpoints`, `rpc_backends`,
+`split_layers` / `place_model` (llama.cpp's --rpc, -ngl and --tensor-split).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ggml_py import _rpc
+from ggml_py._backend import Backend, get_buffer
+from ggml_py._core import Graph
+from ggml_py._rpc import (RPCBuffer, RPCBufferType, DEFAULT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
+                          PROTO_VERSION, CPU_SERVER_OPS, format_endpoint, parse_endpoint)
+from ggml_py.errors import BackendError, RPCError
+
+__all__ = ["RPCBackend", "RPCBuffer", "RPCBufferType", "RPCError", "PROTO_VERSION",
+           "CPU_SERVER_OPS", "parse_endpoint", "parse_endpoints", "rpc_backends",
+           "split_layers", "place_model"]
+
+
+class RPCBackend(Backend):
+    """Device `device` of the ggml RPC server at `endpoint` ('host:port').
+
+    timeout: seconds any socket call may take, the wait for a graph compute included;
+    connect_timeout: for connecting and the HELLO handshake. Backends on the same server
+    share one connection (the server serves one client at a time), and its timeout.
+    unsupported_ops: op names never sent to this server (the scheduler runs them elsewhere).
+    """
+
+    def __init__(self, endpoint, device=0, *, timeout=DEFAULT_TIMEOUT,
+                 connect_timeout=DEFAULT_CONNECT_TIMEOUT, unsupported_ops=()):
+        conn = _rpc.connect(endpoint, timeout, connect_timeout)
+        conn.timeout = timeout
+        buft = conn.buffer_type(device)
+        # ggml's RPC devices report GPU: not the CPU fallback, weights offloaded to them
+        super().__init__(buft.name, buft, device_type="gpu")
+        _rpc.use_cpu_server_rules(self, unsupported_ops)
+        self.conn = conn
+        self.device = device
+
+    @property
+    def endpoint(self) -> str:
+        return self.conn.endpoint
+
+    def device_memory(self):
+        """(free, total) bytes of the server device (GET_DEVICE_MEMORY)."""
+        return self.conn.get_device_memory(self.device)
+
+    def link_stats(self):
+        """Per command on this server's connection: calls, bytes sent, bytes received,
+        seconds (round trips; a command without a reply counts its send only)."""
+        return {cmd: dict(zip(("calls", "bytes_sent", "bytes_received", "seconds"), s))
+                for cmd, s in self.conn.stats.items()}
+
+    def close(self):
+        """Close the connection to the server (for every backend on it); the server frees
+        this client's buffers."""
+        self.conn.close()
+
+    # --- tensors in the server's memory ---
+
+    def _buffer(self, tensor) -> RPCBuffer:
+        buf = get_buffer(tensor)
+        if not isinstance(buf, RPCBuffer) or buf.conn is not self.conn:
+            where = "not allocated" if buf is None else f"in buffer type '{buf.buffer_type.name}'"
+            raise BackendError(f"{self.name}: tensor '{tensor.name}' is {where}, not in this "
+                               "server's memory")
+        return buf
+
+    def set_tensor(self, tensor, data, offset=0):
+        if isinstance(data, np.ndarray):
+            data = np.ascontiguousarray(data)
+        self._buffer(tensor).set_tensor(tensor, data, offset)
+
+    def get_tensor(self, tensor, offset=0, size=None):
+        return self._buffer(tensor).get_tensor(tensor, offset, size)
+
+    def cpy_tensor_async(self, backend_src, src, dst):
+        """dst (here) = src: on the server when src is there too, sent from host memory,
+        or read from another server and sent here. False otherwise (the scheduler then
+        copies through the backends)."""
+        dbuf = get_buffer(dst)
+        sbuf = get_buffer(src)
+        if (not isinstance(dbuf, RPCBuffer) or dbuf.conn is not self.conn or sbuf is None
+                or src.type != dst.type or src.ne != dst.ne or src.nb != dst.nb):
+            return False
+        if isinstance(sbuf, RPCBuffer):
+            if sbuf.conn is self.conn:
+                return dbuf.cpy_tensor(src, dst)
+            dbuf.set_tensor(dst, sbuf.get_tensor(src))
+            return True
+        if sbuf.memory is not None:
+            start = src.data_address - sbuf.base
+            dbuf.set_tensor(dst, sbuf.memory[start:start + src.nbytes])
+            return True
+        return False
+
+    # --- compute ---
+
+    def graph_compute(self, graph):
+        """Send the graph's nodes (a Graph or a list of nodes) to the server and return
+        without waiting (ggml_backend_rpc_graph_compute); BackendError before anything is
+        sent when a node is not one a CPU server runs or is not in this device's memory."""
+        nodes = graph if isinstance(graph, Graph) else getattr(graph, "nodes", graph)
+        if len(nodes) == 0:
+            return True
+        payload = _rpc.serialize_graph(self, self.device, nodes, self.conn)
+        self.conn.graph_compute(self.device, payload)
+        return True
+
+    def synchronize(self):
+        """Wait until the server has run what was sent; raises RPCError if it failed."""
+        self.conn.synchronize()
+
+
+# ---------------------------------------------------------------------------
+# several servers
+
+def parse_endpoints(spec) -> list:
+    """'host:port,host:port' (or a list of such strings) -> ['host:port', ...], checked."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    out = []
+    for item in items:
+        item = item.strip()
+        if item:
+            ep = format_endpoint(*parse_endpoint(item))
+            if ep in out:
+                raise ValueError(f"RPC endpoint {ep} is listed twice in {spec!r}")
+            out.append(ep)
+    if not out:
+        raise ValueError(f"no RPC endpoint in {spec!r}")
+    return out
+
+
+def rpc_backends(spec, **kw) -> list:
+    """An RPCBackend for every device of every server in `spec` ('host:port,...'), in
+    order (llama.cpp's --rpc); keyword arguments go to RPCBackend."""
+    backends = []
+    for ep in parse_endpoints(spec):
+        first = RPCBackend(ep, 0, **kw)
+        backends.append(first)
+        backends.extend(RPCBackend(ep, d, **kw) for d in range(1, first.conn.n_devices))
+    return backends
+
+
+def split_layers(n_layer, devices, cpu, n_gpu_layers=None, tensor_split=None):
+    """Which backend runs each layer, and the output layer, as llama.cpp assigns them:
+    the last `n_gpu_layers` layers (default: all, and the output) go to `devices`, cut
+    into consecutive runs in proportion to `tensor_split` (default: each device's free
+    memory where every device reports it, else equal shares); the rest stay on `cpu`.
+    Returns (per-layer backends, output backend)."""
+    devices = list(devices)
+    n_gpu = n_layer + 1 if n_gpu_layers is None else max(0, int(n_gpu_layers))
+    if not devices:
+        return [cpu] * n_layer, cpu
+    if tensor_split is None:
+        try:
+            tensor_split = [d.device_memory()[0] for d in devices]
+        except AttributeError:
+            tensor_split = [1.0] * len(devices)
+    tensor_split = [float(x) for x in tensor_split]
+    if len(tensor_split) != len(devices) or any(x < 0 for x in tensor_split) or sum(tensor_split) <= 0:
+        raise ValueError(f"tensor_split needs {len(devices)} non-negative shares, got {tensor_split}")
+    total = sum(tensor_split)
+    bounds, acc = [], 0.0
+    for x in tensor_split:
+        acc += x
+        bounds.append(acc / total)
+    i_gpu_start = max(n_layer - n_gpu, 0)
+    act_gpu_layers = min(n_gpu, n_layer + 1)
+
+    def backend_of(il):
+        if il < i_gpu_start or il - i_gpu_start >= act_gpu_layers:
+            return cpu
+        f = (il - i_gpu_start) / act_gpu_layers
+        i = next((k for k, b in enumerate(bounds) if f < b), len(devices) - 1)  # upper_bound
+        return devices[i]
+
+    return [backend_of(il) for il in range(n_layer)], backend_of(n_layer)
+
+
+def place_model(model, backends, n_gpu_layers=None, tensor_split=None):
+    """Place a Model's weights over `backends` ([dev0, dev1, ..., cpu], the CPU last) with
+    split_layers; the token embeddings stay on the CPU (llama.cpp's input layer)."""
+    backends = list(backends)
+    if not backends:
+        raise ValueError("place_model needs at least the CPU backend")
+    cpu = backends[-1]
+    layers, output = split_layers(model.config.n_layer, backends[:-1], cpu, n_gpu_layers,
+                                  tensor_split)
+    return model.place(layers, host=cpu, output_backend=output)

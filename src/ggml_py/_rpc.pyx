@@ -1,0 +1,1090 @@
+"""ggml's RPC protocol, version 4.0.0 (ggml-rpc.cpp of ggml 0.10.1): the client side.
+
+  * the wire structs: rpc_tensor, packed as ggml packs it, with ggml's own type and op
+    numbers (ggml_py's enums are ggml's);
+  * serialisation of tensors and graphs into rpc_tensor arrays, in C, with the checks
+    that keep a server alive: ggml's server asserts that every tensor lies inside its
+    buffer and aborts on a kernel for types it lacks, taking all its clients down;
+  * Connection: one TCP connection per server, shared by every backend on it (the
+    server serves one client at a time and frees a client's buffers when it leaves).
+    Request: 1-byte command, uint64 size, payload; response: uint64 size, payload. Every
+    socket call has a timeout; any failure closes the connection (the stream is out of
+    step after it) and raises RPCError naming the endpoint and the command;
+  * RPCBufferType / RPCBuffer: a server device's memory. A buffer's base is the server's
+    own address (BUFFER_GET_BASE), so a tensor's data pointer is what goes on the wire;
+  * what a ggml CPU server can run: a C rule the scheduler calls while splitting
+    (ggml's own client answers "yes" to every op).
+"""
+
+cimport cython
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, UINT32_MAX
+from libc.stdlib cimport malloc, realloc, free
+from libc.string cimport memset, memcpy, strncpy
+
+from ggml_py._ggml cimport *
+from ggml_py._core cimport (Tensor, Graph, TYPE_TRAITS, ggml_nbytes, ggml_is_view_op,
+                            ggml_hash_set_init, ggml_hash_set_free, ggml_hash_insert,
+                            ggml_hash_contains)
+from ggml_py._backend cimport Backend, BufferType, Buffer, backend_supports_op
+
+import _socket
+import socket
+import struct
+import threading
+import time
+import weakref
+
+import numpy as np
+
+from ggml_py._core import OP_IDS, TYPE_IDS, OP_NAMES_LIST, TYPE_NAMES
+from ggml_py.errors import AllocationError, BackendError, RPCError
+from ggml_py.ops import GLU_OPS, UNARY_OPS
+
+# ---------------------------------------------------------------------------
+# the wire format
+
+PROTO_VERSION = (4, 0, 0)               # RPC_PROTO_{MAJOR,MINOR,PATCH}_VERSION
+HASH_THRESHOLD = 10 * 1024 * 1024       # SET_TENSOR_HASH first above this many bytes
+CONN_CAPS_SIZE = 24                     # HELLO's transport capabilities (zeros: plain TCP)
+DEFAULT_TIMEOUT = 60.0                  # seconds per socket call, a graph compute included
+DEFAULT_CONNECT_TIMEOUT = 5.0
+
+COMMANDS = ("ALLOC_BUFFER", "GET_ALIGNMENT", "GET_MAX_SIZE", "BUFFER_GET_BASE", "FREE_BUFFER",
+            "BUFFER_CLEAR", "SET_TENSOR", "SET_TENSOR_HASH", "GET_TENSOR", "COPY_TENSOR",
+            "GRAPH_COMPUTE", "GET_DEVICE_MEMORY", "INIT_TENSOR", "GET_ALLOC_SIZE", "HELLO",
+            "DEVICE_COUNT", "GRAPH_RECOMPUTE")
+CMD = {name: i for i, name in enumerate(COMMANDS)}
+
+cdef enum:
+    NO_REPLY = -1                       # SET_TENSOR, GRAPH_COMPUTE, GRAPH_RECOMPUTE
+
+# ggml's struct rpc_tensor (#pragma pack(1)): ne and nb travel as uint32
+cdef packed struct rpc_tensor:
+    uint64_t id                         # the client's tensor address
+    uint32_t type
+    uint64_t buffer                     # the server's buffer handle, 0 = none
+    uint32_t ne[GGML_MAX_DIMS]
+    uint32_t nb[GGML_MAX_DIMS]
+    uint32_t op
+    int32_t op_params[GGML_MAX_OP_PARAMS]
+    int32_t flags
+    uint64_t src[GGML_MAX_SRC]
+    uint64_t view_src
+    uint64_t view_offs
+    uint64_t data                       # the server's address, 0 = none
+    char name[GGML_MAX_NAME]
+    char padding[4]
+
+RPC_TENSOR_SIZE = sizeof(rpc_tensor)
+assert RPC_TENSOR_SIZE == 296, "rpc_tensor must match ggml's packed layout"
+
+# the same layout as a numpy dtype, to read payloads back (decode_graph)
+RPC_TENSOR_DTYPE = np.dtype([
+    ("id", "<u8"), ("type", "<u4"), ("buffer", "<u8"), ("ne", "<u4", 4), ("nb", "<u4", 4),
+    ("op", "<u4"), ("op_params", "<i4", 16), ("flags", "<i4"), ("src", "<u8", 10),
+    ("view_src", "<u8"), ("view_offs", "<u8"), ("data", "<u8"), ("name", "S64"),
+    ("padding", "V4")])
+assert RPC_TENSOR_DTYPE.itemsize == RPC_TENSOR_SIZE
+
+
+def decode_graph(payload):
+    """A GRAPH_COMPUTE payload read back: (device, node ids, rpc_tensor records as a
+    numpy structured array of RPC_TENSOR_DTYPE)."""
+    device, n_nodes = struct.unpack_from("<II", payload, 0)
+    ids = np.frombuffer(payload, "<u8", n_nodes, 8)
+    n_tensors = struct.unpack_from("<I", payload, 8 + 8 * n_nodes)[0]
+    tensors = np.frombuffer(payload, RPC_TENSOR_DTYPE, n_tensors, 12 + 8 * n_nodes)
+    return device, ids, tensors
+
+
+cdef uint64_t fnv1a(const uint8_t * data, size_t n) noexcept nogil:
+    """ggml-rpc's fnv_hash: FNV-1a, 64 bits."""
+    cdef uint64_t h = 0xcbf29ce484222325ULL
+    cdef size_t i
+    for i in range(n):
+        h = (h ^ data[i]) * 0x100000001b3ULL
+    return h
+
+
+def fnv_hash(data):
+    """FNV-1a of a bytes-like object, as SET_TENSOR_HASH sends it."""
+    cdef const uint8_t[::1] v = memoryview(data).cast("B")
+    cdef uint64_t h
+    if v.shape[0] == 0:
+        return fnv1a(NULL, 0)
+    with nogil:
+        h = fnv1a(&v[0], v.shape[0])
+    return h
+
+
+def _error(endpoint, command, reason):
+    e = RPCError(f"RPC server {endpoint}: {command}: {reason}")
+    e.endpoint = endpoint
+    e.command = command
+    return e
+
+
+# ---------------------------------------------------------------------------
+# op and type numbers the rules below name (ggml 0.10.1's enums, read from ggml_py's)
+
+cdef int T_F32 = TYPE_IDS["f32"], T_F16 = TYPE_IDS["f16"], T_BF16 = TYPE_IDS["bf16"]
+cdef int T_I16 = TYPE_IDS["i16"], T_I32 = TYPE_IDS["i32"], T_I64 = TYPE_IDS["i64"]
+
+cdef int O_DUP = OP_IDS["DUP"], O_CPY = OP_IDS["CPY"], O_CONT = OP_IDS["CONT"]
+cdef int O_ADD = OP_IDS["ADD"], O_SUB = OP_IDS["SUB"], O_MUL = OP_IDS["MUL"], O_DIV = OP_IDS["DIV"]
+cdef int O_ACC = OP_IDS["ACC"], O_SQR = OP_IDS["SQR"], O_SQRT = OP_IDS["SQRT"]
+cdef int O_LOG = OP_IDS["LOG"], O_SIN = OP_IDS["SIN"], O_COS = OP_IDS["COS"]
+cdef int O_SUM = OP_IDS["SUM"], O_SUM_ROWS = OP_IDS["SUM_ROWS"], O_MEAN = OP_IDS["MEAN"]
+cdef int O_CUMSUM = OP_IDS["CUMSUM"], O_ARGMAX = OP_IDS["ARGMAX"]
+cdef int O_REPEAT = OP_IDS["REPEAT"], O_CONCAT = OP_IDS["CONCAT"]
+cdef int O_NORM = OP_IDS["NORM"], O_RMS_NORM = OP_IDS["RMS_NORM"]
+cdef int O_MUL_MAT = OP_IDS["MUL_MAT"], O_MUL_MAT_ID = OP_IDS["MUL_MAT_ID"]
+cdef int O_SCALE = OP_IDS["SCALE"], O_GET_ROWS = OP_IDS["GET_ROWS"], O_SET_ROWS = OP_IDS["SET_ROWS"]
+cdef int O_DIAG_MASK_INF = OP_IDS["DIAG_MASK_INF"], O_SOFT_MAX = OP_IDS["SOFT_MAX"]
+cdef int O_ROPE = OP_IDS["ROPE"], O_CLAMP = OP_IDS["CLAMP"], O_PAD = OP_IDS["PAD"]
+cdef int O_ARANGE = OP_IDS["ARANGE"], O_TIMESTEP_EMBEDDING = OP_IDS["TIMESTEP_EMBEDDING"]
+cdef int O_ARGSORT = OP_IDS["ARGSORT"], O_TOP_K = OP_IDS["TOP_K"]
+cdef int O_LEAKY_RELU = OP_IDS["LEAKY_RELU"], O_FLASH_ATTN_EXT = OP_IDS["FLASH_ATTN_EXT"]
+cdef int O_UNARY = OP_IDS["UNARY"], O_GLU = OP_IDS["GLU"]
+
+cdef int U_COUNT = len(UNARY_OPS)
+cdef int U_GELU = UNARY_OPS.index("GELU"), U_GELU_ERF = UNARY_OPS.index("GELU_ERF")
+cdef int U_GELU_QUICK = UNARY_OPS.index("GELU_QUICK"), U_SILU = UNARY_OPS.index("SILU")
+cdef int G_COUNT = len(GLU_OPS), G_SWIGLU_OAI = GLU_OPS.index("SWIGLU_OAI")
+
+cdef enum:
+    GGML_PREC_DEFAULT = 0
+    GGML_PREC_F32 = 10
+
+# Type facts of ggml's CPU backend (ggml-cpu.c type_traits_cpu, ops.cpp dispatch), as
+# bit masks over type ids. vec_dot_type: the type src1 of a MUL_MAT is converted to
+# (-1: no dot product, the type cannot be a matrix).
+cdef uint64_t QUANT_DEQUANT = 0        # quantized types the kernels can read (to_float)
+cdef uint64_t FROM_FLOAT = 0           # types the kernels can write from f32 (from_float)
+cdef int VEC_DOT_TYPE[64]
+
+
+cdef void _init_type_facts():
+    global QUANT_DEQUANT, FROM_FLOAT
+    cdef int i
+    for i in range(64):
+        VEC_DOT_TYPE[i] = -1
+    vec_dot = {"f32": "f32", "f16": "f16", "bf16": "bf16", "q4_0": "q8_0", "q4_1": "q8_1",
+               "q5_0": "q8_0", "q5_1": "q8_1", "q8_0": "q8_0", "mxfp4": "q8_0",
+               "nvfp4": "q8_0", "q1_0": "q8_0", "iq4_nl": "q8_0",
+               "q2_K": "q8_K", "q3_K": "q8_K", "q4_K": "q8_K", "q5_K": "q8_K", "q6_K": "q8_K",
+               "iq2_xxs": "q8_K", "iq2_xs": "q8_K", "iq3_xxs": "q8_K", "iq1_s": "q8_K",
+               "iq1_m": "q8_K", "iq3_s": "q8_K", "iq2_s": "q8_K", "iq4_xs": "q8_K",
+               "tq1_0": "q8_K", "tq2_0": "q8_K"}
+    index = {n: i for i, n in enumerate(TYPE_NAMES) if n}
+    for a, b in vec_dot.items():
+        VEC_DOT_TYPE[index[a]] = index[b]
+    for n in vec_dot:
+        if n not in ("f32", "f16", "bf16"):
+            QUANT_DEQUANT |= 1ULL << index[n]
+    QUANT_DEQUANT |= 1ULL << index["q8_1"]
+    # the iq2/iq3/iq1 kinds have no from_float in the CPU backend
+    for n in ("f32", "f16", "bf16", "i32", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1",
+              "mxfp4", "nvfp4", "q1_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "q8_K",
+              "iq4_nl", "iq4_xs", "tq1_0", "tq2_0"):
+        FROM_FLOAT |= 1ULL << index[n]
+
+
+_init_type_facts()
+
+
+cdef inline bint _has(uint64_t mask, int type) noexcept nogil:
+    return 0 <= type < 64 and (mask >> type) & 1
+
+
+cdef inline bint _is_float(int t) noexcept nogil:
+    return t == T_F32 or t == T_F16 or t == T_BF16
+
+
+cdef inline bint _unary_types(int a, int d) noexcept nogil:
+    """unary-ops.cpp: same float type, or f16/bf16 into f32."""
+    return (a == d and _is_float(a)) or (d == T_F32 and (a == T_F16 or a == T_BF16))
+
+
+cdef inline bint _binary_types(int a, int b, int d) noexcept nogil:
+    """binary-ops.cpp's type combinations (ADD, SUB, MUL, DIV)."""
+    if a == b and b == d and _is_float(a):
+        return True
+    return b == T_F32 and ((a == T_BF16 and (d == T_BF16 or d == T_F32)) or
+                           (a == T_F16 and (d == T_F16 or d == T_F32)))
+
+
+cdef inline bint _cpy_types(int a, int d) noexcept nogil:
+    """ggml_compute_forward_dup: what converts into what."""
+    if a == d:
+        return True
+    if a == T_F16 or a == T_BF16:
+        return _is_float(d) or (_has(FROM_FLOAT, d) and TYPE_TRAITS[d].is_quantized)
+    if a == T_F32:
+        return _is_float(d) or d == T_I32 or (_has(FROM_FLOAT, d) and TYPE_TRAITS[d].is_quantized)
+    if a == T_I32:
+        return d == T_F32
+    return _has(QUANT_DEQUANT, a) and d == T_F32
+
+
+cdef inline bint _type_is(const ggml_tensor * t, int type) noexcept nogil:
+    return t != NULL and t.type == type
+
+
+cdef inline bint _absent_or(const ggml_tensor * t, int type) noexcept nogil:
+    return t == NULL or t.type == type
+
+
+cdef bint _matmul_ok(const ggml_tensor * t, const ggml_tensor * a, const ggml_tensor * b) noexcept nogil:
+    """MUL_MAT / MUL_MAT_ID on the CPU: src1 is f32 or already src0's vec_dot_type, the
+    rows are packed, the result is f32 with growing strides (ggml-cpu asserts these)."""
+    if b == NULL or not (0 <= a.type < 64) or VEC_DOT_TYPE[a.type] < 0:
+        return False
+    if b.type != T_F32 and b.type != VEC_DOT_TYPE[a.type]:
+        return False
+    return (t.type == T_F32 and a.nb[0] == TYPE_TRAITS[a.type].type_size
+            and b.nb[0] == TYPE_TRAITS[b.type].type_size and t.nb[0] == 4
+            and t.nb[0] <= t.nb[1] and t.nb[1] <= t.nb[2] and t.nb[2] <= t.nb[3])
+
+
+cdef bint _flash_attn_ok(const ggml_tensor * t) noexcept nogil:
+    cdef const ggml_tensor * q = t.src[0]
+    cdef const ggml_tensor * k = t.src[1]
+    cdef const ggml_tensor * v = t.src[2]
+    if k == NULL or v == NULL or q.type != T_F32 or t.type != T_F32:
+        return False
+    if not (0 <= k.type < 64) or VEC_DOT_TYPE[k.type] < 0 or not _has(FROM_FLOAT, VEC_DOT_TYPE[k.type]):
+        return False
+    if not (_is_float(v.type) or _has(QUANT_DEQUANT, v.type)):
+        return False
+    return (_absent_or(t.src[3], T_F16) and _absent_or(t.src[4], T_F32)
+            and (t.op_params[3] == GGML_PREC_DEFAULT or t.op_params[3] == GGML_PREC_F32)
+            and q.nb[0] == 4 and k.nb[0] == TYPE_TRAITS[k.type].type_size
+            and v.nb[0] == TYPE_TRAITS[v.type].type_size)
+
+
+cdef int cpu_server_supports_op(const ggml_backend * backend, const ggml_tensor * t) noexcept nogil:
+    """Can a ggml 0.10.1 CPU server compute `t`? ggml-cpu's supports_op answers yes to
+    nearly everything and its kernels abort on the rest; this answers from the kernels'
+    dispatch (ops.cpp, unary-ops.cpp, binary-ops.cpp, ggml-cpu.c) for the ops it knows,
+    and no for ops it has not been checked against."""
+    cdef int op = t.op, d = t.type, a, u
+    cdef const ggml_tensor * s0 = t.src[0]
+    cdef const ggml_tensor * s1 = t.src[1]
+    if op == 0 or ggml_is_view_op(op):
+        return 1
+    if op == O_ARANGE:
+        return d == T_F32
+    if s0 == NULL:
+        return 0
+    a = s0.type
+    if op == O_DUP or op == O_CONT or op == O_CPY:
+        return _cpy_types(a, d)
+    if op == O_ADD or op == O_SUB or op == O_MUL or op == O_DIV:
+        if s1 == NULL:
+            return 0
+        if op == O_ADD and TYPE_TRAITS[a].is_quantized and _has(QUANT_DEQUANT, a):
+            return s1.type == T_F32 and d == a          # add_q_f32
+        return _binary_types(a, s1.type, d)
+    if op == O_SQR or op == O_SQRT or op == O_LOG or op == O_SIN or op == O_COS:
+        return _unary_types(a, d)
+    if op == O_UNARY:
+        u = t.op_params[0]
+        if u == U_GELU or u == U_GELU_ERF or u == U_GELU_QUICK or u == U_SILU:
+            return a == d and (a == T_F32 or a == T_F16)
+        return 0 <= u < U_COUNT and _unary_types(a, d)
+    if op == O_GLU:
+        u = t.op_params[0]
+        if u == G_SWIGLU_OAI:
+            return a == T_F32 and d == T_F32 and _absent_or(s1, T_F32)
+        return 0 <= u < G_COUNT and a == d and (a == T_F32 or a == T_F16) and _absent_or(s1, a)
+    if op == O_MUL_MAT:
+        return _matmul_ok(t, s0, s1)
+    if op == O_MUL_MAT_ID:
+        return _matmul_ok(t, s0, s1) and _type_is(t.src[2], T_I32)
+    if op == O_GET_ROWS:
+        if not _type_is(s1, T_I32):
+            return 0
+        if a == T_I32:
+            return d == T_I32
+        return d == T_F32 and (_is_float(a) or _has(QUANT_DEQUANT, a))
+    if op == O_SET_ROWS:
+        return (a == T_F32 and s1 != NULL and (s1.type == T_I32 or s1.type == T_I64)
+                and _has(FROM_FLOAT, d))
+    if op == O_SOFT_MAX:
+        return (a == T_F32 and d == T_F32 and (s1 == NULL or s1.type == T_F16 or s1.type == T_F32)
+                and _absent_or(t.src[2], T_F32))
+    if op == O_ROPE:
+        return ((a == T_F32 or a == T_F16) and d == a and _type_is(s1, T_I32)
+                and _absent_or(t.src[2], T_F32))
+    if op == O_FLASH_ATTN_EXT:
+        return _flash_attn_ok(t)
+    if op == O_SUM:
+        return _is_float(a) and d == a
+    if op == O_REPEAT:
+        return d == a and (_is_float(a) or a == T_I16 or a == T_I32)
+    if op == O_CONCAT:
+        return s1 != NULL and s1.type == a and d == a
+    if op == O_CLAMP or op == O_LEAKY_RELU:
+        return (a == T_F32 or a == T_F16) and d == a
+    if op == O_ACC:
+        return a == T_F32 and _type_is(s1, T_F32) and d == T_F32
+    if op == O_ARGSORT or op == O_TOP_K or op == O_ARGMAX:
+        return a == T_F32 and d == T_I32
+    if (op == O_SCALE or op == O_NORM or op == O_RMS_NORM or op == O_DIAG_MASK_INF
+            or op == O_SUM_ROWS or op == O_MEAN or op == O_PAD or op == O_CUMSUM
+            or op == O_TIMESTEP_EMBEDDING):
+        return a == T_F32 and d == T_F32
+    return 0
+
+
+# ops the rule above answers for; every other op is "no" for a CPU server
+CPU_SERVER_OPS = ("NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE", "ARANGE", "DUP", "CONT",
+                  "CPY", "ADD", "SUB", "MUL", "DIV", "SQR", "SQRT", "LOG", "SIN", "COS", "UNARY",
+                  "GLU", "MUL_MAT", "MUL_MAT_ID", "GET_ROWS", "SET_ROWS", "SOFT_MAX", "ROPE",
+                  "FLASH_ATTN_EXT", "SUM", "REPEAT", "CONCAT", "CLAMP", "LEAKY_RELU", "ACC",
+                  "ARGSORT", "TOP_K", "ARGMAX", "SCALE", "NORM", "RMS_NORM", "DIAG_MASK_INF",
+                  "SUM_ROWS", "MEAN", "PAD", "CUMSUM", "TIMESTEP_EMBEDDING")
+
+
+def use_cpu_server_rules(Backend backend, unsupported_ops=()):
+    """Make `backend` answer supports_op with the CPU-server rule (in C, during the split),
+    except for the op names in `unsupported_ops`, which it never runs."""
+    no = set()
+    for name in unsupported_ops:
+        if name not in OP_IDS:
+            raise ValueError(f"backend {backend.name}: unknown op {name!r}")
+        no.add(OP_IDS[name])
+    known = {OP_IDS[n] for n in CPU_SERVER_OPS}
+    backend.c.supports_op_fn = cpu_server_supports_op
+    for i in range(GGML_OP_COUNT_MAX):
+        backend.c.supports_op_table[i] = (GGML_PY_OP_FN if i in known and i not in no
+                                          else GGML_PY_OP_NO)
+
+
+# ---------------------------------------------------------------------------
+# tensors on the wire
+
+cdef inline uint64_t _remote_buffer(const ggml_tensor * t, Connection conn):
+    """The server's handle of t's buffer when it is a live RPCBuffer of `conn`, else 0."""
+    if t.buffer == NULL or t.buffer.pyobj == NULL:
+        return 0
+    obj = <object>t.buffer.pyobj
+    if isinstance(obj, RPCBuffer) and (<RPCBuffer>obj).conn is conn and not (<RPCBuffer>obj).freed:
+        return (<RPCBuffer>obj).remote
+    return 0
+
+
+cdef void _fill(rpc_tensor * r, const ggml_tensor * t, uint64_t remote_buffer) noexcept nogil:
+    """serialize_tensor of ggml-rpc.cpp: data and buffer only for the server's memory."""
+    cdef int i
+    memset(r, 0, sizeof(rpc_tensor))
+    r.id = <uint64_t>t
+    r.type = t.type
+    if remote_buffer != 0:
+        r.buffer = remote_buffer
+        r.data = <uint64_t>t.data
+    for i in range(GGML_MAX_DIMS):
+        r.ne[i] = <uint32_t>t.ne[i]
+        r.nb[i] = <uint32_t>t.nb[i]
+    r.op = t.op
+    for i in range(GGML_MAX_OP_PARAMS):
+        r.op_params[i] = t.op_params[i]
+    r.flags = t.flags
+    for i in range(GGML_MAX_SRC):
+        r.src[i] = <uint64_t>t.src[i]
+    r.view_src = <uint64_t>t.view_src
+    r.view_offs = t.view_offs
+    strncpy(r.name, t.name, GGML_MAX_NAME - 1)
+
+
+cdef str _tname(const ggml_tensor * t):
+    return t.name.decode("utf-8", errors="replace")
+
+
+cdef int _check_wire(const ggml_tensor * t, uint64_t remote, str where) except -1:
+    """What the server asserts or refuses when it rebuilds a tensor: a type it knows,
+    ne/nb that fit uint32, and (in its memory) data inside the buffer."""
+    cdef int i
+    cdef size_t n, lo, hi
+    if t.type < 0 or t.type >= 64 or TYPE_TRAITS[t.type].blck_size == 0 \
+            or t.ne[0] % TYPE_TRAITS[t.type].blck_size:
+        raise BackendError(f"{where}: tensor '{_tname(t)}' has a type or row length a ggml "
+                           f"server cannot rebuild")
+    for i in range(GGML_MAX_DIMS):
+        if t.ne[i] < 0 or t.ne[i] > UINT32_MAX or t.nb[i] > UINT32_MAX:
+            raise BackendError(f"{where}: tensor '{_tname(t)}' has ne {[t.ne[j] for j in range(4)]}"
+                               f" / nb {[t.nb[j] for j in range(4)]}; RPC sends them as 32-bit"
+                               f" numbers")
+    if remote != 0:
+        n = ggml_nbytes(t)
+        lo = <size_t>t.buffer.base
+        hi = lo + t.buffer.size
+        if <size_t>t.data < lo or <size_t>t.data + n > hi:
+            raise BackendError(f"{where}: tensor '{_tname(t)}' ({n} bytes) lies outside its "
+                               f"buffer")
+    return 0
+
+
+cdef bytes _tensor_wire(Tensor tensor, Connection conn):
+    """One rpc_tensor for a single-tensor command; the tensor must be in `conn`'s memory."""
+    cdef const ggml_tensor * t = tensor.ptr
+    cdef uint64_t remote = _remote_buffer(t, conn)
+    if remote == 0:
+        raise BackendError(f"RPC server {conn.endpoint}: tensor '{tensor.name}' is not in its "
+                           f"memory (or its buffer was freed)")
+    _check_wire(t, remote, f"RPC server {conn.endpoint}")
+    out = PyBytes_FromStringAndSize(NULL, sizeof(rpc_tensor))
+    _fill(<rpc_tensor *>PyBytes_AS_STRING(out), t, remote)
+    return out
+
+
+cdef class _TensorList:
+    """A growable C array of tensor pointers."""
+    cdef ggml_tensor ** items
+    cdef size_t n, cap
+
+    def __dealloc__(self):
+        free(self.items)
+
+    cdef int push(self, ggml_tensor * t) except -1:
+        cdef void * p
+        if self.n == self.cap:
+            self.cap = max(64, 2 * self.cap)
+            p = realloc(self.items, self.cap * sizeof(ggml_tensor *))
+            if p == NULL:
+                raise MemoryError("RPC graph serialisation")
+            self.items = <ggml_tensor **>p
+        self.items[self.n] = t
+        self.n += 1
+        return 0
+
+
+cdef struct _visit:
+    ggml_tensor * t
+    int next_child              # 0..9: src[i], GGML_MAX_SRC: view_src, then done
+
+
+cdef int _collect(ggml_tensor ** nodes, int n_nodes, _TensorList out, size_t hash_min) except -1:
+    """ggml-rpc's add_tensor over every node: each tensor once, its sources (src[0..9],
+    then view_src) before it. Iterative (deep chains) with a hash set of visited
+    tensors; returns 1 when the set is full (the caller retries with a larger one)."""
+    cdef ggml_hash_set seen
+    cdef _visit * stack = NULL
+    cdef _visit * top
+    cdef int sp, cap = 256, i, c
+    cdef ggml_tensor * child
+    cdef size_t pos
+    cdef void * p
+    ggml_hash_set_init(&seen, hash_min)
+    try:
+        stack = <_visit *>malloc(cap * sizeof(_visit))
+        if stack == NULL:
+            raise MemoryError("RPC graph serialisation")
+        for i in range(n_nodes):
+            pos = ggml_hash_insert(&seen, nodes[i])
+            if pos == GGML_HASHSET_FULL:
+                return 1
+            if pos == GGML_HASHSET_ALREADY_EXISTS:
+                continue
+            stack[0].t = nodes[i]
+            stack[0].next_child = 0
+            sp = 1
+            while sp > 0:
+                top = &stack[sp - 1]
+                c = top.next_child
+                if c > GGML_MAX_SRC:
+                    out.push(top.t)
+                    sp -= 1
+                    continue
+                top.next_child = c + 1
+                child = top.t.view_src if c == GGML_MAX_SRC else top.t.src[c]
+                if child == NULL:
+                    continue
+                pos = ggml_hash_insert(&seen, child)
+                if pos == GGML_HASHSET_FULL:
+                    return 1
+                if pos == GGML_HASHSET_ALREADY_EXISTS:
+                    continue
+                if sp == cap:
+                    cap *= 2
+                    p = realloc(stack, cap * sizeof(_visit))
+                    if p == NULL:
+                        raise MemoryError("RPC graph serialisation")
+                    stack = <_visit *>p
+                stack[sp].t = child
+                stack[sp].next_child = 0
+                sp += 1
+    finally:
+        free(stack)
+        ggml_hash_set_free(&seen)
+    return 0
+
+
+cdef int _check_operand(const ggml_tensor * t, const ggml_tensor * node, Connection conn,
+                        const ggml_backend_buffer_type * buft, str where) except -1:
+    """A node and what it reads must be in this device's memory (a server computing on a
+    tensor it does not hold dereferences NULL); empty tensors need no memory."""
+    if ggml_nbytes(t) == 0:
+        return 0
+    if t.buffer != NULL and t.buffer.buft == buft and t.data != NULL and _remote_buffer(t, conn):
+        return 0
+    what = "node" if t == node else f"input of node '{_tname(node)}'"
+    if t.buffer == NULL:
+        place = "is not allocated"
+    elif t.buffer.buft == buft:
+        place = "is in a freed buffer"
+    else:
+        place = f"is in buffer type '{t.buffer.buft.name.decode()}'"
+    raise BackendError(f"{where}: tensor '{_tname(t)}' ({what}) {place}, not in this "
+                       f"device's memory")
+
+
+def serialize_graph(Backend backend, uint32_t device, nodes, Connection conn):
+    """GRAPH_COMPUTE's payload for `nodes` (a Graph or a sequence of Tensors), checked
+    first: every node supported by `backend` and in its memory with what it reads, every
+    tensor rebuildable by the server. Format (ggml-rpc.cpp serialize_graph):
+    | device u32 | n_nodes u32 | node ids u64[n_nodes] | n_tensors u32 | rpc_tensor[n_tensors] |"""
+    cdef ggml_tensor ** node_ptrs
+    cdef ggml_tensor * t
+    cdef ggml_tensor * node
+    cdef _TensorList keep_nodes = None
+    cdef _TensorList tensors
+    cdef int n_nodes, i, j
+    cdef size_t hash_min, k
+    cdef uint32_t n32
+    cdef uint64_t id64, remote
+    cdef char * p
+    cdef rpc_tensor * r
+    cdef const ggml_backend_buffer_type * buft = backend.c.default_buft
+    where = f"backend {backend.name}"
+    if isinstance(nodes, Graph):
+        node_ptrs = (<Graph>nodes).graph.nodes
+        n_nodes = (<Graph>nodes).graph.n_nodes
+    else:
+        keep_nodes = _TensorList()
+        for x in nodes:
+            if not isinstance(x, Tensor):
+                raise TypeError(f"expected ggml_py Tensors, got {type(x).__name__}")
+            keep_nodes.push((<Tensor>x).ptr)
+        node_ptrs = keep_nodes.items
+        n_nodes = <int>keep_nodes.n
+
+    for i in range(n_nodes):
+        node = node_ptrs[i]
+        if not backend_supports_op(&backend.c, node):
+            srcs = ", ".join(TYPE_NAMES[node.src[j].type] for j in range(GGML_MAX_SRC)
+                             if node.src[j] != NULL)
+            raise BackendError(f"{where}: op {OP_NAMES_LIST[node.op]} ('{_tname(node)}', "
+                               f"{TYPE_NAMES[node.type]} from {srcs or 'nothing'}) is not one a "
+                               f"ggml CPU server runs")
+        _check_operand(node, node, conn, buft, where)
+        for j in range(GGML_MAX_SRC):
+            if node.src[j] != NULL:
+                _check_operand(node.src[j], node, conn, buft, where)
+        if node.view_src != NULL:
+            _check_operand(node.view_src, node, conn, buft, where)
+
+    hash_min = 4 * <size_t>n_nodes + 64
+    while True:
+        tensors = _TensorList()
+        if _collect(node_ptrs, n_nodes, tensors, hash_min) == 0:
+            break
+        hash_min *= 4
+    # the listed nodes, to mark them computed on the wire: ggml_py's backends compute
+    # every node they are given, ggml's CPU skips nodes without the COMPUTE flag (which
+    # ggml_build_forward_expand sets, and graphs made from lists may lack)
+    cdef ggml_hash_set listed
+    ggml_hash_set_init(&listed, 2 * <size_t>n_nodes + 1)
+    try:
+        for i in range(n_nodes):
+            ggml_hash_insert(&listed, node_ptrs[i])
+        out = PyBytes_FromStringAndSize(NULL, 12 + 8 * <size_t>n_nodes
+                                        + tensors.n * sizeof(rpc_tensor))
+        p = PyBytes_AS_STRING(out)
+        memcpy(p, &device, 4)
+        n32 = n_nodes
+        memcpy(p + 4, &n32, 4)
+        p += 8
+        for i in range(n_nodes):
+            id64 = <uint64_t>node_ptrs[i]
+            memcpy(p, &id64, 8)
+            p += 8
+        n32 = <uint32_t>tensors.n
+        memcpy(p, &n32, 4)
+        p += 4
+        for k in range(tensors.n):
+            t = tensors.items[k]
+            remote = _remote_buffer(t, conn)
+            _check_wire(t, remote, where)
+            r = <rpc_tensor *>(p + k * sizeof(rpc_tensor))
+            _fill(r, t, remote)
+            if t.op != 0 and ggml_hash_contains(&listed, t):
+                r.flags |= GGML_TENSOR_FLAG_COMPUTE
+    finally:
+        ggml_hash_set_free(&listed)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# the connection to one server
+
+class _Closed(Exception):
+    """The peer closed the connection (recv returned nothing)."""
+
+
+def parse_endpoint(endpoint):
+    """'host:port' (an IPv6 host in brackets) -> (host, port); ValueError names what is
+    wrong."""
+    host, sep, port = str(endpoint).strip().rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"an RPC endpoint is HOST:PORT, got {endpoint!r}")
+    return host, int(port)
+
+
+def format_endpoint(host, port):
+    """(host, port) -> 'host:port' ('[host]:port' for IPv6), as connections are keyed."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+_connections = weakref.WeakValueDictionary()      # endpoint -> live Connection
+_connections_lock = threading.Lock()
+
+
+def connect(endpoint, timeout=DEFAULT_TIMEOUT, connect_timeout=DEFAULT_CONNECT_TIMEOUT):
+    """The connection to `endpoint`, shared by every backend on that server (a ggml RPC
+    server serves one client at a time); a new one when there is none or it broke."""
+    key = format_endpoint(*parse_endpoint(endpoint))
+    with _connections_lock:
+        conn = _connections.get(key)
+        if conn is None or conn.broken is not None:
+            conn = Connection(key, timeout, connect_timeout)
+            _connections[key] = conn
+    return conn
+
+
+@cython.final
+@cython.no_gc_clear
+cdef class Connection:
+    """One TCP connection to a ggml RPC server (protocol 4.0.0): the HELLO handshake at
+    connect, then one method per command. Thread-safe (one command at a time).
+
+    timeout: seconds any socket call may take (a reply after GRAPH_COMPUTE waits for the
+    compute); connect_timeout: for the TCP connect and HELLO."""
+
+    cdef readonly str endpoint
+    cdef readonly str host
+    cdef readonly int port
+    cdef double _timeout
+    cdef readonly tuple version
+    cdef readonly int n_devices
+    cdef readonly object broken         # why the connection is unusable; None while usable
+    cdef readonly dict stats            # command -> [calls, bytes sent, bytes received, seconds]
+    cdef object sock
+    cdef object lock
+    cdef bint pending                   # a graph compute sent, nothing answered since
+    cdef object unanswered              # the last command sent without an answer since one
+    cdef list free_later                # buffers collected since the last command
+    cdef dict last_graph                # device -> payload of its last GRAPH_COMPUTE
+    cdef dict bufts                     # device -> RPCBufferType
+    cdef object __weakref__
+
+    def __init__(self, str endpoint, double timeout=DEFAULT_TIMEOUT,
+                 double connect_timeout=DEFAULT_CONNECT_TIMEOUT):
+        self.host, self.port = parse_endpoint(endpoint)
+        self.endpoint = format_endpoint(self.host, self.port)
+        if timeout <= 0 or connect_timeout <= 0:
+            raise ValueError("RPC timeouts must be positive")
+        self._timeout = timeout
+        self.stats = {}
+        self.lock = threading.RLock()
+        self.free_later = []
+        self.last_graph = {}
+        self.bufts = {}
+        self.broken = None
+        try:
+            # the C socket object: outside the garbage collector's cycles, so __dealloc__
+            # can still close it when a connection and its buffer types are collected
+            self.sock = _socket.socket(fileno=socket.create_connection(
+                (self.host, self.port), timeout=connect_timeout).detach())
+        except OSError as e:
+            self.broken = f"connect: {e}"
+            raise _error(self.endpoint, "connect", f"cannot connect ({e.strerror or e}); is a "
+                         f"ggml RPC server running there?") from None
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.settimeout(connect_timeout)
+        reply = self._call("HELLO", bytes(CONN_CAPS_SIZE), 4 + CONN_CAPS_SIZE)
+        self.version = (reply[0], reply[1], reply[2])
+        if self.version[0] != PROTO_VERSION[0] or self.version[1] > PROTO_VERSION[1]:
+            self._break("HELLO", f"the server speaks RPC protocol "
+                        f"{'.'.join(map(str, self.version))}; ggml_py speaks "
+                        f"{'.'.join(map(str, PROTO_VERSION))}")
+        self.sock.settimeout(timeout)
+        self.n_devices = struct.unpack("<I", self._call("DEVICE_COUNT", b"", 4))[0]
+
+    def __dealloc__(self):
+        if self.sock is not None:
+            self.sock.close()
+
+    @property
+    def timeout(self):
+        """Seconds any socket call may take (a reply after GRAPH_COMPUTE waits for it)."""
+        return self._timeout
+
+    @timeout.setter
+    def timeout(self, double value):
+        if value <= 0:
+            raise ValueError("RPC timeouts must be positive")
+        self._timeout = value
+        if self.broken is None:
+            self.sock.settimeout(value)
+
+    def __repr__(self):
+        state = "broken" if self.broken is not None else "open"
+        return f"<RPC connection {self.endpoint} {state}, {self.n_devices} device(s)>"
+
+    # --- the wire ---
+
+    def _break(self, str command, str reason):
+        """Close the connection for good and raise RPCError: after a failed command the
+        stream is out of step, and the server has freed this client's buffers."""
+        self.broken = f"{command}: {reason}"
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        raise _error(self.endpoint, command, reason)
+
+    cdef bytearray _recv(self, size_t n):
+        cdef bytearray buf = bytearray(n)
+        cdef size_t got = 0
+        view = memoryview(buf)
+        while got < n:
+            k = self.sock.recv_into(view[got:], n - got)
+            if k == 0:
+                raise _Closed()
+            got += k
+        return buf
+
+    def _call(self, str command, payload, Py_ssize_t reply, data=None):
+        """Send `command` with `payload` (+ `data`, sent without copying) and return its
+        reply of exactly `reply` bytes (None for commands without a reply)."""
+        with self.lock:
+            if self.broken is not None:
+                raise _error(self.endpoint, command, f"the connection was lost earlier "
+                             f"({self.broken}); the server has freed this client's buffers: "
+                             f"make a new RPCBackend")
+            if self.free_later and command != "FREE_BUFFER":
+                self._flush_frees()
+            return self._exchange(command, payload, reply, data)
+
+    cdef object _exchange(self, str command, payload, Py_ssize_t reply, data):
+        cdef Py_ssize_t n_data = 0 if data is None else memoryview(data).nbytes
+        cdef Py_ssize_t n_in = 0
+        t0 = time.perf_counter()
+        try:
+            self.sock.sendall(struct.pack("<BQ", CMD[command], len(payload) + n_data) + payload)
+            if n_data:
+                self.sock.sendall(data)
+            if reply == NO_REPLY:
+                self.unanswered = command
+                out = None
+            else:
+                size = struct.unpack("<Q", self._recv(8))[0]
+                if size != <size_t>reply:
+                    self._break(command, f"answered {size} bytes, expected {reply}")
+                out = self._recv(reply) if reply else b""
+                n_in = 8 + reply
+                self.unanswered = None
+                self.pending = False
+        except _Closed:
+            if command == "HELLO":
+                after = " (is it a ggml RPC server of protocol 4?)"
+            elif self.unanswered:
+                after = f" (after {self.unanswered}, which it may have refused, or it crashed)"
+            else:
+                after = ""
+            self._break(command, f"the server closed the connection{after}")
+        except socket.timeout:
+            self._break(command, f"no answer within {self.sock.gettimeout():g} s")
+        except OSError as e:
+            self._break(command, f"connection failed: {e.strerror or e}")
+        s = self.stats.get(command)
+        if s is None:
+            s = self.stats[command] = [0, 0, 0, 0.0]
+        s[0] += 1
+        s[1] += 9 + len(payload) + n_data
+        s[2] += n_in
+        s[3] += time.perf_counter() - t0
+        return out
+
+    def _flush_frees(self):
+        pending, self.free_later = self.free_later, []
+        self.last_graph.clear()
+        for remote in pending:
+            self._exchange("FREE_BUFFER", struct.pack("<Q", remote), 0, None)
+
+    def close(self):
+        """Close the connection; the server frees every buffer of this client."""
+        if self.broken is None:
+            self.broken = "closed by the client"
+            self.sock.close()
+
+    # --- commands ---
+
+    def device_count(self):
+        return struct.unpack("<I", self._call("DEVICE_COUNT", b"", 4))[0]
+
+    def get_device_memory(self, uint32_t device):
+        """(free, total) bytes of a server device."""
+        return struct.unpack("<QQ", self._call("GET_DEVICE_MEMORY", struct.pack("<I", device), 16))
+
+    def get_alignment(self, uint32_t device):
+        return struct.unpack("<Q", self._call("GET_ALIGNMENT", struct.pack("<I", device), 8))[0]
+
+    def get_max_size(self, uint32_t device):
+        return struct.unpack("<Q", self._call("GET_MAX_SIZE", struct.pack("<I", device), 8))[0]
+
+    def get_alloc_size(self, uint32_t device, Tensor tensor):
+        """What the server's buffer type needs for `tensor` (its sources go along)."""
+        cdef bytearray req = bytearray(4 + (1 + GGML_MAX_SRC) * sizeof(rpc_tensor))
+        cdef char * p = req
+        cdef const ggml_tensor * t = tensor.ptr
+        cdef int i
+        memcpy(p, &device, 4)
+        _fill(<rpc_tensor *>(p + 4), t, _remote_buffer(t, self))
+        for i in range(GGML_MAX_SRC):
+            if t.src[i] != NULL:
+                _fill(<rpc_tensor *>(p + 4 + (1 + i) * sizeof(rpc_tensor)), t.src[i],
+                      _remote_buffer(t.src[i], self))
+        return struct.unpack("<Q", self._call("GET_ALLOC_SIZE", req, 8))[0]
+
+    def alloc_buffer(self, uint32_t device, uint64_t size):
+        """(server handle, size) of a new buffer; handle 0 when the server has no memory."""
+        return struct.unpack("<QQ", self._call("ALLOC_BUFFER", struct.pack("<IQ", device, size), 16))
+
+    def buffer_get_base(self, uint64_t remote):
+        return struct.unpack("<Q", self._call("BUFFER_GET_BASE", struct.pack("<Q", remote), 8))[0]
+
+    def free_buffer(self, uint64_t remote):
+        self._call("FREE_BUFFER", struct.pack("<Q", remote), 0)
+        self.last_graph.clear()
+
+    def buffer_clear(self, uint64_t remote, uint8_t value):
+        self._call("BUFFER_CLEAR", struct.pack("<QB", remote, value), 0)
+
+    def init_tensor(self, Tensor tensor):
+        self._call("INIT_TENSOR", _tensor_wire(tensor, self), 0)
+
+    def set_tensor(self, Tensor tensor, uint64_t offset, data):
+        """Write `data` (bytes-like) at `offset` in the tensor; above HASH_THRESHOLD bytes
+        the server is first asked whether its cache has them (SET_TENSOR_HASH)."""
+        head = _tensor_wire(tensor, self)
+        view = memoryview(data).cast("B")
+        if view.nbytes > HASH_THRESHOLD:
+            req = head + struct.pack("<QQ", offset, fnv_hash(view))
+            if self._call("SET_TENSOR_HASH", req, 1)[0]:
+                return
+        self._call("SET_TENSOR", head + struct.pack("<Q", offset), NO_REPLY, view)
+
+    def get_tensor(self, Tensor tensor, uint64_t offset, uint64_t size):
+        return self._call("GET_TENSOR", _tensor_wire(tensor, self) + struct.pack("<QQ", offset, size),
+                          size)
+
+    def copy_tensor(self, Tensor src, Tensor dst):
+        """A copy on the server; False when its buffer cannot copy from src's."""
+        return bool(self._call("COPY_TENSOR", _tensor_wire(src, self) + _tensor_wire(dst, self), 1)[0])
+
+    def graph_compute(self, uint32_t device, bytes payload):
+        """Run a serialised graph (serialize_graph) on a device, without waiting. The same
+        payload as the device's last one only asks the server to run its stored graph
+        again (GRAPH_RECOMPUTE); returns True then."""
+        with self.lock:
+            again = self.last_graph.get(device) == payload
+            if again:
+                self._call("GRAPH_RECOMPUTE", struct.pack("<I", device), NO_REPLY)
+            else:
+                self.last_graph.pop(device, None)
+                self._call("GRAPH_COMPUTE", payload, NO_REPLY)
+                self.last_graph[device] = payload
+            self.pending = True
+        return again
+
+    def synchronize(self):
+        """Wait until the server has finished what was sent (a round trip, only when a
+        graph compute has not been answered since); RPCError when it failed or the
+        connection was lost."""
+        with self.lock:
+            if self.pending or self.broken is not None:
+                self.device_count()
+
+    @property
+    def busy(self):
+        """Was a graph compute sent with nothing answered since?"""
+        return bool(self.pending)
+
+    def buffer_type(self, uint32_t device):
+        """The buffer type of a server device (made once per connection and device)."""
+        with self.lock:
+            buft = self.bufts.get(device)
+            if buft is None:
+                if device >= <uint32_t>self.n_devices:
+                    raise _error(self.endpoint, "DEVICE_COUNT", f"no device {device}: the server "
+                                 f"has {self.n_devices}")
+                cls = RPCBufferType if self._sizes_are_nbytes(device) else RPCPaddedBufferType
+                buft = self.bufts[device] = cls(self, device)
+            return buft
+
+    def _sizes_are_nbytes(self, uint32_t device):
+        """Does the device's buffer type need just ggml_nbytes for the tensors ggml's client
+        asks about (a short quantized row, FLASH_ATTN_EXT, MUL_MAT_ID)? A CPU server's does;
+        a CUDA server pads. Decides whether the allocator may size tensors in C."""
+        from ggml_py import ops
+        from ggml_py._core import Context
+        ctx = Context("rpc-probe")
+        q = ops.new_tensor(ctx, "q4_0", (32, 2))
+        x = ops.new_tensor(ctx, "f32", (64, 1, 1))
+        fa = ops.flash_attn_ext(ctx, x, ops.new_tensor(ctx, "f16", (64, 32, 1)),
+                                ops.new_tensor(ctx, "f16", (64, 32, 1)), None, 1.0)
+        mmid = ops.mul_mat_id(ctx, ops.new_tensor(ctx, "f16", (64, 64, 2)), x,
+                              ops.new_tensor(ctx, "i32", (1, 1)))
+        return all(self.get_alloc_size(device, t) == t.nbytes for t in (q, fa, mmid))
+
+    @property
+    def link(self):
+        """Totals over every command: calls, bytes sent, bytes received, seconds."""
+        tot = [0, 0, 0, 0.0]
+        for s in self.stats.values():
+            for i in range(4):
+                tot[i] += s[i]
+        return {"calls": tot[0], "bytes_sent": tot[1], "bytes_received": tot[2],
+                "seconds": tot[3]}
+
+
+# ---------------------------------------------------------------------------
+# memory of a server device
+
+cdef class RPCBufferType(BufferType):
+    """The memory of one device of one server (ggml: RPC<device>[<endpoint>]): its
+    alignment and largest buffer as the server reports them."""
+
+    cdef readonly Connection conn
+    cdef readonly uint32_t device
+
+    def __init__(self, Connection conn, uint32_t device):
+        align = conn.get_alignment(device)
+        max_size = conn.get_max_size(device)
+        if align == 0 or align & (align - 1):
+            conn._break("GET_ALIGNMENT", f"reported alignment {align}, not a power of two")
+        super().__init__(f"RPC{device}[{conn.endpoint}]"[:GGML_MAX_NAME - 1], alignment=align,
+                         max_size=max_size or None, is_host=False,
+                         device=f"RPC{device}[{conn.endpoint}]")
+        self.conn = conn
+        self.device = device
+
+    def alloc_buffer(self, size_t size):
+        """A new buffer on the server (ALLOC_BUFFER, then BUFFER_GET_BASE)."""
+        size = max(size, 1)             # a server's 0-byte buffer has no base
+        remote, got = self.conn.alloc_buffer(self.device, size)
+        if remote == 0:
+            free_mem, total = self.conn.get_device_memory(self.device)
+            raise AllocationError(f"RPC server {self.conn.endpoint} device {self.device}: cannot "
+                                  f"allocate {size} bytes ({free_mem} of {total} bytes free)")
+        base = self.conn.buffer_get_base(remote)
+        if base == 0 or got < size:
+            self.conn.free_buffer(remote)
+            self.conn._break("ALLOC_BUFFER", f"gave a buffer of {got} bytes at {base:#x} for "
+                             f"{size} bytes")
+        return RPCBuffer(self, got, base, remote)
+
+
+cdef class RPCPaddedBufferType(RPCBufferType):
+    """A server buffer type that needs more than ggml_nbytes for some tensors (a CUDA
+    server pads quantized rows): sizes are asked for as ggml's client asks for them."""
+
+    def get_alloc_size(self, Tensor tensor):
+        cdef ggml_tensor * t = tensor.ptr
+        if ((TYPE_TRAITS[t.type].is_quantized and t.ne[0] % 512 and t.view_src == NULL)
+                or t.op == O_FLASH_ATTN_EXT or t.op == O_MUL_MAT_ID):
+            return self.conn.get_alloc_size(self.device, tensor)
+        return ggml_nbytes(t)
+
+
+@cython.no_gc_clear
+cdef class RPCBuffer(Buffer):
+    """A buffer in a server's memory. `base` is the server's address of its first byte,
+    so tensors placed in it carry server addresses. ggml's buffer slots map onto
+    commands: set_tensor, get_tensor, cpy_tensor, clear, init_tensor (ggml's RPC buffer
+    has no memset_tensor). Freed on the server when collected (at the connection's next
+    command) or by free()."""
+
+    cdef readonly Connection conn
+    cdef readonly uint64_t remote       # the server's handle
+    cdef bint freed
+
+    def __init__(self, RPCBufferType buffer_type, size_t size, size_t base, uint64_t remote):
+        super().__init__(buffer_type, size, base)
+        self.conn = buffer_type.conn
+        self.remote = remote
+
+    def __dealloc__(self):
+        # no I/O here: a collection may happen in the middle of another command
+        if (not self.freed and self.conn is not None and self.conn.free_later is not None
+                and self.conn.broken is None):
+            self.conn.free_later.append(self.remote)
+
+    cdef Py_ssize_t _region(self, Tensor tensor, size_t offset, size) except -1:
+        """Bytes [offset, offset + size) of a tensor of this buffer; ggml asserts this."""
+        if tensor.ptr.buffer != &self.c:
+            raise BackendError(f"tensor '{tensor.name}' is not in this {self.buffer_type.name} buffer")
+        n = ggml_nbytes(tensor.ptr)
+        want = n - offset if size is None else size
+        if offset > n or want < 0 or want > n - offset:
+            raise BackendError(f"tensor '{tensor.name}': {want} bytes at offset {offset} exceed "
+                               f"its {n} bytes")
+        return want
+
+    def set_tensor(self, Tensor tensor, data, size_t offset=0):
+        view = memoryview(data)
+        if not view.c_contiguous:
+            raise BackendError(f"tensor '{tensor.name}': set_tensor needs contiguous data")
+        view = view.cast("B")
+        self._region(tensor, offset, view.nbytes)
+        self.conn.set_tensor(tensor, offset, view)
+
+    def get_tensor(self, Tensor tensor, size_t offset=0, size=None):
+        """The bytes [offset, offset + size) of the tensor (a bytearray)."""
+        cdef Py_ssize_t n = self._region(tensor, offset, size)
+        return self.conn.get_tensor(tensor, offset, n)
+
+    def cpy_tensor(self, Tensor src, Tensor dst):
+        """dst (in this buffer) = src, on the server when src is on the same server;
+        False otherwise (ggml's buffer cpy_tensor)."""
+        self._region(dst, 0, None)
+        src_buf = <object>src.ptr.buffer.pyobj if src.ptr.buffer != NULL else None
+        if not isinstance(src_buf, RPCBuffer) or (<RPCBuffer>src_buf).conn is not self.conn:
+            return False
+        if ggml_nbytes(src.ptr) != ggml_nbytes(dst.ptr):
+            return False
+        return self.conn.copy_tensor(src, dst)
+
+    def clear(self, uint8_t value=0):
+        """Set every byte of the buffer to `value` (BUFFER_CLEAR)."""
+        self.conn.buffer_clear(self.remote, value)
+
+    def init_tensor(self, Tensor tensor):
+        """ggml's RPC init_tensor: quantized tensors with rows not a multiple of 512 are
+        initialised on the server (a CUDA server zeroes their padding)."""
+        cdef ggml_tensor * t = tensor.ptr
+        self._region(tensor, 0, None)
+        if TYPE_TRAITS[t.type].is_quantized and t.ne[0] % 512 and t.view_src == NULL:
+            self.conn.init_tensor(tensor)
+
+    def free(self):
+        """Free the buffer on the server now (its tensors must not be used after)."""
+        if not self.freed:
+            self.freed = True
+            self.conn.free_buffer(self.remote)

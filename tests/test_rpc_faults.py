@@ -1,0 +1,303 @@
+"""RPC faults: servers that are down, refuse, break off, answer with the wrong size, speak
+another protocol version or hang. Fake servers (a few lines of Python on 127.0.0.1) play
+them; no ggml library is needed. Each fault is an RPCError naming the endpoint and the
+command, within the timeout, and leaves the process, the scheduler and the other backends
+usable. (test_rpc.py kills a real ggml server in the middle of a compute.)
+"""
+
+import socket
+import struct
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from ggml_py import ops, _rpc
+from ggml_py._core import Context, Graph
+from ggml_py.backends.cpu import CPUBackend
+from ggml_py.backends.rpc import RPCBackend
+from ggml_py.errors import BackendError, GgmlPyError, RPCError
+from ggml_py.rpc_server import free_port
+from ggml_py.sched import Scheduler
+
+# (block size, bytes per block) of the types the fakes size
+LAYOUT = {0: (1, 4), 1: (1, 2), 2: (32, 18), 26: (1, 4)}
+
+
+class Hangup(Exception):
+    """A fake handler's way to close the connection."""
+
+
+def hello(version=(4, 0, 0)):
+    return bytes(version) + bytes(1 + _rpc.CONN_CAPS_SIZE)
+
+
+def nbytes(rec):
+    """ggml_nbytes of an rpc_tensor record."""
+    blck, size = LAYOUT[int(rec["type"])]
+    ne, nb = rec["ne"].astype(int), rec["nb"].astype(int)
+    n = ne[0] * nb[0] // blck + sum((ne[i] - 1) * nb[i] for i in range(1, 4))
+    return n if blck > 1 else n - nb[0] + size
+
+
+class FakeServer:
+    """Speaks just enough of protocol 4 to be a server with one device and buffers at
+    made-up addresses; `handlers` (command name -> f(payload) -> reply bytes, None for
+    no reply, or HANG / HANGUP) replace its answers."""
+
+    BASE = 0x7000_0000
+
+    def __init__(self, **handlers):
+        self.handlers = {"HELLO": lambda p: hello(), "DEVICE_COUNT": lambda p: struct.pack("<I", 1),
+                         "GET_ALIGNMENT": lambda p: struct.pack("<Q", 32),
+                         "GET_MAX_SIZE": lambda p: struct.pack("<Q", 2**64 - 1),
+                         "GET_ALLOC_SIZE": self.alloc_size, "ALLOC_BUFFER": self.alloc,
+                         "BUFFER_GET_BASE": lambda p: struct.pack("<Q", self.BASE),
+                         "FREE_BUFFER": lambda p: b"", "BUFFER_CLEAR": lambda p: b"",
+                         "SET_TENSOR": lambda p: None, "GRAPH_COMPUTE": lambda p: None,
+                         "GRAPH_RECOMPUTE": lambda p: None,
+                         "GET_DEVICE_MEMORY": lambda p: struct.pack("<QQ", 1 << 30, 1 << 30),
+                         "GET_TENSOR": lambda p: bytes(struct.unpack_from("<Q", p, 304)[0])}
+        self.handlers.update(handlers)
+        self.seen = []
+        self.clients = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def alloc_size(p):
+        rec = np.frombuffer(p, _rpc.RPC_TENSOR_DTYPE, 1, 4)[0]
+        return struct.pack("<Q", nbytes(rec))
+
+    @staticmethod
+    def alloc(p):
+        size = struct.unpack_from("<Q", p, 4)[0]
+        return struct.pack("<QQ", 0xB0F, size)
+
+    def _serve(self):
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.clients.append(conn)
+            with conn:
+                try:
+                    self._session(conn)
+                except (OSError, Hangup, EOFError):
+                    pass
+
+    @staticmethod
+    def _recv(conn, n):
+        buf = b""
+        while len(buf) < n:
+            chunk = conn.recv(n - len(buf))
+            if not chunk:
+                raise EOFError
+            buf += chunk
+        return buf
+
+    def _session(self, conn):
+        while True:
+            cmd = _rpc.COMMANDS[self._recv(conn, 1)[0]]
+            payload = self._recv(conn, struct.unpack("<Q", self._recv(conn, 8))[0])
+            self.seen.append(cmd)
+            handler = self.handlers[cmd]
+            if handler == HANG:
+                self.stop.wait(10)          # until the test is over
+                raise Hangup
+            if handler == HANGUP:
+                raise Hangup
+            out = handler(payload)
+            if out is not None:
+                conn.sendall(out if isinstance(out, Cut) else struct.pack("<Q", len(out)) + out)
+            if isinstance(out, Cut):
+                raise Hangup
+
+    def close(self):
+        self.stop.set()
+        for c in [self.sock] + self.clients:    # wakes the thread out of accept / recv
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.sock.close()
+        self.thread.join(2)
+        assert not self.thread.is_alive()
+
+
+class Cut(bytes):
+    """A reply sent as it is (its own size header), after which the fake hangs up."""
+
+
+@pytest.fixture
+def fake():
+    servers = []
+
+    def make(**handlers):
+        servers.append(FakeServer(**handlers))
+        return servers[-1]
+    yield make
+    for s in servers:
+        s.close()
+
+
+HANG = "hang"          # a handler that never answers
+HANGUP = "hangup"      # a handler that closes the connection
+
+
+def raises_rpc(endpoint, command, match, within=2.0):
+    """pytest.raises for an RPCError of `endpoint` and `command` (None: any) that comes
+    in time."""
+    class Check:
+        def __enter__(self):
+            self.t0 = time.monotonic()
+            self.ctx = pytest.raises(RPCError, match=match)
+            self.info = self.ctx.__enter__()
+            return self.info
+
+        def __exit__(self, *exc):
+            out = self.ctx.__exit__(*exc)
+            e = self.info.value
+            assert e.endpoint == endpoint and e.command == (command or e.command)
+            assert f"RPC server {endpoint}: {e.command}:" in str(e)
+            assert isinstance(e, BackendError) and isinstance(e, GgmlPyError)
+            assert time.monotonic() - self.t0 < within
+            return out
+    return Check()
+
+
+# ---------------------------------------------------------------------------
+# connecting
+
+def test_server_down():
+    ep = f"127.0.0.1:{free_port()}"
+    with raises_rpc(ep, "connect", "cannot connect .*is a ggml RPC server running there"):
+        RPCBackend(ep)
+
+
+def test_server_refuses(fake):
+    s = fake(HELLO=HANGUP)
+    with raises_rpc(s.endpoint, "HELLO", "closed the connection .*protocol 4"):
+        RPCBackend(s.endpoint)
+
+
+@pytest.mark.parametrize("version", [(3, 0, 0), (4, 1, 0), (5, 0, 0)])
+def test_other_protocol_version(fake, version):
+    s = fake(HELLO=lambda p: hello(version))
+    with raises_rpc(s.endpoint, "HELLO", f"speaks RPC protocol {'.'.join(map(str, version))}; "
+                    "ggml_py speaks 4.0.0"):
+        RPCBackend(s.endpoint)
+
+
+def test_newer_patch_version_is_accepted(fake):
+    s = fake(HELLO=lambda p: hello((4, 0, 7)))
+    assert RPCBackend(s.endpoint).conn.version == (4, 0, 7)     # as ggml's client: patch ignored
+
+
+def test_hello_answer_of_protocol_3(fake):
+    s = fake(HELLO=lambda p: bytes([3, 0, 0]))                  # v3's reply was 3 bytes
+    with raises_rpc(s.endpoint, "HELLO", "answered 3 bytes, expected 28"):
+        RPCBackend(s.endpoint)
+
+
+def test_server_that_never_answers(fake):
+    s = fake(HELLO=HANG)
+    with raises_rpc(s.endpoint, "HELLO", r"no answer within 0.3 s"):
+        RPCBackend(s.endpoint, connect_timeout=0.3)
+
+
+def test_bad_endpoints():
+    for bad in ("localhost", "host:", ":50052", "host:70000", "host:port"):
+        with pytest.raises(ValueError, match="HOST:PORT"):
+            RPCBackend(bad)
+
+
+# ---------------------------------------------------------------------------
+# in the middle of a session
+
+def test_wrong_size_in_a_reply(fake):
+    s = fake(GET_MAX_SIZE=lambda p: struct.pack("<I", 7))
+    with raises_rpc(s.endpoint, "GET_MAX_SIZE", "answered 4 bytes, expected 8"):
+        RPCBackend(s.endpoint)
+
+
+def test_closed_in_the_middle_of_a_command(fake):
+    s = fake(ALLOC_BUFFER=HANGUP)
+    r = RPCBackend(s.endpoint)
+    with raises_rpc(s.endpoint, "ALLOC_BUFFER", "the server closed the connection"):
+        r.buffer_type.alloc_buffer(64)
+    # the connection is closed for good: every later call says so at once
+    with raises_rpc(s.endpoint, "DEVICE_COUNT", r"lost earlier \(ALLOC_BUFFER: .*make a new RPCBackend"):
+        r.conn.device_count()
+    assert RPCBackend(s.endpoint).conn is not r.conn            # a new backend connects anew
+
+
+def test_reply_cut_short(fake):
+    def cut(p):                        # announce the whole reply, send a part, hang up
+        return Cut(struct.pack("<Q", struct.unpack_from("<Q", p, 304)[0]) + bytes(10))
+    s = fake(GET_TENSOR=cut)
+    r = RPCBackend(s.endpoint)
+    ctx = Context()
+    t = ops.new_tensor(ctx, "f32", (16,), name="t")
+    r.buffer_type.alloc_buffer(64).tensor_alloc(t, 0)
+    with raises_rpc(s.endpoint, "GET_TENSOR", "closed the connection"):
+        r.get_tensor(t)
+
+
+def test_padding_server_sizes_tensors_as_ggmls_client(fake):
+    def padded(p):
+        rec = np.frombuffer(p, _rpc.RPC_TENSOR_DTYPE, 1, 4)[0]
+        return struct.pack("<Q", nbytes(rec) + (512 if rec["type"] == 2 else 0))
+    s = fake(GET_ALLOC_SIZE=padded)
+    bt = RPCBackend(s.endpoint).buffer_type
+    assert type(bt) is _rpc.RPCPaddedBufferType
+    ctx = Context()
+    q = ops.new_tensor(ctx, "q4_0", (64, 3))
+    assert bt.get_alloc_size(q) == q.nbytes + 512
+    assert bt.get_alloc_size(ops.new_tensor(ctx, "f32", (64, 3))) == 64 * 3 * 4   # not asked
+
+
+# ---------------------------------------------------------------------------
+# a compute that fails: the scheduler and the other backends stay usable
+
+def scaled_graph(r):
+    ctx = Context()
+    x = ops.new_tensor(ctx, "f32", (8,), name="x").set_input()
+    y = ops.scale(ctx, x, 2.0)
+    g = Graph(8).build_forward_expand(y)
+    return ctx, x, y, g
+
+
+@pytest.mark.parametrize("fault,match", [
+    ("hang", r"no answer within 0.3 s"),
+    ("close", r"closed the connection \(after GRAPH_COMPUTE, which it may have refused, or it crashed\)"),
+])
+def test_compute_fault_leaves_the_scheduler_usable(fake, fault, match):
+    s = fake()
+    r = RPCBackend(s.endpoint, timeout=0.3)
+    cpu = CPUBackend()
+    _ctx, x, y, g = scaled_graph(r)
+    sched = Scheduler([r, cpu], graph_size=16)
+    sched.set_tensor_backend(y, r)
+    sched.alloc_graph(g)
+    cpu.set_tensor(x, np.ones(8, np.float32))
+    # the server takes the graph, then hangs or goes away before the next reply
+    s.handlers["DEVICE_COUNT"] = HANG if fault == "hang" else HANGUP
+    with raises_rpc(s.endpoint, "DEVICE_COUNT", match):
+        sched.graph_compute(g)
+    assert s.seen[-3:-1] == ["SET_TENSOR", "GRAPH_COMPUTE"]
+    # the same scheduler, reset, answers at once; the CPU computes the graph alone
+    sched.reset()
+    with raises_rpc(s.endpoint, None, "lost earlier"):
+        sched.graph_compute(g)
+    _ctx2, x2, y2, g2 = scaled_graph(cpu)
+    s2 = Scheduler([cpu], graph_size=16)
+    s2.alloc_graph(g2)
+    cpu.set_tensor(x2, np.arange(8, dtype=np.float32))
+    s2.graph_compute(g2)
+    assert np.array_equal(np.frombuffer(cpu.get_tensor(y2), np.float32), 2 * np.arange(8))
