@@ -1,6 +1,7 @@
 from typing import Any, Iterable, Sequence, final
 
 import numpy as np
+from typing_extensions import disjoint_base
 
 from ggml_py._backend import Backend, Buffer, BufferType
 from ggml_py._core import Graph, Tensor
@@ -58,6 +59,7 @@ class Connection:
     @property
     def link(self) -> dict[str, float]: ...
 
+@disjoint_base
 class RPCBufferType(BufferType):
     conn: Connection
     device: int
@@ -66,6 +68,7 @@ class RPCBufferType(BufferType):
 
 class RPCPaddedBufferType(RPCBufferType): ...
 
+@disjoint_base
 class RPCBuffer(Buffer):
     conn: Connection
     remote: int

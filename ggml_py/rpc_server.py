@@ -155,10 +155,10 @@ class ServerProcess:
         """Kill the server and reap it."""
         self._reaper()
 
-    def __enter__(self):
+    def __enter__(self) -> ServerProcess:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def __repr__(self):

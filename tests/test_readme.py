@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, require_ggml_rpc
 
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
 EXAMPLES = re.findall(r"^```python\n(.*?)^```", README, re.M | re.S)
@@ -37,6 +37,8 @@ def test_readme_examples_pass_mypy_strict(tmp_path):
 @pytest.mark.parametrize("k", range(len(EXAMPLES)))
 def test_readme_example_runs(k, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    if "ggml_py.rpc_server" in EXAMPLES[k]:
+        require_ggml_rpc()              # the example starts ggml's own RPC servers
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(EXAMPLES[k], f"README example {k}", "exec"), {"__name__": "__readme__"})

@@ -28,6 +28,8 @@ Helpers for running a model over several servers: `parse_endpoints`, `rpc_backen
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
 import numpy as np
 
 from ggml_py import _rpc
@@ -36,6 +38,9 @@ from ggml_py._core import Graph
 from ggml_py._rpc import (RPCBuffer, RPCBufferType, DEFAULT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
                           PROTO_VERSION, CPU_SERVER_OPS, format_endpoint, parse_endpoint)
 from ggml_py.errors import BackendError, RPCError
+
+if TYPE_CHECKING:
+    from ggml_py.models.transformer import Model
 
 __all__ = ["RPCBackend", "RPCBuffer", "RPCBufferType", "RPCError", "PROTO_VERSION",
            "CPU_SERVER_OPS", "parse_endpoint", "parse_endpoints", "rpc_backends",
@@ -70,7 +75,7 @@ class RPCBackend(Backend):
         """(free, total) bytes of the server device (GET_DEVICE_MEMORY)."""
         return self.conn.get_device_memory(self.device)
 
-    def link_stats(self):
+    def link_stats(self) -> dict[str, dict[str, float]]:
         """Per command on this server's connection: calls, bytes sent, bytes received,
         seconds (round trips; a command without a reply counts its send only)."""
         return {cmd: dict(zip(("calls", "bytes_sent", "bytes_received", "seconds"), s))
@@ -140,7 +145,7 @@ class RPCBackend(Backend):
 # ---------------------------------------------------------------------------
 # several servers
 
-def parse_endpoints(spec) -> list:
+def parse_endpoints(spec: str | Iterable[str]) -> list[str]:
     """'host:port,host:port' (or a list of such strings) -> ['host:port', ...], checked."""
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     out = []
@@ -156,7 +161,7 @@ def parse_endpoints(spec) -> list:
     return out
 
 
-def rpc_backends(spec, **kw) -> list:
+def rpc_backends(spec: str | Iterable[str], **kw: Any) -> list[RPCBackend]:
     """An RPCBackend for every device of every server in `spec` ('host:port,...'), in
     order (llama.cpp's --rpc); keyword arguments go to RPCBackend."""
     backends = []
@@ -167,7 +172,9 @@ def rpc_backends(spec, **kw) -> list:
     return backends
 
 
-def split_layers(n_layer, devices, cpu, n_gpu_layers=None, tensor_split=None):
+def split_layers(n_layer: int, devices: Sequence[Backend], cpu: Backend,
+                 n_gpu_layers: int | None = None,
+                 tensor_split: Sequence[float] | None = None) -> tuple[list[Backend], Backend]:
     """Which backend runs each layer, and the output layer, as llama.cpp assigns them:
     the last `n_gpu_layers` layers (default: all, and the output) go to `devices`, cut
     into consecutive runs in proportion to `tensor_split` (default: each device's free
@@ -179,21 +186,22 @@ def split_layers(n_layer, devices, cpu, n_gpu_layers=None, tensor_split=None):
         return [cpu] * n_layer, cpu
     if tensor_split is None:
         try:
-            tensor_split = [d.device_memory()[0] for d in devices]
+            tensor_split = [d.device_memory()[0] for d in devices]  # type: ignore[attr-defined]
         except AttributeError:
             tensor_split = [1.0] * len(devices)
-    tensor_split = [float(x) for x in tensor_split]
-    if len(tensor_split) != len(devices) or any(x < 0 for x in tensor_split) or sum(tensor_split) <= 0:
-        raise ValueError(f"tensor_split needs {len(devices)} non-negative shares, got {tensor_split}")
-    total = sum(tensor_split)
-    bounds, acc = [], 0.0
-    for x in tensor_split:
+    shares = [float(x) for x in tensor_split]
+    if len(shares) != len(devices) or any(x < 0 for x in shares) or sum(shares) <= 0:
+        raise ValueError(f"tensor_split needs {len(devices)} non-negative shares, got {shares}")
+    total = sum(shares)
+    bounds: list[float] = []
+    acc = 0.0
+    for x in shares:
         acc += x
         bounds.append(acc / total)
     i_gpu_start = max(n_layer - n_gpu, 0)
     act_gpu_layers = min(n_gpu, n_layer + 1)
 
-    def backend_of(il):
+    def backend_of(il: int) -> Backend:
         if il < i_gpu_start or il - i_gpu_start >= act_gpu_layers:
             return cpu
         f = (il - i_gpu_start) / act_gpu_layers
@@ -203,7 +211,8 @@ def split_layers(n_layer, devices, cpu, n_gpu_layers=None, tensor_split=None):
     return [backend_of(il) for il in range(n_layer)], backend_of(n_layer)
 
 
-def place_model(model, backends, n_gpu_layers=None, tensor_split=None):
+def place_model(model: Model, backends: Sequence[Backend], n_gpu_layers: int | None = None,
+                tensor_split: Sequence[float] | None = None) -> Model:
     """Place a Model's weights over `backends` ([dev0, dev1, ..., cpu], the CPU last) with
     split_layers; the token embeddings stay on the CPU (llama.cpp's input layer)."""
     backends = list(backends)

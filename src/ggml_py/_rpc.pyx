@@ -37,9 +37,10 @@ import weakref
 
 import numpy as np
 
-from ggml_py._core import OP_IDS, TYPE_IDS, OP_NAMES_LIST, TYPE_NAMES
+from ggml_py._core import (OP_IDS as _OP_IDS, TYPE_IDS as _TYPE_IDS,
+                           OP_NAMES_LIST as _OP_NAMES_LIST, TYPE_NAMES as _TYPE_NAMES)
 from ggml_py.errors import AllocationError, BackendError, RPCError
-from ggml_py.ops import GLU_OPS, UNARY_OPS
+from ggml_py.ops import GLU_OPS as _GLU_OPS, UNARY_OPS as _UNARY_OPS
 
 # ---------------------------------------------------------------------------
 # the wire format
@@ -128,30 +129,30 @@ def _error(endpoint, command, reason):
 # ---------------------------------------------------------------------------
 # op and type numbers the rules below name (ggml 0.10.1's enums, read from ggml_py's)
 
-cdef int T_F32 = TYPE_IDS["f32"], T_F16 = TYPE_IDS["f16"], T_BF16 = TYPE_IDS["bf16"]
-cdef int T_I16 = TYPE_IDS["i16"], T_I32 = TYPE_IDS["i32"], T_I64 = TYPE_IDS["i64"]
+cdef int T_F32 = _TYPE_IDS["f32"], T_F16 = _TYPE_IDS["f16"], T_BF16 = _TYPE_IDS["bf16"]
+cdef int T_I16 = _TYPE_IDS["i16"], T_I32 = _TYPE_IDS["i32"], T_I64 = _TYPE_IDS["i64"]
 
-cdef int O_DUP = OP_IDS["DUP"], O_CPY = OP_IDS["CPY"], O_CONT = OP_IDS["CONT"]
-cdef int O_ADD = OP_IDS["ADD"], O_SUB = OP_IDS["SUB"], O_MUL = OP_IDS["MUL"], O_DIV = OP_IDS["DIV"]
-cdef int O_ACC = OP_IDS["ACC"], O_SQR = OP_IDS["SQR"], O_SQRT = OP_IDS["SQRT"]
-cdef int O_LOG = OP_IDS["LOG"], O_SIN = OP_IDS["SIN"], O_COS = OP_IDS["COS"]
-cdef int O_SUM = OP_IDS["SUM"], O_SUM_ROWS = OP_IDS["SUM_ROWS"], O_MEAN = OP_IDS["MEAN"]
-cdef int O_CUMSUM = OP_IDS["CUMSUM"], O_ARGMAX = OP_IDS["ARGMAX"]
-cdef int O_REPEAT = OP_IDS["REPEAT"], O_CONCAT = OP_IDS["CONCAT"]
-cdef int O_NORM = OP_IDS["NORM"], O_RMS_NORM = OP_IDS["RMS_NORM"]
-cdef int O_MUL_MAT = OP_IDS["MUL_MAT"], O_MUL_MAT_ID = OP_IDS["MUL_MAT_ID"]
-cdef int O_SCALE = OP_IDS["SCALE"], O_GET_ROWS = OP_IDS["GET_ROWS"], O_SET_ROWS = OP_IDS["SET_ROWS"]
-cdef int O_DIAG_MASK_INF = OP_IDS["DIAG_MASK_INF"], O_SOFT_MAX = OP_IDS["SOFT_MAX"]
-cdef int O_ROPE = OP_IDS["ROPE"], O_CLAMP = OP_IDS["CLAMP"], O_PAD = OP_IDS["PAD"]
-cdef int O_ARANGE = OP_IDS["ARANGE"], O_TIMESTEP_EMBEDDING = OP_IDS["TIMESTEP_EMBEDDING"]
-cdef int O_ARGSORT = OP_IDS["ARGSORT"], O_TOP_K = OP_IDS["TOP_K"]
-cdef int O_LEAKY_RELU = OP_IDS["LEAKY_RELU"], O_FLASH_ATTN_EXT = OP_IDS["FLASH_ATTN_EXT"]
-cdef int O_UNARY = OP_IDS["UNARY"], O_GLU = OP_IDS["GLU"]
+cdef int O_DUP = _OP_IDS["DUP"], O_CPY = _OP_IDS["CPY"], O_CONT = _OP_IDS["CONT"]
+cdef int O_ADD = _OP_IDS["ADD"], O_SUB = _OP_IDS["SUB"], O_MUL = _OP_IDS["MUL"], O_DIV = _OP_IDS["DIV"]
+cdef int O_ACC = _OP_IDS["ACC"], O_SQR = _OP_IDS["SQR"], O_SQRT = _OP_IDS["SQRT"]
+cdef int O_LOG = _OP_IDS["LOG"], O_SIN = _OP_IDS["SIN"], O_COS = _OP_IDS["COS"]
+cdef int O_SUM = _OP_IDS["SUM"], O_SUM_ROWS = _OP_IDS["SUM_ROWS"], O_MEAN = _OP_IDS["MEAN"]
+cdef int O_CUMSUM = _OP_IDS["CUMSUM"], O_ARGMAX = _OP_IDS["ARGMAX"]
+cdef int O_REPEAT = _OP_IDS["REPEAT"], O_CONCAT = _OP_IDS["CONCAT"]
+cdef int O_NORM = _OP_IDS["NORM"], O_RMS_NORM = _OP_IDS["RMS_NORM"]
+cdef int O_MUL_MAT = _OP_IDS["MUL_MAT"], O_MUL_MAT_ID = _OP_IDS["MUL_MAT_ID"]
+cdef int O_SCALE = _OP_IDS["SCALE"], O_GET_ROWS = _OP_IDS["GET_ROWS"], O_SET_ROWS = _OP_IDS["SET_ROWS"]
+cdef int O_DIAG_MASK_INF = _OP_IDS["DIAG_MASK_INF"], O_SOFT_MAX = _OP_IDS["SOFT_MAX"]
+cdef int O_ROPE = _OP_IDS["ROPE"], O_CLAMP = _OP_IDS["CLAMP"], O_PAD = _OP_IDS["PAD"]
+cdef int O_ARANGE = _OP_IDS["ARANGE"], O_TIMESTEP_EMBEDDING = _OP_IDS["TIMESTEP_EMBEDDING"]
+cdef int O_ARGSORT = _OP_IDS["ARGSORT"], O_TOP_K = _OP_IDS["TOP_K"]
+cdef int O_LEAKY_RELU = _OP_IDS["LEAKY_RELU"], O_FLASH_ATTN_EXT = _OP_IDS["FLASH_ATTN_EXT"]
+cdef int O_UNARY = _OP_IDS["UNARY"], O_GLU = _OP_IDS["GLU"]
 
-cdef int U_COUNT = len(UNARY_OPS)
-cdef int U_GELU = UNARY_OPS.index("GELU"), U_GELU_ERF = UNARY_OPS.index("GELU_ERF")
-cdef int U_GELU_QUICK = UNARY_OPS.index("GELU_QUICK"), U_SILU = UNARY_OPS.index("SILU")
-cdef int G_COUNT = len(GLU_OPS), G_SWIGLU_OAI = GLU_OPS.index("SWIGLU_OAI")
+cdef int U_COUNT = len(_UNARY_OPS)
+cdef int U_GELU = _UNARY_OPS.index("GELU"), U_GELU_ERF = _UNARY_OPS.index("GELU_ERF")
+cdef int U_GELU_QUICK = _UNARY_OPS.index("GELU_QUICK"), U_SILU = _UNARY_OPS.index("SILU")
+cdef int G_COUNT = len(_GLU_OPS), G_SWIGLU_OAI = _GLU_OPS.index("SWIGLU_OAI")
 
 cdef enum:
     GGML_PREC_DEFAULT = 0
@@ -177,7 +178,7 @@ cdef void _init_type_facts():
                "iq2_xxs": "q8_K", "iq2_xs": "q8_K", "iq3_xxs": "q8_K", "iq1_s": "q8_K",
                "iq1_m": "q8_K", "iq3_s": "q8_K", "iq2_s": "q8_K", "iq4_xs": "q8_K",
                "tq1_0": "q8_K", "tq2_0": "q8_K"}
-    index = {n: i for i, n in enumerate(TYPE_NAMES) if n}
+    index = {n: i for i, n in enumerate(_TYPE_NAMES) if n}
     for a, b in vec_dot.items():
         VEC_DOT_TYPE[index[a]] = index[b]
     for n in vec_dot:
@@ -353,10 +354,10 @@ def use_cpu_server_rules(Backend backend, unsupported_ops=()):
     except for the op names in `unsupported_ops`, which it never runs."""
     no = set()
     for name in unsupported_ops:
-        if name not in OP_IDS:
+        if name not in _OP_IDS:
             raise ValueError(f"backend {backend.name}: unknown op {name!r}")
-        no.add(OP_IDS[name])
-    known = {OP_IDS[n] for n in CPU_SERVER_OPS}
+        no.add(_OP_IDS[name])
+    known = {_OP_IDS[n] for n in CPU_SERVER_OPS}
     backend.c.supports_op_fn = cpu_server_supports_op
     for i in range(GGML_OP_COUNT_MAX):
         backend.c.supports_op_table[i] = (GGML_PY_OP_FN if i in known and i not in no
@@ -574,10 +575,10 @@ def serialize_graph(Backend backend, uint32_t device, nodes, Connection conn):
     for i in range(n_nodes):
         node = node_ptrs[i]
         if not backend_supports_op(&backend.c, node):
-            srcs = ", ".join(TYPE_NAMES[node.src[j].type] for j in range(GGML_MAX_SRC)
+            srcs = ", ".join(_TYPE_NAMES[node.src[j].type] for j in range(GGML_MAX_SRC)
                              if node.src[j] != NULL)
-            raise BackendError(f"{where}: op {OP_NAMES_LIST[node.op]} ('{_tname(node)}', "
-                               f"{TYPE_NAMES[node.type]} from {srcs or 'nothing'}) is not one a "
+            raise BackendError(f"{where}: op {_OP_NAMES_LIST[node.op]} ('{_tname(node)}', "
+                               f"{_TYPE_NAMES[node.type]} from {srcs or 'nothing'}) is not one a "
                                f"ggml CPU server runs")
         _check_operand(node, node, conn, buft, where)
         for j in range(GGML_MAX_SRC):
