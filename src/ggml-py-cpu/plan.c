@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 // What a plan depends on in one tensor. Nodes also depend on their op_params and
 // sources (node_key); a source's own sources do not matter to the node.
@@ -43,6 +44,8 @@ struct gp_plan {
     char *         wdata;           // work buffer, cache-line aligned
     size_t         wsize;
     gp_rope_cache * rope;
+
+    int64_t *      node_ns;         // [n_nodes]: time spent per node, when profiling
 
     // the last run's failure: the first kernel to fail records it
     atomic_int     failed;
@@ -140,6 +143,7 @@ void gp_plan_free(gp_plan * plan) {
     free(plan->keys);
     free(plan->src_keys);
     free(plan->wdata);
+    free(plan->node_ns);
     gp_rope_cache_free(plan->rope);
     free(plan);
 }
@@ -179,6 +183,24 @@ static void fill_node_key(node_key * k, const gp_tensor * t) {
     fill_key(&k->self, t);
     memcpy(k->op_params, t->op_params, sizeof(k->op_params));
     memcpy(k->src, t->src, sizeof(k->src));
+}
+
+int gp_plan_profile(gp_plan * plan, int on) {
+    if (!on) {
+        free(plan->node_ns);
+        plan->node_ns = NULL;
+        return 0;
+    }
+    if (!plan->node_ns) plan->node_ns = calloc((size_t)GP_MAX(plan->n_nodes, 1), sizeof(int64_t));
+    return plan->node_ns ? 0 : -1;
+}
+
+const int64_t * gp_plan_node_ns(const gp_plan * plan) { return plan->node_ns; }
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 int gp_plan_finish(gp_plan * plan) {
@@ -273,9 +295,11 @@ void gp_plan_run_thread(gp_plan * plan, int i0, int i1, int ith, gp_threadpool *
         p.ith = shared ? ith : 0;
         p.nth = shared ? nth : 1;
         p.node = i;
+        const int64_t t0 = plan->node_ns && ith == 0 ? now_ns() : 0;
         if (pn->fn(&p, pn->t) != 0 && !atomic_load(&plan->failed)) {
             gp_fail(&p, "kernel failed");
         }
+        if (t0) plan->node_ns[i] += now_ns() - t0;
     }
     if (nth > 1) gp_threadpool_barrier(tp);
 }

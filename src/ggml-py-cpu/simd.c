@@ -46,6 +46,9 @@ INLINE __m256 load8_bf16(const char * a, int64_t k) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
+// an f16 scale: F16C, as ggml's GGML_CPU_FP16_TO_FP32 on x86 (the bits of gp_h2f)
+INLINE float scale_f16(const uint8_t * p) { return _cvtsh_ss(gp_load_le16(p)); }
+
 // ggml's hsum_float_8 (arch/x86)
 INLINE float hsum8(__m256 x) {
     __m128 r = _mm256_extractf128_ps(x, 1);
@@ -110,13 +113,13 @@ INLINE void tile_##T(int64_t k, const char * a, size_t lda, const int RM,       
         for (int j = 0; j < RN; j++) {                                                     \
             const uint8_t * yb = (const uint8_t *)b[j] + ib * Q8_0_BYTES;                  \
             by[j] = load_q8_0(yb);                                                         \
-            dy[j] = gp_h2f(gp_load_le16(yb));                                              \
+            dy[j] = scale_f16(yb);                                                         \
         }                                                                                  \
         for (int i = 0; i < RM; i++) {                                                     \
             const uint8_t * xb = (const uint8_t *)(a + i * lda) + ib * BYTES;              \
             const __m256i qx = load_##T(xb);                                               \
             const __m256i ax = _mm256_sign_epi8(qx, qx);                                   \
-            const float   dx = gp_h2f(gp_load_le16(xb));                                   \
+            const float   dx = scale_f16(xb);                                              \
             for (int j = 0; j < RN; j++) {                                                 \
                 const __m256 q = i8_pair_sums(ax, qx, by[j]);                              \
                 acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[j]), q, acc[i][j]);     \

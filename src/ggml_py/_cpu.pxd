@@ -65,6 +65,8 @@ cdef extern from "ggml-py-cpu/ggml-py-cpu.h" nogil:
     int gp_plan_run(gp_plan * plan, int i0, int i1, gp_threadpool * tp)
     const char * gp_plan_failure(const gp_plan * plan, int * node)
     size_t gp_plan_work_size(const gp_plan * plan)
+    int gp_plan_profile(gp_plan * plan, int on)
+    const int64_t * gp_plan_node_ns(const gp_plan * plan)
 
     int gp_tensor_extent(const gp_tensor * t, size_t * lo, size_t * hi)
     int gp_type_known(int type)

@@ -22,6 +22,7 @@ from ggml_py._core cimport Graph, Tensor, tensor_handle, tensor_ptr
 
 import collections
 import threading
+from time import perf_counter_ns
 
 import numpy as np
 
@@ -156,6 +157,7 @@ cdef class Plan:
     cdef list steps                     # [(i0, i1, j)]: C nodes [i0, i1), then node j (-1: none)
     cdef dict python                    # node index -> (callable, Tensor)
     cdef list keep                      # the buffers it checked: their addresses stay valid
+    cdef dict python_ns                 # node index -> ns spent in its Python kernel
 
     def __dealloc__(self):
         gp_plan_free(self.c)
@@ -173,6 +175,17 @@ cdef class Plan:
     def work_size(self):
         """Bytes of the plan's work buffer."""
         return gp_plan_work_size(self.c)
+
+    def node_times(self):
+        """Per node: microseconds spent in it over the computes since the executor's
+        profiling was switched on (C kernels timed on thread 0; 0 for view ops)."""
+        cdef const int64_t * ns = gp_plan_node_ns(self.c)
+        out = [0.0] * self.n_nodes
+        for i in range(self.n_nodes):
+            if ns != NULL:
+                out[i] = ns[i] / 1e3
+            out[i] += self.python_ns.get(i, 0) / 1e3
+        return out
 
 
 cdef str _describe(ggml_tensor * t):
@@ -204,6 +217,7 @@ cdef class Executor:
     cdef object lock
     cdef readonly int n_builds          # plans made (a cache miss each)
     cdef readonly int n_reuses          # computes that found their plan valid
+    cdef readonly bint profiling        # plans time their nodes (Plan.node_times)
 
     def __cinit__(self):
         self.pool = NULL
@@ -245,6 +259,16 @@ cdef class Executor:
         """Forget every plan (they are made again when needed)."""
         with self.lock:
             self.plans.clear()
+
+    def set_profiling(self, bint on):
+        """Time every node of every plan from now on (Plan.node_times), or stop."""
+        cdef Plan plan
+        with self.lock:
+            self.profiling = on
+            for plan in self.plans.values():
+                if gp_plan_profile(plan.c, on) != 0:
+                    raise MemoryError()
+                plan.python_ns = {}
 
     @property
     def n_plans(self):
@@ -318,7 +342,10 @@ cdef class Executor:
         plan.n_nodes = n
         plan.n_threads = self.n_threads
         plan.python = {}
+        plan.python_ns = {}
         plan.keep = []
+        if self.profiling and gp_plan_profile(plan.c, 1) != 0:
+            raise MemoryError()
         policy = self.policy
         ask_ops = policy.ask_ops
         checked = {}
@@ -408,10 +435,13 @@ cdef class Executor:
                 message = gp_plan_node_error(c, j).decode(errors="replace")
                 self._raise(gp_plan_node_at(c, j).t, BackendError(message))
             fn, handle = entry
+            t0 = perf_counter_ns() if self.profiling else 0
             try:
                 fn(handle)
             except Exception as e:
                 self._raise(gp_plan_node_at(c, j).t, e)
+            if self.profiling:
+                plan.python_ns[j] = plan.python_ns.get(j, 0) + perf_counter_ns() - t0
         return 0
 
     cdef _raise(self, gp_tensor * node, Exception cause):
