@@ -127,7 +127,8 @@ def test_norms_on_views(seed, shape, op, view):
         if view else a
     out = (ops.rms_norm if op == "RMS_NORM" else ops.norm)(ctx, x, 1e-5)
     fast, ref = _both(out, [(a, fa)])
-    _close(fast, ref, "f32", rtol=1e-5)
+    # NORM's mean is a float32 in ggml (and C), a float64 in numpy: x - mean cancels
+    _close(fast, ref, "f32", rtol=1e-5 if op == "RMS_NORM" else 1e-4)
 
 
 @settings(**HYP)
@@ -605,25 +606,20 @@ def test_bad_expert_ids_raise():
         cpu.graph_compute(g)
 
 
-def test_tensors_without_host_memory_raise():
-    cpu = CPUBackend(n_threads=1)
-    ctx = Context()
-    a = ops.new_tensor(ctx, "f32", [8], name="a")
-    out = ops.sqr(ctx, a)
-    set_buffer(a, fake_buffer(cpu.buffer_type, 64))
-    g, alloc = opscheck.prepare(cpu, out, [])
-    with pytest.raises(ComputeError, match="no host memory"):
-        cpu.graph_compute(g)
-
-
-def test_tensor_past_its_buffer_raises():
+@pytest.mark.parametrize("place,message", [
+    (lambda buft: (fake_buffer(buft, 256), 0), "no host memory"),
+    (lambda buft: (host_buffer(buft, 64), 32), "reaches past the end of its buffer"),
+])
+def test_tensors_outside_host_memory_raise(place, message):
+    """A simulated buffer, or bytes past the buffer's end: an error, never a read."""
     cpu = CPUBackend(n_threads=1)
     ctx = Context()
     a = ops.new_tensor(ctx, "f32", [64], name="a")
     out = ops.sqr(ctx, a)
-    set_buffer(a, host_buffer(cpu.buffer_type, 64), offset=32)      # 256 bytes at 32 of 64
+    buf, offset = place(cpu.buffer_type)
+    set_buffer(a, buf, offset)
     g, alloc = opscheck.prepare(cpu, out, [])
-    with pytest.raises(ComputeError, match="reaches past the end of its buffer"):
+    with pytest.raises(ComputeError, match=message):
         cpu.graph_compute(g)
 
 

@@ -185,6 +185,27 @@ static inline void gp_unravel_row(const gp_tensor * t, int64_t ir, int64_t * i1,
     *i1 = ir - *i2 * t->ne[1];
 }
 
+// The rows of t one thread takes, in order:
+//     for (gp_row_iter it = gp_rows(p, t); gp_next_row(&it);) { ... it.i1, it.i2, it.i3 ... }
+typedef struct {
+    const gp_tensor * t;
+    int64_t r, r1;              // the row before the next one; the end
+    int64_t i1, i2, i3;         // the current row's indices
+} gp_row_iter;
+
+static inline gp_row_iter gp_rows(const gp_params * p, const gp_tensor * t) {
+    gp_row_iter it = {t, 0, 0, 0, 0, 0};
+    gp_rows_of(p, gp_nrows(t), &it.r, &it.r1);
+    it.r -= 1;
+    return it;
+}
+
+static inline int gp_next_row(gp_row_iter * it) {
+    if (++it->r >= it->r1) return 0;
+    gp_unravel_row(it->t, it->r, &it->i1, &it->i2, &it->i3);
+    return 1;
+}
+
 size_t  gp_type_size(int type);            // bytes per element (per block for q types)
 int64_t gp_blck_size(int type);            // elements per block (1 for plain types)
 size_t  gp_row_size(int type, int64_t ne);

@@ -7,8 +7,8 @@
 //   * ROPE builds its cos/sin rows as ggml_rope_cache_init / ggml_mrope_cache_init do
 //     (theta by repeated float32 multiplication) and keeps them per plan, keyed by the
 //     positions and every parameter, so the layers of a step share them.
-// Each kernel takes rows [r0, r1) of its thread (gp_rows_of); select_* decide whether
-// a node is one the C kernels take (types, layouts) and check what ggml asserts.
+// Each kernel takes the rows of its thread (gp_rows); gp_select_kernel decides whether a
+// node is one the C kernels take (types, layouts) and checks what ggml asserts.
 
 #include "cpu-impl.h"
 
@@ -168,14 +168,14 @@ static inline float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * SQRT_
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 
 // ---------------------------------------------------------------------------
-// UNARY, SQR, SQRT, CLAMP: y = f(x) element-wise, same shape
+// UNARY, SQR, SQRT, CLAMP, SCALE: y = f(x) element-wise, same shape
 
 enum {  // ggml_unary_op
     U_ABS, U_SGN, U_NEG, U_STEP, U_TANH, U_ELU, U_RELU, U_SIGMOID, U_GELU, U_GELU_QUICK,
     U_SILU, U_HARDSWISH, U_HARDSIGMOID, U_EXP, U_EXPM1, U_SOFTPLUS, U_GELU_ERF, U_XIELU,
     U_FLOOR, U_CEIL, U_ROUND, U_TRUNC, U_COUNT,
     // ops of their own that map element-wise too
-    U_SQR = 100, U_SQRT, U_CLAMP,
+    U_SQR = 100, U_SQRT, U_CLAMP, U_SCALE,
 };
 
 static int unary_kind(const gp_tensor * t) {
@@ -183,6 +183,7 @@ static int unary_kind(const gp_tensor * t) {
         case GP_OP_SQR:   return U_SQR;
         case GP_OP_SQRT:  return U_SQRT;
         case GP_OP_CLAMP: return U_CLAMP;
+        case GP_OP_SCALE: return U_SCALE;
         default:          return t->op_params[0];
     }
 }
@@ -232,6 +233,12 @@ static void unary_row(const gp_tensor * t, int kind, int is_f16, const float * x
             for (int64_t i = 0; i < n; i++) y[i] = fmaxf(fminf(x[i], hi), lo);
             break;
         }
+        case U_SCALE: {                 // x * s (+ b)
+            const float sc = gp_param_f32(t, 0), b = gp_param_f32(t, 1);
+            if (b == 0.0f) for (int64_t i = 0; i < n; i++) y[i] = x[i] * sc;
+            else for (int64_t i = 0; i < n; i++) y[i] = x[i] * sc + b;
+            break;
+        }
         default: break;
     }
 }
@@ -240,16 +247,15 @@ static int k_unary(const gp_params * p, gp_tensor * dst) {
     const gp_tensor * src = dst->src[0];
     const int kind = unary_kind(dst);
     const int64_t n = dst->ne[0];
+    const int direct = dst->type == GP_TYPE_F32 && dst->nb[0] == sizeof(float);
     float * tx = scratch(p, n, 0);
     float * ty = scratch(p, n, 1);
-    int64_t r0, r1;
-    gp_rows_of(p, gp_nrows(dst), &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t i1, i2, i3;
-        gp_unravel_row(dst, r, &i1, &i2, &i3);
-        const float * x = gp_load_row(src->type, gp_row(src, i1, i2, i3), src->nb[0], n, tx);
-        unary_row(dst, kind, src->type == GP_TYPE_F16, x, ty, n);
-        gp_store_row(dst->type, gp_row(dst, i1, i2, i3), dst->nb[0], ty, n);
+    for (gp_row_iter it = gp_rows(p, dst); gp_next_row(&it);) {
+        char * yrow = gp_row(dst, it.i1, it.i2, it.i3);
+        const float * x = gp_load_row(src->type, gp_row(src, it.i1, it.i2, it.i3), src->nb[0], n, tx);
+        float * y = direct ? (float *)yrow : ty;
+        unary_row(dst, kind, src->type == GP_TYPE_F16, x, y, n);
+        if (!direct) gp_store_row(dst->type, yrow, dst->nb[0], ty, n);
     }
     return 0;
 }
@@ -276,11 +282,8 @@ static int k_binary(const gp_params * p, gp_tensor * dst) {
     float * ta = scratch(p, n, 0);
     float * tb = scratch(p, n, 1);
     float * ty = scratch(p, n, 2);
-    int64_t r0, r1;
-    gp_rows_of(p, gp_nrows(dst), &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t i1, i2, i3;
-        gp_unravel_row(dst, r, &i1, &i2, &i3);
+    for (gp_row_iter it = gp_rows(p, dst); gp_next_row(&it);) {
+        const int64_t i1 = it.i1, i2 = it.i2, i3 = it.i3;
         const char * arow = gp_row(a, i1, i2, i3);
         const char * brow = gp_row(b, i1 % b->ne[1], i2 % b->ne[2], i3 % b->ne[3]);
         char * yrow = gp_row(dst, i1, i2, i3);
@@ -310,66 +313,26 @@ static int k_binary(const gp_params * p, gp_tensor * dst) {
 }
 
 // ---------------------------------------------------------------------------
-// SCALE: y = x * s (+ b)
-
-static int k_scale(const gp_params * p, gp_tensor * dst) {
-    const gp_tensor * src = dst->src[0];
-    const float s = gp_param_f32(dst, 0), bias = gp_param_f32(dst, 1);
-    const int64_t n = dst->ne[0];
-    float * tx = scratch(p, n, 0);
-    float * ty = scratch(p, n, 1);
-    int64_t r0, r1;
-    gp_rows_of(p, gp_nrows(dst), &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t i1, i2, i3;
-        gp_unravel_row(dst, r, &i1, &i2, &i3);
-        const float * x = gp_load_row(src->type, gp_row(src, i1, i2, i3), src->nb[0], n, tx);
-        float * y = dst->type == GP_TYPE_F32 && dst->nb[0] == 4 ? (float *)gp_row(dst, i1, i2, i3) : ty;
-        if (bias == 0.0f) {
-            for (int64_t i = 0; i < n; i++) y[i] = x[i] * s;
-        } else {
-            for (int64_t i = 0; i < n; i++) y[i] = x[i] * s + bias;
-        }
-        gp_store_row(dst->type, gp_row(dst, i1, i2, i3), dst->nb[0], y, n);
-    }
-    return 0;
-}
-
-// ---------------------------------------------------------------------------
 // RMS_NORM / NORM over dim 0 (ggml_compute_forward_rms_norm_f32 / norm_f32)
 
-static int k_rms_norm(const gp_params * p, gp_tensor * dst) {
+static int k_norm(const gp_params * p, gp_tensor * dst) {   // NORM and RMS_NORM
     const gp_tensor * src = dst->src[0];
     const float eps = gp_param_f32(dst, 0);
     const int64_t n = dst->ne[0];
-    int64_t r0, r1;
-    gp_rows_of(p, gp_nrows(dst), &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t i1, i2, i3;
-        gp_unravel_row(dst, r, &i1, &i2, &i3);
-        const float * x = (const float *)gp_row(src, i1, i2, i3);
-        float * y = (float *)gp_row(dst, i1, i2, i3);
-        double sum = 0.0;
-        for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
-        const float mean  = (float)(sum / (double)n);
-        const float scale = 1.0f / sqrtf(mean + eps);
-        for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale;
-    }
-    return 0;
-}
-
-static int k_norm(const gp_params * p, gp_tensor * dst) {
-    const gp_tensor * src = dst->src[0];
-    const float eps = gp_param_f32(dst, 0);
-    const int64_t n = dst->ne[0];
-    int64_t r0, r1;
-    gp_rows_of(p, gp_nrows(dst), &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t i1, i2, i3;
-        gp_unravel_row(dst, r, &i1, &i2, &i3);
-        const float * x = (const float *)gp_row(src, i1, i2, i3);
-        float * y = (float *)gp_row(dst, i1, i2, i3);
-        double sum = 0.0;
+    const int rms = dst->op == GP_OP_RMS_NORM;
+    for (gp_row_iter it = gp_rows(p, dst); gp_next_row(&it);) {
+        const float * x = (const float *)gp_row(src, it.i1, it.i2, it.i3);
+        float * y = (float *)gp_row(dst, it.i1, it.i2, it.i3);
+        float scale;
+        if (rms) {                          // x / sqrt(mean(x^2) + eps)
+            double sum = 0.0;
+            for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+            const float mean = (float)(sum / (double)n);
+            scale = 1.0f / sqrtf(mean + eps);
+            for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale;
+            continue;
+        }
+        double sum = 0.0;                   // (x - mean) / sqrt(var + eps)
         for (int64_t i = 0; i < n; i++) sum += (double)x[i];
         const float mean = (float)sum / (float)n;
         double var = 0.0;
@@ -377,8 +340,7 @@ static int k_norm(const gp_params * p, gp_tensor * dst) {
             y[i] = x[i] - mean;
             var += (double)(y[i] * y[i]);
         }
-        const float variance = (float)(var / (double)n);
-        const float scale = 1.0f / sqrtf(variance + eps);
+        scale = 1.0f / sqrtf((float)(var / (double)n) + eps);
         for (int64_t i = 0; i < n; i++) y[i] *= scale;
     }
     return 0;
@@ -398,11 +360,8 @@ static int k_soft_max(const gp_params * p, gp_tensor * dst) {
     const float m0 = powf(2.0f, -(max_bias) / n_head_log2);
     const float m1 = powf(2.0f, -(max_bias / 2.0f) / n_head_log2);
     float * wp = scratch(p, n, 0);
-    int64_t r0, r1;
-    gp_rows_of(p, gp_nrows(dst), &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t i1, i2, i3;
-        gp_unravel_row(dst, r, &i1, &i2, &i3);
+    for (gp_row_iter it = gp_rows(p, dst); gp_next_row(&it);) {
+        const int64_t i1 = it.i1, i2 = it.i2, i3 = it.i3;
         const uint32_t h = (uint32_t)i2;
         const float slope = max_bias > 0.0f ? (h < n_head_log2 ? powf(m0, h + 1) : powf(m1, 2 * (h - n_head_log2) + 1))
                                             : 1.0f;
@@ -648,11 +607,8 @@ static int k_rope(const gp_params * p, gp_tensor * dst) {
     const int64_t offset = mode == ROPE_NORMAL ? 1 : (is_vision ? n_dims : n_dims / 2);
     const int64_t scale = mode == ROPE_NORMAL ? 1 : 2;
     const int f16 = src->type == GP_TYPE_F16;
-    int64_t r0, r1;
-    gp_rows_of(p, gp_nrows(dst), &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t i1, i2, i3;
-        gp_unravel_row(dst, r, &i1, &i2, &i3);
+    for (gp_row_iter it = gp_rows(p, dst); gp_next_row(&it);) {
+        const int64_t i1 = it.i1, i2 = it.i2, i3 = it.i3;
         const float * cache = cache0 + i2 * ne0;
         const char * x = gp_row(src, i1, i2, i3);
         char * y = gp_row(dst, i1, i2, i3);
@@ -695,11 +651,8 @@ static int k_glu(const gp_params * p, gp_tensor * dst) {
     float * tg = scratch(p, nc, 1);
     float * ty = scratch(p, nc, 2);
     const float alpha = gp_param_f32(dst, 2), limit = gp_param_f32(dst, 3);
-    int64_t r0, r1;
-    gp_rows_of(p, gp_nrows(dst), &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t i1, i2, i3;
-        gp_unravel_row(dst, r, &i1, &i2, &i3);
+    for (gp_row_iter it = gp_rows(p, dst); gp_next_row(&it);) {
+        const int64_t i1 = it.i1, i2 = it.i2, i3 = it.i3;
         const char * xrow = gp_row(a, i1, i2, i3);
         const char * grow_ = b ? gp_row(b, i1, i2, i3) : xrow + nc * es;
         if (!b && swapped) {
@@ -890,11 +843,8 @@ static int k_copy(const gp_params * p, gp_tensor * dst) {
 static int k_sum_rows(const gp_params * p, gp_tensor * dst) {     // SUM_ROWS and MEAN
     const gp_tensor * src = dst->src[0];
     const int64_t n = src->ne[0];
-    int64_t r0, r1;
-    gp_rows_of(p, gp_nrows(src), &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t i1, i2, i3;
-        gp_unravel_row(src, r, &i1, &i2, &i3);
+    for (gp_row_iter it = gp_rows(p, src); gp_next_row(&it);) {
+        const int64_t i1 = it.i1, i2 = it.i2, i3 = it.i3;
         const char * x = gp_row(src, i1, i2, i3);
         double sum = 0.0;
         for (int64_t i = 0; i < n; i++) sum += (double)*(const float *)(x + i * src->nb[0]);
@@ -905,14 +855,11 @@ static int k_sum_rows(const gp_params * p, gp_tensor * dst) {     // SUM_ROWS an
     return 0;
 }
 
-static int k_sum(const gp_params * p, gp_tensor * dst) {
-    (void)p;
+static int k_sum(const gp_params * p, gp_tensor * dst) {     // (on one thread)
     const gp_tensor * src = dst->src[0];
     double sum = 0.0;
-    for (int64_t r = 0; r < gp_nrows(src); r++) {
-        int64_t i1, i2, i3;
-        gp_unravel_row(src, r, &i1, &i2, &i3);
-        const char * x = gp_row(src, i1, i2, i3);
+    for (gp_row_iter it = gp_rows(p, src); gp_next_row(&it);) {
+        const char * x = gp_row(src, it.i1, it.i2, it.i3);
         double row = 0.0;
         for (int64_t i = 0; i < src->ne[0]; i++) row += (double)*(const float *)(x + i * src->nb[0]);
         sum += row;
@@ -924,11 +871,8 @@ static int k_sum(const gp_params * p, gp_tensor * dst) {
 static int k_repeat(const gp_params * p, gp_tensor * dst) {
     const gp_tensor * src = dst->src[0];
     const size_t es = gp_type_size(src->type);
-    int64_t r0, r1;
-    gp_rows_of(p, gp_nrows(dst), &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t i1, i2, i3;
-        gp_unravel_row(dst, r, &i1, &i2, &i3);
+    for (gp_row_iter it = gp_rows(p, dst); gp_next_row(&it);) {
+        const int64_t i1 = it.i1, i2 = it.i2, i3 = it.i3;
         const char * x = gp_row(src, i1 % src->ne[1], i2 % src->ne[2], i3 % src->ne[3]);
         char * y = gp_row(dst, i1, i2, i3);
         for (int64_t i = 0; i < dst->ne[0]; i++) memcpy(y + i * dst->nb[0], x + (i % src->ne[0]) * src->nb[0], es);
@@ -941,11 +885,8 @@ static int k_concat(const gp_params * p, gp_tensor * dst) {
     const gp_tensor * b = dst->src[1];
     const int dim = dst->op_params[0];
     const size_t es = gp_type_size(a->type);
-    int64_t r0, r1;
-    gp_rows_of(p, gp_nrows(dst), &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t i[4];
-        gp_unravel_row(dst, r, &i[1], &i[2], &i[3]);
+    for (gp_row_iter it = gp_rows(p, dst); gp_next_row(&it);) {
+        int64_t i[4] = {0, it.i1, it.i2, it.i3};
         char * y = gp_row(dst, i[1], i[2], i[3]);
         for (i[0] = 0; i[0] < dst->ne[0]; i[0]++) {
             const gp_tensor * s = a;
@@ -963,11 +904,8 @@ static int k_concat(const gp_params * p, gp_tensor * dst) {
 static int k_diag_mask_inf(const gp_params * p, gp_tensor * dst) {
     const gp_tensor * src = dst->src[0];
     const int n_past = dst->op_params[0];
-    int64_t r0, r1;
-    gp_rows_of(p, gp_nrows(dst), &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t i1, i2, i3;
-        gp_unravel_row(dst, r, &i1, &i2, &i3);
+    for (gp_row_iter it = gp_rows(p, dst); gp_next_row(&it);) {
+        const int64_t i1 = it.i1, i2 = it.i2, i3 = it.i3;
         const char * x = gp_row(src, i1, i2, i3);
         char * y = gp_row(dst, i1, i2, i3);
         for (int64_t i = 0; i < dst->ne[0]; i++) {
@@ -983,11 +921,8 @@ static int k_pad(const gp_params * p, gp_tensor * dst) {
     const int32_t * pp = dst->op_params;
     const int64_t lp[4] = {pp[0], pp[2], pp[4], pp[6]};
     const int circular = pp[8];
-    int64_t r0, r1;
-    gp_rows_of(p, gp_nrows(dst), &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t i[4];
-        gp_unravel_row(dst, r, &i[1], &i[2], &i[3]);
+    for (gp_row_iter it = gp_rows(p, dst); gp_next_row(&it);) {
+        int64_t i[4] = {0, it.i1, it.i2, it.i3};
         char * y = gp_row(dst, i[1], i[2], i[3]);
         for (i[0] = 0; i[0] < dst->ne[0]; i[0]++) {
             int64_t j[4];
@@ -1041,11 +976,8 @@ static int k_sort(const gp_params * p, gp_tensor * dst) {   // ARGSORT and TOP_K
     const int64_t n = src->ne[0], k = dst->ne[0];
     const int desc = dst->op == GP_OP_TOP_K || dst->op_params[0] == 1;
     keyed * tmp = (keyed *)scratch(p, 2 * n, 0);
-    int64_t r0, r1;
-    gp_rows_of(p, gp_nrows(src), &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t i1, i2, i3;
-        gp_unravel_row(src, r, &i1, &i2, &i3);
+    for (gp_row_iter it = gp_rows(p, src); gp_next_row(&it);) {
+        const int64_t i1 = it.i1, i2 = it.i2, i3 = it.i3;
         const char * x = gp_row(src, i1, i2, i3);
         for (int64_t j = 0; j < n; j++) {
             tmp[j].v = *(const float *)(x + j * src->nb[0]);
@@ -1109,14 +1041,7 @@ gp_kernel gp_select_kernel(const gp_tensor * t, int nth, int * n_tasks, size_t *
             *wsize = SCRATCH_WSIZE(nth, t->ne[0]);
             break;
 
-        case GP_OP_SCALE:
-            if (!s0 || !gp_same_shape(s0, t)) { *error = "shape differs from the source's"; return NULL; }
-            if (is_quant(t->type) || is_quant(s0->type) || !float_rows(s0) || !float_rows(t)) return NULL;
-            k = k_scale;
-            *wsize = SCRATCH_WSIZE(nth, t->ne[0]);
-            break;
-
-        case GP_OP_SQR: case GP_OP_SQRT: case GP_OP_CLAMP: case GP_OP_UNARY:
+        case GP_OP_SQR: case GP_OP_SQRT: case GP_OP_CLAMP: case GP_OP_UNARY: case GP_OP_SCALE:
             if (!s0 || !gp_same_shape(s0, t)) { *error = "shape differs from the source's"; return NULL; }
             if (t->op == GP_OP_UNARY && (t->op_params[0] < 0 || t->op_params[0] >= U_COUNT)) {
                 *error = "unknown unary op";
@@ -1124,14 +1049,14 @@ gp_kernel gp_select_kernel(const gp_tensor * t, int nth, int * n_tasks, size_t *
             }
             if (is_quant(t->type) || is_quant(s0->type) || !float_rows(s0) || !float_rows(t)) return NULL;
             k = k_unary;
-            costly = 1;
+            costly = t->op == GP_OP_UNARY;
             *wsize = SCRATCH_WSIZE(nth, t->ne[0]);
             break;
 
         case GP_OP_RMS_NORM: case GP_OP_NORM:
             if (!s0 || !gp_same_shape(s0, t)) { *error = "shape differs from the source's"; return NULL; }
             if (!is_f32_rows(s0) || !is_f32_rows(t)) return NULL;
-            k = t->op == GP_OP_RMS_NORM ? k_rms_norm : k_norm;
+            k = k_norm;
             break;
 
         case GP_OP_SOFT_MAX: {

@@ -274,6 +274,11 @@ cdef class Executor:
     def n_plans(self):
         return len(self.plans)
 
+    def cached_plans(self):
+        """The plans kept now, least recently used first."""
+        with self.lock:
+            return list(self.plans.values())
+
     # --- entry points ---
 
     def compute_graph(self, Graph graph, int i0=0, int i1=-1):
