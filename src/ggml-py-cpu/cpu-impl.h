@@ -243,6 +243,8 @@ typedef struct gp_simd {
     void (*f16_to_f32)(const uint16_t * x, float * y, int64_t n);
     void (*f32_to_f16)(const float * x, uint16_t * y, int64_t n);
     void (*round_f16)(const float * x, float * y, int64_t n);
+    double (*exp_sum)(const float * x, float * y, int64_t n, float max);   // y = exp(x - max)
+    void (*silu_mul)(const float * x, const float * g, float * y, int64_t n);  // silu(x) * g
 } gp_simd;
 
 extern const gp_simd gp_simd_baseline;

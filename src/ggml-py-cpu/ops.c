@@ -165,7 +165,6 @@ static inline float gelu_f32(float x, int is_f16) {
 }
 
 static inline float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * SQRT_2_INV)); }
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 
 // ---------------------------------------------------------------------------
 // UNARY, SQR, SQRT, CLAMP, SCALE: y = f(x) element-wise, same shape
@@ -200,7 +199,7 @@ static void unary_row(const gp_tensor * t, int kind, int is_f16, const float * x
         case U_SIGMOID: for (int64_t i = 0; i < n; i++) y[i] = 1.f / (1.f + expf(-x[i])); break;
         case U_GELU:  for (int64_t i = 0; i < n; i++) y[i] = gelu_f32(x[i], is_f16); break;
         case U_GELU_QUICK: for (int64_t i = 0; i < n; i++) y[i] = gelu_quick_lookup(x[i]); break;
-        case U_SILU:  for (int64_t i = 0; i < n; i++) y[i] = silu(x[i]); break;
+        case U_SILU:  gp_simd_active->silu_mul(x, NULL, y, n); break;
         case U_HARDSWISH:
             for (int64_t i = 0; i < n; i++) y[i] = x[i] * fminf(1.0f, fmaxf(0.0f, (x[i] + 3.0f) / 6.0f));
             break;
@@ -383,12 +382,7 @@ static int k_soft_max(const gp_params * p, gp_tensor * dst) {
             sk = ((const float *)sink->data)[i2];
             max = fmaxf(max, sk);
         }
-        double sum = 0.0;
-        for (int64_t i = 0; i < n; i++) {
-            const float v = expf(wp[i] - max);
-            sum += (double)v;
-            y[i] = v;
-        }
+        double sum = gp_simd_active->exp_sum(wp, y, n, max);
         if (sink) sum += (double)expf(sk - max);
         const float inv = (float)(1.0 / sum);
         for (int64_t i = 0; i < n; i++) y[i] *= inv;
@@ -587,6 +581,26 @@ static rope_slot * rope_lookup(const gp_params * p, const gp_tensor * dst) {
     return sl;
 }
 
+// rotate the pairs of one row (float32): NORMAL pairs (2i, 2i+1); the others (i, i + off)
+static void rope_row(const float * x, float * y, const float * cache, int64_t n_pairs, int normal,
+                     int64_t off) {
+    if (normal) {
+        for (int64_t i = 0; i < n_pairs; i++) {
+            const float c = cache[2 * i], s = cache[2 * i + 1];
+            const float x0 = x[2 * i], x1 = x[2 * i + 1];
+            y[2 * i]     = x0 * c - x1 * s;
+            y[2 * i + 1] = x0 * s + x1 * c;
+        }
+        return;
+    }
+    for (int64_t i = 0; i < n_pairs; i++) {
+        const float c = cache[2 * i], s = cache[2 * i + 1];
+        const float x0 = x[i], x1 = x[i + off];
+        y[i]       = x0 * c - x1 * s;
+        y[i + off] = x0 * s + x1 * c;
+    }
+}
+
 static int k_rope(const gp_params * p, gp_tensor * dst) {
     const gp_tensor * src = dst->src[0];
     gp_rope_cache * rc = gp_plan_rope_cache(p->plan);
@@ -601,36 +615,24 @@ static int k_rope(const gp_params * p, gp_tensor * dst) {
     const int n_dims = dst->op_params[1], mode = dst->op_params[2];
     const int64_t ne0 = dst->ne[0];
     const int is_vision = mode == ROPE_VISION;
-    // rotated pairs: NORMAL (2i, 2i+1); NEOX / multi-section (i, i + n_dims/2);
-    // VISION (i, i + n_dims) over the whole row
-    const int64_t n_rot = is_vision ? ne0 : n_dims;
-    const int64_t offset = mode == ROPE_NORMAL ? 1 : (is_vision ? n_dims : n_dims / 2);
-    const int64_t scale = mode == ROPE_NORMAL ? 1 : 2;
+    // rotated pairs: NORMAL (2i, 2i+1) for i < n_dims/2; NEOX and the multi-section modes
+    // (i, i + n_dims/2); VISION (i, i + n_dims) for i < ne0/2
+    const int64_t n_pairs = is_vision ? ne0 / 2 : n_dims / 2;
+    const int64_t off = is_vision ? n_dims : n_dims / 2;
     const int f16 = src->type == GP_TYPE_F16;
+    float * tx = scratch(p, ne0, 0);
+    float * ty = scratch(p, ne0, 1);
     for (gp_row_iter it = gp_rows(p, dst); gp_next_row(&it);) {
-        const int64_t i1 = it.i1, i2 = it.i2, i3 = it.i3;
-        const float * cache = cache0 + i2 * ne0;
-        const char * x = gp_row(src, i1, i2, i3);
-        char * y = gp_row(dst, i1, i2, i3);
-        for (int64_t i0 = 0; i0 < n_rot; i0 += 2) {
-            const int64_t ic = i0 / scale;
-            const float c = cache[i0], s = cache[i0 + 1];
-            if (f16) {
-                const float x0 = gp_h2f(((const uint16_t *)x)[ic]);
-                const float x1 = gp_h2f(((const uint16_t *)x)[ic + offset]);
-                ((uint16_t *)y)[ic]          = gp_f2h(x0 * c - x1 * s);
-                ((uint16_t *)y)[ic + offset] = gp_f2h(x0 * s + x1 * c);
-            } else {
-                const float x0 = ((const float *)x)[ic];
-                const float x1 = ((const float *)x)[ic + offset];
-                ((float *)y)[ic]          = x0 * c - x1 * s;
-                ((float *)y)[ic + offset] = x0 * s + x1 * c;
-            }
+        const float * cache = cache0 + it.i2 * ne0;
+        const char * xrow = gp_row(src, it.i1, it.i2, it.i3);
+        char * yrow = gp_row(dst, it.i1, it.i2, it.i3);
+        const float * x = f16 ? gp_load_row(GP_TYPE_F16, xrow, 2, ne0, tx) : (const float *)xrow;
+        float * y = f16 ? ty : (float *)yrow;
+        rope_row(x, y, cache, n_pairs, mode == ROPE_NORMAL, off);
+        if (!is_vision && n_dims < ne0) {       // the rest is copied
+            memmove(y + n_dims, x + n_dims, (size_t)(ne0 - n_dims) * sizeof(float));
         }
-        if (!is_vision && n_dims < ne0) {
-            const size_t es = gp_type_size(src->type);
-            memmove(y + n_dims * es, x + n_dims * es, (size_t)(ne0 - n_dims) * es);
-        }
+        if (f16) gp_store_row(GP_TYPE_F16, yrow, 2, ty, ne0);
     }
     return 0;
 }
@@ -675,7 +677,7 @@ static int k_glu(const gp_params * p, gp_tensor * dst) {
                 }
                 break;
             case GLU_SWIGLU:
-                for (int64_t i = 0; i < nc; i++) y[i] = silu(x[i]) * g[i];
+                gp_simd_active->silu_mul(x, g, y, nc);
                 break;
             case GLU_SWIGLU_OAI:
                 for (int64_t i = 0; i < nc; i++) {
@@ -696,6 +698,16 @@ static int k_glu(const gp_params * p, gp_tensor * dst) {
         if (y == ty) gp_store_row(dst->type, gp_row(dst, i1, i2, i3), dst->nb[0], ty, nc);
     }
     return 0;
+}
+
+// n elements of es bytes from stride sx to stride sy (fixed-size memcpy: one move each)
+static void copy_strided(char * y, size_t sy, const char * x, size_t sx, int64_t n, size_t es) {
+    switch (es) {
+        case 4: for (int64_t i = 0; i < n; i++) memcpy(y + i * sy, x + i * sx, 4); break;
+        case 2: for (int64_t i = 0; i < n; i++) memcpy(y + i * sy, x + i * sx, 2); break;
+        case 8: for (int64_t i = 0; i < n; i++) memcpy(y + i * sy, x + i * sx, 8); break;
+        default: for (int64_t i = 0; i < n; i++) memcpy(y + i * sy, x + i * sx, es); break;
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -730,7 +742,7 @@ static int k_get_rows(const gp_params * p, gp_tensor * dst) {
             if (a->nb[0] == es && dst->nb[0] == es) {
                 memcpy(y, x, (size_t)nc * es);
             } else {
-                for (int64_t i = 0; i < nc; i++) memcpy(y + i * dst->nb[0], x + i * a->nb[0], es);
+                copy_strided(y, dst->nb[0], x, a->nb[0], nc, es);
             }
         } else if (dst->nb[0] == sizeof(float)) {
             const float * v = gp_load_row(a->type, x, a->nb[0], nc, (float *)y);
@@ -811,7 +823,7 @@ static int k_copy(const gp_params * p, gp_tensor * dst) {
             if (same_type && (is_quant(src->type) || (src->nb[0] == es && dst->nb[0] == es))) {
                 memcpy(y, x, gp_row_size(src->type, n));
             } else if (same_type) {
-                for (int64_t i = 0; i < n; i++) memcpy(y + i * dst->nb[0], x + i * src->nb[0], es);
+                copy_strided(y, dst->nb[0], x, src->nb[0], n, es);
             } else {
                 gp_store_row(dst->type, y, dst->nb[0], gp_load_row(src->type, x, src->nb[0], n, tx), n);
             }
@@ -1116,6 +1128,7 @@ gp_kernel gp_select_kernel(const gp_tensor * t, int nth, int * n_tasks, size_t *
                 s0->nb[0] != gp_type_size(s0->type) || t->nb[0] != gp_type_size(t->type)) return NULL;
             k = k_rope;
             costly = 1;
+            *wsize = SCRATCH_WSIZE(nth, t->ne[0]);
             break;
         }
 

@@ -240,6 +240,74 @@ DOT_FN(q8_0, 4, 2)
 DOT_FN(q4_0, 4, 2)
 
 // ---------------------------------------------------------------------------
+// exp for SOFT_MAX and SiLU: AVX2 computes 2^n * p(r), r = x - n ln 2 (|r| <= ln2 / 2),
+// p the degree-7 Taylor polynomial (relative error below 1e-8 on that interval, so
+// results are within an ulp or two of expf); 2^n is applied as two powers so that
+// overflow gives inf and underflow 0 or a subnormal. The baseline calls expf.
+
+#ifdef GP_SIMD_AVX2
+INLINE __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_set1_ps(89.0f), _mm256_max_ps(_mm256_set1_ps(-104.0f), x));  // NaN stays
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);           // ln 2, high part
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);                // and the rest
+    __m256 q = _mm256_set1_ps(1.0f / 5040);
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f / 720));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f / 120));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f / 24));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f / 6));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(0.5f));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f));
+    const __m256i ni = _mm256_cvtps_epi32(n);                     // -150 .. 128
+    const __m256i n1 = _mm256_srai_epi32(ni, 1);
+    const __m256i n2 = _mm256_sub_epi32(ni, n1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(q, s1), s2);
+}
+#endif
+
+// y = exp(x - max); returns the sum of y (in double, as ggml_vec_soft_max_f32)
+static double exp_sum(const float * x, float * y, int64_t n, float max) {
+    int64_t i = 0;
+    double sum = 0.0;
+#ifdef GP_SIMD_AVX2
+    const __m256 vmax = _mm256_set1_ps(max);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
+        _mm256_storeu_ps(y + i, v);
+        sum += (double)hsum8(v);
+    }
+#endif
+    for (; i < n; i++) {
+        y[i] = expf(x[i] - max);
+        sum += (double)y[i];
+    }
+    return sum;
+}
+
+// y = silu(x) * g = x / (1 + exp(-x)) * g (g NULL: silu(x))
+static void silu_mul(const float * x, const float * g, float * y, int64_t n) {
+    int64_t i = 0;
+#ifdef GP_SIMD_AVX2
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        __m256 r = _mm256_div_ps(v, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), v))));
+        if (g) r = _mm256_mul_ps(r, _mm256_loadu_ps(g + i));
+        _mm256_storeu_ps(y + i, r);
+    }
+#endif
+    for (; i < n; i++) {
+        const float r = x[i] / (1.0f + expf(-x[i]));
+        y[i] = g ? r * g[i] : r;
+    }
+}
+
+// ---------------------------------------------------------------------------
 // f16 rows (F16C gives the bits of the scalar conversions in cpu-impl.h)
 
 static void f16_to_f32(const uint16_t * x, float * y, int64_t n) {
@@ -291,4 +359,6 @@ const gp_simd GP_SIMD_TABLE = {
     /* .f16_to_f32 = */ f16_to_f32,
     /* .f32_to_f16 = */ f32_to_f16,
     /* .round_f16  = */ round_f16,
+    /* .exp_sum    = */ exp_sum,
+    /* .silu_mul   = */ silu_mul,
 };
