@@ -4,6 +4,7 @@ that must never run stale, errors instead of crashes, the BLAS path and the sche
 fast path."""
 
 import json
+import os
 import threading
 
 import numpy as np
@@ -467,6 +468,30 @@ def test_concurrent_computes_on_one_backend():
     for t in threads:
         t.join()
     assert not errors
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() here")
+def test_a_forked_child_computes_without_the_parents_threads():
+    cpu = CPUBackend(n_threads=2)
+    ctx = Context()
+    outs, feeds = _mixed_graph(ctx, n_tok=8, n_embd=128)
+    g, alloc = opscheck.prepare(cpu, outs[2], feeds, graph_size=256)
+    cpu.graph_compute(g)
+    want = np.array(tensor_array(outs[2])).tobytes()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                    # the child: its pool's workers stayed in the parent
+        try:
+            cpu.graph_compute(g)
+            os.write(w, b"ok" if np.array(tensor_array(outs[2])).tobytes() == want else b"bad")
+        finally:
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 16)
+    os.waitpid(pid, 0)
+    os.close(r)
+    assert got == b"ok"
+    cpu.graph_compute(g)            # the parent's pool still works
 
 
 # ---------------------------------------------------------------------------

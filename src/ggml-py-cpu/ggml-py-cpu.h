@@ -157,6 +157,7 @@ typedef struct gp_threadpool gp_threadpool;
 gp_threadpool * gp_threadpool_new(int n_threads);       // NULL on failure
 void            gp_threadpool_free(gp_threadpool * tp);
 int             gp_threadpool_n_threads(const gp_threadpool * tp);
+int             gp_threadpool_alive(const gp_threadpool * tp);  // 0 in a child of fork()
 
 // ---------------------------------------------------------------------------
 // execution plans

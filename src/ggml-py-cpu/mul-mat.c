@@ -236,7 +236,7 @@ static int k_mul_mat_id(const gp_params * p, gp_tensor * dst) {
 // ---------------------------------------------------------------------------
 // selection (called by gp_select_kernel)
 
-#define MM_PARALLEL_MIN 65536   // multiply-adds below which one thread does it all
+#define MM_PARALLEL_MIN (1 << 19)   // multiply-adds below which one thread does it all
 
 gp_kernel gp_select_mul_mat(const gp_tensor * t, int nth, int * n_tasks, size_t * wsize, const char ** error) {
     const int is_id = t->op == GP_OP_MUL_MAT_ID;

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 
 // elements below which a node runs on one thread (a barrier costs about a microsecond)
-#define PARALLEL_MIN_CHEAP  32768
-#define PARALLEL_MIN_COSTLY 4096
+#define PARALLEL_MIN_CHEAP  (1 << 16)
+#define PARALLEL_MIN_COSTLY (1 << 14)
 
 // ---------------------------------------------------------------------------
 // types and rows

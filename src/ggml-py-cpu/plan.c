@@ -41,6 +41,8 @@ struct gp_plan {
     tensor_key *   src_keys;        // [n_src_keys]
     int            n_src_keys;
 
+    int *          n_shared;        // [n_nodes + 1]: shared C nodes before node i
+
     char *         wdata;           // work buffer, cache-line aligned
     size_t         wsize;
     gp_rope_cache * rope;
@@ -143,6 +145,7 @@ void gp_plan_free(gp_plan * plan) {
     free(plan->keys);
     free(plan->src_keys);
     free(plan->wdata);
+    free(plan->n_shared);
     free(plan->node_ns);
     gp_rope_cache_free(plan->rope);
     free(plan);
@@ -223,6 +226,13 @@ int gp_plan_finish(gp_plan * plan) {
             if (t->src[s]) fill_key(&plan->src_keys[n_src++], t->src[s]);
         }
         k->n_src = n_src - k->first_src;
+    }
+    // where the shared nodes are: a run without any needs no other thread
+    plan->n_shared = calloc((size_t)plan->n_nodes + 1, sizeof(int));
+    if (!plan->n_shared) return -1;
+    for (int i = 0; i < plan->n_nodes; i++) {
+        const gp_plan_node * pn = &plan->nodes[i];
+        plan->n_shared[i + 1] = plan->n_shared[i] + (pn->kind == GP_NODE_C && pn->n_tasks > 1);
     }
     // the work buffer: the largest node's need
     size_t wsize = 0;
@@ -307,7 +317,8 @@ void gp_plan_run_thread(gp_plan * plan, int i0, int i1, int ith, gp_threadpool *
 int gp_plan_run(gp_plan * plan, int i0, int i1, gp_threadpool * tp) {
     atomic_store(&plan->failed, 0);
     plan->failure[0] = 0;
-    if (tp && gp_threadpool_n_threads(tp) != plan->n_threads) tp = NULL;
+    if (tp && (gp_threadpool_n_threads(tp) != plan->n_threads || !gp_threadpool_alive(tp))) tp = NULL;
+    if (plan->n_shared[i1] == plan->n_shared[i0]) tp = NULL;      // nothing to share: no wake-ups
     if (tp) {
         gp_threadpool_run(tp, plan, i0, i1);
     } else {

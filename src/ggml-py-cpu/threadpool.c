@@ -16,9 +16,21 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-#define SPIN_ROUNDS 4096        // about 50-100 us of pause before sleeping
+// A waiter spins (pause) for a while, then yields its core for a while (on a busy
+// machine the thread it waits for may need it), then sleeps: within a compute the next
+// node comes quickly, between computes the workers sleep.
+#define SPIN_ROUNDS  16384      // about 0.3 ms of pause
+#define YIELD_ROUNDS 256
+
+// A child of fork() has the pool's memory but none of its threads: its pools are dead
+// (gp_threadpool_alive) and must not be waited on.
+static atomic_int fork_generation;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void on_fork_child(void) { atomic_fetch_add(&fork_generation, 1); }
+static void register_atfork(void) { pthread_atfork(NULL, NULL, on_fork_child); }
 
 struct gp_threadpool {
+    int         fork_gen;               // fork_generation when the workers started
     int         n_threads;
     pthread_t * workers;                // [n_threads - 1]
     int         n_started;
@@ -58,6 +70,10 @@ void gp_threadpool_barrier(gp_threadpool * tp) {
         if (atomic_load(&tp->generation) != gen) return;
         CPU_RELAX();
     }
+    for (int i = 0; i < YIELD_ROUNDS; i++) {
+        if (atomic_load(&tp->generation) != gen) return;
+        sched_yield();
+    }
     // sleep: n_sleeping is raised before the generation is read again, so a release
     // that saw no sleeper happened before that read and is seen by it
     pthread_mutex_lock(&tp->mutex);
@@ -87,8 +103,10 @@ static void * worker_main(void * arg) {
 
 gp_threadpool * gp_threadpool_new(int n_threads) {
     if (n_threads < 2) return NULL;
+    pthread_once(&atfork_once, register_atfork);
     gp_threadpool * tp = calloc(1, sizeof(gp_threadpool));
     if (!tp) return NULL;
+    tp->fork_gen = atomic_load(&fork_generation);
     tp->n_threads = n_threads;
     atomic_init(&tp->n_arrived, 0);
     atomic_init(&tp->generation, 0);
@@ -119,8 +137,13 @@ gp_threadpool * gp_threadpool_new(int n_threads) {
     return tp;
 }
 
+int gp_threadpool_alive(const gp_threadpool * tp) {
+    return tp && tp->fork_gen == atomic_load(&fork_generation);
+}
+
 void gp_threadpool_free(gp_threadpool * tp) {
     if (!tp) return;
+    if (!gp_threadpool_alive(tp)) return;       // (after fork: no threads to stop; leaked)
     if (tp->n_started > 0) {
         // (a pool that could not start all its workers counts only those it has: the
         // ones waiting already compared with the larger count and did not release)

@@ -53,6 +53,7 @@ cdef extern from "ggml-py-cpu/ggml-py-cpu.h" nogil:
 
     gp_threadpool * gp_threadpool_new(int n_threads)
     void gp_threadpool_free(gp_threadpool * tp)
+    int gp_threadpool_alive(const gp_threadpool * tp)
 
     gp_plan * gp_plan_new(gp_tensor * const * nodes, int n_nodes, int n_threads)
     void gp_plan_free(gp_plan * plan)

@@ -424,6 +424,9 @@ cdef class Executor:
 
     cdef int _run(self, Plan plan) except -1:
         cdef int i0, i1, j, rc, node
+        if self.pool != NULL and not gp_threadpool_alive(self.pool):
+            # a child of fork(): the workers stayed in the parent; start new ones
+            self.pool = gp_threadpool_new(self.n_threads)
         cdef gp_threadpool * pool = self.pool
         cdef gp_plan * c = plan.c
         for i0, i1, j in plan.steps:
