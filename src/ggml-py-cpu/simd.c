@@ -68,7 +68,15 @@ INLINE void tile_##T(int64_t k, const char * a, size_t lda, const int RM,       
         for (int i = 0; i < RM; i++) acc[i][j] = _mm256_setzero_ps();                      \
     }                                                                                      \
     const int64_t k8 = k & ~(int64_t)7;                                                    \
+    /* matrix-vector: fetch the next rows while these stream (rows are read in parallel,  \
+       which the hardware prefetchers follow less well than one sequential stream) */      \
+    const char * pf = a + RM * lda;                                                        \
+    const size_t pf_step = RN == 1 ? RM * lda / (size_t)(k8 / 8 + 1) : 0;                  \
     for (int64_t kk = 0; kk < k8; kk += 8) {                                               \
+        if (RN == 1) {                                                                     \
+            for (size_t o = 0; o < pf_step; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);    \
+            pf += pf_step;                                                                 \
+        }                                                                                  \
         __m256 bv[3];                                                                      \
         for (int j = 0; j < RN; j++) bv[j] = _mm256_loadu_ps(bj[j] + kk);                  \
         for (int i = 0; i < RM; i++) {                                                     \
@@ -107,7 +115,13 @@ INLINE void tile_##T(int64_t k, const char * a, size_t lda, const int RM,       
     for (int j = 0; j < RN; j++)                                                           \
         for (int i = 0; i < RM; i++) acc[i][j] = _mm256_setzero_ps();                      \
     const int64_t nb = k / 32;                                                             \
+    const char * pf = a + RM * lda;                     /* (as in FLOAT_TILE) */           \
+    const size_t pf_step = RN == 1 ? RM * lda / (size_t)(nb + 1) : 0;                      \
     for (int64_t ib = 0; ib < nb; ib++) {                                                  \
+        if (RN == 1) {                                                                     \
+            for (size_t o = 0; o < pf_step; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);    \
+            pf += pf_step;                                                                 \
+        }                                                                                  \
         __m256i by[3];                                                                     \
         float   dy[3];                                                                     \
         for (int j = 0; j < RN; j++) {                                                     \
