@@ -14,8 +14,9 @@ The plans of an Executor are kept in a small LRU keyed by (graph, node range): a
 repeated compute of an unchanged, allocated graph does no Python work per node.
 """
 
-from libc.stdint cimport int64_t, uint8_t, uint16_t, uintptr_t
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uintptr_t, INT64_MAX
 from libc.stdlib cimport malloc, free
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 
 from ggml_py._ggml cimport ggml_tensor, ggml_backend_buffer, GGML_MAX_SRC
 from ggml_py._core cimport Graph, Tensor, tensor_handle, tensor_ptr
@@ -24,13 +25,15 @@ import collections
 import threading
 from time import perf_counter_ns
 
-import numpy as np
-
-from ggml_py._core import OP_IDS, OP_NAMES_LIST
+from ggml_py._core import OP_IDS, OP_NAMES_LIST, type_id
 from ggml_py.errors import BackendError
 
 # ---------------------------------------------------------------------------
 # the C library must see ggml_py's structs and enums as Cython does
+
+cdef enum:
+    GGML_TYPE_MAX = 64      # type ids are below this (ggml 0.10.1 has 40)
+    GGML_TYPE_F32 = 0
 
 cdef extern from "ggml-py-cpu/ggml-py-cpu.h":
     enum:
@@ -188,6 +191,12 @@ cdef class Plan:
         return out
 
 
+cdef inline bint _blas_takes(ggml_tensor * t, int64_t min_batch) noexcept:
+    """Does a MUL_MAT the C kernels take go to BLAS? (src1 f32 rows, enough of them)"""
+    cdef ggml_tensor * x = t.src[1]
+    return x.type == GGML_TYPE_F32 and x.nb[0] == sizeof(float) and x.ne[1] >= min_batch
+
+
 cdef str _describe(ggml_tensor * t):
     name = t.name.decode(errors="replace")
     op = OP_NAMES_LIST[t.op] if 0 <= t.op < len(OP_NAMES_LIST) else str(t.op)
@@ -205,6 +214,9 @@ cdef class Executor:
       ask_ops         op ids for which kernel_for is asked even where a C kernel exists;
       kernel_for(tensor, compiled) -> callable or None: the Python kernel that runs the
                       node, or None for the C kernel (compiled says there is one);
+      blas            the Python kernel of a MUL_MAT with a large batch (None: never);
+      blas_min_batch  {weight type name: src1 rows} from which `blas` takes a MUL_MAT
+                      the C kernels could run (src1 f32 rows, weight rows packed);
       memory_of(buffer) -> numpy array or None: the buffer's memory this thread may
                       use (None: the node cannot run here).
     """
@@ -353,6 +365,13 @@ cdef class Executor:
             raise MemoryError()
         policy = self.policy
         ask_ops = policy.ask_ops
+        blas = policy.blas
+        cdef int64_t blas_min[GGML_TYPE_MAX]
+        for i in range(GGML_TYPE_MAX):
+            blas_min[i] = INT64_MAX
+        if blas is not None:
+            for type_name, rows in policy.blas_min_batch.items():
+                blas_min[type_id(type_name)] = rows
         checked = {}
         for i in range(n):
             pn = gp_plan_node_at(plan.c, i)
@@ -366,9 +385,14 @@ cdef class Executor:
             if problem is not None:
                 gp_plan_set_error(plan.c, i, problem.encode())
                 continue
-            if pn.kind == GP_NODE_C and t.op not in ask_ops:
+            if t.op in ask_ops:
+                pass
+            elif pn.kind == GP_NODE_C and t.op == GP_OP_MUL_MAT and \
+                    _blas_takes(t, blas_min[t.src[0].type]):
+                pn.kind = GP_NODE_PYTHON
+                plan.python[i] = (blas, tensor_handle(t))
                 continue
-            if pn.kind == GP_NODE_ERROR and t.op not in ask_ops:
+            elif pn.kind != GP_NODE_PYTHON:
                 continue
             handle = tensor_handle(t)
             fn = policy.kernel_for(handle, pn.kind == GP_NODE_C)
@@ -397,6 +421,7 @@ cdef class Executor:
         cdef size_t lo, hi
         if b == NULL or t.data == NULL:
             return f"tensor {_describe(t)} is not allocated"
+        cdef Py_buffer view
         key = <uintptr_t>b
         verdict = checked.get(key)
         if verdict is None:
@@ -405,11 +430,13 @@ cdef class Executor:
             if mem is None:
                 verdict = (f"lives in buffer type '{buf.buffer_type.name}', which has no "
                            "host memory")
-            elif not isinstance(mem, np.ndarray) or mem.nbytes < <size_t>b.size or \
-                    mem.ctypes.data != <uintptr_t>b.base:
-                verdict = "lives in a buffer whose memory is not its own bytes"
             else:
-                verdict = ""
+                # the bytes the kernels will touch must be the memory's own, writable
+                verdict = "lives in a buffer whose memory is not its own writable bytes"
+                if PyObject_GetBuffer(mem, &view, PyBUF_SIMPLE | PyBUF_WRITABLE) == 0:
+                    if view.buf == <void *>b.base and <size_t>view.len >= b.size:
+                        verdict = ""
+                    PyBuffer_Release(&view)
             checked[key] = verdict
             keep.append(buf)
         if verdict:

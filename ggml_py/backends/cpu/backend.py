@@ -114,21 +114,19 @@ class KernelPolicy:
         """Op ids whose nodes are asked about even when a C kernel takes them."""
         if not self.compiled:
             return frozenset(range(len(OP_IDS)))
-        ops = KERNELS.replaced()
-        if self.blas_min_batch:
-            ops.add("MUL_MAT")
-        return frozenset(OP_IDS[op] for op in ops if op in OP_IDS)
+        return frozenset(OP_IDS[op] for op in KERNELS.replaced() if op in OP_IDS)
+
+    @property
+    def blas(self):
+        """The kernel of large-batch MUL_MATs (the executor checks blas_min_batch)."""
+        return blas.mul_mat if self.compiled and self.blas_min_batch else None
 
     def kernel_for(self, t, compiled):
         op = t.op
         fn = KERNELS.get(op)
-        if fn is not NUMPY_KERNELS.get(op):
+        if fn is not NUMPY_KERNELS.get(op) or not self.compiled:
             return fn                           # the user's kernel (None: removed)
-        if not self.compiled:
-            return fn
-        if compiled:
-            return blas.mul_mat if blas.uses_blas(t, self.blas_min_batch) else None
-        return fn
+        return None if compiled else fn
 
     memory_of = staticmethod(memory_of)
 

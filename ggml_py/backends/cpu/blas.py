@@ -26,20 +26,7 @@ TILE_BYTES = 4 << 20            # float32 weight rows converted at once
 # 0.9, 0.75-0.9, 0.7-0.8; f16 1.4-2.2, 1.0-1.4, 0.9-1.3, 0.85-1.0; q8_0 and q4_0 1.2-1.4,
 # 0.9-1.1, 0.7-0.9, 0.65-0.8). bf16 follows f16.
 BLAS_MIN_BATCH = {"f32": 64, "f16": 256, "bf16": 256, "q8_0": 128, "q4_0": 128}
-
-
-def uses_blas(t, min_batch=None):
-    """Does MUL_MAT node t go to BLAS? (batch = src1 rows per weight matrix)"""
-    if t.op != "MUL_MAT":
-        return False
-    w, x = t.src[0], t.src[1]
-    limit = (min_batch or BLAS_MIN_BATCH).get(w.type)
-    if limit is None or x.type != "f32" or x.nb[0] != 4:
-        return False
-    if w.nb[0] != quants.PLAIN_DTYPES.get(w.type, np.dtype("u1")).itemsize and \
-            not quants.is_quantized(w.type):
-        return False
-    return x.ne[1] >= limit
+# (the executor applies them: ggml_py._cpu, to MUL_MATs with f32 src1 rows)
 
 
 def mul_mat(t):
