@@ -98,8 +98,8 @@ def test_binary_broadcast(data, shape, op, types):
 @given(st.integers(0, 2**31), shapes, st.sampled_from(["f32", "f16"]),
        st.sampled_from(["ABS", "SGN", "NEG", "STEP", "TANH", "ELU", "RELU", "SIGMOID", "GELU",
                         "GELU_QUICK", "SILU", "HARDSWISH", "HARDSIGMOID", "EXP", "EXPM1",
-                        "SOFTPLUS", "GELU_ERF", "FLOOR", "CEIL", "ROUND", "TRUNC", "SQR", "SQRT",
-                        "CLAMP", "SCALE"]))
+                        "SOFTPLUS", "GELU_ERF", "FLOOR", "CEIL", "ROUND", "TRUNC", "XIELU", "SQR",
+                        "SQRT", "CLAMP", "SCALE"]))
 def test_unary(seed, shape, type_name, op):
     ctx = Context()
     lo = 0.0 if op == "SQRT" else -12.0
@@ -112,6 +112,8 @@ def test_unary(seed, shape, type_name, op):
         out = ops.clamp(ctx, a, -1.5, 2.5)
     elif op == "SCALE":
         out = ops.scale_bias(ctx, a, 0.75, -0.25)
+    elif op == "XIELU":
+        out = ops.xielu(ctx, a, 0.8, 0.8, 0.5, -1e-6)
     else:
         out = ops.unary(ctx, a, op)
     fast, ref = _both(out, [(a, fa)])
@@ -446,20 +448,25 @@ def test_default_threads_and_setter():
         cpu.n_threads = 0
 
 
-def test_concurrent_computes_on_one_backend():
-    cpu = CPUBackend(n_threads=2)
+def _small_mixed(cpu, which):
+    """A small _mixed_graph computed once on cpu: (graph, output, its bytes, allocation)."""
     ctx = Context()
     outs, feeds = _mixed_graph(ctx, n_tok=8, n_embd=128)
-    g, alloc = opscheck.prepare(cpu, outs[1], feeds, graph_size=256)
+    g, alloc = opscheck.prepare(cpu, outs[which], feeds, graph_size=256)
     cpu.graph_compute(g)
-    want = np.array(tensor_array(outs[1]))
+    return g, outs[which], np.array(tensor_array(outs[which])).tobytes(), alloc
+
+
+def test_concurrent_computes_on_one_backend():
+    cpu = CPUBackend(n_threads=2)
+    g, out, want, alloc = _small_mixed(cpu, 1)
     errors = []
 
     def work():
         try:
             for _ in range(20):
                 cpu.graph_compute(g)
-                np.testing.assert_array_equal(np.array(tensor_array(outs[1])), want)
+                assert np.array(tensor_array(out)).tobytes() == want
         except Exception as e:          # reported below
             errors.append(e)
     threads = [threading.Thread(target=work) for _ in range(3)]
@@ -473,17 +480,13 @@ def test_concurrent_computes_on_one_backend():
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() here")
 def test_a_forked_child_computes_without_the_parents_threads():
     cpu = CPUBackend(n_threads=2)
-    ctx = Context()
-    outs, feeds = _mixed_graph(ctx, n_tok=8, n_embd=128)
-    g, alloc = opscheck.prepare(cpu, outs[2], feeds, graph_size=256)
-    cpu.graph_compute(g)
-    want = np.array(tensor_array(outs[2])).tobytes()
+    g, out, want, alloc = _small_mixed(cpu, 2)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:                    # the child: its pool's workers stayed in the parent
         try:
             cpu.graph_compute(g)
-            os.write(w, b"ok" if np.array(tensor_array(outs[2])).tobytes() == want else b"bad")
+            os.write(w, b"ok" if np.array(tensor_array(out)).tobytes() == want else b"bad")
         finally:
             os._exit(0)
     os.close(w)
