@@ -15,6 +15,7 @@ import os
 import statistics
 import threading
 import time
+import types
 
 import numpy as np
 
@@ -95,19 +96,21 @@ def default_threads():
 
 
 class KernelPolicy:
-    """Which kernel runs a node (the Executor asks while it makes a plan)."""
+    """Which kernel runs a node (the Executor asks while it makes a plan). Fixed for a
+    backend, except through KERNELS, whose generation it reports."""
 
     def __init__(self, compiled=True, blas_min_batch=None):
-        self.compiled = compiled
-        self.blas_min_batch = dict(blas.BLAS_MIN_BATCH if blas_min_batch is None else blas_min_batch)
-        self._version = 0
-
-    def changed(self):
-        self._version += 1
+        self.compiled = bool(compiled)
+        table = blas.BLAS_MIN_BATCH if blas_min_batch is None else blas_min_batch
+        for type_name, rows in table.items():
+            if type_name not in blas.BLAS_MIN_BATCH or int(rows) < 1:
+                raise ValueError(f"blas_min_batch: {type_name!r}: {rows!r} (types "
+                                 f"{', '.join(blas.BLAS_MIN_BATCH)}, rows >= 1)")
+        self.blas_min_batch = types.MappingProxyType({k: int(v) for k, v in table.items()})
 
     @property
     def generation(self):
-        return (KERNELS.generation, self._version)
+        return KERNELS.generation
 
     @property
     def ask_ops(self):
