@@ -211,8 +211,6 @@ int64_t gp_blck_size(int type);            // elements per block (1 for plain ty
 size_t  gp_row_size(int type, int64_t ne);
 int     gp_same_shape(const gp_tensor * a, const gp_tensor * b);
 int     gp_is_contiguous(const gp_tensor * t);
-int     gp_rows_contiguous(const gp_tensor * t);   // dim 0 packed (nb0 = element or block size)
-int     gp_is_float_type(int type);               // f32, f16, bf16, q8_0, q4_0
 
 // A row of a float type as float32: x itself when it is packed f32, else tmp[n] filled
 // (nb0 is the element stride of a plain type; block types are packed).
@@ -238,8 +236,6 @@ typedef struct gp_simd {
     gp_dot_tile  dot_bf16;      // bf16 weights  x float32 rows (values of bf16)
     gp_dot_tile  dot_q8_0;      // q8_0 weights  x q8_0 rows
     gp_dot_tile  dot_q4_0;      // q4_0 weights  x q8_0 rows
-    int          tile_m;        // the weight rows one tile takes at best
-    int          tile_n;        // the activation rows one tile takes at best
     void (*f16_to_f32)(const uint16_t * x, float * y, int64_t n);
     void (*f32_to_f16)(const float * x, uint16_t * y, int64_t n);
     void (*round_f16)(const float * x, float * y, int64_t n);

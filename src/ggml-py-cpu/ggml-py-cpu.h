@@ -189,7 +189,6 @@ gp_plan *      gp_plan_new(gp_tensor * const * nodes, int n_nodes, int n_threads
 void           gp_plan_free(gp_plan * plan);
 gp_plan_node * gp_plan_node_at(gp_plan * plan, int i);
 int            gp_plan_n_nodes(const gp_plan * plan);
-int            gp_plan_n_threads(const gp_plan * plan);
 const char *   gp_plan_node_error(const gp_plan * plan, int i);    // GP_NODE_ERROR: why
 void           gp_plan_set_error(gp_plan * plan, int i, const char * message);
 int            gp_plan_finish(gp_plan * plan);                     // 0, -1 out of memory

@@ -46,19 +46,10 @@ size_t gp_row_size(int type, int64_t ne) {
     return gp_type_size(type) * (size_t)(ne / gp_blck_size(type));
 }
 
-int gp_is_float_type(int type) {
-    return type == GP_TYPE_F32 || type == GP_TYPE_F16 || type == GP_TYPE_BF16 ||
-           type == GP_TYPE_Q8_0 || type == GP_TYPE_Q4_0;
-}
-
 static int is_quant(int type) { return type == GP_TYPE_Q8_0 || type == GP_TYPE_Q4_0; }
 
 int gp_same_shape(const gp_tensor * a, const gp_tensor * b) {
     return a->ne[0] == b->ne[0] && a->ne[1] == b->ne[1] && a->ne[2] == b->ne[2] && a->ne[3] == b->ne[3];
-}
-
-int gp_rows_contiguous(const gp_tensor * t) {
-    return t->ne[0] <= 1 && !is_quant(t->type) ? 1 : t->nb[0] == gp_type_size(t->type);
 }
 
 int gp_is_contiguous(const gp_tensor * t) {

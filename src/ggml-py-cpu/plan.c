@@ -153,7 +153,6 @@ void gp_plan_free(gp_plan * plan) {
 
 gp_plan_node * gp_plan_node_at(gp_plan * plan, int i) { return &plan->nodes[i]; }
 int gp_plan_n_nodes(const gp_plan * plan) { return plan->n_nodes; }
-int gp_plan_n_threads(const gp_plan * plan) { return plan->n_threads; }
 size_t gp_plan_work_size(const gp_plan * plan) { return plan->wsize; }
 gp_rope_cache * gp_plan_rope_cache(gp_plan * plan) { return plan->rope; }
 
