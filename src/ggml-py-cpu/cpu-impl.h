@@ -206,6 +206,16 @@ static inline int gp_next_row(gp_row_iter * it) {
     return 1;
 }
 
+static inline int gp_is_quant(int type) { return type == GP_TYPE_Q8_0 || type == GP_TYPE_Q4_0; }
+
+// per-thread float scratch rows in the work buffer: a kernel using scratch(p, n, slot)
+// (slot < 4) asks for SCRATCH_WSIZE(nth, n) bytes
+static inline size_t scratch_bytes(int64_t n) { return gp_pad((size_t)n * sizeof(float)); }
+static inline float * scratch(const gp_params * p, int64_t n, int slot) {
+    return (float *)(p->wdata + ((size_t)p->ith * 4 + (size_t)slot) * scratch_bytes(n));
+}
+#define SCRATCH_WSIZE(nth, n) ((size_t)(nth) * 4 * scratch_bytes(n))
+
 size_t  gp_type_size(int type);            // bytes per element (per block for q types)
 int64_t gp_blck_size(int type);            // elements per block (1 for plain types)
 size_t  gp_row_size(int type, int64_t ne);
@@ -250,7 +260,7 @@ extern const gp_simd gp_simd_avx2;
 extern const gp_simd * gp_simd_active;
 
 // ---------------------------------------------------------------------------
-// kernel selection (ops.c, mul-mat.c); kernels are int k(params, dst): 0, or -1
+// kernel selection (ops.c, mul-mat.c, rope.c); kernels are int k(params, dst): 0, or -1
 // through gp_fail
 
 
@@ -262,7 +272,9 @@ gp_kernel gp_select_kernel(const gp_tensor * t, int nth, int * n_tasks, size_t *
 gp_kernel gp_select_mul_mat(const gp_tensor * t, int nth, int * n_tasks, size_t * wsize,
                             const char ** error);
 
-// rope cos/sin cache (ops.c), kept per plan
+gp_kernel gp_select_rope(const gp_tensor * t, int nth, size_t * wsize, const char ** error);
+
+// rope cos/sin cache (rope.c), kept per plan
 typedef struct gp_rope_cache gp_rope_cache;
 gp_rope_cache * gp_rope_cache_new(void);
 void            gp_rope_cache_free(gp_rope_cache * c);

@@ -3,125 +3,19 @@
 //   * element-wise ops compute in float32 and convert to the result's type (f16 rounded
 //     to nearest even, q8_0 with the CPU quantiser);
 //   * RMS_NORM / NORM / SUM / SOFT_MAX sum in double (ggml_float) where ggml does;
-//   * GELU / GELU_QUICK / GEGLU* look f16-rounded inputs up in ggml's 65536-entry tables;
-//   * ROPE builds its cos/sin rows as ggml_rope_cache_init / ggml_mrope_cache_init do
-//     (theta by repeated float32 multiplication) and keeps them per plan, keyed by the
-//     positions and every parameter, so the layers of a step share them.
+//   * GELU / GELU_QUICK / GEGLU* look f16-rounded inputs up in ggml's 65536-entry tables.
+// (ROPE is in rope.c, MUL_MAT / MUL_MAT_ID in mul-mat.c.)
 // Each kernel takes the rows of its thread (gp_rows); gp_select_kernel decides whether a
 // node is one the C kernels take (types, layouts) and checks what ggml asserts.
 
 #include "cpu-impl.h"
 
 #include <pthread.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 // elements below which a node runs on one thread (a barrier costs about a microsecond)
 #define PARALLEL_MIN_CHEAP  (1 << 16)
 #define PARALLEL_MIN_COSTLY (1 << 14)
-
-// ---------------------------------------------------------------------------
-// types and rows
-
-size_t gp_type_size(int type) {
-    switch (type) {
-        case GP_TYPE_F32:  case GP_TYPE_I32:  return 4;
-        case GP_TYPE_F16:  case GP_TYPE_BF16: case GP_TYPE_I16: return 2;
-        case GP_TYPE_I8:   return 1;
-        case GP_TYPE_I64:  case GP_TYPE_F64:  return 8;
-        case GP_TYPE_Q8_0: return Q8_0_BYTES;
-        case GP_TYPE_Q4_0: return Q4_0_BYTES;
-        default:           return 0;
-    }
-}
-
-int64_t gp_blck_size(int type) {
-    return type == GP_TYPE_Q8_0 || type == GP_TYPE_Q4_0 ? 32 : 1;
-}
-
-int gp_type_known(int type) { return gp_type_size(type) != 0; }
-
-size_t gp_row_size(int type, int64_t ne) {
-    return gp_type_size(type) * (size_t)(ne / gp_blck_size(type));
-}
-
-static int is_quant(int type) { return type == GP_TYPE_Q8_0 || type == GP_TYPE_Q4_0; }
-
-int gp_same_shape(const gp_tensor * a, const gp_tensor * b) {
-    return a->ne[0] == b->ne[0] && a->ne[1] == b->ne[1] && a->ne[2] == b->ne[2] && a->ne[3] == b->ne[3];
-}
-
-int gp_is_contiguous(const gp_tensor * t) {
-    size_t next = gp_type_size(t->type);
-    if (t->ne[0] != gp_blck_size(t->type) && t->nb[0] != next) return 0;
-    next *= (size_t)(t->ne[0] / gp_blck_size(t->type));
-    for (int i = 1; i < GP_MAX_DIMS; i++) {
-        if (t->ne[i] != 1) {
-            if (t->nb[i] != next) return 0;
-            next *= (size_t)t->ne[i];
-        }
-    }
-    return 1;
-}
-
-const float * gp_load_row(int type, const char * x, size_t nb0, int64_t n, float * tmp) {
-    switch (type) {
-        case GP_TYPE_F32:
-            if (nb0 == sizeof(float)) return (const float *)x;
-            for (int64_t i = 0; i < n; i++) tmp[i] = *(const float *)(x + i * nb0);
-            return tmp;
-        case GP_TYPE_F16:
-            if (nb0 == 2) gp_f16_to_f32_row((const uint16_t *)x, tmp, n);
-            else for (int64_t i = 0; i < n; i++) tmp[i] = gp_h2f(*(const uint16_t *)(x + i * nb0));
-            return tmp;
-        case GP_TYPE_BF16:
-            for (int64_t i = 0; i < n; i++) tmp[i] = gp_bf2f(*(const uint16_t *)(x + i * nb0));
-            return tmp;
-        case GP_TYPE_Q8_0:
-            gp_dequantize_q8_0_blocks((const uint8_t *)x, tmp, n / QK8_0);
-            return tmp;
-        case GP_TYPE_Q4_0:
-            gp_dequantize_q4_0_blocks((const uint8_t *)x, tmp, n / QK4_0);
-            return tmp;
-        default:
-            return tmp;
-    }
-}
-
-void gp_store_row(int type, char * y, size_t nb0, const float * x, int64_t n) {
-    switch (type) {
-        case GP_TYPE_F32:
-            if (nb0 == sizeof(float)) {
-                if ((const char *)x != y) memmove(y, x, (size_t)n * sizeof(float));
-            } else {
-                for (int64_t i = 0; i < n; i++) *(float *)(y + i * nb0) = x[i];
-            }
-            break;
-        case GP_TYPE_F16:
-            if (nb0 == 2) gp_f32_to_f16_row(x, (uint16_t *)y, n);
-            else for (int64_t i = 0; i < n; i++) *(uint16_t *)(y + i * nb0) = gp_f2h(x[i]);
-            break;
-        case GP_TYPE_BF16:
-            for (int64_t i = 0; i < n; i++) *(uint16_t *)(y + i * nb0) = gp_f2bf(x[i]);
-            break;
-        case GP_TYPE_Q8_0:
-            gp_quantize_q8_0_blocks(x, (uint8_t *)y, n / QK8_0, 1);
-            break;
-        case GP_TYPE_Q4_0:
-            gp_quantize_q4_0_blocks(x, (uint8_t *)y, n / QK4_0);
-            break;
-        default:
-            break;
-    }
-}
-
-// per-thread float scratch of `n` floats (the node's wsize is nth * scratch_bytes(n))
-static size_t scratch_bytes(int64_t n) { return gp_pad((size_t)n * sizeof(float)); }
-static float * scratch(const gp_params * p, int64_t n, int slot) {
-    return (float *)(p->wdata + ((size_t)p->ith * 4 + (size_t)slot) * scratch_bytes(n));
-}
-#define SCRATCH_WSIZE(nth, n) ((size_t)(nth) * 4 * scratch_bytes(n))
 
 // ---------------------------------------------------------------------------
 // GELU tables (ggml_table_gelu_f16 / ggml_table_gelu_quick_f16), built once
@@ -382,253 +276,6 @@ static int k_soft_max(const gp_params * p, gp_tensor * dst) {
 }
 
 // ---------------------------------------------------------------------------
-// ROPE: rows of cos/sin per position (ggml's cache: cache[2i] = cos, cache[2i + 1] = sin)
-
-#define GP_PI 3.14159265358979323846
-
-enum { ROPE_NORMAL = 0, ROPE_NEOX = 2, ROPE_MROPE = 8, ROPE_IMROPE = 40, ROPE_VISION = 24 };
-
-#define ROPE_SLOTS 8
-
-typedef struct rope_slot {
-    int       used;
-    uint64_t  stamp;                        // last use, for replacing the oldest
-    int32_t   params[GP_MAX_OP_PARAMS];     // the rope's op_params
-    int64_t   ne0;                          // cache row length
-    int64_t   n_rows;                       // positions (dim 2)
-    int32_t * pos;                          // [n_rows, or 4 * n_rows for multi-section]
-    int64_t   n_pos;
-    float *   ff;                           // freq factors copied, or NULL
-    int64_t   n_ff;
-    float *   cache;                        // [n_rows][ne0]
-    size_t    cap;                          // floats allocated in cache
-    size_t    pos_cap, ff_cap;
-} rope_slot;
-
-struct gp_rope_cache {
-    rope_slot   slots[ROPE_SLOTS];
-    uint64_t    clock;
-    rope_slot * current;                    // the slot of the node being computed
-    int64_t     hits, misses;
-};
-
-gp_rope_cache * gp_rope_cache_new(void) { return calloc(1, sizeof(gp_rope_cache)); }
-
-void gp_rope_cache_free(gp_rope_cache * c) {
-    if (!c) return;
-    for (int i = 0; i < ROPE_SLOTS; i++) {
-        free(c->slots[i].pos);
-        free(c->slots[i].ff);
-        free(c->slots[i].cache);
-    }
-    free(c);
-}
-
-static float rope_yarn_ramp(const float low, const float high, const int i0) {
-    const float y = (i0 / 2 - low) / GP_MAX(0.001f, high - low);
-    return 1 - GP_MIN(1, GP_MAX(0, y));
-}
-
-static void rope_yarn(float theta_extrap, float freq_scale, const float corr_dims[2], int64_t i0,
-                      float ext_factor, float mscale, float * cos_theta, float * sin_theta) {
-    float theta_interp = freq_scale * theta_extrap;
-    float theta = theta_interp;
-    if (ext_factor != 0.0f) {
-        float ramp_mix = rope_yarn_ramp(corr_dims[0], corr_dims[1], (int)i0) * ext_factor;
-        theta = theta_interp * (1 - ramp_mix) + theta_extrap * ramp_mix;
-        mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
-    }
-    *cos_theta = cosf(theta) * mscale;
-    *sin_theta = sinf(theta) * mscale;
-}
-
-static float rope_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
-    return n_dims * logf(n_ctx_orig / (n_rot * 2 * (float)GP_PI)) / (2 * logf(base));
-}
-
-// one cache row for a position (or the four positions of a multi-section rope)
-static void rope_cache_row(const int32_t * params, int64_t ne0, const int64_t pos[4],
-                           const float * ff, float * cache) {
-    const int n_dims = params[1], mode = params[2], n_ctx_orig = params[4];
-    float freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow;
-    memcpy(&freq_base,   params + 5,  4);
-    memcpy(&freq_scale,  params + 6,  4);
-    memcpy(&ext_factor,  params + 7,  4);
-    memcpy(&attn_factor, params + 8,  4);
-    memcpy(&beta_fast,   params + 9,  4);
-    memcpy(&beta_slow,   params + 10, 4);
-    const int * sections = params + 11;
-    const float theta_scale = powf(freq_base, -2.0f / n_dims);
-    float corr_dims[2];
-    {
-        float start = floorf(rope_corr_dim(n_dims, n_ctx_orig, beta_fast, freq_base));
-        float end   = ceilf(rope_corr_dim(n_dims, n_ctx_orig, beta_slow, freq_base));
-        corr_dims[0] = GP_MAX(0, start);
-        corr_dims[1] = GP_MIN(n_dims - 1, end);
-    }
-    if (!(mode & ROPE_MROPE)) {
-        float theta = (float)pos[0];
-        for (int64_t i0 = 0; i0 < ne0; i0 += 2) {
-            const float f = ff ? ff[i0 / 2] : 1.0f;
-            rope_yarn(theta / f, freq_scale, corr_dims, i0, ext_factor, attn_factor, &cache[i0], &cache[i0 + 1]);
-            theta *= theta_scale;
-        }
-        return;
-    }
-    // ggml_mrope_cache_init
-    const int is_imrope = mode == ROPE_IMROPE, indep = mode == ROPE_VISION;
-    float theta_t = (float)pos[0], theta_h = (float)pos[1], theta_w = (float)pos[2], theta_e = (float)pos[3];
-    const int sect_dims = sections[0] + sections[1] + sections[2] + sections[3];
-    const int sec_w = sections[1] + sections[0];
-    const int sec_e = sections[2] + sec_w;
-    for (int64_t i0 = 0; i0 < ne0; i0 += 2) {
-        const float f = ff ? ff[i0 / 2] : 1.0f;
-        const int sector = (int)((i0 / 2) % sect_dims);
-        if (indep) {
-            if (sector == 0) theta_t = (float)pos[0];
-            else if (sector == sections[0]) theta_h = (float)pos[1];
-            else if (sector == sec_w) theta_w = (float)pos[2];
-            else if (sector == sec_e) theta_e = (float)pos[3];
-        }
-        float theta = theta_t;
-        if (is_imrope) {
-            if (sector % 3 == 1 && sector < 3 * sections[1]) theta = theta_h;
-            else if (sector % 3 == 2 && sector < 3 * sections[2]) theta = theta_w;
-            else if (sector % 3 == 0 && sector < 3 * sections[0]) theta = theta_t;
-            else theta = theta_e;
-        } else {
-            if (sector >= sections[0] && sector < sec_w) theta = theta_h;
-            else if (sector >= sec_w && sector < sec_w + sections[2]) theta = theta_w;
-            else if (sector >= sec_w + sections[2]) theta = theta_e;
-        }
-        rope_yarn(theta / f, freq_scale, corr_dims, i0, ext_factor, attn_factor, &cache[i0], &cache[i0 + 1]);
-        theta_t *= theta_scale;
-        theta_w *= theta_scale;
-        theta_h *= theta_scale;
-        theta_e *= theta_scale;
-    }
-}
-
-static int grow(void ** ptr, size_t * cap, size_t n, size_t elem) {
-    if (n <= *cap) return 0;
-    void * q = realloc(*ptr, n * elem);
-    if (!q) return -1;
-    *ptr = q;
-    *cap = n;
-    return 0;
-}
-
-// the cache slot for this rope node's positions and parameters (filled on a miss)
-static rope_slot * rope_lookup(const gp_params * p, const gp_tensor * dst) {
-    gp_rope_cache * rc = gp_plan_rope_cache(p->plan);
-    const gp_tensor * pos_t = dst->src[1];
-    const gp_tensor * ff_t  = dst->src[2];
-    const int multi = (dst->op_params[2] & ROPE_MROPE) != 0;
-    const int64_t n_rows = dst->ne[2], ne0 = dst->ne[0];
-    const int64_t n_pos = multi ? 4 * n_rows : n_rows;
-    const int64_t n_ff = ff_t ? ne0 / 2 : 0;
-    const int32_t * pos = (const int32_t *)pos_t->data;
-    const float * ff = ff_t ? (const float *)ff_t->data : NULL;
-    rope_slot * oldest = &rc->slots[0];
-    rc->clock++;
-    for (int s = 0; s < ROPE_SLOTS; s++) {
-        rope_slot * sl = &rc->slots[s];
-        if (sl->used && sl->ne0 == ne0 && sl->n_rows == n_rows && sl->n_pos == n_pos && sl->n_ff == n_ff &&
-            memcmp(sl->params, dst->op_params, sizeof(sl->params)) == 0 &&
-            memcmp(sl->pos, pos, (size_t)n_pos * sizeof(int32_t)) == 0 &&
-            (n_ff == 0 || memcmp(sl->ff, ff, (size_t)n_ff * sizeof(float)) == 0)) {
-            sl->stamp = rc->clock;
-            rc->hits++;
-            return sl;
-        }
-        if (!sl->used || sl->stamp < oldest->stamp) oldest = sl;
-    }
-    rope_slot * sl = oldest;
-    sl->used = 0;
-    if (grow((void **)&sl->cache, &sl->cap, (size_t)(n_rows * ne0), sizeof(float)) ||
-        grow((void **)&sl->pos, &sl->pos_cap, (size_t)GP_MAX(n_pos, 1), sizeof(int32_t)) ||
-        grow((void **)&sl->ff, &sl->ff_cap, (size_t)GP_MAX(n_ff, 1), sizeof(float))) {
-        return NULL;
-    }
-    memcpy(sl->params, dst->op_params, sizeof(sl->params));
-    memcpy(sl->pos, pos, (size_t)n_pos * sizeof(int32_t));
-    if (n_ff) memcpy(sl->ff, ff, (size_t)n_ff * sizeof(float));
-    sl->ne0 = ne0;
-    sl->n_rows = n_rows;
-    sl->n_pos = n_pos;
-    sl->n_ff = n_ff;
-    for (int64_t i2 = 0; i2 < n_rows; i2++) {
-        int64_t ps[4] = {pos[i2], 0, 0, 0};
-        if (multi) {
-            ps[1] = pos[i2 + n_rows];
-            ps[2] = pos[i2 + 2 * n_rows];
-            ps[3] = pos[i2 + 3 * n_rows];
-        }
-        rope_cache_row(dst->op_params, ne0, ps, n_ff ? sl->ff : NULL, sl->cache + i2 * ne0);
-    }
-    sl->used = 1;
-    sl->stamp = rc->clock;
-    rc->misses++;
-    return sl;
-}
-
-// rotate the pairs of one row (float32): NORMAL pairs (2i, 2i+1); the others (i, i + off)
-static void rope_row(const float * x, float * y, const float * cache, int64_t n_pairs, int normal,
-                     int64_t off) {
-    if (normal) {
-        for (int64_t i = 0; i < n_pairs; i++) {
-            const float c = cache[2 * i], s = cache[2 * i + 1];
-            const float x0 = x[2 * i], x1 = x[2 * i + 1];
-            y[2 * i]     = x0 * c - x1 * s;
-            y[2 * i + 1] = x0 * s + x1 * c;
-        }
-        return;
-    }
-    for (int64_t i = 0; i < n_pairs; i++) {
-        const float c = cache[2 * i], s = cache[2 * i + 1];
-        const float x0 = x[i], x1 = x[i + off];
-        y[i]       = x0 * c - x1 * s;
-        y[i + off] = x0 * s + x1 * c;
-    }
-}
-
-static int k_rope(const gp_params * p, gp_tensor * dst) {
-    const gp_tensor * src = dst->src[0];
-    gp_rope_cache * rc = gp_plan_rope_cache(p->plan);
-    if (p->ith == 0) {
-        rc->current = rope_lookup(p, dst);
-    }
-    gp_barrier(p);
-    if (!rc->current) {     // every thread sees it after the barrier
-        return gp_fail(p, "out of memory for the rope cache");
-    }
-    const float * cache0 = rc->current->cache;
-    const int n_dims = dst->op_params[1], mode = dst->op_params[2];
-    const int64_t ne0 = dst->ne[0];
-    const int is_vision = mode == ROPE_VISION;
-    // rotated pairs: NORMAL (2i, 2i+1) for i < n_dims/2; NEOX and the multi-section modes
-    // (i, i + n_dims/2); VISION (i, i + n_dims) for i < ne0/2
-    const int64_t n_pairs = is_vision ? ne0 / 2 : n_dims / 2;
-    const int64_t off = is_vision ? n_dims : n_dims / 2;
-    const int f16 = src->type == GP_TYPE_F16;
-    float * tx = scratch(p, ne0, 0);
-    float * ty = scratch(p, ne0, 1);
-    for (gp_row_iter it = gp_rows(p, dst); gp_next_row(&it);) {
-        const float * cache = cache0 + it.i2 * ne0;
-        const char * xrow = gp_row(src, it.i1, it.i2, it.i3);
-        char * yrow = gp_row(dst, it.i1, it.i2, it.i3);
-        const float * x = f16 ? gp_load_row(GP_TYPE_F16, xrow, 2, ne0, tx) : (const float *)xrow;
-        float * y = f16 ? ty : (float *)yrow;
-        rope_row(x, y, cache, n_pairs, mode == ROPE_NORMAL, off);
-        if (!is_vision && n_dims < ne0) {       // the rest is copied
-            memmove(y + n_dims, x + n_dims, (size_t)(ne0 - n_dims) * sizeof(float));
-        }
-        if (f16) gp_store_row(GP_TYPE_F16, yrow, 2, ty, ne0);
-    }
-    return 0;
-}
-
-// ---------------------------------------------------------------------------
 // GLU: act(x) * g, x and g the two halves of a row (swapped on request) or two tensors
 
 enum { GLU_REGLU, GLU_GEGLU, GLU_SWIGLU, GLU_SWIGLU_OAI, GLU_GEGLU_ERF, GLU_GEGLU_QUICK, GLU_COUNT };
@@ -811,7 +458,7 @@ static int k_copy(const gp_params * p, gp_tensor * dst) {
         char * y = gp_row(dst, i1, i2, i3);
         if (same) {
             const char * x = gp_row(src, i1, i2, i3);
-            if (same_type && (is_quant(src->type) || (src->nb[0] == es && dst->nb[0] == es))) {
+            if (same_type && (gp_is_quant(src->type) || (src->nb[0] == es && dst->nb[0] == es))) {
                 memcpy(y, x, gp_row_size(src->type, n));
             } else if (same_type) {
                 copy_strided(y, dst->nb[0], x, src->nb[0], n, es);
@@ -1007,7 +654,7 @@ static int k_sort(const gp_params * p, gp_tensor * dst) {   // ARGSORT and TOP_K
 static int float_rows(const gp_tensor * t) {
     // a float type the row loaders read: plain types with any dim-0 stride, block types packed
     return (t->type == GP_TYPE_F32 || t->type == GP_TYPE_F16 || t->type == GP_TYPE_BF16) ||
-           (is_quant(t->type) && t->nb[0] == gp_type_size(t->type) && t->ne[0] % 32 == 0);
+           (gp_is_quant(t->type) && t->nb[0] == gp_type_size(t->type) && t->ne[0] % 32 == 0);
 }
 
 static int is_f32_rows(const gp_tensor * t) { return t->type == GP_TYPE_F32 && t->nb[0] == sizeof(float); }
@@ -1038,7 +685,7 @@ gp_kernel gp_select_kernel(const gp_tensor * t, int nth, int * n_tasks, size_t *
                 *error = "src1 does not repeat into src0, or the result's shape is not src0's";
                 return NULL;
             }
-            if (t->type != s0->type || is_quant(t->type) || is_quant(s1->type) || !float_rows(s0) ||
+            if (t->type != s0->type || gp_is_quant(t->type) || gp_is_quant(s1->type) || !float_rows(s0) ||
                 !float_rows(s1) || !float_rows(t)) return NULL;
             k = k_binary;
             *wsize = SCRATCH_WSIZE(nth, t->ne[0]);
@@ -1050,7 +697,7 @@ gp_kernel gp_select_kernel(const gp_tensor * t, int nth, int * n_tasks, size_t *
                 *error = "unknown unary op";
                 return NULL;
             }
-            if (is_quant(t->type) || is_quant(s0->type) || !float_rows(s0) || !float_rows(t)) return NULL;
+            if (gp_is_quant(t->type) || gp_is_quant(s0->type) || !float_rows(s0) || !float_rows(t)) return NULL;
             k = k_unary;
             costly = t->op == GP_OP_UNARY;
             *wsize = SCRATCH_WSIZE(nth, t->ne[0]);
@@ -1082,46 +729,10 @@ gp_kernel gp_select_kernel(const gp_tensor * t, int nth, int * n_tasks, size_t *
             break;
         }
 
-        case GP_OP_ROPE: {
-            const gp_tensor * pos = t->src[1];
-            const gp_tensor * ff = t->src[2];
-            const int n_dims = t->op_params[1], mode = t->op_params[2];
-            const int multi = (mode & ROPE_MROPE) != 0;
-            if (!s0 || !pos || !gp_same_shape(s0, t)) { *error = "needs src and positions of its shape"; return NULL; }
-            if (mode != ROPE_NORMAL && mode != ROPE_NEOX && mode != ROPE_MROPE && mode != ROPE_IMROPE &&
-                mode != ROPE_VISION) { *error = "unknown rope mode"; return NULL; }
-            if (n_dims <= 0 || n_dims % 2 || n_dims > t->ne[0] || t->ne[0] % 2) {
-                *error = "n_dims must be even, positive and at most ne0";
-                return NULL;
-            }
-            if (mode == ROPE_VISION && n_dims != t->ne[0] / 2) { *error = "vision rope needs n_dims == ne0/2"; return NULL; }
-            if (multi) {
-                const int32_t * sec = t->op_params + 11;
-                if (sec[0] < 0 || sec[1] < 0 || sec[2] < 0 || sec[3] < 0 ||
-                    sec[0] + sec[1] + sec[2] + sec[3] <= 0 || sec[0] + sec[1] + sec[2] + sec[3] > t->ne[0]) {
-                    *error = "multi-section rope needs sections that fit ne0";
-                    return NULL;
-                }
-            }
-            if (pos->type != GP_TYPE_I32 || !gp_is_contiguous(pos) ||
-                gp_nelements(pos) < (multi ? 4 : 1) * t->ne[2]) {
-                *error = "positions must be contiguous i32, one per dim-2 index (four for multi-section)";
-                return NULL;
-            }
-            if (ff && (ff->type != GP_TYPE_F32 || !gp_is_contiguous(ff) || gp_nelements(ff) < t->ne[0] / 2)) {
-                if (ff->type != GP_TYPE_F32 || gp_nelements(ff) < n_dims / 2) {
-                    *error = "freq_factors must be f32 with n_dims/2 values";
-                    return NULL;
-                }
-                return NULL;        // shorter than the cache row: the numpy kernel
-            }
-            if (t->type != s0->type || (t->type != GP_TYPE_F32 && t->type != GP_TYPE_F16) ||
-                s0->nb[0] != gp_type_size(s0->type) || t->nb[0] != gp_type_size(t->type)) return NULL;
-            k = k_rope;
+        case GP_OP_ROPE:
+            if (!(k = gp_select_rope(t, nth, wsize, error))) return NULL;
             costly = 1;
-            *wsize = SCRATCH_WSIZE(nth, t->ne[0]);
             break;
-        }
 
         case GP_OP_GLU: {
             const int64_t nc = t->ne[0];
@@ -1170,7 +781,7 @@ gp_kernel gp_select_kernel(const gp_tensor * t, int nth, int * n_tasks, size_t *
             if (t->data != dst->data || memcmp(t->nb, dst->nb, sizeof(t->nb)) != 0 || t->type != dst->type) {
                 return NULL;        // not the view of dst ggml returns
             }
-            if (s0->type != GP_TYPE_F32 || !float_rows(t) || (is_quant(t->type) && t->ne[0] % 32)) return NULL;
+            if (s0->type != GP_TYPE_F32 || !float_rows(t) || (gp_is_quant(t->type) && t->ne[0] % 32)) return NULL;
             k = k_set_rows;
             *wsize = SCRATCH_WSIZE(nth, t->ne[0]);
             break;
@@ -1178,13 +789,13 @@ gp_kernel gp_select_kernel(const gp_tensor * t, int nth, int * n_tasks, size_t *
 
         case GP_OP_DUP: case GP_OP_CONT: case GP_OP_CPY:
             if (!s0 || gp_nelements(s0) != n) { *error = "source and result hold different element counts"; return NULL; }
-            if (s0->type == t->type && !is_quant(t->type) && gp_type_known(t->type)) {
+            if (s0->type == t->type && !gp_is_quant(t->type) && gp_type_known(t->type)) {
                 k = k_copy;
-            } else if (s0->type == t->type && is_quant(t->type) && gp_same_shape(s0, t) &&
+            } else if (s0->type == t->type && gp_is_quant(t->type) && gp_same_shape(s0, t) &&
                        float_rows(s0) && float_rows(t)) {
                 k = k_copy;
             } else if (float_rows(s0) && float_rows(t) &&
-                       (gp_same_shape(s0, t) || (!is_quant(s0->type) && !is_quant(t->type)))) {
+                       (gp_same_shape(s0, t) || (!gp_is_quant(s0->type) && !gp_is_quant(t->type)))) {
                 k = k_copy;
             } else {
                 return NULL;
@@ -1209,7 +820,7 @@ gp_kernel gp_select_kernel(const gp_tensor * t, int nth, int * n_tasks, size_t *
 
         case GP_OP_REPEAT:
             if (!s0 || !can_repeat(s0, t)) { *error = "the source does not repeat into the result"; return NULL; }
-            if (s0->type != t->type || is_quant(t->type) || !gp_type_known(t->type)) return NULL;
+            if (s0->type != t->type || gp_is_quant(t->type) || !gp_type_known(t->type)) return NULL;
             k = k_repeat;
             break;
 
@@ -1222,7 +833,7 @@ gp_kernel gp_select_kernel(const gp_tensor * t, int nth, int * n_tasks, size_t *
                     return NULL;
                 }
             }
-            if (s0->type != t->type || s1->type != t->type || is_quant(t->type) || !gp_type_known(t->type)) return NULL;
+            if (s0->type != t->type || s1->type != t->type || gp_is_quant(t->type) || !gp_type_known(t->type)) return NULL;
             k = k_concat;
             break;
         }
@@ -1272,17 +883,4 @@ gp_kernel gp_select_kernel(const gp_tensor * t, int nth, int * n_tasks, size_t *
     *n_tasks = n >= (costly ? PARALLEL_MIN_COSTLY : PARALLEL_MIN_CHEAP) ? nth : 1;
     if (t->op == GP_OP_SUM) *n_tasks = 1;
     return k;
-}
-
-// ---------------------------------------------------------------------------
-// failures
-
-int gp_fail_v(const gp_params * p, const char * fmt, va_list ap);
-
-int gp_fail(const gp_params * p, const char * fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int r = gp_fail_v(p, fmt, ap);
-    va_end(ap);
-    return r;
 }

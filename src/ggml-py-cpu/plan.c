@@ -272,14 +272,15 @@ int gp_plan_matches(const gp_plan * plan, gp_tensor * const * nodes, int n_nodes
 // ---------------------------------------------------------------------------
 // running
 
-int gp_fail_v(const gp_params * p, const char * fmt, va_list ap);
-
-int gp_fail_v(const gp_params * p, const char * fmt, va_list ap) {
+int gp_fail(const gp_params * p, const char * fmt, ...) {
     gp_plan * plan = p->plan;
     int expected = 0;
     if (atomic_compare_exchange_strong(&plan->failed, &expected, 1)) {
+        va_list ap;
+        va_start(ap, fmt);
         plan->failed_node = p->node;
         vsnprintf(plan->failure, sizeof(plan->failure), fmt, ap);
+        va_end(ap);
     }
     return -1;
 }
