@@ -13,9 +13,13 @@
 //   q8_0/q4_0:    ggml's AVX2 vec_dot_q8_0_q8_0 / q4_0_q8_0 per product exactly: per
 //                 block, integer pair sums (8 lanes of 4 products) times d_a * d_b,
 //                 FMA-accumulated, then hsum_float_8.
-// The baseline keeps the same lane structure with separate multiplies and adds.
+// The baseline keeps the float lanes with separate multiplies and adds, and sums a q8_0
+// block's integer products at once (exact) before scaling.
 
 #include "cpu-impl.h"
+
+#include <pthread.h>
+#include <stdlib.h>
 
 #ifdef GP_SIMD_AVX2
 #include <immintrin.h>
@@ -153,50 +157,66 @@ INLINE float hsum8(const float * v) {
     return r0 + r1;
 }
 
+// Each weight row's 8 values of a step are converted once and feed every column; the
+// fixed-size loops over 8 lanes compile to SSE2 vectors.
 #define FLOAT_TILE(T)                                                                      \
 INLINE void tile_##T(int64_t k, const char * a, size_t lda, const int RM,                  \
                      const void * const * b, const int RN, float * const * c) {            \
+    float acc[8][3][8] = {{{0}}};                                                          \
+    const int64_t k8 = k & ~(int64_t)7;                                                    \
+    for (int64_t kk = 0; kk < k8; kk += 8) {                                               \
+        for (int i = 0; i < RM; i++) {                                                     \
+            float av[8];                                                                   \
+            for (int l = 0; l < 8; l++) av[l] = load1_##T(a + i * lda, kk + l);            \
+            for (int j = 0; j < RN; j++) {                                                 \
+                const float * bj = (const float *)b[j] + kk;                               \
+                for (int l = 0; l < 8; l++) acc[i][j][l] += av[l] * bj[l];                 \
+            }                                                                              \
+        }                                                                                  \
+    }                                                                                      \
     for (int j = 0; j < RN; j++) {                                                         \
         const float * bj = (const float *)b[j];                                            \
         for (int i = 0; i < RM; i++) {                                                     \
-            const char * ai = a + i * lda;                                                 \
-            float acc[8] = {0};                                                            \
-            const int64_t k8 = k & ~(int64_t)7;                                            \
-            for (int64_t kk = 0; kk < k8; kk += 8)                                         \
-                for (int l = 0; l < 8; l++) acc[l] += load1_##T(ai, kk + l) * bj[kk + l];  \
-            float s = hsum8(acc);                                                          \
-            for (int64_t kk = k8; kk < k; kk++) s += load1_##T(ai, kk) * bj[kk];           \
+            float s = hsum8(acc[i][j]);                                                    \
+            for (int64_t kk = k8; kk < k; kk++) s += load1_##T(a + i * lda, kk) * bj[kk];  \
             c[j][i] = s;                                                                   \
         }                                                                                  \
     }                                                                                      \
 }
 
-INLINE int8_t q8_0_at(const uint8_t * blk, int m) { return (int8_t)blk[2 + m]; }
-INLINE int8_t q4_0_at(const uint8_t * blk, int m) {
-    return (int8_t)((m < 16 ? (blk[2 + m] & 0x0F) : (blk[2 + m - 16] >> 4)) - 8);
+// a block's 32 values as int8 (q4_0: nibble - 8)
+INLINE void unpack_q8_0(const uint8_t * blk, int8_t * q) { memcpy(q, blk + 2, 32); }
+INLINE void unpack_q4_0(const uint8_t * blk, int8_t * q) {
+    for (int m = 0; m < 16; m++) {
+        q[m]      = (int8_t)((blk[2 + m] & 0x0F) - 8);
+        q[m + 16] = (int8_t)((blk[2 + m] >> 4) - 8);
+    }
 }
 
+// A block's integer dot product is exact in any order, so the baseline sums all 32
+// products at once (a loop compilers vectorise) and scales once per block.
 #define QUANT_TILE(T, BYTES)                                                               \
 INLINE void tile_##T(int64_t k, const char * a, size_t lda, const int RM,                  \
                      const void * const * b, const int RN, float * const * c) {            \
+    float acc[8][3] = {{0}};                                                               \
     const int64_t nb = k / 32;                                                             \
-    for (int j = 0; j < RN; j++) {                                                         \
+    for (int64_t ib = 0; ib < nb; ib++) {                                                  \
         for (int i = 0; i < RM; i++) {                                                     \
-            float acc[8] = {0};                                                            \
-            for (int64_t ib = 0; ib < nb; ib++) {                                          \
-                const uint8_t * xb = (const uint8_t *)(a + i * lda) + ib * BYTES;          \
+            const uint8_t * xb = (const uint8_t *)(a + i * lda) + ib * BYTES;              \
+            int8_t xq[32];                                                                 \
+            unpack_##T(xb, xq);                                                            \
+            const float dx = gp_h2f(gp_load_le16(xb));                                     \
+            for (int j = 0; j < RN; j++) {                                                 \
                 const uint8_t * yb = (const uint8_t *)b[j] + ib * Q8_0_BYTES;              \
-                const float d = gp_h2f(gp_load_le16(xb)) * gp_h2f(gp_load_le16(yb));       \
-                for (int l = 0; l < 8; l++) {                                              \
-                    int32_t s = 0;                                                         \
-                    for (int m = 4 * l; m < 4 * l + 4; m++)                                \
-                        s += (int32_t)T##_at(xb, m) * (int8_t)yb[2 + m];                   \
-                    acc[l] += d * (float)s;                                                \
-                }                                                                          \
+                const int8_t * yq = (const int8_t *)(yb + 2);                              \
+                int32_t sum = 0;                                                           \
+                for (int m = 0; m < 32; m++) sum += (int32_t)xq[m] * yq[m];                \
+                acc[i][j] += dx * gp_h2f(gp_load_le16(yb)) * (float)sum;                   \
             }                                                                              \
-            c[j][i] = hsum8(acc);                                                          \
         }                                                                                  \
     }                                                                                      \
+    for (int j = 0; j < RN; j++)                                                           \
+        for (int i = 0; i < RM; i++) c[j][i] = acc[i][j];                                  \
 }
 
 #endif
@@ -248,10 +268,57 @@ static void dot_##T(int64_t k, const char * a, size_t lda, int rm,              
 }
 
 DOT_FN(f32, 4, 3)
-DOT_FN(f16, 4, 3)
-DOT_FN(bf16, 4, 3)
 DOT_FN(q8_0, 4, 2)
 DOT_FN(q4_0, 4, 2)
+#ifdef GP_SIMD_AVX2
+DOT_FN(f16, 4, 3)
+DOT_FN(bf16, 4, 3)
+#else
+// Without F16C a half costs a dozen integer operations: the weight rows are widened to
+// float32 once per call (exactly) and go through the f32 tiles, the same sums.
+static _Thread_local float * widened;
+static _Thread_local size_t widened_cap;
+
+#define WIDEN_DOT_FN(T, widen_row)                                                         \
+static void dot_##T(int64_t k, const char * a, size_t lda, int rm,                         \
+                    const void * const * b, int rn, float * const * c) {                   \
+    const size_t need = (size_t)rm * (size_t)k;                                            \
+    if (need > widened_cap) {                                                              \
+        float * w = realloc(widened, need * sizeof(float));                                \
+        if (!w) {                       /* (no memory: convert element by element) */      \
+            for (int i = 0; i < rm; i++)                                                   \
+                for (int j = 0; j < rn; j++) {                                             \
+                    float s = 0;                                                           \
+                    for (int64_t kk = 0; kk < k; kk++)                                     \
+                        s += load1_##T(a + i * lda, kk) * ((const float *)b[j])[kk];       \
+                    c[j][i] = s;                                                           \
+                }                                                                          \
+            return;                                                                        \
+        }                                                                                  \
+        widened = w;                                                                       \
+        widened_cap = need;                                                                \
+    }                                                                                      \
+    for (int i = 0; i < rm; i++) widen_row((const uint16_t *)(a + i * lda), widened + i * k, k); \
+    dot_f32(k, (const char *)widened, (size_t)k * sizeof(float), rm, b, rn, c);            \
+}
+
+// every half's float, as ggml's CPU keeps one where it has no F16C (256 KiB, built once)
+static float h2f_table[1 << 16];
+static pthread_once_t h2f_once = PTHREAD_ONCE_INIT;
+static void build_h2f_table(void) {
+    for (uint32_t h = 0; h < (1u << 16); h++) h2f_table[h] = gp_h2f((uint16_t)h);
+}
+
+static void widen_f16(const uint16_t * x, float * y, int64_t n) {
+    pthread_once(&h2f_once, build_h2f_table);
+    for (int64_t i = 0; i < n; i++) y[i] = h2f_table[x[i]];
+}
+static void widen_bf16(const uint16_t * x, float * y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = gp_bf2f(x[i]);
+}
+WIDEN_DOT_FN(f16, widen_f16)
+WIDEN_DOT_FN(bf16, widen_bf16)
+#endif
 
 // ---------------------------------------------------------------------------
 // exp for SOFT_MAX and SiLU: AVX2 computes 2^n * p(r), r = x - n ln 2 (|r| <= ln2 / 2),
