@@ -1,19 +1,21 @@
-"""Compute benchmark of the numpy CPU backend and the demo models.
+"""Compute benchmark of the CPU backend and the demo models.
 
-    python bench/bench_compute.py [--quick] [--json]
+    python bench/bench_compute.py [--quick] [--json] [--threads N] [--crossover]
 
 1. dispatch: a graph of many tiny ops (f32[16] ADD/MUL/SCALE chains): µs per node
-   through CPUBackend.graph_compute (and Scheduler.graph_compute when the runtime is
-   there), against the same ops written directly in numpy.
+   through CPUBackend.graph_compute (and Scheduler.graph_compute), against the same
+   ops written directly in numpy.
 2. decode: one decode step of the demo llama (llama_config()), the whole
    llama_decode-like step (build graph, alloc_graph, set inputs, compute, read logits)
-   against the time spent inside the op kernels: the share outside the kernels is the
-   price of graphs, scheduling and dispatch.
+   against the time spent inside the nodes (the executor's profile): the share outside
+   them is the price of graphs, scheduling and dispatch.
 3. matmul: a graph of f32 MUL_MATs (the shapes of a prompt's projections) against the
-   same products done directly with np.matmul; throughput ratio (goal >= 0.9x).
+   same products done directly with np.matmul; throughput ratio.
+4. --crossover: for each weight type, the batch size from which BLAS (numpy) beats the
+   C kernels (ggml_py.backends.cpu.blas.BLAS_MIN_BATCH holds the measured values), at
+   1 thread each (OPENBLAS_NUM_THREADS=1 is set for this mode).
 
-Medians of wall time. This machine has 2 noisy cores (and OpenBLAS with 2 threads):
-read ratios, not absolute numbers.
+Medians of wall time. This machine has 2 noisy cores: read ratios, not absolute numbers.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ import statistics
 import sys
 import time
 
+if "--crossover" in sys.argv:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")     # before numpy loads OpenBLAS
+
 import numpy as np
 
-from ggml_py import Context, Graph, ops
-from ggml_py.backends import cpu as cpu_mod
+from ggml_py import Context, Graph, ops, quants
 from ggml_py.backends.cpu import CPUBackend, tensor_array
 from ggml_py.models.transformer import (Model, Session, build_forward, llama_config, tensor_set,
                                         tensor_values)
@@ -68,8 +72,8 @@ def median_time(fn, reps, warmup=2):
 # ---------------------------------------------------------------------------
 # 1. per-node dispatch
 
-def bench_dispatch(n_nodes, reps):
-    cpu = CPUBackend()
+def bench_dispatch(n_nodes, reps, n_threads=1):
+    cpu = CPUBackend(n_threads=n_threads)
     ctx = Context("dispatch")
     a = ops.new_tensor_1d(ctx, "f32", 16, name="a")
     b = ops.new_tensor_1d(ctx, "f32", 16, name="b")
@@ -105,32 +109,9 @@ def bench_dispatch(n_nodes, reps):
 # ---------------------------------------------------------------------------
 # 2. a decode step of the demo llama
 
-class KernelTimer:
-    """Wraps the CPU backend's kernel table to add up the time spent in kernels."""
-
-    def __init__(self):
-        self.total = 0.0
-        self.saved = dict(cpu_mod.KERNELS)
-
-    def __enter__(self):
-        for op, k in self.saved.items():
-            cpu_mod.KERNELS[op] = self._wrap(k)
-        return self
-
-    def _wrap(self, k):
-        def timed(t):
-            t0 = time.perf_counter()
-            k(t)
-            self.total += time.perf_counter() - t0
-        return timed
-
-    def __exit__(self, *exc):
-        cpu_mod.KERNELS.update(self.saved)
-
-
-def bench_decode(reps):
+def bench_decode(reps, n_threads=1):
     cfg = llama_config()
-    cpu = CPUBackend()
+    cpu = CPUBackend(n_threads=n_threads)
     sess = Session(Model.random(cfg, seed=0).place(cpu), [cpu])
     prompt = list(range(1, 17))
     sess.forward(prompt, logits="last")
@@ -153,13 +134,11 @@ def bench_decode(reps):
             tensor_set(t, d)
         sess.sched.graph_compute(fw.graph)
     t_compute = median_time(compute, reps)
-    kernel_times = []
-    with KernelTimer() as kt:
-        for _ in range(reps):
-            kt.total = 0.0
-            compute()
-            kernel_times.append(kt.total)
-    t_kernels = statistics.median(kernel_times)
+    cpu.executor.set_profiling(True)        # nodes timed from here on
+    for _ in range(reps):
+        compute()
+    t_kernels = sum(sum(p.node_times()) for p in cpu.executor.cached_plans()) / reps / 1e6
+    cpu.executor.set_profiling(False)
     tensor_values(fw.logits)
     return {"bench": "decode", "model": f"llama {cfg.n_layer}L n_embd {cfg.n_embd}",
             "n_nodes": fw.graph.n_nodes, "step_ms": t_step * 1e3,
@@ -172,8 +151,8 @@ def bench_decode(reps):
 # ---------------------------------------------------------------------------
 # 3. matmul-heavy graph vs numpy
 
-def bench_matmul(n_embd, n_tokens, n_mats, reps, wtype="f32"):
-    cpu = CPUBackend()
+def bench_matmul(n_embd, n_tokens, n_mats, reps, wtype="f32", n_threads=1):
+    cpu = CPUBackend(n_threads=n_threads)
     rng = np.random.default_rng(0)
     ctx = Context("matmul")
     ws = [ops.new_tensor_2d(ctx, wtype, n_embd, n_embd, name=f"w{i}") for i in range(n_mats)]
@@ -202,17 +181,65 @@ def bench_matmul(n_embd, n_tokens, n_mats, reps, wtype="f32"):
             "numpy_gflops": flops / t_numpy / 1e9, "ratio_vs_numpy": ratio}
 
 
+# ---------------------------------------------------------------------------
+# 4. where BLAS starts to beat the C kernels
+
+def _square_mul_mat(wtype, k, n):
+    ctx = Context("crossover")
+    w = ops.new_tensor_2d(ctx, wtype, k, k, name="w")
+    x = ops.new_tensor_2d(ctx, "f32", k, n, name="x")
+    g = Graph(16).build_forward_expand(ops.mul_mat(ctx, w, x))
+    HostAllocation(CPUBackend(n_threads=1)).alloc_graph(g)
+    rng = np.random.default_rng(0)
+    tensor_array(w)[0, 0] = quants.from_f32(wtype, rng.standard_normal((k, k), np.float32), cpu=False)
+    tensor_array(x)[0, 0] = rng.standard_normal((n, k), np.float32)
+    return g
+
+
+def bench_crossover(wtypes=("f32", "f16", "q8_0", "q4_0"), ks=(256, 512, 1024, 2048),
+                    ns=(16, 32, 64, 128, 256, 512)):
+    """BLAS time / C time per weight type, weight size and batch (1 thread each)."""
+    c_kernels = CPUBackend(n_threads=1, blas_min_batch={})
+    rows = []
+    for wtype in wtypes:
+        blas_backend = CPUBackend(n_threads=1, blas_min_batch={wtype: 1})
+        for k in ks:
+            ratios = {}
+            for n in ns:
+                g = _square_mul_mat(wtype, k, n)
+                reps = max(3, int(2e7 / (k * k * n)))
+                t_c, t_blas, _ = paired_times(lambda: c_kernels.graph_compute(g),
+                                              lambda: blas_backend.graph_compute(g), reps)
+                ratios[n] = t_blas / t_c
+            first = next((n for n in ns if all(ratios[m] < 1.0 for m in ns if m >= n)), None)
+            rows.append({"bench": "crossover", "wtype": wtype, "k": k, "blas_over_c": ratios,
+                         "blas_from_batch": first})
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--json", action="store_true", help="one JSON object per result")
+    ap.add_argument("--threads", type=int, default=1, help="CPU backend threads (default 1)")
+    ap.add_argument("--crossover", action="store_true",
+                    help="only the BLAS / C kernel crossover (1 thread each)")
     a = ap.parse_args(argv)
     reps = 7 if a.quick else 25
-    rows = [bench_dispatch(600 if a.quick else 3000, reps), bench_decode(reps),
-            bench_matmul(1024, 128, 8, reps), bench_matmul(512, 16, 8, reps)]
+    if a.crossover:
+        rows = bench_crossover(ks=(256, 1024) if a.quick else (256, 512, 1024, 2048))
+    else:
+        t = a.threads
+        rows = [bench_dispatch(600 if a.quick else 3000, reps, t), bench_decode(reps, t),
+                bench_matmul(1024, 128, 8, reps, n_threads=t),
+                bench_matmul(512, 16, 8, reps, n_threads=t)]
     for r in rows:
         if a.json:
             print(json.dumps(r))
+        elif r["bench"] == "crossover":
+            ratios = " ".join(f"{n}:{v:.2f}" for n, v in r["blas_over_c"].items())
+            print(f"crossover {r['wtype']} k={r['k']}: BLAS/C time by batch {ratios} -> BLAS "
+                  f"from batch {r['blas_from_batch']}")
         elif r["bench"] == "dispatch":
             s = f", {r['sched_us_per_node']:.1f} us through Scheduler.graph_compute"
             print(f"dispatch: {r['n_nodes']} tiny nodes: {r['backend_us_per_node']:.1f} us/node "

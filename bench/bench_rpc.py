@@ -28,8 +28,6 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
 from ggml_py import _rpc                                                    # noqa: E402
 from ggml_py.backends.cpu import CPUBackend                                 # noqa: E402
 from ggml_py.backends.rpc import RPCBackend, place_model                    # noqa: E402

@@ -8,8 +8,9 @@ For every split, in order:
      the backend's queue wait for that slot's event, asynchronously when the backend
      can (cpy_tensor_async) and with a blocking copy otherwise; host-resident MoE expert
      weights only for the experts the ids use;
-  2. compute the split's nodes on its backend (a GraphView of the node range), with
-     the eval callback when one is set;
+  2. compute the split's nodes on its backend (graph_compute_range(graph, i0, i1) where
+     the backend has it, else graph_compute on a GraphView of the node range), with the
+     eval callback when one is set;
   3. record the backend's event for the copy slot (pipeline parallelism), so the next
      use of the slot's input copies waits until this split is done with them.
 
@@ -226,7 +227,6 @@ class Runtime:
         sched, core, prof = self.sched, self.sched._core, self.profile
         backends = sched.backends
         cur = core.cur_copy
-        nodes = graph.nodes
         moe = _ExpertCopier(self)
         t_start = time.perf_counter()
         prof.n_computes += 1
@@ -236,7 +236,7 @@ class Runtime:
                 copies = core.get_split_copies(split_id)
                 sp = SplitProfile(split_id, backend.name, i1 - i0, len(copies))
                 prof.splits.append(sp)
-                split_nodes = nodes[i0:i1]
+                first = graph.node(i0) if copies and i1 > i0 else None
 
                 t0 = time.perf_counter()
                 for input_id, (inp, ib, cpy) in enumerate(copies):
@@ -251,8 +251,8 @@ class Runtime:
                         sp.n_sync += 1
                     else:
                         self._wait_slot_queue(b, backend, cur)
-                        if moe.applies(split_nodes, inp, cpy):
-                            nbytes = moe.copy(split_id, split_nodes[0], copies, input_id, b,
+                        if moe.applies(first, inp, cpy):
+                            nbytes = moe.copy(split_id, first, copies, input_id, b,
                                               in_backend, backend)
                             sp.n_async += 1
                         elif backend.cpy_tensor_async(in_backend, inp, cpy):
@@ -275,9 +275,9 @@ class Runtime:
                 sp.copy_s = t1 - t0
 
                 if self.callback is None:
-                    status = self._graph_compute(backend, split_nodes)
+                    status = self._graph_compute(backend, graph, i0, i1)
                 else:
-                    status = self._compute_observed(backend, split_nodes)
+                    status = self._compute_observed(backend, graph.nodes[i0:i1])
                 if self.sync_splits:
                     backend.synchronize()
                 sp.compute_s = time.perf_counter() - t1
@@ -293,13 +293,13 @@ class Runtime:
         return Status.SUCCESS
 
     @staticmethod
-    def _graph_compute(backend, nodes):
-        """backend.graph_compute on a view of `nodes`; its False (or a ggml_status
-        other than success) becomes the returned Status."""
-        ok = backend.graph_compute(GraphView(nodes))
-        if ok is True or ok is None:
-            return Status.SUCCESS
-        return Status.FAILED if ok is False else Status(ok)
+    def _graph_compute(backend, graph, i0, i1):
+        """Nodes [i0, i1) of `graph` on `backend`: its graph_compute_range where it has
+        one (no node handles are made), else graph_compute on a GraphView."""
+        compute_range = getattr(backend, "graph_compute_range", None)
+        if compute_range is not None:
+            return _status(compute_range(graph, i0, i1))
+        return _status(backend.graph_compute(GraphView([graph.node(i) for i in range(i0, i1)])))
 
     def _compute_observed(self, backend, nodes):
         """The split's nodes with the eval callback: nodes the user does not ask for are
@@ -314,7 +314,7 @@ class Runtime:
             while not need and j1 < n - 1:
                 j1 += 1
                 need = bool(cb(nodes[j1], True))
-            status = self._graph_compute(backend, nodes[j0:j1 + 1])
+            status = _status(backend.graph_compute(GraphView(nodes[j0:j1 + 1])))
             if status != Status.SUCCESS:
                 return status
             backend.synchronize()
@@ -322,6 +322,14 @@ class Runtime:
                 return Status.ABORTED
             j0 = j1 + 1
         return Status.SUCCESS
+
+
+def _status(ok):
+    """A backend's graph_compute answer as a Status: True / None are success, False a
+    failure, anything else a ggml_status value."""
+    if ok is True or ok is None:
+        return Status.SUCCESS
+    return Status.FAILED if ok is False else Status(ok)
 
 
 class _ExpertCopier:
@@ -337,10 +345,10 @@ class _ExpertCopier:
         self.used = None
 
     @staticmethod
-    def applies(split_nodes, inp, cpy):
-        if not split_nodes:
+    def applies(node, inp, cpy):
+        """Is `inp` (copied to `cpy`) the expert weights of `node`, a split's first node?"""
+        if node is None:
             return False
-        node = split_nodes[0]
         buf = get_buffer(inp)
         return (node.op == "MUL_MAT_ID" and node.src[0] == cpy and buf is not None
                 and buf.usage == "weights" and buf.is_host)

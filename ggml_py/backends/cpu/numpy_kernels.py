@@ -1,8 +1,9 @@
-"""A CPU backend in numpy that reproduces the numerics of ggml 0.10.1's CPU backend.
+"""The CPU backend's kernels in numpy: the reference for the C kernels and the kernels
+of the nodes they do not take (ops, types or layouts the C kernels lack, such as
+FLASH_ATTN_EXT or TIMESTEP_EMBEDDING), with the numerics of ggml 0.10.1's CPU backend.
 
-Tensors live in host buffers (Buffer.memory, a numpy byte array); every kernel
-reads its sources and writes its result in place through numpy views built from
-the tensor's address and byte strides, so views share memory as in ggml.
+Every kernel reads its sources and writes its result in place through numpy views
+built from the tensor's address and byte strides, so views share memory as in ggml.
 
 Numerics follow ggml-cpu where they decide whether results match:
   * MUL_MAT / MUL_MAT_ID convert src1 to the weights' vec_dot type first
@@ -15,80 +16,22 @@ Numerics follow ggml-cpu where they decide whether results match:
   * FLASH_ATTN_EXT with f16 V accumulates V*p in f16 with the online softmax.
 """
 
-from __future__ import annotations
-
 import math
-import threading
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ggml_py._backend import Backend, BufferType, get_buffer, tensor_ndarray
 from ggml_py.errors import BackendError
-from ggml_py.runtime import ComputeError
 from ggml_py import quants
 from ggml_py.ops import bits_f32, UNARY_OPS, GLU_OPS, ROPE_TYPES
-
-if TYPE_CHECKING:
-    from ggml_py._core import Tensor
-    from ggml_py._types import BytesLike
+from ggml_py.backends.cpu.memory import tensor_array
 
 VIEW_OPS = ("NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE")
-
-# ops with a kernel here (plus the view ops, which need none)
-SUPPORTED_OPS = VIEW_OPS + (
-    "DUP", "CPY", "CONT", "ADD", "SUB", "MUL", "DIV", "ACC", "SQR", "SQRT", "SUM",
-    "SUM_ROWS", "MEAN", "REPEAT", "CONCAT", "NORM", "RMS_NORM", "MUL_MAT", "MUL_MAT_ID",
-    "SCALE", "GET_ROWS", "SET_ROWS", "DIAG_MASK_INF", "SOFT_MAX", "ROPE", "CLAMP", "PAD",
-    "ARANGE", "TIMESTEP_EMBEDDING", "ARGSORT", "TOP_K", "FLASH_ATTN_EXT", "UNARY", "GLU",
-)
-
-CPU_ALIGNMENT = 32          # ggml-impl.h TENSOR_ALIGNMENT, the CPU buffer type's alignment
 
 F32 = np.float32
 
 
 # ---------------------------------------------------------------------------
-# tensor memory as numpy
-
-# Device buffers (ggml_py.backends.numpy_device) keep their bytes off Buffer.memory so
-# that host code cannot read them; a device's worker thread opens its own buffer
-# type here so the kernels below can run on device memory.
-_thread = threading.local()
-
-
-def open_device_memory(buffer_type):
-    """Let the calling thread's kernels use buffers of the non-host `buffer_type`."""
-    _thread.device_buft = buffer_type
-
-
-def _memory(buf):
-    if buf.memory is not None:
-        return buf.memory
-    if getattr(_thread, "device_buft", None) is buf.buffer_type:
-        return buf.device_memory
-    return None
-
-
-def tensor_array(t):
-    """A numpy view of t's memory, numpy order (ne3, ne2, ne1, ne0) with t's strides.
-
-    Block types (q8_0, ...) give uint8 rows: (ne3, ne2, ne1, row bytes)."""
-    buf = get_buffer(t)
-    if buf is None:
-        raise BackendError(f"tensor '{t.name}' ({t.op}) is not allocated")
-    mem = _memory(buf)
-    if mem is None:
-        raise BackendError(f"tensor '{t.name}' lives in buffer type '{buf.buffer_type.name}', "
-                           "which has no host memory")
-    type_name = t.type
-    dtype = quants.PLAIN_DTYPES.get(type_name)
-    if dtype is not None:
-        return tensor_ndarray(t, mem, dtype)
-    if quants.is_quantized(type_name):
-        return tensor_ndarray(t, mem, np.uint8, quants.row_bytes(type_name, t.ne[0]))
-    raise BackendError(f"tensor '{t.name}': type {type_name} is not supported by the CPU backend")
-
+# tensor values
 
 def values(t):
     """t's values as float32 in numpy order (dequantised / widened), a new array."""
@@ -768,7 +711,7 @@ def _k_flash_attn_ext(t):
     store(t, np.swapaxes(out, 1, 2))                    # dst (s, N, H, DV)
 
 
-KERNELS = {
+NUMPY_KERNELS = {
     "DUP": _k_copy, "CONT": _k_copy, "CPY": _k_copy,
     "ADD": _k_binary, "SUB": _k_binary, "MUL": _k_binary, "DIV": _k_binary,
     "ACC": _k_acc, "SQR": _k_sqr, "SQRT": _k_sqrt, "SUM": _k_sum, "SUM_ROWS": _k_sum_rows,
@@ -780,75 +723,3 @@ KERNELS = {
     "TIMESTEP_EMBEDDING": _k_timestep_embedding, "ARGSORT": _k_argsort, "TOP_K": _k_top_k,
     "UNARY": _k_unary, "GLU": _k_glu, "FLASH_ATTN_EXT": _k_flash_attn_ext,
 }
-assert set(KERNELS) | set(VIEW_OPS) == set(SUPPORTED_OPS)
-
-
-def compute_node(t):
-    """Run one node's kernel (view ops need none)."""
-    op = t.op
-    if op in VIEW_OPS:
-        return
-    k = KERNELS.get(op)
-    if k is None:
-        raise BackendError(f"CPU backend: op {op} ('{t.name}') is not supported")
-    k(t)
-
-
-def compute_nodes(nodes, backend_name):
-    """Run the kernels of `nodes` in order; a failing kernel raises ComputeError naming
-    the node and the backend (the cause is chained)."""
-    for t in nodes:
-        try:
-            compute_node(t)
-        except Exception as e:
-            raise ComputeError(f"backend {backend_name}: node '{t.name}' ({t.op}) failed: "
-                               f"{type(e).__name__}: {e}", node=t.name, backend=backend_name) from e
-
-
-# ---------------------------------------------------------------------------
-# the backend
-
-def tensor_region(tensor, buf, memory, offset=0, size=None):
-    """The bytes [offset, offset + size) of an allocated tensor as a view of `memory`,
-    the numpy bytes behind its buffer `buf`; checked against the tensor's size."""
-    nbytes = tensor.nbytes
-    if size is None:
-        size = nbytes - offset
-    if offset + size > nbytes:
-        raise BackendError(f"tensor '{tensor.name}': {size} bytes at offset {offset} exceed "
-                           f"its {nbytes} bytes")
-    start = tensor.data_address - buf.base + offset
-    return memory[start:start + size]
-
-
-class CPUBackend(Backend):
-    """The numpy CPU backend: host buffer type 'CPU' (alignment 32), device type 'cpu'."""
-
-    def __init__(self, name: str = "CPU", buffer_type: BufferType | None = None) -> None:
-        if buffer_type is None:
-            buffer_type = BufferType("CPU", alignment=CPU_ALIGNMENT, is_host=True, device=name)
-        super().__init__(name, buffer_type, device_type="cpu", supports_ops=SUPPORTED_OPS)
-
-    def supports_buft(self, buft: BufferType) -> bool:
-        """Any host buffer type (ggml_backend_cpu_device_supports_buft: buft is host)."""
-        return bool(buft.is_host)
-
-    def graph_compute(self, graph: Any) -> bool:
-        """Compute every node of `graph` in order (ggml_backend_graph_compute)."""
-        compute_nodes(graph.nodes, self.name)
-        return True
-
-    def _region(self, tensor, offset, size):
-        buf = get_buffer(tensor)
-        if buf is None or tensor.data_address == 0:
-            raise BackendError(f"tensor '{tensor.name}' is not allocated")
-        if buf.memory is None:
-            raise BackendError(f"tensor '{tensor.name}' is not in host memory")
-        return tensor_region(tensor, buf, buf.memory, offset, size)
-
-    def set_tensor(self, tensor: Tensor, data: BytesLike, offset: int = 0) -> None:
-        src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
-        self._region(tensor, offset, src.size)[...] = src
-
-    def get_tensor(self, tensor: Tensor, offset: int = 0, size: int | None = None) -> bytes:
-        return self._region(tensor, offset, size).tobytes()

@@ -1,0 +1,245 @@
+"""The CPU backend: host buffers, and graphs computed by the compiled executor.
+
+`CPUBackend.graph_compute` hands the nodes to ggml_py._cpu.Executor, which makes an
+execution plan once per (graph, node range) and reuses it while the graph does not
+change. Each node runs its C kernel (src/ggml-py-cpu) unless the kernel policy below
+gives it a Python one:
+  * an entry of KERNELS the user replaced (KERNELS[op] = fn) runs instead of the C
+    kernel, for every node of that op (tests use this to inject failures);
+  * a MUL_MAT with a large batch goes to BLAS (blas.py);
+  * nodes the C kernels do not take (ops, types or layouts) run the numpy kernels.
+With compiled=False every node runs its numpy kernel (the reference numerics).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+import types
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ggml_py._backend import Backend, BufferType, get_buffer
+from ggml_py._core import OP_IDS, Graph
+from ggml_py._cpu import Executor, C_KERNEL_OPS
+from ggml_py.errors import BackendError
+from ggml_py.backends.cpu import blas
+from ggml_py.backends.cpu.memory import memory_of, tensor_region
+from ggml_py.backends.cpu.numpy_kernels import NUMPY_KERNELS, VIEW_OPS
+
+if TYPE_CHECKING:
+    from ggml_py._core import Tensor
+    from ggml_py._types import BytesLike
+
+CPU_ALIGNMENT = 32          # ggml-impl.h TENSOR_ALIGNMENT, the CPU buffer type's alignment
+
+# ops with a kernel (plus the view ops, which need none)
+SUPPORTED_OPS = VIEW_OPS + tuple(NUMPY_KERNELS)
+assert C_KERNEL_OPS <= set(SUPPORTED_OPS)
+
+
+class KernelTable(dict):
+    """op name -> Python kernel (a function of the node's Tensor). It starts as the
+    numpy kernels; an entry set to anything else replaces the C kernel of that op.
+    `generation` counts the changes, so plans made before a change are made again."""
+
+    def __init__(self, defaults):
+        super().__init__(defaults)
+        self.defaults = dict(defaults)
+        self.generation = 0
+
+    def _changed(self):
+        self.generation += 1
+
+    def __setitem__(self, op, fn):
+        super().__setitem__(op, fn)
+        self._changed()
+
+    def __delitem__(self, op):
+        super().__delitem__(op)
+        self._changed()
+
+    def update(self, *args, **kw):
+        super().update(*args, **kw)
+        self._changed()
+
+    def pop(self, *args):
+        r = super().pop(*args)
+        self._changed()
+        return r
+
+    def popitem(self):
+        r = super().popitem()
+        self._changed()
+        return r
+
+    def setdefault(self, op, fn=None):
+        r = super().setdefault(op, fn)
+        self._changed()
+        return r
+
+    def clear(self):
+        super().clear()
+        self._changed()
+
+    def replaced(self):
+        """Ops whose entry is not the numpy default (a kernel of the user's, or removed)."""
+        return {op for op in set(self) | set(self.defaults)
+                if self.get(op) is not self.defaults.get(op)}
+
+
+KERNELS = KernelTable(NUMPY_KERNELS)
+
+
+def default_threads():
+    """The cores this process may run on (os.sched_getaffinity where there is one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+class KernelPolicy:
+    """Which kernel runs a node (the Executor asks while it makes a plan). Fixed for a
+    backend, except through KERNELS, whose generation it reports."""
+
+    def __init__(self, compiled=True, blas_min_batch=None):
+        self.compiled = bool(compiled)
+        table = blas.BLAS_MIN_BATCH if blas_min_batch is None else blas_min_batch
+        for type_name, rows in table.items():
+            if type_name not in blas.BLAS_MIN_BATCH or int(rows) < 1:
+                raise ValueError(f"blas_min_batch: {type_name!r}: {rows!r} (types "
+                                 f"{', '.join(blas.BLAS_MIN_BATCH)}, rows >= 1)")
+        self.blas_min_batch = types.MappingProxyType({k: int(v) for k, v in table.items()})
+
+    @property
+    def generation(self):
+        return KERNELS.generation
+
+    @property
+    def ask_ops(self):
+        """Op ids whose nodes are asked about even when a C kernel takes them."""
+        if not self.compiled:
+            return frozenset(range(len(OP_IDS)))
+        return frozenset(OP_IDS[op] for op in KERNELS.replaced() if op in OP_IDS)
+
+    @property
+    def blas(self):
+        """The kernel of large-batch MUL_MATs (the executor checks blas_min_batch)."""
+        return blas.mul_mat if self.compiled and self.blas_min_batch else None
+
+    def kernel_for(self, t, compiled):
+        op = t.op
+        fn = KERNELS.get(op)
+        if fn is not NUMPY_KERNELS.get(op) or not self.compiled:
+            return fn                           # the user's kernel (None: removed)
+        return None if compiled else fn
+
+    memory_of = staticmethod(memory_of)
+
+
+class CPUBackend(Backend):
+    """The CPU backend: host buffer type 'CPU' (alignment 32), device type 'cpu'.
+
+    n_threads: threads sharing each node's work (default: the cores this process may
+    use); 1 runs everything on the caller's thread. Results do not depend on it.
+    compiled: False runs every node's numpy kernel (ggml's numerics, slowly).
+    blas_min_batch: {weight type: src1 rows} from which MUL_MAT uses BLAS (blas.py's
+    measured defaults; {} never)."""
+
+    def __init__(self, name: str = "CPU", buffer_type: BufferType | None = None,
+                 n_threads: int | None = None, compiled: bool = True,
+                 blas_min_batch: dict[str, int] | None = None) -> None:
+        if buffer_type is None:
+            buffer_type = BufferType("CPU", alignment=CPU_ALIGNMENT, is_host=True, device=name)
+        super().__init__(name, buffer_type, device_type="cpu", supports_ops=SUPPORTED_OPS)
+        self.policy = KernelPolicy(compiled, blas_min_batch)
+        self.executor = Executor(name, self.policy, default_threads() if n_threads is None
+                                 else int(n_threads))
+
+    @property
+    def n_threads(self) -> int:
+        return self.executor.n_threads
+
+    @n_threads.setter
+    def n_threads(self, n: int) -> None:
+        self.executor.set_threads(int(n))
+
+    def supports_buft(self, buft: BufferType) -> bool:
+        """Any host buffer type (ggml_backend_cpu_device_supports_buft: buft is host)."""
+        return bool(buft.is_host)
+
+    def graph_compute(self, graph: Any) -> bool:
+        """Compute every node of `graph` in order (ggml_backend_graph_compute)."""
+        if isinstance(graph, Graph):
+            self.executor.compute_graph(graph)
+        else:
+            self.executor.compute_nodes(graph.nodes)
+        return True
+
+    def graph_compute_range(self, graph: Graph, i0: int, i1: int) -> bool:
+        """Compute nodes [i0, i1) of `graph` (the scheduler's splits: no node handles)."""
+        self.executor.compute_graph(graph, i0, i1)
+        return True
+
+    def _region(self, tensor: Tensor, offset: int, size: int | None) -> np.ndarray:
+        buf = get_buffer(tensor)
+        if buf is None or tensor.data_address == 0:
+            raise BackendError(f"tensor '{tensor.name}' is not allocated")
+        if buf.memory is None:
+            raise BackendError(f"tensor '{tensor.name}' is not in host memory")
+        return tensor_region(tensor, buf, buf.memory, offset, size)
+
+    def set_tensor(self, tensor: Tensor, data: BytesLike, offset: int = 0) -> None:
+        src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+        self._region(tensor, offset, src.size)[...] = src
+
+    def get_tensor(self, tensor: Tensor, offset: int = 0, size: int | None = None) -> bytes:
+        return self._region(tensor, offset, size).tobytes()
+
+
+# ---------------------------------------------------------------------------
+# graph views for other backends (the numpy device's worker runs CPU kernels)
+
+_VIEW_POLICY = KernelPolicy()
+_views = threading.local()          # per thread: backend name -> Executor (1 thread)
+
+
+def compute_nodes(nodes, backend_name):
+    """Run the kernels of `nodes` (Tensors, in order) on the calling thread; a failing
+    kernel raises ComputeError naming the node and the backend."""
+    executors = getattr(_views, "executors", None)
+    if executors is None:
+        executors = _views.executors = {}
+    ex = executors.get(backend_name)
+    if ex is None:
+        ex = executors[backend_name] = Executor(backend_name, _VIEW_POLICY, 1, max_plans=4)
+    ex.compute_nodes(nodes)
+
+
+def compute_node(t):
+    """Run one node's kernel on the calling thread (view ops need none)."""
+    compute_nodes([t], "CPU")
+
+
+# ---------------------------------------------------------------------------
+# timing
+
+def time_graph_compute(backend: Backend, graph: Graph, reps: int = 20,
+                       warmup: int = 3) -> dict[str, float]:
+    """Median wall time of backend.graph_compute(graph) in microseconds, after `warmup`
+    computes (which make the plan); {'compute_us_median', 'n_nodes', 'reps'}."""
+    if reps < 1:
+        raise ValueError("reps must be at least 1")
+    for _ in range(warmup):
+        backend.graph_compute(graph)
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        backend.graph_compute(graph)
+        samples.append(time.perf_counter() - t0)
+    return {"compute_us_median": statistics.median(samples) * 1e6, "n_nodes": graph.n_nodes,
+            "reps": reps}

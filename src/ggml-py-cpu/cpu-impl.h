@@ -1,0 +1,281 @@
+// Internals of the CPU executor: scalar conversions with ggml's CPU numerics, the
+// compute parameters every kernel receives, tensor helpers and the per-ISA tables.
+//
+// Float arithmetic in the conversions is that of single float32 operations: the
+// library is compiled with -ffp-contract=off, so no compiler fuses a product and an
+// addition into an FMA behind our back (the SIMD kernels write their FMAs explicitly).
+
+#pragma once
+
+#include "ggml-py-cpu.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#define GP_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define GP_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#define QK8_0      32
+#define QK4_0      32
+#define Q8_0_BYTES 34           // f16 scale + 32 int8
+#define Q4_0_BYTES 18           // f16 scale + 16 bytes of nibbles
+
+// ---------------------------------------------------------------------------
+// scalar conversions (branch-free where loops must vectorise)
+
+static inline float gp_u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t gp_f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+// c ? a : b without a branch
+static inline uint32_t gp_sel(int c, uint32_t a, uint32_t b) {
+    uint32_t m = (uint32_t)0 - (uint32_t)(c != 0);
+    return (a & m) | (b & ~m);
+}
+
+// IEEE half bits -> float, exact; a NaN comes out quiet with its payload (vcvtph2ps)
+static inline float gp_h2f(uint16_t h) {
+    uint32_t sign   = (uint32_t)(h & 0x8000) << 16;
+    int32_t  em     = h & 0x7FFF;
+    uint32_t normal = ((uint32_t)em << 13) + ((127 - 15) << 23);
+    uint32_t sub    = gp_f2u((float)em * 5.9604644775390625e-08f);        // m * 2^-24
+    uint32_t special = 0x7F800000 | ((uint32_t)(em & 0x3FF) << 13) | ((uint32_t)(em > 0x7C00) << 22);
+    uint32_t bits   = gp_sel(em < 0x0400, sub, gp_sel(em >= 0x7C00, special, normal));
+    return gp_u2f(bits | sign);
+}
+
+// float -> IEEE half bits, round to nearest even (vcvtps2ph, imm 0): overflow gives inf,
+// a NaN keeps the top 10 bits of its payload and comes out quiet
+static inline uint16_t gp_f2h(float f) {
+    uint32_t u = gp_f2u(f);
+    int32_t  a = (int32_t)(u & 0x7FFFFFFF);
+    // normal half; a carry out of the mantissa rounds into the exponent (and to inf)
+    uint32_t normal = ((uint32_t)a - ((127 - 15) << 23) + 0xFFF + (((uint32_t)a >> 13) & 1)) >> 13;
+    // below 2^-14: adding 0.5f puts the half's unit at the float's last bit, and the
+    // float addition rounds to nearest even
+    uint32_t sub = gp_f2u(gp_u2f((uint32_t)a) + 0.5f) - 0x3F000000;
+    uint32_t nan = 0x7E00 | (((uint32_t)a >> 13) & 0x3FF);
+    uint32_t o = gp_sel(a < 0x38800000, sub, normal);
+    o = gp_sel(a >= 0x47800000, 0x7C00, o);
+    o = gp_sel(a > 0x7F800000, nan, o);
+    return (uint16_t)(o | ((u >> 16) & 0x8000));
+}
+
+static inline float gp_bf2f(uint16_t b) { return gp_u2f((uint32_t)b << 16); }
+
+// ggml_compute_fp32_to_bf16: nearest even on the upper half; a NaN forced quiet
+static inline uint16_t gp_f2bf(float f) {
+    uint32_t u   = gp_f2u(f);
+    uint32_t r   = (u + (0x7FFF + ((u >> 16) & 1))) >> 16;
+    uint32_t nan = (u >> 16) | 64;
+    return (uint16_t)gp_sel((u & 0x7FFFFFFF) > 0x7F800000, nan, r);
+}
+
+static inline float gp_round_f16(float f) { return gp_h2f(gp_f2h(f)); }
+
+// Rounding of a quantised value. Both are exact for |v| < 2^22, which holds in every
+// block with a finite, not too small scale; the other blocks take a slow path.
+
+// roundf(v): halves away from zero
+static inline int32_t gp_round_away(float v) {
+    uint32_t u = gp_f2u(v);
+    float    a = gp_u2f(u & 0x7FFFFFFF);
+    int32_t  i = (int32_t)a;
+    int32_t  r = i + (a >= (float)i + 0.5f);
+    int32_t  s = -(int32_t)(u >> 31);
+    return (r ^ s) - s;
+}
+
+// rintf(v) in the default mode: adding 1.5 * 2^52 in double leaves no fraction bits
+static inline int32_t gp_round_even(float v) {
+    double t = ((double)v + 6755399441055744.0) - 6755399441055744.0;
+    return (int32_t)t;
+}
+
+// an integral float (or inf / NaN) to int32 as x86's cvt instructions do: what does not
+// fit gives INT32_MIN (C leaves it undefined; ggml's x86 code meets it)
+static inline int32_t gp_x86_i32(float r) {
+    if (r != r || r >= 2147483648.0f || r < -2147483648.0f) {
+        return INT32_MIN;
+    }
+    return (int32_t)r;
+}
+
+static inline float gp_rint_any(float v, int even) {
+    if (!(v < 4194304.0f && v > -4194304.0f)) {
+        return v;
+    }
+    return (float)(even ? gp_round_even(v) : gp_round_away(v));
+}
+
+static inline int gp_finite(float f) { return (gp_f2u(f) & 0x7F800000) != 0x7F800000; }
+
+static inline int32_t gp_sat8(int32_t q) {
+    q = (int32_t)gp_sel(q > 127, 127, (uint32_t)q);
+    return (int32_t)gp_sel(q < -128, (uint32_t)-128, (uint32_t)q);
+}
+
+static inline uint16_t gp_load_le16(const uint8_t * p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+static inline void gp_store_le16(uint8_t * p, uint16_t v) {
+    p[0] = (uint8_t)(v & 0xFF);
+    p[1] = (uint8_t)(v >> 8);
+}
+
+// ---------------------------------------------------------------------------
+// compute parameters (ggml_compute_params)
+
+struct gp_params {
+    int             ith;        // this thread
+    int             nth;        // threads sharing the node
+    char *          wdata;      // the plan's work buffer, shared by the threads
+    size_t          wsize;
+    gp_threadpool * tp;         // barriers inside a kernel; NULL when nth == 1
+    gp_plan *       plan;       // failures and the rope cache
+    int             node;       // the node's index in the plan
+};
+
+// every thread of the node waits here (nothing when the node runs on one thread)
+void gp_barrier(const gp_params * p);
+void gp_threadpool_barrier(gp_threadpool * tp);
+
+// what the pool's threads run: nodes [i0, i1) of a plan, as thread ith
+void gp_plan_run_thread(gp_plan * plan, int i0, int i1, int ith, gp_threadpool * tp);
+// run a job on every thread of the pool (the caller is thread 0); returns when all are done
+void gp_threadpool_run(gp_threadpool * tp, gp_plan * plan, int i0, int i1);
+
+// Record why a node failed (the first failure wins) and return -1. Kernels return it
+// before their first barrier, from a check every thread makes alike, or after the last.
+int gp_fail(const gp_params * p, const char * fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// work buffer bytes per thread are padded to a cache line
+#define GP_CACHE_LINE 64
+static inline size_t gp_pad(size_t n) { return (n + GP_CACHE_LINE - 1) / GP_CACHE_LINE * GP_CACHE_LINE; }
+
+// rows [*r0, *r1) of nr for thread ith of nth
+static inline void gp_rows_of(const gp_params * p, int64_t nr, int64_t * r0, int64_t * r1) {
+    int64_t dr = (nr + p->nth - 1) / p->nth;
+    *r0 = GP_MIN(dr * p->ith, nr);
+    *r1 = GP_MIN(*r0 + dr, nr);
+}
+
+// ---------------------------------------------------------------------------
+// tensors
+
+static inline int64_t gp_nrows(const gp_tensor * t) { return t->ne[1] * t->ne[2] * t->ne[3]; }
+static inline int64_t gp_nelements(const gp_tensor * t) { return t->ne[0] * gp_nrows(t); }
+
+static inline float gp_param_f32(const gp_tensor * t, int i) {
+    float f;
+    memcpy(&f, &t->op_params[i], 4);
+    return f;
+}
+
+// row (i1, i2, i3) of t
+static inline char * gp_row(const gp_tensor * t, int64_t i1, int64_t i2, int64_t i3) {
+    return t->data + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
+}
+
+// flat row index -> (i1, i2, i3)
+static inline void gp_unravel_row(const gp_tensor * t, int64_t ir, int64_t * i1, int64_t * i2, int64_t * i3) {
+    *i3 = ir / (t->ne[2] * t->ne[1]);
+    ir -= *i3 * t->ne[2] * t->ne[1];
+    *i2 = ir / t->ne[1];
+    *i1 = ir - *i2 * t->ne[1];
+}
+
+// The rows of t one thread takes, in order:
+//     for (gp_row_iter it = gp_rows(p, t); gp_next_row(&it);) { ... it.i1, it.i2, it.i3 ... }
+typedef struct {
+    const gp_tensor * t;
+    int64_t r, r1;              // the row before the next one; the end
+    int64_t i1, i2, i3;         // the current row's indices
+} gp_row_iter;
+
+static inline gp_row_iter gp_rows(const gp_params * p, const gp_tensor * t) {
+    gp_row_iter it = {t, 0, 0, 0, 0, 0};
+    gp_rows_of(p, gp_nrows(t), &it.r, &it.r1);
+    it.r -= 1;
+    return it;
+}
+
+static inline int gp_next_row(gp_row_iter * it) {
+    if (++it->r >= it->r1) return 0;
+    gp_unravel_row(it->t, it->r, &it->i1, &it->i2, &it->i3);
+    return 1;
+}
+
+static inline int gp_is_quant(int type) { return type == GP_TYPE_Q8_0 || type == GP_TYPE_Q4_0; }
+
+// per-thread float scratch rows in the work buffer: a kernel using scratch(p, n, slot)
+// (slot < 4) asks for SCRATCH_WSIZE(nth, n) bytes
+static inline size_t scratch_bytes(int64_t n) { return gp_pad((size_t)n * sizeof(float)); }
+static inline float * scratch(const gp_params * p, int64_t n, int slot) {
+    return (float *)(p->wdata + ((size_t)p->ith * 4 + (size_t)slot) * scratch_bytes(n));
+}
+#define SCRATCH_WSIZE(nth, n) ((size_t)(nth) * 4 * scratch_bytes(n))
+
+size_t  gp_type_size(int type);            // bytes per element (per block for q types)
+int64_t gp_blck_size(int type);            // elements per block (1 for plain types)
+size_t  gp_row_size(int type, int64_t ne);
+int     gp_same_shape(const gp_tensor * a, const gp_tensor * b);
+int     gp_is_contiguous(const gp_tensor * t);
+
+// A row of a float type as float32: x itself when it is packed f32, else tmp[n] filled
+// (nb0 is the element stride of a plain type; block types are packed).
+const float * gp_load_row(int type, const char * x, size_t nb0, int64_t n, float * tmp);
+// float32 values into a row of a float type (CPU quantiser for q8_0)
+void gp_store_row(int type, char * y, size_t nb0, const float * x, int64_t n);
+
+// ---------------------------------------------------------------------------
+// the per-ISA hot loops (simd.c, compiled once per instruction set)
+
+// A block of dot products, the heart of MUL_MAT: c[j][i] = a_i . b_j for i < rm weight
+// rows (a + i * lda, k elements of the weight type) and j < rn activation rows b[j] in
+// the weight type's dot form (float32 for f32/f16/bf16 weights, q8_0 blocks for
+// q8_0/q4_0 weights). Every c[j][i] is summed in the same order whatever rm and rn
+// are, so results do not depend on how the work is cut between tiles and threads.
+typedef void (*gp_dot_tile)(int64_t k, const char * a, size_t lda, int rm,
+                            const void * const * b, int rn, float * const * c);
+
+typedef struct gp_simd {
+    const char * name;
+    gp_dot_tile  dot_f32;       // f32 weights   x float32 rows
+    gp_dot_tile  dot_f16;       // f16 weights   x float32 rows (values of f16)
+    gp_dot_tile  dot_bf16;      // bf16 weights  x float32 rows (values of bf16)
+    gp_dot_tile  dot_q8_0;      // q8_0 weights  x q8_0 rows
+    gp_dot_tile  dot_q4_0;      // q4_0 weights  x q8_0 rows
+    void (*f16_to_f32)(const uint16_t * x, float * y, int64_t n);
+    void (*f32_to_f16)(const float * x, uint16_t * y, int64_t n);
+    void (*round_f16)(const float * x, float * y, int64_t n);
+    double (*exp_sum)(const float * x, float * y, int64_t n, float max);   // y = exp(x - max)
+    void (*silu_mul)(const float * x, const float * g, float * y, int64_t n);  // silu(x) * g
+} gp_simd;
+
+extern const gp_simd gp_simd_baseline;
+#if GP_HAVE_AVX2
+extern const gp_simd gp_simd_avx2;
+#endif
+extern const gp_simd * gp_simd_active;
+
+// ---------------------------------------------------------------------------
+// kernel selection (ops.c, mul-mat.c, rope.c); kernels are int k(params, dst): 0, or -1
+// through gp_fail
+
+
+// The kernel of an op node, with its thread count and work buffer size, or NULL when
+// there is none in C for this node (its types or layout): then *why says so, or is NULL
+// when the node itself is invalid and *error says why.
+gp_kernel gp_select_kernel(const gp_tensor * t, int nth, int * n_tasks, size_t * wsize,
+                           const char ** error);
+gp_kernel gp_select_mul_mat(const gp_tensor * t, int nth, int * n_tasks, size_t * wsize,
+                            const char ** error);
+
+gp_kernel gp_select_rope(const gp_tensor * t, int nth, size_t * wsize, const char ** error);
+
+// rope cos/sin cache (rope.c), kept per plan
+typedef struct gp_rope_cache gp_rope_cache;
+gp_rope_cache * gp_rope_cache_new(void);
+void            gp_rope_cache_free(gp_rope_cache * c);
+gp_rope_cache * gp_plan_rope_cache(gp_plan * plan);

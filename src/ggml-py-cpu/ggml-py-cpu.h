@@ -1,0 +1,224 @@
+// ggml_py's CPU executor in C: kernels, compiled execution plans and a thread pool.
+//
+// The Cython module ggml_py._cpu is the only user of this header. It builds a plan
+// (gp_plan) for a run of graph nodes once, checks on every compute that the plan still
+// describes the graph (gp_plan_matches), and runs it (gp_plan_run) with the GIL
+// released; nodes whose kernel is written in Python are run by the Cython loop between
+// C segments.
+//
+// The tensor and buffer structs below mirror ggml_py's own (src/ggml_py/_ggml.pxd);
+// _cpu.pyx compares every field offset with Cython's layout when it is imported.
+
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GP_MAX_DIMS      4
+#define GP_MAX_SRC       10
+#define GP_MAX_OP_PARAMS 16     // int32 words
+#define GP_MAX_NAME      64
+
+// ---------------------------------------------------------------------------
+// mirrors of ggml_py's data model (_ggml.pxd)
+
+typedef struct gp_buffer_type {
+    char   name[GP_MAX_NAME];
+    size_t alignment;
+    size_t max_size;
+    int    is_host;
+    void * pyobj;
+} gp_buffer_type;
+
+typedef struct gp_buffer {
+    gp_buffer_type * buft;
+    char *           base;
+    size_t           size;
+    int              usage;
+    void *           pyobj;
+} gp_buffer;
+
+typedef struct gp_tensor {
+    int32_t            op;
+    int32_t            flags;
+    struct gp_tensor * src[GP_MAX_SRC];
+    struct gp_tensor * view_src;
+    gp_buffer *        buffer;
+    char *             data;
+    size_t             view_offs;
+    int32_t            type;
+    int32_t            id;
+    int64_t            ne[GP_MAX_DIMS];
+    size_t             nb[GP_MAX_DIMS];
+    int32_t            op_params[GP_MAX_OP_PARAMS];
+    void *             extra;
+    void *             owner;
+    char               name[GP_MAX_NAME];
+} gp_tensor;
+
+// offsets of the fields above, in this order, for the layout check
+enum { GP_TENSOR_N_FIELDS = 15 };
+void gp_tensor_layout(size_t offsets[GP_TENSOR_N_FIELDS], size_t * size);
+
+// ggml 0.10.1's type ids (the ones the kernels know)
+enum gp_type {
+    GP_TYPE_F32  = 0,
+    GP_TYPE_F16  = 1,
+    GP_TYPE_Q4_0 = 2,
+    GP_TYPE_Q8_0 = 8,
+    GP_TYPE_I8   = 24,
+    GP_TYPE_I16  = 25,
+    GP_TYPE_I32  = 26,
+    GP_TYPE_I64  = 27,
+    GP_TYPE_F64  = 28,
+    GP_TYPE_BF16 = 30,
+};
+
+// ggml 0.10.1's op ids (the ones the kernels know; _cpu.pyx checks them by name)
+enum gp_op {
+    GP_OP_NONE          = 0,
+    GP_OP_DUP           = 1,
+    GP_OP_ADD           = 2,
+    GP_OP_ACC           = 5,
+    GP_OP_SUB           = 6,
+    GP_OP_MUL           = 7,
+    GP_OP_DIV           = 8,
+    GP_OP_SQR           = 9,
+    GP_OP_SQRT          = 10,
+    GP_OP_SUM           = 14,
+    GP_OP_SUM_ROWS      = 15,
+    GP_OP_MEAN          = 17,
+    GP_OP_REPEAT        = 20,
+    GP_OP_CONCAT        = 22,
+    GP_OP_NORM          = 24,
+    GP_OP_RMS_NORM      = 25,
+    GP_OP_MUL_MAT       = 29,
+    GP_OP_MUL_MAT_ID    = 30,
+    GP_OP_SCALE         = 32,
+    GP_OP_CPY           = 34,
+    GP_OP_CONT          = 35,
+    GP_OP_RESHAPE       = 36,
+    GP_OP_VIEW          = 37,
+    GP_OP_PERMUTE       = 38,
+    GP_OP_TRANSPOSE     = 39,
+    GP_OP_GET_ROWS      = 40,
+    GP_OP_SET_ROWS      = 42,
+    GP_OP_DIAG_MASK_INF = 44,
+    GP_OP_SOFT_MAX      = 46,
+    GP_OP_ROPE          = 48,
+    GP_OP_CLAMP         = 50,
+    GP_OP_PAD           = 63,
+    GP_OP_ARANGE        = 66,
+    GP_OP_ARGSORT       = 68,
+    GP_OP_TOP_K         = 69,
+    GP_OP_UNARY         = 86,
+    GP_OP_GLU           = 95,
+    GP_OP_COUNT         = 96,
+};
+
+// ---------------------------------------------------------------------------
+// instruction sets: the hot loops exist for a baseline x86-64 (or any) CPU and for
+// AVX2 + FMA + F16C; the best one the CPU has is chosen when the library loads
+
+typedef enum {
+    GP_ISA_BASELINE = 0,
+    GP_ISA_AVX2     = 1,
+} gp_isa;
+
+int         gp_isa_supported(gp_isa isa);       // does this CPU (and build) have it?
+int         gp_isa_set(gp_isa isa);             // 0, or -1 when not supported
+gp_isa      gp_isa_get(void);
+const char *gp_isa_name(gp_isa isa);
+
+// ---------------------------------------------------------------------------
+// element conversions (ggml's CPU numerics; see quants.c)
+
+void gp_f16_to_f32_row(const uint16_t * x, float * y, int64_t n);
+void gp_f32_to_f16_row(const float * x, uint16_t * y, int64_t n);
+void gp_bf16_to_f32_row(const uint16_t * x, float * y, int64_t n);
+void gp_f32_to_bf16_row(const float * x, uint16_t * y, int64_t n);
+void gp_round_f16_row(const float * x, float * y, int64_t n);
+void gp_round_bf16_row(const float * x, float * y, int64_t n);
+void gp_quantize_q8_0_blocks(const float * x, uint8_t * y, int64_t nb, int cpu);
+void gp_dequantize_q8_0_blocks(const uint8_t * x, float * y, int64_t nb);
+void gp_round_q8_0_blocks(const float * x, float * y, int64_t nb);
+void gp_quantize_q4_0_blocks(const float * x, uint8_t * y, int64_t nb);
+void gp_dequantize_q4_0_blocks(const uint8_t * x, float * y, int64_t nb);
+
+// ---------------------------------------------------------------------------
+// thread pool: n_threads - 1 workers; the caller is thread 0
+
+typedef struct gp_threadpool gp_threadpool;
+
+gp_threadpool * gp_threadpool_new(int n_threads);       // NULL on failure
+void            gp_threadpool_free(gp_threadpool * tp);
+int             gp_threadpool_n_threads(const gp_threadpool * tp);
+int             gp_threadpool_alive(const gp_threadpool * tp);  // 0 in a child of fork()
+
+// ---------------------------------------------------------------------------
+// execution plans
+
+typedef enum {
+    GP_NODE_NOOP   = 0,     // a view op: nothing to compute
+    GP_NODE_C      = 1,     // a C kernel
+    GP_NODE_PYTHON = 2,     // a kernel written in Python (run by the caller, GIL held)
+    GP_NODE_ERROR  = 3,     // cannot run: computing it raises the node's message
+} gp_node_kind;
+
+typedef struct gp_params gp_params;
+typedef int (*gp_kernel)(const gp_params * p, gp_tensor * dst);
+
+typedef struct gp_plan_node {
+    gp_tensor * t;
+    gp_kernel   fn;         // GP_NODE_C only
+    int         kind;       // gp_node_kind
+    int         n_tasks;    // threads sharing it: 1 (thread 0 alone) or the plan's n_threads
+    size_t      wsize;      // work buffer bytes it needs (all threads together)
+} gp_plan_node;
+
+typedef struct gp_plan gp_plan;
+
+// A plan for the nodes of `nodes`, or NULL when out of memory. Every node is classified
+// (gp_plan_node_at) but the work buffer is only sized: call gp_plan_finish after the
+// caller has turned nodes it runs in Python into GP_NODE_PYTHON.
+gp_plan *      gp_plan_new(gp_tensor * const * nodes, int n_nodes, int n_threads);
+void           gp_plan_free(gp_plan * plan);
+gp_plan_node * gp_plan_node_at(gp_plan * plan, int i);
+int            gp_plan_n_nodes(const gp_plan * plan);
+const char *   gp_plan_node_error(const gp_plan * plan, int i);    // GP_NODE_ERROR: why
+void           gp_plan_set_error(gp_plan * plan, int i, const char * message);
+int            gp_plan_finish(gp_plan * plan);                     // 0, -1 out of memory
+
+// Is the plan still exact for `nodes`: same tensors, ops, types, shapes, strides, data
+// pointers, buffers and parameters, for the nodes and their sources?
+int gp_plan_matches(const gp_plan * plan, gp_tensor * const * nodes, int n_nodes,
+                    int n_threads);
+
+// Run the C nodes [i0, i1) (no Python nodes in between) on tp (NULL: the caller alone).
+// 0 on success; -1 when a kernel failed: gp_plan_failure tells which node and why.
+int          gp_plan_run(gp_plan * plan, int i0, int i1, gp_threadpool * tp);
+const char * gp_plan_failure(const gp_plan * plan, int * node);
+
+// the largest node's work: bytes of the plan's work buffer
+size_t gp_plan_work_size(const gp_plan * plan);
+
+// Profiling: with it on, every run adds each C node's wall time on thread 0 (ns) to
+// gp_plan_node_ns (NULL when off). 0, or -1 out of memory.
+int             gp_plan_profile(gp_plan * plan, int on);
+const int64_t * gp_plan_node_ns(const gp_plan * plan);
+
+// ---------------------------------------------------------------------------
+// tensor facts the plan builder checks
+
+// The byte range [lo, hi) a tensor's elements span from its data pointer; 0 when the
+// shape or strides are invalid for its type (a row that is not a whole number of blocks).
+int gp_tensor_extent(const gp_tensor * t, size_t * lo, size_t * hi);
+int gp_type_known(int type);
+
+#ifdef __cplusplus
+}
+#endif

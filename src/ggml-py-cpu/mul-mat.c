@@ -1,0 +1,250 @@
+// MUL_MAT and MUL_MAT_ID (ggml_compute_forward_mul_mat / _mul_mat_id).
+//
+// Weights (src0) are read in their own type by the active instruction set's dot tiles.
+// src1 is first put in the weights' dot form, as ggml's CPU does with its vec_dot_type:
+//   f32 weights:        src1 as it is (float32)
+//   f16 / bf16 weights: src1 rounded to f16 / bf16 (kept as float32 values)
+//   q8_0 / q4_0:        src1 quantised to q8_0 with the CPU quantiser
+// The converted rows go to the work buffer (each thread converts its share, then all
+// wait); then the threads take chunks of (matrix, 16 weight rows) in turn, each chunk
+// running over all of its matrix's src1 rows. Every output is one dot product summed in
+// a fixed order, so the thread count does not change the result.
+
+#include "cpu-impl.h"
+
+#include <stdlib.h>
+
+#define MM_ROWS  16     // weight rows per chunk
+#define MM_COLS  48     // src1 rows per dot call (its pointers live on the stack)
+
+typedef enum { FORM_F32, FORM_F16, FORM_BF16, FORM_Q8_0 } dot_form;
+
+static dot_form form_of(int wtype) {
+    switch (wtype) {
+        case GP_TYPE_F16:  return FORM_F16;
+        case GP_TYPE_BF16: return FORM_BF16;
+        case GP_TYPE_Q8_0:
+        case GP_TYPE_Q4_0: return FORM_Q8_0;
+        default:           return FORM_F32;
+    }
+}
+
+static gp_dot_tile dot_of(int wtype) {
+    const gp_simd * s = gp_simd_active;
+    switch (wtype) {
+        case GP_TYPE_F16:  return s->dot_f16;
+        case GP_TYPE_BF16: return s->dot_bf16;
+        case GP_TYPE_Q8_0: return s->dot_q8_0;
+        case GP_TYPE_Q4_0: return s->dot_q4_0;
+        default:           return s->dot_f32;
+    }
+}
+
+// bytes of one src1 row in dot form
+static size_t form_row_size(dot_form f, int64_t k) {
+    return f == FORM_Q8_0 ? (size_t)(k / QK8_0) * Q8_0_BYTES : (size_t)k * sizeof(float);
+}
+
+// Does src1 need converting? (f32 weights read float32 src1 rows in place)
+static int needs_form(const gp_tensor * w, const gp_tensor * x) {
+    return !(form_of(w->type) == FORM_F32 && x->type == GP_TYPE_F32);
+}
+
+// one src1 row (k values of type xtype at x) into the dot form at y
+static void to_form(dot_form f, int xtype, const char * x, int64_t k, char * y) {
+    if (xtype == GP_TYPE_F16) {                 // (f16 src1 only meets f16 weights)
+        gp_f16_to_f32_row((const uint16_t *)x, (float *)y, k);
+        return;
+    }
+    const float * xf = (const float *)x;
+    switch (f) {
+        case FORM_F16:  gp_round_f16_row(xf, (float *)y, k); break;
+        case FORM_BF16: gp_round_bf16_row(xf, (float *)y, k); break;
+        case FORM_Q8_0: gp_quantize_q8_0_blocks(xf, (uint8_t *)y, k / QK8_0, 1); break;
+        default:        memcpy(y, x, (size_t)k * sizeof(float)); break;
+    }
+}
+
+// the src1 rows [r0, r1) of this thread, flat over (i1, i2, i3), into the work buffer
+static void convert_rows(const gp_params * p, const gp_tensor * w, const gp_tensor * x) {
+    const dot_form f = form_of(w->type);
+    const size_t rb = form_row_size(f, x->ne[0]);
+    int64_t r0, r1;
+    gp_rows_of(p, gp_nrows(x), &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        gp_unravel_row(x, r, &i1, &i2, &i3);
+        to_form(f, x->type, gp_row(x, i1, i2, i3), x->ne[0], p->wdata + r * rb);
+    }
+}
+
+static int src1_type_ok(const gp_tensor * w, const gp_tensor * x) {
+    return x->type == GP_TYPE_F32 || (x->type == GP_TYPE_F16 && w->type == GP_TYPE_F16);
+}
+
+static int weight_type_ok(int type) {
+    return type == GP_TYPE_F32 || type == GP_TYPE_F16 || type == GP_TYPE_BF16 ||
+           type == GP_TYPE_Q8_0 || type == GP_TYPE_Q4_0;
+}
+
+// ---------------------------------------------------------------------------
+// MUL_MAT
+
+static const char * mul_mat_check(const gp_tensor * dst) {
+    const gp_tensor * w = dst->src[0];
+    const gp_tensor * x = dst->src[1];
+    if (!w || !x) return "needs two sources";
+    if (w->ne[0] != x->ne[0]) return "src0 and src1 rows differ in length";
+    if (dst->ne[0] != w->ne[1] || dst->ne[1] != x->ne[1] || dst->ne[2] != x->ne[2] ||
+        dst->ne[3] != x->ne[3]) return "the result's shape is not [src0.ne1, src1.ne1, src1.ne2, src1.ne3]";
+    if (w->ne[2] == 0 || w->ne[3] == 0 || x->ne[2] % w->ne[2] || x->ne[3] % w->ne[3])
+        return "src1's matrices do not repeat src0's a whole number of times";
+    return NULL;
+}
+
+// Can the C kernel take it? (otherwise the numpy kernel does)
+static int mul_mat_supported(const gp_tensor * dst) {
+    const gp_tensor * w = dst->src[0];
+    const gp_tensor * x = dst->src[1];
+    return dst->type == GP_TYPE_F32 && dst->nb[0] == sizeof(float) && weight_type_ok(w->type) &&
+           src1_type_ok(w, x) && w->nb[0] == gp_type_size(w->type) &&
+           x->nb[0] == gp_type_size(x->type) && w->ne[0] % gp_blck_size(w->type) == 0;
+}
+
+static size_t mul_mat_wsize(const gp_tensor * dst) {
+    const gp_tensor * w = dst->src[0];
+    const gp_tensor * x = dst->src[1];
+    if (!needs_form(w, x)) return 0;
+    return gp_pad(form_row_size(form_of(w->type), x->ne[0]) * (size_t)gp_nrows(x));
+}
+
+static int k_mul_mat(const gp_params * p, gp_tensor * dst) {
+    const gp_tensor * w = dst->src[0];
+    const gp_tensor * x = dst->src[1];
+    const int64_t k = w->ne[0], m = w->ne[1];
+    const int64_t n = x->ne[1], ne12 = x->ne[2], ne13 = x->ne[3];
+    const int64_t r2 = ne12 / w->ne[2], r3 = ne13 / w->ne[3];
+    const int converted = needs_form(w, x);
+    const size_t rb = form_row_size(form_of(w->type), k);
+    const gp_dot_tile dot = dot_of(w->type);
+
+    if (converted) {
+        convert_rows(p, w, x);
+        gp_barrier(p);
+    }
+
+    const int64_t mchunks = (m + MM_ROWS - 1) / MM_ROWS;
+    const int64_t nchunks = mchunks * ne12 * ne13;
+    const void * b[MM_COLS];
+    float * c[MM_COLS];
+    for (int64_t ch = p->ith; ch < nchunks; ch += p->nth) {
+        const int64_t mat = ch / mchunks;
+        const int64_t i12 = mat % ne12, i13 = mat / ne12;
+        const int64_t m0 = (ch % mchunks) * MM_ROWS;
+        const int rm = (int)GP_MIN(MM_ROWS, m - m0);
+        const char * a = w->data + (i12 / r2) * w->nb[2] + (i13 / r3) * w->nb[3] + m0 * w->nb[1];
+        for (int64_t j0 = 0; j0 < n; j0 += MM_COLS) {
+            const int rn = (int)GP_MIN(MM_COLS, n - j0);
+            for (int j = 0; j < rn; j++) {
+                const int64_t i11 = j0 + j;
+                b[j] = converted ? p->wdata + ((i13 * ne12 + i12) * n + i11) * rb
+                                 : gp_row(x, i11, i12, i13);
+                c[j] = (float *)gp_row(dst, i11, i12, i13) + m0;
+            }
+            dot(k, a, w->nb[1], rm, b, rn, c);
+        }
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+// MUL_MAT_ID: as [k, m, n_expert], b [k, ne11, n_tok], ids i32 [n_used, n_tok]
+//             -> dst [m, n_used, n_tok]: column (e, t) = as[ids[e, t]] . b[e % ne11, t]
+
+static const char * mul_mat_id_check(const gp_tensor * dst) {
+    const gp_tensor * w = dst->src[0];
+    const gp_tensor * x = dst->src[1];
+    const gp_tensor * ids = dst->src[2];
+    if (!w || !x || !ids) return "needs three sources";
+    if (ids->type != GP_TYPE_I32) return "ids must be i32";
+    if (w->ne[0] != x->ne[0]) return "expert rows and src1 rows differ in length";
+    if (w->ne[3] != 1 || x->ne[3] != 1 || ids->ne[2] != 1 || ids->ne[3] != 1)
+        return "only 3-d experts, 3-d src1 and 2-d ids";
+    if (dst->ne[0] != w->ne[1] || dst->ne[1] != ids->ne[0] || dst->ne[2] != ids->ne[1] ||
+        dst->ne[3] != 1) return "the result's shape is not [as.ne1, ids.ne0, ids.ne1]";
+    if (x->ne[2] != ids->ne[1]) return "src1 and ids have different token counts";
+    if (x->ne[1] == 0) return "src1 has no rows";
+    return NULL;
+}
+
+static int mul_mat_id_supported(const gp_tensor * dst) {
+    return mul_mat_supported(dst) && dst->src[2]->nb[0] == sizeof(int32_t);
+}
+
+static int k_mul_mat_id(const gp_params * p, gp_tensor * dst) {
+    const gp_tensor * w = dst->src[0];
+    const gp_tensor * x = dst->src[1];
+    const gp_tensor * ids = dst->src[2];
+    const int64_t k = w->ne[0], m = w->ne[1], n_expert = w->ne[2];
+    const int64_t ne11 = x->ne[1];
+    const int64_t n_used = ids->ne[0], n_tok = ids->ne[1];
+    const int converted = needs_form(w, x);
+    const size_t rb = form_row_size(form_of(w->type), k);
+    const gp_dot_tile dot = dot_of(w->type);
+
+    // every thread checks the ids alike, so all return before the barrier or none
+    for (int64_t t = 0; t < n_tok; t++) {
+        for (int64_t e = 0; e < n_used; e++) {
+            int32_t id = *(const int32_t *)(ids->data + e * ids->nb[0] + t * ids->nb[1]);
+            if (id < 0 || id >= n_expert) {
+                return gp_fail(p, "expert id %d out of range [0, %lld) in '%s'", id,
+                               (long long)n_expert, ids->name);
+            }
+        }
+    }
+    if (converted) {
+        convert_rows(p, w, x);
+        gp_barrier(p);
+    }
+
+    const int64_t mchunks = (m + MM_ROWS - 1) / MM_ROWS;
+    const void * b[MM_COLS];
+    float * c[MM_COLS];
+    for (int64_t ch = p->ith; ch < mchunks * n_expert; ch += p->nth) {
+        const int64_t ex = ch / mchunks;
+        const int64_t m0 = (ch % mchunks) * MM_ROWS;
+        const int rm = (int)GP_MIN(MM_ROWS, m - m0);
+        const char * a = w->data + ex * w->nb[2] + m0 * w->nb[1];
+        int rn = 0;
+        for (int64_t t = 0; t < n_tok; t++) {
+            for (int64_t e = 0; e < n_used; e++) {
+                if (*(const int32_t *)(ids->data + e * ids->nb[0] + t * ids->nb[1]) != ex) continue;
+                const int64_t i11 = e % ne11;
+                b[rn] = converted ? p->wdata + (t * ne11 + i11) * rb : gp_row(x, i11, t, 0);
+                c[rn] = (float *)gp_row(dst, e, t, 0) + m0;
+                if (++rn == MM_COLS) {
+                    dot(k, a, w->nb[1], rm, b, rn, c);
+                    rn = 0;
+                }
+            }
+        }
+        if (rn) dot(k, a, w->nb[1], rm, b, rn, c);
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+// selection (called by gp_select_kernel)
+
+#define MM_PARALLEL_MIN (1 << 19)   // multiply-adds below which one thread does it all
+
+gp_kernel gp_select_mul_mat(const gp_tensor * t, int nth, int * n_tasks, size_t * wsize, const char ** error) {
+    const int is_id = t->op == GP_OP_MUL_MAT_ID;
+    *error = is_id ? mul_mat_id_check(t) : mul_mat_check(t);
+    if (*error) return NULL;
+    if (!(is_id ? mul_mat_id_supported(t) : mul_mat_supported(t))) return NULL;
+    const int64_t work = t->ne[0] * gp_nrows(t) * t->src[0]->ne[0];
+    *n_tasks = work >= MM_PARALLEL_MIN ? nth : 1;
+    *wsize = mul_mat_wsize(t);
+    return is_id ? k_mul_mat_id : k_mul_mat;
+}

@@ -1,0 +1,443 @@
+// The hot loops of the CPU executor, compiled once per instruction set: with
+// GP_SIMD_AVX2 (and -mavx2 -mfma -mf16c) this file defines gp_simd_avx2, without it
+// gp_simd_baseline (plain C that runs on any CPU). Nothing here is called unless the
+// CPU has the instruction set (gp_isa_set checks CPUID).
+//
+// Dot tiles (gp_dot_tile in cpu-impl.h) compute rm x rn dot products at once, so that
+// each weight row loaded feeds rn products and each activation row rm: the register
+// tiles are 8x1 (matrix-vector) and 4x3 (f32/f16/bf16) or 4x2 (q8_0/q4_0) otherwise.
+// Each product keeps one 8-lane accumulator, summed in a fixed order, whatever the
+// tile: results do not depend on tiling or threads.
+//   f32/f16/bf16: lane l sums a[k] * b[k] over k = l mod 8, one FMA per step; then
+//                 ggml's hsum_float_8; then the k % 8 tail, in order.
+//   q8_0/q4_0:    ggml's AVX2 vec_dot_q8_0_q8_0 / q4_0_q8_0 per product exactly: per
+//                 block, integer pair sums (8 lanes of 4 products) times d_a * d_b,
+//                 FMA-accumulated, then hsum_float_8.
+// The baseline keeps the float lanes with separate multiplies and adds, and sums a q8_0
+// block's integer products at once (exact) before scaling.
+
+#include "cpu-impl.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#ifdef GP_SIMD_AVX2
+#include <immintrin.h>
+#define GP_SIMD_TABLE gp_simd_avx2
+#define GP_SIMD_NAME  "avx2"
+#else
+#define GP_SIMD_TABLE gp_simd_baseline
+#define GP_SIMD_NAME  "baseline"
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+
+// ---------------------------------------------------------------------------
+// element loads of the float weight types
+
+INLINE float load1_f32(const char * a, int64_t k)  { return ((const float *)a)[k]; }
+INLINE float load1_f16(const char * a, int64_t k)  { return gp_h2f(((const uint16_t *)a)[k]); }
+INLINE float load1_bf16(const char * a, int64_t k) { return gp_bf2f(((const uint16_t *)a)[k]); }
+
+#ifdef GP_SIMD_AVX2
+
+INLINE __m256 load8_f32(const char * a, int64_t k) { return _mm256_loadu_ps((const float *)a + k); }
+INLINE __m256 load8_f16(const char * a, int64_t k) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)a + k)));
+}
+INLINE __m256 load8_bf16(const char * a, int64_t k) {
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)a + k)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+// an f16 scale: F16C, as ggml's GGML_CPU_FP16_TO_FP32 on x86 (the bits of gp_h2f)
+INLINE float scale_f16(const uint8_t * p) { return _cvtsh_ss(gp_load_le16(p)); }
+
+// ggml's hsum_float_8 (arch/x86)
+INLINE float hsum8(__m256 x) {
+    __m128 r = _mm256_extractf128_ps(x, 1);
+    r = _mm_add_ps(r, _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+#define FLOAT_TILE(T)                                                                      \
+INLINE void tile_##T(int64_t k, const char * a, size_t lda, const int RM,                  \
+                     const void * const * b, const int RN, float * const * c) {            \
+    __m256 acc[8][3];                                                                      \
+    const float * bj[3];                                                                   \
+    for (int j = 0; j < RN; j++) {                                                         \
+        bj[j] = (const float *)b[j];                                                       \
+        for (int i = 0; i < RM; i++) acc[i][j] = _mm256_setzero_ps();                      \
+    }                                                                                      \
+    const int64_t k8 = k & ~(int64_t)7;                                                    \
+    /* matrix-vector: fetch the next rows while these stream (rows are read in parallel,  \
+       which the hardware prefetchers follow less well than one sequential stream) */      \
+    const char * pf = a + RM * lda;                                                        \
+    const size_t pf_step = RN == 1 ? RM * lda / (size_t)(k8 / 8 + 1) : 0;                  \
+    for (int64_t kk = 0; kk < k8; kk += 8) {                                               \
+        if (RN == 1) {                                                                     \
+            for (size_t o = 0; o < pf_step; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);    \
+            pf += pf_step;                                                                 \
+        }                                                                                  \
+        __m256 bv[3];                                                                      \
+        for (int j = 0; j < RN; j++) bv[j] = _mm256_loadu_ps(bj[j] + kk);                  \
+        for (int i = 0; i < RM; i++) {                                                     \
+            __m256 av = load8_##T(a + i * lda, kk);                                        \
+            for (int j = 0; j < RN; j++) acc[i][j] = _mm256_fmadd_ps(av, bv[j], acc[i][j]); \
+        }                                                                                  \
+    }                                                                                      \
+    for (int j = 0; j < RN; j++) {                                                         \
+        for (int i = 0; i < RM; i++) {                                                     \
+            float s = hsum8(acc[i][j]);                                                    \
+            for (int64_t kk = k8; kk < k; kk++) s += load1_##T(a + i * lda, kk) * bj[j][kk]; \
+            c[j][i] = s;                                                                   \
+        }                                                                                  \
+    }                                                                                      \
+}
+
+// the integer pair sums of ggml's mul_sum_i8_pairs_float: 8 lanes of 4 products each
+INLINE __m256 i8_pair_sums(__m256i ax, __m256i x, __m256i y) {
+    const __m256i sy  = _mm256_sign_epi8(y, x);
+    const __m256i dot = _mm256_maddubs_epi16(ax, sy);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot, _mm256_set1_epi16(1)));
+}
+
+INLINE __m256i load_q8_0(const uint8_t * blk) { return _mm256_loadu_si256((const __m256i *)(blk + 2)); }
+// ggml's bytes_from_nibbles_32, minus 8
+INLINE __m256i load_q4_0(const uint8_t * blk) {
+    const __m128i tmp = _mm_loadu_si128((const __m128i *)(blk + 2));
+    const __m256i bytes = _mm256_set_m128i(_mm_srli_epi16(tmp, 4), tmp);
+    return _mm256_sub_epi8(_mm256_and_si256(bytes, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
+}
+
+#define QUANT_TILE(T, BYTES)                                                               \
+INLINE void tile_##T(int64_t k, const char * a, size_t lda, const int RM,                  \
+                     const void * const * b, const int RN, float * const * c) {            \
+    __m256 acc[8][3];                                                                      \
+    for (int j = 0; j < RN; j++)                                                           \
+        for (int i = 0; i < RM; i++) acc[i][j] = _mm256_setzero_ps();                      \
+    const int64_t nb = k / 32;                                                             \
+    const char * pf = a + RM * lda;                     /* (as in FLOAT_TILE) */           \
+    const size_t pf_step = RN == 1 ? RM * lda / (size_t)(nb + 1) : 0;                      \
+    for (int64_t ib = 0; ib < nb; ib++) {                                                  \
+        if (RN == 1) {                                                                     \
+            for (size_t o = 0; o < pf_step; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);    \
+            pf += pf_step;                                                                 \
+        }                                                                                  \
+        __m256i by[3];                                                                     \
+        float   dy[3];                                                                     \
+        for (int j = 0; j < RN; j++) {                                                     \
+            const uint8_t * yb = (const uint8_t *)b[j] + ib * Q8_0_BYTES;                  \
+            by[j] = load_q8_0(yb);                                                         \
+            dy[j] = scale_f16(yb);                                                         \
+        }                                                                                  \
+        for (int i = 0; i < RM; i++) {                                                     \
+            const uint8_t * xb = (const uint8_t *)(a + i * lda) + ib * BYTES;              \
+            const __m256i qx = load_##T(xb);                                               \
+            const __m256i ax = _mm256_sign_epi8(qx, qx);                                   \
+            const float   dx = scale_f16(xb);                                              \
+            for (int j = 0; j < RN; j++) {                                                 \
+                const __m256 q = i8_pair_sums(ax, qx, by[j]);                              \
+                acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy[j]), q, acc[i][j]);     \
+            }                                                                              \
+        }                                                                                  \
+    }                                                                                      \
+    for (int j = 0; j < RN; j++)                                                           \
+        for (int i = 0; i < RM; i++) c[j][i] = hsum8(acc[i][j]);                           \
+}
+
+#else   // baseline: the same lanes in plain C
+
+INLINE float hsum8(const float * v) {
+    float r0 = v[4] + v[0], r1 = v[5] + v[1], r2 = v[6] + v[2], r3 = v[7] + v[3];
+    r0 = r0 + r2;
+    r1 = r1 + r3;
+    return r0 + r1;
+}
+
+// Each weight row's 8 values of a step are converted once and feed every column; the
+// fixed-size loops over 8 lanes compile to SSE2 vectors.
+#define FLOAT_TILE(T)                                                                      \
+INLINE void tile_##T(int64_t k, const char * a, size_t lda, const int RM,                  \
+                     const void * const * b, const int RN, float * const * c) {            \
+    float acc[8][3][8] = {{{0}}};                                                          \
+    const int64_t k8 = k & ~(int64_t)7;                                                    \
+    for (int64_t kk = 0; kk < k8; kk += 8) {                                               \
+        for (int i = 0; i < RM; i++) {                                                     \
+            float av[8];                                                                   \
+            for (int l = 0; l < 8; l++) av[l] = load1_##T(a + i * lda, kk + l);            \
+            for (int j = 0; j < RN; j++) {                                                 \
+                const float * bj = (const float *)b[j] + kk;                               \
+                for (int l = 0; l < 8; l++) acc[i][j][l] += av[l] * bj[l];                 \
+            }                                                                              \
+        }                                                                                  \
+    }                                                                                      \
+    for (int j = 0; j < RN; j++) {                                                         \
+        const float * bj = (const float *)b[j];                                            \
+        for (int i = 0; i < RM; i++) {                                                     \
+            float s = hsum8(acc[i][j]);                                                    \
+            for (int64_t kk = k8; kk < k; kk++) s += load1_##T(a + i * lda, kk) * bj[kk];  \
+            c[j][i] = s;                                                                   \
+        }                                                                                  \
+    }                                                                                      \
+}
+
+// a block's 32 values as int8 (q4_0: nibble - 8)
+INLINE void unpack_q8_0(const uint8_t * blk, int8_t * q) { memcpy(q, blk + 2, 32); }
+INLINE void unpack_q4_0(const uint8_t * blk, int8_t * q) {
+    for (int m = 0; m < 16; m++) {
+        q[m]      = (int8_t)((blk[2 + m] & 0x0F) - 8);
+        q[m + 16] = (int8_t)((blk[2 + m] >> 4) - 8);
+    }
+}
+
+// A block's integer dot product is exact in any order, so the baseline sums all 32
+// products at once (a loop compilers vectorise) and scales once per block.
+#define QUANT_TILE(T, BYTES)                                                               \
+INLINE void tile_##T(int64_t k, const char * a, size_t lda, const int RM,                  \
+                     const void * const * b, const int RN, float * const * c) {            \
+    float acc[8][3] = {{0}};                                                               \
+    const int64_t nb = k / 32;                                                             \
+    for (int64_t ib = 0; ib < nb; ib++) {                                                  \
+        for (int i = 0; i < RM; i++) {                                                     \
+            const uint8_t * xb = (const uint8_t *)(a + i * lda) + ib * BYTES;              \
+            int8_t xq[32];                                                                 \
+            unpack_##T(xb, xq);                                                            \
+            const float dx = gp_h2f(gp_load_le16(xb));                                     \
+            for (int j = 0; j < RN; j++) {                                                 \
+                const uint8_t * yb = (const uint8_t *)b[j] + ib * Q8_0_BYTES;              \
+                const int8_t * yq = (const int8_t *)(yb + 2);                              \
+                int32_t sum = 0;                                                           \
+                for (int m = 0; m < 32; m++) sum += (int32_t)xq[m] * yq[m];                \
+                acc[i][j] += dx * gp_h2f(gp_load_le16(yb)) * (float)sum;                   \
+            }                                                                              \
+        }                                                                                  \
+    }                                                                                      \
+    for (int j = 0; j < RN; j++)                                                           \
+        for (int i = 0; i < RM; i++) c[j][i] = acc[i][j];                                  \
+}
+
+#endif
+
+FLOAT_TILE(f32)
+FLOAT_TILE(f16)
+FLOAT_TILE(bf16)
+QUANT_TILE(q8_0, Q8_0_BYTES)
+QUANT_TILE(q4_0, Q4_0_BYTES)
+
+// ---------------------------------------------------------------------------
+// rm x rn requests -> register tiles with constant sizes (the compiler keeps their
+// accumulators in registers): rn = 1 takes up to 8 rows at once, more columns up to
+// TM rows and TN columns
+
+#define DOT_FN(T, TM, TN)                                                                  \
+static void dot_##T(int64_t k, const char * a, size_t lda, int rm,                         \
+                    const void * const * b, int rn, float * const * c) {                   \
+    float * cc[3];                                                                         \
+    for (int j0 = 0; j0 < rn; j0 += TN) {                                                  \
+        const int n = GP_MIN(TN, rn - j0);                                                 \
+        const int mstep = n == 1 ? 8 : TM;                                                 \
+        for (int i0 = 0; i0 < rm; i0 += mstep) {                                           \
+            const int m = GP_MIN(mstep, rm - i0);                                          \
+            for (int j = 0; j < n; j++) cc[j] = c[j0 + j] + i0;                            \
+            const char * ai = a + i0 * lda;                                                \
+            const void * const * bj = b + j0;                                              \
+            switch (n * 16 + m) {                                                          \
+            case 0x11: tile_##T(k, ai, lda, 1, bj, 1, cc); break;                          \
+            case 0x12: tile_##T(k, ai, lda, 2, bj, 1, cc); break;                          \
+            case 0x13: tile_##T(k, ai, lda, 3, bj, 1, cc); break;                          \
+            case 0x14: tile_##T(k, ai, lda, 4, bj, 1, cc); break;                          \
+            case 0x15: tile_##T(k, ai, lda, 5, bj, 1, cc); break;                          \
+            case 0x16: tile_##T(k, ai, lda, 6, bj, 1, cc); break;                          \
+            case 0x17: tile_##T(k, ai, lda, 7, bj, 1, cc); break;                          \
+            case 0x18: tile_##T(k, ai, lda, 8, bj, 1, cc); break;                          \
+            case 0x21: tile_##T(k, ai, lda, 1, bj, 2, cc); break;                          \
+            case 0x22: tile_##T(k, ai, lda, 2, bj, 2, cc); break;                          \
+            case 0x23: tile_##T(k, ai, lda, 3, bj, 2, cc); break;                          \
+            case 0x24: tile_##T(k, ai, lda, 4, bj, 2, cc); break;                          \
+            case 0x31: tile_##T(k, ai, lda, 1, bj, 3, cc); break;                          \
+            case 0x32: tile_##T(k, ai, lda, 2, bj, 3, cc); break;                          \
+            case 0x33: tile_##T(k, ai, lda, 3, bj, 3, cc); break;                          \
+            case 0x34: tile_##T(k, ai, lda, 4, bj, 3, cc); break;                          \
+            default: break;                                                                \
+            }                                                                              \
+        }                                                                                  \
+    }                                                                                      \
+}
+
+DOT_FN(f32, 4, 3)
+DOT_FN(q8_0, 4, 2)
+DOT_FN(q4_0, 4, 2)
+#ifdef GP_SIMD_AVX2
+DOT_FN(f16, 4, 3)
+DOT_FN(bf16, 4, 3)
+#else
+// Without F16C a half costs a dozen integer operations: the weight rows are widened to
+// float32 once per call (exactly) and go through the f32 tiles, the same sums.
+static _Thread_local float * widened;
+static _Thread_local size_t widened_cap;
+
+#define WIDEN_DOT_FN(T, widen_row)                                                         \
+static void dot_##T(int64_t k, const char * a, size_t lda, int rm,                         \
+                    const void * const * b, int rn, float * const * c) {                   \
+    const size_t need = (size_t)rm * (size_t)k;                                            \
+    if (need > widened_cap) {                                                              \
+        float * w = realloc(widened, need * sizeof(float));                                \
+        if (!w) {                       /* (no memory: convert element by element) */      \
+            for (int i = 0; i < rm; i++)                                                   \
+                for (int j = 0; j < rn; j++) {                                             \
+                    float s = 0;                                                           \
+                    for (int64_t kk = 0; kk < k; kk++)                                     \
+                        s += load1_##T(a + i * lda, kk) * ((const float *)b[j])[kk];       \
+                    c[j][i] = s;                                                           \
+                }                                                                          \
+            return;                                                                        \
+        }                                                                                  \
+        widened = w;                                                                       \
+        widened_cap = need;                                                                \
+    }                                                                                      \
+    for (int i = 0; i < rm; i++) widen_row((const uint16_t *)(a + i * lda), widened + i * k, k); \
+    dot_f32(k, (const char *)widened, (size_t)k * sizeof(float), rm, b, rn, c);            \
+}
+
+// every half's float, as ggml's CPU keeps one where it has no F16C (256 KiB, built once)
+static float h2f_table[1 << 16];
+static pthread_once_t h2f_once = PTHREAD_ONCE_INIT;
+static void build_h2f_table(void) {
+    for (uint32_t h = 0; h < (1u << 16); h++) h2f_table[h] = gp_h2f((uint16_t)h);
+}
+
+static void widen_f16(const uint16_t * x, float * y, int64_t n) {
+    pthread_once(&h2f_once, build_h2f_table);
+    for (int64_t i = 0; i < n; i++) y[i] = h2f_table[x[i]];
+}
+static void widen_bf16(const uint16_t * x, float * y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = gp_bf2f(x[i]);
+}
+WIDEN_DOT_FN(f16, widen_f16)
+WIDEN_DOT_FN(bf16, widen_bf16)
+#endif
+
+// ---------------------------------------------------------------------------
+// exp for SOFT_MAX and SiLU: AVX2 computes 2^n * p(r), r = x - n ln 2 (|r| <= ln2 / 2),
+// p the degree-7 Taylor polynomial (relative error below 1e-8 on that interval, so
+// results are within an ulp or two of expf); 2^n is applied as two powers so that
+// overflow gives inf and underflow 0 or a subnormal. The baseline calls expf.
+
+#ifdef GP_SIMD_AVX2
+INLINE __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_set1_ps(89.0f), _mm256_max_ps(_mm256_set1_ps(-104.0f), x));  // NaN stays
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);           // ln 2, high part
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);                // and the rest
+    __m256 q = _mm256_set1_ps(1.0f / 5040);
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f / 720));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f / 120));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f / 24));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f / 6));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(0.5f));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f));
+    const __m256i ni = _mm256_cvtps_epi32(n);                     // -150 .. 128
+    const __m256i n1 = _mm256_srai_epi32(ni, 1);
+    const __m256i n2 = _mm256_sub_epi32(ni, n1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(q, s1), s2);
+}
+#endif
+
+// y = exp(x - max); returns the sum of y (in double, as ggml_vec_soft_max_f32)
+static double exp_sum(const float * x, float * y, int64_t n, float max) {
+    int64_t i = 0;
+    double sum = 0.0;
+#ifdef GP_SIMD_AVX2
+    const __m256 vmax = _mm256_set1_ps(max);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
+        _mm256_storeu_ps(y + i, v);
+        sum += (double)hsum8(v);
+    }
+#endif
+    for (; i < n; i++) {
+        y[i] = expf(x[i] - max);
+        sum += (double)y[i];
+    }
+    return sum;
+}
+
+// y = silu(x) * g = x / (1 + exp(-x)) * g (g NULL: silu(x))
+static void silu_mul(const float * x, const float * g, float * y, int64_t n) {
+    int64_t i = 0;
+#ifdef GP_SIMD_AVX2
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        __m256 r = _mm256_div_ps(v, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), v))));
+        if (g) r = _mm256_mul_ps(r, _mm256_loadu_ps(g + i));
+        _mm256_storeu_ps(y + i, r);
+    }
+#endif
+    for (; i < n; i++) {
+        const float r = x[i] / (1.0f + expf(-x[i]));
+        y[i] = g ? r * g[i] : r;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// f16 rows (F16C gives the bits of the scalar conversions in cpu-impl.h)
+
+static void f16_to_f32(const uint16_t * x, float * y, int64_t n) {
+    int64_t i = 0;
+#ifdef GP_SIMD_AVX2
+    for (; i + 8 <= n; i += 8) {
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    }
+#endif
+    for (; i < n; i++) {
+        y[i] = gp_h2f(x[i]);
+    }
+}
+
+static void f32_to_f16(const float * x, uint16_t * y, int64_t n) {
+    int64_t i = 0;
+#ifdef GP_SIMD_AVX2
+    for (; i + 8 <= n; i += 8) {
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    }
+#endif
+    for (; i < n; i++) {
+        y[i] = gp_f2h(x[i]);
+    }
+}
+
+static void round_f16(const float * x, float * y, int64_t n) {
+    int64_t i = 0;
+#ifdef GP_SIMD_AVX2
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(h));
+    }
+#endif
+    for (; i < n; i++) {
+        y[i] = gp_round_f16(x[i]);
+    }
+}
+
+const gp_simd GP_SIMD_TABLE = {
+    /* .name       = */ GP_SIMD_NAME,
+    /* .dot_f32    = */ dot_f32,
+    /* .dot_f16    = */ dot_f16,
+    /* .dot_bf16   = */ dot_bf16,
+    /* .dot_q8_0   = */ dot_q8_0,
+    /* .dot_q4_0   = */ dot_q4_0,
+    /* .f16_to_f32 = */ f16_to_f32,
+    /* .f32_to_f16 = */ f32_to_f16,
+    /* .round_f16  = */ round_f16,
+    /* .exp_sum    = */ exp_sum,
+    /* .silu_mul   = */ silu_mul,
+};

@@ -1,0 +1,95 @@
+# The CPU executor's C library (src/ggml-py-cpu) as Cython sees it, and the row
+# conversions it exports to other modules (ggml_py._quants cimports them, so the
+# process holds one copy of the library and one choice of instruction set).
+# See _cpu.pyx for details.
+
+from libc.stdint cimport int64_t, uint8_t, uint16_t
+
+cdef extern from "ggml-py-cpu/ggml-py-cpu.h" nogil:
+    ctypedef struct gp_tensor:
+        pass
+    ctypedef struct gp_threadpool:
+        pass
+    ctypedef struct gp_plan:
+        pass
+
+    enum:
+        GP_TENSOR_N_FIELDS
+
+    ctypedef enum gp_isa:
+        GP_ISA_BASELINE
+        GP_ISA_AVX2
+
+    ctypedef enum gp_node_kind:
+        GP_NODE_NOOP
+        GP_NODE_C
+        GP_NODE_PYTHON
+        GP_NODE_ERROR
+
+    ctypedef struct gp_plan_node:
+        gp_tensor * t
+        int kind
+        int n_tasks
+        size_t wsize
+
+    void gp_tensor_layout(size_t * offsets, size_t * size)
+
+    int gp_isa_supported(gp_isa isa)
+    int gp_isa_set(gp_isa isa)
+    gp_isa gp_isa_get()
+    const char * gp_isa_name(gp_isa isa)
+
+    void gp_f16_to_f32_row(const uint16_t * x, float * y, int64_t n)
+    void gp_f32_to_f16_row(const float * x, uint16_t * y, int64_t n)
+    void gp_bf16_to_f32_row(const uint16_t * x, float * y, int64_t n)
+    void gp_f32_to_bf16_row(const float * x, uint16_t * y, int64_t n)
+    void gp_round_f16_row(const float * x, float * y, int64_t n)
+    void gp_round_bf16_row(const float * x, float * y, int64_t n)
+    void gp_quantize_q8_0_blocks(const float * x, uint8_t * y, int64_t nb, int cpu)
+    void gp_dequantize_q8_0_blocks(const uint8_t * x, float * y, int64_t nb)
+    void gp_round_q8_0_blocks(const float * x, float * y, int64_t nb)
+    void gp_quantize_q4_0_blocks(const float * x, uint8_t * y, int64_t nb)
+    void gp_dequantize_q4_0_blocks(const uint8_t * x, float * y, int64_t nb)
+
+    gp_threadpool * gp_threadpool_new(int n_threads)
+    void gp_threadpool_free(gp_threadpool * tp)
+    int gp_threadpool_alive(const gp_threadpool * tp)
+
+    gp_plan * gp_plan_new(gp_tensor * const * nodes, int n_nodes, int n_threads)
+    void gp_plan_free(gp_plan * plan)
+    gp_plan_node * gp_plan_node_at(gp_plan * plan, int i)
+    int gp_plan_n_nodes(const gp_plan * plan)
+    const char * gp_plan_node_error(const gp_plan * plan, int i)
+    void gp_plan_set_error(gp_plan * plan, int i, const char * message)
+    int gp_plan_finish(gp_plan * plan)
+    int gp_plan_matches(const gp_plan * plan, gp_tensor * const * nodes, int n_nodes, int n_threads)
+    int gp_plan_run(gp_plan * plan, int i0, int i1, gp_threadpool * tp)
+    const char * gp_plan_failure(const gp_plan * plan, int * node)
+    size_t gp_plan_work_size(const gp_plan * plan)
+    int gp_plan_profile(gp_plan * plan, int on)
+    const int64_t * gp_plan_node_ns(const gp_plan * plan)
+
+    int gp_tensor_extent(const gp_tensor * t, size_t * lo, size_t * hi)
+    int gp_type_known(int type)
+
+# row conversions for ggml_py._quants (one instance of the library in the process)
+ctypedef void (*u16_to_f32_row)(const uint16_t *, float *, int64_t) noexcept nogil
+ctypedef void (*f32_to_u16_row)(const float *, uint16_t *, int64_t) noexcept nogil
+ctypedef void (*f32_to_f32_row)(const float *, float *, int64_t) noexcept nogil
+ctypedef void (*f32_to_blocks)(const float *, uint8_t *, int64_t, int) noexcept nogil
+ctypedef void (*blocks_to_f32)(const uint8_t *, float *, int64_t) noexcept nogil
+
+cdef struct conversions:
+    u16_to_f32_row f16_to_f32
+    f32_to_u16_row f32_to_f16
+    u16_to_f32_row bf16_to_f32
+    f32_to_u16_row f32_to_bf16
+    f32_to_f32_row round_f16
+    f32_to_f32_row round_bf16
+    f32_to_blocks  quantize_q8_0          # (x, y, n_blocks, cpu)
+    blocks_to_f32  dequantize_q8_0
+    f32_to_f32_row round_q8_0             # n = blocks
+    f32_to_blocks  quantize_q4_0          # (cpu ignored: the reference quantiser)
+    blocks_to_f32  dequantize_q4_0
+
+cdef const conversions * get_conversions() noexcept

@@ -1,0 +1,489 @@
+"""The CPU backend's executor: compiled execution plans over the C kernels of
+src/ggml-py-cpu, a thread pool, and the instruction-set switch.
+
+A plan is made once per run of graph nodes (a split, or a whole graph): every node's
+C kernel (or the Python kernel that replaces it), its thread count and work-buffer
+share go into a C array, and every tensor the nodes touch is checked to lie inside
+host memory of its buffer. Before each compute the plan is compared with the graph
+(gp_plan_matches: nodes, ops, types, shapes, strides, data pointers, buffers,
+parameters and sources); any difference builds a new one, so a stale plan never runs.
+Computing walks the array in C with the GIL released; Python is entered only for the
+nodes whose kernel is written in Python, between C segments.
+
+The plans of an Executor are kept in a small LRU keyed by (graph, node range): a
+repeated compute of an unchanged, allocated graph does no Python work per node.
+"""
+
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uintptr_t, INT64_MAX
+from libc.stdlib cimport malloc, free
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
+
+from ggml_py._ggml cimport ggml_tensor, ggml_backend_buffer, GGML_MAX_SRC
+from ggml_py._core cimport Graph, Tensor, tensor_handle, tensor_ptr
+
+import collections
+import threading
+from time import perf_counter_ns
+
+from ggml_py._core import OP_IDS as _OP_IDS, OP_NAMES_LIST as _OP_NAMES_LIST, type_id
+from ggml_py.errors import BackendError
+
+# ---------------------------------------------------------------------------
+# the C library must see ggml_py's structs and enums as Cython does
+
+cdef enum:
+    GGML_TYPE_MAX = 64      # type ids are below this (ggml 0.10.1 has 40)
+    GGML_TYPE_F32 = 0
+
+cdef extern from "ggml-py-cpu/ggml-py-cpu.h":
+    enum:
+        GP_OP_NONE, GP_OP_DUP, GP_OP_ADD, GP_OP_ACC, GP_OP_SUB, GP_OP_MUL, GP_OP_DIV,
+        GP_OP_SQR, GP_OP_SQRT, GP_OP_SUM, GP_OP_SUM_ROWS, GP_OP_MEAN, GP_OP_REPEAT,
+        GP_OP_CONCAT, GP_OP_NORM, GP_OP_RMS_NORM, GP_OP_MUL_MAT, GP_OP_MUL_MAT_ID,
+        GP_OP_SCALE, GP_OP_CPY, GP_OP_CONT, GP_OP_RESHAPE, GP_OP_VIEW, GP_OP_PERMUTE,
+        GP_OP_TRANSPOSE, GP_OP_GET_ROWS, GP_OP_SET_ROWS, GP_OP_DIAG_MASK_INF,
+        GP_OP_SOFT_MAX, GP_OP_ROPE, GP_OP_CLAMP, GP_OP_PAD, GP_OP_ARANGE, GP_OP_ARGSORT,
+        GP_OP_TOP_K, GP_OP_UNARY, GP_OP_GLU, GP_OP_COUNT
+
+
+cdef list _C_OPS = [
+    ("NONE", GP_OP_NONE), ("DUP", GP_OP_DUP), ("ADD", GP_OP_ADD), ("ACC", GP_OP_ACC),
+    ("SUB", GP_OP_SUB), ("MUL", GP_OP_MUL), ("DIV", GP_OP_DIV), ("SQR", GP_OP_SQR),
+    ("SQRT", GP_OP_SQRT), ("SUM", GP_OP_SUM), ("SUM_ROWS", GP_OP_SUM_ROWS),
+    ("MEAN", GP_OP_MEAN), ("REPEAT", GP_OP_REPEAT), ("CONCAT", GP_OP_CONCAT),
+    ("NORM", GP_OP_NORM), ("RMS_NORM", GP_OP_RMS_NORM), ("MUL_MAT", GP_OP_MUL_MAT),
+    ("MUL_MAT_ID", GP_OP_MUL_MAT_ID), ("SCALE", GP_OP_SCALE), ("CPY", GP_OP_CPY),
+    ("CONT", GP_OP_CONT), ("RESHAPE", GP_OP_RESHAPE), ("VIEW", GP_OP_VIEW),
+    ("PERMUTE", GP_OP_PERMUTE), ("TRANSPOSE", GP_OP_TRANSPOSE), ("GET_ROWS", GP_OP_GET_ROWS),
+    ("SET_ROWS", GP_OP_SET_ROWS), ("DIAG_MASK_INF", GP_OP_DIAG_MASK_INF),
+    ("SOFT_MAX", GP_OP_SOFT_MAX), ("ROPE", GP_OP_ROPE), ("CLAMP", GP_OP_CLAMP),
+    ("PAD", GP_OP_PAD), ("ARANGE", GP_OP_ARANGE), ("ARGSORT", GP_OP_ARGSORT),
+    ("TOP_K", GP_OP_TOP_K), ("UNARY", GP_OP_UNARY), ("GLU", GP_OP_GLU),
+]
+
+
+def _check_abi():
+    """Field offsets and op ids of the C mirror must be Cython's (raises ImportError)."""
+    cdef ggml_tensor t
+    cdef size_t c_offsets[GP_TENSOR_N_FIELDS]
+    cdef size_t c_size
+    cdef char * base = <char *>&t
+    ours = [<char *>&t.op - base, <char *>&t.flags - base, <char *>&t.src - base,
+            <char *>&t.view_src - base, <char *>&t.buffer - base, <char *>&t.data - base,
+            <char *>&t.view_offs - base, <char *>&t.type - base, <char *>&t.id - base,
+            <char *>&t.ne - base, <char *>&t.nb - base, <char *>&t.op_params - base,
+            <char *>&t.extra - base, <char *>&t.owner - base, <char *>&t.name - base]
+    gp_tensor_layout(c_offsets, &c_size)
+    theirs = [c_offsets[i] for i in range(GP_TENSOR_N_FIELDS)]
+    if ours != theirs or c_size != sizeof(ggml_tensor):
+        raise ImportError(f"ggml_py._cpu: the C kernels' tensor layout {theirs} ({c_size} bytes) "
+                          f"is not ggml_py's {ours} ({sizeof(ggml_tensor)} bytes)")
+    for name, value in _C_OPS:
+        if _OP_IDS.get(name) != value:
+            raise ImportError(f"ggml_py._cpu: op {name} is {value} in the C kernels, "
+                              f"{_OP_IDS.get(name)} in ggml_py")
+    if len(_OP_NAMES_LIST) != GP_OP_COUNT:
+        raise ImportError(f"ggml_py._cpu: {GP_OP_COUNT} ops in the C kernels, "
+                          f"{len(_OP_NAMES_LIST)} in ggml_py")
+
+
+_check_abi()
+
+# the ops that have a C kernel (for some types and layouts): supported_ops of the backend
+C_KERNEL_OPS = frozenset(name for name, _ in _C_OPS
+                         if name not in ("NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE",
+                                         "ACC"))
+
+# ---------------------------------------------------------------------------
+# instruction sets
+
+_ISAS = {"baseline": GP_ISA_BASELINE, "avx2": GP_ISA_AVX2}
+
+
+def isa():
+    """The instruction set the hot loops use now: 'avx2' or 'baseline'."""
+    return gp_isa_name(gp_isa_get()).decode()
+
+
+def isa_supported(name):
+    """Can this CPU (and build) run the loops of instruction set `name`?"""
+    if name not in _ISAS:
+        raise ValueError(f"instruction sets are {', '.join(_ISAS)}, got {name!r}")
+    return bool(gp_isa_supported(_ISAS[name]))
+
+
+def set_isa(name):
+    """Use the loops of instruction set `name` ('avx2' or 'baseline') from now on, in
+    every plan and conversion of the process. Not while a compute runs. Raises
+    BackendError where the CPU lacks it. Results of the two differ only in float
+    rounding (FMA) inside dot products."""
+    if not isa_supported(name):
+        raise BackendError(f"this CPU cannot run the {name} loops")
+    gp_isa_set(_ISAS[name])
+
+
+# ---------------------------------------------------------------------------
+# conversions for ggml_py._quants
+
+cdef void _quantize_q4_0(const float * x, uint8_t * y, int64_t nb, int cpu) noexcept nogil:
+    gp_quantize_q4_0_blocks(x, y, nb)     # the CPU has no q4_0 quantiser of its own
+
+
+cdef conversions _CONVERSIONS
+_CONVERSIONS.f16_to_f32 = gp_f16_to_f32_row
+_CONVERSIONS.f32_to_f16 = gp_f32_to_f16_row
+_CONVERSIONS.bf16_to_f32 = gp_bf16_to_f32_row
+_CONVERSIONS.f32_to_bf16 = gp_f32_to_bf16_row
+_CONVERSIONS.round_f16 = gp_round_f16_row
+_CONVERSIONS.round_bf16 = gp_round_bf16_row
+_CONVERSIONS.quantize_q8_0 = gp_quantize_q8_0_blocks
+_CONVERSIONS.dequantize_q8_0 = gp_dequantize_q8_0_blocks
+_CONVERSIONS.round_q8_0 = gp_round_q8_0_blocks
+_CONVERSIONS.quantize_q4_0 = _quantize_q4_0
+_CONVERSIONS.dequantize_q4_0 = gp_dequantize_q4_0_blocks
+
+
+cdef const conversions * get_conversions() noexcept:
+    return &_CONVERSIONS
+
+
+# ---------------------------------------------------------------------------
+# plans
+
+cdef class Plan:
+    """A compiled run of nodes. Made by Executor; read-only from Python (for tests and
+    benchmarks: which nodes run in C, which in Python)."""
+    cdef gp_plan * c
+    cdef readonly int n_nodes
+    cdef readonly int n_threads
+    cdef object generation              # the kernel policy's generation it was made under
+    cdef list steps                     # [(i0, i1, j)]: C nodes [i0, i1), then node j (-1: none)
+    cdef dict python                    # node index -> (callable, Tensor)
+    cdef list keep                      # the buffers it checked: their addresses stay valid
+    cdef dict python_ns                 # node index -> ns spent in its Python kernel
+
+    def __dealloc__(self):
+        gp_plan_free(self.c)
+
+    def kinds(self):
+        """Per node: 'noop', 'c', 'python' or 'error'."""
+        names = ("noop", "c", "python", "error")
+        return [names[gp_plan_node_at(self.c, i).kind] for i in range(self.n_nodes)]
+
+    def n_tasks(self):
+        """Per node: the threads it is shared between."""
+        return [gp_plan_node_at(self.c, i).n_tasks for i in range(self.n_nodes)]
+
+    @property
+    def work_size(self):
+        """Bytes of the plan's work buffer."""
+        return gp_plan_work_size(self.c)
+
+    def node_times(self):
+        """Per node: microseconds spent in it over the computes since the executor's
+        profiling was switched on (C kernels timed on thread 0; 0 for view ops)."""
+        cdef const int64_t * ns = gp_plan_node_ns(self.c)
+        out = [0.0] * self.n_nodes
+        for i in range(self.n_nodes):
+            if ns != NULL:
+                out[i] = ns[i] / 1e3
+            out[i] += self.python_ns.get(i, 0) / 1e3
+        return out
+
+
+cdef inline bint _blas_takes(ggml_tensor * t, int64_t min_batch) noexcept:
+    """Does a MUL_MAT the C kernels take go to BLAS? (src1 f32 rows, enough of them)"""
+    cdef ggml_tensor * x = t.src[1]
+    return x.type == GGML_TYPE_F32 and x.nb[0] == sizeof(float) and x.ne[1] >= min_batch
+
+
+cdef str _describe(ggml_tensor * t):
+    name = t.name.decode(errors="replace")
+    op = _OP_NAMES_LIST[t.op] if 0 <= t.op < len(_OP_NAMES_LIST) else str(t.op)
+    return f"'{name}' ({op})"
+
+
+cdef class Executor:
+    """Runs nodes of graphs on the CPU: plans, their cache and the thread pool.
+
+    name: the backend's name, for errors. n_threads: threads sharing a node (a pool
+    of n_threads - 1 workers; 1 thread makes none). policy: the backend's kernel
+    policy, with
+      generation      changes whenever its answers may change (plans made under an
+                      older one are made again);
+      ask_ops         op ids for which kernel_for is asked even where a C kernel exists;
+      kernel_for(tensor, compiled) -> callable or None: the Python kernel that runs the
+                      node, or None for the C kernel (compiled says there is one);
+      blas            the Python kernel of a MUL_MAT with a large batch (None: never);
+      blas_min_batch  {weight type name: src1 rows} from which `blas` takes a MUL_MAT
+                      the C kernels could run (src1 f32 rows, weight rows packed);
+      memory_of(buffer) -> numpy array or None: the buffer's memory this thread may
+                      use (None: the node cannot run here).
+    """
+    cdef gp_threadpool * pool
+    cdef readonly int n_threads
+    cdef readonly str name
+    cdef object policy
+    cdef object plans
+    cdef readonly int max_plans
+    cdef object lock
+    cdef readonly int n_builds          # plans made (a cache miss each)
+    cdef readonly int n_reuses          # computes that found their plan valid
+    cdef readonly bint profiling        # plans time their nodes (Plan.node_times)
+
+    def __cinit__(self):
+        self.pool = NULL
+
+    def __init__(self, name, policy, int n_threads=1, int max_plans=8):
+        if n_threads < 1:
+            raise ValueError(f"n_threads must be at least 1, got {n_threads}")
+        if max_plans < 1:
+            raise ValueError(f"max_plans must be at least 1, got {max_plans}")
+        self.name = str(name)
+        self.policy = policy
+        self.plans = collections.OrderedDict()
+        self.max_plans = max_plans
+        self.lock = threading.RLock()
+        self.n_threads = 1
+        self.set_threads(n_threads)
+
+    def __dealloc__(self):
+        gp_threadpool_free(self.pool)
+
+    def set_threads(self, int n_threads):
+        """Share nodes between n_threads threads from the next compute on."""
+        if n_threads < 1:
+            raise ValueError(f"n_threads must be at least 1, got {n_threads}")
+        cdef gp_threadpool * pool = NULL
+        with self.lock:
+            if n_threads == self.n_threads and (n_threads == 1 or self.pool != NULL):
+                return
+            if n_threads > 1:
+                pool = gp_threadpool_new(n_threads)
+                if pool == NULL:
+                    raise BackendError(f"backend {self.name}: cannot start {n_threads} threads")
+            gp_threadpool_free(self.pool)
+            self.pool = pool
+            self.n_threads = n_threads
+            self.plans.clear()
+
+    def clear(self):
+        """Forget every plan (they are made again when needed)."""
+        with self.lock:
+            self.plans.clear()
+
+    def set_profiling(self, bint on):
+        """Time every node of every plan from now on (Plan.node_times), or stop."""
+        cdef Plan plan
+        with self.lock:
+            self.profiling = on
+            for plan in self.plans.values():
+                if gp_plan_profile(plan.c, on) != 0:
+                    raise MemoryError()
+                plan.python_ns = {}
+
+    @property
+    def n_plans(self):
+        return len(self.plans)
+
+    def cached_plans(self):
+        """The plans kept now, least recently used first."""
+        with self.lock:
+            return list(self.plans.values())
+
+    # --- entry points ---
+
+    def compute_graph(self, Graph graph, int i0=0, int i1=-1):
+        """Compute nodes [i0, i1) of `graph` (all of them by default)."""
+        cdef int n = graph.graph.n_nodes
+        if i1 < 0:
+            i1 = n
+        if not 0 <= i0 <= i1 <= n:
+            raise IndexError(f"node range [{i0}, {i1}) outside the graph's {n} nodes")
+        with self.lock:
+            self._run(self._plan_for((id(graph), i0, i1), <gp_tensor **>(graph.graph.nodes + i0),
+                                     i1 - i0))
+
+    def compute_nodes(self, nodes):
+        """Compute a list of Tensors in order (a graph view)."""
+        nodes = list(nodes)
+        cdef int n = len(nodes), i
+        if n == 0:
+            return
+        cdef gp_tensor ** arr = <gp_tensor **>malloc(n * sizeof(gp_tensor *))
+        if arr == NULL:
+            raise MemoryError()
+        try:
+            for i in range(n):
+                arr[i] = <gp_tensor *>tensor_ptr(nodes[i])
+            key = ("nodes", <uintptr_t>arr[0], <uintptr_t>arr[n - 1], n)
+            with self.lock:
+                self._run(self._plan_for(key, arr, n))
+        finally:
+            free(arr)
+
+    def plan_of(self, Graph graph, int i0=0, int i1=-1):
+        """The plan compute_graph would run (made now if needed)."""
+        if i1 < 0:
+            i1 = graph.graph.n_nodes
+        with self.lock:
+            return self._plan_for((id(graph), i0, i1), <gp_tensor **>(graph.graph.nodes + i0), i1 - i0)
+
+    # --- plans ---
+
+    cdef Plan _plan_for(self, key, gp_tensor ** nodes, int n):
+        generation = self.policy.generation
+        cdef Plan plan = self.plans.get(key)
+        if plan is not None and plan.generation == generation and \
+                gp_plan_matches(plan.c, nodes, n, self.n_threads):
+            self.plans.move_to_end(key)
+            self.n_reuses += 1
+            return plan
+        plan = self._build(nodes, n)
+        plan.generation = generation
+        self.plans[key] = plan
+        self.plans.move_to_end(key)
+        while len(self.plans) > self.max_plans:
+            self.plans.popitem(last=False)
+        self.n_builds += 1
+        return plan
+
+    cdef Plan _build(self, gp_tensor ** nodes, int n):
+        cdef Plan plan = Plan.__new__(Plan)
+        cdef gp_plan_node * pn
+        cdef ggml_tensor * t
+        cdef int i, s
+        plan.c = gp_plan_new(nodes, n, self.n_threads)
+        if plan.c == NULL:
+            raise MemoryError()
+        plan.n_nodes = n
+        plan.n_threads = self.n_threads
+        plan.python = {}
+        plan.python_ns = {}
+        plan.keep = []
+        if self.profiling and gp_plan_profile(plan.c, 1) != 0:
+            raise MemoryError()
+        policy = self.policy
+        ask_ops = policy.ask_ops
+        blas = policy.blas
+        cdef int64_t blas_min[GGML_TYPE_MAX]
+        for i in range(GGML_TYPE_MAX):
+            blas_min[i] = INT64_MAX
+        if blas is not None:
+            for type_name, rows in policy.blas_min_batch.items():
+                blas_min[type_id(type_name)] = rows
+        checked = {}
+        for i in range(n):
+            pn = gp_plan_node_at(plan.c, i)
+            if pn.kind == GP_NODE_NOOP:
+                continue
+            t = <ggml_tensor *>nodes[i]
+            problem = self._check_memory(t, checked, plan.keep)
+            for s in range(GGML_MAX_SRC):
+                if problem is None and t.src[s] != NULL:
+                    problem = self._check_memory(t.src[s], checked, plan.keep)
+            if problem is not None:
+                gp_plan_set_error(plan.c, i, problem.encode())
+                continue
+            if t.op in ask_ops:
+                pass
+            elif pn.kind == GP_NODE_C and t.op == GP_OP_MUL_MAT and \
+                    _blas_takes(t, blas_min[t.src[0].type]):
+                pn.kind = GP_NODE_PYTHON
+                plan.python[i] = (blas, tensor_handle(t))
+                continue
+            elif pn.kind != GP_NODE_PYTHON:
+                continue
+            handle = tensor_handle(t)
+            fn = policy.kernel_for(handle, pn.kind == GP_NODE_C)
+            if fn is not None:
+                pn.kind = GP_NODE_PYTHON
+                plan.python[i] = (fn, handle)
+            elif pn.kind == GP_NODE_PYTHON:
+                gp_plan_set_error(plan.c, i, f"op {handle.op} is not supported by the CPU "
+                                             f"backend for these types and layouts".encode())
+        if gp_plan_finish(plan.c) != 0:
+            raise MemoryError()
+        steps = []
+        start = 0
+        for i in range(n):
+            if gp_plan_node_at(plan.c, i).kind in (GP_NODE_PYTHON, GP_NODE_ERROR):
+                steps.append((start, i, i))
+                start = i + 1
+        if start < n or not steps:
+            steps.append((start, n, -1))
+        plan.steps = steps
+        return plan
+
+    cdef object _check_memory(self, ggml_tensor * t, dict checked, list keep):
+        """None when t's bytes lie in memory this thread may use, else why not."""
+        cdef ggml_backend_buffer * b = t.buffer
+        cdef size_t lo, hi
+        if b == NULL or t.data == NULL:
+            return f"tensor {_describe(t)} is not allocated"
+        cdef Py_buffer view
+        key = <uintptr_t>b
+        verdict = checked.get(key)
+        if verdict is None:
+            buf = <object>b.pyobj
+            mem = self.policy.memory_of(buf)
+            if mem is None:
+                verdict = (f"lives in buffer type '{buf.buffer_type.name}', which has no "
+                           "host memory")
+            else:
+                # the bytes the kernels will touch must be the memory's own, writable
+                verdict = "lives in a buffer whose memory is not its own writable bytes"
+                if PyObject_GetBuffer(mem, &view, PyBUF_SIMPLE | PyBUF_WRITABLE) == 0:
+                    if view.buf == <void *>b.base and <size_t>view.len >= b.size:
+                        verdict = ""
+                    PyBuffer_Release(&view)
+            checked[key] = verdict
+            keep.append(buf)
+        if verdict:
+            return f"tensor {_describe(t)} {verdict}"
+        if not gp_tensor_extent(<gp_tensor *>t, &lo, &hi):
+            return f"tensor {_describe(t)} has a shape or strides its type cannot have"
+        if t.data < b.base or <size_t>(t.data - b.base) + hi > b.size:
+            return f"tensor {_describe(t)} reaches past the end of its buffer"
+        return None
+
+    # --- running ---
+
+    cdef int _run(self, Plan plan) except -1:
+        cdef int i0, i1, j, rc, node
+        if self.pool != NULL and not gp_threadpool_alive(self.pool):
+            # a child of fork(): the workers stayed in the parent; start new ones
+            self.pool = gp_threadpool_new(self.n_threads)
+        cdef gp_threadpool * pool = self.pool
+        cdef gp_plan * c = plan.c
+        for i0, i1, j in plan.steps:
+            if i1 > i0:
+                with nogil:
+                    rc = gp_plan_run(c, i0, i1, pool)
+                if rc != 0:
+                    message = gp_plan_failure(c, &node).decode(errors="replace")
+                    self._raise(gp_plan_node_at(c, node).t, BackendError(message))
+            if j < 0:
+                continue
+            entry = plan.python.get(j)
+            if entry is None:
+                message = gp_plan_node_error(c, j).decode(errors="replace")
+                self._raise(gp_plan_node_at(c, j).t, BackendError(message))
+            fn, handle = entry
+            t0 = perf_counter_ns() if self.profiling else 0
+            try:
+                fn(handle)
+            except Exception as e:
+                self._raise(gp_plan_node_at(c, j).t, e)
+            if self.profiling:
+                plan.python_ns[j] = plan.python_ns.get(j, 0) + perf_counter_ns() - t0
+        return 0
+
+    cdef _raise(self, gp_tensor * node, Exception cause):
+        from ggml_py.runtime import ComputeError
+        cdef ggml_tensor * t = <ggml_tensor *>node
+        name = t.name.decode(errors="replace")
+        op = _OP_NAMES_LIST[t.op] if 0 <= t.op < len(_OP_NAMES_LIST) else str(t.op)
+        raise ComputeError(f"backend {self.name}: node '{name}' ({op}) failed: "
+                           f"{type(cause).__name__}: {cause}", node=name,
+                           backend=self.name) from cause
