@@ -28,14 +28,15 @@ import statistics
 import sys
 import time
 
-from ggml_py import _rpc                                                    # noqa: E402
-from ggml_py.backends.cpu import CPUBackend                                 # noqa: E402
-from ggml_py.backends.rpc import RPCBackend, place_model                    # noqa: E402
-from ggml_py.models.transformer import (Model, Session, build_forward,     # noqa: E402
+from ggml_py import _rpc
+from ggml_py.backends.cpu import CPUBackend
+from ggml_py.backends.rpc import RPCBackend
+from ggml_py.models.placement import place_model
+from ggml_py.models.transformer import (Model, Session, build_forward,
                                         llama_config, moe_config)
-from ggml_py.rpc_server import start_server                                 # noqa: E402
-from ggml_py.sched import Scheduler                                         # noqa: E402
-from bench_compute import paired_times                                      # noqa: E402
+from ggml_py.rpc_server import start_server
+from ggml_py.sched import Scheduler
+from bench_compute import paired_times
 
 MODELS = {"llama": llama_config(), **{k: moe_config(k) for k in ("moe_dense", "moe_topk",
                                                                  "moe_shared")}}

@@ -74,6 +74,27 @@ def positive_float(text: str) -> float:
     return x
 
 
+def endpoints(text: str) -> list[str]:
+    """RPC servers: 'HOST:PORT[,HOST:PORT...]' (llama.cpp's --rpc), each checked."""
+    from ggml_py.backends.rpc import parse_endpoints
+    try:
+        return parse_endpoints(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def shares(text: str) -> list[float]:
+    """Non-negative shares 'A,B,...' with a positive sum (llama.cpp's --tensor-split)."""
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of numbers such as 3,1") from None
+    if any(not 0 <= x < float("inf") for x in values) or sum(values) <= 0:
+        raise argparse.ArgumentTypeError(f"shares must be non-negative with a positive sum, "
+                                         f"got {text}")
+    return values
+
+
 def _readable_file(path: str) -> str:
     """The path of an existing, readable, non-empty file, or the reason it is not one."""
     if not os.path.exists(path):

@@ -2,7 +2,8 @@
 
 Part 1 builds a small llama and the three classic MoE forms with seeded random
 weights (or loads a llama GGUF file), offloads their layers to the best device
-backend here (OpenCL when present, else the numpy device; the CPU always last) and
+backend here (OpenCL when present, else the numpy device), or spreads them over
+ggml RPC servers (--rpc, as llama.cpp does; the CPU always last), and
 runs a prompt and greedy decode steps, printing the generated token ids and, per
 step, the scheduler's splits, copies, bytes and times -- and why each extra split
 exists: the op, its types and the backend that cannot run it.
@@ -44,7 +45,8 @@ RANDOM_N_CTX = 64           # the random models' context (KV cache cells)
 AUTO_DEVICES = ("opencl", "numpy_device")       # --device auto: the first that works
 DEFAULTS = {"layers": 4, "wtype": "f16", "prompt": 16, "steps": 16, "seed": 0,
             "plan_layers": 8}
-MODEL_OPTIONS = ("gguf", "device", "gpu_layers", "layers", "wtype", "prompt", "steps")
+MODEL_OPTIONS = ("gguf", "device", "rpc", "gpu_layers", "tensor_split", "layers", "wtype",
+                 "prompt", "steps")
 
 SCENARIOS: list[tuple[str, dict[str, Any]]] = [
     ("full offload to one GPU", dict(n_gpus=1)),
@@ -151,17 +153,14 @@ def run_model(model: Model, backends: list[Backend], args: argparse.Namespace,
               out: Out = say) -> dict[str, Any]:
     """Prompt + greedy decode of one model through the scheduler; prints its tables and
     returns a summary row."""
+    from ggml_py.models.placement import place_model
     from ggml_py.models.transformer import Session
     cfg = model.config
     out(f"\n== {_describe(model)}")
-    devices, cpu = backends[:-1], backends[-1]
-    # llama.cpp's layout for -ngl N: token embeddings stay on the CPU, the last N layers
-    # go to the device, and the output head too when N exceeds the layer count
-    ngl = cfg.n_layer + 1 if args.gpu_layers is None else args.gpu_layers
-    dev = devices[0] if devices else cpu
-    n_dev = min(ngl, cfg.n_layer)
-    layers = [cpu] * (cfg.n_layer - n_dev) + [dev] * n_dev
-    model.place(layers, host=cpu, output_backend=dev if ngl > cfg.n_layer else cpu)
+    # llama.cpp's layout for -ngl N / --tensor-split: token embeddings stay on the CPU,
+    # the last N layers go to the devices, and the output head too when N exceeds the
+    # layer count
+    place_model(model, backends, args.gpu_layers, args.tensor_split)
     sess = Session(model, backends, profile_splits=True)
     rng = np.random.default_rng(args.seed)
     prompt = rng.integers(0, cfg.n_vocab, size=args.prompt).tolist()
@@ -255,7 +254,14 @@ def _why_splits(reasons: list[Any], n_splits: int, out: Out, limit: int = 8) -> 
 def run_models(args: argparse.Namespace, out: Out = say) -> list[dict[str, Any]]:
     from ggml_py.backends.cpu import CPUBackend
     out("== part 1: models computed through the scheduler")
-    devices = device_backends(args.device, out)
+    if args.rpc:
+        from ggml_py.backends.rpc import rpc_backends
+        devices: list[Backend] = list(rpc_backends(args.rpc))
+    else:
+        devices = device_backends(args.device, out)
+    if args.tensor_split and len(args.tensor_split) != len(devices):
+        raise cli.UsageError(f"--tensor-split gives {len(args.tensor_split)} shares for "
+                             f"{len(devices)} device(s): {', '.join(d.name for d in devices)}")
     backends = devices + [CPUBackend()]
     out(f"   backends (priority order): {', '.join(b.name for b in backends)}")
     rows = [run_model(model, backends, args, out) for model in demo_models(args)]
@@ -326,6 +332,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=devices, metavar="NAME",
                    help=f"where the layers go: {', '.join(devices)}; auto (the default): "
                         "OpenCL when it works here, else numpy_device; cpu: no offload")
+    p.add_argument("--rpc", type=cli.endpoints, metavar="HOST:PORT[,HOST:PORT...]",
+                   help="spread the layers over these ggml RPC servers (every device of "
+                        "each, in order; llama.cpp's --rpc) instead of --device; start one "
+                        "with `python -m ggml_py.rpc_server`")
+    p.add_argument("--tensor-split", type=cli.shares, metavar="A,B,...",
+                   help="shares of the offloaded layers per device, in order (llama.cpp's "
+                        "--tensor-split; default: each device's free memory where it says, "
+                        "else equal)")
     p.add_argument("--gpu-layers", type=cli.count(0), metavar="N",
                    help="offload the last N layers, and the output head when N exceeds the "
                         "layer count (llama.cpp's -ngl; default: everything)")
@@ -366,8 +380,14 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.gguf and given & {"layers", "wtype"}:
         raise cli.UsageError(f"{', '.join(_option(k) for k in sorted(given & {'layers', 'wtype'}))}"
                              " apply to the random models; a GGUF file brings its own")
-    if args.device == "cpu" and "gpu_layers" in given:
-        raise cli.UsageError("--gpu-layers would be ignored with --device cpu (no offload)")
+    if args.rpc and "device" in given:
+        raise cli.UsageError("--rpc and --device both say where the layers go: give one")
+    if args.device == "cpu" and given & {"gpu_layers", "tensor_split"}:
+        raise cli.UsageError(f"{', '.join(_option(k) for k in sorted(given & {'gpu_layers', 'tensor_split'}))}"
+                             " would be ignored with --device cpu (no offload)")
+    if args.tensor_split and not args.rpc and len(args.tensor_split) != 1:
+        raise cli.UsageError(f"--tensor-split gives {len(args.tensor_split)} shares for "
+                             f"1 device (--device); several devices come with --rpc")
     for k, v in DEFAULTS.items():
         if getattr(args, k) is None:
             setattr(args, k, v)

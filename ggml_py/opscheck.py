@@ -5,7 +5,8 @@ Each PATH is an op case file (a JSON list of cases), a model file (a JSON object
 "calls"), or a folder: every *.json in it and in its sub-folders. Every file is read and
 checked before the first case runs. Prints a line per case (OK, FAIL or SKIP, with the
 error and the tolerance), then `N passed, M failed, K skipped`; the exit status is 1
-when a case failed.
+when a case failed. With --time each case is also computed repeatedly after a warm-up,
+and its median compute time is reported (`compute_us_median` and `n_nodes` with --json).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import base64
 import glob
 import json
 import os
+import statistics
+import time
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -34,12 +37,54 @@ CASE_ERRORS = (GraphError, BackendError, CaseFormatError, KeyError, ValueError, 
 # ---------------------------------------------------------------------------
 # backends by name (the registry of ggml_py.backends: those that compute)
 
-def make_backend(name: str) -> Backend:
-    """A new backend of the registry's computing backends ('cpu', 'opencl', ...)."""
+def check_backend_options(name: str, *, rpc: str | None = None,
+                          threads: int | None = None) -> None:
+    """BackendError unless `name` is a computing backend and the options fit it."""
     names = backends.available(computes=True)
     if name not in names:
         raise BackendError(f"unknown backend {name!r}; ops-check runs on {', '.join(names)}")
-    return backends.create(name)
+    if name == "rpc" and rpc is None:
+        raise BackendError("the rpc backend needs its server: --rpc HOST:PORT")
+    if name != "rpc" and rpc is not None:
+        raise BackendError(f"--rpc names a server for the rpc backend, not for {name}")
+    if threads is not None and name != "cpu":
+        raise BackendError(f"--threads sets the cpu backend's threads, not {name}'s")
+
+
+def make_backend(name: str, *, rpc: str | None = None, threads: int | None = None) -> Backend:
+    """A new backend of the registry's computing backends ('cpu', 'opencl', ...); `rpc`
+    is the server ('host:port') of the 'rpc' backend, `threads` the CPU's thread count."""
+    check_backend_options(name, rpc=rpc, threads=threads)
+    if name == "rpc":
+        return backends.create(name, rpc)
+    return backends.create(name, n_threads=threads) if threads is not None else backends.create(name)
+
+
+def time_graph_compute(backend: Backend, graph: Graph, reps: int = 20,
+                       warmup: int = 3) -> dict[str, float]:
+    """Median wall time of computing `graph` on `backend` in microseconds (through its
+    synchronize, so asynchronous backends are timed to the end), after `warmup` computes
+    (which make the executor's plan); {'compute_us_median', 'n_nodes', 'reps'}."""
+    if reps < 1:
+        raise ValueError("reps must be at least 1")
+
+    def once() -> float:
+        t0 = time.perf_counter()
+        backend.graph_compute(graph)
+        backend.synchronize()
+        return time.perf_counter() - t0
+    for _ in range(warmup):
+        once()
+    samples = [once() for _ in range(reps)]
+    return {"compute_us_median": statistics.median(samples) * 1e6, "n_nodes": graph.n_nodes,
+            "reps": reps}
+
+
+def _time_into(res: dict[str, Any], backend: Backend, graph: Graph, time_reps: int) -> None:
+    """With time_reps > 0: the case's compute time (time_graph_compute) into `res`."""
+    if time_reps > 0:
+        t = time_graph_compute(backend, graph, reps=time_reps)
+        res.update(compute_us_median=round(t["compute_us_median"], 3), n_nodes=graph.n_nodes)
 
 
 # ---------------------------------------------------------------------------
@@ -238,8 +283,9 @@ def _make_input(ctx, backend, alloc, spec, stored):
     return t
 
 
-def run_case(case, backend):
-    """Rebuild, compute and compare one op case; returns the result dict."""
+def run_case(case, backend, time_reps=0):
+    """Rebuild, compute and compare one op case; returns the result dict (timed with
+    time_reps > 0)."""
     name = case.get("name", "?")
     res = {"name": name, "passed": False, "error": None, "tolerance": case.get("tolerance"),
            "skipped": False, "message": ""}
@@ -282,6 +328,7 @@ def run_case(case, backend):
                 msg = f"after: {sname}: {amsg or f'nmse {aerr:.3g}'}"
             err = max(err, aerr)
         res.update(passed=bool(ok), error=float(err), message=msg)
+        _time_into(res, backend, g, time_reps)
     except NotImplementedError as e:
         res.update(skipped=True, message=str(e))
     except CASE_ERRORS as e:
@@ -289,8 +336,9 @@ def run_case(case, backend):
     return res
 
 
-def run_model(model, backend):
-    """Rebuild a whole-model file, compute it and compare output and checkpoints."""
+def run_model(model, backend, time_reps=0):
+    """Rebuild a whole-model file, compute it and compare output and checkpoints (timed
+    with time_reps > 0)."""
     name = model.get("name", "?")
     tol = float(model.get("tolerance", 2e-3))
     res = {"name": name, "passed": False, "error": None, "tolerance": tol, "skipped": False,
@@ -342,6 +390,7 @@ def run_model(model, backend):
                 ok = False
                 msgs.append(f"{n}: {msg or f'nmse {err:.3g}'}")
         res.update(passed=ok, error=worst, message="; ".join(msgs))
+        _time_into(res, backend, g, time_reps)
     except NotImplementedError as e:
         res.update(skipped=True, message=str(e))
     except CASE_ERRORS as e:
@@ -384,27 +433,31 @@ def load_cases(path: str) -> list[tuple[str, dict[str, Any]]]:
                           f"nor a model file (an object with \"calls\")")
 
 
-def iter_results(paths: Sequence[str | os.PathLike[str]],
-                 backend_name: str = "cpu") -> Iterator[dict[str, Any]]:
+def iter_results(paths: Sequence[str | os.PathLike[str]], backend_name: str = "cpu", *,
+                 rpc: str | None = None, threads: int | None = None,
+                 time_reps: int = 0) -> Iterator[dict[str, Any]]:
     """Result dicts, case by case; every file is loaded and checked before the first
-    case runs."""
-    backend = make_backend(backend_name)
+    case runs. rpc/threads: make_backend's options; time_reps > 0 times each case."""
+    check_backend_options(backend_name, rpc=rpc, threads=threads)
     loaded = [(path, load_cases(path)) for path in case_files(paths)]
+    backend = make_backend(backend_name, rpc=rpc, threads=threads)
     for path, cases in loaded:
         for kind, case in cases:
-            r = run_model(case, backend) if kind == "model" else run_case(case, backend)
+            run = run_model if kind == "model" else run_case
+            r = run(case, backend, time_reps)
             r["file"] = path
             r["kind"] = kind
             yield r
 
 
 def run_ops_check(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-                  backend_name: str = "cpu") -> list[dict[str, Any]]:
+                  backend_name: str = "cpu", **options: Any) -> list[dict[str, Any]]:
     """Run every case of the given files/folders; a list of result dicts
-    {name, passed, error, tolerance, skipped, message, file, kind}."""
+    {name, passed, error, tolerance, skipped, message, file, kind} (and
+    compute_us_median, n_nodes when timed); options as iter_results'."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    return list(iter_results(paths, backend_name))
+    return list(iter_results(paths, backend_name, **options))
 
 
 def _fmt(r: dict[str, Any]) -> str:
@@ -415,7 +468,9 @@ def _fmt(r: dict[str, Any]) -> str:
     err = "" if r["error"] is None else f" err={r['error']:.3g}"
     tol = "" if r["tolerance"] is None else f" tol={r['tolerance']:.3g}"
     msg = f"  {r['message']}" if r.get("message") else ""
-    return f"{status} {r['name']}{err}{tol}{msg}"
+    timed = (f" {r['compute_us_median']:.1f} us ({r['n_nodes']} nodes)"
+             if "compute_us_median" in r else "")
+    return f"{status} {r['name']}{err}{tol}{timed}{msg}"
 
 
 # ---------------------------------------------------------------------------
@@ -427,13 +482,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="an op case file, a model file, or a folder of them")
     p.add_argument("--backend", default="cpu", choices=names, metavar="NAME",
                    help=f"the backend to compute on: {', '.join(names)} (default: cpu)")
+    p.add_argument("--rpc", type=cli.endpoints, metavar="HOST:PORT",
+                   help="the ggml RPC server of --backend rpc (start one with "
+                        "`python -m ggml_py.rpc_server`)")
     p.add_argument("--json", action="store_true", help="one JSON object per case and line")
+    p.add_argument("--time", action="store_true",
+                   help="also time each case: the median compute time over --reps computes "
+                        "after a warm-up (compute_us_median and n_nodes with --json)")
+    p.add_argument("--reps", type=cli.count(1), metavar="N",
+                   help="timed computes per case with --time (default 20)")
+    p.add_argument("--threads", type=cli.count(1), metavar="N",
+                   help="threads of the cpu backend (default: the cores this process may use)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.rpc is not None and len(args.rpc) != 1:
+        raise cli.UsageError(f"--rpc takes one server for ops-check, got {', '.join(args.rpc)}")
+    if args.reps is not None and not args.time:
+        raise cli.UsageError("--reps would be ignored without --time")
+    rpc = args.rpc[0] if args.rpc else None
+    try:
+        check_backend_options(args.backend, rpc=rpc, threads=args.threads)
+    except BackendError as e:
+        raise cli.UsageError(str(e)) from None
     counts = {"passed": 0, "failed": 0, "skipped": 0}
-    for r in iter_results(args.paths, args.backend):
+    time_reps = (args.reps or 20) if args.time else 0
+    for r in iter_results(args.paths, args.backend, rpc=rpc, threads=args.threads,
+                          time_reps=time_reps):
         counts["skipped" if r["skipped"] else "passed" if r["passed"] else "failed"] += 1
         if args.json:
             d = dict(r)

@@ -206,6 +206,10 @@ def test_unknown_names(capsys, argv, words):
     (["demo", "--seed", "-1"], ["--seed", "must be at least 0"]),
     (["demo", "--layers", "two"], ["'two' is not a whole number"]),
     (["bench", CASE, "--min-time", "0"], ["--min-time", "must be a positive number"]),
+    (["demo", "--tensor-split", "1,x"], ["--tensor-split", "not a list of numbers"]),
+    (["demo", "--tensor-split", "0,0"], ["--tensor-split", "positive sum"]),
+    (["demo", "--rpc", "nohost"], ["--rpc"]),
+    (["ops-check", OPS_FILE, "--threads", "0"], ["--threads", "must be positive"]),
     (["bench", CASE, "--min-time", "nan"], ["--min-time", "must be a positive number"]),
 ])
 def test_bad_counts(capsys, argv, words):
@@ -243,6 +247,18 @@ def test_top_level_help_lists_commands(capsys):
     (["demo", "--no-plan", "--plan-layers", "2"], ["--plan-layers would be ignored"]),
     (["demo", "--no-plan", "--no-models"], ["nothing to do"]),
     (["demo", "--device", "cpu", "--gpu-layers", "2"], ["--gpu-layers would be ignored"]),
+    (["demo", "--device", "cpu", "--tensor-split", "1"], ["--tensor-split would be ignored"]),
+    (["demo", "--rpc", "127.0.0.1:9", "--device", "cpu"], ["--rpc and --device"]),
+    (["demo", "--no-models", "--rpc", "127.0.0.1:9"], ["--rpc would be ignored"]),
+    (["demo", "--device", "numpy_device", "--tensor-split", "1,1", "--no-plan"],
+     ["--tensor-split gives 2 shares for 1 device"]),
+    (["ops-check", OPS_FILE, "--backend", "rpc"], ["needs its server: --rpc HOST:PORT"]),
+    (["ops-check", OPS_FILE, "--rpc", "127.0.0.1:9"], ["--rpc names a server", "not for cpu"]),
+    (["ops-check", OPS_FILE, "--backend", "numpy_device", "--threads", "2"],
+     ["--threads", "not numpy_device"]),
+    (["ops-check", OPS_FILE, "--reps", "3"], ["--reps would be ignored without --time"]),
+    (["ops-check", OPS_FILE, "--backend", "rpc", "--rpc", "127.0.0.1:9,127.0.0.1:10"],
+     ["--rpc takes one server"]),
 ])
 def test_options_that_would_be_ignored(capsys, argv, words):
     out, _ = _fails(capsys, argv, 2, *words)
@@ -428,3 +444,14 @@ def test_demo_device_asked_for_but_unavailable(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "(opencl unavailable: no OpenCL platform)" in out
     assert "backends (priority order): NUMPY_DEV, CPU" in out
+
+
+def test_ops_check_time_adds_compute_time_and_nodes(capsys, tmp_path):
+    """`ops-check --time --json`: every case line carries compute_us_median and n_nodes."""
+    rc = main(["ops-check", OPS_FILE, "--time", "--reps", "2", "--threads", "1", "--json"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert rc == 0, out[-1]
+    rows = [json.loads(line) for line in out[:-1]]
+    assert rows and all(r["compute_us_median"] > 0 and r["n_nodes"] >= 1 for r in rows)
+    assert main(["ops-check", OPS_FILE, "--time", "--reps", "2"]) == 0
+    assert " us (" in capsys.readouterr().out

@@ -6,6 +6,7 @@ ggml_py serialises. Skipped without ggml's libraries, unless GGML_PY_REQUIRE_RPC
 """
 
 import ctypes
+import json
 import gc
 import os
 import subprocess
@@ -19,7 +20,8 @@ from ggml_py import ops, opscheck, _rpc
 from ggml_py._backend import Backend
 from ggml_py._core import Context, Graph, OP_NAMES_LIST, TYPE_NAMES
 from ggml_py.backends.cpu import CPUBackend
-from ggml_py.backends.rpc import RPCBackend, place_model
+from ggml_py.backends.rpc import RPCBackend
+from ggml_py.models.placement import place_model
 from ggml_py.errors import AllocationError, BackendError, RPCError
 from ggml_py.models.transformer import Model as LlamaModel, Session, llama_config, moe_config
 from ggml_py.rpc_server import GgmlLibraryError, library_dir, load_libraries
@@ -446,3 +448,40 @@ def test_server_killed_during_compute(rpc_server_factory):
     with pytest.raises(RPCError, match="lost earlier"):    # the dead server: clear, no hang
         sched.graph_compute(g)
     assert wbuf
+
+
+# ---------------------------------------------------------------------------
+# the command line over servers
+
+def test_cli_ops_check_on_a_server(rpc_servers, capsys):
+    from ggml_py.__main__ import main
+    ep = rpc_servers[0].endpoint
+    rc = main(["ops-check", str(ops_dir() / "rms_norm.json"), "--backend", "rpc", "--rpc", ep,
+               "--time", "--reps", "2", "--json"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert rc == 0, lines[-1]
+    rows = [json.loads(line) for line in lines[:-1]]
+    assert rows and all(r["passed"] and r["compute_us_median"] > 0 for r in rows)
+    assert lines[-1] == f"{len(rows)} passed, 0 failed, 0 skipped"
+
+
+def test_cli_demo_over_two_servers(rpc_servers, capsys):
+    """`demo --rpc A,B`: the layers go to both servers (two devices, CPU last), as
+    --tensor-split says, and the models generate."""
+    from ggml_py.__main__ import main
+    eps = ",".join(s.endpoint for s in rpc_servers)
+    rc = main(["demo", "--rpc", eps, "--tensor-split", "1,1", "--layers", "2", "--prompt", "3",
+               "--steps", "2", "--no-plan"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    names = [f"RPC0[{s.endpoint}]" for s in rpc_servers]
+    assert "backends (priority order): " + ", ".join(names + ["CPU"]) in out
+    assert out.count("greedy") == 4
+
+
+def test_cli_demo_server_down_is_one_line(capsys):
+    from ggml_py.__main__ import main
+    from ggml_py.rpc_server import free_port
+    rc = main(["demo", "--rpc", f"127.0.0.1:{free_port()}", "--no-plan", "--layers", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and "cannot connect" in err[0]

@@ -4,7 +4,8 @@ and endpoint lists. Plain functions: no server needed."""
 import pytest
 
 from ggml_py._rpc import parse_endpoint
-from ggml_py.backends.rpc import parse_endpoints, split_layers
+from ggml_py.backends.rpc import parse_endpoints
+from ggml_py.models.placement import split_layers
 
 
 class Dev:

@@ -22,13 +22,13 @@ Start servers with `python -m ggml_py.rpc_server` (ggml_py.rpc_server) or llama.
     when it leaves), so the backend is then unusable; the scheduler, the other backends
     and a new RPCBackend on the same server are not affected.
 
-Helpers for running a model over several servers: `parse_endpoints`, `rpc_backends`,
-`split_layers` / `place_model` (llama.cpp's --rpc, -ngl and --tensor-split).
+Helpers for several servers: `parse_endpoints`, `rpc_backends` (llama.cpp's --rpc); a
+model's layers are spread over them by ggml_py.models.placement (-ngl, --tensor-split).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -39,12 +39,8 @@ from ggml_py._rpc import (RPCBuffer, RPCBufferType, DEFAULT_TIMEOUT, DEFAULT_CON
                           PROTO_VERSION, CPU_SERVER_OPS, format_endpoint, parse_endpoint)
 from ggml_py.errors import BackendError, RPCError
 
-if TYPE_CHECKING:
-    from ggml_py.models.transformer import Model
-
 __all__ = ["RPCBackend", "RPCBuffer", "RPCBufferType", "RPCError", "PROTO_VERSION",
-           "CPU_SERVER_OPS", "parse_endpoint", "parse_endpoints", "rpc_backends",
-           "split_layers", "place_model"]
+           "CPU_SERVER_OPS", "parse_endpoint", "parse_endpoints", "rpc_backends"]
 
 
 class RPCBackend(Backend):
@@ -170,55 +166,3 @@ def rpc_backends(spec: str | Iterable[str], **kw: Any) -> list[RPCBackend]:
         backends.append(first)
         backends.extend(RPCBackend(ep, d, **kw) for d in range(1, first.conn.n_devices))
     return backends
-
-
-def split_layers(n_layer: int, devices: Sequence[Backend], cpu: Backend,
-                 n_gpu_layers: int | None = None,
-                 tensor_split: Sequence[float] | None = None) -> tuple[list[Backend], Backend]:
-    """Which backend runs each layer, and the output layer, as llama.cpp assigns them:
-    the last `n_gpu_layers` layers (default: all, and the output) go to `devices`, cut
-    into consecutive runs in proportion to `tensor_split` (default: each device's free
-    memory where every device reports it, else equal shares); the rest stay on `cpu`.
-    Returns (per-layer backends, output backend)."""
-    devices = list(devices)
-    n_gpu = n_layer + 1 if n_gpu_layers is None else max(0, int(n_gpu_layers))
-    if not devices:
-        return [cpu] * n_layer, cpu
-    if tensor_split is None:
-        try:
-            tensor_split = [d.device_memory()[0] for d in devices]  # type: ignore[attr-defined]
-        except AttributeError:
-            tensor_split = [1.0] * len(devices)
-    shares = [float(x) for x in tensor_split]
-    if len(shares) != len(devices) or any(x < 0 for x in shares) or sum(shares) <= 0:
-        raise ValueError(f"tensor_split needs {len(devices)} non-negative shares, got {shares}")
-    total = sum(shares)
-    bounds: list[float] = []
-    acc = 0.0
-    for x in shares:
-        acc += x
-        bounds.append(acc / total)
-    i_gpu_start = max(n_layer - n_gpu, 0)
-    act_gpu_layers = min(n_gpu, n_layer + 1)
-
-    def backend_of(il: int) -> Backend:
-        if il < i_gpu_start or il - i_gpu_start >= act_gpu_layers:
-            return cpu
-        f = (il - i_gpu_start) / act_gpu_layers
-        i = next((k for k, b in enumerate(bounds) if f < b), len(devices) - 1)  # upper_bound
-        return devices[i]
-
-    return [backend_of(il) for il in range(n_layer)], backend_of(n_layer)
-
-
-def place_model(model: Model, backends: Sequence[Backend], n_gpu_layers: int | None = None,
-                tensor_split: Sequence[float] | None = None) -> Model:
-    """Place a Model's weights over `backends` ([dev0, dev1, ..., cpu], the CPU last) with
-    split_layers; the token embeddings stay on the CPU (llama.cpp's input layer)."""
-    backends = list(backends)
-    if not backends:
-        raise ValueError("place_model needs at least the CPU backend")
-    cpu = backends[-1]
-    layers, output = split_layers(model.config.n_layer, backends[:-1], cpu, n_gpu_layers,
-                                  tensor_split)
-    return model.place(layers, host=cpu, output_backend=output)

@@ -1,7 +1,7 @@
 """The CPU backend: ggml 0.10.1's CPU numerics, computed by compiled execution plans
 over C kernels (ggml_py._cpu, src/ggml-py-cpu) with numpy kernels where those have none.
 
-    backend.py        CPUBackend, the kernel policy (KERNELS), compute_nodes, timing
+    backend.py        CPUBackend, the kernel policy (KERNELS), compute_nodes
     memory.py         which buffers a thread may use; numpy views of tensors
     numpy_kernels.py  the kernels in numpy (reference numerics, and the ops C lacks)
     blas.py           MUL_MAT of large batches through BLAS, weights converted in tiles
@@ -10,7 +10,7 @@ over C kernels (ggml_py._cpu, src/ggml-py-cpu) with numpy kernels where those ha
 from ggml_py._cpu import isa, isa_supported, set_isa
 from ggml_py.backends.cpu.backend import (CPUBackend, CPU_ALIGNMENT, KERNELS, KernelTable,
                                           SUPPORTED_OPS, compute_node, compute_nodes,
-                                          default_threads, time_graph_compute)
+                                          default_threads)
 from ggml_py.backends.cpu.memory import (open_device_memory, memory_of, tensor_array,
                                          tensor_region)
 from ggml_py.backends.cpu.numpy_kernels import (NUMPY_KERNELS, VIEW_OPS, values, store,
@@ -19,6 +19,6 @@ from ggml_py.backends.cpu.numpy_kernels import (NUMPY_KERNELS, VIEW_OPS, values,
 
 __all__ = ["CPUBackend", "CPU_ALIGNMENT", "KERNELS", "KernelTable", "NUMPY_KERNELS",
            "SUPPORTED_OPS", "VIEW_OPS", "compute_node", "compute_nodes", "default_threads",
-           "time_graph_compute", "open_device_memory", "memory_of", "tensor_array",
+           "open_device_memory", "memory_of", "tensor_array",
            "tensor_region", "values", "store", "rope_cache", "gelu", "gelu_quick", "gelu_erf",
            "isa", "isa_supported", "set_isa"]

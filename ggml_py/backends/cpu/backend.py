@@ -14,9 +14,7 @@ With compiled=False every node runs its numpy kernel (the reference numerics).
 from __future__ import annotations
 
 import os
-import statistics
 import threading
-import time
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -223,23 +221,3 @@ def compute_nodes(nodes, backend_name):
 def compute_node(t):
     """Run one node's kernel on the calling thread (view ops need none)."""
     compute_nodes([t], "CPU")
-
-
-# ---------------------------------------------------------------------------
-# timing
-
-def time_graph_compute(backend: Backend, graph: Graph, reps: int = 20,
-                       warmup: int = 3) -> dict[str, float]:
-    """Median wall time of backend.graph_compute(graph) in microseconds, after `warmup`
-    computes (which make the plan); {'compute_us_median', 'n_nodes', 'reps'}."""
-    if reps < 1:
-        raise ValueError("reps must be at least 1")
-    for _ in range(warmup):
-        backend.graph_compute(graph)
-    samples = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        backend.graph_compute(graph)
-        samples.append(time.perf_counter() - t0)
-    return {"compute_us_median": statistics.median(samples) * 1e6, "n_nodes": graph.n_nodes,
-            "reps": reps}

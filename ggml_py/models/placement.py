@@ -1,0 +1,69 @@
+"""Where a model's layers run: llama.cpp's placement over devices and the CPU.
+
+`split_layers` gives the assignment (`-ngl N`: the last N layers, and the output layer
+when N exceeds the layer count, go to the devices; `--tensor-split`: consecutive runs of
+layers sized in proportion to the shares); `place_model` places a Model's weights by it.
+The token embeddings stay on the CPU, as llama.cpp keeps its input layer there.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from ggml_py._backend import Backend
+    from ggml_py.models.transformer import Model
+
+__all__ = ["split_layers", "place_model"]
+
+
+def split_layers(n_layer: int, devices: Sequence[Backend], cpu: Backend,
+                 n_gpu_layers: int | None = None,
+                 tensor_split: Sequence[float] | None = None) -> tuple[list[Backend], Backend]:
+    """Which backend runs each layer, and the output layer, as llama.cpp assigns them:
+    the last `n_gpu_layers` layers (default: all, and the output) go to `devices`, cut
+    into consecutive runs in proportion to `tensor_split` (default: each device's free
+    memory where every device reports it, else equal shares); the rest stay on `cpu`.
+    Returns (per-layer backends, output backend)."""
+    devices = list(devices)
+    n_gpu = n_layer + 1 if n_gpu_layers is None else max(0, int(n_gpu_layers))
+    if not devices:
+        return [cpu] * n_layer, cpu
+    if tensor_split is None:
+        try:
+            tensor_split = [d.device_memory()[0] for d in devices]  # type: ignore[attr-defined]
+        except AttributeError:
+            tensor_split = [1.0] * len(devices)
+    shares = [float(x) for x in tensor_split]
+    if len(shares) != len(devices) or any(x < 0 for x in shares) or sum(shares) <= 0:
+        raise ValueError(f"tensor_split needs {len(devices)} non-negative shares, got {shares}")
+    total = sum(shares)
+    bounds: list[float] = []
+    acc = 0.0
+    for x in shares:
+        acc += x
+        bounds.append(acc / total)
+    i_gpu_start = max(n_layer - n_gpu, 0)
+    act_gpu_layers = min(n_gpu, n_layer + 1)
+
+    def backend_of(il: int) -> Backend:
+        if il < i_gpu_start or il - i_gpu_start >= act_gpu_layers:
+            return cpu
+        f = (il - i_gpu_start) / act_gpu_layers
+        i = next((k for k, b in enumerate(bounds) if f < b), len(devices) - 1)  # upper_bound
+        return devices[i]
+
+    return [backend_of(il) for il in range(n_layer)], backend_of(n_layer)
+
+
+def place_model(model: Model, backends: Sequence[Backend], n_gpu_layers: int | None = None,
+                tensor_split: Sequence[float] | None = None) -> Model:
+    """Place a Model's weights over `backends` ([dev0, dev1, ..., cpu], the CPU last) with
+    split_layers; the token embeddings stay on the CPU (llama.cpp's input layer)."""
+    backends = list(backends)
+    if not backends:
+        raise ValueError("place_model needs at least the CPU backend")
+    cpu = backends[-1]
+    layers, output = split_layers(model.config.n_layer, backends[:-1], cpu, n_gpu_layers,
+                                  tensor_split)
+    return model.place(layers, host=cpu, output_backend=output)
