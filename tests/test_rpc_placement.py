@@ -1,10 +1,14 @@
 """Placing a model over RPC devices the way llama.cpp does (-ngl, --tensor-split, --rpc),
-and endpoint lists. Plain functions: no server needed."""
+endpoint lists, and plans for simulated RPC devices. No server needed."""
+
+import json
 
 import pytest
+from conftest import shared_path
 
 from ggml_py._rpc import parse_endpoint
 from ggml_py.backends.rpc import parse_endpoints
+from ggml_py.errors import CaseFormatError
 from ggml_py.models.placement import split_layers
 
 
@@ -63,3 +67,43 @@ def test_endpoints():
     for bad in ("", ",", "a", "a:0", "a:x", "a:1,a:1"):
         with pytest.raises(ValueError):
             parse_endpoints(bad)
+
+
+# ---------------------------------------------------------------------------
+# plans for RPC devices, simulated (no server)
+
+def _gpu_unsupported_case(**gpu):
+    with open(shared_path() / "cases" / "llama-2L-gpu-unsupported.case.json") as f:
+        d = json.load(f)
+    d["backends"][0].update(gpu)
+    return d
+
+
+def test_simulated_rpc_device_plans_like_ggml():
+    """A case's device that says supports_ops "rpc-cpu-server" plans by the rule of a ggml
+    RPC server on a CPU: every op of this llama is one it runs in f32, so with ROPE and
+    SOFT_MAX kept local the plan is ggml's own for the case, and the entry writes back
+    as it was read."""
+    from ggml_py.cases import load_case
+    from ggml_py.planning import plan_case
+    d = _gpu_unsupported_case(supports_ops="rpc-cpu-server")
+    case = load_case(d)
+    assert case.to_dict()["backends"][0] == d["backends"][0]
+    _, plan = plan_case(case)
+    with open(shared_path() / "cases" / "llama-2L-gpu-unsupported.plan.json") as f:
+        golden = json.load(f)
+    ours = plan.to_dict()
+    for key in ("n_splits", "splits", "node_backends", "leaf_backends", "node_srcs"):
+        assert ours[key] == golden[key], key
+
+
+def test_simulated_rpc_device_follows_the_server_rule():
+    """Without the list, ROPE and SOFT_MAX go to the device too; a rule the server refuses
+    (an op outside its table, here through unsupported_ops) stays on the CPU."""
+    from ggml_py.cases import load_case
+    from ggml_py.planning import plan_case
+    sched, _ = plan_case(load_case(_gpu_unsupported_case(supports_ops="rpc-cpu-server",
+                                                         unsupported_ops=[])))
+    assert sched.n_splits == 2          # the inputs on the CPU, then everything on GPU0
+    with pytest.raises(CaseFormatError, match="supports_ops"):
+        load_case(_gpu_unsupported_case(supports_ops="rpc-gpu-server"))

@@ -2,11 +2,15 @@
 
 A simulated backend answers the scheduler's questions (supports_op,
 offload_op, supports_buft) from the C tables of Backend, filled from a case
-file's backend entry, and cannot compute. Its buffers have a fake, aligned,
+file's backend entry, and cannot compute. Besides "*" or a list of op names,
+`supports_ops` may name the rule of a ggml RPC server on a CPU ("rpc-cpu-server",
+ggml_py._rpc's type rules, minus `unsupported_ops`): a plan for RPC devices
+without any server. Its buffers have a fake, aligned,
 non-null base and no memory, so graphs of any size can be split and
 allocated without touching RAM.
 """
 
+from ggml_py import _rpc
 from ggml_py._backend import Backend, BufferType, fake_buffer, DEVICE_TYPES
 from ggml_py._core import OP_IDS
 from ggml_py._validate import (SIZE_MAX, INT64_MIN, INT64_MAX, check_keys, check_int, check_bool, check_name, check_list,
@@ -14,6 +18,7 @@ from ggml_py._validate import (SIZE_MAX, INT64_MIN, INT64_MAX, check_keys, check
 
 DEFAULT_ALIGNMENT = 32
 DEFAULT_MAX_SIZE = None         # unbounded (ggml: SIZE_MAX)
+RPC_SERVER_OPS = "rpc-cpu-server"   # supports_ops: what a ggml RPC server on a CPU runs
 
 # keys of a backend entry, in file order; the optional ones have defaults
 BACKEND_KEYS = ("name", "device_type", "buffer_type", "buffer_type_is_host",
@@ -31,13 +36,13 @@ class SimBufferType(BufferType):
 
 
 def _copy_ops(ops):
-    return ops if ops == "*" else list(ops)
+    return ops if isinstance(ops, str) else list(ops)
 
 
-def _ops(value, where, field, allow_star):
-    """'*' or a list of known op names, returned as given (a copy)."""
-    if value == "*" and allow_star:
-        return "*"
+def _ops(value, where, field, rules=()):
+    """'*', one of `rules`, or a list of known op names, returned as given (a copy)."""
+    if value in rules:
+        return value
     check_list(value, where, field)
     for name in value:
         if not isinstance(name, str) or name not in OP_IDS:
@@ -71,9 +76,10 @@ def parse_backend_dict(d, index=None):
         check_int(spec["buffer_type_max_size"], where, "buffer_type_max_size", 1, SIZE_MAX)
     for name in check_list(spec["supports_buffer_types"], where, "supports_buffer_types"):
         check_name(name, where, "supports_buffer_types entry")
-    spec["supports_ops"] = _ops(spec["supports_ops"], where, "supports_ops", True)
-    spec["unsupported_ops"] = _ops(spec["unsupported_ops"], where, "unsupported_ops", False)
-    spec["offload_ops"] = _ops(spec["offload_ops"], where, "offload_ops", True)
+    spec["supports_ops"] = _ops(spec["supports_ops"], where, "supports_ops",
+                                ("*", RPC_SERVER_OPS))
+    spec["unsupported_ops"] = _ops(spec["unsupported_ops"], where, "unsupported_ops")
+    spec["offload_ops"] = _ops(spec["offload_ops"], where, "offload_ops", ("*",))
     check_int(spec["offload_min_batch"], where, "offload_min_batch", INT64_MIN, INT64_MAX)
     return spec, omitted
 
@@ -126,7 +132,10 @@ class SimBackend(Backend):
 
     # the tables lose how they were written ('*' minus a list); keep that for to_dict
     def set_supported_ops(self, supports="*", unsupported=()):
-        super().set_supported_ops(supports, unsupported)
+        if supports == RPC_SERVER_OPS:
+            _rpc.use_cpu_server_rules(self, unsupported)
+        else:
+            super().set_supported_ops(supports, unsupported)
         self._supports_ops = _copy_ops(supports)
         self._unsupported_ops = list(unsupported)
 
