@@ -322,9 +322,12 @@ def test_tensor_past_its_buffer_is_refused(ocl):
     ctx = Context()
     a = _tensor(ctx, "f32", [16], "a")
     buf = ocl.get_default_buffer_type().alloc_buffer(64)
-    set_buffer(a, buf, 32)                           # 64 bytes at 32: past the end
+    with pytest.raises(AllocationError, match="does not fit"):
+        set_buffer(a, buf, 32)                       # 64 bytes at 32: past the end
+    set_buffer(a, buf, 0)
+    a.ne = (32, 1, 1, 1)                             # grown in place: 128 bytes at 0
     out = ops.scale(ctx, a, 2.0)
-    ocl.get_default_buffer_type().alloc_buffer(64).tensor_alloc(out, 0)
+    ocl.get_default_buffer_type().alloc_buffer(128).tensor_alloc(out, 0)
     with pytest.raises(BackendError, match="reaches past"):
         ocl.graph_compute([out])
 

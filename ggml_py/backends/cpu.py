@@ -20,7 +20,8 @@ import threading
 
 import numpy as np
 
-from ggml_py._backend import Backend, BufferType, get_buffer, tensor_ndarray
+from ggml_py._backend import (Backend, BufferType, allocated_buffer, get_buffer, graph_nodes,
+                              tensor_ndarray, tensor_region)
 from ggml_py.errors import BackendError
 from ggml_py.runtime import ComputeError
 from ggml_py import quants
@@ -801,19 +802,6 @@ def compute_nodes(nodes, backend_name):
 # ---------------------------------------------------------------------------
 # the backend
 
-def tensor_region(tensor, buf, memory, offset=0, size=None):
-    """The bytes [offset, offset + size) of an allocated tensor as a view of `memory`,
-    the numpy bytes behind its buffer `buf`; checked against the tensor's size."""
-    nbytes = tensor.nbytes
-    if size is None:
-        size = nbytes - offset
-    if offset + size > nbytes:
-        raise BackendError(f"tensor '{tensor.name}': {size} bytes at offset {offset} exceed "
-                           f"its {nbytes} bytes")
-    start = tensor.data_address - buf.base + offset
-    return memory[start:start + size]
-
-
 class CPUBackend(Backend):
     """The numpy CPU backend: host buffer type 'CPU' (alignment 32), device type 'cpu'."""
 
@@ -828,16 +816,14 @@ class CPUBackend(Backend):
 
     def graph_compute(self, graph):
         """Compute every node of `graph` in order (ggml_backend_graph_compute)."""
-        compute_nodes(graph.nodes, self.name)
+        compute_nodes(graph_nodes(graph), self.name)
         return True
 
     def _region(self, tensor, offset, size):
-        buf = get_buffer(tensor)
-        if buf is None or tensor.data_address == 0:
-            raise BackendError(f"tensor '{tensor.name}' is not allocated")
+        buf = allocated_buffer(tensor)
         if buf.memory is None:
             raise BackendError(f"tensor '{tensor.name}' is not in host memory")
-        return tensor_region(tensor, buf, buf.memory, offset, size)
+        return tensor_region(tensor, buf.memory, offset, size)
 
     def set_tensor(self, tensor, data, offset=0):
         src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)

@@ -26,6 +26,13 @@ cdef int64_t ggml_nelements(const ggml_tensor * t) noexcept nogil
 cdef int64_t ggml_nrows(const ggml_tensor * t) noexcept nogil
 cdef bint ggml_is_contiguous(const ggml_tensor * t) noexcept nogil
 
+# ---- argument checks of the public API (they raise ArgumentError and friends) ----
+cpdef size_t size_arg(object value, what) except? 0
+cpdef int64_t int_arg(object value, what, int64_t lo, int64_t hi) except? -1
+cpdef Py_ssize_t index_arg(object value, what, Py_ssize_t n) except? -1
+cpdef bytes name_arg(object value, what, bint allow_empty=*)
+cdef void * checked_calloc(size_t n, size_t size, what) except NULL
+
 cdef inline bint ggml_is_view_op(int op) noexcept nogil:
     # VIEW, RESHAPE, PERMUTE, TRANSPOSE
     return op == OP_RESHAPE or op == OP_VIEW or op == OP_PERMUTE or op == OP_TRANSPOSE
@@ -132,6 +139,36 @@ cdef void ggml_join_name(ggml_tensor * t, const char * a, const char * b, const 
                          const char * d) noexcept nogil
 
 # ---- graph ----
+cdef inline bint ggml_is_node_from(const ggml_cgraph * g, const ggml_tensor * t, int i) noexcept nogil:
+    """Is t a node of g at position i or later? t.order says where the last pass over
+    g put it; it is trusted only where g.nodes[t.order] is t."""
+    cdef int p = t.order
+    return i <= p < g.n_nodes and g.nodes[p] == t
+
+cdef inline bint ggml_is_computed_from(const ggml_cgraph * g, const ggml_tensor * t,
+                                       int i) noexcept nogil:
+    """Does g compute t at position i or later? (View ops and NONE compute nothing.)"""
+    return t.op != OP_NONE and not ggml_is_view_op(t.op) and ggml_is_node_from(g, t, i)
+
+cdef inline ggml_tensor * ggml_unready_source(const ggml_cgraph * g, const ggml_tensor * node,
+                                              int i) noexcept nogil:
+    """A source of g.nodes[i] that g computes at i or later (itself, or the view base
+    whose memory it shows), else NULL: nodes run in order, so such a graph would read
+    garbage. Nodes that compute nothing (views) read nothing. The orders of g's nodes
+    must be set."""
+    cdef int j
+    cdef const ggml_tensor * src
+    if node.op == OP_NONE or ggml_is_view_op(node.op):
+        return NULL
+    for j in range(GGML_MAX_SRC):
+        src = node.src[j]
+        if src != NULL and (ggml_is_computed_from(g, src, i) or
+                            (src.view_src != NULL and ggml_is_computed_from(g, src.view_src, i))):
+            return <ggml_tensor *>src
+    return NULL
+
+cdef int ggml_graph_check_order(ggml_cgraph * g) except -1
+cdef str order_message(const ggml_tensor * node, int i, const ggml_tensor * src)
 cdef int ggml_graph_init(ggml_cgraph * g, int size) except -1
 cdef void ggml_graph_free(ggml_cgraph * g) noexcept nogil
 cdef void ggml_graph_clear(ggml_cgraph * g) noexcept nogil
@@ -154,4 +191,5 @@ cdef class Graph:
     cdef set _owners                    # contexts of tensors added from elsewhere
 
 cdef Tensor tensor_handle(ggml_tensor * t)
-cdef ggml_tensor * tensor_ptr(object t) except NULL
+cdef ggml_tensor * tensor_ptr(object t, what=*) except NULL
+cdef str tensor_name(const ggml_tensor * t)
