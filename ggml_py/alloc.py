@@ -12,6 +12,7 @@ buffer, and no two tensors that are alive at the same time share bytes.
 from ggml_py._alloc import (GraphAllocator as _GraphAllocator, TensorAllocator, VBuffer,
                             op_can_inplace, INPLACE_OPS)
 from ggml_py._backend import get_buffer
+from ggml_py._core import Graph, instance_arg
 from ggml_py.errors import AllocationError
 
 __all__ = ["GraphAllocator", "TensorAllocator", "VBuffer", "op_can_inplace", "INPLACE_OPS",
@@ -104,6 +105,8 @@ def allocation_problems(graph, allocator=None):
     the address of a source whose life ends at that node. With `allocator`,
     only tensors in its chunk buffers are checked for overlap.
     """
+    instance_arg(graph, Graph, "graph")
+    instance_arg(allocator, _GraphAllocator, "allocator", optional=True)
     problems = []
     seen = {}
     for t in list(graph.leafs) + list(graph.nodes):

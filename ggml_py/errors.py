@@ -31,6 +31,10 @@ class OutOfRangeError(ArgumentError, IndexError):
     """An index past the end of a graph, a context, a split list, ..."""
 
 
+class NotSupportedError(GgmlPyError, NotImplementedError):
+    """Something ggml has that ggml_py does not implement (a quantisation type, ...)."""
+
+
 class GraphError(GgmlPyError, ValueError):
     """A malformed tensor or graph (bad view, graph full, tensor listed twice, ...)."""
 
@@ -47,6 +51,10 @@ class ReleasedMemoryError(BackendError):
     """A tensor whose memory was given back: the compute buffer it was placed in was
     released (its scheduler was closed or reallocated the buffer). Allocate the
     tensor's graph again before reading or writing it."""
+
+
+class ModelError(GgmlPyError, ValueError):
+    """A model configuration, weights, tokens or model file that do not fit together."""
 
 
 class SchedulerError(GgmlPyError, RuntimeError):

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ggml_py._backend import get_buffer
+from ggml_py._backend import Backend, get_buffer
+from ggml_py._core import Graph, Tensor, instance_arg
 from ggml_py.errors import BackendError, SchedulerError
 
 
@@ -147,6 +148,9 @@ def _same_layout(a, b):
 def tensor_copy(src_backend, src, dst_backend, dst):
     """ggml_backend_tensor_copy: a blocking copy of src's bytes into dst. Host memory
     is read or written in place; otherwise the bytes go through the backends."""
+    for what, value, cls in (("src_backend", src_backend, Backend), ("src", src, Tensor),
+                             ("dst_backend", dst_backend, Backend), ("dst", dst, Tensor)):
+        instance_arg(value, cls, what)
     if not _same_layout(src, dst):
         raise BackendError(f"cannot copy '{src.name}' to '{dst.name}': different layouts")
     if src.data_address == dst.data_address and get_buffer(src) is get_buffer(dst):
@@ -173,7 +177,7 @@ class Runtime:
     with it (the events are made then, as ggml_backend_sched_new makes them)."""
 
     def __init__(self, sched):
-        self.sched = sched
+        self.sched = _scheduler(sched)
         n_copies = sched.n_copies
         # events[backend][copy slot]; None where the backend has no events, and all None
         # without pipeline parallelism (then synchronize() is used instead)
@@ -209,6 +213,7 @@ class Runtime:
 
     def compute_splits(self, graph) -> Status:
         """ggml_backend_sched_compute_splits over the scheduler's current splits."""
+        instance_arg(graph, Graph, "graph")
         sched, core, prof = self.sched, self.sched._core, self.profile
         backends = sched.backends
         cur = core.cur_copy
@@ -389,6 +394,8 @@ def _ranges(sorted_ids):
 def graph_compute_async(sched, graph) -> Status:
     """ggml_backend_sched_graph_compute_async: allocate the graph unless it is
     allocated already (resetting a used scheduler first), then run its splits."""
+    _scheduler(sched)
+    instance_arg(graph, Graph, "graph")
     if not sched.is_reset and not sched.is_alloc:
         sched.reset()
     if not sched.is_alloc:
@@ -404,6 +411,7 @@ def graph_compute_async(sched, graph) -> Status:
 
 def graph_compute(sched, graph) -> Status:
     """ggml_backend_sched_graph_compute: graph_compute_async, then synchronize."""
+    _scheduler(sched)
     try:
         status = graph_compute_async(sched, graph)
     except BaseException:
@@ -417,6 +425,7 @@ def graph_compute(sched, graph) -> Status:
 def synchronize(sched, raise_errors=True):
     """ggml_backend_sched_synchronize: wait for every backend, then raise the first
     error a backend reported (every backend is waited for even so)."""
+    _scheduler(sched)
     first = None
     for b in sched.backends:
         try:
@@ -426,3 +435,8 @@ def synchronize(sched, raise_errors=True):
     sched._core.synchronize_copy()
     if first is not None and raise_errors:
         raise first
+
+
+def _scheduler(sched):
+    from ggml_py.sched import Scheduler      # sched.py imports this module
+    return instance_arg(sched, Scheduler, "sched")

@@ -52,9 +52,15 @@ def _locked(method):
     calls -- alloc, set inputs, compute, read -- one turn)."""
     @functools.wraps(method)
     def locked(self, *args, **kwargs):
-        with self.lock:
+        with _scheduler(self).lock:
             return method(self, *args, **kwargs)
     return locked
+
+
+def _scheduler(sched):
+    if not isinstance(sched, Scheduler):
+        raise ArgumentTypeError(f"expected a Scheduler, got {type(sched).__name__}")
+    return sched
 
 
 @dataclass(frozen=True)
@@ -557,6 +563,8 @@ class Plan:
 
     @classmethod
     def from_scheduler(cls, sched: Scheduler, graph: Graph, name=""):
+        _scheduler(sched)
+        _check_graph(graph)
         tok = sched.token
         bname = lambda b: None if b is None else b.name  # noqa: E731
         nodes, leafs = graph.nodes, graph.leafs
@@ -594,12 +602,17 @@ class Plan:
 # ggml's C-style names, as thin aliases
 
 def ggml_backend_sched_new(backends, bufts, n_backends, graph_size, parallel, op_offload):
-    return Scheduler(list(backends)[:n_backends], None if bufts is None else list(bufts)[:n_backends],
-                     graph_size, parallel, op_offload)
+    n = int_arg(n_backends, "n_backends", 0, MAX_BACKENDS_LIMIT)
+    try:
+        backends = list(backends)[:n]
+        bufts = None if bufts is None else list(bufts)[:n]
+    except TypeError:
+        raise ArgumentTypeError("backends and bufts must be lists") from None
+    return Scheduler(backends, bufts, graph_size, parallel, op_offload)
 
 
 def ggml_backend_sched_free(sched):
-    sched.close()
+    _scheduler(sched).close()
 
 
 ggml_backend_sched_reset = Scheduler.reset
@@ -614,12 +627,12 @@ ggml_backend_sched_set_eval_callback = Scheduler.set_eval_callback
 
 
 def ggml_backend_sched_get_n_splits(sched):
-    return sched.n_splits
+    return _scheduler(sched).n_splits
 
 
 def ggml_backend_sched_get_n_copies(sched):
-    return sched.n_copies
+    return _scheduler(sched).n_copies
 
 
 def ggml_backend_sched_get_n_backends(sched):
-    return sched.n_backends
+    return _scheduler(sched).n_backends

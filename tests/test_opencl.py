@@ -19,7 +19,7 @@ from ggml_py import opscheck, ops
 from ggml_py._backend import get_buffer, set_buffer, view_init
 from conftest import ops_dir
 from ggml_py._core import Context
-from ggml_py.errors import AllocationError, BackendError
+from ggml_py.errors import AllocationError, ArgumentError, BackendError
 from ggml_py.backends import opencl
 from ggml_py.backends.cpu import CPUBackend
 
@@ -120,7 +120,7 @@ def test_buffer_roundtrip(ocl):
     view_init(v)
     assert get_buffer(v) is buf
     assert np.frombuffer(ocl.get_tensor(v), np.float32).tolist() == [4, 5, 6, 7]
-    with pytest.raises(BackendError, match="exceed"):
+    with pytest.raises(ArgumentError, match="exceed"):
         ocl.get_tensor(a, 0, 4096)
 
 

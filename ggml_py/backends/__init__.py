@@ -7,6 +7,8 @@ backends cost nothing until used (tinygrad's Device[...] pattern).
 
 import importlib
 
+from ggml_py.errors import ArgumentTypeError, BackendError, UnknownNameError
+
 # name -> (module, class)
 _REGISTRY = {
     "sim": ("ggml_py.backends.sim", "SimBackend"),
@@ -25,6 +27,9 @@ __all__ = ["register", "get_backend_class", "available", *_EXPORTS]
 
 def register(name, module, cls):
     """Register backend `name` as class `cls` of module `module` (imported on first use)."""
+    for what, value in (("name", name), ("module", module), ("cls", cls)):
+        if not isinstance(value, str):
+            raise ArgumentTypeError(f"register: {what} must be a string, got {type(value).__name__}")
     _REGISTRY[name] = (module, cls)
 
 
@@ -34,12 +39,16 @@ def available():
 
 
 def get_backend_class(name):
-    """The backend class registered as `name`; KeyError lists the known names."""
+    """The backend class registered as `name`; UnknownNameError (a KeyError) lists the
+    known names, BackendError says why a registered one cannot be imported."""
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise UnknownNameError(f"unknown backend {name!r}; known: {', '.join(available())}")
+    module, cls = _REGISTRY[name]
     try:
-        module, cls = _REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown backend {name!r}; known: {', '.join(available())}") from None
-    return getattr(importlib.import_module(module), cls)
+        return getattr(importlib.import_module(module), cls)
+    except (ImportError, AttributeError) as e:
+        raise BackendError(f"backend {name!r} is registered as {module}.{cls}, which cannot "
+                           f"be imported: {e}") from e
 
 
 def __getattr__(name):

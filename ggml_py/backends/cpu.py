@@ -22,6 +22,7 @@ import numpy as np
 
 from ggml_py._backend import (Backend, BufferType, allocated_buffer, get_buffer, graph_nodes,
                               tensor_ndarray, tensor_region)
+from ggml_py._core import instance_arg
 from ggml_py.errors import BackendError
 from ggml_py.runtime import ComputeError
 from ggml_py import quants
@@ -812,7 +813,7 @@ class CPUBackend(Backend):
 
     def supports_buft(self, buft):
         """Any host buffer type (ggml_backend_cpu_device_supports_buft: buft is host)."""
-        return bool(buft.is_host)
+        return bool(instance_arg(buft, BufferType, "buft").is_host)
 
     def graph_compute(self, graph):
         """Compute every node of `graph` in order (ggml_backend_graph_compute)."""

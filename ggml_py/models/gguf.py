@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ggml_py._core import instance_arg
+from ggml_py.errors import ModelError
 from ggml_py.models.transformer import Model, ModelConfig, weight_shapes
 
 ARCH = "llama"
@@ -27,8 +29,8 @@ def _gguf():
     return gguf
 
 
-class GGUFError(ValueError):
-    """A GGUF file this loader cannot turn into a model."""
+class GGUFError(ModelError):
+    """A GGUF file this loader cannot turn into a model (or cannot read at all)."""
 
 
 def _path(reader):
@@ -37,7 +39,10 @@ def _path(reader):
 
 
 def _field(reader, key, default=None, required=False):
-    f = reader.get_field(key)
+    get_field = getattr(reader, "get_field", None)
+    if get_field is None:
+        raise GGUFError(f"expected a gguf.GGUFReader, got {type(reader).__name__}")
+    f = get_field(key)
     if f is None:
         if required:
             raise GGUFError(f"{_path(reader)}: metadata key {key!r} is missing")
@@ -109,7 +114,10 @@ def _type_name(t) -> str:
 def load_gguf(path, n_ctx: int | None = None) -> Model:
     """A Model from a llama GGUF file (weights copied out of the file; not yet placed)."""
     gguf = _gguf()
-    reader = gguf.GGUFReader(str(path))
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except (OSError, ValueError) as e:
+        raise GGUFError(f"{path}: cannot read a GGUF file: {e}") from e
     cfg = config_from_gguf(reader, n_ctx)
     want = weight_shapes(cfg)
     weights = {}
@@ -129,7 +137,7 @@ def load_gguf(path, n_ctx: int | None = None) -> Model:
 def save_gguf(model: Model, path) -> None:
     """Write `model` as a llama GGUF file (dense or Mixtral-style top-k MoE)."""
     gguf = _gguf()
-    cfg = model.config
+    cfg = instance_arg(model, Model, "model").config
     if cfg.ffn not in ("dense", "moe_topk"):
         raise GGUFError(f"the {ARCH} architecture has no {cfg.ffn} FFN; only dense and "
                         "moe_topk models can be written")

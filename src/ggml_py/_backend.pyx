@@ -293,10 +293,10 @@ def set_buffer(Tensor tensor not None, Buffer buffer not None, offset=0):
     t.data = buffer.c.base + offs
 
 
-def tensor_region(Tensor tensor not None, memory, offset=0, size=None):
-    """The bytes [offset, offset + size) of an allocated tensor (size None: to its end)
-    as a view of `memory`, the numpy bytes behind its buffer. Every backend's byte access
-    (set_tensor, get_tensor, copies) goes through here: a negative or too large offset or
+def tensor_span(Tensor tensor not None, offset=0, size=None):
+    """(start, n): the bytes [offset, offset + size) of an allocated tensor (size None: to
+    its end), start counted from its buffer's base. Every backend's byte access
+    (set_tensor, get_tensor, copies) is checked here: a negative or too large offset or
     size is an ArgumentError naming the tensor."""
     cdef ggml_tensor * t = tensor.ptr
     allocated_buffer(tensor)
@@ -308,10 +308,16 @@ def tensor_region(Tensor tensor not None, memory, offset=0, size=None):
     if offs > nbytes or n > nbytes - offs:
         raise ArgumentError(f"tensor '{tensor.name}': {n} bytes at offset {offs} exceed "
                             f"its {nbytes} bytes")
-    cdef size_t start = <size_t>(t.data - t.buffer.base) + offs
-    if memory is None or start + n > <size_t>len(memory):
+    return <size_t>(t.data - t.buffer.base) + offs, n
+
+
+def tensor_region(Tensor tensor not None, memory, offset=0, size=None):
+    """The bytes of tensor_span as a view of `memory`, the numpy bytes behind the
+    tensor's buffer."""
+    start, n = tensor_span(tensor, offset, size)
+    if memory is None or start + n > len(memory):
         raise BackendError(f"tensor '{tensor.name}' lies outside the memory of its "
-                           f"{tensor_buffer_name(t)} buffer")
+                           f"{tensor_buffer_name(tensor.ptr)} buffer")
     return memory[start:start + n]
 
 

@@ -28,9 +28,10 @@ cdef bint ggml_is_contiguous(const ggml_tensor * t) noexcept nogil
 
 # ---- argument checks of the public API (they raise ArgumentError and friends) ----
 cpdef size_t size_arg(object value, what) except? 0
-cpdef int64_t int_arg(object value, what, int64_t lo, int64_t hi) except? -1
-cpdef Py_ssize_t index_arg(object value, what, Py_ssize_t n) except? -1
+cpdef int64_t int_arg(object value, what, object lo, object hi) except? -1
+cpdef Py_ssize_t index_arg(object value, what, object n) except? -1
 cpdef bytes name_arg(object value, what, bint allow_empty=*)
+cpdef object instance_arg(object value, cls, what, bint optional=*)
 cdef void * checked_calloc(size_t n, size_t size, what) except NULL
 
 cdef inline bint ggml_is_view_op(int op) noexcept nogil:

@@ -43,20 +43,21 @@ cpdef size_t size_arg(object value, what) except? 0:
     return v
 
 
-cpdef int64_t int_arg(object value, what, int64_t lo, int64_t hi) except? -1:
-    """An integer in [lo, hi] (the range of the C field it goes to)."""
+cpdef int64_t int_arg(object value, what, object lo, object hi) except? -1:
+    """An integer in [lo, hi] (the range of the C field it goes to, within int64)."""
     v = _integer(value, what)
-    if not lo <= v <= hi:
+    if not lo <= v <= hi or not INT64_MIN_ <= v <= INT64_MAX_:
         raise ArgumentError(f"{what} must be in [{lo}, {hi}], got {v}")
     return v
 
 
-cpdef Py_ssize_t index_arg(object value, what, Py_ssize_t n) except? -1:
+cpdef Py_ssize_t index_arg(object value, what, object n) except? -1:
     """An index into n items; negative ones count from the end, as in Python."""
     v = _integer(value, what)
+    n = _integer(n, "index_arg: n")
     if v < 0:
         v += n
-    if not 0 <= v < n:
+    if not 0 <= v < n or v > INT64_MAX_:
         raise OutOfRangeError(f"{what} {value} is out of range ({n} items)")
     return v
 
@@ -73,6 +74,16 @@ cpdef bytes name_arg(object value, what, bint allow_empty=False):
         raise ArgumentError(f"{what} must have {0 if allow_empty else 1} to "
                             f"{GGML_MAX_NAME - 1} bytes, got {value!r}")
     return b
+
+
+cpdef object instance_arg(object value, cls, what, bint optional=False):
+    """value, which must be an instance of cls (a class or a tuple of them), or None
+    when optional: the check at the entry of a Python API function."""
+    if (optional and value is None) or isinstance(value, cls):
+        return value
+    names = " or ".join([c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,))])
+    raise ArgumentTypeError(f"{what} must be a {names}{' or None' if optional else ''}, "
+                            f"got {type(value).__name__}")
 
 
 cdef void * checked_calloc(size_t n, size_t size, what) except NULL:
@@ -691,6 +702,9 @@ def check_extent(type, ne, nb, what="tensor"):
     """Refuse strides whose byte extent (ggml_nbytes) would not fit the C sizes: every
     size computed from it would wrap. Returns the extent."""
     cdef int t = type_id(type)
+    ne, nb = _dims(ne, "ne"), _dims(nb, "nb")
+    if len(ne) != 4 or len(nb) != 4:
+        raise ArgumentError(f"{what}: ne and nb need 4 entries each, got {ne} and {nb}")
     if any(x <= 0 for x in ne):
         return 0
     blck = TYPE_TRAITS[t].blck_size
