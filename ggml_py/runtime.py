@@ -399,14 +399,33 @@ def graph_compute_async(sched, graph) -> Status:
     if not sched.is_reset and not sched.is_alloc:
         sched.reset()
     if not sched.is_alloc:
+        # ggml allocates the graph here. Where it was allocated before, its inputs were
+        # set in that allocation: allocating again must leave them in place, or ggml
+        # would compute from bytes that are not the user's
+        lost = graph in sched._displaced
+        inputs = _placed_inputs(graph)
         try:
             sched.alloc_graph(graph)
         except MemoryError:
             return Status.ALLOC_FAILED
+        if lost or _placed_inputs(graph, inputs) != inputs:
+            sched.reset()
+            raise SchedulerError(
+                "graph_compute: the graph had to be allocated again (after a reset or "
+                "another graph's allocation) and its inputs did not keep their memory. "
+                "Call alloc_graph(graph), set its inputs, then compute", "inputs-lost")
     elif sched._graph is not graph:
         raise SchedulerError("graph_compute: the scheduler holds another allocated graph; "
                              "call reset() first", "already-allocated")
     return sched.runtime.compute_splits(graph)
+
+
+def _placed_inputs(graph, like=None):
+    """{input tensor: (buffer, address)} of the graph's INPUT tensors that have memory
+    (with `like`: of the tensors in it)."""
+    tensors = graph.leafs + graph.nodes if like is None else like
+    return {t: (get_buffer(t), t.data_address) for t in tensors
+            if "INPUT" in t.flags and t.data_address}
 
 
 def graph_compute(sched, graph) -> Status:

@@ -12,6 +12,7 @@ import functools
 import logging
 import os
 import threading
+import weakref
 from dataclasses import dataclass, field
 
 from ggml_py._backend import Backend, BufferType
@@ -152,6 +153,10 @@ class Scheduler:
                                _env_int("GGML_SCHED_DEBUG_REALLOC")
                                if debug_realloc is None else debug_realloc, realloc_raises)
         self._graph = None
+        # graphs whose placements a later alloc_graph took back: their inputs are gone,
+        # so graph_compute does not allocate them again behind the user's back
+        self._allocated = None
+        self._displaced = weakref.WeakSet()
         self.debug = _env_int("GGML_SCHED_DEBUG")
         # debug mode: prove every allocation sound (alloc.validate_allocation)
         self.validate = (os.environ.get("GGML_PY_VALIDATE_ALLOC", "0") not in ("", "0")
@@ -169,6 +174,10 @@ class Scheduler:
         self.synchronize()
         self._core.close()
         self._graph = None
+        last = self._allocated() if self._allocated is not None else None
+        if last is not None:
+            self._displaced.add(last)
+        self._allocated = None
 
     def __enter__(self):
         return self
@@ -247,6 +256,11 @@ class Scheduler:
         if not ok:
             self.reset()
             raise self._allocation_error()
+        last = self._allocated() if self._allocated is not None else None
+        if last is not None and last is not graph:
+            self._displaced.add(last)
+        self._displaced.discard(graph)
+        self._allocated = weakref.ref(graph)
         if self.debug:
             self.log_assignments()
         if self.validate:

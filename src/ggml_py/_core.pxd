@@ -190,6 +190,7 @@ cdef class Graph:
     cdef ggml_cgraph graph
     cdef readonly Context context       # where its tensors live (may be None)
     cdef set _owners                    # contexts of tensors added from elsewhere
+    cdef object __weakref__
 
 cdef Tensor tensor_handle(ggml_tensor * t)
 cdef ggml_tensor * tensor_ptr(object t, what=*) except NULL

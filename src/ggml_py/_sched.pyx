@@ -39,8 +39,15 @@ for _i in range(GGML_MAX_SRC):
     CAUSE_NAMES[CAUSE_1_WGT0 + _i] = f"1.wgt{_i}"
 
 
-cdef inline ggml_backend_buffer * _base_buffer(const ggml_tensor * t) noexcept:
-    return t.view_src.buffer if t.view_src != NULL else t.buffer
+cdef inline ggml_backend_buffer * _memory(SchedCore s, ggml_backend_buffer * b) noexcept:
+    """b, unless it is one of this scheduler's compute buffers: a tensor placed there by
+    an earlier allocation is placed anew by the next, so the split treats it as
+    unallocated (ggml would take it for memory of its own, a graph's stale placement)."""
+    return NULL if b != NULL and b.allocator == <void *>s.galloc else b
+
+
+cdef inline ggml_backend_buffer * _base_buffer(SchedCore s, const ggml_tensor * t) noexcept:
+    return _memory(s, t.view_src.buffer if t.view_src != NULL else t.buffer)
 
 
 # ---------------------------------------------------------------------------
@@ -80,7 +87,7 @@ cdef int sched_tensor_backend_id(SchedCore s, ggml_tensor * t) noexcept:
 
 cdef int backend_from_buffer(SchedCore s, ggml_tensor * tensor, ggml_tensor * op) except -2:
     """Highest-priority backend that can use tensor's buffer and run op; -1 if none."""
-    cdef ggml_backend_buffer * buf = _base_buffer(tensor)
+    cdef ggml_backend_buffer * buf = _base_buffer(s, tensor)
     cdef int i
     if buf == NULL:
         return -1
@@ -104,8 +111,8 @@ cdef int backend_id_from_cur(SchedCore s, ggml_tensor * tensor, uint8_t * cause)
         if cur != -1:
             cause[0] = CAUSE_1_VSRC
             return cur
-    buf = _base_buffer(tensor)
-    if buf == NULL and tensor.buffer != NULL:
+    buf = _base_buffer(s, tensor)
+    if buf == NULL and _memory(s, tensor.buffer) != NULL:
         # ggml reads the view_src's buffer (here NULL) for its message and crashes
         raise SchedulerError(
             f"view '{tensor_name(tensor)}' (op {OP_NAMES_LIST[tensor.op]}) has a buffer of type "
@@ -143,7 +150,7 @@ cdef int backend_id_from_cur(SchedCore s, ggml_tensor * tensor, uint8_t * cause)
 
 cdef int buffer_supported(SchedCore s, ggml_tensor * t, int backend_id) except -1:
     """Can backend_id read t where it is (or will be)?"""
-    cdef ggml_backend_buffer * buf = _base_buffer(t)
+    cdef ggml_backend_buffer * buf = _base_buffer(s, t)
     cdef ggml_backend_buffer_type * buft = NULL
     cdef int id
     if buf != NULL:
@@ -771,10 +778,8 @@ cdef int sched_alloc_splits(SchedCore s) except -1:
 
 
 cdef int sched_alloc_graph(SchedCore s, Graph graph) except -1:
-    """ggml_backend_sched_alloc_graph: split on the next copy slot, then allocate."""
-    if s.is_alloc:
-        raise SchedulerError("the scheduler already holds an allocated graph: call reset() "
-                             "before allocating another", "already-allocated")
+    """ggml_backend_sched_alloc_graph: split on the next copy slot, then allocate
+    (the caller checked that no graph is allocated)."""
     check_graph_fits(s, &graph.graph)      # before the copy slot moves, as ggml checks it
     s.cur_copy = s.next_copy
     s.next_copy = (s.next_copy + 1) % s.n_copies
@@ -927,6 +932,10 @@ cdef class SchedCore:
     def alloc_graph(self, Graph graph not None):
         """Split and allocate; True, or False when a buffer could not be allocated
         (the allocator's last_error says which)."""
+        if self.is_alloc:
+            # refused before anything changes: the allocated graph stays as it is
+            raise SchedulerError("the scheduler already holds an allocated graph: call "
+                                 "reset() before allocating another", "already-allocated")
         try:
             ok = sched_alloc_graph(self, graph)
         except BaseException:
