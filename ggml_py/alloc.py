@@ -133,17 +133,18 @@ def allocation_problems(graph, allocator=None):
             if allocator is None or allocator.tensor_location(t)[2] is not None:
                 owners.append(t)
 
-    # no overlap while alive
+    # no overlap while alive, within each buffer (simulated buffers' fake addresses may
+    # coincide across buffers: nothing is behind them)
     first, last = _liveness(graph)
     nodes = graph.nodes
-    live = [(t, first.get(t), last.get(t)) for t in owners if t in first]
-    live.sort(key=lambda e: e[0].data_address)
+    live = [(t, first.get(t), last.get(t), get_buffer(t)) for t in owners if t in first]
+    live.sort(key=lambda e: (id(e[3]), e[0].data_address))
     for a in range(len(live)):
-        ta, fa, la = live[a]
+        ta, fa, la, buf = live[a]
         end_a = ta.data_address + ta.nbytes
         for b in range(a + 1, len(live)):
-            tb, fb, lb = live[b]
-            if tb.data_address >= end_a:
+            tb, fb, lb, buf_b = live[b]
+            if buf_b is not buf or tb.data_address >= end_a:
                 break
             if la < fb or lb < fa:
                 continue            # lifetimes do not meet

@@ -225,6 +225,11 @@ def _check_views(tensors):
         if data_size and data_size + t["view_offs"] > size:
             fail(where, f"view of {data_size} bytes at view_offs {t['view_offs']} does not fit "
                         f"in view_src {v} {base['name']!r} ({size} bytes)")
+        # ggml checks the contiguous size only; strides reaching further would have
+        # kernels read and write past the view_src
+        if data_size and _nbytes(t) + t["view_offs"] > size:
+            fail(where, f"the view's strides {t['nb']} reach {_nbytes(t)} bytes from view_offs "
+                        f"{t['view_offs']}, past view_src {v} {base['name']!r} ({size} bytes)")
 
 
 def _nbytes(t):

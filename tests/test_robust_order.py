@@ -55,14 +55,33 @@ def test_reading_a_view_of_a_later_node_is_refused():
     v = ctx.reshape(b, (32,), name="v")
     d = ops.scale(ctx, v, 3.0)
     d.name = "d"
-    # d reads v, a view of b; b comes after d (the view itself computes nothing)
-    g = gp.Graph.from_lists([a, v, d, b], [x])
+    # d reads v, a view of b (not a node of this graph); b comes after d
+    g = gp.Graph.from_lists([a, d, b], [x])
     with pytest.raises(GraphError, match="'d' reads 'v'"):
         Scheduler([cpu], graph_size=16).split_graph(g)
-    # a view listed before its base is fine as long as its readers come after both
-    ok = gp.Graph.from_lists([a, v, b, d], [x])
+    # a view before its base, too: the allocator takes its source as used there
+    with pytest.raises(GraphError, match="'v' reads 'b'"):
+        gp.Graph.from_lists([a, v, b, d], [x]).check_order()
+    ok = gp.Graph.from_lists([a, b, v, d], [x])
     ok.check_order()
     Scheduler([cpu], graph_size=16).split_graph(ok)
+
+
+def test_an_input_the_graph_computes_is_refused():
+    cpu = CPUBackend()
+    ctx = gp.Context()
+    x, a, b, c = chain(ctx)
+    g = gp.Graph.from_lists([a, b, c], [x])
+    b.set_input()           # the scheduler would copy it before computing it
+    with pytest.raises(GraphError, match="'b' is flagged INPUT"):
+        Scheduler([cpu], graph_size=16).split_graph(g)
+    ctx2 = gp.Context()
+    x, a, b, c = chain(ctx2)
+    v = ctx2.reshape(a, (32,), name="v").set_input()        # a view of a computed node
+    d = ops.scale(ctx2, v, 2.0)
+    g = gp.Graph.from_lists([a, b, c, v, d], [x])
+    with pytest.raises(GraphError, match="'v' is flagged INPUT"):
+        Scheduler([cpu], graph_size=16).split_graph(g)
 
 
 @st.composite

@@ -820,7 +820,9 @@ cdef class GraphAllocator:
                 if not no_alloc:
                     if not self.vbuffer_alloc(i):
                         return 0
-        self.valid = True
+        # a dry run's plan has no buffers behind it (ggml would place tensors in
+        # missing chunks): the next alloc_graph plans again
+        self.valid = not no_alloc
         return 1
 
     cdef int vbuffer_alloc(self, int i) except -1:

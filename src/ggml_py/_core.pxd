@@ -153,19 +153,23 @@ cdef inline bint ggml_is_computed_from(const ggml_cgraph * g, const ggml_tensor 
 
 cdef inline ggml_tensor * ggml_unready_source(const ggml_cgraph * g, const ggml_tensor * node,
                                               int i) noexcept nogil:
-    """A source of g.nodes[i] that g computes at i or later (itself, or the view base
-    whose memory it shows), else NULL: nodes run in order, so such a graph would read
-    garbage. Nodes that compute nothing (views) read nothing. The orders of g's nodes
-    must be set."""
+    """A tensor g.nodes[i] reads or writes that g computes at i or later (a source,
+    the view base whose memory a source shows, or the base a computing node writes
+    into), else NULL: nodes run (and are allocated) in order, so such a graph would
+    compute garbage. An op NONE node (the scheduler's dependency views) reads nothing.
+    The orders of g's nodes must be set."""
     cdef int j
     cdef const ggml_tensor * src
-    if node.op == OP_NONE or ggml_is_view_op(node.op):
+    if node.op == OP_NONE:
         return NULL
     for j in range(GGML_MAX_SRC):
         src = node.src[j]
         if src != NULL and (ggml_is_computed_from(g, src, i) or
                             (src.view_src != NULL and ggml_is_computed_from(g, src.view_src, i))):
             return <ggml_tensor *>src
+    if (node.view_src != NULL and not ggml_is_view_op(node.op)
+            and ggml_is_computed_from(g, node.view_src, i)):
+        return node.view_src
     return NULL
 
 cdef int ggml_graph_check_order(ggml_cgraph * g) except -1

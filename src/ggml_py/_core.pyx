@@ -528,7 +528,8 @@ cdef int ggml_graph_check_order(ggml_cgraph * g) except -1:
 
 
 cdef str order_message(const ggml_tensor * node, int i, const ggml_tensor * src):
-    return (f"graph is not in topological order: node {i} '{tensor_name(node)}' reads "
+    verb = "writes into" if src == node.view_src and not ggml_is_view_op(node.op) else "reads"
+    return (f"graph is not in topological order: node {i} '{tensor_name(node)}' {verb} "
             f"'{tensor_name(src)}', which the graph computes at the same position or later")
 
 

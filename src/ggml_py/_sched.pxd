@@ -104,6 +104,11 @@ cdef class SchedCore:
     cdef readonly int n_reallocs                # reserves made by alloc_graph
     cdef readonly int n_unexpected_reallocs     # ... of them with an unchanged graph
 
+    # the last split was not allocated: the allocator's plan is of an older split, whose
+    # backend ids alloc_graph cannot compare with
+    cdef bint split_pending
+    cdef bint plan_stale
+
     cdef bint op_offload
     cdef readonly bint is_reset
     cdef readonly bint is_alloc

@@ -19,7 +19,7 @@ from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handl
                             ggml_hash_find_or_insert, ggml_hash_find, ggml_bitset_get,
                             ggml_is_view_op, ggml_dup_tensor_layout, ggml_view_tensor,
                             ggml_context_reset, ggml_context_tensor, ggml_unready_source,
-                            ggml_hash_size, ggml_context,
+                            ggml_hash_size, ggml_context, ggml_is_computed_from, OP_NONE,
                             order_message,
                             checked_calloc, int_arg, index_arg, OP_ROPE)
 from ggml_py._backend cimport (Backend, BufferType, backend_supports_op, backend_supports_buft,
@@ -272,6 +272,11 @@ cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
     return 0
 
 
+cdef inline bint _computed_input(ggml_cgraph * graph, ggml_tensor * t) noexcept:
+    return ((t.op != OP_NONE and not ggml_is_view_op(t.op))
+            or (t.view_src != NULL and ggml_is_computed_from(graph, t.view_src, 0)))
+
+
 cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
     """Pass 4: views follow their view_src, unassigned sources follow their
     node, and a node still without a backend takes the first that supports it."""
@@ -282,6 +287,11 @@ cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
     for i in range(graph.n_nodes):
         node = graph.nodes[i]
         h = s.node_slots[i]
+        if node.flags & GGML_TENSOR_FLAG_INPUT and _computed_input(graph, node):
+            raise GraphError(
+                f"'{tensor_name(node)}' is flagged INPUT, but the graph computes it (or the "
+                f"tensor it views): inputs hold what the user sets, and the scheduler copies "
+                f"them at the start of a split, before they would be computed")
         if node.view_src != NULL and s.hv_tensor_backend_ids[h] == -1:
             s.hv_tensor_backend_ids[h] = backend_of(s, node.view_src)
             s.hv_tensor_causes[h] = CAUSE_4_VSRC
@@ -379,6 +389,20 @@ cdef int new_split(SchedCore s, int i_start, int backend_id) except -1:
     return 0
 
 
+cdef int check_view_assignment(SchedCore s, ggml_tensor * view, Py_ssize_t h) except -1:
+    """A view the user assigned must run where its memory is: ggml copies it at the
+    start of the split that reads it, which may come before its view_src is computed."""
+    cdef int b = s.hv_tensor_backend_ids[h]
+    cdef int vb = backend_of(s, view.view_src)
+    if view.view_src != NULL and vb != -1 and s.bufts[vb] != s.bufts[b]:
+        raise SchedulerError(
+            f"view '{tensor_name(view)}' is assigned to backend "
+            f"{s.backends[b].name.decode()}, but its memory is that of its view_src "
+            f"'{tensor_name(view.view_src)}' on {s.backends[vb].name.decode()}: a view runs "
+            f"where its view_src lives", "view-assigned-away")
+    return 0
+
+
 cdef int count_new_inputs(SchedCore s, ggml_tensor * node, int cur_backend_id) except -1:
     """How many inputs node would add to a split on cur_backend_id."""
     cdef int j, k, n = 0
@@ -425,19 +449,24 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
         if not ggml_is_view_op(node.op):
             split.backend_id = s.hv_tensor_backend_ids[s.node_slots[i]]
             break
+        bad = ggml_unready_source(graph, node, i)
+        if bad != NULL:
+            raise GraphError(order_message(node, i, bad))
         i += 1
     cur_backend_id = split.backend_id
 
     while i < graph.n_nodes:
         node = graph.nodes[i]
-        if ggml_is_view_op(node.op):
-            i += 1
-            continue
         # ggml assumes nodes come after what they read; a graph that does not would
         # compute garbage
         bad = ggml_unready_source(graph, node, i)
         if bad != NULL:
             raise GraphError(order_message(node, i, bad))
+        if ggml_is_view_op(node.op):
+            if s.hv_tensor_causes[s.node_slots[i]] == CAUSE_USR:
+                check_view_assignment(s, node, s.node_slots[i])
+            i += 1
+            continue
         node_backend_id = s.hv_tensor_backend_ids[s.node_slots[i]]
 
         # a new split where a weight needs copying (its memory can then be
@@ -708,6 +737,9 @@ cdef int sched_split_graph(SchedCore s, Graph g) except -1:
     cdef ggml_cgraph * graph = &g.graph
     undo_rewiring(s)
     retire_arena(s)
+    if s.split_pending:
+        s.plan_stale = True
+    s.split_pending = True
     s.n_splits = 0
     s.n_graph_inputs = 0
     s.is_reset = False
@@ -750,8 +782,11 @@ cdef inline bint _ids_changed(SchedCore s, const int * ids, const int * prev, in
 cdef int sched_alloc_splits(SchedCore s) except -1:
     """Place the graph copy in the compute buffers, reusing the last reservation
     when the backends did not change; reserve again otherwise. 1 ok, 0 failed."""
-    cdef bint changed = (_ids_changed(s, s.node_backend_ids, s.prev_node_backend_ids, s.graph.n_nodes)
+    cdef bint changed = (s.plan_stale
+                         or _ids_changed(s, s.node_backend_ids, s.prev_node_backend_ids, s.graph.n_nodes)
                          or _ids_changed(s, s.leaf_backend_ids, s.prev_leaf_backend_ids, s.graph.n_leafs))
+    s.split_pending = False
+    s.plan_stale = False
     cdef bint unexpected
     cdef int b
     # the galloc keeps the tensors it places alive: the user's graph and the copies
@@ -946,7 +981,9 @@ cdef class SchedCore:
 
     def reserve_n(self):
         """Reserve compute buffers for the current graph copy (after a split)."""
-        return bool(self.galloc.reserve_n(&self.graph, self.node_backend_ids, self.leaf_backend_ids))
+        ok = self.galloc.reserve_n(&self.graph, self.node_backend_ids, self.leaf_backend_ids)
+        self.split_pending = self.plan_stale = False    # the plan is the last split's
+        return bool(ok)
 
     def reserve_n_size(self):
         """Buffer sizes per backend the current graph copy would need (a dry run)."""
