@@ -146,34 +146,30 @@ cdef inline bint ggml_is_node_from(const ggml_cgraph * g, const ggml_tensor * t,
     cdef int p = t.order
     return i <= p < g.n_nodes and g.nodes[p] == t
 
+# The order rules (ggml runs and allocates nodes in order, so a graph that breaks them
+# would compute garbage): a node comes after every node it reads, and after the base a
+# computing node writes into; a tensor that is not a node (a leaf) may not show the
+# memory of a node the graph computes. op NONE nodes (the scheduler's dependency
+# views) read nothing. The orders of g's nodes must be set.
+
+cdef inline bint ggml_computes(const ggml_tensor * t) noexcept nogil:
+    """Does a graph run a kernel for t? (View ops and NONE only name memory.)"""
+    return t.op != OP_NONE and not ggml_is_view_op(t.op)
+
 cdef inline bint ggml_is_computed_from(const ggml_cgraph * g, const ggml_tensor * t,
                                        int i) noexcept nogil:
-    """Does g compute t at position i or later? (View ops and NONE compute nothing.)"""
-    return t.op != OP_NONE and not ggml_is_view_op(t.op) and ggml_is_node_from(g, t, i)
+    """Does g compute t at position i or later?"""
+    return ggml_computes(t) and ggml_is_node_from(g, t, i)
 
-cdef inline ggml_tensor * ggml_unready_source(const ggml_cgraph * g, const ggml_tensor * node,
-                                              int i) noexcept nogil:
-    """A tensor g.nodes[i] reads or writes that g computes at i or later (a source,
-    the view base whose memory a source shows, or the base a computing node writes
-    into), else NULL: nodes run (and are allocated) in order, so such a graph would
-    compute garbage. An op NONE node (the scheduler's dependency views) reads nothing.
-    The orders of g's nodes must be set."""
-    cdef int j
-    cdef const ggml_tensor * src
-    if node.op == OP_NONE:
-        return NULL
-    for j in range(GGML_MAX_SRC):
-        src = node.src[j]
-        if src != NULL and (ggml_is_computed_from(g, src, i) or
-                            (src.view_src != NULL and ggml_is_computed_from(g, src.view_src, i))):
-            return <ggml_tensor *>src
-    if (node.view_src != NULL and not ggml_is_view_op(node.op)
-            and ggml_is_computed_from(g, node.view_src, i)):
-        return node.view_src
-    return NULL
+cdef inline bint ggml_views_computed_node(const ggml_cgraph * g,
+                                          const ggml_tensor * t) noexcept nogil:
+    """Is t (not a node of g) a view of memory g computes?"""
+    return (t.view_src != NULL and not ggml_is_node_from(g, t, 0)
+            and ggml_is_computed_from(g, t.view_src, 0))
 
 cdef int ggml_graph_check_order(ggml_cgraph * g) except -1
 cdef str order_message(const ggml_tensor * node, int i, const ggml_tensor * src)
+cdef str leaf_view_message(const ggml_tensor * t)
 cdef int ggml_graph_init(ggml_cgraph * g, int size) except -1
 cdef void ggml_graph_free(ggml_cgraph * g) noexcept nogil
 cdef void ggml_graph_clear(ggml_cgraph * g) noexcept nogil

@@ -514,16 +514,30 @@ cdef int ggml_graph_init(ggml_cgraph * g, int size) except -1:
 
 
 cdef int ggml_graph_check_order(ggml_cgraph * g) except -1:
-    """Refuse a graph whose nodes are not in topological order (a node before a
-    source it reads): backends run nodes in order and would compute garbage."""
-    cdef int i
+    """Refuse a graph that breaks the order rules (_core.pxd): backends run nodes in
+    order and would compute garbage. (The split checks the same rules in its passes.)"""
+    cdef int i, j
+    cdef ggml_tensor * node
     cdef ggml_tensor * src
     for i in range(g.n_nodes):
         g.nodes[i].order = i
+    for i in range(g.n_leafs):
+        if ggml_views_computed_node(g, g.leafs[i]):
+            raise GraphError(leaf_view_message(g.leafs[i]))
     for i in range(g.n_nodes):
-        src = ggml_unready_source(g, g.nodes[i], i)
-        if src != NULL:
-            raise GraphError(order_message(g.nodes[i], i, src))
+        node = g.nodes[i]
+        if node.op == OP_NONE:
+            continue
+        for j in range(GGML_MAX_SRC):
+            src = node.src[j]
+            if src == NULL:
+                continue
+            if ggml_is_node_from(g, src, i):
+                raise GraphError(order_message(node, i, src))
+            if ggml_views_computed_node(g, src):
+                raise GraphError(leaf_view_message(src))
+        if node.view_src != NULL and ggml_is_computed_from(g, node.view_src, i):
+            raise GraphError(order_message(node, i, node.view_src))
     return 0
 
 
@@ -531,6 +545,12 @@ cdef str order_message(const ggml_tensor * node, int i, const ggml_tensor * src)
     verb = "writes into" if src == node.view_src and not ggml_is_view_op(node.op) else "reads"
     return (f"graph is not in topological order: node {i} '{tensor_name(node)}' {verb} "
             f"'{tensor_name(src)}', which the graph computes at the same position or later")
+
+
+cdef str leaf_view_message(const ggml_tensor * t):
+    return (f"'{tensor_name(t)}' is not a node of the graph but a view of "
+            f"'{tensor_name(t.view_src)}', which the graph computes: nothing orders them "
+            f"(list the view as a node after what it views)")
 
 
 cdef void ggml_graph_free(ggml_cgraph * g) noexcept nogil:

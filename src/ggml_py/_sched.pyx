@@ -18,8 +18,10 @@ from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handl
                             ggml_hash_set_init, ggml_hash_set_free, ggml_hash_set_reset,
                             ggml_hash_find_or_insert, ggml_hash_find, ggml_bitset_get,
                             ggml_is_view_op, ggml_dup_tensor_layout, ggml_view_tensor,
-                            ggml_context_reset, ggml_context_tensor, ggml_unready_source,
-                            ggml_hash_size, ggml_context, ggml_is_computed_from, OP_NONE,
+                            ggml_context_reset, ggml_context_tensor, ggml_is_node_from,
+                            ggml_views_computed_node, leaf_view_message,
+                            ggml_hash_size, ggml_context, ggml_is_computed_from,
+                            ggml_computes, OP_NONE,
                             order_message,
                             checked_calloc, int_arg, index_arg, OP_ROPE)
 from ggml_py._backend cimport (Backend, BufferType, backend_supports_op, backend_supports_buft,
@@ -192,15 +194,22 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
             raise AllocationError("cannot grow the scheduler's tables")
         s.node_is_view = <uint8_t *>tmp
         s.node_slots_capacity = graph.n_nodes
+    cdef bint leaf_views = False
     for i in range(graph.n_leafs + graph.n_nodes):
         t = graph.leafs[i] if i < graph.n_leafs else graph.nodes[i - graph.n_leafs]
         h = hash_id(s, t)
         if i >= graph.n_leafs:
             s.node_slots[i - graph.n_leafs] = h
             s.node_is_view[i - graph.n_leafs] = ggml_is_view_op(t.op)
-            t.order = i - graph.n_leafs      # for the topological-order check of pass 5
+            t.order = i - graph.n_leafs      # for the order checks of passes 4 and 5
+        else:
+            leaf_views |= t.view_src != NULL
         if s.hv_tensor_backend_ids[h] == -1:
             s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, &s.hv_tensor_causes[h])
+    if leaf_views:
+        for i in range(graph.n_leafs):
+            if ggml_views_computed_node(graph, graph.leafs[i]):
+                raise GraphError(leaf_view_message(graph.leafs[i]))
     return 0
 
 
@@ -273,8 +282,7 @@ cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
 
 
 cdef inline bint _computed_input(ggml_cgraph * graph, ggml_tensor * t) noexcept:
-    return ((t.op != OP_NONE and not ggml_is_view_op(t.op))
-            or (t.view_src != NULL and ggml_is_computed_from(graph, t.view_src, 0)))
+    return ggml_computes(t) or (t.view_src != NULL and ggml_is_computed_from(graph, t.view_src, 0))
 
 
 cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
@@ -292,6 +300,12 @@ cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
                 f"'{tensor_name(node)}' is flagged INPUT, but the graph computes it (or the "
                 f"tensor it views): inputs hold what the user sets, and the scheduler copies "
                 f"them at the start of a split, before they would be computed")
+        # the order rules (_core.pxd) where pass 5 does not look: the base a node
+        # writes into (or shows), and a view's sources (the allocator takes them as
+        # used where the view is)
+        if (node.view_src != NULL and node.op != OP_NONE
+                and ggml_is_computed_from(graph, node.view_src, i)):
+            raise GraphError(order_message(node, i, node.view_src))
         if node.view_src != NULL and s.hv_tensor_backend_ids[h] == -1:
             s.hv_tensor_backend_ids[h] = backend_of(s, node.view_src)
             s.hv_tensor_causes[h] = CAUSE_4_VSRC
@@ -299,8 +313,12 @@ cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
             src = node.src[j]
             if src == NULL:
                 continue
+            if s.node_is_view[i] and ggml_is_node_from(graph, src, i):
+                raise GraphError(order_message(node, i, src))
             hs = hash_id(s, src)
             if s.hv_tensor_backend_ids[hs] == -1:
+                if ggml_views_computed_node(graph, src):
+                    raise GraphError(leaf_view_message(src))
                 if src.view_src != NULL:
                     s.hv_tensor_backend_ids[hs] = backend_of(s, src.view_src)
                     s.hv_tensor_causes[hs] = CAUSE_4_VSRC
@@ -437,7 +455,6 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
     cdef ggml_tensor * node
     cdef ggml_tensor * src
     cdef ggml_tensor * cpy
-    cdef ggml_tensor * bad
     cdef sched_split * split
 
     s.n_splits = 0
@@ -449,19 +466,11 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
         if not ggml_is_view_op(node.op):
             split.backend_id = s.hv_tensor_backend_ids[s.node_slots[i]]
             break
-        bad = ggml_unready_source(graph, node, i)
-        if bad != NULL:
-            raise GraphError(order_message(node, i, bad))
         i += 1
     cur_backend_id = split.backend_id
 
     while i < graph.n_nodes:
         node = graph.nodes[i]
-        # ggml assumes nodes come after what they read; a graph that does not would
-        # compute garbage
-        bad = ggml_unready_source(graph, node, i)
-        if bad != NULL:
-            raise GraphError(order_message(node, i, bad))
         if ggml_is_view_op(node.op):
             if s.hv_tensor_causes[s.node_slots[i]] == CAUSE_USR:
                 check_view_assignment(s, node, s.node_slots[i])
@@ -499,6 +508,10 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
             src = node.src[j]
             if src == NULL:
                 continue
+            # ggml assumes nodes come after what they read; a graph that does not
+            # would compute garbage
+            if ggml_is_node_from(graph, src, i):
+                raise GraphError(order_message(node, i, src))
             src_id = hash_id(s, src)
             src_backend_id = s.hv_tensor_backend_ids[src_id]
             if src_backend_id == -1:
