@@ -109,7 +109,7 @@ cdef class GraphAllocator:
     cdef size_t get_buffer_size(self, int buffer_id) except? 0
 
     # internals
-    cdef int record_placed(self, ggml_tensor * t) except -1
+    cdef int grow_placed(self) except -1
     cdef int unplace(self) except -1
     cdef int _id(self, buffer_id) except -1
     cdef size_t alloc_size(self, int buffer_id, ggml_tensor * t) except? 0

@@ -24,12 +24,12 @@ from libc.stdint cimport int64_t, INT64_MIN, SIZE_MAX
 
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (size_arg, index_arg, tensor_name, ggml_graph_check_order,
-                            ggml_nbytes, ggml_hash_set_init, ggml_hash_set_free,
+                            GGML_PY_MAX_BYTES, ggml_nbytes, ggml_hash_set_init, ggml_hash_set_free,
                             ggml_hash_set_reset, ggml_hash_find_or_insert, tensor_handle,
                             Tensor, Graph)
 from ggml_py._backend cimport BufferType, Buffer, _live
 
-from ggml_py._core import OP_IDS, MAX_BYTES
+from ggml_py._core import OP_IDS
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, SchedulerError,
                             UnknownNameError)
 
@@ -109,9 +109,14 @@ cdef int view_init(ggml_tensor * tensor) except -1:
 
 
 cdef size_t _buft_alloc_size(BufferType buft, ggml_tensor * t) except? 0:
-    """ggml_backend_buft_get_alloc_size through the Python slot."""
-    return size_arg(buft.get_alloc_size(tensor_handle(t)),
-                    f"{type(buft).__name__}.get_alloc_size('{tensor_name(t)}')")
+    """ggml_backend_buft_get_alloc_size through the Python slot, checked (the
+    allocators' slow path: ggml_nbytes serves most buffer types)."""
+    cdef size_t size = size_arg(buft.get_alloc_size(tensor_handle(t)),
+                                f"{type(buft).__name__}.get_alloc_size('{tensor_name(t)}')")
+    if size > GGML_PY_MAX_BYTES:
+        raise AllocationError(f"tensor '{tensor_name(t)}' needs {size} bytes, more than "
+                              f"{GGML_PY_MAX_BYTES}")
+    return size
 
 
 # ---------------------------------------------------------------------------
@@ -132,11 +137,7 @@ cdef class TensorAllocator:
         AllocationError and leaves the allocator as it was."""
         cdef ggml_tensor * t = tensor.ptr
         _live(self.buffer)
-        cdef size_t size = size_arg(self.buffer.buffer_type.get_alloc_size(tensor),
-                                    "get_alloc_size")
-        if size > MAX_BYTES:
-            raise AllocationError(f"tensor '{tensor.name}' needs {size} bytes, more than "
-                                  f"{MAX_BYTES}")
+        cdef size_t size = _buft_alloc_size(self.buffer.buffer_type, t)
         cdef size_t padded = aligned_offset(0, size, self.alignment)   # GGML_PAD
         if self.offset > self.buffer.c.size or padded > self.buffer.c.size - self.offset:
             raise AllocationError(
@@ -211,10 +212,10 @@ cdef buffer_address dyn_alloc(dyn_tallocr * alloc, size_t size) except *:
     last block of the chunk that wastes least or grows least (reuse factor);
     failing that, a new chunk.
     """
-    if size > MAX_BYTES or alloc.alignment > MAX_BYTES:
+    if size > GGML_PY_MAX_BYTES or alloc.alignment > GGML_PY_MAX_BYTES:
         # offsets are sums of sizes: past this they could wrap size_t (ggml's would)
         raise AllocationError(f"graph allocation: {size} bytes at alignment {alloc.alignment} "
-                              f"exceed the {MAX_BYTES}-byte limit of one tensor")
+                              f"exceed the {GGML_PY_MAX_BYTES}-byte limit of one tensor")
     size = aligned_offset(0, size, alloc.alignment)
     cdef int c, i
     cdef int best_chunk = -1, best_block = -1
@@ -399,6 +400,15 @@ cdef inline bint placed_here(GraphAllocator galloc, const ggml_tensor * t) noexc
     return t.buffer != NULL and t.buffer.allocator == <void *>galloc
 
 
+cdef inline int record_placed(GraphAllocator galloc, ggml_tensor * t) except -1:
+    """Note that galloc pointed t into one of its buffers (see unplace)."""
+    if galloc.n_placed == galloc.placed_cap:
+        galloc.grow_placed()
+    galloc.placed[galloc.n_placed] = t
+    galloc.n_placed += 1
+    return 0
+
+
 cdef class GraphAllocator:
     """Plans and allocates the compute memory of graphs (ggml_gallocr).
 
@@ -497,16 +507,12 @@ cdef class GraphAllocator:
     # buffer that is reallocated or freed: each is "unplaced" first, and reading it
     # afterwards is a clear error instead of a read of freed memory.
 
-    cdef int record_placed(self, ggml_tensor * t) except -1:
-        cdef void * tmp
-        if self.n_placed == self.placed_cap:
-            tmp = realloc(self.placed, (2 * self.placed_cap + 64) * sizeof(ggml_tensor *))
-            if tmp == NULL:
-                raise AllocationError("cannot grow the graph allocator's placement table")
-            self.placed = <ggml_tensor **>tmp
-            self.placed_cap = 2 * self.placed_cap + 64
-        self.placed[self.n_placed] = t
-        self.n_placed += 1
+    cdef int grow_placed(self) except -1:
+        cdef void * tmp = realloc(self.placed, (2 * self.placed_cap + 64) * sizeof(ggml_tensor *))
+        if tmp == NULL:
+            raise AllocationError("cannot grow the graph allocator's placement table")
+        self.placed = <ggml_tensor **>tmp
+        self.placed_cap = 2 * self.placed_cap + 64
         return 0
 
     cdef int unplace(self) except -1:
@@ -921,7 +927,7 @@ cdef class GraphAllocator:
                 tensor.buffer = NULL
                 view_init(tensor)
                 if tensor.buffer.allocator == <void *>self:
-                    self.record_placed(tensor)
+                    record_placed(self, tensor)
         elif tensor.data == NULL:
             if ta.buffer_id < 0 or ta.addr.chunk < 0:
                 raise AllocationError(f"tensor '{tensor_name(tensor)}' has no planned place "
@@ -933,7 +939,7 @@ cdef class GraphAllocator:
                                       f"not allocated")
             tensor_alloc_at(chunk, tensor, chunk.base + ta.addr.offset,
                             self.alloc_size(ta.buffer_id, tensor))
-            self.record_placed(tensor)
+            record_placed(self, tensor)
         return 0
 
     # --- the scheduler's entry points ------------------------------------------

@@ -8,6 +8,13 @@ cdef enum:
     CTX_BLOCK_SHIFT = 10
     CTX_BLOCK = 1 << CTX_BLOCK_SHIFT    # tensors per arena block (pointers stay stable)
 
+cdef extern from *:
+    """
+    #define GGML_PY_MAX_BYTES (((size_t)1) << 62)
+    """
+    # the largest tensor extent or allocation: sums of a few never wrap size_t
+    const size_t GGML_PY_MAX_BYTES
+
 cdef struct ggml_type_traits:
     const char * name
     int64_t blck_size           # 0 = removed/unsupported type

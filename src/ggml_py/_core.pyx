@@ -740,7 +740,7 @@ def check_extent(type, ne, nb, what="tensor"):
 
 
 MAX_ELEMENTS = 1 << 56      # bytes stay far below 2**63 for every type
-MAX_BYTES = 1 << 62         # the largest tensor extent: sums of a few never wrap size_t
+MAX_BYTES = GGML_PY_MAX_BYTES     # the largest tensor extent: sums of a few never wrap size_t
 INT64_MIN_, INT64_MAX_ = -(1 << 63), (1 << 63) - 1
 INT32_MAX_ = (1 << 31) - 1
 

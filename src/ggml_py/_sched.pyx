@@ -581,11 +581,13 @@ cdef void undo_rewiring(SchedCore s) noexcept:
     point at this scheduler's copies (the user may have rewired them since)."""
     cdef int k
     cdef ggml_tensor * cur
+    cdef ggml_tensor * original
     cdef Context arena = s.arena
     for k in range(s.n_rewired - 1, -1, -1):
         cur = s.rewired[k].slot[0]
-        if cur != NULL and cur.owner == <void *>&arena.ctx:
-            s.rewired[k].slot[0] = s.rewired[k].original
+        original = s.rewired[k].original
+        if cur != original and cur != NULL and cur.owner == <void *>&arena.ctx:
+            s.rewired[k].slot[0] = original
     s.n_rewired = 0
 
 
