@@ -16,7 +16,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from ggml_py._backend import Backend, BufferType
-from ggml_py._core import Graph, Tensor, int_arg
+from ggml_py._core import Graph, Tensor, instance_arg, int_arg, items_arg
 from ggml_py._sched import (TIME_ALLOC, TIME_RESERVE, TIME_SPLIT, GraphSnapshot,
                             SchedCore, time_reps)
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
@@ -43,8 +43,7 @@ def _env_int(name):
 
 
 def _check_graph(graph):
-    if not isinstance(graph, Graph):
-        raise ArgumentTypeError(f"expected a Graph, got {type(graph).__name__}")
+    instance_arg(graph, Graph, "graph")
 
 
 def _locked(method):
@@ -59,9 +58,7 @@ def _locked(method):
 
 
 def _scheduler(sched):
-    if not isinstance(sched, Scheduler):
-        raise ArgumentTypeError(f"expected a Scheduler, got {type(sched).__name__}")
-    return sched
+    return instance_arg(sched, Scheduler, "sched")
 
 
 @dataclass(frozen=True)
@@ -103,11 +100,7 @@ class Scheduler:
                  validate=None):
         self.lock = threading.RLock()
         self._core = None
-        try:
-            backends = list(backends)
-        except TypeError:
-            raise ArgumentTypeError(f"backends must be a list of Backend objects, got "
-                                    f"{type(backends).__name__}") from None
+        backends = items_arg(backends, "backends", of=Backend)
         if not backends:
             raise SchedulerError("a scheduler needs at least one backend (the CPU, last)",
                                  "no-backends")
@@ -115,9 +108,6 @@ class Scheduler:
         if len(backends) > max_backends:
             raise SchedulerError(f"{len(backends)} backends is more than max_backends={max_backends}",
                                  "too-many-backends")
-        for b in backends:
-            if not isinstance(b, Backend):
-                raise ArgumentTypeError(f"expected Backend objects, got {type(b).__name__}")
         if len({id(b) for b in backends}) != len(backends):
             raise BackendError("a backend is listed twice")
         if backends[-1].device_type != "cpu":
@@ -126,16 +116,10 @@ class Scheduler:
                                  "last-backend-not-cpu")
         if buffer_types is None:
             buffer_types = [b.buffer_type for b in backends]
-        try:
-            buffer_types = list(buffer_types)
-        except TypeError:
-            raise ArgumentTypeError(f"buffer_types must be a list of BufferType objects, got "
-                                    f"{type(buffer_types).__name__}") from None
+        buffer_types = items_arg(buffer_types, "buffer_types", of=BufferType)
         if len(buffer_types) != len(backends):
             raise BackendError(f"{len(buffer_types)} buffer types for {len(backends)} backends")
         for b, buft in zip(backends, buffer_types):
-            if not isinstance(buft, BufferType):
-                raise ArgumentTypeError(f"expected BufferType objects, got {type(buft).__name__}")
             if not b.supports_buft(buft):
                 raise SchedulerError(f"backend {b.name} cannot use its buffer type '{buft.name}'",
                                      "backend-rejects-own-buffer-type")
@@ -617,11 +601,8 @@ class Plan:
 
 def ggml_backend_sched_new(backends, bufts, n_backends, graph_size, parallel, op_offload):
     n = int_arg(n_backends, "n_backends", 0, MAX_BACKENDS_LIMIT)
-    try:
-        backends = list(backends)[:n]
-        bufts = None if bufts is None else list(bufts)[:n]
-    except TypeError:
-        raise ArgumentTypeError("backends and bufts must be lists") from None
+    backends = items_arg(backends, "backends")[:n]
+    bufts = None if bufts is None else items_arg(bufts, "bufts")[:n]
     return Scheduler(backends, bufts, graph_size, parallel, op_offload)
 
 

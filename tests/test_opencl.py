@@ -17,18 +17,13 @@ import pytest
 
 from ggml_py import opscheck, ops
 from ggml_py._backend import get_buffer, set_buffer, view_init
-from conftest import ops_dir
+from conftest import ops_dir, require_opencl
 from ggml_py._core import Context
 from ggml_py.errors import AllocationError, ArgumentError, BackendError
 from ggml_py.backends import opencl
 from ggml_py.backends.cpu import CPUBackend
 
-OK, REASON = opencl.available()
-if not OK:
-    if os.environ.get("GGML_PY_REQUIRE_OPENCL") == "1":
-        pytest.fail(f"GGML_PY_REQUIRE_OPENCL=1 but OpenCL is unavailable: {REASON}",
-                    pytrace=False)
-    pytest.skip(f"OpenCL unavailable: {REASON}", allow_module_level=True)
+require_opencl()
 
 OPS_DIR = str(ops_dir())
 

@@ -283,25 +283,26 @@ def test_standalone_allocator_takes_back_placements_and_releases_buffers():
     g1 = gp.Graph(8).build_forward_expand(ops.scale(ctx, a, 2.0))
     b = ctx.new_tensor("f32", (4096,), name="b").set_input()
     g2 = gp.Graph(8).build_forward_expand(ops.scale(ctx, b, 2.0))
-    galloc = GraphAllocator([buft])
-    galloc.reserve(g1)
-    galloc.alloc_graph(g1)
-    held = gp.get_buffer(a)
-    galloc.reserve(g2)              # a larger buffer: the first one is released
-    galloc.alloc_graph(g2)
-    assert a.data_address == 0 and gp.get_buffer(a) is None and held.released
-    galloc.close()
+    with GraphAllocator([buft]) as galloc:
+        galloc.reserve(g1)
+        galloc.alloc_graph(g1)
+        held = gp.get_buffer(a)
+        galloc.reserve(g2)              # a larger buffer: the first one is released
+        galloc.alloc_graph(g2)
+        assert a.data_address == 0 and gp.get_buffer(a) is None and held.released
+        assert b.data_address != 0
     assert b.data_address == 0 and galloc.get_buffer_size(0) == 0
 
 
 @settings(max_examples=25)
-@given(st.lists(st.tuples(st.sampled_from(["compute", "split", "reset", "close"]),
+@given(st.lists(st.tuples(st.sampled_from(["compute", "split", "reserve", "reserve_size",
+                                           "reset", "close"]),
                           st.integers(0, 2)), min_size=1, max_size=14),
        st.booleans())
 def test_interleavings_of_graphs_on_one_scheduler(steps, parallel):
-    """Any order of computes, splits, resets and closes of three graphs (two sharing an
-    input) on one scheduler: every compute is right, every graph not split last has its
-    own sources, every split gives the graph's plan."""
+    """Any order of computes, splits, reservations (real and dry-run), resets and closes
+    of three graphs (two sharing an input) on one scheduler: every compute is right,
+    every graph not split last has its own sources, every split gives the graph's plan."""
     dev, cpu = _BACKENDS
     ctx = gp.Context()
     x = ctx.new_tensor("f32", (4, 16), name="x").set_input()
@@ -323,6 +324,15 @@ def test_interleavings_of_graphs_on_one_scheduler(steps, parallel):
             sched.split_graph(m.graph)
             plan = json.dumps(sched.plan().to_dict()["splits"])
             assert plans.setdefault(k, plan) == plan
+            last = k
+        elif what == "reserve":
+            sched.reset()
+            sched.set_tensor_backend(m.s, dev)
+            assert sched.reserve(m.graph)
+            last = k
+        elif what == "reserve_size":
+            sizes = sched.reserve_size(m.graph)
+            assert sizes[cpu.name] > 0
             last = k
         elif what == "reset":
             sched.reset()

@@ -4,8 +4,6 @@ allocation is an AllocationError. Allocations are made real when they are made, 
 driver that allocates lazily (PoCL on the CPU) fails there, not at the first write
 (where PoCL aborts the process)."""
 
-import os
-
 import numpy as np
 import pytest
 
@@ -13,14 +11,10 @@ from ggml_py._core import Context
 from ggml_py._backend import set_buffer
 from ggml_py.backends import opencl
 from ggml_py.errors import AllocationError, ArgumentError, ArgumentTypeError
+from conftest import require_opencl
 from test_robust_api import run_python
 
-OK, REASON = opencl.available()
-if not OK:
-    if os.environ.get("GGML_PY_REQUIRE_OPENCL") == "1":
-        pytest.fail(f"GGML_PY_REQUIRE_OPENCL=1 but OpenCL is unavailable: {REASON}",
-                    pytrace=False)
-    pytest.skip(f"OpenCL unavailable: {REASON}", allow_module_level=True)
+require_opencl()
 
 MiB = 1 << 20
 

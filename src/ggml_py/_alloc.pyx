@@ -23,7 +23,7 @@ from libc.string cimport memset
 from libc.stdint cimport int64_t, INT64_MIN, SIZE_MAX
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (size_arg, index_arg, tensor_name, ggml_graph_check_order,
+from ggml_py._core cimport (size_arg, index_arg, items_arg, tensor_name, ggml_graph_check_order,
                             GGML_PY_MAX_BYTES, ggml_nbytes, ggml_hash_set_init, ggml_hash_set_free,
                             ggml_hash_set_reset, ggml_hash_find_or_insert, tensor_handle,
                             Tensor, Graph)
@@ -423,17 +423,10 @@ cdef class GraphAllocator:
         self.hash_set.used = NULL
 
     def __init__(self, buffer_types):
-        try:
-            bufts = list(buffer_types)
-        except TypeError:
-            raise ArgumentTypeError(f"a graph allocator needs a list of buffer types, got "
-                                    f"{type(buffer_types).__name__}") from None
-        if not 1 <= len(bufts) <= MAX_BUFFER_IDS:
-            raise ArgumentError(f"a graph allocator needs 1 to {MAX_BUFFER_IDS} buffer types, "
-                                f"got {len(bufts)}")
-        for b in bufts:
-            if not isinstance(b, BufferType):
-                raise ArgumentTypeError(f"expected BufferType, got {type(b).__name__}")
+        bufts = items_arg(buffer_types, "a graph allocator's buffer types", BufferType,
+                          MAX_BUFFER_IDS)
+        if not bufts:
+            raise ArgumentError("a graph allocator needs at least one buffer type")
             if (<BufferType>b).c.alignment == 0:
                 raise ArgumentError("a buffer type was never initialised (BufferType.__init__)")
         cdef int n = len(bufts), i, j
@@ -478,6 +471,12 @@ cdef class GraphAllocator:
                 self.buffers[i] = None
                 self.sync_chunks(i)
         self.valid = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     def __dealloc__(self):
         cdef int i, j

@@ -15,7 +15,7 @@ from libc.stdlib cimport realloc, free
 
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (Tensor, tensor_handle, tensor_name, ggml_nbytes, size_arg, int_arg,
-                            name_arg)
+                            name_arg, items_arg)
 
 import numpy as np
 
@@ -49,11 +49,7 @@ def _op_ids(ops, what):
         if ops == "*":
             return set(range(len(OP_NAMES_LIST)))
         raise ArgumentError(f"{what}: '*' or a list of op names, got {ops!r}")
-    try:
-        names = list(ops)
-    except TypeError:
-        raise ArgumentTypeError(f"{what}: '*' or a list of op names, got "
-                                f"{type(ops).__name__}") from None
+    names = items_arg(ops, f"{what} ('*' or op names)")
     return {OP_IDS[_choice(name, OP_IDS, f"{what}: op")] for name in names}
 
 
@@ -366,16 +362,8 @@ def tensor_ndarray(Tensor tensor not None, memory, dtype, row_bytes=0):
 def graph_nodes(graph):
     """The nodes a backend's graph_compute runs, from a Graph, a GraphView (nodes [i0,
     i1) of one) or a list of tensors; ArgumentTypeError for anything else."""
-    nodes = getattr(graph, "nodes", graph)
-    try:
-        nodes = list(nodes)
-    except TypeError:
-        raise ArgumentTypeError(f"graph_compute needs a Graph or a list of tensors, got "
-                                f"{type(graph).__name__}") from None
-    for t in nodes:
-        if not isinstance(t, Tensor):
-            raise ArgumentTypeError(f"graph_compute needs tensors, got {type(t).__name__}")
-    return nodes
+    return items_arg(getattr(graph, "nodes", graph), "graph_compute's graph (or its nodes)",
+                     Tensor)
 
 
 def get_buffer(Tensor tensor not None):
@@ -449,15 +437,8 @@ cdef class Backend:
         self.c.offload_min_batch = batch
 
     def set_supported_buffer_types(self, bufts):
-        try:
-            bufts = list(bufts)
-        except TypeError:
-            raise ArgumentTypeError(f"backend {self.name}: supported buffer types must be a "
-                                    f"list of BufferType, got {type(bufts).__name__}") from None
+        bufts = items_arg(bufts, f"backend {self.name}: supported buffer types", BufferType)
         for b in bufts:
-            if not isinstance(b, BufferType):
-                raise ArgumentTypeError(f"backend {self.name}: expected BufferType, got "
-                                        f"{type(b).__name__}")
             _buffer_type(b)
         cdef ggml_backend_buffer_type ** arr = <ggml_backend_buffer_type **>realloc(
             self.c.supported_bufts, max(len(bufts), 1) * sizeof(ggml_backend_buffer_type *))

@@ -39,6 +39,7 @@ cpdef int64_t int_arg(object value, what, object lo, object hi) except? -1
 cpdef Py_ssize_t index_arg(object value, what, object n) except? -1
 cpdef bytes name_arg(object value, what, bint allow_empty=*)
 cpdef object instance_arg(object value, cls, what, bint optional=*)
+cpdef list items_arg(object value, what, object of=*, object limit=*)
 cdef void * checked_calloc(size_t n, size_t size, what) except NULL
 
 cdef inline bint ggml_is_view_op(int op) noexcept nogil:

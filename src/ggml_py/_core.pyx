@@ -9,6 +9,7 @@ needs a Python object per tensor.
 """
 
 from cpython.number cimport PyNumber_Index
+from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memset, memcpy, strncpy
 from libc.stdio cimport snprintf
@@ -84,6 +85,29 @@ cpdef object instance_arg(object value, cls, what, bint optional=False):
     names = " or ".join([c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,))])
     raise ArgumentTypeError(f"{what} must be a {names}{' or None' if optional else ''}, "
                             f"got {type(value).__name__}")
+
+
+cpdef list items_arg(object value, what, object of=None, object limit=None):
+    """A list from a sequence argument, each item an instance of `of` (a class) when
+    given, at most `limit` items when given."""
+    if of is not None and not isinstance(of, type):
+        raise ArgumentTypeError(f"items_arg: `of` must be a class, got {type(of).__name__}")
+    cdef Py_ssize_t n_max = PY_SSIZE_T_MAX if limit is None else int_arg(limit, "limit", 0,
+                                                                           PY_SSIZE_T_MAX)
+    kind = f" of {of.__name__}" if of is not None else ""
+    try:
+        items = list(value)
+    except TypeError:
+        raise ArgumentTypeError(f"{what} must be a sequence{kind}, got "
+                                f"{type(value).__name__}") from None
+    if len(items) > n_max:
+        raise ArgumentError(f"{what}: at most {n_max} items, got {len(items)}")
+    if of is not None:
+        for x in items:
+            if not isinstance(x, of):
+                raise ArgumentTypeError(f"{what} must be a sequence{kind}, got a "
+                                        f"{type(x).__name__} in it")
+    return items
 
 
 cdef void * checked_calloc(size_t n, size_t size, what) except NULL:
@@ -682,12 +706,7 @@ cdef str tensor_name(const ggml_tensor * t):
 
 def _dims(value, what):
     """A tuple of integers from a shape-like argument."""
-    try:
-        dims = tuple(value)
-    except TypeError:
-        raise ArgumentTypeError(f"{what} must be a sequence of integers, got "
-                                f"{type(value).__name__}") from None
-    return tuple(int_arg(x, what, INT64_MIN_, INT64_MAX_) for x in dims)
+    return tuple(int_arg(x, what, INT64_MIN_, INT64_MAX_) for x in items_arg(value, what))
 
 
 def _shape_to_ne(shape):
@@ -706,17 +725,6 @@ def _shape_to_ne(shape):
         # tiny buffer
         raise ArgumentError(f"shape {dims} has {n} elements, more than {MAX_ELEMENTS}")
     return ne + [1] * (GGML_MAX_DIMS - len(ne))
-
-
-def _items(value, what, limit):
-    """A list from a sequence argument of at most `limit` items."""
-    try:
-        items = list(value)
-    except TypeError:
-        raise ArgumentTypeError(f"{what} must be a sequence, got {type(value).__name__}") from None
-    if len(items) > limit:
-        raise ArgumentError(f"{what}: at most {limit} items, got {len(items)}")
-    return items
 
 
 def check_extent(type, ne, nb, what="tensor"):
@@ -804,12 +812,12 @@ cdef class Context:
         if ne[0] % TYPE_TRAITS[tid].blck_size:
             raise ArgumentError(f"ne[0]={ne[0]} is not a multiple of the {type} block size "
                                 f"{TYPE_TRAITS[tid].blck_size}")
-        srcs = _items(srcs, "srcs", GGML_MAX_SRC)
+        srcs = items_arg(srcs, "srcs", None, GGML_MAX_SRC)
         for i in range(GGML_MAX_SRC):
             c_srcs[i] = NULL
             if i < len(srcs) and srcs[i] is not None:
                 c_srcs[i] = tensor_ptr(srcs[i], f"srcs[{i}]")
-        params = _items(params, "params", GGML_MAX_OP_PARAMS)
+        params = items_arg(params, "params", None, GGML_MAX_OP_PARAMS)
         for i in range(GGML_MAX_OP_PARAMS):
             # int32 words; unsigned 32-bit values keep their bits (ggml stores them so)
             c_params[i] = <int32_t>int_arg(params[i], "op param", -(1 << 31), (1 << 32) - 1) \
@@ -818,7 +826,7 @@ cdef class Context:
         cdef size_t offs = size_arg(view_offs, "view_offs")
         strides = None
         if nb is not None:
-            strides = _items(nb, "nb", 4)
+            strides = items_arg(nb, "nb", None, 4)
             if len(strides) != 4:
                 raise ArgumentError(f"nb needs 4 strides, got {len(strides)}")
             strides = [size_arg(x, "nb") for x in strides]
@@ -962,7 +970,7 @@ cdef class Tensor:
 
     @nb.setter
     def nb(self, value):
-        nb = _items(value, "nb", 4)
+        nb = items_arg(value, "nb", None, 4)
         if len(nb) != 4:
             raise ArgumentError(f"nb needs 4 strides, got {len(nb)}")
         nb = [size_arg(x, "nb") for x in nb]
@@ -1032,7 +1040,7 @@ cdef class Tensor:
 
     def set_op_params(self, params):
         params = [<int32_t>int_arg(p, "op param", -(1 << 31), (1 << 32) - 1)
-                  for p in _items(params, "op_params", GGML_MAX_OP_PARAMS)]
+                  for p in items_arg(params, "op_params", None, GGML_MAX_OP_PARAMS)]
         for i in range(GGML_MAX_OP_PARAMS):
             self.ptr.op_params[i] = params[i] if i < len(params) else 0
 
@@ -1044,7 +1052,7 @@ cdef class Tensor:
     @flags.setter
     def flags(self, names):
         cdef int f = 0
-        for n in _items(names, "flags", len(FLAG_NAMES) * 2):
+        for n in items_arg(names, "flags", None, len(FLAG_NAMES) * 2):
             if not isinstance(n, str) or n not in FLAG_NAMES:
                 raise UnknownNameError(f"unknown tensor flag {n!r}; known: {', '.join(FLAG_NAMES)}")
             f |= FLAG_NAMES[n]
@@ -1088,8 +1096,9 @@ cdef class Graph:
         self._owners.add(t.owner)
 
     def keep_alive(self, obj):
-        """Make every context whose tensors are in this graph keep `obj` alive (the
-        allocator whose buffers they now point into)."""
+        """Make every context whose tensors are in this graph keep `obj` alive (memory
+        the caller pointed them into by hand; the graph allocator needs none of this:
+        it takes its placements back before its buffers go)."""
         for ctx in self._owners:
             ctx.keep(obj)
         if self.context is not None:
@@ -1109,8 +1118,8 @@ cdef class Graph:
         `allow_duplicates` admits a tensor listed more than once, as in the
         scheduler's graph copy (with parallel copies, an input's copy 0 is the
         original leaf, listed again among the leafs)."""
-        nodes = _items(nodes, "nodes", INT32_MAX_)
-        leafs = _items(leafs, "leafs", INT32_MAX_)
+        nodes = items_arg(nodes, "nodes", None, INT32_MAX_)
+        leafs = items_arg(leafs, "leafs", None, INT32_MAX_)
         for what, lst in (("nodes", nodes), ("leafs", leafs)):
             for k, x in enumerate(lst):
                 tensor_ptr(x, f"{what}[{k}]")
