@@ -10,10 +10,11 @@ Two loops, each after a warm-up:
     and the device's worker thread are in play) decodes token after token, and every
     100 steps the session, its scheduler and its numpy device are dropped without
     close() and made anew.
-Printed per loop: RSS growth per cycle (kB, after the warm-up), threads and open file
-descriptors at the start and the end. Linux only (/proc/self). Before each RSS reading
-the C heap's free pages go back to the system (glibc's malloc_trim): what stays is
-what is held, not the heap's fragmentation (graphs of tensor arenas come and go).
+Printed per loop: RSS growth per cycle (kB, after the warm-up), over all cycles and over
+the second half (a leak grows in both, the heap settling in only in the first), threads
+and open file descriptors at the start and the end. Linux only (/proc/self). Before each
+RSS reading the C heap's free pages go back to the system (glibc's malloc_trim): what
+stays is what is held, not the heap's fragmentation (graphs of tensor arenas come and go).
 """
 
 from __future__ import annotations
@@ -62,18 +63,27 @@ def snapshot():
 
 
 def measure(name, step, n, warmup):
-    """Run step(i) warmup times, then n times; RSS growth per cycle and what is left."""
+    """Run step(i) warmup times, then n times: RSS growth per cycle over all n and over
+    the second half (a leak grows in both; the heap settling in only in the first),
+    and the threads and fds left."""
     for i in range(warmup):
         step(i)
     start = snapshot()
     t0 = time.perf_counter()
-    for i in range(n):
+    for i in range(n // 2):
         step(warmup + i)
     wall = time.perf_counter() - t0
+    half = snapshot()
+    t0 = time.perf_counter()
+    for i in range(n // 2, n):
+        step(warmup + i)
+    wall += time.perf_counter() - t0
     end = snapshot()
     return {"loop": name, "cycles": n, "seconds": round(wall, 2),
             "rss_kb_per_cycle": round((end["rss_kb"] - start["rss_kb"]) / max(n, 1), 4),
-            "rss_kb": [start["rss_kb"], end["rss_kb"]],
+            "rss_kb_per_cycle_2nd_half": round((end["rss_kb"] - half["rss_kb"])
+                                               / max(n - n // 2, 1), 4),
+            "rss_kb": [start["rss_kb"], half["rss_kb"], end["rss_kb"]],
             "threads": [start["threads"], end["threads"]], "fds": [start["fds"], end["fds"]]}
 
 
@@ -134,8 +144,9 @@ def main(argv=None):
     for row in (split_alloc_cycles(args.cycles), decode_steps(args.steps)):
         print(json.dumps(row) if args.json else
               f"{row['loop']:<12} {row['cycles']:>6} cycles in {row['seconds']:7.1f} s: "
-              f"RSS {row['rss_kb_per_cycle']:+.3f} kB/cycle ({row['rss_kb'][0]} -> "
-              f"{row['rss_kb'][1]} kB), threads {row['threads'][0]} -> {row['threads'][1]}, "
+              f"RSS {row['rss_kb_per_cycle']:+.3f} kB/cycle, second half "
+              f"{row['rss_kb_per_cycle_2nd_half']:+.3f} ({' -> '.join(map(str, row['rss_kb']))} kB), "
+              f"threads {row['threads'][0]} -> {row['threads'][1]}, "
               f"fds {row['fds'][0]} -> {row['fds'][1]}", flush=True)
 
 
