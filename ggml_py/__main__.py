@@ -26,9 +26,6 @@ def load_case_file(path: str) -> Case:
     from ggml_py.errors import CaseFormatError
     try:
         return load_case(path)
-    except UnicodeDecodeError:
-        raise cli.UsageError(f"{path}: not a text file (expected a case file, "
-                             "*.case.json)") from None
     except CaseFormatError as e:
         msg = str(e)
         raise CaseFormatError(msg if msg.startswith(path) else f"{path}: {msg}") from None

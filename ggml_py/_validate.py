@@ -53,6 +53,10 @@ def check_bool(value, where, field):
 def check_str(value, where, field):
     if not isinstance(value, str):
         fail(where, f"{field} must be a string, got {value!r}")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        fail(where, f"{field} {value!r} is not valid Unicode (a lone surrogate)")
     return value
 
 

@@ -12,6 +12,7 @@ buffer, and no two tensors that are alive at the same time share bytes.
 from ggml_py._alloc import (GraphAllocator as _GraphAllocator, TensorAllocator, VBuffer,
                             op_can_inplace, INPLACE_OPS)
 from ggml_py._backend import get_buffer
+from ggml_py._core import Graph, instance_arg
 from ggml_py.errors import AllocationError
 
 __all__ = ["GraphAllocator", "TensorAllocator", "VBuffer", "op_can_inplace", "INPLACE_OPS",
@@ -104,6 +105,8 @@ def allocation_problems(graph, allocator=None):
     the address of a source whose life ends at that node. With `allocator`,
     only tensors in its chunk buffers are checked for overlap.
     """
+    instance_arg(graph, Graph, "graph")
+    instance_arg(allocator, _GraphAllocator, "allocator", optional=True)
     problems = []
     seen = {}
     for t in list(graph.leafs) + list(graph.nodes):
@@ -130,17 +133,18 @@ def allocation_problems(graph, allocator=None):
             if allocator is None or allocator.tensor_location(t)[2] is not None:
                 owners.append(t)
 
-    # no overlap while alive
+    # no overlap while alive, within each buffer (simulated buffers' fake addresses may
+    # coincide across buffers: nothing is behind them)
     first, last = _liveness(graph)
     nodes = graph.nodes
-    live = [(t, first.get(t), last.get(t)) for t in owners if t in first]
-    live.sort(key=lambda e: e[0].data_address)
+    live = [(t, first.get(t), last.get(t), get_buffer(t)) for t in owners if t in first]
+    live.sort(key=lambda e: (id(e[3]), e[0].data_address))
     for a in range(len(live)):
-        ta, fa, la = live[a]
+        ta, fa, la, buf = live[a]
         end_a = ta.data_address + ta.nbytes
         for b in range(a + 1, len(live)):
-            tb, fb, lb = live[b]
-            if tb.data_address >= end_a:
+            tb, fb, lb, buf_b = live[b]
+            if buf_b is not buf or tb.data_address >= end_a:
                 break
             if la < fb or lb < fa:
                 continue            # lifetimes do not meet

@@ -8,16 +8,17 @@ back into the file's form, so a load/write round trip is a real test of both.
 """
 
 import json
+import math
 import os
 
 from ggml_py._backend import BUFFER_USAGES, clear_buffer, get_buffer, set_buffer
-from ggml_py._core import (Context, Graph, FLAG_NAMES, OP_IDS, TYPE_IDS, blck_size,
-                           row_size)
+from ggml_py._core import (Context, Graph, FLAG_NAMES, MAX_BYTES, MAX_ELEMENTS, OP_IDS,
+                           TYPE_IDS, blck_size, row_size)
 from ggml_py._validate import (INT32_MAX, INT64_MAX, SIZE_MAX, check_keys, check_int,
                                check_bool, check_str, check_name, check_list, check_choice,
                                fail, is_int)
 from ggml_py.backends.sim import SimBackend, buffer_types_from_dicts
-from ggml_py.errors import CaseFormatError
+from ggml_py.errors import ArgumentTypeError, CaseFormatError, UnknownNameError
 
 FORMAT = "ggml-sched-case/1"
 CASE_KEYS = ("format", "name", "graph_size", "parallel", "op_offload", "backends", "tensors",
@@ -26,6 +27,8 @@ TENSOR_KEYS = ("id", "name", "op", "type", "ne", "nb", "src", "view_src", "view_
                "buffer", "backend")
 BUFFER_KEYS = ("buffer_type", "usage")
 MAX_SRC = 10
+GGML_MAX_BACKENDS = 16      # a case may hold more: the scheduler then refuses it
+MAX_BACKENDS = 64           # the most Scheduler(max_backends=...) takes
 
 
 class Case:
@@ -69,11 +72,11 @@ class Case:
         _wire(self.tensors, self._wiring, self._placements)
 
     def backend(self, name):
-        """The backend called `name` (KeyError if there is none)."""
+        """The backend called `name` (UnknownNameError, a KeyError, if there is none)."""
         for b in self.backends:
             if b.name == name:
                 return b
-        raise KeyError(f"case {self.name!r} has no backend {name!r}")
+        raise UnknownNameError(f"case {self.name!r} has no backend {name!r}")
 
     def __repr__(self):
         return (f"<Case {self.name!r}: {len(self.backends)} backends, {len(self.tensors)} "
@@ -85,8 +88,8 @@ class Case:
             return None
         if (t.context is not self.context or t.id >= len(self.tensors)
                 or self.tensors[t.id] != t):
-            raise ValueError(f"{where} refers to {t!r}, which is not a tensor of case "
-                             f"{self.name!r} (was the graph rewritten by a split?)")
+            raise CaseFormatError(f"{where} refers to {t!r}, which is not a tensor of case "
+                                  f"{self.name!r}")
         return t.id
 
     def to_dict(self):
@@ -171,6 +174,11 @@ def _check_tensor(i, t, n, buffer_types, backend_names):
     blck = blck_size(t["type"])
     if t["ne"][0] % blck:
         fail(where, f"ne[0] = {t['ne'][0]} is not a multiple of the {t['type']} block size {blck}")
+    if math.prod(t["ne"]) > MAX_ELEMENTS:
+        fail(where, f"ne {t['ne']} has {math.prod(t['ne'])} elements, more than {MAX_ELEMENTS}")
+    if _nbytes(t) > MAX_BYTES:
+        fail(where, f"ne {t['ne']} with nb {t['nb']} span {_nbytes(t)} bytes, more than "
+                    f"{MAX_BYTES}")
     check_list(t["src"], where, "src")
     if len(t["src"]) > MAX_SRC:
         fail(where, f"src has {len(t['src'])} entries; ggml allows at most {MAX_SRC}")
@@ -209,11 +217,19 @@ def _check_views(tensors):
         if base["view_src"] is not None:
             fail(where, f"view_src {v} {base['name']!r} is itself a view; ggml points views "
                         f"at the base tensor ({base['view_src']})")
+        if t["buffer"] is not None and base["buffer"] is None:
+            fail(where, f"a view with a buffer needs a view_src with one: view_src {v} "
+                        f"{base['name']!r} has none (a view's memory is its view_src's)")
         data_size = row_size(t["type"], t["ne"][0]) * t["ne"][1] * t["ne"][2] * t["ne"][3]
         size = _nbytes(base)
         if data_size and data_size + t["view_offs"] > size:
             fail(where, f"view of {data_size} bytes at view_offs {t['view_offs']} does not fit "
                         f"in view_src {v} {base['name']!r} ({size} bytes)")
+        # ggml checks the contiguous size only; strides reaching further would have
+        # kernels read and write past the view_src
+        if data_size and _nbytes(t) + t["view_offs"] > size:
+            fail(where, f"the view's strides {t['nb']} reach {_nbytes(t)} bytes from view_offs "
+                        f"{t['view_offs']}, past view_src {v} {base['name']!r} ({size} bytes)")
 
 
 def _nbytes(t):
@@ -283,6 +299,13 @@ def _check_case(d):
     check_bool(d["parallel"], "parallel", "value")
     check_bool(d["op_offload"], "op_offload", "value")
     check_list(d["backends"], "backends", "value")
+    # limits before building anything: past these nothing could run the case
+    if len(d["backends"]) > MAX_BACKENDS:
+        fail("backends", f"{len(d['backends'])} backends; a scheduler takes at most "
+                         f"{MAX_BACKENDS} (ggml: {GGML_MAX_BACKENDS})")
+    check_list(d["tensors"], "tensors", "value")
+    if len(d["tensors"]) > INT32_MAX:
+        fail("tensors", f"{len(d['tensors'])} tensors, more than a graph can hold")
     buffer_types = buffer_types_from_dicts(d["backends"])
     backends = [SimBackend.from_dict(b, buffer_types) for b in d["backends"]]
     names = [b.name for b in backends]
@@ -311,10 +334,10 @@ def _wire(tensors, wiring, placements):
             h.set_src(j, None if s is None else tensors[s])
         h.set_view_src(None if view_src is None else tensors[view_src], view_offs)
         h.flags = flags
-        if i in placements:
-            set_buffer(h, *placements[i])
-        else:
-            clear_buffer(h)
+        clear_buffer(h)
+    # the bases first: a view is placed after its view_src
+    for i in sorted(placements, key=lambda i: wiring[i][1] is not None):
+        set_buffer(tensors[i], *placements[i])
 
 
 def load_case(source):
@@ -323,14 +346,7 @@ def load_case(source):
     Raises CaseFormatError (naming the tensor, backend or field) for any
     malformed input.
     """
-    if isinstance(source, dict):
-        d = source
-    else:
-        try:
-            with open(os.fspath(source)) as f:
-                d = json.load(f)
-        except json.JSONDecodeError as e:
-            raise CaseFormatError(f"{source}: not valid JSON: {e}") from None
+    d = source if isinstance(source, dict) else read_json(source)
     buffer_types, backends = _check_case(d)
 
     ctx = Context(d["name"])
@@ -359,18 +375,49 @@ def load_case(source):
         placements[i] = (buf, offset)
     _wire(tensors, wiring, placements)
 
-    size = max(d["graph_size"], len(d["nodes"]), len(d["leafs"]))
+    # the graph holds what it lists: graph_size sizes the scheduler (a case may ask for
+    # more than the machine has, which the scheduler refuses), not the graph
     graph = Graph.from_lists([tensors[i] for i in d["nodes"]], [tensors[i] for i in d["leafs"]],
-                             size=size, context=ctx)
+                             context=ctx)
     assignments = [(tensors[i], t["backend"]) for i, t in enumerate(d["tensors"])
                    if t["backend"] is not None]
     return Case(d["name"], d["graph_size"], d["parallel"], d["op_offload"], backends,
                 buffer_types, ctx, tensors, graph, assignments, buffers, wiring, placements)
 
 
+def read_json(source):
+    """The JSON document in file `source`: UTF-8 text (a BOM allowed), as RFC 8259 asks.
+    CaseFormatError, naming the file, for anything else."""
+    try:
+        path = os.fspath(source)
+    except TypeError:
+        raise ArgumentTypeError(f"a case is a file path or a dict, got "
+                                f"{type(source).__name__}") from None
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise CaseFormatError(f"{path}: cannot read: {e}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise CaseFormatError(f"{path}: not UTF-8 text (byte {raw[e.start]:#04x} at offset "
+                              f"{e.start}); case files are UTF-8 JSON") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CaseFormatError(f"{path}: not valid JSON: {e}") from None
+    except RecursionError:
+        raise CaseFormatError(f"{path}: JSON nested too deeply") from None
+    except ValueError as e:         # an integer literal past Python's digit limit, ...
+        raise CaseFormatError(f"{path}: not a JSON document this reader accepts: {e}") from None
+
+
 def format_case(d):
     """A case dict as text in the layout of the shared files: one line per
     backend and per tensor."""
+    if not isinstance(d, dict):
+        raise ArgumentTypeError(f"format_case needs a case dict, got {type(d).__name__}")
     lines = ["{"]
     items = list(d.items())
     for k, (key, value) in enumerate(items):
@@ -388,6 +435,13 @@ def format_case(d):
 
 def dump_case(case, path):
     """Write a Case (or a case dict) to `path` in the shared files' layout."""
+    if not isinstance(case, (dict, Case)):
+        raise ArgumentTypeError(f"dump_case needs a Case or a case dict, got "
+                                f"{type(case).__name__}")
     d = case if isinstance(case, dict) else case.to_dict()
-    with open(os.fspath(path), "w") as f:
-        f.write(format_case(d))
+    text = format_case(d)
+    try:
+        with open(os.fspath(path), "w", encoding="utf-8") as f:
+            f.write(text)
+    except (OSError, TypeError, ValueError) as e:
+        raise CaseFormatError(f"{path!r}: cannot write the case: {e}") from e

@@ -1,9 +1,38 @@
 """The exceptions of ggml_py. Each also derives from the matching builtin, so
-callers may catch either (pyarrow's pattern)."""
+callers may catch either (pyarrow's pattern).
+
+Everything ggml_py raises on purpose is a GgmlPyError. The one exception is
+the TypeError Cython's argument checks raise for None or an object of the
+wrong class in a typed parameter (Python's convention for a programming error).
+"""
 
 
 class GgmlPyError(Exception):
     """Base of every ggml_py error."""
+
+    # KeyError and IndexError subclasses below keep the plain message
+    __str__ = Exception.__str__
+
+
+class ArgumentError(GgmlPyError, ValueError):
+    """An argument outside what the call accepts: a negative size, a count past a C
+    limit, an unknown name. Names the argument and the call."""
+
+
+class ArgumentTypeError(GgmlPyError, TypeError):
+    """An argument of the wrong type (a float where a size is needed, ...)."""
+
+
+class UnknownNameError(ArgumentError, KeyError):
+    """A type, op, backend or flag name that does not exist; lists the known ones."""
+
+
+class OutOfRangeError(ArgumentError, IndexError):
+    """An index past the end of a graph, a context, a split list, ..."""
+
+
+class NotSupportedError(GgmlPyError, NotImplementedError):
+    """Something ggml has that ggml_py does not implement (a quantisation type, ...)."""
 
 
 class GraphError(GgmlPyError, ValueError):
@@ -16,6 +45,16 @@ class CaseFormatError(GgmlPyError, ValueError):
 
 class BackendError(GgmlPyError, RuntimeError):
     """A backend that cannot do what was asked, or a backend list ggml would reject."""
+
+
+class ReleasedMemoryError(BackendError):
+    """A tensor whose memory was given back: the compute buffer it was placed in was
+    released (its scheduler was closed or reallocated the buffer). Allocate the
+    tensor's graph again before reading or writing it."""
+
+
+class ModelError(GgmlPyError, ValueError):
+    """A model configuration, weights, tokens or model file that do not fit together."""
 
 
 class SchedulerError(GgmlPyError, RuntimeError):

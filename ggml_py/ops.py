@@ -11,12 +11,14 @@ and the tensor instead.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import struct
 from typing import Callable, NoReturn, Protocol, Sequence
 
-from ggml_py._core import Context, Tensor, blck_size, type_size
-from ggml_py.errors import GraphError
+from ggml_py._core import Context, Tensor, blck_size, int_arg, type_size
+from ggml_py.errors import ArgumentTypeError, GraphError
 
 # ---------------------------------------------------------------------------
 # enums (ggml.h)
@@ -70,14 +72,23 @@ def rope_mode_id(mode: str | int) -> int:
 
 
 def f32_bits(x: float) -> int:
-    """The int32 word holding float32 x bit-wise (ggml_set_op_params_f32)."""
-    word: int = struct.unpack("<i", struct.pack("<f", float(x)))[0]
+    """The int32 word holding float32 x bit-wise (ggml_set_op_params_f32; like C's cast,
+    a value past float32's range becomes an infinity)."""
+    x = float(x)
+    if math.isfinite(x) and math.fabs(x) > _F32_MAX:
+        x = math.copysign(math.inf, x)
+    word: int = struct.unpack("<i", struct.pack("<f", x))[0]
     return word
 
 
+_F32_MAX: float = struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]
+
+
 def bits_f32(w: int) -> float:
-    """Inverse of f32_bits."""
-    x: float = struct.unpack("<f", struct.pack("<i", int(w)))[0]
+    """Inverse of f32_bits (an unsigned 32-bit word is read as its int32 bits)."""
+    if type(w) is not int or not -(1 << 31) <= w < (1 << 32):     # kernels call this a lot
+        w = int_arg(w, "op param", -(1 << 31), (1 << 32) - 1)
+    x: float = struct.unpack("<f", struct.pack("<i", w - (1 << 32) if w >= (1 << 31) else w))[0]
     return x
 
 
@@ -1017,6 +1028,8 @@ def pad_ext_circular(ctx: Context, a: Tensor, lp0: int, rp0: int, lp1: int, rp1:
 
 def builder(call: str) -> Callable[..., Tensor]:
     """The builder for a ggml C function name ('ggml_mul_mat' -> mul_mat)."""
+    if not isinstance(call, str):
+        raise ArgumentTypeError(f"an op builder is named by a string, got {type(call).__name__}")
     name = call[5:] if call.startswith("ggml_") else call
     if name == "mul_mat_id":
         return mul_mat_id
@@ -1032,3 +1045,46 @@ _NOT_BUILDERS = {"builder", "flash_attn_ext_add_sinks", "soft_max_add_sinks",
                  "rope_mode_id", "is_contiguous", "is_contiguous_n", "is_contiguous_1",
                  "is_contiguous_rows", "is_transposed", "is_empty", "nelements", "can_repeat",
                  "are_same_shape", "is_vector", "Tensor", "blck_size", "type_size"}
+
+
+# ---------------------------------------------------------------------------
+# argument checks: every public function here takes its Context and tensors by
+# conventional names; they are checked once, at the module boundary, so that a
+# wrong argument is an ArgumentTypeError naming it and not an AttributeError
+# from deep inside a builder
+
+_TENSOR_PARAMS = {"a", "b", "c", "q", "k", "v", "as_", "ids", "t", "t0", "t1", "mask", "sinks",
+                  "timesteps"}
+# tensor parameters that may be None (ggml's optional sources), and the same names
+# used for numbers
+_OPTIONAL = {"mask", "sinks", "rope_ext.c", "rope_ext_inplace.c", "rope_multi.c"}
+_NUMBERS = {"top_k.k", "argsort_top_k.k", "scale_bias.b"}
+
+
+def _checked(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    checks: list[tuple[int, str, type, bool]] = []
+    for i, p in enumerate(inspect.signature(fn).parameters.values()):
+        if p.name == "ctx":
+            checks.append((i, p.name, Context, False))
+        elif p.name in _TENSOR_PARAMS and f"{fn.__name__}.{p.name}" not in _NUMBERS:
+            checks.append((i, p.name, Tensor,
+                           p.name in _OPTIONAL or f"{fn.__name__}.{p.name}" in _OPTIONAL))
+    if not checks:
+        return fn
+
+    @functools.wraps(fn)
+    def checked(*args: object, **kwargs: object) -> Tensor:
+        for i, name, cls, optional in checks:
+            value = args[i] if i < len(args) else kwargs.get(name, None if optional else cls)
+            if not isinstance(value, cls) and not (optional and value is None) \
+                    and value is not cls:
+                raise ArgumentTypeError(f"{fn.__name__}: {name} must be a {cls.__name__}"
+                                        f"{' or None' if optional else ''}, got "
+                                        f"{type(value).__name__}")
+        return fn(*args, **kwargs)
+    return checked
+
+
+globals().update({k: _checked(f) for k, f in list(globals().items())
+                  if inspect.isfunction(f) and f.__module__ == __name__
+                  and not k.startswith("_") and k != "builder"})

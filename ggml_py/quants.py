@@ -19,6 +19,8 @@ even, NaNs come out quiet.
 import numpy as np
 
 from ggml_py import _quants
+from ggml_py._core import TYPE_IDS
+from ggml_py.errors import NotSupportedError, UnknownNameError
 from ggml_py._quants import (f16_to_f32, f32_to_f16, round_f16, round_bf16, quantize_q8_0,
                              dequantize_q8_0, round_q8_0, quantize_q4_0, dequantize_q4_0)
 
@@ -47,7 +49,14 @@ def row_bytes(type_name, ne0):
     if type_name in BLOCKS:
         qk, dt = BLOCKS[type_name]
         return ne0 // qk * dt.itemsize
-    return ne0 * PLAIN_DTYPES[type_name].itemsize
+    return ne0 * _plain_dtype(type_name).itemsize
+
+
+def _plain_dtype(type_name):
+    if not isinstance(type_name, str) or type_name not in PLAIN_DTYPES:
+        raise UnknownNameError(f"no numpy form of ggml type {type_name!r}; known: "
+                               f"{', '.join([*PLAIN_DTYPES, *BLOCKS])}")
+    return PLAIN_DTYPES[type_name]
 
 
 # ---------------------------------------------------------------------------
@@ -76,20 +85,20 @@ _DEQUANT = {"q8_0": dequantize_q8_0, "q4_0": dequantize_q4_0}
 
 def quantize(type_name, x, cpu=True, out=None):
     """float32 rows -> bytes of `type_name` rows."""
-    try:
-        fn = _QUANT[type_name]
-    except KeyError:
-        raise NotImplementedError(f"quantisation to {type_name} is not implemented") from None
-    return fn(x, cpu=cpu, out=out)
+    return _conversion(_QUANT, type_name, "quantiser")(x, cpu=cpu, out=out)
 
 
 def dequantize(type_name, raw, out=None):
     """bytes of `type_name` rows (last axis) -> float32 rows."""
-    try:
-        fn = _DEQUANT[type_name]
-    except KeyError:
-        raise NotImplementedError(f"dequantisation of {type_name} is not implemented") from None
-    return fn(raw, out=out)
+    return _conversion(_DEQUANT, type_name, "dequantiser")(raw, out=out)
+
+
+def _conversion(table, type_name, what):
+    if isinstance(type_name, str) and type_name in table:
+        return table[type_name]
+    cls = NotSupportedError if isinstance(type_name, str) and type_name in TYPE_IDS \
+        else UnknownNameError
+    raise cls(f"no {what} for type {type_name!r}; ggml_py has them for {', '.join(table)}")
 
 
 def to_f32(type_name, arr, out=None):
@@ -116,7 +125,7 @@ def from_f32(type_name, x, cpu=True, out=None):
         return f32_to_f16(x, out=out)
     if type_name == "bf16":
         return _quants.f32_to_bf16(x, out=out)
-    y = np.asarray(x, dtype=np.float32).astype(PLAIN_DTYPES[type_name])
+    y = np.asarray(x, dtype=np.float32).astype(_plain_dtype(type_name))
     if out is not None:
         out[...] = y
         return out

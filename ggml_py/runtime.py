@@ -28,16 +28,15 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ggml_py._backend import get_buffer
+from ggml_py._backend import Backend, get_buffer
+from ggml_py._core import Graph, Tensor, instance_arg
 from ggml_py.errors import BackendError, SchedulerError
 
 if TYPE_CHECKING:
-    from ggml_py._backend import Backend
-    from ggml_py._core import Graph, Tensor
     from ggml_py.sched import Scheduler
 
 
@@ -162,6 +161,9 @@ def _same_layout(a, b):
 def tensor_copy(src_backend: Backend, src: Tensor, dst_backend: Backend, dst: Tensor) -> None:
     """ggml_backend_tensor_copy: a blocking copy of src's bytes into dst. Host memory
     is read or written in place; otherwise the bytes go through the backends."""
+    for what, value, cls in (("src_backend", src_backend, Backend), ("src", src, Tensor),
+                             ("dst_backend", dst_backend, Backend), ("dst", dst, Tensor)):
+        instance_arg(value, cls, what)
     if not _same_layout(src, dst):
         raise BackendError(f"cannot copy '{src.name}' to '{dst.name}': different layouts")
     if src.data_address == dst.data_address and get_buffer(src) is get_buffer(dst):
@@ -188,7 +190,7 @@ class Runtime:
     with it (the events are made then, as ggml_backend_sched_new makes them)."""
 
     def __init__(self, sched):
-        self.sched = sched
+        self.sched = _scheduler(sched)
         n_copies = sched.n_copies
         # events[backend][copy slot]; None where the backend has no events, and all None
         # without pipeline parallelism (then synchronize() is used instead)
@@ -224,6 +226,7 @@ class Runtime:
 
     def compute_splits(self, graph) -> Status:
         """ggml_backend_sched_compute_splits over the scheduler's current splits."""
+        instance_arg(graph, Graph, "graph")
         sched, core, prof = self.sched, self.sched._core, self.profile
         backends = sched.backends
         cur = core.cur_copy
@@ -414,21 +417,43 @@ def _ranges(sorted_ids):
 def graph_compute_async(sched: Scheduler, graph: Graph) -> Status:
     """ggml_backend_sched_graph_compute_async: allocate the graph unless it is
     allocated already (resetting a used scheduler first), then run its splits."""
+    _scheduler(sched)
+    instance_arg(graph, Graph, "graph")
     if not sched.is_reset and not sched.is_alloc:
         sched.reset()
     if not sched.is_alloc:
+        # ggml allocates the graph here. Where it was allocated before, its inputs were
+        # set in that allocation: allocating again must leave them in place, or ggml
+        # would compute from bytes that are not the user's
+        lost = graph in sched._displaced
+        inputs = _placed_inputs(graph)
         try:
             sched.alloc_graph(graph)
         except MemoryError:
             return Status.ALLOC_FAILED
+        if lost or _placed_inputs(graph, inputs) != inputs:
+            sched.reset()
+            raise SchedulerError(
+                "graph_compute: the graph had to be allocated again (after a reset or "
+                "another graph's allocation) and its inputs did not keep their memory. "
+                "Call alloc_graph(graph), set its inputs, then compute", "inputs-lost")
     elif sched._graph is not graph:
         raise SchedulerError("graph_compute: the scheduler holds another allocated graph; "
                              "call reset() first", "already-allocated")
     return sched.runtime.compute_splits(graph)
 
 
+def _placed_inputs(graph: Graph, like: Any = None) -> dict[Tensor, tuple[Any, int]]:
+    """{input tensor: (buffer, address)} of the graph's INPUT tensors that have memory
+    (with `like`: of the tensors in it)."""
+    tensors = graph.leafs + graph.nodes if like is None else like
+    return {t: (get_buffer(t), t.data_address) for t in tensors
+            if "INPUT" in t.flags and t.data_address}
+
+
 def graph_compute(sched: Scheduler, graph: Graph) -> Status:
     """ggml_backend_sched_graph_compute: graph_compute_async, then synchronize."""
+    _scheduler(sched)
     try:
         status = graph_compute_async(sched, graph)
     except BaseException:
@@ -442,6 +467,7 @@ def graph_compute(sched: Scheduler, graph: Graph) -> Status:
 def synchronize(sched: Scheduler, raise_errors: bool = True) -> None:
     """ggml_backend_sched_synchronize: wait for every backend, then raise the first
     error a backend reported (every backend is waited for even so)."""
+    _scheduler(sched)
     first = None
     for b in sched.backends:
         try:
@@ -451,3 +477,8 @@ def synchronize(sched: Scheduler, raise_errors: bool = True) -> None:
     sched._core.synchronize_copy()
     if first is not None and raise_errors:
         raise first
+
+
+def _scheduler(sched):
+    from ggml_py.sched import Scheduler      # sched.py imports this module
+    return instance_arg(sched, Scheduler, "sched")

@@ -8,16 +8,20 @@ the bottom, so code written against ggml's API reads the same.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from ggml_py._backend import Backend, BufferType
-from ggml_py._core import Graph, Tensor
+from ggml_py._core import Graph, Tensor, instance_arg, int_arg, items_arg
 from ggml_py._sched import (TIME_ALLOC, TIME_RESERVE, TIME_SPLIT, GraphSnapshot,
                             SchedCore, time_reps)
-from ggml_py.errors import AllocationError, BackendError, SchedulerError
+from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
+                            SchedulerError)
 from ggml_py import runtime as _runtime
 from ggml_py.runtime import Status
 
@@ -30,6 +34,36 @@ log = logging.getLogger("ggml_py.sched")
 MAX_BACKENDS = 16        # GGML_SCHED_MAX_BACKENDS
 MAX_SPLIT_INPUTS = 30    # GGML_SCHED_MAX_SPLIT_INPUTS
 MAX_COPIES = 4           # GGML_SCHED_MAX_COPIES
+MAX_GRAPH_SIZE = 2**31 - 1   # ggml's graph sizes are C ints
+MAX_BACKENDS_LIMIT = 64      # the most max_backends may be (the core's C limit)
+
+
+def _env_int(name):
+    value = os.environ.get(name, "0") or "0"
+    try:
+        return int(value)
+    except ValueError:
+        raise ArgumentError(f"environment variable {name} must be an integer, got "
+                            f"{value!r}") from None
+
+
+def _check_graph(graph):
+    instance_arg(graph, Graph, "graph")
+
+
+def _locked(method):
+    """Run `method` holding the scheduler's lock: a scheduler is one piece of C state,
+    so calls from several threads take turns (hold `sched.lock` to make a sequence of
+    calls -- alloc, set inputs, compute, read -- one turn)."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with _scheduler(self).lock:
+            return method(self, *args, **kwargs)
+    return locked
+
+
+def _scheduler(sched):
+    return instance_arg(sched, Scheduler, "sched")
 
 
 @dataclass(frozen=True)
@@ -56,6 +90,12 @@ class Scheduler:
     validate: prove every allocation sound (default: GGML_PY_VALIDATE_ALLOC).
     max_split_inputs / max_graph_inputs / max_copies / max_backends: ggml's fixed limits
         (30, 30, 4, 16), here arguments.
+
+    Threads: every call takes the scheduler's `lock` (an RLock), so concurrent calls
+    take turns; hold `with sched.lock:` around a whole alloc / set inputs / compute /
+    read sequence. Separate schedulers run in parallel. `close()` (or leaving a `with
+    Scheduler(...) as sched:` block, or dropping the scheduler) gives the graph its own
+    sources back and releases the compute buffers.
     """
 
     def __init__(self, backends: Iterable[Backend],
@@ -65,16 +105,16 @@ class Scheduler:
                  max_copies: int = MAX_COPIES, max_graph_inputs: int | None = None,
                  debug_realloc: int | None = None, realloc_raises: bool = False,
                  validate: bool | None = None) -> None:
-        backends = list(backends)
+        self.lock = threading.RLock()
+        self._core = None
+        backends = items_arg(backends, "backends", of=Backend)
         if not backends:
             raise SchedulerError("a scheduler needs at least one backend (the CPU, last)",
                                  "no-backends")
+        max_backends = int_arg(max_backends, "max_backends", 1, MAX_BACKENDS_LIMIT)
         if len(backends) > max_backends:
             raise SchedulerError(f"{len(backends)} backends is more than max_backends={max_backends}",
                                  "too-many-backends")
-        for b in backends:
-            if not isinstance(b, Backend):
-                raise TypeError(f"expected Backend objects, got {type(b).__name__}")
         if len({id(b) for b in backends}) != len(backends):
             raise BackendError("a backend is listed twice")
         if backends[-1].device_type != "cpu":
@@ -83,21 +123,16 @@ class Scheduler:
                                  "last-backend-not-cpu")
         if buffer_types is None:
             buffer_types = [b.buffer_type for b in backends]
-        buffer_types = list(buffer_types)
+        buffer_types = items_arg(buffer_types, "buffer_types", of=BufferType)
         if len(buffer_types) != len(backends):
             raise BackendError(f"{len(buffer_types)} buffer types for {len(backends)} backends")
         for b, buft in zip(backends, buffer_types):
-            if not isinstance(buft, BufferType):
-                raise TypeError(f"expected BufferType objects, got {type(buft).__name__}")
             if not b.supports_buft(buft):
                 raise SchedulerError(f"backend {b.name} cannot use its buffer type '{buft.name}'",
                                      "backend-rejects-own-buffer-type")
-        if graph_size <= 0:
-            raise ValueError(f"graph_size must be positive, got {graph_size}")
-        if not 1 <= max_split_inputs:
-            raise ValueError("max_split_inputs must be at least 1")
-        if max_copies < 1:
-            raise ValueError("max_copies must be at least 1")
+        graph_size = int_arg(graph_size, "graph_size", 1, MAX_GRAPH_SIZE)
+        max_split_inputs = int_arg(max_split_inputs, "max_split_inputs", 1, 1 << 16)
+        max_copies = int_arg(max_copies, "max_copies", 1, 1 << 16)
         self.backends = backends
         self.buffer_types = buffer_types
         self.graph_size = graph_size
@@ -106,41 +141,60 @@ class Scheduler:
         self._core = SchedCore(backends, buffer_types, graph_size, self.parallel, self.op_offload,
                                max_split_inputs, MAX_SPLIT_INPUTS if max_graph_inputs is None
                                else max_graph_inputs, max_copies,
-                               int(os.environ.get("GGML_SCHED_DEBUG_REALLOC", "0") or 0)
+                               _env_int("GGML_SCHED_DEBUG_REALLOC")
                                if debug_realloc is None else debug_realloc, realloc_raises)
         self._graph = None
-        self._kept_alive_by = None
-        self.debug = int(os.environ.get("GGML_SCHED_DEBUG", "0") or 0)
+        # graphs whose placements a later alloc_graph took back: their inputs are gone,
+        # so graph_compute does not allocate them again behind the user's back
+        self._allocated = None
+        self._displaced = weakref.WeakSet()
+        self.debug = _env_int("GGML_SCHED_DEBUG")
         # debug mode: prove every allocation sound (alloc.validate_allocation)
         self.validate = (os.environ.get("GGML_PY_VALIDATE_ALLOC", "0") not in ("", "0")
                          if validate is None else bool(validate))
         self.runtime = _runtime.Runtime(self)    # events per backend and copy slot
 
+    # --- lifetime ---
+
+    @_locked
+    def close(self):
+        """Give the graph split last its own sources back, take back the compute-buffer
+        placements of the graph allocated last and release the compute buffers. The
+        scheduler stays usable: the next alloc_graph allocates again. Dropping the
+        scheduler does the same."""
+        self.synchronize()
+        self._core.close()
+        self._graph = None
+        last = self._allocated() if self._allocated is not None else None
+        if last is not None:
+            self._displaced.add(last)
+        self._allocated = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
     # --- state ---
 
+    @_locked
     def reset(self) -> None:
         """Forget the assignments and copies of the last split (ggml_backend_sched_reset)."""
         self._core.reset()
 
+    @_locked
     def split_graph(self, graph: Graph) -> Scheduler:
         """Assign a backend to every node, cut the graph into splits and add the
-        copies (ggml_backend_sched_split_graph). Rewires node sources to copies."""
-        if not isinstance(graph, Graph):
-            raise TypeError(f"expected a Graph, got {type(graph).__name__}")
-        self._undo_rewiring(graph)
+        copies (ggml_backend_sched_split_graph). Rewires node sources to copies, until
+        the next split (of any graph) or close() gives them back."""
+        _check_graph(graph)
         self._graph = None
         self._core.split_graph(graph)
         self._graph = graph
         if self.debug:
             self.log_assignments()
         return self
-
-    def _undo_rewiring(self, graph: Graph) -> None:
-        """Splitting the graph split last again: point its nodes back at the tensors the
-        last split replaced by copies, while those copies still exist (ggml leaves such
-        a graph pointing at freed copies; users rebuild their graphs instead)."""
-        if graph is self._graph and self._core.n_splits:
-            self._core.undo_rewiring(graph)
 
     # --- allocation (port of the scheduler's reserve / alloc_graph path) ---
 
@@ -151,6 +205,7 @@ class Scheduler:
             err = f"backend {self.backends[galloc.last_error_id].name}: {err}"
         return AllocationError(err)
 
+    @_locked
     def reserve(self, graph: Graph) -> bool:
         """Size and allocate the compute buffers for a worst-case graph
         (ggml_backend_sched_reserve). Raises AllocationError when a buffer cannot be had."""
@@ -166,6 +221,7 @@ class Scheduler:
         self.reset()
         return True
 
+    @_locked
     def reserve_size(self, graph: Graph) -> dict[str, int]:
         """The compute-buffer size each backend would need for `graph`, without
         allocating (ggml_backend_sched_reserve_size). {backend name: bytes}."""
@@ -175,27 +231,34 @@ class Scheduler:
         sizes = self._core.reserve_n_size()
         return {b.name: n for b, n in zip(self.backends, sizes)}
 
+    @_locked
     def alloc_graph(self, graph: Graph) -> bool:
         """Split `graph` and place it in the compute buffers (ggml_backend_sched_alloc_graph).
         Reuses the last reservation when the graph's backends did not change. Raises
-        AllocationError naming the buffer type and size when memory cannot be had."""
-        self._undo_rewiring(graph)
+        AllocationError naming the buffer type and size when memory cannot be had.
+
+        The graph allocated before gives its placements back (its tensors read as
+        unallocated until it is allocated again), so several graphs can take turns on
+        one scheduler as in ggml: allocate each before computing it."""
+        _check_graph(graph)
         self._graph = None
         ok = self._core.alloc_graph(graph)
         self._graph = graph
         if not ok:
             self.reset()
             raise self._allocation_error()
-        if graph is not self._kept_alive_by:
-            # the graph's tensors point into the compute buffers from now on
-            graph.keep_alive(self._core.galloc)
-            self._kept_alive_by = graph
+        last = self._allocated() if self._allocated is not None else None
+        if last is not None and last is not graph:
+            self._displaced.add(last)
+        self._displaced.discard(graph)
+        self._allocated = weakref.ref(graph)
         if self.debug:
             self.log_assignments()
         if self.validate:
             self.validate_allocation()
         return True
 
+    @_locked
     def validate_allocation(self) -> int:
         """Prove the allocated graph copy sound: every tensor inside its buffer, no two
         tensors alive at the same time sharing bytes. Raises AllocationError listing the
@@ -207,6 +270,7 @@ class Scheduler:
         copy = Graph.from_lists(nodes, leafs, allow_duplicates=True)
         return validate_allocation(copy, self._core.galloc)
 
+    @_locked
     def synchronize(self) -> None:
         """Wait for every backend (ggml_backend_sched_synchronize); raises the first
         error an asynchronous backend reported."""
@@ -214,25 +278,33 @@ class Scheduler:
 
     # --- compute (ggml_py.runtime) ---
 
+    @_locked
     def graph_compute(self, graph: Graph) -> Status:
         """Allocate `graph` if needed, run its splits and wait for every backend
         (ggml_backend_sched_graph_compute). Returns Status.SUCCESS, ABORTED (the eval
         callback cancelled) or ALLOC_FAILED; a failing kernel raises ComputeError and
         the scheduler stays usable. Computing again without reset() reuses the split
         and the allocation."""
+        _check_graph(graph)
         return _runtime.graph_compute(self, graph)
 
+    @_locked
     def graph_compute_async(self, graph: Graph) -> Status:
         """graph_compute without the final synchronize; call synchronize() before
         reading results (ggml_backend_sched_graph_compute_async)."""
+        _check_graph(graph)
         return _runtime.graph_compute_async(self, graph)
 
+    @_locked
     def set_eval_callback(self, callback: EvalCallback | None) -> None:
         """callback(tensor, ask) -> bool, or None to remove it. With ask=True the
         scheduler asks whether the user wants to observe the node; with ask=False the
         node has been computed and is shown. Returning False then cancels the whole
         graph compute (ggml's documented behaviour; ggml itself only stops the split),
         and graph_compute returns Status.ABORTED."""
+        if callback is not None and not callable(callback):
+            raise ArgumentTypeError(f"the eval callback must be callable or None, got "
+                                    f"{type(callback).__name__}")
         self.runtime.callback = callback
 
     @property
@@ -240,6 +312,7 @@ class Scheduler:
         """The runtime's Profile, accumulated over graph computes (profile.reset())."""
         return self.runtime.profile
 
+    @_locked
     def get_buffer_size(self, backend: BackendRef) -> int:
         """Bytes of the backend's compute buffer (0 when it shares an earlier backend's)."""
         return self._core.galloc.buffer_size(self.backend_id(backend))
@@ -247,10 +320,12 @@ class Scheduler:
     def get_buffer_type(self, backend: BackendRef) -> BufferType:
         return self.buffer_types[self.backend_id(backend)]
 
+    @_locked
     def get_chunk_sizes(self, backend: BackendRef) -> list[int]:
         """Sizes of the chunks of the backend's compute buffer ([] when it has none)."""
         return self._core.galloc.chunk_sizes(self.backend_id(backend))
 
+    @_locked
     def tensor_location(self, tensor: Tensor) -> tuple[str | None, int | None, int | None]:
         """(buffer type name, offset, chunk) of a tensor's data after alloc_graph."""
         return self._core.galloc.tensor_location(tensor)
@@ -275,26 +350,44 @@ class Scheduler:
 
     def backend_id(self, backend: BackendRef) -> int:
         """Priority index of a backend given as object, name or index."""
+        names = ", ".join(b.name for b in self.backends)
+        if isinstance(backend, Backend):
+            for i, b in enumerate(self.backends):
+                if b is backend:
+                    return i
+            same = [i for i, b in enumerate(self.backends) if b.name == backend.name]
+            if same:
+                raise BackendError(
+                    f"{backend!r} is not one of this scheduler's backends: it is another "
+                    f"object with the name of backend {same[0]} ({backend.name}). Pass the "
+                    f"scheduler's own object (sched.backends[{same[0]}]), its name "
+                    f"{backend.name!r} or its index {same[0]}")
+            raise BackendError(f"{backend!r} is not one of this scheduler's backends ({names})")
         if isinstance(backend, int) and not isinstance(backend, bool):
             if 0 <= backend < len(self.backends):
                 return backend
-        else:
+            raise BackendError(f"backend index {backend} is out of range: the scheduler has "
+                               f"{len(self.backends)} backends ({names})")
+        if isinstance(backend, str):
             for i, b in enumerate(self.backends):
-                if b is backend or b.name == backend:
+                if b.name == backend:
                     return i
-        names = ", ".join(b.name for b in self.backends)
-        raise BackendError(f"unknown backend {getattr(backend, 'name', backend)!r}; "
-                           f"the scheduler has {names}")
+            raise BackendError(f"unknown backend {backend!r}; the scheduler has {names}")
+        raise ArgumentTypeError(f"a backend is given as a Backend, its name or its index, "
+                                f"got {type(backend).__name__}")
 
+    @_locked
     def set_tensor_backend(self, tensor: Tensor, backend: BackendRef) -> None:
         """Pin a tensor to a backend (a user assignment, kept by every pass)."""
         self._core.set_tensor_backend(tensor, self.backend_id(backend))
 
+    @_locked
     def get_tensor_backend(self, tensor: Tensor) -> Backend | None:
         """The backend a tensor was assigned, or None."""
         i = self._core.get_tensor_backend_id(tensor)
         return None if i < 0 else self.backends[i]
 
+    @_locked
     def get_cause(self, tensor: Tensor) -> str:
         """Why the tensor got its backend: the pass and rule ('1.wgt0', '2.sup', 'usr', ...)."""
         return self._core.get_cause(tensor)
@@ -316,9 +409,10 @@ class Scheduler:
         return self._core.hash_size
 
     def get_backend(self, i: int) -> Backend:
-        if not 0 <= i < len(self.backends):
-            raise IndexError(f"backend index {i} out of range ({len(self.backends)} backends)")
-        return self.backends[i]
+        """The backend of priority index i (ggml_backend_sched_get_backend)."""
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise ArgumentTypeError(f"a backend index is an int, got {type(i).__name__}")
+        return self.backends[self.backend_id(i)]
 
     # --- results ---
 
@@ -327,19 +421,21 @@ class Scheduler:
             raise SchedulerError("no graph has been split yet")
 
     @property
+    @_locked
     def splits(self) -> list[Split]:
         self._require_split()
         return [Split(self.backends[b], i0, i1, inputs)
                 for b, i0, i1, inputs in self._core.get_splits()]
 
     @property
+    @_locked
     def graph_inputs(self) -> list[Tensor]:
         self._require_split()
         return self._core.get_graph_inputs()
 
     @property
-    def graph_copy(self) -> tuple[list[Tensor], list[Backend | None], list[Tensor],
-                                  list[Backend | None]]:
+    @_locked
+    def graph_copy(self):
         """(nodes, node_backends, leafs, leaf_backends) of the graph that is allocated and run."""
         self._require_split()
         nodes, nids, leafs, lids = self._core.get_graph_copy()
@@ -347,6 +443,7 @@ class Scheduler:
         return nodes, [be[i] if i >= 0 else None for i in nids], leafs, \
             [be[i] if i >= 0 else None for i in lids]
 
+    @_locked
     def describe(self, tensor: Tensor) -> tuple[Any, ...] | None:
         """None for a user tensor; ('copy', of, backend, slot) or ('dep', of) for the
         scheduler's copies and dependency views."""
@@ -355,6 +452,7 @@ class Scheduler:
             return ("copy", d[1], self.backends[d[2]], d[3])
         return d
 
+    @_locked
     def token(self, tensor: Tensor | None) -> int | str | None:
         """Plan-file token: the tensor's id, 'ID@BACKEND#C' for a copy, 'dep:ID'."""
         if tensor is None:
@@ -366,6 +464,7 @@ class Scheduler:
             return f"{d[1].id}@{self.backends[d[2]].name}#{d[3]}"
         return f"dep:{d[1].id}"
 
+    @_locked
     def plan(self, name: str = "") -> Plan:
         """The plan of the last split, in the plan-file format; with its `alloc`
         block when the graph was allocated (alloc_graph)."""
@@ -375,6 +474,7 @@ class Scheduler:
             plan.alloc = self.alloc_report()
         return plan
 
+    @_locked
     def alloc_report(self) -> dict[str, Any]:
         """The `alloc` block of a plan file for the allocated graph copy."""
         nodes, _, leafs, _ = self.graph_copy
@@ -386,6 +486,7 @@ class Scheduler:
             "graph_copy_leafs": [list(galloc.tensor_location(t)) for t in leafs],
         }
 
+    @_locked
     def log_assignments(self) -> None:
         """GGML_SCHED_DEBUG output: splits with their inputs, and (level 2) nodes."""
         g = self._graph
@@ -409,12 +510,15 @@ class Scheduler:
 
     # --- timing (SCHED_CASES.md "Timing") ---
 
+    @_locked
     def time_alloc(self, graph: Graph, reps: int,
                    assignments: Iterable[tuple[Tensor, BackendRef]] = (),
                    reserve: bool = False) -> list[float]:
         """Wall times (µs) of `reps` alloc_graph calls in the steady state (the
         reservation reused), or with `reserve` of split + reserve_n + alloc_graph, each
         after restoring the graph, a reset and re-applying `assignments`."""
+        _check_graph(graph)
+        self._core.undo_rewiring()      # the snapshot must hold the graph's own sources
         snap = GraphSnapshot(graph)
         ids = [(t, self.backend_id(b)) for t, b in assignments]
         try:
@@ -426,10 +530,13 @@ class Scheduler:
             self.reset()
         return [x / 1000.0 for x in ns]
 
+    @_locked
     def time_split(self, graph: Graph, reps: int,
                    assignments: Iterable[tuple[Tensor, BackendRef]] = ()) -> list[float]:
         """Wall times (µs) of `reps` splits, each after restoring the graph, a reset and
         re-applying `assignments` [(tensor, backend), ...]. The graph is left restored."""
+        _check_graph(graph)
+        self._core.undo_rewiring()      # the snapshot must hold the graph's own sources
         snap = GraphSnapshot(graph)
         ids = [(t, self.backend_id(b)) for t, b in assignments]
         try:
@@ -464,6 +571,8 @@ class Plan:
 
     @classmethod
     def from_scheduler(cls, sched: Scheduler, graph: Graph, name: str = "") -> Plan:
+        _scheduler(sched)
+        _check_graph(graph)
         tok = sched.token
         bname = lambda b: None if b is None else b.name  # noqa: E731
         nodes, leafs = graph.nodes, graph.leafs
@@ -503,12 +612,14 @@ class Plan:
 def ggml_backend_sched_new(backends: Sequence[Backend], bufts: Sequence[BufferType] | None,
                            n_backends: int, graph_size: int, parallel: bool,
                            op_offload: bool) -> Scheduler:
-    return Scheduler(list(backends)[:n_backends], None if bufts is None else list(bufts)[:n_backends],
-                     graph_size, parallel, op_offload)
+    n = int_arg(n_backends, "n_backends", 0, MAX_BACKENDS_LIMIT)
+    backends = items_arg(backends, "backends")[:n]
+    bufts = None if bufts is None else items_arg(bufts, "bufts")[:n]
+    return Scheduler(backends, bufts, graph_size, parallel, op_offload)
 
 
 def ggml_backend_sched_free(sched: Scheduler) -> None:
-    pass
+    _scheduler(sched).close()
 
 
 ggml_backend_sched_reset = Scheduler.reset
@@ -523,12 +634,12 @@ ggml_backend_sched_set_eval_callback = Scheduler.set_eval_callback
 
 
 def ggml_backend_sched_get_n_splits(sched: Scheduler) -> int:
-    return sched.n_splits
+    return _scheduler(sched).n_splits
 
 
 def ggml_backend_sched_get_n_copies(sched: Scheduler) -> int:
-    return sched.n_copies
+    return _scheduler(sched).n_copies
 
 
 def ggml_backend_sched_get_n_backends(sched: Scheduler) -> int:
-    return sched.n_backends
+    return _scheduler(sched).n_backends

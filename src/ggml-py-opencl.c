@@ -53,6 +53,8 @@ typedef struct _cl_event * cl_event;
 #define CL_DEVICE_OPENCL_C_VERSION 0x103D
 #define CL_CONTEXT_PLATFORM 0x1084
 #define CL_MEM_READ_WRITE (1u << 0)
+#define CL_MEM_ALLOC_HOST_PTR (1u << 4)
+#define CL_DEVICE_TYPE_CPU (1u << 1)
 #define CL_PROGRAM_BUILD_LOG 0x1183
 #define CL_BUILD_PROGRAM_FAILURE (-11)
 
@@ -81,6 +83,8 @@ typedef void (CL_API_CALL * build_notify_fn)(cl_program, void *);
                                     cl_uint, const cl_event *, cl_event *)) \
     X(cl_int, clEnqueueCopyBuffer, (cl_command_queue, cl_mem, cl_mem, size_t, size_t, size_t, \
                                     cl_uint, const cl_event *, cl_event *)) \
+    X(cl_int, clEnqueueFillBuffer, (cl_command_queue, cl_mem, const void *, size_t, size_t, \
+                                    size_t, cl_uint, const cl_event *, cl_event *)) \
     X(cl_program, clCreateProgramWithSource, (cl_context, cl_uint, const char **, \
                                               const size_t *, cl_int *)) \
     X(cl_int, clBuildProgram, (cl_program, cl_uint, const cl_device_id *, const char *, \
@@ -109,6 +113,7 @@ struct gpo_ctx {
     cl_device_id device;
     cl_context context;
     cl_command_queue queue;
+    int host_memory;        /* a CPU device: its memory is the process's */
 };
 
 static void * g_lib = NULL;
@@ -339,6 +344,7 @@ int gpo_ctx_create(int index, gpo_ctx ** out) {
     if (!c) return fail(GPO_ENOMEM, "out of host memory");
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)p, 0};
     c->device = d;
+    c->host_memory = (dev_u64(d, CL_DEVICE_TYPE) & CL_DEVICE_TYPE_CPU) != 0;
     c->context = p_clCreateContext(props, 1, &d, NULL, NULL, &err);
     if (err != CL_SUCCESS) {
         free(c);
@@ -365,13 +371,29 @@ void gpo_ctx_release(gpo_ctx * c) {
 
 /* ---- memory ---- */
 
+/* The allocation is made real here, so that running out of memory is an error of
+ * this call and not of a later write: drivers may allocate lazily (PoCL on the CPU
+ * allocates at first use and aborts the process when it cannot). On a CPU device the
+ * memory is host memory, and CL_MEM_ALLOC_HOST_PTR makes the driver allocate it at
+ * creation; on every device a zero fill then commits it. */
 int gpo_mem_create(gpo_ctx * c, size_t size, void ** mem) {
     cl_int err = CL_SUCCESS;
-    *mem = p_clCreateBuffer(c->context, CL_MEM_READ_WRITE, size, NULL, &err);
+    cl_uint flags = CL_MEM_READ_WRITE | (c->host_memory ? CL_MEM_ALLOC_HOST_PTR : 0);
+    cl_mem m = p_clCreateBuffer(c->context, flags, size, NULL, &err);
+    *mem = NULL;
     if (err != CL_SUCCESS) {
-        *mem = NULL;
         return cl_fail(err, "clCreateBuffer");
     }
+    const unsigned char zero = 0;
+    err = p_clEnqueueFillBuffer(c->queue, m, &zero, 1, 0, size, 0, NULL, NULL);
+    if (err == CL_SUCCESS) {
+        err = p_clFinish(c->queue);
+    }
+    if (err != CL_SUCCESS) {
+        p_clReleaseMemObject(m);
+        return cl_fail(err, "clEnqueueFillBuffer");
+    }
+    *mem = m;
     return GPO_OK;
 }
 

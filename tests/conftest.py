@@ -43,6 +43,18 @@ def case_files(subdirs=CASE_SUBDIRS):
     return files
 
 
+def require_opencl():
+    """At the top of a test module: skip it when no OpenCL device is there, or fail
+    it when GGML_PY_REQUIRE_OPENCL=1 says one must be (CI with PoCL)."""
+    from ggml_py.backends import opencl
+    ok, reason = opencl.available()
+    if not ok:
+        if os.environ.get("GGML_PY_REQUIRE_OPENCL") == "1":
+            pytest.fail(f"GGML_PY_REQUIRE_OPENCL=1 but OpenCL is unavailable: {reason}",
+                        pytrace=False)
+        pytest.skip(f"OpenCL unavailable: {reason}", allow_module_level=True)
+
+
 @pytest.fixture(scope="session")
 def shared_dir():
     return shared_path()

@@ -138,7 +138,7 @@ def bad_files(tmp_path_factory):
     ("text", 2, ["not valid JSON"]),
     ("list", 2, ["expected an object"]),
     ("object", 2, ["missing keys"]),
-    ("binary", 2, ["not a text file"]),
+    ("binary", 2, ["not UTF-8 text"]),
 ])
 @pytest.mark.parametrize("command", ["plan", "bench"])
 def test_case_file_mistakes(capsys, bad_files, command, kind, status, words):

@@ -17,18 +17,13 @@ import pytest
 
 from ggml_py import opscheck, ops
 from ggml_py._backend import get_buffer, set_buffer, view_init
-from conftest import ops_dir
+from conftest import ops_dir, require_opencl
 from ggml_py._core import Context
-from ggml_py.errors import AllocationError, BackendError
+from ggml_py.errors import AllocationError, ArgumentError, BackendError
 from ggml_py.backends import opencl
 from ggml_py.backends.cpu import CPUBackend
 
-OK, REASON = opencl.available()
-if not OK:
-    if os.environ.get("GGML_PY_REQUIRE_OPENCL") == "1":
-        pytest.fail(f"GGML_PY_REQUIRE_OPENCL=1 but OpenCL is unavailable: {REASON}",
-                    pytrace=False)
-    pytest.skip(f"OpenCL unavailable: {REASON}", allow_module_level=True)
+require_opencl()
 
 OPS_DIR = str(ops_dir())
 
@@ -120,7 +115,7 @@ def test_buffer_roundtrip(ocl):
     view_init(v)
     assert get_buffer(v) is buf
     assert np.frombuffer(ocl.get_tensor(v), np.float32).tolist() == [4, 5, 6, 7]
-    with pytest.raises(BackendError, match="exceed"):
+    with pytest.raises(ArgumentError, match="exceed"):
         ocl.get_tensor(a, 0, 4096)
 
 
@@ -322,9 +317,12 @@ def test_tensor_past_its_buffer_is_refused(ocl):
     ctx = Context()
     a = _tensor(ctx, "f32", [16], "a")
     buf = ocl.get_default_buffer_type().alloc_buffer(64)
-    set_buffer(a, buf, 32)                           # 64 bytes at 32: past the end
+    with pytest.raises(AllocationError, match="does not fit"):
+        set_buffer(a, buf, 32)                       # 64 bytes at 32: past the end
+    set_buffer(a, buf, 0)
+    a.ne = (32, 1, 1, 1)                             # grown in place: 128 bytes at 0
     out = ops.scale(ctx, a, 2.0)
-    ocl.get_default_buffer_type().alloc_buffer(64).tensor_alloc(out, 0)
+    ocl.get_default_buffer_type().alloc_buffer(128).tensor_alloc(out, 0)
     with pytest.raises(BackendError, match="reaches past"):
         ocl.graph_compute([out])
 

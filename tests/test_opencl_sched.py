@@ -3,22 +3,16 @@ parallel on and off, against ggml's reference and the CPU-only logits.
 
 Skipped without an OpenCL device, unless GGML_PY_REQUIRE_OPENCL=1 (CI with PoCL)."""
 
-import os
-
 import numpy as np
 import pytest
 
 from ggml_py.backends import opencl
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.sched import Scheduler
+from conftest import require_opencl
 from test_runtime import Model, cpu_results, load_model, on_device, run
 
-OK, REASON = opencl.available()
-if not OK:
-    if os.environ.get("GGML_PY_REQUIRE_OPENCL") == "1":
-        pytest.fail(f"GGML_PY_REQUIRE_OPENCL=1 but OpenCL is unavailable: {REASON}",
-                    pytrace=False)
-    pytest.skip(f"OpenCL unavailable: {REASON}", allow_module_level=True)
+require_opencl()
 
 # layout -> weights on the device (name prefixes)
 OFFLOAD = {"full": ("",), "partial": ("blk.0.",)}

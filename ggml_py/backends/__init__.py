@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ggml_py.errors import ArgumentTypeError, BackendError, UnknownNameError
+
 if TYPE_CHECKING:
     from ggml_py._backend import Backend
 
@@ -45,7 +47,10 @@ __all__ = ["register", "get_backend_class", "available", "create", *_EXPORTS]
 def register(name: str, module: str, cls: str, computes: bool = True) -> None:
     """Register backend `name` as class `cls` of module `module` (imported on first use);
     `computes=False` for a backend that only plans."""
-    _REGISTRY[name] = Entry(module, cls, computes)
+    for what, value in (("name", name), ("module", module), ("cls", cls)):
+        if not isinstance(value, str):
+            raise ArgumentTypeError(f"register: {what} must be a string, got {type(value).__name__}")
+    _REGISTRY[name] = Entry(module, cls, bool(computes))
 
 
 def available(computes: bool | None = None) -> list[str]:
@@ -54,12 +59,16 @@ def available(computes: bool | None = None) -> list[str]:
 
 
 def get_backend_class(name: str) -> type[Backend]:
-    """The backend class registered as `name`; KeyError lists the known names."""
+    """The backend class registered as `name`; UnknownNameError (a KeyError) lists the
+    known names, BackendError says why a registered one cannot be imported."""
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise UnknownNameError(f"unknown backend {name!r}; known: {', '.join(available())}")
+    entry = _REGISTRY[name]
     try:
-        entry = _REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown backend {name!r}; known: {', '.join(available())}") from None
-    cls: type[Backend] = getattr(importlib.import_module(entry.module), entry.cls)
+        cls: type[Backend] = getattr(importlib.import_module(entry.module), entry.cls)
+    except (ImportError, AttributeError) as e:
+        raise BackendError(f"backend {name!r} is registered as {entry.module}.{entry.cls}, "
+                           f"which cannot be imported: {e}") from e
     return cls
 
 

@@ -25,9 +25,11 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
-from ggml_py._backend import Backend, Buffer, BufferType, get_buffer
+from ggml_py._backend import (Backend, Buffer, BufferType, allocated_buffer, get_buffer,
+                              graph_nodes, tensor_region)
+from ggml_py._core import size_arg
 from ggml_py.backends import cpu
-from ggml_py.errors import AllocationError, BackendError
+from ggml_py.errors import AllocationError, ArgumentTypeError, BackendError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -44,6 +46,10 @@ class DeviceBuffer(Buffer):
 
     device_memory = None
 
+    def release(self):
+        super().release()
+        self.device_memory = None
+
 
 class NumpyDeviceBufferType(BufferType):
     """The device's memory: is_host False, numpy-backed with an aligned base address."""
@@ -53,9 +59,10 @@ class NumpyDeviceBufferType(BufferType):
                          device=device)
 
     def alloc_buffer(self, size):
+        size = size_arg(size, f"buffer type '{self.name}': size")
         try:
             raw = np.zeros(size + self.alignment, dtype=np.uint8)
-        except MemoryError:
+        except (MemoryError, ValueError):
             raise AllocationError(f"buffer type '{self.name}': cannot allocate {size} bytes") from None
         pad = (-raw.ctypes.data) % self.alignment
         buf = DeviceBuffer(self, size, raw.ctypes.data + pad)
@@ -70,7 +77,7 @@ class DeviceEvent:
     A never-recorded event counts as reached."""
 
     def __init__(self, device):
-        self.device = device
+        self._device = weakref.ref(device)     # queued work holds events: never the device
         self._cond = threading.Condition()
         self._recorded = 0          # generations handed out by record (caller's thread)
         self._reached = 0           # the last generation the queue got to
@@ -88,6 +95,11 @@ class DeviceEvent:
     def _wait(self, generation):
         with self._cond:
             self._cond.wait_for(lambda: self._reached >= generation)
+
+    @property
+    def device(self):
+        """The backend that made the event (None once it is gone)."""
+        return self._device()
 
     @property
     def reached(self):
@@ -125,6 +137,9 @@ class _Queue:
                         if self.error is None:
                             self.error = e
             finally:
+                # drop the work before waiting for more: what it holds (tensors, events,
+                # staged bytes) must not live on while the queue is idle
+                item = work = None
                 self.items.task_done()
 
     def put(self, work, always=False):
@@ -175,26 +190,19 @@ class NumpyDeviceBackend(Backend):
     # --- lifetime ---
 
     def close(self) -> None:
-        """Stop the worker thread (after the queued work). The backend is unusable after."""
+        """Stop the worker thread (after the queued work). The backend is unusable after.
+        A backend dropped without close() stops its thread when it is collected."""
         self._finalizer()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     # --- memory ---
 
     def _device_region(self, tensor, offset, size):
         """The device bytes [offset, offset + size) of `tensor`, a numpy view."""
-        buf = get_buffer(tensor)
-        if buf is None or tensor.data_address == 0:
-            raise BackendError(f"backend {self.name}: tensor '{tensor.name}' is not allocated")
+        buf = allocated_buffer(tensor)
         if buf.buffer_type is not self.buffer_type:
             raise BackendError(f"backend {self.name}: tensor '{tensor.name}' is in buffer type "
                                f"'{buf.buffer_type.name}', not in this device's memory")
-        return cpu.tensor_region(tensor, buf, buf.device_memory, offset, size)
+        return tensor_region(tensor, buf.device_memory, offset, size)
 
     @staticmethod
     def _snapshot(data):
@@ -260,7 +268,7 @@ class NumpyDeviceBackend(Backend):
     def graph_compute(self, graph):
         """Enqueue the graph's nodes and return (ggml_backend_graph_compute_async); a
         failing kernel is raised by the next synchronize, naming the node."""
-        nodes = list(graph.nodes)
+        nodes = graph_nodes(graph)
         name = self.name
 
         def run():
@@ -281,17 +289,24 @@ class NumpyDeviceBackend(Backend):
 
     def event_record(self, event):
         """Mark `event` as reached when the queue gets to this point."""
-        generation = event._record()
+        generation = _event(event)._record()
         self._queue.put(lambda: event._reach(generation), always=True)
         self.stats["event_records"] += 1
 
     def event_wait(self, event):
         """Make this device's queue wait for the last record of `event` (of any numpy
         device)."""
-        generation = event._recorded
+        generation = _event(event)._recorded
         self._queue.put(lambda: event._wait(generation))
         self.stats["event_waits"] += 1
 
     def event_synchronize(self, event):
         """Block the caller until the last record of `event` is reached."""
-        event._wait(event._recorded)
+        _event(event)._wait(event._recorded)
+
+
+def _event(event):
+    if not isinstance(event, DeviceEvent):
+        raise ArgumentTypeError(f"expected a numpy-device event (event_new), got "
+                                f"{type(event).__name__}")
+    return event

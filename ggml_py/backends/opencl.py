@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ggml_py._backend import Backend, Buffer, BufferType, get_buffer
-from ggml_py._core import type_id, type_size
-from ggml_py.errors import AllocationError, BackendError
+from ggml_py._backend import (Backend, Buffer, BufferType, allocated_buffer, get_buffer,
+                              graph_nodes, tensor_span)
+from ggml_py._core import Tensor, instance_arg, size_arg, type_id, type_size
+from ggml_py.errors import ArgumentTypeError, BackendError
 from ggml_py.ops import bits_f32, UNARY_OPS, GLU_OPS, ROPE_TYPES
 from ggml_py.backends import opencl_kernels as K
 
@@ -49,7 +50,8 @@ except ImportError as _e:                          # a build without the extensi
         pass
 
 __all__ = ["OpenCLBackend", "OpenCLBufferType", "OpenCLBuffer", "OpenCLEvent", "list_devices",
-           "device_info", "available", "OpenCLUnavailable", "OpenCLError", "BuildError"]
+           "device_info", "available", "memory_in_use", "set_memory_limit", "OpenCLUnavailable",
+           "OpenCLError", "BuildError"]
 
 VIEW_OPS = ("NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE")
 
@@ -93,8 +95,22 @@ def device_info(device: int | str = 0) -> dict[str, Any]:
     return _opencl.device_info(_device_index(device))
 
 
+def memory_in_use(device=0):
+    """Bytes of device memory ggml_py holds on an OpenCL device (index or name)."""
+    return _opencl.memory_in_use(_device_index(device))
+
+
+def set_memory_limit(device, limit):
+    """Let ggml_py allocate at most `limit` bytes on the device (None: its global memory,
+    the default); buffers past it raise AllocationError, as past the device's memory."""
+    _opencl.set_memory_limit(_device_index(device), limit)
+
+
 def _device_index(device):
     """A device index from an int or a substring of the device (or platform) name."""
+    if isinstance(device, bool) or not isinstance(device, (int, str)):
+        raise ArgumentTypeError(f"an OpenCL device is given by index or name, got "
+                                f"{type(device).__name__}")
     _require_module()
     n = _opencl.device_count()
     if n == 0:
@@ -152,11 +168,16 @@ class OpenCLBuffer(Buffer):
         super().__init__(buffer_type, size, base)
         self.mem = mem
 
+    def release(self):
+        super().release()
+        self.mem = None             # the device memory goes back once queued work is done
+
 
 class OpenCLBufferType(BufferType):
     """Device memory of one OpenCL device (ggml's 'OpenCL' buffer type)."""
 
     def __init__(self, device):
+        instance_arg(device, _Device, "device")
         info = device.info
         align = max(info["base_addr_align_bits"] // 8, 1) if info["base_addr_align_bits"] else 128
         super().__init__(device.name, alignment=align, max_size=info["max_alloc"] or None,
@@ -164,13 +185,11 @@ class OpenCLBufferType(BufferType):
         self._dev = device
 
     def alloc_buffer(self, size):
+        """A zeroed buffer of `size` bytes; AllocationError past the device's largest
+        allocation or its memory (see set_memory_limit), or when the driver refuses."""
         global _FAKE_BASE
-        limit = self.max_size
-        if limit is not None and size > limit:
-            raise AllocationError(f"OpenCL device {self._dev.index} ({self._dev.info['name']}): "
-                                  f"cannot allocate {size} bytes, the largest single allocation "
-                                  f"is {limit} bytes")
-        mem = self._dev.ctx.alloc(max(size, 1))         # raises AllocationError itself
+        size = size_arg(size, f"buffer type '{self.name}': size")
+        mem = self._dev.ctx.alloc(size)
         step = max(self.alignment, 4096)
         base = (_FAKE_BASE + step - 1) // step * step
         _FAKE_BASE = base + max(size, 1)
@@ -245,9 +264,7 @@ class OpenCLBackend(Backend):
 
     def _place(self, t):
         """(cl_mem, byte offset) of tensor t, which must live in this device's memory."""
-        buf = get_buffer(t)
-        if buf is None or t.data_address == 0:
-            raise BackendError(f"{self.name}: tensor '{t.name}' ({t.op}) is not allocated")
+        buf = allocated_buffer(t)
         if not isinstance(buf, OpenCLBuffer) or buf.buffer_type._dev is not self._dev:
             raise BackendError(f"{self.name}: tensor '{t.name}' lives in buffer type "
                                f"'{buf.buffer_type.name}', not in this device's memory")
@@ -263,14 +280,9 @@ class OpenCLBackend(Backend):
         return [mem, _u64(off), struct.pack("<4q", *t.ne), struct.pack("<4Q", *t.nb)]
 
     def _region(self, t, offset, size):
-        mem, off = self._place(t)
-        nbytes = t.nbytes
-        if size is None:
-            size = nbytes - offset
-        if offset + size > nbytes:
-            raise BackendError(f"tensor '{t.name}': {size} bytes at offset {offset} exceed its "
-                               f"{nbytes} bytes")
-        return mem, off + offset, size
+        mem, _ = self._place(t)
+        start, n = tensor_span(t, offset, size)
+        return mem, start, n
 
     def set_tensor(self, tensor: Tensor, data: BytesLike, offset: int = 0) -> None:
         if isinstance(data, np.ndarray):
@@ -286,6 +298,9 @@ class OpenCLBackend(Backend):
     def cpy_tensor_async(self, backend_src, src, dst):
         """dst (here) = src: device-to-device on this context, or from/to host memory.
         False for layouts or memories it cannot copy (the caller then copies itself)."""
+        instance_arg(backend_src, Backend, "backend_src")
+        instance_arg(src, Tensor, "src")
+        instance_arg(dst, Tensor, "dst")
         if src.nbytes != dst.nbytes or not (src.is_contiguous and dst.is_contiguous):
             return False
         sbuf, dbuf = get_buffer(src), get_buffer(dst)
@@ -318,11 +333,11 @@ class OpenCLBackend(Backend):
         return OpenCLEvent(self)
 
     def event_record(self, event):
-        event.marker = self._dev.ctx.marker()
+        instance_arg(event, OpenCLEvent, "event").marker = self._dev.ctx.marker()
 
     def event_wait(self, event):
         """Work queued here from now on waits for `event` (recorded on any backend)."""
-        if not isinstance(event, OpenCLEvent) or event.marker is None:
+        if instance_arg(event, OpenCLEvent, "event").marker is None:
             return
         if event.marker.ctx is self._dev.ctx:
             self._dev.ctx.wait_event(event.marker)
@@ -330,12 +345,13 @@ class OpenCLBackend(Backend):
             event.marker.synchronize()
 
     def event_synchronize(self, event):
-        if event.marker is not None:
+        if instance_arg(event, OpenCLEvent, "event").marker is not None:
             event.marker.synchronize()
 
     # --- what runs here ---
 
     def supports_op(self, op):
+        instance_arg(op, Tensor, "op")
         try:
             return self._supports(op)
         except (KeyError, IndexError):
@@ -461,7 +477,7 @@ class OpenCLBackend(Backend):
     def graph_compute(self, graph):
         """Queue a kernel for every node of `graph` (a Graph or a list of nodes), in order.
         Returns without waiting for the device."""
-        nodes = graph.nodes if hasattr(graph, "nodes") else list(graph)
+        nodes = graph_nodes(graph)
         for t in nodes:
             if t.op in VIEW_OPS:
                 continue

@@ -8,8 +8,12 @@ weights (f32, f16, q8_0 and q4_0; any other type is an error naming the tensor).
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
+from ggml_py._core import instance_arg
+from ggml_py.errors import ArgumentTypeError, ModelError
 from ggml_py.models.transformer import Model, ModelConfig, weight_shapes
 
 ARCH = "llama"
@@ -27,8 +31,8 @@ def _gguf():
     return gguf
 
 
-class GGUFError(ValueError):
-    """A GGUF file this loader cannot turn into a model."""
+class GGUFError(ModelError):
+    """A GGUF file this loader cannot turn into a model (or cannot read at all)."""
 
 
 def _path(reader):
@@ -37,7 +41,10 @@ def _path(reader):
 
 
 def _field(reader, key, default=None, required=False):
-    f = reader.get_field(key)
+    get_field = getattr(reader, "get_field", None)
+    if get_field is None:
+        raise GGUFError(f"expected a gguf.GGUFReader, got {type(reader).__name__}")
+    f = get_field(key)
     if f is None:
         if required:
             raise GGUFError(f"{_path(reader)}: metadata key {key!r} is missing")
@@ -108,11 +115,13 @@ def _type_name(t) -> str:
 
 def _reader(path):
     """A GGUFReader of `path`; GGUFError, naming the file, when it cannot be read as GGUF."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentTypeError(f"a GGUF file is given by its path, got {type(path).__name__}")
     gguf = _gguf()
     try:
-        return gguf.GGUFReader(str(path))
-    except OSError:
-        raise
+        return gguf.GGUFReader(os.fspath(path))
+    except OSError as e:
+        raise GGUFError(f"{path}: cannot read it: {e.strerror or e}") from None
     except Exception as e:          # the gguf package's parser reports damage in many ways
         raise GGUFError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e})") from None
 
@@ -153,7 +162,7 @@ def load_gguf(path, n_ctx: int | None = None) -> Model:
 def save_gguf(model: Model, path) -> None:
     """Write `model` as a llama GGUF file (dense or Mixtral-style top-k MoE)."""
     gguf = _gguf()
-    cfg = model.config
+    cfg = instance_arg(model, Model, "model").config
     if cfg.ffn not in ("dense", "moe_topk"):
         raise GGUFError(f"the {ARCH} architecture has no {cfg.ffn} FFN; only dense and "
                         "moe_topk models can be written")

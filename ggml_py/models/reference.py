@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ggml_py.models.transformer import Model
+from ggml_py._core import instance_arg
+from ggml_py.models.transformer import Model, token_ids
 
 
 def _rms_norm(x, w, eps):
@@ -68,8 +69,8 @@ def _moe(cfg, x, w):
 
 def reference_logits(model: Model, tokens) -> np.ndarray:
     """Logits (n_tokens, n_vocab) of a causal pass over `tokens` from position 0."""
-    cfg = model.config
-    tokens = np.asarray(tokens).reshape(-1)
+    cfg = instance_arg(model, Model, "model").config
+    tokens = token_ids(tokens, cfg)
     T, H, Hkv, D = tokens.size, cfg.n_head, cfg.n_head_kv, cfg.head_dim
     V = {name: model.values(name).astype(np.float64) for name in model.weights}
     pos = np.arange(T, dtype=np.float64)

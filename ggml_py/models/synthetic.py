@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from ggml_py import Backend, BufferType, Context, Graph
 from ggml_py._backend import fake_buffer, set_buffer
+from ggml_py._core import int_arg
+
+MAX_LAYERS = 100_000        # ~3M nodes: minutes to build in Python; deeper is a mistake
 
 
 def synthetic_llama(n_layers: int, n_gpus: int = 1, gpu_unsupported=(), offload: bool = True):
@@ -14,6 +17,8 @@ def synthetic_llama(n_layers: int, n_gpus: int = 1, gpu_unsupported=(), offload:
     embeddings on the CPU: the shape of llama-80L-full-offload. The GPUs run
     every op but `gpu_unsupported` ("how would ggml split this on a GPU that
     lacks ROPE?"). Returns (backends, graph, buffers to keep alive)."""
+    n_layers = int_arg(n_layers, "n_layers", 1, MAX_LAYERS)
+    n_gpus = int_arg(n_gpus, "n_gpus", 0, 15)
     host = BufferType("CPU", 32, None, True)
     gpu_bufts = [BufferType(f"GPU{i}", 32, None, False) for i in range(n_gpus)]
     gpus = [Backend(f"GPU{i}", b, "gpu", unsupported_ops=tuple(gpu_unsupported))

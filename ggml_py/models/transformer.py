@@ -34,9 +34,10 @@ import numpy as np
 
 from ggml_py import ops, quants
 from ggml_py._backend import get_buffer
-from ggml_py._core import Context, Graph, row_size, type_size
+from ggml_py._backend import Backend
+from ggml_py._core import Context, Graph, Tensor, instance_arg, int_arg, row_size, type_size
 from ggml_py.alloc import TensorAllocator
-from ggml_py.errors import BackendError, GraphError
+from ggml_py.errors import BackendError, GraphError, ModelError, UnknownNameError
 from ggml_py.runtime import Status
 
 if TYPE_CHECKING:
@@ -77,23 +78,23 @@ class ModelConfig:
 
     def __post_init__(self):
         if self.ffn not in FFN_KINDS:
-            raise ValueError(f"ffn must be one of {FFN_KINDS}, got {self.ffn!r}")
+            raise ModelError(f"ffn must be one of {FFN_KINDS}, got {self.ffn!r}")
         if self.wtype not in WEIGHT_TYPES:
-            raise ValueError(f"wtype must be one of {WEIGHT_TYPES}, got {self.wtype!r}")
+            raise ModelError(f"wtype must be one of {WEIGHT_TYPES}, got {self.wtype!r}")
         if self.n_embd % self.n_head or self.n_head % self.n_head_kv:
-            raise ValueError("n_embd must divide into n_head heads, n_head into n_head_kv groups")
+            raise ModelError("n_embd must divide into n_head heads, n_head into n_head_kv groups")
         if self.ffn != "dense":
             if not 0 < self.n_expert_used <= self.n_expert:
-                raise ValueError(f"{self.ffn} needs 0 < n_expert_used <= n_expert")
+                raise ModelError(f"{self.ffn} needs 0 < n_expert_used <= n_expert")
             if self.ffn == "moe_shared" and self.n_expert_shared < 1:
-                raise ValueError("moe_shared needs n_expert_shared >= 1")
+                raise ModelError("moe_shared needs n_expert_shared >= 1")
         if self.n_rot_ % 2 or self.n_rot_ > self.head_dim:
-            raise ValueError(f"n_rot must be even and at most the head size {self.head_dim}")
+            raise ModelError(f"n_rot must be even and at most the head size {self.head_dim}")
         if quants.is_quantized(self.wtype):
             qk = quants.BLOCKS[self.wtype][0]
             widths = {self.n_embd, self.n_ff, self.ff_exp}
             if any(w % qk for w in widths):
-                raise ValueError(f"{self.wtype} weights need row lengths that are multiples of {qk}")
+                raise ModelError(f"{self.wtype} weights need row lengths that are multiples of {qk}")
 
     @property
     def head_dim(self) -> int:
@@ -133,6 +134,8 @@ MOE_DEFAULTS = {
 def moe_config(ffn: str, **kw: Any) -> ModelConfig:
     """A small MoE in one of the three classic forms, llama-sized otherwise.
     moe_dense always uses every expert (n_expert_used = n_expert)."""
+    if not isinstance(ffn, str) or ffn not in MOE_DEFAULTS:
+        raise UnknownNameError(f"unknown MoE form {ffn!r}; known: {', '.join(MOE_DEFAULTS)}")
     base = dict(name=ffn.replace("_", "-"), ffn=ffn, **MOE_DEFAULTS[ffn])
     base.update(kw)
     if ffn == "moe_dense":
@@ -145,6 +148,7 @@ def moe_config(ffn: str, **kw: Any) -> ModelConfig:
 
 def weight_shapes(cfg: ModelConfig) -> dict:
     """name -> (ggml type, ggml ne) of every weight, with GGUF's tensor names."""
+    instance_arg(cfg, ModelConfig, "config")
     E, V, F = cfg.n_embd, cfg.n_vocab, cfg.n_ff
     G, X, Fe = cfg.n_embd_gqa, cfg.n_expert, cfg.ff_exp
     w = cfg.wtype
@@ -181,8 +185,12 @@ def weight_shapes(cfg: ModelConfig) -> dict:
 
 def layer_of(name: str) -> int | None:
     """The block index of a weight name ('blk.3.attn_q.weight' -> 3), None outside blocks."""
+    instance_arg(name, str, "weight name")
     if name.startswith("blk."):
-        return int(name.split(".", 2)[1])
+        part = name.split(".", 2)[1]
+        if not part.isdigit():
+            raise ModelError(f"weight {name!r}: 'blk.' is not followed by a layer index")
+        return int(part)
     return None
 
 
@@ -214,6 +222,7 @@ def random_weights(cfg: ModelConfig, seed: int = 0) -> dict:
 
 def tensor_set(t, data: np.ndarray, backends=()):
     """Write `data` (the tensor's stored form, any shape with the right bytes) into t."""
+    instance_arg(t, Tensor, "tensor")
     raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
     if raw.size != t.nbytes:
         raise BackendError(f"tensor '{t.name}': {raw.size} bytes given, it holds {t.nbytes}")
@@ -229,7 +238,7 @@ def tensor_set(t, data: np.ndarray, backends=()):
 
 def tensor_get(t, backends=()) -> np.ndarray:
     """t's bytes as a new uint8 array."""
-    buf = get_buffer(t)
+    buf = get_buffer(instance_arg(t, Tensor, "tensor"))
     if buf is None or t.data_address == 0:
         raise BackendError(f"tensor '{t.name}' is not allocated")
     if buf.memory is not None:
@@ -287,6 +296,7 @@ class Model:
     """
 
     def __init__(self, config: ModelConfig, weights: dict):
+        instance_arg(weights, dict, "weights")
         want = weight_shapes(config)
         missing = sorted(set(want) - set(weights))
         if missing:
@@ -305,6 +315,8 @@ class Model:
 
     def values(self, name: str) -> np.ndarray:
         """A weight's float32 values in numpy order (dequantised): what the graph sees."""
+        if not isinstance(name, str) or name not in self.weights:
+            raise UnknownNameError(f"model {self.config.name} has no weight {name!r}")
         t, stored = self.weights[name]
         return quants.to_f32(t, stored)
 
@@ -320,9 +332,11 @@ class Model:
         if not isinstance(layer_backends, (list, tuple)):
             layer_backends = [layer_backends] * cfg.n_layer
         if len(layer_backends) != cfg.n_layer:
-            raise ValueError(f"{len(layer_backends)} layer backends for {cfg.n_layer} layers")
+            raise ModelError(f"{len(layer_backends)} layer backends for {cfg.n_layer} layers")
         host = host or layer_backends[-1]
         output_backend = output_backend or layer_backends[-1]
+        for b in (*layer_backends, host, output_backend):
+            instance_arg(b, Backend, "a layer's backend")
         self.layer_backend = list(layer_backends)
         self.ctx = Context(f"{cfg.name}.weights")
         groups = {}             # (group key, backend id) -> (backend, [tensors])
@@ -346,7 +360,7 @@ class Model:
         for name, tensor in self.tensors.items():
             try:
                 tensor_set(tensor, self.weights[name][1], self.backends)
-            except (BackendError, NotImplementedError):
+            except BackendError:
                 if get_buffer(tensor).memory is not None:
                     raise
                 self.has_data = False       # a simulated device: placement only, no data
@@ -367,6 +381,8 @@ class KVCache:
     stored transposed (a row per channel), as llama.cpp does without flash attention."""
 
     def __init__(self, model: Model):
+        if not instance_arg(model, Model, "model").tensors:
+            raise ModelError("the model's weights are not placed (Model.place)")
         cfg = model.config
         self.config = cfg
         self.ctx = Context(f"{cfg.name}.kv")
@@ -399,7 +415,7 @@ class KVCache:
             if get_buffer(t).memory is None:
                 try:
                     tensor_set(t, np.zeros(t.nbytes, np.uint8), self.backends)
-                except (BackendError, NotImplementedError):
+                except BackendError:
                     pass                # a simulated device: no bytes to clear
 
 
@@ -429,16 +445,15 @@ def build_forward(model: Model, cache: KVCache, tokens, n_past: int | None = Non
     """The graph of one llama_decode call: `tokens` at positions n_past.. (default: the
     cache's), writing their K/V into the cache. logits 'all' or 'last' (a get_rows of
     the output ids before the output norm, as llama.cpp does)."""
-    cfg = model.config
-    tokens = np.asarray(tokens, dtype=np.int32).reshape(-1)
+    cfg = instance_arg(model, Model, "model").config
+    instance_arg(cache, KVCache, "cache")
+    tokens = token_ids(tokens, cfg)
     T = int(tokens.size)
-    n_past = cache.n_past if n_past is None else int(n_past)
+    n_past = cache.n_past if n_past is None else int_arg(n_past, "n_past", 0, cfg.n_ctx)
     if T < 1:
-        raise ValueError("no tokens")
+        raise ModelError("no tokens")
     if n_past + T > cfg.n_ctx:
-        raise ValueError(f"{n_past} cached + {T} new tokens exceed the context of {cfg.n_ctx}")
-    if tokens.min() < 0 or tokens.max() >= cfg.n_vocab:
-        raise ValueError(f"token ids must lie in 0..{cfg.n_vocab - 1}")
+        raise ModelError(f"{n_past} cached + {T} new tokens exceed the context of {cfg.n_ctx}")
     W = model.tensors
     if not W:
         raise GraphError("the model's weights are not placed (Model.place)")
@@ -508,16 +523,29 @@ def build_forward(model: Model, cache: KVCache, tokens, n_past: int | None = Non
         x = ops.get_rows(ctx, x, ids)
         n_out = 1
     elif logits != "all":
-        raise ValueError("logits must be 'all' or 'last'")
+        raise ModelError("logits must be 'all' or 'last'")
     x = _name(ops.mul(ctx, ops.rms_norm(ctx, x, cfg.eps), W["output_norm.weight"]), "result_norm")
     out = _name(ops.mul_mat(ctx, W["output.weight"], x), "result_output").set_output()
     graph.build_forward_expand(out)
     return Forward(graph, ctx, out, inputs, T, n_past, n_kv, n_out)
 
 
+def token_ids(tokens, cfg: ModelConfig) -> np.ndarray:
+    """tokens as an int32 vector of ids of cfg's vocabulary (ModelError otherwise)."""
+    instance_arg(cfg, ModelConfig, "config")
+    try:
+        ids = np.asarray(tokens).reshape(-1)
+    except (TypeError, ValueError) as e:
+        raise ModelError(f"tokens must be a list of token ids: {e}") from None
+    if ids.size and (ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= cfg.n_vocab):
+        raise ModelError(f"token ids must be integers in 0..{cfg.n_vocab - 1}")
+    return ids.astype(np.int32)
+
+
 def graph_size(cfg: ModelConfig) -> int:
     """Nodes plus leafs a forward graph can have, with room to spare (llama.cpp's
     graph_max_nodes is generous too)."""
+    instance_arg(cfg, ModelConfig, "config")
     return 128 + cfg.n_layer * (96 + 8 * cfg.n_expert_used)
 
 
@@ -630,6 +658,8 @@ class Session:
     def __init__(self, model: Model, backends: Sequence[Backend],
                  scheduler: Scheduler | None = None, profile_splits: bool = False) -> None:
         from ggml_py.sched import Scheduler
+        instance_arg(model, Model, "model")
+        instance_arg(scheduler, Scheduler, "scheduler", optional=True)
         self.model = model
         self.backends = list(backends)
         self.cache = KVCache(model)

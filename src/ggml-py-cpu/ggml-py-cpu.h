@@ -39,12 +39,15 @@ typedef struct gp_buffer {
     char *           base;
     size_t           size;
     int              usage;
+    int              released;
+    void *           allocator;
     void *           pyobj;
 } gp_buffer;
 
 typedef struct gp_tensor {
     int32_t            op;
     int32_t            flags;
+    int32_t            order;
     struct gp_tensor * src[GP_MAX_SRC];
     struct gp_tensor * view_src;
     gp_buffer *        buffer;

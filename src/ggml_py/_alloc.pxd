@@ -93,6 +93,10 @@ cdef class GraphAllocator:
     cdef int n_leafs
     cdef int leaf_allocs_cap
     cdef bint valid                     # False after a failed or interrupted reserve
+    cdef ggml_tensor ** placed          # what the last alloc_graph pointed into the buffers
+    cdef int n_placed
+    cdef int placed_cap
+    cdef object placed_owner            # keeps the placed tensors alive (their graph)
     cdef readonly object last_error     # message of the last failed buffer allocation
     cdef readonly int last_error_id     # ... and the buffer id it was for (-1: none)
 
@@ -101,10 +105,13 @@ cdef class GraphAllocator:
                        const int * leaf_buffer_ids) except -1
     cdef int reserve_n_size(self, ggml_cgraph * graph, const int * node_buffer_ids,
                             const int * leaf_buffer_ids, size_t * sizes) except -1
-    cdef int alloc_graph(self, ggml_cgraph * graph) except -1
+    cdef int alloc_graph(self, ggml_cgraph * graph, object owner) except -1
     cdef size_t get_buffer_size(self, int buffer_id) except? 0
 
     # internals
+    cdef int grow_placed(self) except -1
+    cdef int unplace(self) except -1
+    cdef int _id(self, buffer_id) except -1
     cdef size_t alloc_size(self, int buffer_id, ggml_tensor * t) except? 0
     cdef hash_node * hash_get(self, ggml_tensor * t) except NULL
     cdef bint is_own(self, ggml_tensor * t) except -1

@@ -18,18 +18,20 @@ its quirks; each function names the ggml function it ports. Where ggml would
 assert or crash, this port raises instead and stays usable.
 """
 
-from libc.stdlib cimport malloc, calloc, free
+from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memset
 from libc.stdint cimport int64_t, INT64_MIN, SIZE_MAX
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (ggml_nbytes, ggml_hash_set_init, ggml_hash_set_free,
+from ggml_py._core cimport (size_arg, index_arg, items_arg, tensor_name, ggml_graph_check_order,
+                            GGML_PY_MAX_BYTES, ggml_nbytes, ggml_hash_set_init, ggml_hash_set_free,
                             ggml_hash_set_reset, ggml_hash_find_or_insert, tensor_handle,
                             Tensor, Graph)
-from ggml_py._backend cimport BufferType, Buffer
+from ggml_py._backend cimport BufferType, Buffer, _live
 
 from ggml_py._core import OP_IDS
-from ggml_py.errors import AllocationError, SchedulerError
+from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, SchedulerError,
+                            UnknownNameError)
 
 # ---------------------------------------------------------------------------
 # in-place ops (ggml_op_can_inplace): the backends of these ops accept dst == src
@@ -51,16 +53,16 @@ cdef bint ggml_op_can_inplace(int op) noexcept nogil:
 
 def op_can_inplace(op):
     """Whether ggml-alloc may give a node of this op (name or id) its parent's memory."""
-    return ggml_op_can_inplace(OP_IDS[op] if isinstance(op, str) else op)
+    if isinstance(op, str):
+        if op not in OP_IDS:
+            raise UnknownNameError(f"unknown ggml op {op!r}")
+        return ggml_op_can_inplace(OP_IDS[op])
+    return ggml_op_can_inplace(index_arg(op, "op id", GGML_OP_COUNT_MAX))
 
 
 cdef inline size_t aligned_offset(size_t base, size_t offset, size_t alignment) noexcept nogil:
     """Port of aligned_offset: offset rounded up so that base + offset is aligned."""
     return offset + (alignment - ((base + offset) % alignment)) % alignment
-
-
-cdef inline str _name(const ggml_tensor * t):
-    return t.name.decode("utf-8", errors="replace")
 
 
 cdef inline str _buft_name(const ggml_backend_buffer_type * buft):
@@ -75,14 +77,15 @@ cdef int tensor_alloc_at(ggml_backend_buffer * buffer, ggml_tensor * tensor, cha
                          size_t size) except -1:
     """Give `tensor` the address `addr` in `buffer`; `size` is its alloc size."""
     if tensor.buffer != NULL or tensor.data != NULL:
-        raise AllocationError(f"tensor '{_name(tensor)}' is already in a buffer")
+        raise AllocationError(f"tensor '{tensor_name(tensor)}' is already in a buffer")
     if tensor.view_src != NULL:
-        raise AllocationError(f"tensor '{_name(tensor)}' is a view; views take their "
+        raise AllocationError(f"tensor '{tensor_name(tensor)}' is a view; views take their "
                               f"view_src's memory")
     # a zero-sized buffer has a NULL base (ggml_backend_buffer_get_base); only a
     # zero-sized tensor at offset 0 fits there, and it ends up with data NULL
-    if addr < buffer.base or addr + size > buffer.base + buffer.size:
-        raise AllocationError(f"tensor '{_name(tensor)}' ({size} bytes at offset "
+    if (addr < buffer.base or size > buffer.size
+            or <size_t>(addr - buffer.base) > buffer.size - size):
+        raise AllocationError(f"tensor '{tensor_name(tensor)}' ({size} bytes at offset "
                               f"{<size_t>(addr - buffer.base)}) does not fit in its "
                               f"{_buft_name(buffer.buft)} buffer of {buffer.size} bytes")
     tensor.buffer = buffer
@@ -94,20 +97,26 @@ cdef int tensor_alloc_at(ggml_backend_buffer * buffer, ggml_tensor * tensor, cha
 cdef int view_init(ggml_tensor * tensor) except -1:
     """Port of ggml_backend_view_init: a view takes its view_src's buffer and address."""
     if tensor.buffer != NULL or tensor.view_src == NULL:
-        raise AllocationError(f"tensor '{_name(tensor)}' is not an uninitialised view")
+        raise AllocationError(f"tensor '{tensor_name(tensor)}' is not an uninitialised view")
     if tensor.view_src.buffer == NULL or tensor.view_src.data == NULL:
         # ggml asserts here; it happens when the view_src got no memory (a zero-sized
         # tensor in a zero-sized chunk)
-        raise AllocationError(f"view '{_name(tensor)}': its view_src "
-                              f"'{_name(tensor.view_src)}' has no data")
+        raise AllocationError(f"view '{tensor_name(tensor)}': its view_src "
+                              f"'{tensor_name(tensor.view_src)}' has no data")
     tensor.buffer = tensor.view_src.buffer
     tensor.data = tensor.view_src.data + tensor.view_offs
     return 0
 
 
 cdef size_t _buft_alloc_size(BufferType buft, ggml_tensor * t) except? 0:
-    """ggml_backend_buft_get_alloc_size through the Python slot."""
-    return buft.get_alloc_size(tensor_handle(t))
+    """ggml_backend_buft_get_alloc_size through the Python slot, checked (the
+    allocators' slow path: ggml_nbytes serves most buffer types)."""
+    cdef size_t size = size_arg(buft.get_alloc_size(tensor_handle(t)),
+                                f"{type(buft).__name__}.get_alloc_size('{tensor_name(t)}')")
+    if size > GGML_PY_MAX_BYTES:
+        raise AllocationError(f"tensor '{tensor_name(t)}' needs {size} bytes, more than "
+                              f"{GGML_PY_MAX_BYTES}")
+    return size
 
 
 # ---------------------------------------------------------------------------
@@ -117,19 +126,20 @@ cdef class TensorAllocator:
     """Places tensors one after another in `buffer`, each padded to the buffer
     type's alignment (ggml_tallocr). Used for weights and other long-lived data."""
 
-    def __init__(self, Buffer buffer):
-        self.buffer = buffer
+    def __init__(self, Buffer buffer not None):
+        self.buffer = _live(buffer)
         self.base = buffer.c.base
         self.alignment = buffer.c.buft.alignment
         self.offset = aligned_offset(<size_t>self.base, 0, self.alignment)
 
-    def alloc(self, Tensor tensor):
+    def alloc(self, Tensor tensor not None):
         """Port of ggml_tallocr_alloc. ggml aborts when the buffer is full; this raises
         AllocationError and leaves the allocator as it was."""
         cdef ggml_tensor * t = tensor.ptr
-        cdef size_t size = self.buffer.buffer_type.get_alloc_size(tensor)
+        _live(self.buffer)
+        cdef size_t size = _buft_alloc_size(self.buffer.buffer_type, t)
         cdef size_t padded = aligned_offset(0, size, self.alignment)   # GGML_PAD
-        if self.offset + padded > self.buffer.c.size:
+        if self.offset > self.buffer.c.size or padded > self.buffer.c.size - self.offset:
             raise AllocationError(
                 f"not enough space in the {self.buffer.buffer_type.name} buffer to allocate "
                 f"'{tensor.name}' (needed {padded}, available {self.buffer.c.size - self.offset})")
@@ -183,7 +193,7 @@ cdef int dyn_new_chunk(dyn_tallocr * alloc, size_t min_size) except -2:
         return -1
     cdef tallocr_chunk * chunk = <tallocr_chunk *>calloc(1, sizeof(tallocr_chunk))
     if chunk == NULL:
-        raise MemoryError("graph allocator chunk")
+        raise AllocationError("cannot allocate a graph allocator chunk")
     chunk.n_free_blocks = 1
     chunk.free_blocks[0].offset = 0
     chunk.free_blocks[0].size = min_size if min_size > alloc.max_chunk_size else alloc.max_chunk_size
@@ -202,6 +212,10 @@ cdef buffer_address dyn_alloc(dyn_tallocr * alloc, size_t size) except *:
     last block of the chunk that wastes least or grows least (reuse factor);
     failing that, a new chunk.
     """
+    if size > GGML_PY_MAX_BYTES or alloc.alignment > GGML_PY_MAX_BYTES:
+        # offsets are sums of sizes: past this they could wrap size_t (ggml's would)
+        raise AllocationError(f"graph allocation: {size} bytes at alignment {alloc.alignment} "
+                              f"exceed the {GGML_PY_MAX_BYTES}-byte limit of one tensor")
     size = aligned_offset(0, size, alloc.alignment)
     cdef int c, i
     cdef int best_chunk = -1, best_block = -1
@@ -302,7 +316,7 @@ cdef void dyn_reset(dyn_tallocr * alloc) noexcept nogil:
 cdef dyn_tallocr * dyn_new(size_t alignment, size_t max_buffer_size) except NULL:
     cdef dyn_tallocr * alloc = <dyn_tallocr *>calloc(1, sizeof(dyn_tallocr))
     if alloc == NULL:
-        raise MemoryError("graph allocator")
+        raise AllocationError("cannot allocate a graph allocator")
     alloc.alignment = alignment
     # clamped so that sums of chunk sizes cannot overflow (as ggml)
     alloc.max_chunk_size = max_buffer_size if max_buffer_size < SIZE_MAX // 2 else SIZE_MAX // 2
@@ -346,18 +360,18 @@ cdef class VBuffer:
     def buffers(self):
         return list(self.owners)
 
+    def release(self):
+        """Give every chunk's memory back (ggml_vbuffer_free)."""
+        for b in self.owners:
+            b.release()
+
 
 cdef Buffer _zero_size_buffer(BufferType buft):
     """ggml_backend_buft_alloc_buffer's dummy buffer for size 0: no memory and a
     NULL base. The buffer type's alloc_buffer is not called."""
     cdef Buffer b = Buffer.__new__(Buffer)
     b.buffer_type = buft
-    b.memory = None
     b.c.buft = &buft.c
-    b.c.base = NULL
-    b.c.size = 0
-    b.c.usage = GGML_BACKEND_BUFFER_USAGE_ANY
-    b.c.pyobj = <void *>b
     return b
 
 
@@ -376,6 +390,25 @@ cdef const int * _ids_ptr(object ids, int * zero) except? NULL:
     return &view[0]
 
 
+MAX_BUFFER_IDS = 1024
+
+
+cdef inline bint placed_here(GraphAllocator galloc, const ggml_tensor * t) noexcept:
+    """Did galloc place t (it is in one of its compute buffers)? Planning treats such a
+    tensor as unallocated: the plan is of the graph as a whole, and placing a graph
+    first takes back the last one's placements (ggml treats them as data from outside)."""
+    return t.buffer != NULL and t.buffer.allocator == <void *>galloc
+
+
+cdef inline int record_placed(GraphAllocator galloc, ggml_tensor * t) except -1:
+    """Note that galloc pointed t into one of its buffers (see unplace)."""
+    if galloc.n_placed == galloc.placed_cap:
+        galloc.grow_placed()
+    galloc.placed[galloc.n_placed] = t
+    galloc.n_placed += 1
+    return 0
+
+
 cdef class GraphAllocator:
     """Plans and allocates the compute memory of graphs (ggml_gallocr).
 
@@ -390,12 +423,12 @@ cdef class GraphAllocator:
         self.hash_set.used = NULL
 
     def __init__(self, buffer_types):
-        bufts = list(buffer_types)
+        bufts = items_arg(buffer_types, "a graph allocator's buffer types", BufferType,
+                          MAX_BUFFER_IDS)
         if not bufts:
-            raise ValueError("a graph allocator needs at least one buffer type")
-        for b in bufts:
-            if not isinstance(b, BufferType):
-                raise TypeError(f"expected BufferType, got {type(b).__name__}")
+            raise ArgumentError("a graph allocator needs at least one buffer type")
+            if (<BufferType>b).c.alignment == 0:
+                raise ArgumentError("a buffer type was never initialised (BufferType.__init__)")
         cdef int n = len(bufts), i, j
         self.bufts = bufts
         self.c_bufts = <ggml_backend_buffer_type **>calloc(n, sizeof(ggml_backend_buffer_type *))
@@ -405,7 +438,7 @@ cdef class GraphAllocator:
                                                        sizeof(ggml_backend_buffer *))
         if (self.c_bufts == NULL or self.nbytes_sized == NULL or self.buf_tallocs == NULL
                 or self.c_chunks == NULL):
-            raise MemoryError("graph allocator")
+            raise AllocationError("cannot allocate a graph allocator")
         self.n_buffers = n
         self.buffers = [None] * n
         cdef BufferType bt
@@ -423,6 +456,27 @@ cdef class GraphAllocator:
         self.valid = False
         self.last_error = None
         self.last_error_id = -1
+
+    def __del__(self):
+        # as ggml_gallocr_free, but no tensor is left pointing at the freed buffers
+        self.close()
+
+    def close(self):
+        """Take back every placement and release the compute buffers (ggml_gallocr_free).
+        The allocator stays usable: the next reserve allocates again."""
+        self.unplace()
+        for i in range(self.n_buffers):
+            if self.buffers[i] is not None:
+                (<VBuffer>self.buffers[i]).release()
+                self.buffers[i] = None
+                self.sync_chunks(i)
+        self.valid = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     def __dealloc__(self):
         cdef int i, j
@@ -444,6 +498,35 @@ cdef class GraphAllocator:
         free(self.hash_values)
         free(self.node_allocs)
         free(self.leaf_allocs)
+        free(self.placed)
+
+    # --- placements --------------------------------------------------------------
+    # The tensors alloc_graph points into this allocator's buffers are recorded, with
+    # what keeps them alive (placed_owner), so that no tensor is left pointing at a
+    # buffer that is reallocated or freed: each is "unplaced" first, and reading it
+    # afterwards is a clear error instead of a read of freed memory.
+
+    cdef int grow_placed(self) except -1:
+        cdef void * tmp = realloc(self.placed, (2 * self.placed_cap + 64) * sizeof(ggml_tensor *))
+        if tmp == NULL:
+            raise AllocationError("cannot grow the graph allocator's placement table")
+        self.placed = <ggml_tensor **>tmp
+        self.placed_cap = 2 * self.placed_cap + 64
+        return 0
+
+    cdef int unplace(self) except -1:
+        """Give back every placement of the last alloc_graph that is still this
+        allocator's (the tensor was not placed elsewhere since)."""
+        cdef int k
+        cdef ggml_tensor * t
+        for k in range(self.n_placed):
+            t = self.placed[k]
+            if t.buffer != NULL and t.buffer.allocator == <void *>self:
+                t.buffer = NULL
+                t.data = NULL
+        self.n_placed = 0
+        self.placed_owner = None
+        return 0
 
     # --- helpers -------------------------------------------------------------
 
@@ -460,7 +543,7 @@ cdef class GraphAllocator:
             # ggml aborts ("fatal error"): the graph reaches more tensors than
             # its nodes and leafs (sources or view sources outside the graph)
             raise AllocationError(f"graph allocator hash set full ({self.hash_set.size} "
-                                  f"slots) at tensor '{_name(t)}'")
+                                  f"slots) at tensor '{tensor_name(t)}'")
         return &self.hash_values[i]
 
     cdef bint is_own(self, ggml_tensor * t) except -1:
@@ -468,7 +551,7 @@ cdef class GraphAllocator:
 
     cdef bint is_allocated(self, ggml_tensor * t) except -1:
         # data set outside, or an outside buffer not filled in yet, or planned here
-        return t.data != NULL or t.buffer != NULL or self.is_own(t)
+        return ((t.data != NULL or t.buffer != NULL) and not placed_here(self, t)) or self.is_own(t)
 
     cdef void sync_chunks(self, int i):
         """Mirror buffers[i]'s chunk pointers into c_chunks (for the C-level loops)."""
@@ -488,8 +571,8 @@ cdef class GraphAllocator:
         cdef size_t parent_size = self.alloc_size(p_hn.buffer_id, parent)
         cdef size_t node_size = self.alloc_size(hn.buffer_id, node)
         if parent_size < node_size:
-            raise AllocationError(f"in-place node '{_name(node)}' ({node_size} bytes) is larger "
-                                  f"than its parent '{_name(parent)}' ({parent_size} bytes)")
+            raise AllocationError(f"in-place node '{tensor_name(node)}' ({node_size} bytes) is larger "
+                                  f"than its parent '{tensor_name(parent)}' ({parent_size} bytes)")
         cdef dyn_tallocr * p_alloc = self.buf_tallocs[p_hn.buffer_id]
         # aligned, so that the freed tail keeps the free list aligned
         parent_size = aligned_offset(0, parent_size, p_alloc.alignment)
@@ -515,7 +598,7 @@ cdef class GraphAllocator:
         if buffer_id < 0 or buffer_id >= self.n_buffers:
             # ggml asserts buffer_id >= 0: the scheduler left the tensor without a backend
             kind = "leaf-without-backend" if is_leaf else "tensor-without-backend"
-            raise SchedulerError(f"{'leaf' if is_leaf else 'tensor'} '{_name(node)}' has no "
+            raise SchedulerError(f"{'leaf' if is_leaf else 'tensor'} '{tensor_name(node)}' has no "
                                  f"backend (buffer id {buffer_id}) but needs memory from the "
                                  f"graph allocator", kind=kind)
         hn.allocated = True
@@ -639,7 +722,7 @@ cdef class GraphAllocator:
     cdef int set_tensor_alloc(self, tensor_alloc * ta, ggml_tensor * t) except -1:
         """Remember where a planned tensor goes; nothing for views and tensors with data."""
         cdef hash_node * hn
-        if t.view_src != NULL or t.data != NULL:
+        if t.view_src != NULL or (t.data != NULL and not placed_here(self, t)):
             ta.buffer_id = -1
             ta.addr = ADDRESS_INVALID
             ta.size_max = 0
@@ -676,7 +759,7 @@ cdef class GraphAllocator:
             if self.hash_values == NULL:
                 ggml_hash_set_free(&self.hash_set)
                 self.hash_set.size = 0
-                raise MemoryError("graph allocator hash table")
+                raise AllocationError("cannot allocate the graph allocator hash table")
 
         for i in range(self.n_buffers):
             dyn_reset(self.buf_tallocs[i])
@@ -689,14 +772,15 @@ cdef class GraphAllocator:
             self.node_allocs = <node_alloc *>calloc(graph.n_nodes, sizeof(node_alloc))
             self.node_allocs_cap = 0 if self.node_allocs == NULL else graph.n_nodes
             if self.node_allocs == NULL:
-                raise MemoryError("graph allocator node table")
+                raise AllocationError("cannot allocate the graph allocator node table")
         self.n_nodes = graph.n_nodes
         for i in range(graph.n_nodes):
             node = graph.nodes[i]
             na = &self.node_allocs[i]
             self.set_tensor_alloc(&na.dst, node)
             for j in range(GGML_MAX_SRC):
-                if node.src[j] == NULL or node.src[j].view_src != NULL or node.src[j].data != NULL:
+                if (node.src[j] == NULL or node.src[j].view_src != NULL
+                        or (node.src[j].data != NULL and not placed_here(self, node.src[j]))):
                     na.src[j].buffer_id = -1
                     na.src[j].addr = ADDRESS_INVALID
                     na.src[j].size_max = 0
@@ -707,7 +791,7 @@ cdef class GraphAllocator:
             self.leaf_allocs = <tensor_alloc *>calloc(graph.n_leafs, sizeof(tensor_alloc))
             self.leaf_allocs_cap = 0 if self.leaf_allocs == NULL else graph.n_leafs
             if self.leaf_allocs == NULL:
-                raise MemoryError("graph allocator leaf table")
+                raise AllocationError("cannot allocate the graph allocator leaf table")
         self.n_leafs = graph.n_leafs
         for i in range(graph.n_leafs):
             self.hash_get(graph.leafs[i])     # ggml looks every leaf up here (inserting it)
@@ -733,12 +817,17 @@ cdef class GraphAllocator:
                 if new_chunk > cur_chunk:
                     realloc = True
             if realloc:
-                self.buffers[i] = None          # ggml_vbuffer_free
+                if vb is not None:
+                    self.unplace()              # nothing may point into it any more
+                    (<VBuffer>vb).release()     # ggml_vbuffer_free
+                self.buffers[i] = None
                 self.sync_chunks(i)
                 if not no_alloc:
                     if not self.vbuffer_alloc(i):
                         return 0
-        self.valid = True
+        # a dry run's plan has no buffers behind it (ggml would place tensors in
+        # missing chunks): the next alloc_graph plans again
+        self.valid = not no_alloc
         return 1
 
     cdef int vbuffer_alloc(self, int i) except -1:
@@ -775,6 +864,7 @@ cdef class GraphAllocator:
                     return 0
                 b = got
             b.c.usage = GGML_BACKEND_BUFFER_USAGE_COMPUTE
+            b.c.allocator = <void *>self
             vb.chunks[n] = &b.c
             vb.owners.append(b)
         self.buffers[i] = vb
@@ -829,21 +919,26 @@ cdef class GraphAllocator:
         """Port of ggml_gallocr_init_tensor: point a tensor at its planned memory."""
         cdef ggml_backend_buffer * chunk
         if tensor.view_src != NULL:
-            if tensor.buffer == NULL:
+            # (a view the user initialised in a buffer released since is initialised again)
+            if tensor.buffer == NULL or tensor.buffer.released:
                 if tensor.view_src.buffer == NULL:
                     return 0            # allocated without ggml-backend: leave it
+                tensor.buffer = NULL
                 view_init(tensor)
+                if tensor.buffer.allocator == <void *>self:
+                    record_placed(self, tensor)
         elif tensor.data == NULL:
             if ta.buffer_id < 0 or ta.addr.chunk < 0:
-                raise AllocationError(f"tensor '{_name(tensor)}' has no planned place "
+                raise AllocationError(f"tensor '{tensor_name(tensor)}' has no planned place "
                                       f"(it had data when the graph was reserved)")
             chunk = self.c_chunks[ta.buffer_id * GGML_VBUFFER_MAX_CHUNKS + ta.addr.chunk]
             if chunk == NULL:
-                raise AllocationError(f"tensor '{_name(tensor)}': chunk {ta.addr.chunk} of the "
+                raise AllocationError(f"tensor '{tensor_name(tensor)}': chunk {ta.addr.chunk} of the "
                                       f"{_buft_name(self.c_bufts[ta.buffer_id])} buffer is "
                                       f"not allocated")
             tensor_alloc_at(chunk, tensor, chunk.base + ta.addr.offset,
                             self.alloc_size(ta.buffer_id, tensor))
+            record_placed(self, tensor)
         return 0
 
     # --- the scheduler's entry points ------------------------------------------
@@ -867,13 +962,16 @@ cdef class GraphAllocator:
                 sizes[i] += self.buf_tallocs[i].chunks[c].max_size
         return 1
 
-    cdef int alloc_graph(self, ggml_cgraph * graph) except -1:
+    cdef int alloc_graph(self, ggml_cgraph * graph, object owner) except -1:
         """ggml_gallocr_alloc_graph: place the graph's tensors by the recorded plan.
         A plan that no longer fits is redone automatically with a single buffer;
-        with several, 0 is returned and the caller must reserve again."""
+        with several, 0 is returned and the caller must reserve again. `owner` keeps
+        the tensors alive until they are unplaced (the graph)."""
         cdef int i, j
         cdef ggml_tensor * node
         cdef node_alloc * na
+        # the last graph's placements first: a tensor of both is placed anew
+        self.unplace()
         if self.needs_realloc(graph):
             if self.n_buffers == 1:
                 if not self.reserve_n(graph, NULL, NULL):
@@ -881,6 +979,7 @@ cdef class GraphAllocator:
             else:
                 return 0
         # ggml resets the chunk buffers here (a backend hook); ggml_py buffers have none
+        self.placed_owner = owner
         for i in range(graph.n_leafs):
             self.init_tensor(graph.leafs[i], &self.leaf_allocs[i])
         for i in range(graph.n_nodes):
@@ -894,8 +993,6 @@ cdef class GraphAllocator:
 
     cdef size_t get_buffer_size(self, int buffer_id) except? 0:
         """ggml_gallocr_get_buffer_size: 0 when unallocated or shared with an earlier id."""
-        if buffer_id < 0 or buffer_id >= self.n_buffers:
-            raise IndexError(f"buffer id {buffer_id} out of range 0..{self.n_buffers - 1}")
         vb = self.buffers[buffer_id]
         if vb is None:
             return 0
@@ -915,64 +1012,75 @@ cdef class GraphAllocator:
         return list(self.bufts)
 
     def _ids(self, ids, int n, what):
-        """A list of buffer ids -> bytes holding a C int array (None -> all 0)."""
+        """A list of buffer ids -> an array.array holding a C int array (None -> all 0).
+        Ids outside 0..n_buffer_ids-1 are refused when a tensor needs one."""
         import array
         if ids is None:
             return None
-        arr = array.array("i", ids)
+        try:
+            arr = array.array("i", ids)
+        except (OverflowError, TypeError, ValueError) as e:
+            raise ArgumentError(f"{what} must be a list of buffer ids: {e}") from None
         if len(arr) != n:
-            raise ValueError(f"{what}: {len(arr)} buffer ids for {n} tensors")
+            raise ArgumentError(f"{what}: {len(arr)} buffer ids for {n} tensors")
         return arr
 
-    def reserve(self, Graph graph):
+    cdef int _id(self, buffer_id) except -1:
+        return index_arg(buffer_id, "buffer id", self.n_buffers)
+
+    def reserve(self, Graph graph not None):
         """ggml_gallocr_reserve: every tensor in buffer id 0. Raises AllocationError
         when a buffer cannot be allocated (the allocator stays usable)."""
         return self.reserve_n_py(graph, None, None)
 
-    def reserve_n_py(self, Graph graph, node_ids=None, leaf_ids=None):
+    def reserve_n_py(self, Graph graph not None, node_ids=None, leaf_ids=None):
         cdef int zero = 0
+        ggml_graph_check_order(&graph.graph)
         n = self._ids(node_ids, graph.graph.n_nodes, "node_ids")
         l = self._ids(leaf_ids, graph.graph.n_leafs, "leaf_ids")
         if not self.reserve_n(&graph.graph, _ids_ptr(n, &zero), _ids_ptr(l, &zero)):
             raise AllocationError(self.last_error)
         return True
 
-    def reserve_n_size_py(self, Graph graph, node_ids=None, leaf_ids=None):
+    def reserve_n_size_py(self, Graph graph not None, node_ids=None, leaf_ids=None):
         """ggml_gallocr_reserve_n_size: plan only, return the size per buffer id."""
         cdef int zero = 0
+        ggml_graph_check_order(&graph.graph)
         n = self._ids(node_ids, graph.graph.n_nodes, "node_ids")
         l = self._ids(leaf_ids, graph.graph.n_leafs, "leaf_ids")
         cdef size_t * sizes = <size_t *>calloc(self.n_buffers, sizeof(size_t))
         if sizes == NULL:
-            raise MemoryError()
+            raise AllocationError("cannot allocate the size table")
         try:
             self.reserve_n_size(&graph.graph, _ids_ptr(n, &zero), _ids_ptr(l, &zero), sizes)
             return [sizes[i] for i in range(self.n_buffers)]
         finally:
             free(sizes)
 
-    def alloc_graph_py(self, Graph graph):
+    def alloc_graph_py(self, Graph graph not None):
         """ggml_gallocr_alloc_graph: True when placed, False when the graph changed and
         several buffer ids are in use (reserve_n first). Raises AllocationError when an
         automatic re-reserve cannot allocate its buffer."""
         self.last_error = None
         self.last_error_id = -1
-        if self.alloc_graph(&graph.graph):
+        ggml_graph_check_order(&graph.graph)
+        if self.alloc_graph(&graph.graph, graph):
             return True
         if self.last_error is not None:
             raise AllocationError(self.last_error)
         return False
 
-    def buffer_size(self, int buffer_id):
+    def buffer_size(self, buffer_id):
         """ggml_gallocr_get_buffer_size."""
-        return self.get_buffer_size(buffer_id)
+        return self.get_buffer_size(self._id(buffer_id))
 
-    def chunk_sizes(self, int buffer_id):
+    def chunk_sizes(self, buffer_id):
         """Sizes of buffer id's chunk buffers; [] where get_buffer_size is 0 (no buffer,
         a buffer shared with an earlier id, or nothing allocated)."""
-        if self.get_buffer_size(buffer_id) == 0:
+        cdef int i = self._id(buffer_id)
+        if self.get_buffer_size(i) == 0:
             return []
-        cdef VBuffer vb = self.buffers[buffer_id]
+        cdef VBuffer vb = self.buffers[i]
         out = []
         for c in range(GGML_VBUFFER_MAX_CHUNKS):
             if vb.chunks[c] == NULL:
@@ -980,20 +1088,16 @@ cdef class GraphAllocator:
             out.append(vb.chunks[c].size)
         return out
 
-    def buffer(self, int buffer_id):
+    def buffer(self, buffer_id):
         """The VBuffer of buffer id (None before a reserve)."""
-        if buffer_id < 0 or buffer_id >= self.n_buffers:
-            raise IndexError(f"buffer id {buffer_id} out of range 0..{self.n_buffers - 1}")
-        return self.buffers[buffer_id]
+        return self.buffers[self._id(buffer_id)]
 
-    def planned_chunk_sizes(self, int buffer_id):
+    def planned_chunk_sizes(self, buffer_id):
         """High-water marks of the planner's chunks for buffer id (after any reserve)."""
-        if buffer_id < 0 or buffer_id >= self.n_buffers:
-            raise IndexError(f"buffer id {buffer_id} out of range 0..{self.n_buffers - 1}")
-        cdef dyn_tallocr * t = self.buf_tallocs[buffer_id]
+        cdef dyn_tallocr * t = self.buf_tallocs[self._id(buffer_id)]
         return [t.chunks[c].max_size for c in range(t.n_chunks)]
 
-    def tensor_location(self, Tensor tensor):
+    def tensor_location(self, Tensor tensor not None):
         """(buffer type name, offset from the buffer's base, chunk index) of a tensor's
         data, as in the `alloc` block of a plan file: chunk is None when the buffer is
         not one of this allocator's chunks, offset None when the tensor has no data,

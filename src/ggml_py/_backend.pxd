@@ -12,7 +12,9 @@ cdef class BufferType:
 cdef class Buffer:
     cdef ggml_backend_buffer c
     cdef readonly BufferType buffer_type
-    cdef readonly object memory         # what keeps the bytes alive (numpy array, handle, None)
+    cdef object _memory                 # the bytes of a host buffer (numpy array) or None
+
+cdef Buffer _live(Buffer buffer)
 
 cdef class Backend:
     cdef ggml_backend c

@@ -10,16 +10,18 @@ while a graph is split.
 """
 
 from libc.string cimport memset, strncpy
-from libc.stdint cimport SIZE_MAX, uint8_t
+from libc.stdint cimport SIZE_MAX, INT64_MIN, INT64_MAX, int64_t, uint8_t
 from libc.stdlib cimport realloc, free
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport Tensor, tensor_handle, ggml_nbytes
+from ggml_py._core cimport (Tensor, tensor_handle, tensor_name, ggml_nbytes, size_arg, int_arg,
+                            name_arg, items_arg)
 
 import numpy as np
 
-from ggml_py._core import OP_IDS, OP_NAMES_LIST
-from ggml_py.errors import AllocationError, BackendError
+from ggml_py._core import OP_IDS, OP_NAMES_LIST, MAX_BYTES as _MAX_BYTES
+from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
+                            GraphError, ReleasedMemoryError, UnknownNameError)
 
 DEVICE_TYPES = {"cpu": GGML_BACKEND_DEVICE_TYPE_CPU, "gpu": GGML_BACKEND_DEVICE_TYPE_GPU,
                 "igpu": GGML_BACKEND_DEVICE_TYPE_IGPU, "accel": GGML_BACKEND_DEVICE_TYPE_ACCEL}
@@ -29,46 +31,50 @@ BUFFER_USAGES = {"any": GGML_BACKEND_BUFFER_USAGE_ANY, "weights": GGML_BACKEND_B
 BUFFER_USAGE_NAMES = {v: k for k, v in BUFFER_USAGES.items()}
 
 
-cdef _set_name(char * dst, name):
-    b = str(name).encode()
-    if not b or len(b) >= GGML_MAX_NAME:
-        raise ValueError(f"names have 1 to {GGML_MAX_NAME - 1} bytes: {name!r}")
-    strncpy(dst, b, GGML_MAX_NAME - 1)
+cdef _set_name(char * dst, name, what):
+    strncpy(dst, name_arg(name, what), GGML_MAX_NAME - 1)
     dst[GGML_MAX_NAME - 1] = 0
 
 
+def _choice(value, choices, what):
+    """value, which must be one of the string keys of `choices`."""
+    if not isinstance(value, str) or value not in choices:
+        raise UnknownNameError(f"{what} is one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
 def _op_ids(ops, what):
-    """'*' or an iterable of op names -> a set of op ids (KeyError names a bad op)."""
-    if ops == "*":
-        return set(range(len(OP_NAMES_LIST)))
+    """'*' or an iterable of op names -> a set of op ids (UnknownNameError names a bad op)."""
     if isinstance(ops, str):
-        raise ValueError(f"{what}: '*' or a list of op names, got {ops!r}")
-    out = set()
-    for name in ops:
-        if name not in OP_IDS:
-            raise ValueError(f"{what}: unknown op {name!r}")
-        out.add(OP_IDS[name])
-    return out
+        if ops == "*":
+            return set(range(len(OP_NAMES_LIST)))
+        raise ArgumentError(f"{what}: '*' or a list of op names, got {ops!r}")
+    names = items_arg(ops, f"{what} ('*' or op names)")
+    return {OP_IDS[_choice(name, OP_IDS, f"{what}: op")] for name in names}
 
 
 # ---------------------------------------------------------------------------
 # buffer types and buffers
 
-cdef size_t _fake_base = 0x100000000000
+cdef size_t _FAKE_START = 0x100000000000
+cdef size_t _fake_base = _FAKE_START
 
 
 cdef class BufferType:
     """A kind of memory (ggml_backend_buffer_type): its name, alignment, largest
     single buffer and whether the host can address it."""
 
-    def __init__(self, name, size_t alignment=32, max_size=None, bint is_host=False, device=None):
-        if alignment == 0 or alignment & (alignment - 1):
-            raise ValueError(f"buffer type {name!r}: alignment must be a power of two, got {alignment}")
-        _set_name(self.c.name, name)
-        self.c.alignment = alignment
-        self.c.max_size = SIZE_MAX if max_size is None else max_size
+    def __init__(self, name, alignment=32, max_size=None, bint is_host=False, device=None):
+        cdef size_t align = size_arg(alignment, f"buffer type {name!r}: alignment")
+        if align == 0 or align & (align - 1):
+            raise ArgumentError(f"buffer type {name!r}: alignment must be a power of two, "
+                                f"got {align}")
+        _set_name(self.c.name, name, "buffer type name")
+        self.c.alignment = align
+        self.c.max_size = SIZE_MAX if max_size is None else \
+            size_arg(max_size, f"buffer type {name!r}: max_size")
         if self.c.max_size == 0:
-            raise ValueError(f"buffer type {name!r}: max_size must be positive")
+            raise ArgumentError(f"buffer type {name!r}: max_size must be positive")
         self.c.is_host = is_host
         self.c.pyobj = <void *>self
         self.device = device
@@ -90,11 +96,11 @@ cdef class BufferType:
     def is_host(self):
         return bool(self.c.is_host)
 
-    def get_alloc_size(self, Tensor tensor):
+    def get_alloc_size(self, Tensor tensor not None):
         """Bytes the tensor needs in a buffer of this type (default: ggml_nbytes)."""
         return ggml_nbytes(tensor.ptr)
 
-    def alloc_buffer(self, size_t size):
+    def alloc_buffer(self, size):
         """A new buffer of `size` bytes. The default gives host types real,
         aligned memory; other types must override it."""
         if not self.c.is_host:
@@ -107,40 +113,92 @@ cdef class BufferType:
                 f"max_size={self.max_size}, is_host={self.is_host})")
 
 
-def host_buffer(BufferType buft, size_t size):
+cdef BufferType _buffer_type(BufferType buft):
+    """buft, which must have been initialised (BufferType.__new__ alone gives a name-less
+    type with alignment 0)."""
+    if buft.c.alignment == 0:
+        raise ArgumentError("the buffer type was never initialised (BufferType.__init__)")
+    return buft
+
+
+def host_buffer(BufferType buft not None, size):
     """A buffer of real host memory: a numpy byte array, aligned to the type."""
+    cdef size_t n = size_arg(size, f"host_buffer({_buffer_type(buft).name!r}): size")
+    cdef size_t align = buft.c.alignment
+    if n > _MAX_BYTES or align > _MAX_BYTES:
+        raise AllocationError(f"buffer type '{buft.name}': cannot allocate {n} bytes "
+                              f"(alignment {align})")
     try:
-        raw = np.zeros(size + buft.c.alignment, dtype=np.uint8)
-    except MemoryError:
-        raise AllocationError(f"buffer type '{buft.name}': cannot allocate {size} bytes") from None
+        raw = np.zeros(n + align, dtype=np.uint8)
+    except (MemoryError, ValueError):
+        raise AllocationError(f"buffer type '{buft.name}': cannot allocate {n} bytes") from None
     cdef size_t addr = raw.ctypes.data
-    cdef size_t pad = (-addr) % buft.c.alignment
-    mem = raw[pad:pad + size]
-    return Buffer(buft, size, addr + pad, memory=mem)
+    cdef size_t pad = (-addr) % align
+    mem = raw[pad:pad + n]
+    return Buffer(buft, n, addr + pad, memory=mem)
 
 
-def fake_buffer(BufferType buft, size_t size):
-    """A buffer with an aligned, non-null fake base and no memory (simulated devices)."""
+def fake_buffer(BufferType buft not None, size):
+    """A buffer with an aligned, non-null fake base and no memory (simulated devices).
+    Bases are handed out upwards and start again at the bottom when the address space
+    is used up (nothing is behind them)."""
     global _fake_base
-    cdef size_t align = max(buft.c.alignment, 4096)
-    base = (_fake_base + align - 1) // align * align
-    _fake_base = base + max(size, 1)
-    return Buffer(buft, size, base)
+    cdef size_t n = size_arg(size, f"fake_buffer({_buffer_type(buft).name!r}): size")
+    align = max(buft.c.alignment, 4096)
+    for start in (_fake_base, _FAKE_START):
+        base = (start + align - 1) // align * align
+        if base + max(n, 1) <= SIZE_MAX:
+            _fake_base = base + max(n, 1)
+            return Buffer(buft, n, base)
+    raise AllocationError(f"buffer type '{buft.name}': {n} bytes at alignment {align} do not "
+                          f"fit in the address space")
 
 
 cdef class Buffer:
-    """A block of memory of one buffer type (ggml_backend_buffer)."""
+    """A block of memory of one buffer type (ggml_backend_buffer).
 
-    def __init__(self, BufferType buffer_type, size_t size, size_t base, usage="any", memory=None):
-        if base == 0:
-            raise ValueError("a buffer needs a non-null base")
-        self.buffer_type = buffer_type
-        self.c.buft = &buffer_type.c
-        self.c.base = <char *>base
-        self.c.size = size
+    `release()` gives the memory back (the graph allocator does so when it replaces
+    a compute buffer); a released buffer keeps its identity, but reading its
+    memory raises ReleasedMemoryError."""
+
+    def __cinit__(self, *args, **kwargs):
+        memset(&self.c, 0, sizeof(ggml_backend_buffer))
         self.c.pyobj = <void *>self
-        self.memory = memory
+
+    def __init__(self, BufferType buffer_type not None, size, base, usage="any", memory=None):
+        cdef size_t n = size_arg(size, "Buffer size")
+        cdef size_t b = size_arg(base, "Buffer base")
+        if b == 0:
+            raise ArgumentError("a buffer needs a non-null base")
+        if n > SIZE_MAX - b:
+            raise ArgumentError(f"a buffer of {n} bytes at {b:#x} wraps the address space")
+        if memory is not None and memoryview(memory).nbytes < n:
+            raise ArgumentError(f"a buffer of {n} bytes needs at least as many bytes of "
+                                f"memory, got {memoryview(memory).nbytes}")
+        self.buffer_type = _buffer_type(buffer_type)
+        self.c.buft = &buffer_type.c
+        self.c.base = <char *>b
+        self.c.size = n
+        self._memory = memory
         self.usage = usage
+
+    @property
+    def memory(self):
+        """The numpy bytes behind a host buffer (None for device or simulated memory)."""
+        if self.c.released:
+            raise ReleasedMemoryError(f"the {self.buffer_type.name} buffer of {self.c.size} "
+                                      f"bytes was released")
+        return self._memory
+
+    @property
+    def released(self):
+        return bool(self.c.released)
+
+    def release(self):
+        """Give the memory back; tensors placed here can no longer be read or written.
+        Device buffers override this to free their memory too."""
+        self.c.released = True
+        self._memory = None
 
     @property
     def size(self):
@@ -156,80 +214,165 @@ cdef class Buffer:
 
     @usage.setter
     def usage(self, value):
-        try:
-            self.c.usage = BUFFER_USAGES[value]
-        except KeyError:
-            raise ValueError(f"buffer usage is one of {', '.join(BUFFER_USAGES)}, got {value!r}") from None
+        self.c.usage = BUFFER_USAGES[_choice(value, BUFFER_USAGES, "buffer usage")]
 
     @property
     def is_host(self):
         return bool(self.c.buft.is_host)
 
-    def tensor_alloc(self, Tensor tensor, size_t offset):
+    def tensor_alloc(self, Tensor tensor not None, offset):
         """Place `tensor` at `offset` (ggml_backend_tensor_alloc)."""
         cdef ggml_tensor * t = tensor.ptr
-        cdef size_t size = self.buffer_type.get_alloc_size(tensor)
+        cdef size_t offs = size_arg(offset, "tensor_alloc: offset")
+        _live(self)
+        cdef size_t size = size_arg(self.buffer_type.get_alloc_size(tensor),
+                                    f"{type(self.buffer_type).__name__}.get_alloc_size")
         if t.buffer != NULL or t.data != NULL:
             raise AllocationError(f"tensor '{tensor.name}' is already allocated")
         if t.view_src != NULL:
             raise AllocationError(f"tensor '{tensor.name}' is a view: use view_init")
-        if offset + size > self.c.size:
-            raise AllocationError(f"tensor '{tensor.name}' ({size} bytes at offset {offset}) "
+        if size > self.c.size or offs > self.c.size - size:
+            raise AllocationError(f"tensor '{tensor.name}' ({size} bytes at offset {offs}) "
                                   f"does not fit in buffer '{self.buffer_type.name}' of {self.c.size} bytes")
         tensor.owner.keep(self)
         t.buffer = &self.c
-        t.data = self.c.base + offset
+        t.data = self.c.base + offs
         return self
 
     def __repr__(self):
-        return f"<Buffer {self.buffer_type.name} {self.c.size} bytes usage={self.usage}>"
+        state = " released" if self.c.released else ""
+        name = self.buffer_type.name if self.buffer_type is not None else "?"
+        return f"<Buffer {name} {self.c.size} bytes usage={self.usage}{state}>"
 
 
-def view_init(Tensor tensor):
-    """Give a view the buffer and address of its view_src (ggml_backend_view_init)."""
+cdef Buffer _live(Buffer buffer):
+    """buffer, which must be initialised and not released."""
+    if buffer.c.buft == NULL:
+        raise ArgumentError("the buffer was never initialised (Buffer.__init__)")
+    if buffer.c.released:
+        raise ReleasedMemoryError(f"the {buffer.buffer_type.name} buffer of {buffer.c.size} "
+                                  f"bytes was released")
+    return buffer
+
+
+def view_init(Tensor tensor not None):
+    """Give a view the buffer and address of its view_src (ggml_backend_view_init).
+    The view's context keeps that buffer alive."""
     cdef ggml_tensor * t = tensor.ptr
     if t.view_src == NULL or t.view_src.buffer == NULL or t.view_src.data == NULL:
         raise AllocationError(f"view '{tensor.name}': its view_src is not allocated")
+    tensor.owner.keep(_live(<Buffer>t.view_src.buffer.pyobj))
     t.buffer = t.view_src.buffer
     t.data = t.view_src.data + t.view_offs
 
 
-def set_buffer(Tensor tensor, Buffer buffer, size_t offset=0):
+def set_buffer(Tensor tensor not None, Buffer buffer not None, offset=0):
     """Mark a tensor as living in `buffer` (pre-allocated) at `offset`; its views
     follow it through view_src. Used for weights and placed inputs. The tensor's
-    context keeps the buffer alive."""
+    context keeps the buffer alive.
+
+    A view's memory is its view_src's: a view may be given a buffer only once its
+    view_src has one."""
+    cdef ggml_tensor * t = tensor.ptr
+    cdef size_t offs = size_arg(offset, "set_buffer: offset")
+    cdef size_t nbytes = ggml_nbytes(t)
+    _live(buffer)
+    if nbytes > buffer.c.size or offs > buffer.c.size - nbytes:
+        raise AllocationError(f"tensor '{tensor.name}' ({nbytes} bytes at offset {offs}) does "
+                              f"not fit in the {buffer.buffer_type.name} buffer of "
+                              f"{buffer.c.size} bytes")
+    if t.view_src != NULL and t.view_src.buffer == NULL:
+        raise GraphError(f"view '{tensor.name}' cannot have a buffer while its view_src "
+                         f"'{tensor_name(t.view_src)}' has none: place the view_src")
     tensor.owner.keep(buffer)
-    tensor.ptr.buffer = &buffer.c
-    tensor.ptr.data = buffer.c.base + offset
+    t.buffer = &buffer.c
+    t.data = buffer.c.base + offs
 
 
-def tensor_ndarray(Tensor tensor, memory, dtype, Py_ssize_t row_bytes=0):
+def tensor_span(Tensor tensor not None, offset=0, size=None):
+    """(start, n): the bytes [offset, offset + size) of an allocated tensor (size None: to
+    its end), start counted from its buffer's base. Every backend's byte access
+    (set_tensor, get_tensor, copies) is checked here: a negative or too large offset or
+    size is an ArgumentError naming the tensor."""
+    cdef ggml_tensor * t = tensor.ptr
+    allocated_buffer(tensor)
+    cdef size_t nbytes = ggml_nbytes(t)
+    cdef size_t offs = size_arg(offset, f"tensor '{tensor.name}': offset")
+    cdef size_t n = 0
+    if offs <= nbytes:
+        n = nbytes - offs if size is None else size_arg(size, f"tensor '{tensor.name}': size")
+    if offs > nbytes or n > nbytes - offs:
+        raise ArgumentError(f"tensor '{tensor.name}': {n} bytes at offset {offs} exceed "
+                            f"its {nbytes} bytes")
+    return <size_t>(t.data - t.buffer.base) + offs, n
+
+
+def tensor_region(Tensor tensor not None, memory, offset=0, size=None):
+    """The bytes of tensor_span as a view of `memory`, the numpy bytes behind the
+    tensor's buffer."""
+    start, n = tensor_span(tensor, offset, size)
+    if memory is None or start + n > len(memory):
+        raise BackendError(f"tensor '{tensor.name}' lies outside the memory of its "
+                           f"{tensor_buffer_name(tensor.ptr)} buffer")
+    return memory[start:start + n]
+
+
+def allocated_buffer(Tensor tensor not None):
+    """The Buffer of an allocated tensor; BackendError naming the tensor when it has
+    no memory (never allocated, or its placement was taken back), ReleasedMemoryError
+    when its buffer was released."""
+    cdef ggml_tensor * t = tensor.ptr
+    if t.buffer == NULL or t.data == NULL:
+        raise BackendError(f"tensor '{tensor.name}' ({tensor.op}) is not allocated (or its "
+                           f"graph was allocated again elsewhere since): allocate its graph")
+    return _live(<Buffer>t.buffer.pyobj)
+
+
+cdef str tensor_buffer_name(const ggml_tensor * t):
+    return t.buffer.buft.name.decode("utf-8", "replace")
+
+
+def tensor_ndarray(Tensor tensor not None, memory, dtype, row_bytes=0):
     """A numpy view of an allocated tensor inside `memory`, the numpy bytes behind its
     buffer: numpy order (ne3, ne2, ne1, ne0) with the tensor's byte strides, or with
     `row_bytes` the uint8 rows of a block type (ne3, ne2, ne1, row_bytes). Built from
     the struct directly: kernels ask for one per source and result of every node."""
     cdef ggml_tensor * t = tensor.ptr
+    cdef Py_ssize_t rb
+    try:
+        rb = row_bytes
+    except (OverflowError, TypeError):
+        raise ArgumentError(f"row_bytes must be a small integer, got {row_bytes!r}") from None
     if t.buffer == NULL or t.data == NULL:
         raise BackendError(f"tensor '{tensor.name}' ({tensor.op}) is not allocated")
+    if t.buffer.released:
+        _live(<Buffer>t.buffer.pyobj)
     cdef size_t offset = <size_t>(t.data - t.buffer.base)
-    if row_bytes:
-        shape = (t.ne[3], t.ne[2], t.ne[1], row_bytes)
+    if rb:
+        shape = (t.ne[3], t.ne[2], t.ne[1], rb)
         strides = (t.nb[3], t.nb[2], t.nb[1], 1)
     else:
         shape = (t.ne[3], t.ne[2], t.ne[1], t.ne[0])
         strides = (t.nb[3], t.nb[2], t.nb[1], t.nb[0])
-    if t.ne[0] == 0 or t.ne[1] == 0 or t.ne[2] == 0 or t.ne[3] == 0 or row_bytes < 0:
+    if t.ne[0] == 0 or t.ne[1] == 0 or t.ne[2] == 0 or t.ne[3] == 0 or rb < 0:
         return np.zeros(shape, dtype=dtype)
     return np.ndarray(shape, dtype=dtype, buffer=memory, offset=offset, strides=strides)
 
 
-def get_buffer(Tensor tensor):
+def graph_nodes(graph):
+    """The nodes a backend's graph_compute runs, from a Graph, a GraphView (nodes [i0,
+    i1) of one) or a list of tensors; ArgumentTypeError for anything else."""
+    return items_arg(getattr(graph, "nodes", graph), "graph_compute's graph (or its nodes)",
+                     Tensor)
+
+
+def get_buffer(Tensor tensor not None):
     """The buffer holding the tensor's data (None if not allocated)."""
     cdef ggml_backend_buffer * b = tensor.ptr.buffer
     return None if b == NULL else <object>b.pyobj
 
 
-def clear_buffer(Tensor tensor):
+def clear_buffer(Tensor tensor not None):
     tensor.ptr.buffer = NULL
     tensor.ptr.data = NULL
 
@@ -253,15 +396,13 @@ cdef class Backend:
     def __dealloc__(self):
         free(self.c.supported_bufts)
 
-    def __init__(self, name, BufferType buffer_type, device_type="cpu", supports_ops="*",
-                 unsupported_ops=(), offload_ops=(), offload_min_batch=0,
+    def __init__(self, name, BufferType buffer_type not None, device_type="cpu",
+                 supports_ops="*", unsupported_ops=(), offload_ops=(), offload_min_batch=0,
                  supported_buffer_types=None):
-        _set_name(self.c.name, name)
-        if device_type not in DEVICE_TYPES:
-            raise ValueError(f"backend {name!r}: device_type is one of {', '.join(DEVICE_TYPES)}, "
-                             f"got {device_type!r}")
-        self.c.device_type = DEVICE_TYPES[device_type]
-        self.buffer_type = buffer_type
+        _set_name(self.c.name, name, "backend name")
+        self.c.device_type = DEVICE_TYPES[_choice(device_type, DEVICE_TYPES,
+                                                  f"backend {name!r}: device_type")]
+        self.buffer_type = _buffer_type(buffer_type)
         self.c.default_buft = &buffer_type.c
         self.set_supported_ops(supports_ops, unsupported_ops)
         self.set_offload_ops(offload_ops, offload_min_batch)
@@ -289,19 +430,20 @@ cdef class Backend:
     def set_offload_ops(self, ops=(), min_batch=0):
         """Fill the offload_op table: ops in `ops` offload when batch >= min_batch."""
         yes = _op_ids(ops, f"backend {self.name}: offload_ops")
+        cdef int64_t batch = int_arg(min_batch, f"backend {self.name}: offload_min_batch",
+                                     INT64_MIN, INT64_MAX)
         for i in range(GGML_OP_COUNT_MAX):
             self.c.offload_op_table[i] = GGML_PY_OP_YES if i in yes else GGML_PY_OP_NO
-        self.c.offload_min_batch = min_batch
+        self.c.offload_min_batch = batch
 
     def set_supported_buffer_types(self, bufts):
-        bufts = list(bufts)
+        bufts = items_arg(bufts, f"backend {self.name}: supported buffer types", BufferType)
         for b in bufts:
-            if not isinstance(b, BufferType):
-                raise TypeError(f"backend {self.name}: expected BufferType, got {type(b).__name__}")
+            _buffer_type(b)
         cdef ggml_backend_buffer_type ** arr = <ggml_backend_buffer_type **>realloc(
             self.c.supported_bufts, max(len(bufts), 1) * sizeof(ggml_backend_buffer_type *))
         if arr == NULL:
-            raise MemoryError()
+            raise AllocationError("cannot allocate a backend's buffer type table")
         self.c.supported_bufts = arr
         for i, b in enumerate(bufts):
             arr[i] = &(<BufferType>b).c
@@ -328,20 +470,32 @@ cdef class Backend:
     def __repr__(self):
         return f"<{type(self).__name__} {self.name} ({self.device_type})>"
 
+    # --- lifetime ---
+
+    def close(self):
+        """Release what the backend holds (worker threads, queues); the base holds
+        nothing. A dropped backend is released too; `with` closes it on exit."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
     # --- split-time slots (answered from the tables unless overridden) ---
 
-    def supports_op(self, Tensor op):
+    def supports_op(self, Tensor op not None):
         """Can this backend compute `op`?"""
         cdef uint8_t a = self.c.supports_op_table[op.ptr.op]
         if a == GGML_PY_OP_FN:
             return self.c.supports_op_fn(&self.c, op.ptr) != 0
         return a == GGML_PY_OP_YES
 
-    def supports_buft(self, BufferType buft):
+    def supports_buft(self, BufferType buft not None):
         """Can this backend use memory of `buft` directly?"""
         return any(b is buft for b in self._bufts)
 
-    def offload_op(self, Tensor op):
+    def offload_op(self, Tensor op not None):
         """Should `op`, whose weights are in host memory, run here anyway?"""
         return (self.c.offload_op_table[op.ptr.op] == GGML_PY_OP_YES
                 and op_batch(op.ptr) >= self.c.offload_min_batch)
@@ -354,13 +508,14 @@ cdef class Backend:
     def synchronize(self):
         """Wait for queued work (default: nothing is queued)."""
 
-    def set_tensor(self, Tensor tensor, data, size_t offset=0):
+    def set_tensor(self, Tensor tensor not None, data, offset=0):
         raise BackendError(f"backend {self.name} cannot write tensor '{tensor.name}'")
 
-    def get_tensor(self, Tensor tensor, size_t offset=0, size=None):
+    def get_tensor(self, Tensor tensor not None, offset=0, size=None):
         raise BackendError(f"backend {self.name} cannot read tensor '{tensor.name}'")
 
-    def cpy_tensor_async(self, Backend backend_src, Tensor src, Tensor dst):
+    def cpy_tensor_async(self, Backend backend_src not None, Tensor src not None,
+                         Tensor dst not None):
         """Copy src (on backend_src) to dst (here) without waiting; False = not supported."""
         return False
 

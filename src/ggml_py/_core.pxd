@@ -8,6 +8,13 @@ cdef enum:
     CTX_BLOCK_SHIFT = 10
     CTX_BLOCK = 1 << CTX_BLOCK_SHIFT    # tensors per arena block (pointers stay stable)
 
+cdef extern from *:
+    """
+    #define GGML_PY_MAX_BYTES (((size_t)1) << 62)
+    """
+    # the largest tensor extent or allocation: sums of a few never wrap size_t
+    const size_t GGML_PY_MAX_BYTES
+
 cdef struct ggml_type_traits:
     const char * name
     int64_t blck_size           # 0 = removed/unsupported type
@@ -25,6 +32,15 @@ cdef size_t ggml_row_size(int type, int64_t ne) noexcept nogil
 cdef int64_t ggml_nelements(const ggml_tensor * t) noexcept nogil
 cdef int64_t ggml_nrows(const ggml_tensor * t) noexcept nogil
 cdef bint ggml_is_contiguous(const ggml_tensor * t) noexcept nogil
+
+# ---- argument checks of the public API (they raise ArgumentError and friends) ----
+cpdef size_t size_arg(object value, what) except? 0
+cpdef int64_t int_arg(object value, what, object lo, object hi) except? -1
+cpdef Py_ssize_t index_arg(object value, what, object n) except? -1
+cpdef bytes name_arg(object value, what, bint allow_empty=*)
+cpdef object instance_arg(object value, cls, what, bint optional=*)
+cpdef list items_arg(object value, what, object of=*, object limit=*)
+cdef void * checked_calloc(size_t n, size_t size, what) except NULL
 
 cdef inline bint ggml_is_view_op(int op) noexcept nogil:
     # VIEW, RESHAPE, PERMUTE, TRANSPOSE
@@ -132,6 +148,36 @@ cdef void ggml_join_name(ggml_tensor * t, const char * a, const char * b, const 
                          const char * d) noexcept nogil
 
 # ---- graph ----
+cdef inline bint ggml_is_node_from(const ggml_cgraph * g, const ggml_tensor * t, int i) noexcept nogil:
+    """Is t a node of g at position i or later? t.order says where the last pass over
+    g put it; it is trusted only where g.nodes[t.order] is t."""
+    cdef int p = t.order
+    return i <= p < g.n_nodes and g.nodes[p] == t
+
+# The order rules (ggml runs and allocates nodes in order, so a graph that breaks them
+# would compute garbage): a node comes after every node it reads, and after the base a
+# computing node writes into; a tensor that is not a node (a leaf) may not show the
+# memory of a node the graph computes. op NONE nodes (the scheduler's dependency
+# views) read nothing. The orders of g's nodes must be set.
+
+cdef inline bint ggml_computes(const ggml_tensor * t) noexcept nogil:
+    """Does a graph run a kernel for t? (View ops and NONE only name memory.)"""
+    return t.op != OP_NONE and not ggml_is_view_op(t.op)
+
+cdef inline bint ggml_is_computed_from(const ggml_cgraph * g, const ggml_tensor * t,
+                                       int i) noexcept nogil:
+    """Does g compute t at position i or later?"""
+    return ggml_computes(t) and ggml_is_node_from(g, t, i)
+
+cdef inline bint ggml_views_computed_node(const ggml_cgraph * g,
+                                          const ggml_tensor * t) noexcept nogil:
+    """Is t (not a node of g) a view of memory g computes?"""
+    return (t.view_src != NULL and not ggml_is_node_from(g, t, 0)
+            and ggml_is_computed_from(g, t.view_src, 0))
+
+cdef int ggml_graph_check_order(ggml_cgraph * g) except -1
+cdef str order_message(const ggml_tensor * node, int i, const ggml_tensor * src)
+cdef str leaf_view_message(const ggml_tensor * t)
 cdef int ggml_graph_init(ggml_cgraph * g, int size) except -1
 cdef void ggml_graph_free(ggml_cgraph * g) noexcept nogil
 cdef void ggml_graph_clear(ggml_cgraph * g) noexcept nogil
@@ -152,6 +198,8 @@ cdef class Graph:
     cdef ggml_cgraph graph
     cdef readonly Context context       # where its tensors live (may be None)
     cdef set _owners                    # contexts of tensors added from elsewhere
+    cdef object __weakref__
 
 cdef Tensor tensor_handle(ggml_tensor * t)
-cdef ggml_tensor * tensor_ptr(object t) except NULL
+cdef ggml_tensor * tensor_ptr(object t, what=*) except NULL
+cdef str tensor_name(const ggml_tensor * t)

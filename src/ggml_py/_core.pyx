@@ -8,14 +8,117 @@ Python sees thin handles (Context, Tensor, Graph); nothing in the C loops
 needs a Python object per tensor.
 """
 
+from cpython.number cimport PyNumber_Index
+from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memset, memcpy, strncpy
 from libc.stdio cimport snprintf
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, SIZE_MAX
 
 from ggml_py._ggml cimport *
 
-from ggml_py.errors import GraphError
+from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, GraphError,
+                            OutOfRangeError, UnknownNameError)
+
+# ---------------------------------------------------------------------------
+# argument checks: every public entry point converts its numbers and names
+# here, so that a bad argument is an ArgumentError naming it, never an
+# OverflowError from a C conversion or a wrapped size
+
+cdef object _integer(object value, what):
+    """value as a Python int (anything with __index__ but bool)."""
+    if isinstance(value, bool):
+        raise ArgumentTypeError(f"{what} must be an integer, got {value!r}")
+    try:
+        return PyNumber_Index(value)
+    except TypeError:
+        raise ArgumentTypeError(f"{what} must be an integer, got "
+                                f"{type(value).__name__}") from None
+
+
+cpdef size_t size_arg(object value, what) except? 0:
+    """A byte count or offset: an integer in [0, SIZE_MAX]."""
+    v = _integer(value, what)
+    if not 0 <= v <= SIZE_MAX:
+        raise ArgumentError(f"{what} must be in [0, {SIZE_MAX}], got {v}")
+    return v
+
+
+cpdef int64_t int_arg(object value, what, object lo, object hi) except? -1:
+    """An integer in [lo, hi] (the range of the C field it goes to, within int64)."""
+    v = _integer(value, what)
+    if not lo <= v <= hi or not _INT64_MIN <= v <= _INT64_MAX:
+        raise ArgumentError(f"{what} must be in [{lo}, {hi}], got {v}")
+    return v
+
+
+cpdef Py_ssize_t index_arg(object value, what, object n) except? -1:
+    """An index into n items; negative ones count from the end, as in Python."""
+    v = _integer(value, what)
+    n = _integer(n, "index_arg: n")
+    if v < 0:
+        v += n
+    if not 0 <= v < n or v > _INT64_MAX:
+        raise OutOfRangeError(f"{what} {value} is out of range ({n} items)")
+    return v
+
+
+cpdef bytes name_arg(object value, what, bint allow_empty=False):
+    """A name as the UTF-8 bytes of ggml's 64-byte name fields."""
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"{what} must be a string, got {type(value).__name__}")
+    try:
+        b = (<str>value).encode()
+    except UnicodeEncodeError:
+        raise ArgumentError(f"{what} {value!r} is not valid Unicode (a lone surrogate?)") from None
+    if len(b) >= GGML_MAX_NAME or (not b and not allow_empty):
+        raise ArgumentError(f"{what} must have {0 if allow_empty else 1} to "
+                            f"{GGML_MAX_NAME - 1} bytes, got {value!r}")
+    return b
+
+
+cpdef object instance_arg(object value, cls, what, bint optional=False):
+    """value, which must be an instance of cls (a class or a tuple of them), or None
+    when optional: the check at the entry of a Python API function."""
+    if (optional and value is None) or isinstance(value, cls):
+        return value
+    names = " or ".join([c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,))])
+    raise ArgumentTypeError(f"{what} must be a {names}{' or None' if optional else ''}, "
+                            f"got {type(value).__name__}")
+
+
+cpdef list items_arg(object value, what, object of=None, object limit=None):
+    """A list from a sequence argument, each item an instance of `of` (a class) when
+    given, at most `limit` items when given."""
+    if of is not None and not isinstance(of, type):
+        raise ArgumentTypeError(f"items_arg: `of` must be a class, got {type(of).__name__}")
+    cdef Py_ssize_t n_max = PY_SSIZE_T_MAX if limit is None else int_arg(limit, "limit", 0,
+                                                                           PY_SSIZE_T_MAX)
+    kind = f" of {of.__name__}" if of is not None else ""
+    try:
+        items = list(value)
+    except TypeError:
+        raise ArgumentTypeError(f"{what} must be a sequence{kind}, got "
+                                f"{type(value).__name__}") from None
+    if len(items) > n_max:
+        raise ArgumentError(f"{what}: at most {n_max} items, got {len(items)}")
+    if of is not None:
+        for x in items:
+            if not isinstance(x, of):
+                raise ArgumentTypeError(f"{what} must be a sequence{kind}, got a "
+                                        f"{type(x).__name__} in it")
+    return items
+
+
+cdef void * checked_calloc(size_t n, size_t size, what) except NULL:
+    """calloc(n, size), or AllocationError naming what it was for."""
+    cdef void * p = NULL
+    if size == 0 or n <= SIZE_MAX // size:
+        p = calloc(n if n else 1, size if size else 1)
+    if p == NULL:
+        raise AllocationError(f"cannot allocate {what} ({n} x {size} bytes)")
+    return p
+
 
 # ---------------------------------------------------------------------------
 # type traits and op names (ggml 0.10.1 enums)
@@ -89,27 +192,27 @@ _init_tables()
 
 
 def type_id(name):
-    """ggml type id of a type name ('f32', 'q8_0', ...); KeyError names the type."""
-    try:
+    """ggml type id of a type name ('f32', 'q8_0', ...); UnknownNameError (a KeyError)
+    names the type."""
+    if isinstance(name, str) and name in TYPE_IDS:
         return TYPE_IDS[name]
-    except KeyError:
-        raise KeyError(f"unknown ggml type {name!r}; known: {', '.join(sorted(TYPE_IDS))}") from None
+    raise UnknownNameError(f"unknown ggml type {name!r}; known: {', '.join(sorted(TYPE_IDS))}")
 
 
 def op_id(name):
     """ggml op id of an op name without GGML_OP_ ('MUL_MAT', ...)."""
-    try:
+    if isinstance(name, str) and name in OP_IDS:
         return OP_IDS[name]
-    except KeyError:
-        raise KeyError(f"unknown ggml op {name!r}") from None
+    raise UnknownNameError(f"unknown ggml op {name!r}")
 
 
-def type_name(int type):
-    return TYPE_NAMES[type]
+def type_name(type):
+    """Name of a ggml type id (None for ids ggml removed)."""
+    return TYPE_NAMES[index_arg(type, "type id", GGML_TYPE_COUNT)]
 
 
-def op_name(int op):
-    return OP_NAMES_LIST[op]
+def op_name(op):
+    return OP_NAMES_LIST[index_arg(op, "op id", GGML_OP_COUNT)]
 
 
 def blck_size(name):
@@ -120,13 +223,14 @@ def type_size(name):
     return TYPE_TRAITS[type_id(name)].type_size
 
 
-def row_size(name, int64_t ne):
+def row_size(name, ne):
     """Bytes of a row of ne elements of this type (ggml_row_size)."""
     cdef int t = type_id(name)
-    if ne % TYPE_TRAITS[t].blck_size:
-        raise ValueError(f"row of {ne} elements is not a whole number of {name} blocks "
-                         f"({TYPE_TRAITS[t].blck_size})")
-    return ggml_row_size(t, ne)
+    cdef int64_t n = int_arg(ne, "row_size: ne", 0, MAX_ELEMENTS)
+    if n % TYPE_TRAITS[t].blck_size:
+        raise ArgumentError(f"row of {n} elements is not a whole number of {name} blocks "
+                            f"({TYPE_TRAITS[t].blck_size})")
+    return ggml_row_size(t, n)
 
 
 # ---------------------------------------------------------------------------
@@ -226,11 +330,14 @@ cdef size_t ggml_hash_size(size_t min_sz) noexcept nogil:
 
 cdef int ggml_hash_set_init(ggml_hash_set * hs, size_t min_sz) except -1:
     hs.size = ggml_hash_size(min_sz)
-    hs.keys = <ggml_tensor **>malloc(hs.size * sizeof(ggml_tensor *))
-    hs.used = <ggml_bitset_t *>calloc(ggml_bitset_size(hs.size), sizeof(ggml_bitset_t))
+    hs.keys = NULL
+    hs.used = NULL
+    if hs.size <= SIZE_MAX // sizeof(ggml_tensor *):
+        hs.keys = <ggml_tensor **>malloc(hs.size * sizeof(ggml_tensor *))
+        hs.used = <ggml_bitset_t *>calloc(ggml_bitset_size(hs.size), sizeof(ggml_bitset_t))
     if hs.keys == NULL or hs.used == NULL:
         ggml_hash_set_free(hs)
-        raise MemoryError(f"hash set of {hs.size} slots")
+        raise AllocationError(f"cannot allocate a hash set of {hs.size} slots")
     return 0
 
 
@@ -250,8 +357,11 @@ cdef class HashSet:
     cdef ggml_hash_set hs
     cdef list _keep
 
-    def __cinit__(self, size_t min_size):
-        ggml_hash_set_init(&self.hs, min_size)
+    def __cinit__(self, min_size):
+        self.hs.keys = NULL
+        self.hs.used = NULL
+        self.hs.size = 0
+        ggml_hash_set_init(&self.hs, size_arg(min_size, "HashSet(min_size)"))
         self._keep = []
 
     def __dealloc__(self):
@@ -261,23 +371,23 @@ cdef class HashSet:
     def size(self):
         return self.hs.size
 
-    def insert(self, Tensor t):
+    def insert(self, Tensor t not None):
         cdef size_t i = ggml_hash_insert(&self.hs, t.ptr)
         if i == GGML_HASHSET_FULL:
-            raise OverflowError(f"hash set full ({self.hs.size} slots)")
+            raise GraphError(f"hash set full ({self.hs.size} slots)")
         if i != GGML_HASHSET_ALREADY_EXISTS:
             self._keep.append(t)
             return i
         return None
 
-    def find(self, Tensor t):
+    def find(self, Tensor t not None):
         cdef size_t i = ggml_hash_find(&self.hs, t.ptr)
         return None if i == GGML_HASHSET_FULL else i
 
-    def __contains__(self, Tensor t):
+    def __contains__(self, Tensor t not None):
         return ggml_hash_contains(&self.hs, t.ptr)
 
-    def slot_of_hash(self, Tensor t):
+    def slot_of_hash(self, Tensor t not None):
         """The home slot of t before probing."""
         return ggml_hash(t.ptr) % self.hs.size
 
@@ -292,9 +402,9 @@ cdef class HashSet:
         return n
 
 
-def hash_size(size_t min_size):
+def hash_size(min_size):
     """ggml_hash_size: the slot count ggml gives a hash set asked for min_size."""
-    return ggml_hash_size(min_size)
+    return ggml_hash_size(size_arg(min_size, "hash_size(min_size)"))
 
 
 # ---------------------------------------------------------------------------
@@ -329,11 +439,11 @@ cdef ggml_tensor * _context_alloc(ggml_context * ctx) except NULL:
     if (i >> CTX_BLOCK_SHIFT) >= ctx.n_blocks:
         blocks = <ggml_tensor **>realloc(ctx.blocks, (ctx.n_blocks + 1) * sizeof(ggml_tensor *))
         if blocks == NULL:
-            raise MemoryError("tensor arena")
+            raise AllocationError("cannot grow the tensor arena")
         ctx.blocks = blocks
         block = <ggml_tensor *>malloc(CTX_BLOCK * sizeof(ggml_tensor))
         if block == NULL:
-            raise MemoryError("tensor arena")
+            raise AllocationError("cannot grow the tensor arena")
         ctx.blocks[ctx.n_blocks] = block
         ctx.n_blocks += 1
     cdef ggml_tensor * t = ggml_context_tensor(ctx, i)
@@ -350,8 +460,11 @@ cdef ggml_tensor * ggml_new_tensor_impl(ggml_context * ctx, int type, int n_dims
     """ggml_new_tensor_impl: contiguous strides; a view shares view_src's memory."""
     cdef ggml_tensor * t
     cdef int i
-    cdef size_t data_size
+    cdef size_t data_size, src_size
     if view_src != NULL and view_src.view_src != NULL:
+        if view_offs > SIZE_MAX - view_src.view_offs:
+            raise GraphError(f"view offset {view_offs} + {view_src.view_offs} of "
+                             f"'{tensor_name(view_src)}' overflows")
         view_offs += view_src.view_offs
         view_src = view_src.view_src
     t = _context_alloc(ctx)
@@ -365,11 +478,11 @@ cdef ggml_tensor * ggml_new_tensor_impl(ggml_context * ctx, int type, int n_dims
     if view_src != NULL:
         # data_size + view_offs must fit in view_src (ggml asserts this)
         data_size = ggml_row_size(type, t.ne[0]) * t.ne[1] * t.ne[2] * t.ne[3]
-        if data_size != 0 and data_size + view_offs > ggml_nbytes(view_src):
+        src_size = ggml_nbytes(view_src)
+        if data_size != 0 and (data_size > src_size or view_offs > src_size - data_size):
             ctx.n_tensors -= 1
             raise GraphError(f"view of {data_size} bytes at offset {view_offs} does not fit in "
-                             f"'{view_src.name.decode(errors='replace')}' "
-                             f"({ggml_nbytes(view_src)} bytes)")
+                             f"'{tensor_name(view_src)}' ({src_size} bytes)")
         if view_src.data != NULL:
             t.data = view_src.data + view_offs
     # like ggml, a new view has no buffer until it is initialised in one
@@ -399,7 +512,7 @@ cdef ggml_tensor * ggml_view_tensor(ggml_context * ctx, ggml_tensor * src) excep
 
 cdef int ggml_graph_init(ggml_cgraph * g, int size) except -1:
     if size <= 0:
-        raise ValueError(f"graph size must be positive, got {size}")
+        raise ArgumentError(f"graph size must be positive, got {size}")
     g.size = size
     g.n_nodes = 0
     g.n_leafs = 0
@@ -410,14 +523,58 @@ cdef int ggml_graph_init(ggml_cgraph * g, int size) except -1:
     g.use_counts = NULL
     if g.nodes == NULL or g.leafs == NULL:
         ggml_graph_free(g)
-        raise MemoryError(f"graph of size {size}")
+        raise AllocationError(f"cannot allocate a graph of size {size}")
     # the hash set holds nodes and leafs, hence twice the size (as ggml)
-    ggml_hash_set_init(&g.visited_hash_set, <size_t>size * 2)
+    try:
+        ggml_hash_set_init(&g.visited_hash_set, <size_t>size * 2)
+    except AllocationError:
+        ggml_graph_free(g)
+        raise AllocationError(f"cannot allocate a graph of size {size}") from None
     g.use_counts = <int32_t *>calloc(g.visited_hash_set.size, sizeof(int32_t))
     if g.use_counts == NULL:
         ggml_graph_free(g)
-        raise MemoryError(f"graph of size {size}")
+        raise AllocationError(f"cannot allocate a graph of size {size}")
     return 0
+
+
+cdef int ggml_graph_check_order(ggml_cgraph * g) except -1:
+    """Refuse a graph that breaks the order rules (_core.pxd): backends run nodes in
+    order and would compute garbage. (The split checks the same rules in its passes.)"""
+    cdef int i, j
+    cdef ggml_tensor * node
+    cdef ggml_tensor * src
+    for i in range(g.n_nodes):
+        g.nodes[i].order = i
+    for i in range(g.n_leafs):
+        if ggml_views_computed_node(g, g.leafs[i]):
+            raise GraphError(leaf_view_message(g.leafs[i]))
+    for i in range(g.n_nodes):
+        node = g.nodes[i]
+        if node.op == OP_NONE:
+            continue
+        for j in range(GGML_MAX_SRC):
+            src = node.src[j]
+            if src == NULL:
+                continue
+            if ggml_is_node_from(g, src, i):
+                raise GraphError(order_message(node, i, src))
+            if ggml_views_computed_node(g, src):
+                raise GraphError(leaf_view_message(src))
+        if node.view_src != NULL and ggml_is_computed_from(g, node.view_src, i):
+            raise GraphError(order_message(node, i, node.view_src))
+    return 0
+
+
+cdef str order_message(const ggml_tensor * node, int i, const ggml_tensor * src):
+    verb = "writes into" if src == node.view_src and not ggml_is_view_op(node.op) else "reads"
+    return (f"graph is not in topological order: node {i} '{tensor_name(node)}' {verb} "
+            f"'{tensor_name(src)}', which the graph computes at the same position or later")
+
+
+cdef str leaf_view_message(const ggml_tensor * t):
+    return (f"'{tensor_name(t)}' is not a node of the graph but a view of "
+            f"'{tensor_name(t.view_src)}', which the graph computes: nothing orders them "
+            f"(list the view as a node after what it views)")
 
 
 cdef void ggml_graph_free(ggml_cgraph * g) noexcept nogil:
@@ -486,7 +643,7 @@ cdef int ggml_build_forward_expand(ggml_cgraph * g, ggml_tensor * root) except -
     cdef void * tmp
     try:
         if stack == NULL or next_src == NULL:
-            raise MemoryError("graph visit stack")
+            raise AllocationError("cannot allocate the graph visit stack")
         _graph_enter(g, root, &is_new)
         if not is_new:
             return 0
@@ -510,11 +667,11 @@ cdef int ggml_build_forward_expand(ggml_cgraph * g, ggml_tensor * root) except -
                     cap *= 2
                     tmp = realloc(stack, cap * sizeof(ggml_tensor *))
                     if tmp == NULL:
-                        raise MemoryError("graph visit stack")
+                        raise AllocationError("cannot grow the graph visit stack")
                     stack = <ggml_tensor **>tmp
                     tmp = realloc(next_src, cap * sizeof(int))
                     if tmp == NULL:
-                        raise MemoryError("graph visit stack")
+                        raise AllocationError("cannot grow the graph visit stack")
                     next_src = <int *>tmp
                 stack[sp] = src
                 next_src[sp] = 0
@@ -537,30 +694,63 @@ cdef Tensor tensor_handle(ggml_tensor * t):
     return h
 
 
-cdef ggml_tensor * tensor_ptr(object t) except NULL:
+cdef ggml_tensor * tensor_ptr(object t, what="tensor") except NULL:
     if not isinstance(t, Tensor):
-        raise TypeError(f"expected a ggml_py Tensor, got {type(t).__name__}")
+        raise ArgumentTypeError(f"{what} must be a ggml_py Tensor, got {type(t).__name__}")
     return (<Tensor>t).ptr
+
+
+cdef str tensor_name(const ggml_tensor * t):
+    return t.name.decode("utf-8", errors="replace")
+
+
+def _dims(value, what):
+    """A tuple of integers from a shape-like argument."""
+    return tuple(int_arg(x, what, _INT64_MIN, _INT64_MAX) for x in items_arg(value, what))
 
 
 def _shape_to_ne(shape):
     """numpy-order shape -> ggml ne (fastest dimension first)."""
-    ne = [int(x) for x in reversed(tuple(shape))]
+    dims = _dims(shape, "shape")
+    ne = list(reversed(dims))
     if not 1 <= len(ne) <= GGML_MAX_DIMS:
-        raise ValueError(f"tensors have 1 to 4 dimensions, got shape {tuple(shape)}")
+        raise ArgumentError(f"tensors have 1 to 4 dimensions, got shape {dims}")
     if any(x < 0 for x in ne):
-        raise ValueError(f"negative dimension in shape {tuple(shape)}")
+        raise ArgumentError(f"negative dimension in shape {dims}")
     n = 1
     for x in ne:
         n *= x
     if n > MAX_ELEMENTS:
         # sizes are size_t in C: a product that wraps would place a huge tensor in a
         # tiny buffer
-        raise ValueError(f"shape {tuple(shape)} has {n} elements, more than {MAX_ELEMENTS}")
+        raise ArgumentError(f"shape {dims} has {n} elements, more than {MAX_ELEMENTS}")
     return ne + [1] * (GGML_MAX_DIMS - len(ne))
 
 
+def check_extent(type, ne, nb, what="tensor"):
+    """Refuse strides whose byte extent (ggml_nbytes) would not fit the C sizes: every
+    size computed from it would wrap. Returns the extent."""
+    cdef int t = type_id(type)
+    ne, nb = _dims(ne, "ne"), _dims(nb, "nb")
+    if len(ne) != 4 or len(nb) != 4:
+        raise ArgumentError(f"{what}: ne and nb need 4 entries each, got {ne} and {nb}")
+    if any(x <= 0 for x in ne):
+        return 0
+    blck = TYPE_TRAITS[t].blck_size
+    if blck == 1:
+        extent = TYPE_TRAITS[t].type_size + sum((ne[i] - 1) * nb[i] for i in range(4))
+    else:
+        extent = ne[0] * nb[0] // blck + sum((ne[i] - 1) * nb[i] for i in range(1, 4))
+    if extent > MAX_BYTES:
+        raise GraphError(f"{what}: ne {list(ne)} with strides nb {list(nb)} span {extent} "
+                         f"bytes, more than {MAX_BYTES}")
+    return extent
+
+
 MAX_ELEMENTS = 1 << 56      # bytes stay far below 2**63 for every type
+MAX_BYTES = GGML_PY_MAX_BYTES     # the largest tensor extent: sums of a few never wrap size_t
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_INT32_MAX = (1 << 31) - 1
 
 
 cdef class Context:
@@ -589,10 +779,9 @@ cdef class Context:
     def __len__(self):
         return self.ctx.n_tensors
 
-    def __getitem__(self, int i):
-        if not 0 <= i < self.ctx.n_tensors:
-            raise IndexError(f"tensor index {i} out of range ({self.ctx.n_tensors} tensors)")
-        return tensor_handle(ggml_context_tensor(&self.ctx, i))
+    def __getitem__(self, i):
+        return tensor_handle(ggml_context_tensor(
+            &self.ctx, index_arg(i, "tensor index", self.ctx.n_tensors)))
 
     def __iter__(self):
         for i in range(self.ctx.n_tensors):
@@ -603,19 +792,7 @@ cdef class Context:
 
     def new_tensor(self, type, shape, name=None):
         """A new tensor of `type` ('f32', 'q8_0', ...) and numpy-order `shape`."""
-        cdef int tid = type_id(type)
-        ne = _shape_to_ne(shape)
-        if ne[0] % TYPE_TRAITS[tid].blck_size:
-            raise ValueError(f"ne[0]={ne[0]} is not a multiple of the {type} block size "
-                             f"{TYPE_TRAITS[tid].blck_size}")
-        cdef int64_t c_ne[4]
-        for i in range(4):
-            c_ne[i] = ne[i]
-        cdef ggml_tensor * t = ggml_new_tensor_impl(&self.ctx, tid, 4, c_ne, NULL, 0)
-        h = tensor_handle(t)
-        if name is not None:
-            h.name = name
-        return h
+        return self.new_op("NONE", (), type, shape, name=name)
 
     def new_op(self, op, srcs, type, shape, *, params=(), name=None, view_of=None, view_offs=0,
                nb=None):
@@ -623,55 +800,75 @@ cdef class Context:
 
         `view_of` makes it a view (sharing that tensor's memory at `view_offs`);
         `nb` overrides the contiguous strides (ggml order, bytes).
+        Every argument is checked before the tensor is made.
         """
         cdef int oid = op_id(op)
         cdef int tid = type_id(type)
-        ne = _shape_to_ne(shape)
-        srcs = list(srcs)
-        if len(srcs) > GGML_MAX_SRC:
-            raise ValueError(f"an op has at most {GGML_MAX_SRC} sources, got {len(srcs)}")
-        params = list(params)
-        if len(params) > GGML_MAX_OP_PARAMS:
-            raise ValueError(f"at most {GGML_MAX_OP_PARAMS} int32 op params, got {len(params)}")
+        cdef int i
         cdef int64_t c_ne[4]
+        cdef ggml_tensor * c_srcs[GGML_MAX_SRC]
+        cdef int32_t c_params[GGML_MAX_OP_PARAMS]
+        ne = _shape_to_ne(shape)
+        if ne[0] % TYPE_TRAITS[tid].blck_size:
+            raise ArgumentError(f"ne[0]={ne[0]} is not a multiple of the {type} block size "
+                                f"{TYPE_TRAITS[tid].blck_size}")
+        srcs = items_arg(srcs, "srcs", None, GGML_MAX_SRC)
+        for i in range(GGML_MAX_SRC):
+            c_srcs[i] = NULL
+            if i < len(srcs) and srcs[i] is not None:
+                c_srcs[i] = tensor_ptr(srcs[i], f"srcs[{i}]")
+        params = items_arg(params, "params", None, GGML_MAX_OP_PARAMS)
+        for i in range(GGML_MAX_OP_PARAMS):
+            # int32 words; unsigned 32-bit values keep their bits (ggml stores them so)
+            c_params[i] = <int32_t>int_arg(params[i], "op param", -(1 << 31), (1 << 32) - 1) \
+                if i < len(params) else 0
+        cdef ggml_tensor * vsrc = NULL if view_of is None else tensor_ptr(view_of, "view_of")
+        cdef size_t offs = size_arg(view_offs, "view_offs")
+        strides = None
+        if nb is not None:
+            strides = items_arg(nb, "nb", None, 4)
+            if len(strides) != 4:
+                raise ArgumentError(f"nb needs 4 strides, got {len(strides)}")
+            strides = [size_arg(x, "nb") for x in strides]
+            extent = check_extent(type, ne, strides, f"{op} tensor")
+            if vsrc != NULL and extent and (
+                    (vsrc.view_offs if vsrc.view_src != NULL else 0) + offs + extent
+                    > ggml_nbytes(vsrc if vsrc.view_src == NULL else vsrc.view_src)):
+                raise GraphError(f"{op} of '{tensor_name(vsrc)}' reaches past its data: "
+                                 f"{extent} bytes at offset {offs}")
+        bname = None if name is None else name_arg(name, "tensor name", True)
         for i in range(4):
             c_ne[i] = ne[i]
-        cdef ggml_tensor * vsrc = NULL if view_of is None else tensor_ptr(view_of)
-        if view_of is not None and (<Tensor>view_of).owner is not self:
-            self.keep((<Tensor>view_of).owner)
-        cdef ggml_tensor * t = ggml_new_tensor_impl(&self.ctx, tid, 4, c_ne, vsrc, view_offs)
+        cdef ggml_tensor * t = ggml_new_tensor_impl(&self.ctx, tid, 4, c_ne, vsrc, offs)
         t.op = oid
-        for i, s in enumerate(srcs):
-            t.src[i] = NULL if s is None else tensor_ptr(s)
-            if s is not None and (<Tensor>s).owner is not self:
-                self.keep((<Tensor>s).owner)        # a source from another context
-        for i, p in enumerate(params):
-            t.op_params[i] = p
-        if nb is not None:
-            if len(nb) != 4:
-                raise ValueError("nb needs 4 strides")
+        memcpy(t.src, c_srcs, sizeof(c_srcs))
+        memcpy(t.op_params, c_params, sizeof(c_params))
+        if strides is not None:
             for i in range(4):
-                t.nb[i] = nb[i]
-        h = tensor_handle(t)
-        if name is not None:
-            h.name = name
-        return h
+                t.nb[i] = strides[i]
+        if bname is not None:
+            ggml_set_name(t, bname)
+        # sources from other contexts stay alive as long as this one
+        for x in list(srcs) + [view_of]:
+            if x is not None and (<Tensor>x).owner is not self:
+                self.keep((<Tensor>x).owner)
+        return tensor_handle(t)
 
     # --- the view family (ggml.c): share memory, no data movement ---
 
-    def view(self, Tensor a, shape, nb=None, size_t offset=0, name=None):
+    def view(self, Tensor a not None, shape, nb=None, offset=0, name=None):
         """ggml_view_Nd: a VIEW of `a` with numpy-order `shape`, ggml-order byte
         strides `nb` (contiguous when None) at byte `offset`."""
-        ne = _shape_to_ne(shape)
-        t = self.new_op("VIEW", [a], type_name(a.ptr.type), shape, view_of=a, view_offs=offset,
-                        nb=nb, params=[offset & 0xffffffff, offset >> 32])
+        cdef size_t offs = size_arg(offset, "view offset")
+        t = self.new_op("VIEW", [a], type_name(a.ptr.type), shape, view_of=a, view_offs=offs,
+                        nb=nb, params=[offs & 0xffffffff, offs >> 32])
         if name is None:
             t.name = f"{a.name} (view)"
         else:
             t.name = name
         return t
 
-    def reshape(self, Tensor a, shape, name=None):
+    def reshape(self, Tensor a not None, shape, name=None):
         """ggml_reshape: same data, new shape; `a` must be contiguous."""
         if not ggml_is_contiguous(a.ptr):
             raise GraphError(f"reshape of non-contiguous tensor '{a.name}'")
@@ -684,9 +881,10 @@ cdef class Context:
         t.name = f"{a.name} (reshaped)" if name is None else name
         return t
 
-    def permute(self, Tensor a, axes, name=None):
+    def permute(self, Tensor a not None, axes, name=None):
         """ggml_permute(a, axis0..axis3): ggml axis i of `a` moves to axes[i]."""
-        axes = list(axes) + list(range(len(axes), 4))
+        axes = list(_dims(axes, "permute axes"))
+        axes += list(range(len(axes), 4))
         if sorted(axes) != [0, 1, 2, 3]:
             raise GraphError(f"permute of '{a.name}': {axes} is not a permutation of 0..3")
         ne = [0] * 4
@@ -699,7 +897,7 @@ cdef class Context:
         t.name = f"{a.name} (permuted)" if name is None else name
         return t
 
-    def transpose(self, Tensor a, name=None):
+    def transpose(self, Tensor a not None, name=None):
         """ggml_transpose: swap the first two ggml dimensions."""
         ne = [a.ptr.ne[1], a.ptr.ne[0], a.ptr.ne[2], a.ptr.ne[3]]
         nb = [a.ptr.nb[1], a.ptr.nb[0], a.ptr.nb[2], a.ptr.nb[3]]
@@ -713,7 +911,7 @@ cdef class Tensor:
     """A handle on a tensor struct; it keeps the owning context alive."""
 
     def __init__(self):
-        raise TypeError("tensors are made by a Context (new_tensor, new_op, view, ...)")
+        raise ArgumentTypeError("tensors are made by a Context (new_tensor, new_op, view, ...)")
 
     def __eq__(self, other):
         return isinstance(other, Tensor) and (<Tensor>other).ptr == self.ptr
@@ -736,10 +934,7 @@ cdef class Tensor:
 
     @name.setter
     def name(self, value):
-        b = str(value).encode()
-        if len(b) >= GGML_MAX_NAME:
-            raise ValueError(f"tensor names have at most {GGML_MAX_NAME - 1} bytes: {value!r}")
-        ggml_set_name(self.ptr, b)
+        ggml_set_name(self.ptr, name_arg(value, "tensor name", True))
 
     @property
     def type(self):
@@ -760,9 +955,11 @@ cdef class Tensor:
 
     @ne.setter
     def ne(self, value):
-        ne = _shape_to_ne(tuple(reversed(tuple(value))))
-        if len(tuple(value)) != 4:
-            raise ValueError(f"ne needs 4 dimensions, got {tuple(value)}")
+        dims = _dims(value, "ne")
+        if len(dims) != 4:
+            raise ArgumentError(f"ne needs 4 dimensions, got {dims}")
+        ne = _shape_to_ne(tuple(reversed(dims)))
+        check_extent(self.type, ne, self.nb, f"tensor '{self.name}'")
         for i in range(4):
             self.ptr.ne[i] = ne[i]
 
@@ -773,8 +970,13 @@ cdef class Tensor:
 
     @nb.setter
     def nb(self, value):
+        nb = items_arg(value, "nb", None, 4)
+        if len(nb) != 4:
+            raise ArgumentError(f"nb needs 4 strides, got {len(nb)}")
+        nb = [size_arg(x, "nb") for x in nb]
+        check_extent(self.type, self.ne, nb, f"tensor '{self.name}'")
         for i in range(4):
-            self.ptr.nb[i] = value[i]
+            self.ptr.nb[i] = nb[i]
 
     @property
     def shape(self):
@@ -808,10 +1010,9 @@ cdef class Tensor:
             n -= 1
         return [tensor_handle(self.ptr.src[i]) for i in range(n)]
 
-    def set_src(self, int i, src):
-        if not 0 <= i < GGML_MAX_SRC:
-            raise IndexError(f"src index {i} out of range 0..{GGML_MAX_SRC - 1}")
-        self.ptr.src[i] = NULL if src is None else tensor_ptr(src)
+    def set_src(self, i, src):
+        cdef Py_ssize_t k = index_arg(i, "src index", GGML_MAX_SRC)
+        self.ptr.src[k] = NULL if src is None else tensor_ptr(src, "src")
         if src is not None and (<Tensor>src).owner is not self.owner:
             self.owner.keep((<Tensor>src).owner)
 
@@ -823,12 +1024,13 @@ cdef class Tensor:
     def view_offs(self):
         return self.ptr.view_offs
 
-    def set_view_src(self, view_src, size_t view_offs=0):
+    def set_view_src(self, view_src, view_offs=0):
         """Set view_src and view_offs as given: no collapse to the base, no
         extent check, data untouched. For loaders that wire tensors after
         creating them (a case file may name a later tensor)."""
-        self.ptr.view_src = NULL if view_src is None else tensor_ptr(view_src)
-        self.ptr.view_offs = view_offs
+        cdef size_t offs = size_arg(view_offs, "view_offs")
+        self.ptr.view_src = NULL if view_src is None else tensor_ptr(view_src, "view_src")
+        self.ptr.view_offs = offs
         if view_src is not None and (<Tensor>view_src).owner is not self.owner:
             self.owner.keep((<Tensor>view_src).owner)
 
@@ -837,9 +1039,8 @@ cdef class Tensor:
         return [self.ptr.op_params[i] for i in range(GGML_MAX_OP_PARAMS)]
 
     def set_op_params(self, params):
-        params = list(params)
-        if len(params) > GGML_MAX_OP_PARAMS:
-            raise ValueError(f"at most {GGML_MAX_OP_PARAMS} int32 op params")
+        params = [<int32_t>int_arg(p, "op param", -(1 << 31), (1 << 32) - 1)
+                  for p in items_arg(params, "op_params", None, GGML_MAX_OP_PARAMS)]
         for i in range(GGML_MAX_OP_PARAMS):
             self.ptr.op_params[i] = params[i] if i < len(params) else 0
 
@@ -851,11 +1052,10 @@ cdef class Tensor:
     @flags.setter
     def flags(self, names):
         cdef int f = 0
-        for n in names:
-            try:
-                f |= FLAG_NAMES[n]
-            except KeyError:
-                raise ValueError(f"unknown tensor flag {n!r}; known: {', '.join(FLAG_NAMES)}") from None
+        for n in items_arg(names, "flags", None, len(FLAG_NAMES) * 2):
+            if not isinstance(n, str) or n not in FLAG_NAMES:
+                raise UnknownNameError(f"unknown tensor flag {n!r}; known: {', '.join(FLAG_NAMES)}")
+            f |= FLAG_NAMES[n]
         self.ptr.flags = f
 
     def set_input(self):
@@ -884,42 +1084,46 @@ cdef class Graph:
     """A compute graph: `nodes` (computed tensors) and `leafs` (constants,
     inputs, weights), in ggml's order."""
 
-    def __cinit__(self, int size=2048, Context context=None):
-        ggml_graph_init(&self.graph, size)
+    def __cinit__(self, size=2048, Context context=None):
+        ggml_graph_init(&self.graph, int_arg(size, "graph size", 1, _INT32_MAX))
         self.context = context
         self._owners = set()
 
     def __dealloc__(self):
         ggml_graph_free(&self.graph)
 
-    def _keep(self, Tensor t):
+    def _keep(self, Tensor t not None):
         self._owners.add(t.owner)
 
     def keep_alive(self, obj):
-        """Make every context whose tensors are in this graph keep `obj` alive (the
-        allocator whose buffers they now point into)."""
+        """Make every context whose tensors are in this graph keep `obj` alive (memory
+        the caller pointed them into by hand; the graph allocator needs none of this:
+        it takes its placements back before its buffers go)."""
         for ctx in self._owners:
             ctx.keep(obj)
         if self.context is not None:
             self.context.keep(obj)
 
-    def build_forward_expand(self, Tensor t):
+    def build_forward_expand(self, Tensor t not None):
         """Add t and every tensor it depends on, parents first (ggml's order)."""
         self._keep(t)
         ggml_build_forward_expand(&self.graph, t.ptr)
         return self
 
     @classmethod
-    def from_lists(cls, nodes, leafs, int size=0, Context context=None,
+    def from_lists(cls, nodes, leafs, size=0, Context context=None,
                    bint allow_duplicates=False):
         """A graph with exactly these nodes and leafs, in this order.
 
         `allow_duplicates` admits a tensor listed more than once, as in the
         scheduler's graph copy (with parallel copies, an input's copy 0 is the
         original leaf, listed again among the leafs)."""
-        nodes = list(nodes)
-        leafs = list(leafs)
-        size = size or max(len(nodes), len(leafs), 1)
+        nodes = items_arg(nodes, "nodes", None, _INT32_MAX)
+        leafs = items_arg(leafs, "leafs", None, _INT32_MAX)
+        for what, lst in (("nodes", nodes), ("leafs", leafs)):
+            for k, x in enumerate(lst):
+                tensor_ptr(x, f"{what}[{k}]")
+        size = int_arg(size, "graph size", 0, _INT32_MAX) or max(len(nodes), len(leafs), 1)
         if len(nodes) > size or len(leafs) > size:
             raise GraphError(f"graph size {size} is smaller than its {len(nodes)} nodes / "
                              f"{len(leafs)} leafs")
@@ -973,21 +1177,23 @@ cdef class Graph:
     def leafs(self):
         return [tensor_handle(self.graph.leafs[i]) for i in range(self.graph.n_leafs)]
 
-    def node(self, int i):
-        if i < 0:
-            i += self.graph.n_nodes
-        if not 0 <= i < self.graph.n_nodes:
-            raise IndexError(f"node {i} out of range ({self.graph.n_nodes} nodes)")
-        return tensor_handle(self.graph.nodes[i])
+    def node(self, i):
+        return tensor_handle(self.graph.nodes[index_arg(i, "node", self.graph.n_nodes)])
 
-    def use_count(self, Tensor t):
+    def check_order(self):
+        """Raise GraphError unless every node comes after the sources it reads (and
+        after the view bases of those sources): backends run nodes in order."""
+        ggml_graph_check_order(&self.graph)
+        return self
+
+    def use_count(self, Tensor t not None):
         """How many node sources name t (0 if t is not in the graph)."""
         cdef size_t pos = ggml_hash_find(&self.graph.visited_hash_set, t.ptr)
         if pos == GGML_HASHSET_FULL or not ggml_bitset_get(self.graph.visited_hash_set.used, pos):
             return 0
         return self.graph.use_counts[pos]
 
-    def __contains__(self, Tensor t):
+    def __contains__(self, Tensor t not None):
         return ggml_hash_contains(&self.graph.visited_hash_set, t.ptr)
 
     def __repr__(self):

@@ -60,12 +60,16 @@ cdef struct ggml_backend_buffer:
     char * base                 # NULL-free, aligned; fake for simulated buffers
     size_t size
     int usage                   # GGML_BACKEND_BUFFER_USAGE_*
+    bint released               # its memory was given back: no tensor may use it any more
+    void * allocator            # the graph allocator whose compute buffer it is (or NULL)
     void * pyobj                # the owning Buffer (borrowed)
 
 cdef struct ggml_tensor:
     # what the split reads on every pass comes first: fewer cache lines per tensor
     int32_t op                  # ggml_op
     int32_t flags               # GGML_TENSOR_FLAG_*
+    int32_t order               # position among the nodes of the graph split or planned
+                                # last (valid only where that graph's nodes[order] is it)
     ggml_tensor * src[GGML_MAX_SRC]
     ggml_tensor * view_src
     ggml_backend_buffer * buffer

@@ -3,7 +3,7 @@
 
 from libc.stdint cimport uint8_t
 from ggml_py._ggml cimport *
-from ggml_py._core cimport Context
+from ggml_py._core cimport Context, Graph
 from ggml_py._alloc cimport GraphAllocator
 
 # why a tensor got its backend (ggml's SET_CAUSE, kept on the object here)
@@ -38,6 +38,11 @@ cdef struct sched_tensor_info:
     ggml_tensor * of        # the tensor it copies or depends on
     int backend_id          # copies: where the copy lives
     int copy_id             # copies: the copy slot
+
+# a node source pass 5 replaced by a copy (undone before the arena is reused)
+cdef struct sched_rewiring:
+    ggml_tensor ** slot     # &node.src[j]
+    ggml_tensor * original
 
 cdef class SchedCore:
     # backends, in priority order (the last one is the CPU)
@@ -99,15 +104,26 @@ cdef class SchedCore:
     cdef readonly int n_reallocs                # reserves made by alloc_graph
     cdef readonly int n_unexpected_reallocs     # ... of them with an unchanged graph
 
+    # the last split was not allocated: the allocator's plan is of an older split, whose
+    # backend ids alloc_graph cannot compare with
+    cdef bint split_pending
+    cdef bint plan_stale
+
     cdef bint op_offload
     cdef readonly bint is_reset
     cdef readonly bint is_alloc
 
     # the graph last split, for introspection
     cdef ggml_cgraph * last_graph
+    # ... and the Graph holding it: its tensors stay alive while they point at the
+    # arena's copies (rewired) or into the compute buffers (placed)
+    cdef object last_graph_obj
+    cdef sched_rewiring * rewired               # [n_rewired]
+    cdef int n_rewired
+    cdef int rewired_cap
 
 cdef int sched_reset(SchedCore s) noexcept
-cdef int sched_split_graph(SchedCore s, ggml_cgraph * graph) except -1
+cdef int sched_split_graph(SchedCore s, Graph graph) except -1
 cdef int sched_tensor_backend_id(SchedCore s, ggml_tensor * t) noexcept
 cdef int sched_alloc_splits(SchedCore s) except -1
-cdef int sched_alloc_graph(SchedCore s, ggml_cgraph * graph) except -1
+cdef int sched_alloc_graph(SchedCore s, Graph graph) except -1

@@ -14,17 +14,24 @@ from libc.string cimport memset, memcpy
 from libc.stdint cimport uint8_t
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handle,
+from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handle, tensor_name,
                             ggml_hash_set_init, ggml_hash_set_free, ggml_hash_set_reset,
                             ggml_hash_find_or_insert, ggml_hash_find, ggml_bitset_get,
                             ggml_is_view_op, ggml_dup_tensor_layout, ggml_view_tensor,
-                            ggml_context_reset, OP_ROPE)
+                            ggml_context_reset, ggml_context_tensor, ggml_is_node_from,
+                            ggml_views_computed_node, leaf_view_message,
+                            ggml_hash_size, ggml_context, ggml_is_computed_from,
+                            ggml_computes, OP_NONE,
+                            order_message,
+                            checked_calloc, int_arg, index_arg, OP_ROPE)
 from ggml_py._backend cimport (Backend, BufferType, backend_supports_op, backend_supports_buft,
                                backend_offload_op)
 
 from ggml_py._alloc cimport GraphAllocator
 
-from ggml_py.errors import SchedulerError
+from ggml_py._core import OP_NAMES_LIST as _OP_NAMES_LIST
+from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, GraphError,
+                            SchedulerError)
 
 CAUSE_NAMES = {CAUSE_NONE: "", CAUSE_USR: "usr", CAUSE_1_DST: "1.dst", CAUSE_1_VSRC: "1.vsrc",
                CAUSE_1_INP: "1.inp", CAUSE_1_OFF: "1.off", CAUSE_2_SUP: "2.sup",
@@ -34,12 +41,15 @@ for _i in range(GGML_MAX_SRC):
     CAUSE_NAMES[CAUSE_1_WGT0 + _i] = f"1.wgt{_i}"
 
 
-cdef inline str _name(const ggml_tensor * t):
-    return t.name.decode("utf-8", errors="replace")
+cdef inline ggml_backend_buffer * _memory(SchedCore s, ggml_backend_buffer * b) noexcept:
+    """b, unless it is one of this scheduler's compute buffers: a tensor placed there by
+    an earlier allocation is placed anew by the next, so the split treats it as
+    unallocated (ggml would take it for memory of its own, a graph's stale placement)."""
+    return NULL if b != NULL and b.allocator == <void *>s.galloc else b
 
 
-cdef inline ggml_backend_buffer * _base_buffer(const ggml_tensor * t) noexcept:
-    return t.view_src.buffer if t.view_src != NULL else t.buffer
+cdef inline ggml_backend_buffer * _base_buffer(SchedCore s, const ggml_tensor * t) noexcept:
+    return _memory(s, t.view_src.buffer if t.view_src != NULL else t.buffer)
 
 
 # ---------------------------------------------------------------------------
@@ -50,7 +60,7 @@ cdef inline Py_ssize_t hash_id(SchedCore s, ggml_tensor * t) except -1:
     if i == GGML_HASHSET_FULL:
         raise SchedulerError(
             f"the scheduler's hash set is full ({s.hash_set.size} slots, from graph_size "
-            f"{s.graph_size}) at tensor '{_name(t)}': the graph and the tensors it refers to "
+            f"{s.graph_size}) at tensor '{tensor_name(t)}': the graph and the tensors it refers to "
             f"need more slots; create the scheduler with a larger graph_size", "hash-set-too-small")
     return <Py_ssize_t>i
 
@@ -79,7 +89,7 @@ cdef int sched_tensor_backend_id(SchedCore s, ggml_tensor * t) noexcept:
 
 cdef int backend_from_buffer(SchedCore s, ggml_tensor * tensor, ggml_tensor * op) except -2:
     """Highest-priority backend that can use tensor's buffer and run op; -1 if none."""
-    cdef ggml_backend_buffer * buf = _base_buffer(tensor)
+    cdef ggml_backend_buffer * buf = _base_buffer(s, tensor)
     cdef int i
     if buf == NULL:
         return -1
@@ -103,12 +113,18 @@ cdef int backend_id_from_cur(SchedCore s, ggml_tensor * tensor, uint8_t * cause)
         if cur != -1:
             cause[0] = CAUSE_1_VSRC
             return cur
-    buf = _base_buffer(tensor)
-    if tensor.buffer != NULL or buf != NULL:
-        # the memory already exists and cannot move: ggml aborts here
-        from ggml_py._core import OP_NAMES_LIST
+    buf = _base_buffer(s, tensor)
+    if buf == NULL and _memory(s, tensor.buffer) != NULL:
+        # ggml reads the view_src's buffer (here NULL) for its message and crashes
         raise SchedulerError(
-            f"pre-allocated tensor '{_name(tensor)}' (op {OP_NAMES_LIST[tensor.op]}) lives in a "
+            f"view '{tensor_name(tensor)}' (op {_OP_NAMES_LIST[tensor.op]}) has a buffer of type "
+            f"'{tensor.buffer.buft.name.decode()}' but its view_src "
+            f"'{tensor_name(tensor.view_src)}' has none: a view's memory is its view_src's",
+            "unsupported-preallocated")
+    if buf != NULL:
+        # the memory already exists and cannot move: ggml aborts here
+        raise SchedulerError(
+            f"pre-allocated tensor '{tensor_name(tensor)}' (op {_OP_NAMES_LIST[tensor.op]}) lives in a "
             f"buffer of type '{buf.buft.name.decode()}' that no backend able to use it can run "
             f"the op on", "unsupported-preallocated")
     if tensor.flags & GGML_TENSOR_FLAG_INPUT:
@@ -136,7 +152,7 @@ cdef int backend_id_from_cur(SchedCore s, ggml_tensor * tensor, uint8_t * cause)
 
 cdef int buffer_supported(SchedCore s, ggml_tensor * t, int backend_id) except -1:
     """Can backend_id read t where it is (or will be)?"""
-    cdef ggml_backend_buffer * buf = _base_buffer(t)
+    cdef ggml_backend_buffer * buf = _base_buffer(s, t)
     cdef ggml_backend_buffer_type * buft = NULL
     cdef int id
     if buf != NULL:
@@ -171,21 +187,29 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
     if graph.n_nodes > s.node_slots_capacity:
         tmp = realloc(s.node_slots, graph.n_nodes * sizeof(Py_ssize_t))
         if tmp == NULL:
-            raise MemoryError()
+            raise AllocationError("cannot grow the scheduler's tables")
         s.node_slots = <Py_ssize_t *>tmp
         tmp = realloc(s.node_is_view, graph.n_nodes * sizeof(uint8_t))
         if tmp == NULL:
-            raise MemoryError()
+            raise AllocationError("cannot grow the scheduler's tables")
         s.node_is_view = <uint8_t *>tmp
         s.node_slots_capacity = graph.n_nodes
+    cdef bint leaf_views = False
     for i in range(graph.n_leafs + graph.n_nodes):
         t = graph.leafs[i] if i < graph.n_leafs else graph.nodes[i - graph.n_leafs]
         h = hash_id(s, t)
         if i >= graph.n_leafs:
             s.node_slots[i - graph.n_leafs] = h
             s.node_is_view[i - graph.n_leafs] = ggml_is_view_op(t.op)
+            t.order = i - graph.n_leafs      # for the order checks of passes 4 and 5
+        else:
+            leaf_views |= t.view_src != NULL
         if s.hv_tensor_backend_ids[h] == -1:
             s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, &s.hv_tensor_causes[h])
+    if leaf_views:
+        for i in range(graph.n_leafs):
+            if ggml_views_computed_node(graph, graph.leafs[i]):
+                raise GraphError(leaf_view_message(graph.leafs[i]))
     return 0
 
 
@@ -257,6 +281,10 @@ cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
     return 0
 
 
+cdef inline bint _computed_input(ggml_cgraph * graph, ggml_tensor * t) noexcept:
+    return ggml_computes(t) or (t.view_src != NULL and ggml_is_computed_from(graph, t.view_src, 0))
+
+
 cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
     """Pass 4: views follow their view_src, unassigned sources follow their
     node, and a node still without a backend takes the first that supports it."""
@@ -267,6 +295,17 @@ cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
     for i in range(graph.n_nodes):
         node = graph.nodes[i]
         h = s.node_slots[i]
+        if node.flags & GGML_TENSOR_FLAG_INPUT and _computed_input(graph, node):
+            raise GraphError(
+                f"'{tensor_name(node)}' is flagged INPUT, but the graph computes it (or the "
+                f"tensor it views): inputs hold what the user sets, and the scheduler copies "
+                f"them at the start of a split, before they would be computed")
+        # the order rules (_core.pxd) where pass 5 does not look: the base a node
+        # writes into (or shows), and a view's sources (the allocator takes them as
+        # used where the view is)
+        if (node.view_src != NULL and node.op != OP_NONE
+                and ggml_is_computed_from(graph, node.view_src, i)):
+            raise GraphError(order_message(node, i, node.view_src))
         if node.view_src != NULL and s.hv_tensor_backend_ids[h] == -1:
             s.hv_tensor_backend_ids[h] = backend_of(s, node.view_src)
             s.hv_tensor_causes[h] = CAUSE_4_VSRC
@@ -274,8 +313,12 @@ cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
             src = node.src[j]
             if src == NULL:
                 continue
+            if s.node_is_view[i] and ggml_is_node_from(graph, src, i):
+                raise GraphError(order_message(node, i, src))
             hs = hash_id(s, src)
             if s.hv_tensor_backend_ids[hs] == -1:
+                if ggml_views_computed_node(graph, src):
+                    raise GraphError(leaf_view_message(src))
                 if src.view_src != NULL:
                     s.hv_tensor_backend_ids[hs] = backend_of(s, src.view_src)
                     s.hv_tensor_causes[hs] = CAUSE_4_VSRC
@@ -287,9 +330,8 @@ cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
             set_if_supported(s, node, h, b)
             b += 1
         if s.hv_tensor_backend_ids[h] == -1:
-            from ggml_py._core import OP_NAMES_LIST
             raise SchedulerError(
-                f"no backend supports node '{_name(node)}' (op {OP_NAMES_LIST[node.op]}); "
+                f"no backend supports node '{tensor_name(node)}' (op {_OP_NAMES_LIST[node.op]}); "
                 f"the last backend ({s.backends[s.n_backends - 1].name.decode()}) should be a "
                 f"CPU backend that runs every op", "no-backend-supports-op")
     return 0
@@ -330,7 +372,7 @@ cdef ggml_tensor * new_sched_tensor(SchedCore s, ggml_tensor * of, int kind, int
     if t.id >= s.infos_capacity:
         tmp = realloc(s.infos, 2 * (t.id + 1) * sizeof(sched_tensor_info))
         if tmp == NULL:
-            raise MemoryError()
+            raise AllocationError("cannot grow the scheduler's tables")
         s.infos = <sched_tensor_info *>tmp
         s.infos_capacity = 2 * (t.id + 1)
     s.infos[t.id].kind = kind
@@ -346,7 +388,7 @@ cdef int new_split(SchedCore s, int i_start, int backend_id) except -1:
     if s.n_splits == s.splits_capacity:
         tmp = realloc(s.splits, 2 * s.splits_capacity * sizeof(sched_split))
         if tmp == NULL:
-            raise MemoryError()
+            raise AllocationError("cannot grow the scheduler's tables")
         s.splits = <sched_split *>tmp
         for k in range(s.splits_capacity, 2 * s.splits_capacity):
             s.splits[k].inputs = NULL
@@ -356,12 +398,26 @@ cdef int new_split(SchedCore s, int i_start, int backend_id) except -1:
     if split.inputs == NULL:
         split.inputs = <ggml_tensor **>malloc(s.max_split_inputs * sizeof(ggml_tensor *))
         if split.inputs == NULL:
-            raise MemoryError()
+            raise AllocationError("cannot grow the scheduler's tables")
     if backend_id != -2:        # -2 keeps the slot's previous backend (ggml's first split)
         split.backend_id = backend_id
     split.i_start = i_start
     split.n_inputs = 0
     s.n_splits += 1
+    return 0
+
+
+cdef int check_view_assignment(SchedCore s, ggml_tensor * view, Py_ssize_t h) except -1:
+    """A view the user assigned must run where its memory is: ggml copies it at the
+    start of the split that reads it, which may come before its view_src is computed."""
+    cdef int b = s.hv_tensor_backend_ids[h]
+    cdef int vb = backend_of(s, view.view_src)
+    if view.view_src != NULL and vb != -1 and s.bufts[vb] != s.bufts[b]:
+        raise SchedulerError(
+            f"view '{tensor_name(view)}' is assigned to backend "
+            f"{s.backends[b].name.decode()}, but its memory is that of its view_src "
+            f"'{tensor_name(view.view_src)}' on {s.backends[vb].name.decode()}: a view runs "
+            f"where its view_src lives", "view-assigned-away")
     return 0
 
 
@@ -416,6 +472,8 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
     while i < graph.n_nodes:
         node = graph.nodes[i]
         if ggml_is_view_op(node.op):
+            if s.hv_tensor_causes[s.node_slots[i]] == CAUSE_USR:
+                check_view_assignment(s, node, s.node_slots[i])
             i += 1
             continue
         node_backend_id = s.hv_tensor_backend_ids[s.node_slots[i]]
@@ -450,17 +508,21 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
             src = node.src[j]
             if src == NULL:
                 continue
+            # ggml assumes nodes come after what they read; a graph that does not
+            # would compute garbage
+            if ggml_is_node_from(graph, src, i):
+                raise GraphError(order_message(node, i, src))
             src_id = hash_id(s, src)
             src_backend_id = s.hv_tensor_backend_ids[src_id]
             if src_backend_id == -1:
-                raise SchedulerError(f"source '{_name(src)}' of node '{_name(node)}' has no backend",
+                raise SchedulerError(f"source '{tensor_name(src)}' of node '{tensor_name(node)}' has no backend",
                                      "source-without-backend")
 
             if src.flags & GGML_TENSOR_FLAG_INPUT and s.n_copies > 1:
                 if copy_slot(s, src_id, src_backend_id, 0)[0] == NULL:
                     if s.n_graph_inputs == s.max_graph_inputs:
                         raise SchedulerError(
-                            f"graph input '{_name(src)}' is more than the {s.max_graph_inputs} "
+                            f"graph input '{tensor_name(src)}' is more than the {s.max_graph_inputs} "
                             f"graph inputs a parallel scheduler holds (max_graph_inputs)",
                             "too-many-graph-inputs")
                     for c in range(s.n_copies):
@@ -478,7 +540,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
                 if copy_slot(s, src_id, cur_backend_id, 0)[0] == NULL:
                     if split.n_inputs == s.max_split_inputs:
                         raise SchedulerError(
-                            f"node '{_name(node)}' alone needs more than the {s.max_split_inputs} "
+                            f"node '{tensor_name(node)}' alone needs more than the {s.max_split_inputs} "
                             f"inputs a split holds (max_split_inputs)", "too-many-split-inputs")
                     for c in range(s.n_copies):
                         cpy = new_sched_tensor(s, src, SCHED_TENSOR_COPY, cur_backend_id, c)
@@ -487,10 +549,63 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
                         copy_slot(s, src_id, cur_backend_id, c)[0] = cpy
                     split.inputs[split.n_inputs] = src
                     split.n_inputs += 1
+                record_rewiring(s, &node.src[j], src)
                 node.src[j] = copy_slot(s, src_id, cur_backend_id, s.cur_copy)[0]
         i += 1
     split.i_end = graph.n_nodes
     return 0
+
+
+# ---------------------------------------------------------------------------
+# the rewiring of the user's graph: pass 5 points node sources at the scheduler's
+# copies (as ggml does). Each is recorded so that it can be undone before the
+# arena is reused and when the scheduler goes away, and no user tensor is left
+# pointing into freed or reused copies.
+
+cdef int record_rewiring(SchedCore s, ggml_tensor ** slot, ggml_tensor * original) except -1:
+    cdef void * tmp
+    if s.n_rewired == s.rewired_cap:
+        tmp = realloc(s.rewired, (2 * s.rewired_cap + 32) * sizeof(sched_rewiring))
+        if tmp == NULL:
+            raise AllocationError("cannot grow the scheduler's rewiring table")
+        s.rewired = <sched_rewiring *>tmp
+        s.rewired_cap = 2 * s.rewired_cap + 32
+    s.rewired[s.n_rewired].slot = slot
+    s.rewired[s.n_rewired].original = original
+    s.n_rewired += 1
+    return 0
+
+
+cdef void undo_rewiring(SchedCore s) noexcept:
+    """Give the nodes of the graph split last their sources back, where they still
+    point at this scheduler's copies (the user may have rewired them since)."""
+    cdef int k
+    cdef ggml_tensor * cur
+    cdef ggml_tensor * original
+    cdef Context arena = s.arena
+    for k in range(s.n_rewired - 1, -1, -1):
+        cur = s.rewired[k].slot[0]
+        original = s.rewired[k].original
+        if cur != original and cur != NULL and cur.owner == <void *>&arena.ctx:
+            s.rewired[k].slot[0] = original
+    s.n_rewired = 0
+
+
+cdef void retire_arena(SchedCore s) noexcept:
+    """Forget the arena's copies and dependency views before the arena is reused or
+    freed: a handle the user kept on one must not reach a user tensor that may be gone."""
+    cdef int i
+    cdef ggml_tensor * t
+    cdef Context arena = s.arena
+    for i in range(arena.ctx.n_tensors):
+        if s.infos[i].kind == SCHED_TENSOR_DEP:
+            t = ggml_context_tensor(&arena.ctx, i)
+            t.view_src = NULL
+            t.src[0] = NULL
+            t.buffer = NULL
+            t.data = NULL
+        s.infos[i].of = NULL
+    ggml_context_reset(&arena.ctx)
 
 
 cdef int grow_ids(SchedCore s, int n) except -1:
@@ -507,7 +622,7 @@ cdef int grow_ids(SchedCore s, int n) except -1:
     for k in range(4):
         tmp = realloc(arrays[k][0], n * sizeof(int))
         if tmp == NULL:
-            raise MemoryError()
+            raise AllocationError("cannot grow the scheduler's tables")
         arrays[k][0] = <int *>tmp
         memset(arrays[k][0] + s.ids_capacity, 0, (n - s.ids_capacity) * sizeof(int))
     s.ids_capacity = n
@@ -542,11 +657,11 @@ cdef int build_graph_copy(SchedCore s, ggml_cgraph * graph) except -1:
     if s.graph_capacity < size:
         tmp = realloc(gc.nodes, size * sizeof(ggml_tensor *))
         if tmp == NULL:
-            raise MemoryError()
+            raise AllocationError("cannot grow the scheduler's tables")
         gc.nodes = <ggml_tensor **>tmp
         tmp = realloc(gc.leafs, size * sizeof(ggml_tensor *))
         if tmp == NULL:
-            raise MemoryError()
+            raise AllocationError("cannot grow the scheduler's tables")
         gc.leafs = <ggml_tensor **>tmp
         s.graph_capacity = size
     gc.size = size
@@ -594,6 +709,19 @@ cdef int build_graph_copy(SchedCore s, ggml_cgraph * graph) except -1:
     return 0
 
 
+_MAX_BACKENDS_C = 64         # the C limit; Scheduler holds ggml's 16 (max_backends)
+_MAX_LIMIT = 1 << 16         # split inputs, graph inputs and copies
+_INT32_MAX = (1 << 31) - 1
+
+
+def _physical_memory():
+    import os
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
 cdef int sched_reset(SchedCore s) noexcept:
     """ggml_backend_sched_reset: forget assignments and copies (once per split)."""
     if not s.is_reset:
@@ -617,26 +745,37 @@ cdef int check_graph_fits(SchedCore s, ggml_cgraph * graph) except -1:
     return 0
 
 
-cdef int sched_split_graph(SchedCore s, ggml_cgraph * graph) except -1:
-    """ggml_backend_sched_split_graph. On error the scheduler is left reset-able:
-    the next reset() clears what the failed split assigned."""
+cdef int sched_split_graph(SchedCore s, Graph g) except -1:
+    """ggml_backend_sched_split_graph. The previous split's rewiring is undone first
+    (whatever graph it was). On error the split leaves nothing in the graph and the
+    scheduler is left reset-able: the next reset() clears what it assigned."""
+    cdef ggml_cgraph * graph = &g.graph
+    undo_rewiring(s)
+    retire_arena(s)
+    if s.split_pending:
+        s.plan_stale = True
+    s.split_pending = True
     s.n_splits = 0
     s.n_graph_inputs = 0
     s.is_reset = False
     s.last_graph = NULL
-    ggml_context_reset(&s.arena.ctx)
-    check_graph_fits(s, graph)
-    pass1_preallocated(s, graph)
-    # pass 2: expand the assignments to neighbouring nodes; GPUs first (down, up),
-    # then every backend (down, up)
-    expand(s, graph, True, True)
-    expand(s, graph, False, True)
-    expand(s, graph, True, False)
-    expand(s, graph, False, False)
-    pass3_upgrade(s, graph)
-    pass4_sources(s, graph)
-    pass5_split(s, graph)
-    build_graph_copy(s, graph)
+    s.last_graph_obj = g
+    try:
+        check_graph_fits(s, graph)
+        pass1_preallocated(s, graph)
+        # pass 2: expand the assignments to neighbouring nodes; GPUs first (down, up),
+        # then every backend (down, up)
+        expand(s, graph, True, True)
+        expand(s, graph, False, True)
+        expand(s, graph, True, False)
+        expand(s, graph, False, False)
+        pass3_upgrade(s, graph)
+        pass4_sources(s, graph)
+        pass5_split(s, graph)
+        build_graph_copy(s, graph)
+    except BaseException:
+        undo_rewiring(s)
+        raise
     s.last_graph = graph
     return 0
 
@@ -658,11 +797,16 @@ cdef inline bint _ids_changed(SchedCore s, const int * ids, const int * prev, in
 cdef int sched_alloc_splits(SchedCore s) except -1:
     """Place the graph copy in the compute buffers, reusing the last reservation
     when the backends did not change; reserve again otherwise. 1 ok, 0 failed."""
-    cdef bint changed = (_ids_changed(s, s.node_backend_ids, s.prev_node_backend_ids, s.graph.n_nodes)
+    cdef bint changed = (s.plan_stale
+                         or _ids_changed(s, s.node_backend_ids, s.prev_node_backend_ids, s.graph.n_nodes)
                          or _ids_changed(s, s.leaf_backend_ids, s.prev_leaf_backend_ids, s.graph.n_leafs))
+    s.split_pending = False
+    s.plan_stale = False
     cdef bint unexpected
     cdef int b
-    if not changed and s.galloc.alloc_graph(&s.graph):
+    # the galloc keeps the tensors it places alive: the user's graph and the copies
+    owner = (s.last_graph_obj, s.arena)
+    if not changed and s.galloc.alloc_graph(&s.graph, owner):
         return 1
     # a reallocation (ggml: GGML_SCHED_DEBUG_REALLOC aborts on the unexpected ones)
     unexpected = not changed and s.debug_prev_graph_size == s.debug_graph_size
@@ -680,15 +824,13 @@ cdef int sched_alloc_splits(SchedCore s) except -1:
         (<object>s.backends[b].pyobj).synchronize()
     if not s.galloc.reserve_n(&s.graph, s.node_backend_ids, s.leaf_backend_ids):
         return 0
-    return s.galloc.alloc_graph(&s.graph)
+    return s.galloc.alloc_graph(&s.graph, owner)
 
 
-cdef int sched_alloc_graph(SchedCore s, ggml_cgraph * graph) except -1:
-    """ggml_backend_sched_alloc_graph: split on the next copy slot, then allocate."""
-    if s.is_alloc:
-        raise SchedulerError("the scheduler already holds an allocated graph: call reset() "
-                             "before allocating another", "already-allocated")
-    check_graph_fits(s, graph)      # before the copy slot moves, as ggml checks it
+cdef int sched_alloc_graph(SchedCore s, Graph graph) except -1:
+    """ggml_backend_sched_alloc_graph: split on the next copy slot, then allocate
+    (the caller checked that no graph is allocated)."""
+    check_graph_fits(s, &graph.graph)      # before the copy slot moves, as ggml checks it
     s.cur_copy = s.next_copy
     s.next_copy = (s.next_copy + 1) % s.n_copies
     sched_split_graph(s, graph)
@@ -720,40 +862,81 @@ cdef class SchedCore:
         self.node_is_view = NULL
         memset(&self.graph, 0, sizeof(ggml_cgraph))
 
-    def __init__(self, backends, bufts, int graph_size, bint parallel, bint op_offload,
-                 int max_split_inputs=30, int max_graph_inputs=30, int n_copies=4,
-                 int debug_realloc=0, bint realloc_raises=False):
+    def __init__(self, backends, bufts, graph_size, bint parallel, bint op_offload,
+                 max_split_inputs=30, max_graph_inputs=30, n_copies=4, debug_realloc=0,
+                 bint realloc_raises=False):
         cdef int b
-        self._keep = list(backends) + list(bufts)
-        self.n_backends = len(backends)
-        self.graph_size = graph_size
-        self.max_split_inputs = max_split_inputs
-        self.max_graph_inputs = max_graph_inputs
-        self.n_copies = n_copies if parallel else 1
+        backends, bufts = list(backends), list(bufts)
+        if not 1 <= len(backends) <= _MAX_BACKENDS_C or len(bufts) != len(backends):
+            raise ArgumentError(f"a scheduler needs 1 to {_MAX_BACKENDS_C} backends and one "
+                                f"buffer type each, got {len(backends)} and {len(bufts)}")
+        for b in range(len(backends)):
+            if not isinstance(backends[b], Backend) or not isinstance(bufts[b], BufferType):
+                raise ArgumentTypeError(f"backend {b}: expected a Backend and a BufferType, got "
+                                        f"{type(backends[b]).__name__} and {type(bufts[b]).__name__}")
+            if (<BufferType>bufts[b]).c.alignment == 0:
+                raise ArgumentError(f"backend {b}: its buffer type was never initialised")
+        self.graph_size = int_arg(graph_size, "graph_size", 1, _INT32_MAX)
+        self.max_split_inputs = int_arg(max_split_inputs, "max_split_inputs", 1, _MAX_LIMIT)
+        self.max_graph_inputs = int_arg(max_graph_inputs, "max_graph_inputs", 0, _MAX_LIMIT)
+        self.n_copies = int_arg(n_copies, "n_copies", 1, _MAX_LIMIT) if parallel else 1
+        self.debug_realloc = int_arg(debug_realloc, "debug_realloc", 0, 2)
+        self.realloc_raises = realloc_raises
         self.op_offload = op_offload
-        self.backends = <ggml_backend **>calloc(self.n_backends, sizeof(ggml_backend *))
-        self.bufts = <ggml_backend_buffer_type **>calloc(self.n_backends, sizeof(void *))
-        if self.backends == NULL or self.bufts == NULL:
-            raise MemoryError()
+        self._keep = backends + bufts
+        self.n_backends = len(backends)
+        # the tables hold a slot per hash slot: refuse what this machine cannot hold
+        # before touching any (the reset writes them all)
+        cdef size_t n = ggml_hash_size(self.graph_size)
+        table_bytes = n * (sizeof(void *) + sizeof(int) + 1 +
+                           self.n_backends * self.n_copies * sizeof(void *))
+        if table_bytes > _physical_memory():
+            raise AllocationError(
+                f"a scheduler with graph_size {self.graph_size}, {self.n_backends} backends and "
+                f"{self.n_copies} copies needs {table_bytes} bytes of tables, more than this "
+                f"machine's {_physical_memory()} bytes of memory")
+        self.backends = <ggml_backend **>checked_calloc(self.n_backends, sizeof(ggml_backend *),
+                                                        "the scheduler's backend table")
+        self.bufts = <ggml_backend_buffer_type **>checked_calloc(
+            self.n_backends, sizeof(void *), "the scheduler's buffer type table")
         for b in range(self.n_backends):
             self.backends[b] = &(<Backend>backends[b]).c
             self.bufts[b] = &(<BufferType>bufts[b]).c
-        ggml_hash_set_init(&self.hash_set, graph_size)
-        cdef size_t n = self.hash_set.size
-        self.hv_tensor_backend_ids = <int *>malloc(n * sizeof(int))
-        self.hv_tensor_causes = <uint8_t *>malloc(n)
-        self.hv_tensor_copies = <ggml_tensor **>malloc(n * self.n_backends * self.n_copies * sizeof(void *))
+        ggml_hash_set_init(&self.hash_set, self.graph_size)
+        self.hv_tensor_backend_ids = <int *>checked_calloc(n, sizeof(int), "scheduler tables")
+        self.hv_tensor_causes = <uint8_t *>checked_calloc(n, 1, "scheduler tables")
+        self.hv_tensor_copies = <ggml_tensor **>checked_calloc(
+            n * self.n_backends * self.n_copies, sizeof(void *), "scheduler tables")
         self.splits_capacity = 16
-        self.splits = <sched_split *>calloc(self.splits_capacity, sizeof(sched_split))
-        self.graph_inputs = <ggml_tensor **>malloc(max(max_graph_inputs, 1) * sizeof(void *))
-        if (self.hv_tensor_backend_ids == NULL or self.hv_tensor_causes == NULL
-                or self.hv_tensor_copies == NULL or self.splits == NULL or self.graph_inputs == NULL):
-            raise MemoryError("scheduler tables")
+        self.splits = <sched_split *>checked_calloc(self.splits_capacity, sizeof(sched_split),
+                                                    "scheduler tables")
+        self.graph_inputs = <ggml_tensor **>checked_calloc(max(self.max_graph_inputs, 1),
+                                                           sizeof(void *), "scheduler tables")
         self.arena = Context("sched")
-        self.galloc = GraphAllocator(list(bufts))
-        self.debug_realloc = debug_realloc
-        self.realloc_raises = realloc_raises
+        self.galloc = GraphAllocator(bufts)
         self.is_reset = False
+        sched_reset(self)
+
+    def __del__(self):
+        # as ggml_backend_sched_free, but the user's graph is left whole: its sources
+        # point at its own tensors again, and no tensor points into freed memory
+        self.close()
+
+    def close(self):
+        """Undo the last split's rewiring, take back every placement and release the
+        compute buffers. The scheduler stays usable (the next alloc_graph allocates
+        again)."""
+        if self.arena is None:
+            return                  # __init__ did not finish
+        undo_rewiring(self)
+        retire_arena(self)
+        self.n_splits = 0
+        self.graph.n_nodes = 0
+        self.graph.n_leafs = 0
+        self.n_graph_inputs = 0
+        self.last_graph = NULL
+        self.last_graph_obj = None
+        self.galloc.close()
         sched_reset(self)
 
     def __dealloc__(self):
@@ -778,6 +961,7 @@ cdef class SchedCore:
         free(self.infos)
         free(self.node_slots)
         free(self.node_is_view)
+        free(self.rewired)
 
     # --- state ---
 
@@ -786,7 +970,7 @@ cdef class SchedCore:
 
     def split_graph(self, Graph graph not None):
         try:
-            sched_split_graph(self, &graph.graph)
+            sched_split_graph(self, graph)
         except BaseException:
             # leave nothing half-made: the next split starts from a reset
             self.n_splits = 0
@@ -798,8 +982,12 @@ cdef class SchedCore:
     def alloc_graph(self, Graph graph not None):
         """Split and allocate; True, or False when a buffer could not be allocated
         (the allocator's last_error says which)."""
+        if self.is_alloc:
+            # refused before anything changes: the allocated graph stays as it is
+            raise SchedulerError("the scheduler already holds an allocated graph: call "
+                                 "reset() before allocating another", "already-allocated")
         try:
-            ok = sched_alloc_graph(self, &graph.graph)
+            ok = sched_alloc_graph(self, graph)
         except BaseException:
             self.is_alloc = False
             sched_reset(self)
@@ -808,13 +996,14 @@ cdef class SchedCore:
 
     def reserve_n(self):
         """Reserve compute buffers for the current graph copy (after a split)."""
-        return bool(self.galloc.reserve_n(&self.graph, self.node_backend_ids, self.leaf_backend_ids))
+        ok = self.galloc.reserve_n(&self.graph, self.node_backend_ids, self.leaf_backend_ids)
+        self.split_pending = self.plan_stale = False    # the plan is the last split's
+        return bool(ok)
 
     def reserve_n_size(self):
         """Buffer sizes per backend the current graph copy would need (a dry run)."""
-        cdef size_t * sizes = <size_t *>calloc(self.n_backends, sizeof(size_t))
-        if sizes == NULL:
-            raise MemoryError()
+        cdef size_t * sizes = <size_t *>checked_calloc(self.n_backends, sizeof(size_t),
+                                                       "the size table")
         try:
             self.galloc.reserve_n_size(&self.graph, self.node_backend_ids, self.leaf_backend_ids, sizes)
             return [sizes[i] for i in range(self.n_backends)]
@@ -826,30 +1015,22 @@ cdef class SchedCore:
         if not self.is_alloc:
             self.next_copy = 0
 
-    def undo_rewiring(self, Graph graph not None):
-        """Give every node of `graph` back the sources that the last split replaced by
-        this scheduler's copies (they live until the next split resets the arena)."""
-        cdef ggml_cgraph * g = &graph.graph
-        cdef ggml_tensor * src
-        cdef int i, j
-        for i in range(g.n_nodes):
-            for j in range(GGML_MAX_SRC):
-                src = g.nodes[i].src[j]
-                if (src != NULL and src.owner == <void *>&self.arena.ctx
-                        and src.id < self.arena.ctx.n_tensors
-                        and self.infos[src.id].kind == SCHED_TENSOR_COPY):
-                    g.nodes[i].src[j] = self.infos[src.id].of
+    def undo_rewiring(self):
+        """Give the nodes of the graph split last back the sources that the split
+        replaced by this scheduler's copies (splitting does this first, too)."""
+        undo_rewiring(self)
 
-    def set_tensor_backend(self, Tensor t, int backend_id):
+    def set_tensor_backend(self, Tensor t not None, backend_id):
+        cdef int b = index_arg(backend_id, "backend id", self.n_backends)
         cdef Py_ssize_t h = hash_id(self, t.ptr)
-        self.hv_tensor_backend_ids[h] = backend_id
+        self.hv_tensor_backend_ids[h] = b
         self.hv_tensor_causes[h] = CAUSE_USR
         self.is_reset = False
 
-    def get_tensor_backend_id(self, Tensor t):
+    def get_tensor_backend_id(self, Tensor t not None):
         return sched_tensor_backend_id(self, t.ptr)
 
-    def get_cause(self, Tensor t):
+    def get_cause(self, Tensor t not None):
         cdef size_t i = ggml_hash_find(&self.hash_set, t.ptr)
         if i == GGML_HASHSET_FULL or not ggml_bitset_get(self.hash_set.used, i):
             return ""
@@ -871,12 +1052,10 @@ cdef class SchedCore:
                         [tensor_handle(self.splits[i].inputs[j]) for j in range(self.splits[i].n_inputs)]))
         return out
 
-    def get_split_copies(self, int split_id):
+    def get_split_copies(self, split_id):
         """[(input, input_backend_id, input_cpy), ...] of a split, input_cpy being the
         copy for the current copy slot (what the runtime copies before the split runs)."""
-        if not 0 <= split_id < self.n_splits:
-            raise IndexError(f"split {split_id} out of range ({self.n_splits} splits)")
-        cdef sched_split * split = &self.splits[split_id]
+        cdef sched_split * split = &self.splits[index_arg(split_id, "split", self.n_splits)]
         cdef ggml_tensor * input
         cdef Py_ssize_t h
         cdef int j
@@ -899,10 +1078,11 @@ cdef class SchedCore:
                 [tensor_handle(self.graph.leafs[i]) for i in range(self.graph.n_leafs)],
                 [self.leaf_backend_ids[i] for i in range(self.graph.n_leafs)])
 
-    def describe(self, Tensor t):
+    def describe(self, Tensor t not None):
         """What a tensor is to the scheduler: None for a tensor of the user's
-        graph, ('copy', of, backend_id, copy_id) or ('dep', of) for its own."""
-        if t.owner is not self.arena:
+        graph (or of a split before the last), ('copy', of, backend_id, copy_id) or
+        ('dep', of) for its own."""
+        if t.owner is not self.arena or t.ptr.id >= self.arena.ctx.n_tensors:
             return None
         cdef sched_tensor_info * info = &self.infos[t.ptr.id]
         if info.kind == SCHED_TENSOR_COPY:
@@ -915,7 +1095,8 @@ cdef class SchedCore:
 
 cdef class GraphSnapshot:
     """Sources, flags, data and buffer of every tensor of a graph, to restore
-    between repeated splits (benchmarks, re-planning)."""
+    between repeated splits (benchmarks, re-planning). It keeps alive whatever the
+    saved pointers reach, and a buffer released since is not restored."""
     cdef ggml_tensor ** tensors
     cdef ggml_tensor ** srcs            # [n][GGML_MAX_SRC]
     cdef int * flags
@@ -923,26 +1104,36 @@ cdef class GraphSnapshot:
     cdef ggml_backend_buffer ** buffers
     cdef int n
     cdef object graph
+    cdef set _keep                      # contexts of the saved sources, buffers
 
-    def __cinit__(self, Graph graph):
+    def __cinit__(self, Graph graph not None):
         cdef ggml_cgraph * g = &graph.graph
-        cdef int i
+        cdef int i, j
+        cdef void * last_owner = NULL
+        cdef ggml_tensor * src
         self.graph = graph
+        self._keep = set()
         self.n = g.n_nodes + g.n_leafs
-        self.tensors = <ggml_tensor **>malloc(max(self.n, 1) * sizeof(void *))
-        self.srcs = <ggml_tensor **>malloc(max(self.n, 1) * GGML_MAX_SRC * sizeof(void *))
-        self.flags = <int *>malloc(max(self.n, 1) * sizeof(int))
-        self.data = <char **>malloc(max(self.n, 1) * sizeof(void *))
-        self.buffers = <ggml_backend_buffer **>malloc(max(self.n, 1) * sizeof(void *))
-        if (self.tensors == NULL or self.srcs == NULL or self.flags == NULL or self.data == NULL
-                or self.buffers == NULL):
-            raise MemoryError()
+        self.tensors = <ggml_tensor **>checked_calloc(self.n, sizeof(void *), "a graph snapshot")
+        self.srcs = <ggml_tensor **>checked_calloc(self.n, GGML_MAX_SRC * sizeof(void *),
+                                                   "a graph snapshot")
+        self.flags = <int *>checked_calloc(self.n, sizeof(int), "a graph snapshot")
+        self.data = <char **>checked_calloc(self.n, sizeof(void *), "a graph snapshot")
+        self.buffers = <ggml_backend_buffer **>checked_calloc(self.n, sizeof(void *),
+                                                              "a graph snapshot")
         for i in range(self.n):
             self.tensors[i] = g.nodes[i] if i < g.n_nodes else g.leafs[i - g.n_nodes]
             memcpy(&self.srcs[i * GGML_MAX_SRC], self.tensors[i].src, GGML_MAX_SRC * sizeof(void *))
             self.flags[i] = self.tensors[i].flags
             self.data[i] = self.tensors[i].data
             self.buffers[i] = self.tensors[i].buffer
+            if self.buffers[i] != NULL:
+                self._keep.add(<object>self.buffers[i].pyobj)
+            for j in range(GGML_MAX_SRC):
+                src = self.tensors[i].src[j]
+                if src != NULL and src.owner != last_owner:
+                    last_owner = src.owner
+                    self._keep.add(<object>(<ggml_context *>src.owner).pyobj)
 
     def __dealloc__(self):
         free(self.tensors)
@@ -956,14 +1147,19 @@ cdef class GraphSnapshot:
         for i in range(self.n):
             memcpy(self.tensors[i].src, &self.srcs[i * GGML_MAX_SRC], GGML_MAX_SRC * sizeof(void *))
             self.tensors[i].flags = self.flags[i]
-            self.tensors[i].data = self.data[i]
-            self.tensors[i].buffer = self.buffers[i]
+            if self.buffers[i] != NULL and self.buffers[i].released:
+                self.tensors[i].data = NULL
+                self.tensors[i].buffer = NULL
+            else:
+                self.tensors[i].data = self.data[i]
+                self.tensors[i].buffer = self.buffers[i]
 
 
 TIME_SPLIT, TIME_ALLOC, TIME_RESERVE = 0, 1, 2
 
 
-def time_reps(SchedCore s, Graph graph, GraphSnapshot snap, assignments, int reps, int what):
+def time_reps(SchedCore s not None, Graph graph not None, GraphSnapshot snap not None,
+              assignments, reps, what):
     """Times (ns) of `reps` repetitions measured as SCHED_CASES.md times ggml: before
     each, untimed, the graph is restored, the scheduler reset to copy slot 0 and the
     user assignments [(Tensor, backend_id), ...] re-applied. `what` is TIME_SPLIT (the
@@ -971,23 +1167,24 @@ def time_reps(SchedCore s, Graph graph, GraphSnapshot snap, assignments, int rep
     reused) or TIME_RESERVE (split + reserve_n + alloc_graph: a new or changed graph)."""
     import time
     cdef list out = []
-    cdef int r
+    cdef int r, n = int_arg(reps, "reps", 0, _INT32_MAX)
+    cdef int kind = int_arg(what, "what", TIME_SPLIT, TIME_RESERVE)
     clock = time.perf_counter_ns
-    for r in range(reps):
+    for r in range(n):
         snap.restore()
         sched_reset(s)
         s.next_copy = 0         # copy slot 0 every time (ggml_backend_sched_synchronize)
         for t, b in assignments:
             s.set_tensor_backend(t, b)
         t0 = clock()
-        if what == TIME_SPLIT:
-            sched_split_graph(s, &graph.graph)
-        elif what == TIME_ALLOC:
-            sched_alloc_graph(s, &graph.graph)
+        if kind == TIME_SPLIT:
+            sched_split_graph(s, graph)
+        elif kind == TIME_ALLOC:
+            sched_alloc_graph(s, graph)
         else:
-            sched_split_graph(s, &graph.graph)
+            sched_split_graph(s, graph)
             s.galloc.reserve_n(&s.graph, s.node_backend_ids, s.leaf_backend_ids)
-            s.galloc.alloc_graph(&s.graph)
+            s.galloc.alloc_graph(&s.graph, (graph, s.arena))
         out.append(clock() - t0)
     s.is_alloc = False
     return out

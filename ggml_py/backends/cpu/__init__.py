@@ -11,8 +11,7 @@ from ggml_py._cpu import isa, isa_supported, set_isa
 from ggml_py.backends.cpu.backend import (CPUBackend, CPU_ALIGNMENT, KERNELS, KernelTable,
                                           SUPPORTED_OPS, compute_node, compute_nodes,
                                           default_threads)
-from ggml_py.backends.cpu.memory import (open_device_memory, memory_of, tensor_array,
-                                         tensor_region)
+from ggml_py.backends.cpu.memory import open_device_memory, memory_of, tensor_array
 from ggml_py.backends.cpu.numpy_kernels import (NUMPY_KERNELS, VIEW_OPS, values, store,
                                                 rope_cache, gelu, gelu_quick, gelu_erf,
                                                 _rope_corr_dims)
@@ -20,5 +19,5 @@ from ggml_py.backends.cpu.numpy_kernels import (NUMPY_KERNELS, VIEW_OPS, values,
 __all__ = ["CPUBackend", "CPU_ALIGNMENT", "KERNELS", "KernelTable", "NUMPY_KERNELS",
            "SUPPORTED_OPS", "VIEW_OPS", "compute_node", "compute_nodes", "default_threads",
            "open_device_memory", "memory_of", "tensor_array",
-           "tensor_region", "values", "store", "rope_cache", "gelu", "gelu_quick", "gelu_erf",
+           "values", "store", "rope_cache", "gelu", "gelu_quick", "gelu_erf",
            "isa", "isa_supported", "set_isa"]

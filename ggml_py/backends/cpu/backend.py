@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ggml_py._backend import Backend, BufferType, get_buffer
-from ggml_py._core import OP_IDS, Graph
+from ggml_py._backend import Backend, BufferType, allocated_buffer, tensor_region
+from ggml_py._core import OP_IDS, Graph, instance_arg
 from ggml_py._cpu import Executor, C_KERNEL_OPS
 from ggml_py.errors import BackendError
 from ggml_py.backends.cpu import blas
-from ggml_py.backends.cpu.memory import memory_of, tensor_region
+from ggml_py.backends.cpu.memory import memory_of
 from ggml_py.backends.cpu.numpy_kernels import NUMPY_KERNELS, VIEW_OPS
 
 if TYPE_CHECKING:
@@ -168,7 +168,7 @@ class CPUBackend(Backend):
 
     def supports_buft(self, buft: BufferType) -> bool:
         """Any host buffer type (ggml_backend_cpu_device_supports_buft: buft is host)."""
-        return bool(buft.is_host)
+        return bool(instance_arg(buft, BufferType, "buft").is_host)
 
     def graph_compute(self, graph: Any) -> bool:
         """Compute every node of `graph` in order (ggml_backend_graph_compute)."""
@@ -184,12 +184,10 @@ class CPUBackend(Backend):
         return True
 
     def _region(self, tensor: Tensor, offset: int, size: int | None) -> np.ndarray:
-        buf = get_buffer(tensor)
-        if buf is None or tensor.data_address == 0:
-            raise BackendError(f"tensor '{tensor.name}' is not allocated")
+        buf = allocated_buffer(tensor)
         if buf.memory is None:
             raise BackendError(f"tensor '{tensor.name}' is not in host memory")
-        return tensor_region(tensor, buf, buf.memory, offset, size)
+        return tensor_region(tensor, buf.memory, offset, size)
 
     def set_tensor(self, tensor: Tensor, data: BytesLike, offset: int = 0) -> None:
         src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)

@@ -50,16 +50,3 @@ def tensor_array(t):
     if quants.is_quantized(type_name):
         return tensor_ndarray(t, mem, np.uint8, quants.row_bytes(type_name, t.ne[0]))
     raise BackendError(f"tensor '{t.name}': type {type_name} is not supported by the CPU backend")
-
-
-def tensor_region(tensor, buf, memory, offset=0, size=None):
-    """The bytes [offset, offset + size) of an allocated tensor as a view of `memory`,
-    the numpy bytes behind its buffer `buf`; checked against the tensor's size."""
-    nbytes = tensor.nbytes
-    if size is None:
-        size = nbytes - offset
-    if offset + size > nbytes:
-        raise BackendError(f"tensor '{tensor.name}': {size} bytes at offset {offset} exceed "
-                           f"its {nbytes} bytes")
-    start = tensor.data_address - buf.base + offset
-    return memory[start:start + size]
