@@ -5,18 +5,21 @@
 methods the scheduler calls have the same names on the Cython base class, so
 an instance of either serves both.
 
+`alloc_ctx_tensors_from_buft` places a context's tensors (weights, caches, the tensors
+of a test) in as few buffers of one buffer type as its largest buffer allows.
+
 `validate_allocation` checks an allocated graph: every tensor lies inside its
 buffer, and no two tensors that are alive at the same time share bytes.
 """
 
 from ggml_py._alloc import (GraphAllocator as _GraphAllocator, TensorAllocator, VBuffer,
                             op_can_inplace, INPLACE_OPS)
-from ggml_py._backend import get_buffer
-from ggml_py._core import Graph, instance_arg
-from ggml_py.errors import AllocationError
+from ggml_py._backend import BufferType, BUFFER_USAGES, get_buffer, view_init
+from ggml_py._core import Context, Graph, Tensor, instance_arg, items_arg
+from ggml_py.errors import AllocationError, UnknownNameError
 
 __all__ = ["GraphAllocator", "TensorAllocator", "VBuffer", "op_can_inplace", "INPLACE_OPS",
-           "validate_allocation", "allocation_problems"]
+           "alloc_ctx_tensors_from_buft", "validate_allocation", "allocation_problems"]
 
 
 class GraphAllocator(_GraphAllocator):
@@ -47,6 +50,56 @@ class GraphAllocator(_GraphAllocator):
     def locations(self, tensors):
         """tensor_location of each tensor, as lists (the plan file's alloc entries)."""
         return [list(self.tensor_location(t)) for t in tensors]
+
+
+# ---------------------------------------------------------------------------
+# a context's tensors in buffers of one type (ggml-alloc.c)
+
+def alloc_ctx_tensors_from_buft(tensors, buft, usage="any"):
+    """Port of ggml_backend_alloc_ctx_tensors_from_buft: place every tensor of `tensors`
+    (a Context, or tensors in order) that has no memory yet, one after another at the
+    buffer type's alignment, starting a new buffer where the next tensor would pass
+    the type's largest buffer; views then take their view_src's memory. Returns the
+    new buffers (ggml: one buffer, or a multi-buffer), each with `usage`; an empty list
+    when every tensor already has memory (ggml: NULL)."""
+    instance_arg(buft, BufferType, "buft")
+    if not isinstance(usage, str) or usage not in BUFFER_USAGES:
+        raise UnknownNameError(f"buffer usage is one of {', '.join(BUFFER_USAGES)}, got {usage!r}")
+    if isinstance(tensors, Context):
+        tensors = list(tensors)
+    tensors = items_arg(tensors, "alloc_ctx_tensors_from_buft: tensors", Tensor)
+    align, max_size = buft.get_alignment(), buft.get_max_size()
+    buffers = []
+
+    def alloc_range(group, size):
+        buf = buft.alloc_buffer(size)
+        buf.usage = usage
+        talloc = TensorAllocator(buf)
+        for t in group:
+            if t.data_address == 0 and get_buffer(t) is None:
+                if t.view_src is None:
+                    talloc.alloc(t)
+                elif get_buffer(t.view_src) is not None:
+                    view_init(t)
+        buffers.append(buf)
+
+    group, size = [], 0
+    for t in tensors:
+        this = 0
+        if t.data_address == 0 and t.view_src is None:
+            this = -(-buft.get_alloc_size(t) // align) * align        # GGML_PAD
+        if size > 0 and size + this > max_size:
+            alloc_range(group, size)
+            group, size = [], 0
+        group.append(t)
+        size += this
+    if size > 0:
+        alloc_range(group, size)
+    # views whose view_src came later in the list
+    for t in tensors:
+        if get_buffer(t) is None and t.view_src is not None and get_buffer(t.view_src) is not None:
+            view_init(t)
+    return buffers
 
 
 # ---------------------------------------------------------------------------

@@ -23,7 +23,8 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ggml_py import backends, cli, ops, quants
-from ggml_py._backend import Backend, view_init, get_buffer
+from ggml_py._backend import Backend, tensor_get, tensor_set
+from ggml_py.alloc import alloc_ctx_tensors_from_buft
 from ggml_py._core import Context, Graph
 from ggml_py.errors import CaseFormatError, BackendError, GraphError
 
@@ -88,33 +89,34 @@ def _time_into(res: dict[str, Any], backend: Backend, graph: Graph, time_reps: i
 
 
 # ---------------------------------------------------------------------------
-# standalone allocation (one host buffer per tensor)
+# standalone allocation (ggml_backend_alloc_ctx_tensors, as test-backend-ops does)
 
 class HostAllocation:
-    """Gives every tensor its own host buffer of the backend's buffer type and keeps the
-    buffers alive; views get their view_src's memory (view_init)."""
+    """Places tensors in buffers of the backend's buffer type (alloc_ctx_tensors_from_buft,
+    view sources first) and keeps the buffers alive."""
 
     def __init__(self, backend):
         self.backend = backend
         self.buft = backend.get_default_buffer_type()
         self.buffers = []
 
+    def alloc_tensors(self, tensors):
+        order = {}
+        for t in tensors:
+            chain = []
+            while t is not None and t not in order:
+                chain.append(t)
+                t = t.view_src
+            for x in reversed(chain):
+                order[x] = None
+        self.buffers += alloc_ctx_tensors_from_buft(list(order), self.buft)
+        return self
+
     def alloc(self, t):
-        if get_buffer(t) is not None:
-            return
-        vs = t.view_src
-        if vs is not None:
-            self.alloc(vs)
-            view_init(t)
-            return
-        buf = self.buft.alloc_buffer(max(t.nbytes, 1))
-        buf.tensor_alloc(t, 0)
-        self.buffers.append(buf)
+        return self.alloc_tensors([t])
 
     def alloc_graph(self, graph):
-        for t in list(graph.leafs) + list(graph.nodes):
-            self.alloc(t)
-        return self
+        return self.alloc_tensors(list(graph.leafs) + list(graph.nodes))
 
 
 def prepare(backend, out, feeds, graph_size=64):
@@ -123,7 +125,7 @@ def prepare(backend, out, feeds, graph_size=64):
     alloc = HostAllocation(backend)
     for t, arr in feeds:
         alloc.alloc(t)
-        backend.set_tensor(t, np.ascontiguousarray(arr).tobytes())
+        tensor_set(t, np.ascontiguousarray(arr))
     graph = Graph(graph_size)
     graph.build_forward_expand(out)
     alloc.alloc_graph(graph)
@@ -167,20 +169,9 @@ def as_float(type_name, arr):
 
 
 def read_tensor(backend, t):
-    """A tensor's elements in logical order, numpy order (raw rows for block types)."""
-    from ggml_py.backends.cpu import tensor_array
-    buf = get_buffer(t)
-    if buf is not None and buf.memory is not None:
-        return np.array(tensor_array(t))
-    if buf is not None:
-        return _device_array(backend, t)
-    raise BackendError(f"tensor '{t.name}' is not readable from the host")
-
-
-def _device_array(backend, t):
-    """read_tensor for device memory: fetch the bytes t spans (backend.get_tensor) and
-    lay them out as tensor_array does (strided; raw rows for block types)."""
-    raw = np.frombuffer(backend.get_tensor(t), dtype=np.uint8)
+    """A tensor's elements in logical order, numpy order (raw rows for block types): the
+    bytes it spans (tensor_get), laid out with its strides."""
+    raw = np.frombuffer(tensor_get(t), dtype=np.uint8)
     ne, nb = t.ne, t.nb
     if quants.is_quantized(t.type):
         shape, strides, dtype = (ne[3], ne[2], ne[1], quants.row_bytes(t.type, ne[0])), \
@@ -194,7 +185,7 @@ def _device_array(backend, t):
 
 
 def _write(backend, t, arr):
-    backend.set_tensor(t, np.ascontiguousarray(arr).tobytes())
+    tensor_set(t, np.ascontiguousarray(arr))
 
 
 # ---------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ggml_py._backend import Backend, get_buffer
+from ggml_py._backend import Backend, get_buffer, host_bytes, tensor_copy
 from ggml_py._core import Graph, Tensor, instance_arg
 from ggml_py.errors import BackendError, SchedulerError
 
@@ -145,36 +145,7 @@ class Profile:
 
 
 # ---------------------------------------------------------------------------
-# tensor copies between backends
-
-def _host_bytes(t):
-    """t's bytes in host memory, a numpy uint8 view (t must be in a host buffer)."""
-    buf = get_buffer(t)
-    start = t.data_address - buf.base
-    return buf.memory[start:start + t.nbytes]
-
-
-def _same_layout(a, b):
-    return a.type == b.type and a.ne == b.ne and a.nb == b.nb
-
-
-def tensor_copy(src_backend: Backend, src: Tensor, dst_backend: Backend, dst: Tensor) -> None:
-    """ggml_backend_tensor_copy: a blocking copy of src's bytes into dst. Host memory
-    is read or written in place; otherwise the bytes go through the backends."""
-    for what, value, cls in (("src_backend", src_backend, Backend), ("src", src, Tensor),
-                             ("dst_backend", dst_backend, Backend), ("dst", dst, Tensor)):
-        instance_arg(value, cls, what)
-    if not _same_layout(src, dst):
-        raise BackendError(f"cannot copy '{src.name}' to '{dst.name}': different layouts")
-    if src.data_address == dst.data_address and get_buffer(src) is get_buffer(dst):
-        return
-    if get_buffer(src).is_host:
-        dst_backend.set_tensor(dst, _host_bytes(src))
-    elif get_buffer(dst).is_host:
-        _host_bytes(dst)[...] = np.frombuffer(src_backend.get_tensor(src), dtype=np.uint8)
-    else:
-        dst_backend.set_tensor(dst, src_backend.get_tensor(src))
-
+# tensor copies between backends (blocking ones are _backend.tensor_copy)
 
 def _set_tensor_async(backend, t, data, offset):
     """ggml_backend_tensor_set_async: the backend's async set, or a blocking set."""
@@ -249,7 +220,7 @@ class Runtime:
                     if "INPUT" in inp.flags:
                         # the user may overwrite an input as soon as we return: copy now
                         self._wait_slot_host(b, backend, cur)
-                        tensor_copy(in_backend, inp, backend, cpy)
+                        tensor_copy(inp, cpy)
                         prof.n_input_copies += 1
                         sp.n_sync += 1
                     else:
@@ -266,7 +237,7 @@ class Runtime:
                             # the slot's event is what protects the copy
                             in_backend.synchronize()
                             self._wait_slot_host(b, backend, cur)
-                            tensor_copy(in_backend, inp, backend, cpy)
+                            tensor_copy(inp, cpy)
                             prof.n_sync_copies += 1
                             sp.n_sync += 1
                     sp.bytes_copied += nbytes
@@ -381,7 +352,7 @@ class _ExpertCopier:
             self.used = np.unique(ids)
             self.prev_ids = ids_t
 
-        host = _host_bytes(inp)
+        host = host_bytes(inp)
         copied = 0
         for first, last in _ranges(self.used):
             offset = first * expert_size

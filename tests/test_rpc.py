@@ -22,7 +22,7 @@ from ggml_py._core import Context, Graph, OP_NAMES_LIST, TYPE_NAMES
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.backends.rpc import RPCBackend
 from ggml_py.models.placement import place_model
-from ggml_py.errors import AllocationError, BackendError, RPCError
+from ggml_py.errors import AllocationError, ArgumentError, BackendError, RPCError
 from ggml_py.models.transformer import Model as LlamaModel, Session, llama_config, moe_config
 from ggml_py.rpc_server import GgmlLibraryError, library_dir, load_libraries
 from ggml_py.sched import Scheduler
@@ -132,7 +132,7 @@ def test_buffers_tensors_and_copies(rpc):
     assert np.array_equal(values(r, b), values(r, a))
     buf.clear(0)
     assert not values(r, a).any() and not values(r, b).any()
-    with pytest.raises(BackendError, match="exceed its 72 bytes"):
+    with pytest.raises(ArgumentError, match="exceed its 72 bytes"):
         r.set_tensor(a, np.zeros(19, np.float32))
     host = CPUBackend()
     h = f32(ctx, (6, 3), "h")

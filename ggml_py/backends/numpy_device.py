@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
-from ggml_py._backend import (Backend, Buffer, BufferType, allocated_buffer, get_buffer,
-                              graph_nodes, tensor_region)
+from ggml_py._backend import (Backend, Buffer, BufferType, allocated_buffer, byte_value,
+                              get_buffer, graph_nodes, host_bytes, tensor_span)
 from ggml_py._core import size_arg
 from ggml_py.backends import cpu
 from ggml_py.errors import AllocationError, ArgumentTypeError, BackendError
@@ -34,15 +34,14 @@ from ggml_py.errors import AllocationError, ArgumentTypeError, BackendError
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from ggml_py._core import Tensor
-    from ggml_py._types import BytesLike
 
 DEVICE_ALIGNMENT = 256      # a GPU-like alignment, larger than the CPU's 32
 
 
 class DeviceBuffer(Buffer):
     """A buffer of device memory. `device_memory` is the numpy byte array behind it;
-    `memory` stays None so host code treats it as unreadable."""
+    `memory` stays None so host code treats it as unreadable. Its byte slots read and
+    write device_memory; reads wait for the device's queued work first."""
 
     device_memory = None
 
@@ -50,9 +49,56 @@ class DeviceBuffer(Buffer):
         super().release()
         self.device_memory = None
 
+    def region(self, tensor, offset=0, size=None):
+        """The device bytes [offset, offset + size) of `tensor` (in this buffer), a numpy view."""
+        if get_buffer(tensor) is not self:
+            raise BackendError(f"tensor '{tensor.name}' is not in this {self.buffer_type.name} "
+                               "buffer")
+        start, n = tensor_span(tensor, offset, size)
+        if self.device_memory is None:
+            raise BackendError(f"the {self.buffer_type.name} buffer of tensor '{tensor.name}' "
+                               "was released")
+        return self.device_memory[start:start + n]
+
+    def _synchronize(self):
+        queue = self.buffer_type.queue
+        if queue is not None:
+            queue.join()
+
+    def set_tensor(self, tensor, data, offset=0):
+        """A blocking write, not ordered with the queue (ggml_backend_tensor_set; callers
+        synchronize, as the scheduler does)."""
+        self.region(tensor, offset, memoryview(data).nbytes)[...] = np.frombuffer(data, np.uint8)
+
+    def get_tensor(self, tensor, offset=0, size=None):
+        """A blocking read after the queued work is done."""
+        self._synchronize()
+        return self.region(tensor, offset, size).tobytes()
+
+    def memset_tensor(self, tensor, value, offset=0, size=None):
+        self._synchronize()
+        self.region(tensor, offset, size)[...] = byte_value(value)
+
+    def cpy_tensor(self, src, dst):
+        """dst (here) = src when src is in a buffer of the same device."""
+        sbuf = get_buffer(src)
+        if not isinstance(sbuf, DeviceBuffer) or sbuf.buffer_type is not self.buffer_type:
+            return False
+        self._synchronize()
+        self.region(dst)[...] = sbuf.region(src)
+        return True
+
+    def clear(self, value=0):
+        self._synchronize()
+        if self.device_memory is not None:
+            self.device_memory[...] = byte_value(value)
+
 
 class NumpyDeviceBufferType(BufferType):
-    """The device's memory: is_host False, numpy-backed with an aligned base address."""
+    """The device's memory: is_host False, numpy-backed with an aligned base address.
+    `queue` is the device's work queue (reads wait for it)."""
+
+    queue = None
 
     def __init__(self, name, alignment=DEVICE_ALIGNMENT, max_size=None, device=None):
         super().__init__(name, alignment=alignment, max_size=max_size, is_host=False,
@@ -181,7 +227,7 @@ class NumpyDeviceBackend(Backend):
         super().__init__(name, buft, device_type="gpu", supports_ops=cpu.SUPPORTED_OPS,
                          unsupported_ops=tuple(unsupported_ops), offload_ops=tuple(offload_ops),
                          offload_min_batch=offload_min_batch)
-        self._queue = _Queue(name, buft)
+        self._queue = buft.queue = _Queue(name, buft)
         self._finalizer = weakref.finalize(self, self._queue.stop)
         # what went through the queue, for tests and profiles
         self.stats = {"graph_computes": 0, "nodes": 0, "async_copies": 0, "async_sets": 0,
@@ -202,24 +248,13 @@ class NumpyDeviceBackend(Backend):
         if buf.buffer_type is not self.buffer_type:
             raise BackendError(f"backend {self.name}: tensor '{tensor.name}' is in buffer type "
                                f"'{buf.buffer_type.name}', not in this device's memory")
-        return tensor_region(tensor, buf.device_memory, offset, size)
+        return buf.region(tensor, offset, size)
 
     @staticmethod
     def _snapshot(data):
         """A private copy of the caller's bytes (a staging buffer): the caller may reuse
         its memory as soon as an async call returns."""
         return np.array(np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8))
-
-    def set_tensor(self, tensor: Tensor, data: BytesLike, offset: int = 0) -> None:
-        """Write bytes to device memory now (ggml_backend_tensor_set: blocking, and not
-        ordered with the queue; callers synchronize, as the scheduler does)."""
-        src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
-        self._device_region(tensor, offset, src.size)[...] = src
-
-    def get_tensor(self, tensor: Tensor, offset: int = 0, size: int | None = None) -> bytes:
-        """Read device bytes after the queued work is done (a blocking read)."""
-        self.synchronize()
-        return self._device_region(tensor, offset, size).tobytes()
 
     def set_tensor_async(self, tensor, data, offset=0):
         """Write bytes in queue order (ggml_backend_tensor_set_async)."""
@@ -240,10 +275,10 @@ class NumpyDeviceBackend(Backend):
         if src_buf is None or src.nbytes != dst.nbytes:
             return False
         if src_buf.is_host:
-            if src_buf.memory is None:
+            src_bytes = host_bytes(src)
+            if src_bytes is None:
                 return False
-            start = src.data_address - src_buf.base
-            staged = np.array(src_buf.memory[start:start + src.nbytes])
+            staged = np.array(src_bytes)
 
             def copy():
                 dst_region[...] = staged

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ggml_py._backend import (Backend, Buffer, BufferType, allocated_buffer, get_buffer,
-                              graph_nodes, tensor_span)
+from ggml_py._backend import (Backend, Buffer, BufferType, allocated_buffer, byte_value,
+                              fake_address, get_buffer, graph_nodes, host_bytes, tensor_span)
 from ggml_py._core import Tensor, instance_arg, size_arg, type_id, type_size
 from ggml_py.errors import ArgumentTypeError, BackendError
 from ggml_py.ops import bits_f32, UNARY_OPS, GLU_OPS, ROPE_TYPES
@@ -31,7 +31,6 @@ from ggml_py.backends import opencl_kernels as K
 
 if TYPE_CHECKING:
     from ggml_py._core import Tensor
-    from ggml_py._types import BytesLike
 
 try:
     from ggml_py import _opencl
@@ -130,9 +129,6 @@ def _device_index(device):
 # ---------------------------------------------------------------------------
 # devices, buffer types and buffers
 
-_FAKE_BASE = 0x7e0000000000       # fake buffer bases: aligned, non-null, never dereferenced
-
-
 class _Device:
     """Per-device state shared by all backends on it: context + queue, buffer type and
     (built on first use) the program and its kernels."""
@@ -162,7 +158,8 @@ class _Device:
 
 
 class OpenCLBuffer(Buffer):
-    """A Buffer whose memory is a cl_mem (`mem`); `memory` stays None: not host memory."""
+    """A Buffer whose memory is a cl_mem (`mem`); `memory` stays None: not host memory.
+    Its byte slots are blocking reads and writes on the device's in-order queue."""
 
     def __init__(self, buffer_type, size, base, mem):
         super().__init__(buffer_type, size, base)
@@ -171,6 +168,48 @@ class OpenCLBuffer(Buffer):
     def release(self):
         super().release()
         self.mem = None             # the device memory goes back once queued work is done
+
+    def place(self, tensor, offset=0, size=None):
+        """(cl_mem, byte offset, size) of the bytes [offset, offset + size) of `tensor`,
+        which must be in this buffer."""
+        if get_buffer(tensor) is not self:
+            raise BackendError(f"tensor '{tensor.name}' is not in this {self.buffer_type.name} "
+                               "buffer")
+        if self.mem is None:
+            raise BackendError(f"the {self.buffer_type.name} buffer of tensor '{tensor.name}' "
+                               "was released")
+        start, n = tensor_span(tensor, offset, size)
+        return self.mem, start, n
+
+    @property
+    def _ctx(self):
+        return self.buffer_type._dev.ctx
+
+    def set_tensor(self, tensor, data, offset=0):
+        mem, off, _ = self.place(tensor, offset, memoryview(data).nbytes)
+        self._ctx.write(mem, off, data)
+
+    def get_tensor(self, tensor, offset=0, size=None):
+        mem, off, n = self.place(tensor, offset, size)
+        return self._ctx.read(mem, off, n)
+
+    def memset_tensor(self, tensor, value, offset=0, size=None):
+        mem, off, n = self.place(tensor, offset, size)
+        self._ctx.write(mem, off, np.full(n, byte_value(value), np.uint8))
+
+    def cpy_tensor(self, src, dst):
+        """dst (here) = src on the device when src is in this device's memory too."""
+        sbuf = get_buffer(src)
+        if not isinstance(sbuf, OpenCLBuffer) or sbuf.buffer_type._dev is not self.buffer_type._dev:
+            return False
+        smem, soff, n = sbuf.place(src)
+        dmem, doff, _ = self.place(dst)
+        self._ctx.copy(smem, soff, dmem, doff, n)
+        return True
+
+    def clear(self, value=0):
+        if self.mem is not None and self.size:
+            self._ctx.write(self.mem, 0, np.full(self.size, byte_value(value), np.uint8))
 
 
 class OpenCLBufferType(BufferType):
@@ -187,13 +226,9 @@ class OpenCLBufferType(BufferType):
     def alloc_buffer(self, size):
         """A zeroed buffer of `size` bytes; AllocationError past the device's largest
         allocation or its memory (see set_memory_limit), or when the driver refuses."""
-        global _FAKE_BASE
         size = size_arg(size, f"buffer type '{self.name}': size")
         mem = self._dev.ctx.alloc(size)
-        step = max(self.alignment, 4096)
-        base = (_FAKE_BASE + step - 1) // step * step
-        _FAKE_BASE = base + max(size, 1)
-        return OpenCLBuffer(self, size, base, mem)
+        return OpenCLBuffer(self, size, fake_address(size, self.alignment), mem)
 
 
 # ---------------------------------------------------------------------------
@@ -268,7 +303,8 @@ class OpenCLBackend(Backend):
         if not isinstance(buf, OpenCLBuffer) or buf.buffer_type._dev is not self._dev:
             raise BackendError(f"{self.name}: tensor '{t.name}' lives in buffer type "
                                f"'{buf.buffer_type.name}', not in this device's memory")
-        return buf.mem, t.data_address - buf.base
+        mem, off, _ = buf.place(t)
+        return mem, off
 
     def _targs(self, t):
         """The four kernel arguments of TENSOR(x). The span is checked against the cl_mem
@@ -278,22 +314,6 @@ class OpenCLBackend(Backend):
             raise BackendError(f"{self.name}: tensor '{t.name}' ({t.nbytes} bytes at offset "
                                f"{off}) reaches past its {mem.size}-byte buffer")
         return [mem, _u64(off), struct.pack("<4q", *t.ne), struct.pack("<4Q", *t.nb)]
-
-    def _region(self, t, offset, size):
-        mem, _ = self._place(t)
-        start, n = tensor_span(t, offset, size)
-        return mem, start, n
-
-    def set_tensor(self, tensor: Tensor, data: BytesLike, offset: int = 0) -> None:
-        if isinstance(data, np.ndarray):
-            data = np.ascontiguousarray(data)
-        view = memoryview(data).cast("B")
-        mem, off, size = self._region(tensor, offset, len(view))
-        self._dev.ctx.write(mem, off, view)
-
-    def get_tensor(self, tensor: Tensor, offset: int = 0, size: int | None = None) -> bytes:
-        mem, off, size = self._region(tensor, offset, size)
-        return self._dev.ctx.read(mem, off, size)
 
     def cpy_tensor_async(self, backend_src, src, dst):
         """dst (here) = src: device-to-device on this context, or from/to host memory.
@@ -306,23 +326,22 @@ class OpenCLBackend(Backend):
         sbuf, dbuf = get_buffer(src), get_buffer(dst)
         if sbuf is None or dbuf is None:
             return False
-        n = src.nbytes
-        s_dev = isinstance(sbuf, OpenCLBuffer) and sbuf.buffer_type._dev is self._dev
         d_dev = isinstance(dbuf, OpenCLBuffer) and dbuf.buffer_type._dev is self._dev
-        if s_dev and d_dev:
+        if d_dev:
+            if dbuf.cpy_tensor(src, dst):
+                return True
+            src_bytes = host_bytes(src)
+            if src_bytes is None:
+                return False
+            dbuf.set_tensor(dst, src_bytes)
+            return True
+        s_dev = isinstance(sbuf, OpenCLBuffer) and sbuf.buffer_type._dev is self._dev
+        dst_bytes = host_bytes(dst)
+        if s_dev and dst_bytes is not None:
             smem, soff = self._place(src)
-            dmem, doff = self._place(dst)
-            self._dev.ctx.copy(smem, soff, dmem, doff, n)
-        elif d_dev and sbuf.memory is not None:
-            start = src.data_address - sbuf.base
-            self.set_tensor(dst, sbuf.memory[start:start + n])
-        elif s_dev and dbuf.memory is not None:
-            smem, soff = self._place(src)
-            start = dst.data_address - dbuf.base
-            self._dev.ctx.read_into(smem, soff, dbuf.memory[start:start + n])
-        else:
-            return False
-        return True
+            self._dev.ctx.read_into(smem, soff, dst_bytes)
+            return True
+        return False
 
     # --- synchronisation ---
 

@@ -30,14 +30,12 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-import numpy as np
-
 from ggml_py import _rpc
-from ggml_py._backend import Backend, get_buffer
+from ggml_py._backend import Backend, get_buffer, host_bytes
 from ggml_py._core import Graph
 from ggml_py._rpc import (RPCBuffer, RPCBufferType, DEFAULT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
                           PROTO_VERSION, CPU_SERVER_OPS, format_endpoint, parse_endpoint)
-from ggml_py.errors import BackendError, RPCError
+from ggml_py.errors import RPCError
 
 __all__ = ["RPCBackend", "RPCBuffer", "RPCBufferType", "RPCError", "PROTO_VERSION",
            "CPU_SERVER_OPS", "parse_endpoint", "parse_endpoints", "rpc_backends"]
@@ -82,23 +80,7 @@ class RPCBackend(Backend):
         this client's buffers."""
         self.conn.close()
 
-    # --- tensors in the server's memory ---
-
-    def _buffer(self, tensor) -> RPCBuffer:
-        buf = get_buffer(tensor)
-        if not isinstance(buf, RPCBuffer) or buf.conn is not self.conn:
-            where = "not allocated" if buf is None else f"in buffer type '{buf.buffer_type.name}'"
-            raise BackendError(f"{self.name}: tensor '{tensor.name}' is {where}, not in this "
-                               "server's memory")
-        return buf
-
-    def set_tensor(self, tensor, data, offset=0):
-        if isinstance(data, np.ndarray):
-            data = np.ascontiguousarray(data)
-        self._buffer(tensor).set_tensor(tensor, data, offset)
-
-    def get_tensor(self, tensor, offset=0, size=None):
-        return self._buffer(tensor).get_tensor(tensor, offset, size)
+    # --- copies into the server's memory (tensor_set / tensor_get go through RPCBuffer) ---
 
     def cpy_tensor_async(self, backend_src, src, dst):
         """dst (here) = src: on the server when src is there too, sent from host memory,
@@ -109,16 +91,15 @@ class RPCBackend(Backend):
         if (not isinstance(dbuf, RPCBuffer) or dbuf.conn is not self.conn or sbuf is None
                 or src.type != dst.type or src.ne != dst.ne or src.nb != dst.nb):
             return False
-        if isinstance(sbuf, RPCBuffer):
-            if sbuf.conn is self.conn:
-                return dbuf.cpy_tensor(src, dst)
-            dbuf.set_tensor(dst, sbuf.get_tensor(src))
+        if dbuf.cpy_tensor(src, dst):
             return True
-        if sbuf.memory is not None:
-            start = src.data_address - sbuf.base
-            dbuf.set_tensor(dst, sbuf.memory[start:start + src.nbytes])
-            return True
-        return False
+        src_bytes = host_bytes(src) if sbuf.is_host else None
+        if src_bytes is None and isinstance(sbuf, RPCBuffer):
+            src_bytes = sbuf.get_tensor(src)
+        if src_bytes is None:
+            return False
+        dbuf.set_tensor(dst, src_bytes)
+        return True
 
     # --- compute ---
 

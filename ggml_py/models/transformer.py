@@ -33,15 +33,13 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from ggml_py import ops, quants
-from ggml_py._backend import get_buffer
-from ggml_py._backend import Backend
+from ggml_py._backend import Backend, get_buffer, tensor_get, tensor_set
 from ggml_py._core import Context, Graph, Tensor, instance_arg, int_arg, row_size, type_size
-from ggml_py.alloc import TensorAllocator
+from ggml_py.alloc import alloc_ctx_tensors_from_buft
 from ggml_py.errors import BackendError, GraphError, ModelError, UnknownNameError
 from ggml_py.runtime import Status
 
 if TYPE_CHECKING:
-    from ggml_py._backend import Backend
     from ggml_py.sched import Scheduler
 
 FFN_KINDS = ("dense", "moe_dense", "moe_topk", "moe_shared")
@@ -218,62 +216,15 @@ def random_weights(cfg: ModelConfig, seed: int = 0) -> dict:
 
 
 # ---------------------------------------------------------------------------
-# tensor data in and out (ggml_backend_tensor_set / _get)
+# tensor data out
 
-def tensor_set(t, data: np.ndarray, backends=()):
-    """Write `data` (the tensor's stored form, any shape with the right bytes) into t."""
-    instance_arg(t, Tensor, "tensor")
-    raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
-    if raw.size != t.nbytes:
-        raise BackendError(f"tensor '{t.name}': {raw.size} bytes given, it holds {t.nbytes}")
-    buf = get_buffer(t)
-    if buf is None or t.data_address == 0:
-        raise BackendError(f"tensor '{t.name}' is not allocated")
-    if buf.memory is not None:
-        off = t.data_address - buf.base
-        buf.memory[off:off + raw.size] = raw
-        return
-    _owner(t, backends).set_tensor(t, raw)
-
-
-def tensor_get(t, backends=()) -> np.ndarray:
-    """t's bytes as a new uint8 array."""
-    buf = get_buffer(instance_arg(t, Tensor, "tensor"))
-    if buf is None or t.data_address == 0:
-        raise BackendError(f"tensor '{t.name}' is not allocated")
-    if buf.memory is not None:
-        off = t.data_address - buf.base
-        return np.array(buf.memory[off:off + t.nbytes], dtype=np.uint8)
-    return np.frombuffer(_owner(t, backends).get_tensor(t), dtype=np.uint8).copy()
-
-
-def tensor_values(t, backends=()) -> np.ndarray:
+def tensor_values(t: Tensor) -> np.ndarray:
     """A contiguous float tensor's values as float32, numpy order (dequantised)."""
-    raw = tensor_get(t, backends)
+    raw = np.frombuffer(tensor_get(instance_arg(t, Tensor, "tensor")), dtype=np.uint8)
     shape = tuple(reversed(t.ne))
     if quants.is_quantized(t.type):
         return quants.to_f32(t.type, raw.reshape(shape[:-1] + (-1,)))
     return quants.to_f32(t.type, raw.view(quants.PLAIN_DTYPES[t.type]).reshape(shape))
-
-
-def _owner(t, backends):
-    buft = get_buffer(t).buffer_type
-    for b in backends:
-        if b.get_default_buffer_type() is buft or buft in b.supported_buffer_types:
-            return b
-    raise BackendError(f"tensor '{t.name}' is in a {buft.name} buffer without host memory and "
-                       "no backend given that owns it")
-
-
-def _alloc_group(buft, tensors, usage):
-    """One buffer of `buft` holding `tensors` one after another (ggml_backend_alloc_ctx_tensors)."""
-    size = sum(-(-buft.get_alloc_size(t) // buft.alignment) * buft.alignment for t in tensors)
-    buf = buft.alloc_buffer(max(size, 1) + buft.alignment)
-    buf.usage = usage
-    talloc = TensorAllocator(buf)
-    for t in tensors:
-        talloc.alloc(t)
-    return buf
 
 
 # ---------------------------------------------------------------------------
@@ -353,17 +304,14 @@ class Model:
                 key, be = "output", output_backend
             groups.setdefault((key, id(be)), (be, []))[1].append(tensor)
             self.tensors[name] = tensor
-        self.buffers = [_alloc_group(be.get_default_buffer_type(), ts, "weights")
-                        for be, ts in groups.values()]
+        self.buffers = [buf for be, ts in groups.values() for buf in
+                        alloc_ctx_tensors_from_buft(ts, be.get_default_buffer_type(), "weights")]
         self.backends = list({id(b): b for b, _ in groups.values()}.values())
-        self.has_data = True
+        # a simulated device holds no bytes: the model is placed, without data
+        self.has_data = not any(buf.is_simulated for buf in self.buffers)
         for name, tensor in self.tensors.items():
-            try:
-                tensor_set(tensor, self.weights[name][1], self.backends)
-            except BackendError:
-                if get_buffer(tensor).memory is not None:
-                    raise
-                self.has_data = False       # a simulated device: placement only, no data
+            if not get_buffer(tensor).is_simulated:
+                tensor_set(tensor, self.weights[name][1])
         return self
 
     @property
@@ -399,8 +347,8 @@ class KVCache:
             groups.setdefault(id(be), (be, []))[1].extend([k, v])
         # llama.cpp leaves the cache buffer's usage at 'any': the scheduler places
         # its views by the buffer's backend, not as weights
-        self.buffers = [_alloc_group(be.get_default_buffer_type(), ts, "any")
-                        for be, ts in groups.values()]
+        self.buffers = [buf for be, ts in groups.values() for buf in
+                        alloc_ctx_tensors_from_buft(ts, be.get_default_buffer_type(), "any")]
         self.backends = [be for be, _ in groups.values()]
         self.clear()
 
@@ -409,14 +357,7 @@ class KVCache:
         masked cells still enter the V product with weight 0, and 0 * NaN is NaN."""
         self.n_past = 0
         for buf in self.buffers:
-            if buf.memory is not None:
-                buf.memory[...] = 0
-        for t in self.k + self.v:
-            if get_buffer(t).memory is None:
-                try:
-                    tensor_set(t, np.zeros(t.nbytes, np.uint8), self.backends)
-                except BackendError:
-                    pass                # a simulated device: no bytes to clear
+            buf.clear(0)
 
 
 # ---------------------------------------------------------------------------
@@ -679,14 +620,14 @@ class Session:
         sched.reset()
         sched.alloc_graph(fw.graph)
         for t, data in fw.inputs:
-            tensor_set(t, data, self.backends)
+            tensor_set(t, data)
         sched.profile.reset()
         t2 = time.perf_counter()
         status = sched.graph_compute(fw.graph)
         t3 = time.perf_counter()
         if status != Status.SUCCESS:
             raise BackendError(f"graph compute of {self.model.config.name}: {status.name}")
-        out = tensor_values(fw.logits, self.backends).reshape(fw.n_outputs, -1)
+        out = tensor_values(fw.logits).reshape(fw.n_outputs, -1)
         self.cache.n_past += fw.n_tokens
         self.graph = fw.graph
         self.history.append(self._stats(fw, t1 - t0, t2 - t1, t3 - t2, sched.profile))

@@ -52,9 +52,6 @@ cdef struct node_alloc:
     tensor_alloc src[GGML_MAX_SRC]
 
 cdef bint ggml_op_can_inplace(int op) noexcept nogil
-cdef int tensor_alloc_at(ggml_backend_buffer * buffer, ggml_tensor * tensor, char * addr,
-                         size_t size) except -1
-cdef int view_init(ggml_tensor * tensor) except -1
 
 
 cdef class TensorAllocator:

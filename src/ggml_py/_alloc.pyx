@@ -27,7 +27,7 @@ from ggml_py._core cimport (size_arg, index_arg, items_arg, tensor_name, ggml_gr
                             GGML_PY_MAX_BYTES, ggml_nbytes, ggml_hash_set_init, ggml_hash_set_free,
                             ggml_hash_set_reset, ggml_hash_find_or_insert, tensor_handle,
                             Tensor, Graph)
-from ggml_py._backend cimport BufferType, Buffer, _live
+from ggml_py._backend cimport BufferType, Buffer, _live, tensor_alloc_at, view_init_c
 
 from ggml_py._core import OP_IDS
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, SchedulerError,
@@ -67,45 +67,6 @@ cdef inline size_t aligned_offset(size_t base, size_t offset, size_t alignment) 
 
 cdef inline str _buft_name(const ggml_backend_buffer_type * buft):
     return buft.name.decode("utf-8", errors="replace")
-
-
-# ---------------------------------------------------------------------------
-# placing a tensor in a buffer (ggml-backend.cpp: ggml_backend_tensor_alloc,
-# ggml_backend_view_init). ggml asserts these conditions; here they raise.
-
-cdef int tensor_alloc_at(ggml_backend_buffer * buffer, ggml_tensor * tensor, char * addr,
-                         size_t size) except -1:
-    """Give `tensor` the address `addr` in `buffer`; `size` is its alloc size."""
-    if tensor.buffer != NULL or tensor.data != NULL:
-        raise AllocationError(f"tensor '{tensor_name(tensor)}' is already in a buffer")
-    if tensor.view_src != NULL:
-        raise AllocationError(f"tensor '{tensor_name(tensor)}' is a view; views take their "
-                              f"view_src's memory")
-    # a zero-sized buffer has a NULL base (ggml_backend_buffer_get_base); only a
-    # zero-sized tensor at offset 0 fits there, and it ends up with data NULL
-    if (addr < buffer.base or size > buffer.size
-            or <size_t>(addr - buffer.base) > buffer.size - size):
-        raise AllocationError(f"tensor '{tensor_name(tensor)}' ({size} bytes at offset "
-                              f"{<size_t>(addr - buffer.base)}) does not fit in its "
-                              f"{_buft_name(buffer.buft)} buffer of {buffer.size} bytes")
-    tensor.buffer = buffer
-    tensor.data = addr
-    # ggml then calls the buffer's optional init_tensor; ggml_py buffers have none
-    return 0
-
-
-cdef int view_init(ggml_tensor * tensor) except -1:
-    """Port of ggml_backend_view_init: a view takes its view_src's buffer and address."""
-    if tensor.buffer != NULL or tensor.view_src == NULL:
-        raise AllocationError(f"tensor '{tensor_name(tensor)}' is not an uninitialised view")
-    if tensor.view_src.buffer == NULL or tensor.view_src.data == NULL:
-        # ggml asserts here; it happens when the view_src got no memory (a zero-sized
-        # tensor in a zero-sized chunk)
-        raise AllocationError(f"view '{tensor_name(tensor)}': its view_src "
-                              f"'{tensor_name(tensor.view_src)}' has no data")
-    tensor.buffer = tensor.view_src.buffer
-    tensor.data = tensor.view_src.data + tensor.view_offs
-    return 0
 
 
 cdef size_t _buft_alloc_size(BufferType buft, ggml_tensor * t) except? 0:
@@ -924,7 +885,7 @@ cdef class GraphAllocator:
                 if tensor.view_src.buffer == NULL:
                     return 0            # allocated without ggml-backend: leave it
                 tensor.buffer = NULL
-                view_init(tensor)
+                view_init_c(tensor)
                 if tensor.buffer.allocator == <void *>self:
                     record_placed(self, tensor)
         elif tensor.data == NULL:

@@ -3,7 +3,7 @@
 
 from libc.stdint cimport int64_t, uint8_t
 from ggml_py._ggml cimport *
-from ggml_py._core cimport OP_GET_ROWS, OP_MUL_MAT, OP_MUL_MAT_ID, OP_ROPE, OP_ROPE_BACK
+from ggml_py._core cimport Tensor, OP_GET_ROWS, OP_MUL_MAT, OP_MUL_MAT_ID, OP_ROPE, OP_ROPE_BACK
 
 cdef class BufferType:
     cdef ggml_backend_buffer_type c
@@ -13,13 +13,21 @@ cdef class Buffer:
     cdef ggml_backend_buffer c
     cdef readonly BufferType buffer_type
     cdef object _memory                 # the bytes of a host buffer (numpy array) or None
+    cdef bint _has_init_tensor          # its class overrides the optional init_tensor slot
 
 cdef Buffer _live(Buffer buffer)
+
+# placing a tensor (ggml_backend_tensor_alloc, ggml_backend_view_init): the one port,
+# used by Buffer.tensor_alloc / view_init and by the allocators
+cdef int tensor_alloc_at(ggml_backend_buffer * buffer, ggml_tensor * tensor, char * addr,
+                         size_t size) except -1
+cdef int view_init_c(ggml_tensor * tensor) except -1
 
 cdef class Backend:
     cdef ggml_backend c
     cdef readonly BufferType buffer_type
     cdef list _bufts                    # keeps supported buffer types alive
+    cdef _own(self, Tensor tensor)
 
 # slow paths: ask the backend object (Python) when a table says GGML_PY_OP_ASK
 cdef int ask_supports_op(ggml_backend * b, ggml_tensor * t) except -1

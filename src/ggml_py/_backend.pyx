@@ -21,7 +21,7 @@ import numpy as np
 
 from ggml_py._core import OP_IDS, OP_NAMES_LIST, MAX_BYTES as _MAX_BYTES
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
-                            GraphError, ReleasedMemoryError, UnknownNameError)
+                            GraphError, NotSupportedError, ReleasedMemoryError, UnknownNameError)
 
 DEVICE_TYPES = {"cpu": GGML_BACKEND_DEVICE_TYPE_CPU, "gpu": GGML_BACKEND_DEVICE_TYPE_GPU,
                 "igpu": GGML_BACKEND_DEVICE_TYPE_IGPU, "accel": GGML_BACKEND_DEVICE_TYPE_ACCEL}
@@ -96,6 +96,15 @@ cdef class BufferType:
     def is_host(self):
         return bool(self.c.is_host)
 
+    # --- ggml's buffer type slots (get_name is `name`, is_host the property) ---
+
+    def get_alignment(self):
+        return self.c.alignment
+
+    def get_max_size(self):
+        """Largest single buffer in bytes (ggml's default: SIZE_MAX)."""
+        return self.c.max_size
+
     def get_alloc_size(self, Tensor tensor not None):
         """Bytes the tensor needs in a buffer of this type (default: ggml_nbytes)."""
         return ggml_nbytes(tensor.ptr)
@@ -138,20 +147,27 @@ def host_buffer(BufferType buft not None, size):
     return Buffer(buft, n, addr + pad, memory=mem)
 
 
-def fake_buffer(BufferType buft not None, size):
-    """A buffer with an aligned, non-null fake base and no memory (simulated devices).
-    Bases are handed out upwards and start again at the bottom when the address space
-    is used up (nothing is behind them)."""
+def fake_address(size, alignment):
+    """An aligned, non-null address for `size` bytes that nothing is behind: the base of
+    a buffer whose memory is elsewhere (a simulated device, a cl_mem), so that ggml's
+    allocators place tensors in it unchanged. Addresses are handed out upwards and start
+    again at the bottom when the address space is used up."""
     global _fake_base
-    cdef size_t n = size_arg(size, f"fake_buffer({_buffer_type(buft).name!r}): size")
-    align = max(buft.c.alignment, 4096)
+    cdef size_t n = size_arg(size, "fake_address: size")
+    align = max(size_arg(alignment, "fake_address: alignment"), 4096)
     for start in (_fake_base, _FAKE_START):
         base = (start + align - 1) // align * align
         if base + max(n, 1) <= SIZE_MAX:
             _fake_base = base + max(n, 1)
-            return Buffer(buft, n, base)
-    raise AllocationError(f"buffer type '{buft.name}': {n} bytes at alignment {align} do not "
-                          f"fit in the address space")
+            return base
+    raise AllocationError(f"{n} bytes at alignment {align} do not fit in the address space")
+
+
+def fake_buffer(BufferType buft not None, size):
+    """A simulated buffer: an aligned, non-null fake base (fake_address) and no memory.
+    Its byte slots refuse with NotSupportedError; clear() has nothing to do."""
+    cdef size_t n = size_arg(size, f"fake_buffer({_buffer_type(buft).name!r}): size")
+    return Buffer(buft, n, fake_address(n, buft.c.alignment))
 
 
 cdef class Buffer:
@@ -176,6 +192,7 @@ cdef class Buffer:
             raise ArgumentError(f"a buffer of {n} bytes needs at least as many bytes of "
                                 f"memory, got {memoryview(memory).nbytes}")
         self.buffer_type = _buffer_type(buffer_type)
+        self._has_init_tensor = type(self).init_tensor is not Buffer.init_tensor
         self.c.buft = &buffer_type.c
         self.c.base = <char *>b
         self.c.size = n
@@ -193,6 +210,12 @@ cdef class Buffer:
     @property
     def released(self):
         return bool(self.c.released)
+
+    @property
+    def is_simulated(self):
+        """True for a buffer without bytes (fake_buffer, simulated devices): its byte
+        slots refuse. Plans and allocations work on it; tensor data does not."""
+        return self._memory is None and type(self).set_tensor is Buffer.set_tensor
 
     def release(self):
         """Give the memory back; tensors placed here can no longer be read or written.
@@ -220,23 +243,73 @@ cdef class Buffer:
     def is_host(self):
         return bool(self.c.buft.is_host)
 
+    # --- ggml's buffer slots (ggml-backend-impl.h). Called through tensor_set,
+    # tensor_get, tensor_memset and tensor_copy, which check the tensor and the byte
+    # range first. This base implements them on host memory (`memory`); a buffer
+    # without memory is simulated and refuses byte access. Device buffers override. ---
+
+    def get_base(self):
+        return <size_t>self.c.base
+
+    def init_tensor(self, Tensor tensor not None):
+        """Prepare a tensor just placed here (ggml's default: nothing to do)."""
+
+    def set_tensor(self, Tensor tensor not None, data, offset=0):
+        """Write `data` (bytes-like) at `offset` bytes into the tensor."""
+        self._host_region(tensor, offset, memoryview(data).nbytes)[...] = \
+            np.frombuffer(data, dtype=np.uint8)
+
+    def get_tensor(self, Tensor tensor not None, offset=0, size=None):
+        """The tensor's bytes [offset, offset + size) (size None: to its end)."""
+        return self._host_region(tensor, offset, size).tobytes()
+
+    def memset_tensor(self, Tensor tensor not None, value, offset=0, size=None):
+        """Set the tensor's bytes [offset, offset + size) to `value`."""
+        self._host_region(tensor, offset, size)[...] = byte_value(value)
+
+    def cpy_tensor(self, Tensor src not None, Tensor dst not None):
+        """dst (here) = src without going through the caller, where this buffer can;
+        False where it cannot (ggml's default). Host memory copies from host memory."""
+        src_bytes = host_bytes(src)
+        if src_bytes is None or self._memory is None:
+            return False
+        self._host_region(dst, 0, None)[...] = src_bytes
+        return True
+
+    def clear(self, value=0):
+        """Set every byte of the buffer to `value` (a simulated buffer has none to set)."""
+        cdef int v = byte_value(value)
+        _live(self)
+        if self._memory is not None:
+            self._memory[...] = v
+
+    def reset(self):
+        """Forget per-tensor state after the allocator starts over (default: none)."""
+
+    def _host_region(self, Tensor tensor, offset, size):
+        _live(self)
+        if self._memory is None:
+            raise NotSupportedError(
+                f"tensor '{tensor.name}' is in a simulated {self.buffer_type.name} buffer: "
+                f"it has no bytes to read or write")
+        if tensor.ptr.buffer != &self.c:
+            raise BackendError(f"tensor '{tensor.name}' is not in this "
+                               f"{self.buffer_type.name} buffer")
+        start, n = tensor_span(tensor, offset, size)
+        return self._memory[start:start + n]
+
     def tensor_alloc(self, Tensor tensor not None, offset):
-        """Place `tensor` at `offset` (ggml_backend_tensor_alloc)."""
-        cdef ggml_tensor * t = tensor.ptr
+        """Place `tensor` at `offset` (ggml_backend_tensor_alloc); its context keeps
+        this buffer alive."""
         cdef size_t offs = size_arg(offset, "tensor_alloc: offset")
         _live(self)
         cdef size_t size = size_arg(self.buffer_type.get_alloc_size(tensor),
                                     f"{type(self.buffer_type).__name__}.get_alloc_size")
-        if t.buffer != NULL or t.data != NULL:
-            raise AllocationError(f"tensor '{tensor.name}' is already allocated")
-        if t.view_src != NULL:
-            raise AllocationError(f"tensor '{tensor.name}' is a view: use view_init")
-        if size > self.c.size or offs > self.c.size - size:
-            raise AllocationError(f"tensor '{tensor.name}' ({size} bytes at offset {offs}) "
-                                  f"does not fit in buffer '{self.buffer_type.name}' of {self.c.size} bytes")
+        if offs > self.c.size:
+            raise AllocationError(f"tensor '{tensor.name}': offset {offs} is past the end "
+                                  f"of its {self.buffer_type.name} buffer of {self.c.size} bytes")
+        tensor_alloc_at(&self.c, tensor.ptr, self.c.base + offs, size)
         tensor.owner.keep(self)
-        t.buffer = &self.c
-        t.data = self.c.base + offs
         return self
 
     def __repr__(self):
@@ -255,15 +328,56 @@ cdef Buffer _live(Buffer buffer):
     return buffer
 
 
+# ---------------------------------------------------------------------------
+# placing tensors (ggml-backend.cpp: ggml_backend_tensor_alloc, ggml_backend_view_init).
+# ggml asserts these conditions; here they raise.
+
+cdef int tensor_alloc_at(ggml_backend_buffer * buffer, ggml_tensor * tensor, char * addr,
+                         size_t size) except -1:
+    """Give `tensor` the address `addr` in `buffer`; `size` is its alloc size. Then the
+    buffer's optional init_tensor slot, where its class has one."""
+    if tensor.buffer != NULL or tensor.data != NULL:
+        raise AllocationError(f"tensor '{tensor_name(tensor)}' is already allocated")
+    if tensor.view_src != NULL:
+        raise AllocationError(f"tensor '{tensor_name(tensor)}' is a view; views take their "
+                              f"view_src's memory (view_init)")
+    # a zero-sized buffer has a NULL base (ggml_backend_buffer_get_base); only a
+    # zero-sized tensor at offset 0 fits there, and it ends up with data NULL
+    if (addr < buffer.base or size > buffer.size
+            or <size_t>(addr - buffer.base) > buffer.size - size):
+        raise AllocationError(f"tensor '{tensor_name(tensor)}' ({size} bytes at offset "
+                              f"{<size_t>(addr - buffer.base)}) does not fit in its "
+                              f"{buffer.buft.name.decode('utf-8', 'replace')} buffer of "
+                              f"{buffer.size} bytes")
+    tensor.buffer = buffer
+    tensor.data = addr
+    if buffer.pyobj != NULL and (<Buffer>buffer.pyobj)._has_init_tensor:
+        (<Buffer>buffer.pyobj).init_tensor(tensor_handle(tensor))
+    return 0
+
+
+cdef int view_init_c(ggml_tensor * tensor) except -1:
+    """Port of ggml_backend_view_init: a view takes its view_src's buffer and address."""
+    if tensor.buffer != NULL or tensor.view_src == NULL:
+        raise AllocationError(f"tensor '{tensor_name(tensor)}' is not an uninitialised view")
+    if tensor.view_src.buffer == NULL or tensor.view_src.data == NULL:
+        # ggml asserts here; it happens when the view_src got no memory (a zero-sized
+        # tensor in a zero-sized chunk)
+        raise AllocationError(f"view '{tensor_name(tensor)}': its view_src "
+                              f"'{tensor_name(tensor.view_src)}' has no data")
+    tensor.buffer = tensor.view_src.buffer
+    tensor.data = tensor.view_src.data + tensor.view_offs
+    return 0
+
+
 def view_init(Tensor tensor not None):
     """Give a view the buffer and address of its view_src (ggml_backend_view_init).
     The view's context keeps that buffer alive."""
     cdef ggml_tensor * t = tensor.ptr
-    if t.view_src == NULL or t.view_src.buffer == NULL or t.view_src.data == NULL:
-        raise AllocationError(f"view '{tensor.name}': its view_src is not allocated")
-    tensor.owner.keep(_live(<Buffer>t.view_src.buffer.pyobj))
-    t.buffer = t.view_src.buffer
-    t.data = t.view_src.data + t.view_offs
+    if t.view_src != NULL and t.view_src.buffer != NULL:
+        _live(<Buffer>t.view_src.buffer.pyobj)
+    view_init_c(t)
+    tensor.owner.keep(<Buffer>t.buffer.pyobj)
 
 
 def set_buffer(Tensor tensor not None, Buffer buffer not None, offset=0):
@@ -307,14 +421,84 @@ def tensor_span(Tensor tensor not None, offset=0, size=None):
     return <size_t>(t.data - t.buffer.base) + offs, n
 
 
-def tensor_region(Tensor tensor not None, memory, offset=0, size=None):
-    """The bytes of tensor_span as a view of `memory`, the numpy bytes behind the
-    tensor's buffer."""
-    start, n = tensor_span(tensor, offset, size)
-    if memory is None or start + n > len(memory):
-        raise BackendError(f"tensor '{tensor.name}' lies outside the memory of its "
-                           f"{tensor_buffer_name(tensor.ptr)} buffer")
-    return memory[start:start + n]
+# ---------------------------------------------------------------------------
+# tensor memory (ggml_backend_tensor_set / _get / _memset / _copy): the one place
+# that checks a tensor's byte range and calls its buffer's slots
+
+cdef object _contiguous_bytes(data, str what):
+    if isinstance(data, np.ndarray):
+        data = np.ascontiguousarray(data)
+    try:
+        view = memoryview(data)
+    except TypeError:
+        raise ArgumentTypeError(f"{what}: data must be bytes-like, got "
+                                f"{type(data).__name__}") from None
+    if not view.c_contiguous:
+        raise ArgumentError(f"{what}: data must be contiguous")
+    return view.cast("B") if view.ndim != 1 or view.format != "B" else view
+
+
+def tensor_set(Tensor tensor not None, data, offset=0):
+    """Write the bytes of `data` into the tensor at `offset` (ggml_backend_tensor_set)."""
+    view = _contiguous_bytes(data, f"tensor_set('{tensor.name}')")
+    buf = allocated_buffer(tensor)
+    tensor_span(tensor, offset, view.nbytes)
+    if view.nbytes:
+        buf.set_tensor(tensor, view, offset)
+
+
+def tensor_get(Tensor tensor not None, offset=0, size=None):
+    """The tensor's bytes [offset, offset + size), size None: to its end
+    (ggml_backend_tensor_get)."""
+    buf = allocated_buffer(tensor)
+    _, n = tensor_span(tensor, offset, size)
+    return buf.get_tensor(tensor, offset, n) if n else b""
+
+
+def byte_value(value, what="byte value"):
+    """value, an integer in [0, 255] (what memset and clear write)."""
+    return int_arg(value, what, 0, 255)
+
+
+def tensor_memset(Tensor tensor not None, value, offset=0, size=None):
+    """Set the tensor's bytes [offset, offset + size) to `value` (ggml_backend_tensor_memset)."""
+    cdef int v = byte_value(value, f"tensor_memset('{tensor.name}'): value")
+    buf = allocated_buffer(tensor)
+    _, n = tensor_span(tensor, offset, size)
+    if n:
+        buf.memset_tensor(tensor, v, offset, n)
+
+
+def host_bytes(Tensor tensor not None):
+    """The tensor's bytes as a numpy uint8 view of host memory, or None where its buffer
+    has no host memory (ggml_backend_buffer_is_host)."""
+    cdef Buffer buf = allocated_buffer(tensor)
+    mem = buf._memory
+    if mem is None:
+        return None
+    start, n = tensor_span(tensor)
+    return mem[start:start + n]
+
+
+def tensor_copy(Tensor src not None, Tensor dst not None):
+    """dst = src, blocking (ggml_backend_tensor_copy): from host memory a set, into host
+    memory a get, otherwise the destination buffer's cpy_tensor or, where it cannot,
+    a get and a set."""
+    if (src.ptr.type != dst.ptr.type or list(src.ne) != list(dst.ne)
+            or list(src.nb) != list(dst.nb)):
+        raise BackendError(f"cannot copy '{src.name}' to '{dst.name}': different layouts")
+    sbuf, dbuf = allocated_buffer(src), allocated_buffer(dst)
+    if src.ptr.data == dst.ptr.data and sbuf is dbuf:
+        return
+    src_host = host_bytes(src)
+    if src_host is not None:
+        tensor_set(dst, src_host)
+        return
+    dst_host = host_bytes(dst)
+    if dst_host is not None:
+        dst_host[...] = np.frombuffer(tensor_get(src), dtype=np.uint8)
+    elif not dbuf.cpy_tensor(src, dst):
+        tensor_set(dst, tensor_get(src))
 
 
 def allocated_buffer(Tensor tensor not None):
@@ -509,10 +693,21 @@ cdef class Backend:
         """Wait for queued work (default: nothing is queued)."""
 
     def set_tensor(self, Tensor tensor not None, data, offset=0):
-        raise BackendError(f"backend {self.name} cannot write tensor '{tensor.name}'")
+        """Write bytes into a tensor in this backend's memory, blocking (tensor_set)."""
+        self._own(tensor)
+        tensor_set(tensor, data, offset)
 
     def get_tensor(self, Tensor tensor not None, offset=0, size=None):
-        raise BackendError(f"backend {self.name} cannot read tensor '{tensor.name}'")
+        """Read the bytes of a tensor in this backend's memory, blocking (tensor_get)."""
+        self._own(tensor)
+        return tensor_get(tensor, offset, size)
+
+    cdef _own(self, Tensor tensor):
+        """BackendError unless the tensor's buffer is one this backend uses."""
+        cdef Buffer buf = allocated_buffer(tensor)
+        if not backend_supports_buft(&self.c, buf.c.buft):
+            raise BackendError(f"backend {self.name}: tensor '{tensor.name}' is in buffer type "
+                               f"'{buf.buffer_type.name}', not in this device's memory")
 
     def cpy_tensor_async(self, Backend backend_src not None, Tensor src not None,
                          Tensor dst not None):

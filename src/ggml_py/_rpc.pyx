@@ -1018,8 +1018,8 @@ cdef class RPCPaddedBufferType(RPCBufferType):
 cdef class RPCBuffer(Buffer):
     """A buffer in a server's memory. `base` is the server's address of its first byte,
     so tensors placed in it carry server addresses. ggml's buffer slots map onto
-    commands: set_tensor, get_tensor, cpy_tensor, clear, init_tensor (ggml's RPC buffer
-    has no memset_tensor). Freed on the server when collected (at the connection's next
+    commands: set_tensor, get_tensor, cpy_tensor, clear, init_tensor; memset_tensor,
+    which ggml's RPC buffer lacks, sends the bytes. Freed on the server when collected (at the connection's next
     command) or by free()."""
 
     cdef readonly Connection conn
@@ -1071,6 +1071,11 @@ cdef class RPCBuffer(Buffer):
         if ggml_nbytes(src.ptr) != ggml_nbytes(dst.ptr):
             return False
         return self.conn.copy_tensor(src, dst)
+
+    def memset_tensor(self, Tensor tensor, value, size_t offset=0, size=None):
+        """ggml's RPC buffer has no memset_tensor: the bytes are sent (SET_TENSOR)."""
+        cdef Py_ssize_t n = self._region(tensor, offset, size)
+        self.conn.set_tensor(tensor, offset, memoryview(bytes([value]) * n))
 
     def clear(self, uint8_t value=0):
         """Set every byte of the buffer to `value` (BUFFER_CLEAR)."""

@@ -16,21 +16,14 @@ from __future__ import annotations
 import os
 import threading
 import types
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
-
-from ggml_py._backend import Backend, BufferType, allocated_buffer, tensor_region
+from ggml_py._backend import Backend, BufferType
 from ggml_py._core import OP_IDS, Graph, instance_arg
 from ggml_py._cpu import Executor, C_KERNEL_OPS
-from ggml_py.errors import BackendError
 from ggml_py.backends.cpu import blas
 from ggml_py.backends.cpu.memory import memory_of
 from ggml_py.backends.cpu.numpy_kernels import NUMPY_KERNELS, VIEW_OPS
-
-if TYPE_CHECKING:
-    from ggml_py._core import Tensor
-    from ggml_py._types import BytesLike
 
 CPU_ALIGNMENT = 32          # ggml-impl.h TENSOR_ALIGNMENT, the CPU buffer type's alignment
 
@@ -182,19 +175,6 @@ class CPUBackend(Backend):
         """Compute nodes [i0, i1) of `graph` (the scheduler's splits: no node handles)."""
         self.executor.compute_graph(graph, i0, i1)
         return True
-
-    def _region(self, tensor: Tensor, offset: int, size: int | None) -> np.ndarray:
-        buf = allocated_buffer(tensor)
-        if buf.memory is None:
-            raise BackendError(f"tensor '{tensor.name}' is not in host memory")
-        return tensor_region(tensor, buf.memory, offset, size)
-
-    def set_tensor(self, tensor: Tensor, data: BytesLike, offset: int = 0) -> None:
-        src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
-        self._region(tensor, offset, src.size)[...] = src
-
-    def get_tensor(self, tensor: Tensor, offset: int = 0, size: int | None = None) -> bytes:
-        return self._region(tensor, offset, size).tobytes()
 
 
 # ---------------------------------------------------------------------------

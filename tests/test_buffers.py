@@ -1,0 +1,111 @@
+"""The buffer interface: ggml's memory slots (set/get/memset/cpy/clear/init_tensor),
+the public wrappers that check and dispatch them, and alloc_ctx_tensors_from_buft."""
+
+import numpy as np
+import pytest
+
+from ggml_py import Context, ops
+from ggml_py._backend import (Buffer, BufferType, fake_buffer, get_buffer, host_buffer,
+                              tensor_copy, tensor_get, tensor_memset, tensor_set)
+from ggml_py.alloc import alloc_ctx_tensors_from_buft
+from ggml_py.backends.cpu import CPUBackend
+from ggml_py.backends.numpy_device import NumpyDeviceBackend
+from ggml_py.errors import ArgumentError, BackendError, NotSupportedError
+
+
+def f32(ctx, n, name):
+    return ops.new_tensor_1d(ctx, "f32", n, name=name)
+
+
+def values(t):
+    return np.frombuffer(tensor_get(t), np.float32)
+
+
+@pytest.fixture
+def dev():
+    with NumpyDeviceBackend() as d:
+        yield d
+
+
+def test_host_slots_through_the_wrappers():
+    ctx = Context()
+    a, b = f32(ctx, 8, "a"), f32(ctx, 8, "b")
+    bufs = alloc_ctx_tensors_from_buft(ctx, CPUBackend().buffer_type)
+    assert len(bufs) == 1 and bufs[0].size == 64 and not bufs[0].is_simulated
+    tensor_set(a, np.arange(8, dtype=np.float32))
+    tensor_set(a, np.float32([-1, -2]), 8)                  # at a byte offset
+    assert values(a).tolist() == [0, 1, -1, -2, 4, 5, 6, 7]
+    assert tensor_get(a, 4, 8) == np.float32([1, -1]).tobytes()
+    tensor_copy(a, b)
+    assert values(b).tolist() == values(a).tolist()
+    tensor_memset(b, 0, 4, 8)
+    assert values(b).tolist() == [0, 0, 0, -2, 4, 5, 6, 7]
+    bufs[0].clear(0)
+    assert not values(a).any() and not values(b).any()
+    with pytest.raises(ArgumentError, match="exceed its 32 bytes"):
+        tensor_set(a, np.zeros(9, np.float32))
+    with pytest.raises(ArgumentError, match=r"\[0, 255\]"):
+        tensor_memset(a, 256)
+
+
+def test_simulated_buffers_refuse_bytes_and_clear_nothing():
+    ctx = Context()
+    a = f32(ctx, 4, "a")
+    buf = fake_buffer(BufferType("GPU0"), 16)
+    buf.tensor_alloc(a, 0)
+    assert buf.is_simulated
+    for call in (lambda: tensor_set(a, np.zeros(4, np.float32)), lambda: tensor_get(a),
+                 lambda: tensor_memset(a, 0)):
+        with pytest.raises(NotSupportedError, match="simulated GPU0 buffer"):
+            call()
+    buf.clear(0)                                            # nothing to clear
+
+
+def test_device_slots_and_copies_between_memories(dev):
+    ctx = Context()
+    h, d, e = f32(ctx, 8, "h"), f32(ctx, 8, "d"), f32(ctx, 8, "e")
+    host_bufs = alloc_ctx_tensors_from_buft([h], CPUBackend().buffer_type)
+    dev_bufs = alloc_ctx_tensors_from_buft([d, e], dev.buffer_type, "weights")
+    assert dev_bufs[0].usage == "weights" and not dev_bufs[0].is_simulated
+    tensor_set(h, np.arange(8, dtype=np.float32))
+    tensor_copy(h, d)                                       # host -> device: a set
+    tensor_copy(d, e)                                       # device -> device: cpy_tensor
+    tensor_memset(h, 0)
+    tensor_copy(e, h)                                       # device -> host: a get
+    assert values(h).tolist() == list(range(8))
+    dev_bufs[0].clear(0)
+    assert not values(d).any()
+    with pytest.raises(BackendError, match="not in this device's memory"):
+        CPUBackend().get_tensor(d)
+    assert host_bufs and get_buffer(h) is host_bufs[0]
+
+
+def test_alloc_ctx_tensors_splits_at_the_largest_buffer_and_inits_views():
+    ctx = Context()
+    ts = [f32(ctx, 16, f"t{i}") for i in range(5)]         # 64 bytes each
+    view = ops.view_1d(ctx, ts[4], 4, 16)
+    buft = BufferType("H", alignment=32, max_size=128, is_host=True)
+    bufs = alloc_ctx_tensors_from_buft(ctx, buft)
+    assert [b.size for b in bufs] == [128, 128, 64]
+    assert [get_buffer(t) for t in ts] == [bufs[0], bufs[0], bufs[1], bufs[1], bufs[2]]
+    assert get_buffer(view) is bufs[2] and view.data_address == ts[4].data_address + 16
+    assert alloc_ctx_tensors_from_buft(ctx, buft) == []     # everything has memory
+
+
+def test_init_tensor_slot_is_called_where_a_buffer_has_one():
+    seen = []
+
+    class Tracking(Buffer):
+        def init_tensor(self, tensor):
+            seen.append(tensor.name)
+
+    class TrackingType(BufferType):
+        def alloc_buffer(self, size):
+            mem = host_buffer(self, size)
+            return Tracking(self, size, mem.base, memory=mem.memory)
+
+    ctx = Context()
+    a, b = f32(ctx, 4, "a"), f32(ctx, 4, "b")
+    ops.view_1d(ctx, a, 2, 0)
+    alloc_ctx_tensors_from_buft(ctx, TrackingType("T", is_host=True))
+    assert seen == ["a", "b"]                               # views are not initialised
