@@ -17,6 +17,8 @@ import math
 import struct
 from typing import Callable, NoReturn, Protocol, Sequence
 
+import numpy as np
+
 from ggml_py._core import Context, Tensor, blck_size, int_arg, type_size
 from ggml_py.errors import ArgumentTypeError, GraphError
 
@@ -1088,3 +1090,29 @@ def _checked(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
 globals().update({k: _checked(f) for k, f in list(globals().items())
                   if inspect.isfunction(f) and f.__module__ == __name__
                   and not k.startswith("_") and k != "builder"})
+
+
+# ---------------------------------------------------------------------------
+# numerics every backend shares (ggml.c), in f32 as ggml computes them
+
+def rope_yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow):
+    """ggml_rope_yarn_corr_dims: the first and last dimension of YaRN's ramp (f32)."""
+    f32 = np.float32
+
+    def corr_dim(n_rot):
+        with np.errstate(divide="ignore"):
+            return f32(n_dims) * np.log(f32(n_ctx_orig) / (f32(n_rot) * f32(2) * f32(math.pi))) \
+                / (f32(2) * np.log(f32(freq_base)))
+    start = np.floor(corr_dim(beta_fast))
+    end = np.ceil(corr_dim(beta_slow))
+    return f32(max(0.0, start)), f32(min(n_dims - 1, end))
+
+
+def alibi_bases(n_head, max_bias):
+    """(m0, m1, n_head_log2) of ggml's ALiBi slopes (soft_max, flash_attn_ext): head h
+    gets m0 ** (h + 1) below n_head_log2, m1 ** (2 (h - n_head_log2) + 1) above."""
+    f32 = np.float32
+    n_head_log2 = 1 << int(math.floor(math.log2(n_head))) if n_head > 0 else 1
+    m0 = f32(2.0) ** (f32(-max_bias) / f32(n_head_log2))
+    m1 = f32(2.0) ** (f32(-max_bias / 2.0) / f32(n_head_log2))
+    return m0, m1, n_head_log2

@@ -16,7 +16,6 @@ no library, platform or device. Layout follows ggml's OpenCL backend:
 
 from __future__ import annotations
 
-import math
 import struct
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +25,9 @@ from ggml_py._backend import (Backend, Buffer, BufferType, allocated_buffer, byt
                               fake_address, get_buffer, graph_nodes, host_bytes, tensor_span)
 from ggml_py._core import Tensor, instance_arg, size_arg, type_id, type_size
 from ggml_py.errors import ArgumentTypeError, BackendError
-from ggml_py.ops import bits_f32, UNARY_OPS, GLU_OPS, ROPE_TYPES
+from ggml_py.ops import bits_f32, alibi_bases, rope_yarn_corr_dims, ROPE_TYPES
 from ggml_py.backends import opencl_kernels as K
+from ggml_py._opencl_ops import acc_offsets, use_opencl_rules
 
 if TYPE_CHECKING:
     from ggml_py._core import Tensor
@@ -56,12 +56,9 @@ VIEW_OPS = ("NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE")
 
 # kernel-side element type codes: ggml's type ids, handed to the program as -D options
 TYPE_CODES = {name: type_id(name) for name in ("f32", "f16", "q8_0", "i32", "i64")}
-FLOATS = ("f32", "f16")
 BUILD_OPTIONS = " ".join(["-cl-std=CL1.2"] + [f"-DT_{n.upper()}={c}" for n, c in TYPE_CODES.items()])
 
-BINARY_CODES = {"ADD": 0, "SUB": 1, "MUL": 2, "DIV": 3}
-MAP_CODES = {"SQR": 100, "SQRT": 101, "CLAMP": 102, "SCALE": 103}
-UNARY_SUPPORTED = tuple(op for op in UNARY_OPS if op != "XIELU")
+BINARY_CODES, MAP_CODES = K.BINARY_CODES, K.MAP_CODES
 
 
 def _require_module():
@@ -260,9 +257,7 @@ def _f(t, i):
 
 def _alibi_args(n_head, max_bias):
     """m0, m1 and n_head_log2 of ggml's ALiBi slopes; the bases in f32, as the CPU."""
-    n_head_log2 = 1 << int(math.floor(math.log2(n_head))) if n_head > 0 else 1
-    m0 = np.float32(2.0) ** (np.float32(-max_bias) / np.float32(n_head_log2))
-    m1 = np.float32(2.0) ** (np.float32(-max_bias / 2.0) / np.float32(n_head_log2))
+    m0, m1, n_head_log2 = alibi_bases(n_head, max_bias)
     return [_f32(m0), _f32(m1), _i32(n_head_log2)]
 
 
@@ -284,6 +279,7 @@ class OpenCLBackend(Backend):
         _require_module()
         dev = _Device.get(_device_index(device))
         super().__init__(dev.name, dev.buffer_type, device_type="gpu")
+        use_opencl_rules(self)          # supports_op: the kernels' rule, in C
         self._dev = dev
 
     @property
@@ -367,130 +363,6 @@ class OpenCLBackend(Backend):
         if instance_arg(event, OpenCLEvent, "event").marker is not None:
             event.marker.synchronize()
 
-    # --- what runs here ---
-
-    def supports_op(self, op):
-        instance_arg(op, Tensor, "op")
-        try:
-            return self._supports(op)
-        except (KeyError, IndexError):
-            return False
-
-    def _supports(self, t):
-        o = t.op
-        if o in VIEW_OPS:
-            return True
-        srcs = t.src
-        a = srcs[0] if srcs else None
-        b = srcs[1] if len(srcs) > 1 else None
-        if o in ("DUP", "CONT", "CPY"):
-            if a.nelements != t.nelements:
-                return False
-            if t.type == "q8_0":
-                return (a.type in FLOATS and t.ne[0] % 32 == 0 and t.nb[0] == type_size("q8_0")
-                        and t.nb[1] >= t.nb[0] * (t.ne[0] // 32))
-            return (a.type == t.type and t.type in ("f32", "f16", "i32")) or \
-                (a.type in FLOATS and t.type in FLOATS)
-        if o == "REPEAT":
-            return a.type == t.type and t.type in ("f32", "f16", "i32") and \
-                all(a.ne[i] > 0 and t.ne[i] % a.ne[i] == 0 for i in range(4))
-        if o == "CONCAT":
-            return (a.type == b.type == t.type and t.type in ("f32", "f16", "i32")
-                    and 0 <= t.op_params[0] < 4)
-        if o == "DIAG_MASK_INF":
-            return a.type == "f32" and t.type == "f32"
-        if o in ("SUM_ROWS", "MEAN"):
-            return a.type == "f32" and t.type == "f32"
-        if o == "SET_ROWS":
-            if a.type != "f32" or b.type not in ("i32", "i64"):
-                return False
-            if t.type == "q8_0":
-                return t.ne[0] % 32 == 0 and t.nb[0] == type_size("q8_0")
-            return t.type in FLOATS
-        if o in ("ARGSORT", "TOP_K"):
-            return (a.type == "f32" and t.type == "i32" and 0 < a.ne[0] <= K.SORT_MAX
-                    and (o == "TOP_K" or t.op_params[0] in (0, 1)))
-        if o == "SUM":
-            return a.type == "f32" and t.type == "f32"
-        if o == "ACC":
-            return a.type == b.type == t.type == "f32" and self._acc_region(t) is not None
-        if o == "PAD":
-            return a.type in FLOATS and t.type in FLOATS
-        if o == "ARANGE":
-            return t.type == "f32"
-        if o == "TIMESTEP_EMBEDDING":
-            return a.type == "f32" and t.type == "f32"
-        if o == "FLASH_ATTN_EXT":
-            return self._supports_flash_attn(t, srcs)
-        if o in BINARY_CODES:
-            return (a.type in FLOATS and b.type in FLOATS and t.type in FLOATS
-                    and all(b.ne[i] > 0 and a.ne[i] % b.ne[i] == 0 for i in range(4)))
-        if o in MAP_CODES:
-            return a.type in FLOATS and t.type in FLOATS
-        if o == "UNARY":
-            return (UNARY_OPS[t.op_params[0]] in UNARY_SUPPORTED and a.type in FLOATS
-                    and t.type in FLOATS)
-        if o == "GLU":
-            GLU_OPS[t.op_params[0]]                # IndexError: an unknown GLU op
-            return all(s.type in FLOATS for s in srcs if s is not None) and t.type in FLOATS
-        if o in ("NORM", "RMS_NORM"):
-            return a.type == "f32" and t.type == "f32"
-        if o == "SOFT_MAX":
-            mask = b
-            sinks = srcs[2] if len(srcs) > 2 else None
-            return (a.type == "f32" and t.type == "f32"
-                    and (mask is None or (mask.type in FLOATS and mask.ne[1] >= a.ne[1]
-                                          and a.ne[2] % mask.ne[2] == 0
-                                          and a.ne[3] % mask.ne[3] == 0))
-                    and (sinks is None or sinks.type == "f32"))
-        if o == "ROPE":
-            p = t.op_params
-            n_dims, mode = p[1], p[2]
-            ff = srcs[2] if len(srcs) > 2 else None
-            return (mode in (ROPE_TYPES["NORMAL"], ROPE_TYPES["NEOX"]) and a.type in FLOATS
-                    and t.type == a.type and b.type == "i32" and a.ne[0] % 2 == 0
-                    and n_dims % 2 == 0 and 0 < n_dims <= a.ne[0]
-                    and (ff is None or ff.type == "f32"))
-        if o == "GET_ROWS":
-            if b.type != "i32":
-                return False
-            if a.type == "i32":
-                return t.type == "i32"
-            if a.type == "q8_0":
-                return t.type in FLOATS and a.nb[0] == type_size("q8_0")
-            return a.type in FLOATS and t.type in FLOATS
-        if o in ("MUL_MAT", "MUL_MAT_ID"):
-            return (a.type in ("f32", "f16", "q8_0") and a.nb[0] == type_size(a.type)
-                    and b.type in FLOATS and t.type == "f32"
-                    and (o == "MUL_MAT_ID" or (b.ne[2] % a.ne[2] == 0 and b.ne[3] % a.ne[3] == 0))
-                    and (o == "MUL_MAT" or srcs[2].type == "i32"))
-        return False
-
-    @staticmethod
-    def _acc_region(t):
-        """ACC's (offset, nb1, nb2, nb3) in f32 elements of dst's flat order, or None when
-        they are not whole elements or the region of src1 reaches past dst."""
-        b = t.src[1]
-        r = [x & 0xFFFFFFFF for x in (t.op_params[3],) + tuple(t.op_params[:3])]
-        if any(x % 4 for x in r):
-            return None
-        r = [x // 4 for x in r]
-        last = r[0] + (b.ne[0] - 1) + sum((b.ne[i] - 1) * r[i] for i in (1, 2, 3))
-        return r if b.nelements == 0 or last < t.nelements else None
-
-    @staticmethod
-    def _supports_flash_attn(t, srcs):
-        q, k, v = srcs[0], srcs[1], srcs[2]
-        mask = srcs[3] if len(srcs) > 3 else None
-        sinks = srcs[4] if len(srcs) > 4 else None
-        return (q.type == "f32" and k.type == "f16" and v.type == "f16" and t.type == "f32"
-                and q.ne[0] == k.ne[0] <= K.FA_D and v.ne[0] <= K.FA_D and k.ne[1] == v.ne[1]
-                and all(q.ne[i] % k.ne[i] == 0 and q.ne[i] % v.ne[i] == 0 for i in (2, 3))
-                and (mask is None or (mask.type in FLOATS and mask.ne[0] >= k.ne[1]
-                                      and mask.ne[1] >= q.ne[1] and q.ne[2] % mask.ne[2] == 0
-                                      and q.ne[3] % mask.ne[3] == 0))
-                and (sinks is None or (sinks.type == "f32" and sinks.ne[0] >= q.ne[2])))
-
     # --- compute ---
 
     def graph_compute(self, graph):
@@ -565,7 +437,7 @@ class OpenCLBackend(Backend):
             b = srcs[1]
             self._launch("k_cpy", T(a) + [_code(a)] + T(t) + [_code(t), _i32(4), _i32(0), _u64(n)],
                          n)
-            self._launch("k_acc", [struct.pack("<4q", *self._acc_region(t))] + T(a) + T(b) + T(t)
+            self._launch("k_acc", [struct.pack("<4q", *acc_offsets(t))] + T(a) + T(b) + T(t)
                          + [_u64(b.nelements)], b.nelements)
         elif o == "PAD":
             p = t.op_params
@@ -645,13 +517,12 @@ class OpenCLBackend(Backend):
         self._launch_rows("k_flash_attn", args, q.ne[1] * q.ne[2] * q.ne[3])
 
     def _rope(self, t, a, srcs):
-        from ggml_py.backends.cpu import _rope_corr_dims   # the CPU's YaRN ramp bounds
         p = t.op_params
         n_dims, mode, n_ctx_orig = p[1], p[2], p[4]
         fb, fs, ef, af, bf, bs = (bits_f32(p[i]) for i in range(5, 11))
         F = np.float32
         theta_scale = np.power(F(fb), F(-2.0) / F(n_dims), dtype=F)
-        lo, hi = _rope_corr_dims(n_dims, n_ctx_orig, fb, bf, bs)
+        lo, hi = rope_yarn_corr_dims(n_dims, n_ctx_orig, fb, bf, bs)
         mscale = F(af)
         if ef != 0.0:
             mscale = F(mscale * (F(1.0) + F(0.1) * np.log(F(1.0) / F(fs))))

@@ -12,12 +12,11 @@ Conventions:
     matmul tiles) because PoCL compiles a kernel again for every local size.
 """
 
-SOURCE = r"""
-#define WG 64
-#define TS 16
-#define QK8_0 32
-#define Q8_0_BYTES 34
+from ggml_py import quants
+from ggml_py._core import type_size
+from ggml_py.ops import GLU_OPS, UNARY_OPS
 
+BODY = r"""
 #define TENSOR(x) global char * x##_d, ulong x##_o, long4 x##_ne, ulong4 x##_nb
 #define AT(x, i0, i1, i2, i3) (x##_d + x##_o + (ulong)(i0) * x##_nb.s0 + (ulong)(i1) * x##_nb.s1 \
                                + (ulong)(i2) * x##_nb.s2 + (ulong)(i3) * x##_nb.s3)
@@ -225,10 +224,6 @@ kernel void k_set_rows_q8_0(TENSOR(s), TENSOR(c), int c_t, TENSOR(d), ulong nblo
 
 /* ---- ADD / SUB / MUL / DIV: src1 repeats over src0 (ggml_can_repeat) ---- */
 
-#define BIN_ADD 0
-#define BIN_SUB 1
-#define BIN_MUL 2
-#define BIN_DIV 3
 
 kernel void k_binary(int op, TENSOR(a), int a_t, TENSOR(b), int b_t, TENSOR(d), int d_t,
                      ulong n) {
@@ -249,32 +244,7 @@ kernel void k_binary(int op, TENSOR(a), int a_t, TENSOR(b), int b_t, TENSOR(d), 
 
 /* ---- element-wise maps: UNARY (ggml_unary_op ids) and a few ops of one input ---- */
 
-#define U_ABS 0
-#define U_SGN 1
-#define U_NEG 2
-#define U_STEP 3
-#define U_TANH 4
-#define U_ELU 5
-#define U_RELU 6
-#define U_SIGMOID 7
-#define U_GELU 8
-#define U_GELU_QUICK 9
-#define U_SILU 10
-#define U_HARDSWISH 11
-#define U_HARDSIGMOID 12
-#define U_EXP 13
-#define U_EXPM1 14
-#define U_SOFTPLUS 15
-#define U_GELU_ERF 16
-#define U_FLOOR 18
-#define U_CEIL 19
-#define U_ROUND 20
-#define U_TRUNC 21
 /* not ggml unary ops: the other one-input maps */
-#define M_SQR 100
-#define M_SQRT 101
-#define M_CLAMP 102
-#define M_SCALE 103
 
 float gelu_f32(float x) {
     const float c = 0.79788456080286535587989211986876f;
@@ -344,12 +314,6 @@ kernel void k_map1(int op, float p0, float p1, TENSOR(a), int a_t, TENSOR(d), in
 
 /* ---- GLU: x from the first half of a row (or src0), gate from the second (or src1) ---- */
 
-#define G_REGLU 0
-#define G_GEGLU 1
-#define G_SWIGLU 2
-#define G_SWIGLU_OAI 3
-#define G_GEGLU_ERF 4
-#define G_GEGLU_QUICK 5
 
 kernel void k_glu(int op, int swapped, int split, float alpha, float limit,
                   TENSOR(a), int a_t, TENSOR(b), int b_t, TENSOR(d), int d_t, ulong n) {
@@ -579,7 +543,6 @@ kernel void k_timestep_embedding(float neg_log_period, int half_dim, TENSOR(a), 
    backend uses -- ties keep index order. Places from d.ne0 on are dropped (TOP_K);
    swap01 swaps the first two, as ggml 0.10.1's CPU top_k does. ---- */
 
-#define SORT_MAX 2048
 
 /* key x at index i sorts before key y at index j */
 int sorts_before(float x, long i, float y, long j) {
@@ -611,7 +574,6 @@ kernel void k_argsort(int desc, int swap01, TENSOR(a), TENSOR(d)) {
    each item scores one KV position of a block of WG, then every item walks the block's
    scores for its own FA_PER output elements (all items keep the same max and sum). ---- */
 
-#define FA_D 256                    /* the largest DK and DV handled */
 #define FA_PER (FA_D / WG)
 
 kernel void k_flash_attn(TENSOR(q), TENSOR(k), TENSOR(v), TENSOR(m), int m_t, int has_mask,
@@ -746,7 +708,29 @@ KERNELS = ("k_cpy", "k_cpy_q8_0", "k_concat", "k_diag_mask_inf", "k_sum_rows", "
            "k_rope", "k_get_rows", "k_mul_mat", "k_mul_mat_id", "k_set_rows_q8_0", "k_sum",
            "k_acc", "k_pad", "k_arange", "k_timestep_embedding", "k_argsort", "k_flash_attn")
 
-WG = 64          # local size of 1-D kernels and row reductions (matches #define WG)
-TS = 16          # matmul tile (matches #define TS)
-SORT_MAX = 2048  # longest row ARGSORT / TOP_K sort in local memory (matches #define SORT_MAX)
-FA_D = 256       # largest flash-attention head size (matches #define FA_D)
+# The constants the kernels and the backend share: the program's #defines are made
+# from these, so the two sides cannot disagree.
+WG = 64          # local size of 1-D kernels and row reductions
+TS = 16          # matmul tile
+SORT_MAX = 2048  # longest row ARGSORT / TOP_K sort in local memory
+FA_D = 256       # largest flash-attention head size (DK and DV)
+
+# op codes of the shared kernels: k_binary, k_map1 (M_*), k_map1's unary ops (U_*: ggml's
+# ggml_unary_op ids) and k_glu (G_*: ggml's ggml_glu_op ids)
+BINARY_CODES = {"ADD": 0, "SUB": 1, "MUL": 2, "DIV": 3}
+MAP_CODES = {"SQR": 100, "SQRT": 101, "CLAMP": 102, "SCALE": 103}
+UNARY_SUPPORTED = tuple(op for op in UNARY_OPS if op != "XIELU")
+
+
+def _defines():
+    lines = [f"#define WG {WG}", f"#define TS {TS}", f"#define QK8_0 {quants.QK8_0}",
+             f"#define Q8_0_BYTES {type_size('q8_0')}", f"#define SORT_MAX {SORT_MAX}",
+             f"#define FA_D {FA_D}"]
+    lines += [f"#define BIN_{op} {code}" for op, code in BINARY_CODES.items()]
+    lines += [f"#define U_{op} {UNARY_OPS.index(op)}" for op in UNARY_SUPPORTED]
+    lines += [f"#define M_{op} {code}" for op, code in MAP_CODES.items()]
+    lines += [f"#define G_{op} {i}" for i, op in enumerate(GLU_OPS)]
+    return "\n".join(lines) + "\n"
+
+
+SOURCE = _defines() + BODY

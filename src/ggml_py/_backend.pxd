@@ -65,6 +65,8 @@ cdef inline int backend_supports_buft(ggml_backend * b, ggml_backend_buffer_type
     for i in range(b.n_supported_bufts):
         if b.supported_bufts[i] == buft:
             return 1
+    if b.supports_host_bufts and buft.is_host:
+        return 1
     if b.supports_buft_ask:
         return ask_supports_buft(b, buft)
     return 0

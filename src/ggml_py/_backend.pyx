@@ -3,10 +3,14 @@
 The same roles as ggml's vtables (ggml-backend-impl.h). Every slot is a Python
 method with a default, so a backend written in Python overrides only what it
 has. The three calls the split makes per node (supports_op, supports_buft,
-offload_op) are answered from C tables kept on the struct; a backend that
-overrides one of these methods in Python is asked through the table's
-GGML_PY_OP_ASK entries, so table-driven backends never call into Python
-while a graph is split.
+offload_op) are answered in C from the struct: tables the backend fills once,
+and for supports_op a C rule where a table entry says GGML_PY_OP_FN (the
+OpenCL and RPC backends: _opencl_ops, _rpc). Every backend of ggml_py answers
+so; an override in Python is the slow path for a user's backend, asked (through
+GGML_PY_OP_ASK entries) only about the ops its table allows.
+
+Buffers carry ggml's memory slots; tensor_set / tensor_get / tensor_memset /
+tensor_copy are the one place that checks a tensor's bytes and calls them.
 """
 
 from libc.string cimport memset, strncpy
@@ -594,9 +598,6 @@ cdef class Backend:
                                         else supported_buffer_types)
         cls = type(self)
         # Python overrides of the split-time slots are asked through the tables
-        if cls.supports_op is not Backend.supports_op:
-            for i in range(GGML_OP_COUNT_MAX):
-                self.c.supports_op_table[i] = GGML_PY_OP_ASK
         if cls.offload_op is not Backend.offload_op:
             for i in range(GGML_OP_COUNT_MAX):
                 self.c.offload_op_table[i] = GGML_PY_OP_ASK
@@ -608,8 +609,12 @@ cdef class Backend:
         """Fill the supports_op table: ops in `supports` ('*' = all) minus `unsupported`."""
         yes = _op_ids(supports, f"backend {self.name}: supports_ops") - \
             _op_ids(unsupported, f"backend {self.name}: unsupported_ops")
+        # a Python override of supports_op is asked about the ops the table allows (a
+        # slow path: backends answer in C through supports_op_fn, see _opencl_ops)
+        cdef uint8_t allowed = (GGML_PY_OP_ASK if type(self).supports_op is not Backend.supports_op
+                                else GGML_PY_OP_YES)
         for i in range(GGML_OP_COUNT_MAX):
-            self.c.supports_op_table[i] = GGML_PY_OP_YES if i in yes else GGML_PY_OP_NO
+            self.c.supports_op_table[i] = allowed if i in yes else GGML_PY_OP_NO
 
     def set_offload_ops(self, ops=(), min_batch=0):
         """Fill the offload_op table: ops in `ops` offload when batch >= min_batch."""
@@ -648,6 +653,15 @@ cdef class Backend:
     def supported_buffer_types(self):
         return list(self._bufts)
 
+    @property
+    def supports_host_buffer_types(self):
+        """Does the backend use every host buffer type too (ggml's CPU backend does)?"""
+        return bool(self.c.supports_host_bufts)
+
+    @supports_host_buffer_types.setter
+    def supports_host_buffer_types(self, bint value):
+        self.c.supports_host_bufts = value
+
     def get_default_buffer_type(self):
         return self.buffer_type
 
@@ -669,15 +683,17 @@ cdef class Backend:
     # --- split-time slots (answered from the tables unless overridden) ---
 
     def supports_op(self, Tensor op not None):
-        """Can this backend compute `op`?"""
+        """Can this backend compute `op`? The table's answer (or its C rule's); an
+        override in Python that calls this gets what the table allows."""
         cdef uint8_t a = self.c.supports_op_table[op.ptr.op]
         if a == GGML_PY_OP_FN:
             return self.c.supports_op_fn(&self.c, op.ptr) != 0
-        return a == GGML_PY_OP_YES
+        return a == GGML_PY_OP_YES or a == GGML_PY_OP_ASK
 
     def supports_buft(self, BufferType buft not None):
         """Can this backend use memory of `buft` directly?"""
-        return any(b is buft for b in self._bufts)
+        return bool(self.c.supports_host_bufts and buft.c.is_host) or \
+            any(b is buft for b in self._bufts)
 
     def offload_op(self, Tensor op not None):
         """Should `op`, whose weights are in host memory, run here anyway?"""

@@ -111,5 +111,6 @@ cdef struct ggml_backend:
     int64_t offload_min_batch                       # offload_op needs batch >= this
     ggml_backend_buffer_type ** supported_bufts     # [n_supported_bufts]
     int n_supported_bufts
+    bint supports_host_bufts                        # and every host buffer type (ggml's CPU)
     bint supports_buft_ask                          # unknown bufts: ask the backend
     void * pyobj                                    # the owning Backend (borrowed)

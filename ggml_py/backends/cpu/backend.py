@@ -19,7 +19,7 @@ import types
 from typing import Any
 
 from ggml_py._backend import Backend, BufferType
-from ggml_py._core import OP_IDS, Graph, instance_arg
+from ggml_py._core import OP_IDS, Graph
 from ggml_py._cpu import Executor, C_KERNEL_OPS
 from ggml_py.backends.cpu import blas
 from ggml_py.backends.cpu.memory import memory_of
@@ -147,6 +147,8 @@ class CPUBackend(Backend):
         if buffer_type is None:
             buffer_type = BufferType("CPU", alignment=CPU_ALIGNMENT, is_host=True, device=name)
         super().__init__(name, buffer_type, device_type="cpu", supports_ops=SUPPORTED_OPS)
+        # any host buffer type (ggml_backend_cpu_device_supports_buft: buft is host)
+        self.supports_host_buffer_types = True
         self.policy = KernelPolicy(compiled, blas_min_batch)
         self.executor = Executor(name, self.policy, default_threads() if n_threads is None
                                  else int(n_threads))
@@ -158,10 +160,6 @@ class CPUBackend(Backend):
     @n_threads.setter
     def n_threads(self, n: int) -> None:
         self.executor.set_threads(int(n))
-
-    def supports_buft(self, buft: BufferType) -> bool:
-        """Any host buffer type (ggml_backend_cpu_device_supports_buft: buft is host)."""
-        return bool(instance_arg(buft, BufferType, "buft").is_host)
 
     def graph_compute(self, graph: Any) -> bool:
         """Compute every node of `graph` in order (ggml_backend_graph_compute)."""

@@ -22,7 +22,8 @@ import numpy as np
 
 from ggml_py.errors import BackendError
 from ggml_py import quants
-from ggml_py.ops import bits_f32, UNARY_OPS, GLU_OPS, ROPE_TYPES
+from ggml_py.ops import (bits_f32, alibi_bases, rope_yarn_corr_dims, UNARY_OPS, GLU_OPS,
+                         ROPE_TYPES)
 from ggml_py.backends.cpu.memory import tensor_array
 
 VIEW_OPS = ("NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE")
@@ -263,9 +264,7 @@ def _k_diag_mask_inf(t):
 def _alibi_slopes(n_head, max_bias):
     if max_bias <= 0.0:
         return np.ones(n_head, dtype=F32)
-    n_head_log2 = 1 << int(math.floor(math.log2(n_head)))
-    m0 = F32(2.0) ** (F32(-max_bias) / F32(n_head_log2))
-    m1 = F32(2.0) ** (F32(-max_bias / 2.0) / F32(n_head_log2))
+    m0, m1, n_head_log2 = alibi_bases(n_head, max_bias)
     h = np.arange(n_head)
     return np.where(h < n_head_log2, m0 ** (h + 1).astype(F32),
                     m1 ** (2 * (h - n_head_log2) + 1).astype(F32)).astype(F32)
@@ -302,16 +301,6 @@ def _k_soft_max(t):
     store(t, y)
 
 
-def _rope_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow):
-    def corr_dim(n_rot):
-        with np.errstate(divide="ignore"):
-            return F32(n_dims) * np.log(F32(n_ctx_orig) / (F32(n_rot) * F32(2) * F32(math.pi))) \
-                / (F32(2) * np.log(F32(freq_base)))
-    start = np.floor(corr_dim(beta_fast))
-    end = np.ceil(corr_dim(beta_slow))
-    return F32(max(0.0, start)), F32(min(n_dims - 1, end))
-
-
 def rope_cache(pos, n_dims, freq_base, freq_scale, ext_factor, attn_factor, beta_fast,
                beta_slow, n_ctx_orig, freq_factors=None, n_pairs=None, mode=0, sections=None):
     """cos/sin per (position, pair) as the CPU builds them: (n_pos, n_pairs) each.
@@ -320,7 +309,7 @@ def rope_cache(pos, n_dims, freq_base, freq_scale, ext_factor, attn_factor, beta
     (MROPE / IMROPE / VISION: t, h, w, e positions)."""
     n_pairs = n_dims // 2 if n_pairs is None else n_pairs
     theta_scale = F32(np.power(F32(freq_base), F32(-2.0) / F32(n_dims), dtype=F32))
-    lo, hi = _rope_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow)
+    lo, hi = rope_yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow)
     multi = bool(mode & ROPE_TYPES["MROPE"])
     pos = np.asarray(pos)
     if multi:
