@@ -1,6 +1,8 @@
-"""The scheduler's compute runtime: a port of ggml_backend_sched_compute_splits and of
-the calls around it (graph_compute / graph_compute_async, ggml_backend_tensor_copy,
-the per-backend, per-copy-slot events and the MUL_MAT_ID used-expert copies).
+"""The scheduler's compute runtime: a port of ggml_backend_sched_compute_splits (the
+per-backend, per-copy-slot events, the input copies and the MUL_MAT_ID used-expert
+copies). A leaf: the Scheduler decides (splits, allocation) and hands the runtime what
+to run -- the splits with their input copies and the copy slot -- and the runtime never
+reaches back into the scheduler.
 
 For every split, in order:
   1. copy its inputs to the split's backend: user inputs (INPUT flag) at once, after
@@ -8,9 +10,8 @@ For every split, in order:
      the backend's queue wait for that slot's event, asynchronously when the backend
      can (cpy_tensor_async) and with a blocking copy otherwise; host-resident MoE expert
      weights only for the experts the ids use;
-  2. compute the split's nodes on its backend (graph_compute_range(graph, i0, i1) where
-     the backend has it, else graph_compute on a GraphView of the node range), with the
-     eval callback when one is set;
+  2. compute the split's nodes on its backend (graph_compute_range(graph, i0, i1): no
+     node handles for backends that compute in C), with the eval callback when one is set;
   3. record the backend's event for the copy slot (pipeline parallelism), so the next
      use of the slot's input copies waits until this split is done with them.
 
@@ -28,16 +29,12 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ggml_py._backend import Backend, get_buffer, host_bytes, tensor_copy
-from ggml_py._core import Graph, Tensor, instance_arg
-from ggml_py.errors import BackendError, SchedulerError
-
-if TYPE_CHECKING:
-    from ggml_py.sched import Scheduler
+from ggml_py._backend import Backend, GraphView, get_buffer, host_bytes, tensor_copy
+from ggml_py._core import Graph, Tensor, index_arg, instance_arg, int_arg, items_arg
+from ggml_py.errors import BackendError, OutOfRangeError, SchedulerError
 
 
 class Status(enum.IntEnum):
@@ -56,23 +53,6 @@ class ComputeError(BackendError):
         super().__init__(message)
         self.node = node
         self.backend = backend
-
-
-class GraphView:
-    """Nodes [i0, i1) of a graph, as a backend's graph_compute sees a graph
-    (ggml_graph_view: the nodes only, no leafs)."""
-
-    __slots__ = ("nodes",)
-
-    def __init__(self, nodes):
-        self.nodes = nodes
-
-    @property
-    def n_nodes(self):
-        return len(self.nodes)
-
-    def __len__(self):
-        return len(self.nodes)
 
 
 # ---------------------------------------------------------------------------
@@ -156,17 +136,32 @@ def _set_tensor_async(backend, t, data, offset):
 # ---------------------------------------------------------------------------
 # the runtime
 
+@dataclass(frozen=True)
+class ComputeSplit:
+    """What the runtime runs of one split: nodes [i_start, i_end) of the graph on
+    backends[backend], after copying each (input, input's backend index, copy)."""
+    backend: int
+    i_start: int
+    i_end: int
+    copies: list
+
+    def __post_init__(self):
+        for what in ("backend", "i_start", "i_end"):
+            int_arg(getattr(self, what), f"ComputeSplit.{what}", 0, 2**31 - 1)
+        items_arg(self.copies, "ComputeSplit.copies", tuple)
+
+
 class Runtime:
-    """Runs the splits of a Scheduler's allocated graph. One per scheduler, created
+    """Runs the splits a Scheduler hands it, on its backends. One per scheduler, created
     with it (the events are made then, as ggml_backend_sched_new makes them)."""
 
-    def __init__(self, sched):
-        self.sched = _scheduler(sched)
-        n_copies = sched.n_copies
+    def __init__(self, backends, n_copies):
+        self.backends = items_arg(backends, "backends", of=Backend)
+        n_copies = int_arg(n_copies, "n_copies", 1, 1 << 16)
         # events[backend][copy slot]; None where the backend has no events, and all None
         # without pipeline parallelism (then synchronize() is used instead)
         self.events = [[b.event_new() if n_copies > 1 else None for _ in range(n_copies)]
-                       for b in sched.backends]
+                       for b in self.backends]
         self.callback = None
         self.profile = Profile()
         self.sync_splits = False
@@ -195,19 +190,25 @@ class Runtime:
 
     # --- compute ---
 
-    def compute_splits(self, graph) -> Status:
-        """ggml_backend_sched_compute_splits over the scheduler's current splits."""
+    def compute_splits(self, graph: Graph, splits: list[ComputeSplit], cur: int) -> Status:
+        """ggml_backend_sched_compute_splits: run `splits` of `graph` (split and
+        allocated by the scheduler), their input copies in copy slot `cur`."""
         instance_arg(graph, Graph, "graph")
-        sched, core, prof = self.sched, self.sched._core, self.profile
-        backends = sched.backends
-        cur = core.cur_copy
+        splits = items_arg(splits, "splits", ComputeSplit)
+        cur = int_arg(cur, "copy slot", 0, len(self.events[0]) - 1)
+        prof, backends = self.profile, self.backends
+        for split in splits:
+            index_arg(split.backend, "split backend", len(backends))
+            if not split.i_start <= split.i_end <= graph.n_nodes:
+                raise OutOfRangeError(f"split nodes [{split.i_start}, {split.i_end}) are not "
+                                      f"in the graph's {graph.n_nodes} nodes")
         moe = _ExpertCopier(self)
         t_start = time.perf_counter()
         prof.n_computes += 1
         try:
-            for split_id, (b, i0, i1, _) in enumerate(core.get_splits()):
+            for split_id, split in enumerate(splits):
+                b, i0, i1, copies = split.backend, split.i_start, split.i_end, split.copies
                 backend = backends[b]
-                copies = core.get_split_copies(split_id)
                 sp = SplitProfile(split_id, backend.name, i1 - i0, len(copies))
                 prof.splits.append(sp)
                 first = graph.node(i0) if copies and i1 > i0 else None
@@ -249,7 +250,7 @@ class Runtime:
                 sp.copy_s = t1 - t0
 
                 if self.callback is None:
-                    status = self._graph_compute(backend, graph, i0, i1)
+                    status = _status(backend.graph_compute_range(graph, i0, i1))
                 else:
                     status = self._compute_observed(backend, graph.nodes[i0:i1])
                 if self.sync_splits:
@@ -265,15 +266,6 @@ class Runtime:
         finally:
             prof.wall_s += time.perf_counter() - t_start
         return Status.SUCCESS
-
-    @staticmethod
-    def _graph_compute(backend, graph, i0, i1):
-        """Nodes [i0, i1) of `graph` on `backend`: its graph_compute_range where it has
-        one (no node handles are made), else graph_compute on a GraphView."""
-        compute_range = getattr(backend, "graph_compute_range", None)
-        if compute_range is not None:
-            return _status(compute_range(graph, i0, i1))
-        return _status(backend.graph_compute(GraphView([graph.node(i) for i in range(i0, i1)])))
 
     def _compute_observed(self, backend, nodes):
         """The split's nodes with the eval callback: nodes the user does not ask for are
@@ -338,7 +330,7 @@ class _ExpertCopier:
         ids_t, ids_backend = node.src[2], backend
         for later, lb, later_cpy in copies[input_id + 1:]:
             if later_cpy == ids_t:
-                ids_t, ids_backend = later, self.rt.sched.backends[lb]
+                ids_t, ids_backend = later, self.rt.backends[lb]
                 break
 
         if ids_t != self.prev_ids:
@@ -380,76 +372,3 @@ def _ranges(sorted_ids):
         else:
             out.append([i, i])
     return [tuple(r) for r in out]
-
-
-# ---------------------------------------------------------------------------
-# the scheduler's compute entry points (called by Scheduler)
-
-def graph_compute_async(sched: Scheduler, graph: Graph) -> Status:
-    """ggml_backend_sched_graph_compute_async: allocate the graph unless it is
-    allocated already (resetting a used scheduler first), then run its splits."""
-    _scheduler(sched)
-    instance_arg(graph, Graph, "graph")
-    if not sched.is_reset and not sched.is_alloc:
-        sched.reset()
-    if not sched.is_alloc:
-        # ggml allocates the graph here. Where it was allocated before, its inputs were
-        # set in that allocation: allocating again must leave them in place, or ggml
-        # would compute from bytes that are not the user's
-        lost = graph in sched._displaced
-        inputs = _placed_inputs(graph)
-        try:
-            sched.alloc_graph(graph)
-        except MemoryError:
-            return Status.ALLOC_FAILED
-        if lost or _placed_inputs(graph, inputs) != inputs:
-            sched.reset()
-            raise SchedulerError(
-                "graph_compute: the graph had to be allocated again (after a reset or "
-                "another graph's allocation) and its inputs did not keep their memory. "
-                "Call alloc_graph(graph), set its inputs, then compute", "inputs-lost")
-    elif sched._graph is not graph:
-        raise SchedulerError("graph_compute: the scheduler holds another allocated graph; "
-                             "call reset() first", "already-allocated")
-    return sched.runtime.compute_splits(graph)
-
-
-def _placed_inputs(graph: Graph, like: Any = None) -> dict[Tensor, tuple[Any, int]]:
-    """{input tensor: (buffer, address)} of the graph's INPUT tensors that have memory
-    (with `like`: of the tensors in it)."""
-    tensors = graph.leafs + graph.nodes if like is None else like
-    return {t: (get_buffer(t), t.data_address) for t in tensors
-            if "INPUT" in t.flags and t.data_address}
-
-
-def graph_compute(sched: Scheduler, graph: Graph) -> Status:
-    """ggml_backend_sched_graph_compute: graph_compute_async, then synchronize."""
-    _scheduler(sched)
-    try:
-        status = graph_compute_async(sched, graph)
-    except BaseException:
-        # leave no queue running when the caller resets; the first error is the one raised
-        synchronize(sched, raise_errors=False)
-        raise
-    synchronize(sched)
-    return status
-
-
-def synchronize(sched: Scheduler, raise_errors: bool = True) -> None:
-    """ggml_backend_sched_synchronize: wait for every backend, then raise the first
-    error a backend reported (every backend is waited for even so)."""
-    _scheduler(sched)
-    first = None
-    for b in sched.backends:
-        try:
-            b.synchronize()
-        except BackendError as e:
-            first = first or e
-    sched._core.synchronize_copy()
-    if first is not None and raise_errors:
-        raise first
-
-
-def _scheduler(sched):
-    from ggml_py.sched import Scheduler      # sched.py imports this module
-    return instance_arg(sched, Scheduler, "sched")

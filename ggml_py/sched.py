@@ -22,8 +22,8 @@ from ggml_py._sched import (TIME_ALLOC, TIME_RESERVE, TIME_SPLIT, GraphSnapshot,
                             SchedCore, time_reps)
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
                             SchedulerError)
-from ggml_py import runtime as _runtime
-from ggml_py.runtime import Status
+from ggml_py._backend import get_buffer
+from ggml_py.runtime import ComputeSplit, Runtime, Status
 
 if TYPE_CHECKING:
     from ggml_py._types import BackendRef, EvalCallback
@@ -152,7 +152,7 @@ class Scheduler:
         # debug mode: prove every allocation sound (alloc.validate_allocation)
         self.validate = (os.environ.get("GGML_PY_VALIDATE_ALLOC", "0") not in ("", "0")
                          if validate is None else bool(validate))
-        self.runtime = _runtime.Runtime(self)    # events per backend and copy slot
+        self.runtime = Runtime(backends, self.n_copies)   # events per backend and copy slot
 
     # --- lifetime ---
 
@@ -271,12 +271,20 @@ class Scheduler:
         return validate_allocation(copy, self._core.galloc)
 
     @_locked
-    def synchronize(self) -> None:
-        """Wait for every backend (ggml_backend_sched_synchronize); raises the first
-        error an asynchronous backend reported."""
-        _runtime.synchronize(self)
+    def synchronize(self, raise_errors: bool = True) -> None:
+        """Wait for every backend (ggml_backend_sched_synchronize), then raise the first
+        error an asynchronous backend reported (every backend is waited for even so)."""
+        first = None
+        for b in self.backends:
+            try:
+                b.synchronize()
+            except BackendError as e:
+                first = first or e
+        self._core.synchronize_copy()
+        if first is not None and raise_errors:
+            raise first
 
-    # --- compute (ggml_py.runtime) ---
+    # --- compute: the scheduler decides, the runtime (ggml_py.runtime) executes ---
 
     @_locked
     def graph_compute(self, graph: Graph) -> Status:
@@ -286,14 +294,45 @@ class Scheduler:
         the scheduler stays usable. Computing again without reset() reuses the split
         and the allocation."""
         _check_graph(graph)
-        return _runtime.graph_compute(self, graph)
+        try:
+            status = self.graph_compute_async(graph)
+        except BaseException:
+            # leave no queue running when the caller resets; the first error is the one raised
+            self.synchronize(raise_errors=False)
+            raise
+        self.synchronize()
+        return status
 
     @_locked
     def graph_compute_async(self, graph: Graph) -> Status:
         """graph_compute without the final synchronize; call synchronize() before
         reading results (ggml_backend_sched_graph_compute_async)."""
         _check_graph(graph)
-        return _runtime.graph_compute_async(self, graph)
+        if not self.is_reset and not self.is_alloc:
+            self.reset()
+        if not self.is_alloc:
+            # ggml allocates the graph here. Where it was allocated before, its inputs were
+            # set in that allocation: allocating again must leave them in place, or ggml
+            # would compute from bytes that are not the user's
+            lost = graph in self._displaced
+            inputs = _placed_inputs(graph)
+            try:
+                self.alloc_graph(graph)
+            except MemoryError:
+                return Status.ALLOC_FAILED
+            if lost or _placed_inputs(graph, inputs) != inputs:
+                self.reset()
+                raise SchedulerError(
+                    "graph_compute: the graph had to be allocated again (after a reset or "
+                    "another graph's allocation) and its inputs did not keep their memory. "
+                    "Call alloc_graph(graph), set its inputs, then compute", "inputs-lost")
+        elif self._graph is not graph:
+            raise SchedulerError("graph_compute: the scheduler holds another allocated graph; "
+                                 "call reset() first", "already-allocated")
+        core = self._core
+        splits = [ComputeSplit(b, i0, i1, core.get_split_copies(k))
+                  for k, (b, i0, i1, _) in enumerate(core.get_splits())]
+        return self.runtime.compute_splits(graph, splits, core.cur_copy)
 
     @_locked
     def set_eval_callback(self, callback: EvalCallback | None) -> None:
@@ -544,6 +583,14 @@ class Scheduler:
         finally:
             snap.restore()
         return [x / 1000.0 for x in ns]
+
+
+def _placed_inputs(graph: Graph, like: Any = None) -> dict[Tensor, tuple[Any, int]]:
+    """{input tensor: (buffer, address)} of the graph's INPUT tensors that have memory
+    (with `like`: of the tensors in it)."""
+    tensors = graph.leafs + graph.nodes if like is None else like
+    return {t: (get_buffer(t), t.data_address) for t in tensors
+            if "INPUT" in t.flags and t.data_address}
 
 
 def _fmt_size(n: int) -> str:

@@ -18,8 +18,8 @@ from libc.stdint cimport SIZE_MAX, INT64_MIN, INT64_MAX, int64_t, uint8_t
 from libc.stdlib cimport realloc, free
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (Tensor, tensor_handle, tensor_name, ggml_nbytes, size_arg, int_arg,
-                            name_arg, items_arg)
+from ggml_py._core cimport (Tensor, Graph, tensor_handle, tensor_name, ggml_nbytes, size_arg,
+                            int_arg, index_arg, name_arg, items_arg)
 
 import numpy as np
 
@@ -547,6 +547,23 @@ def tensor_ndarray(Tensor tensor not None, memory, dtype, row_bytes=0):
     return np.ndarray(shape, dtype=dtype, buffer=memory, offset=offset, strides=strides)
 
 
+class GraphView:
+    """Nodes [i0, i1) of a graph, as a backend's graph_compute sees a graph
+    (ggml_graph_view: the nodes only, no leafs)."""
+
+    __slots__ = ("nodes",)
+
+    def __init__(self, nodes):
+        self.nodes = nodes
+
+    @property
+    def n_nodes(self):
+        return len(self.nodes)
+
+    def __len__(self):
+        return len(self.nodes)
+
+
 def graph_nodes(graph):
     """The nodes a backend's graph_compute runs, from a Graph, a GraphView (nodes [i0,
     i1) of one) or a list of tensors; ArgumentTypeError for anything else."""
@@ -704,6 +721,14 @@ cdef class Backend:
 
     def graph_compute(self, graph):
         raise BackendError(f"backend {self.name} cannot compute graphs")
+
+    def graph_compute_range(self, Graph graph not None, i0, i1):
+        """Compute nodes [i0, i1) of `graph` (the scheduler's splits). The default hands
+        graph_compute a GraphView of those nodes; a backend that computes in C takes the
+        range itself and makes no node handles."""
+        cdef Py_ssize_t a = index_arg(i0, "i0", graph.n_nodes + 1)
+        cdef Py_ssize_t b = index_arg(i1, "i1", graph.n_nodes + 1)
+        return self.graph_compute(GraphView([graph.node(i) for i in range(a, b)]))
 
     def synchronize(self):
         """Wait for queued work (default: nothing is queued)."""
