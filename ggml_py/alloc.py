@@ -1,9 +1,6 @@
-"""Python face of the graph allocator (port of ggml-alloc.c, see _alloc.pyx).
-
-`GraphAllocator` here is the Cython class with ggml's Python-level names
-(reserve, reserve_n, reserve_n_size, alloc_graph, get_buffer_size); the C
-methods the scheduler calls have the same names on the Cython base class, so
-an instance of either serves both.
+"""The graph allocator (port of ggml-alloc.c): `GraphAllocator` (ggml_gallocr, with
+ggml's names: reserve, reserve_n, reserve_n_size, alloc_graph, get_buffer_size) and
+`TensorAllocator` (ggml_tallocr) are the Cython classes of _alloc.pyx.
 
 `alloc_ctx_tensors_from_buft` places a context's tensors (weights, caches, the tensors
 of a test) in as few buffers of one buffer type as its largest buffer allows.
@@ -12,7 +9,7 @@ of a test) in as few buffers of one buffer type as its largest buffer allows.
 buffer, and no two tensors that are alive at the same time share bytes.
 """
 
-from ggml_py._alloc import (GraphAllocator as _GraphAllocator, TensorAllocator, VBuffer,
+from ggml_py._alloc import (GraphAllocator, TensorAllocator, VBuffer,
                             op_can_inplace, INPLACE_OPS)
 from ggml_py._backend import BufferType, BUFFER_USAGES, get_buffer, view_init
 from ggml_py._core import Context, Graph, Tensor, instance_arg, items_arg
@@ -20,36 +17,6 @@ from ggml_py.errors import AllocationError, UnknownNameError
 
 __all__ = ["GraphAllocator", "TensorAllocator", "VBuffer", "op_can_inplace", "INPLACE_OPS",
            "alloc_ctx_tensors_from_buft", "validate_allocation", "allocation_problems"]
-
-
-class GraphAllocator(_GraphAllocator):
-    """Plans and allocates the compute memory of graphs (ggml_gallocr).
-
-    GraphAllocator([buft, ...]) has one buffer id per entry; repeated buffer
-    types share one buffer (ggml_gallocr_new_n).
-    """
-
-    def reserve_n(self, graph, node_ids=None, leaf_ids=None):
-        """ggml_gallocr_reserve_n: plan `graph` with a buffer id per node and per leaf
-        (None: all 0) and allocate the buffers that must grow. True, or AllocationError."""
-        return self.reserve_n_py(graph, node_ids, leaf_ids)
-
-    def reserve_n_size(self, graph, node_ids=None, leaf_ids=None):
-        """ggml_gallocr_reserve_n_size: plan only; the planned size per buffer id."""
-        return self.reserve_n_size_py(graph, node_ids, leaf_ids)
-
-    def alloc_graph(self, graph):
-        """ggml_gallocr_alloc_graph: True when placed; False when the plan no longer
-        fits and there are several buffer ids (call reserve_n again)."""
-        return self.alloc_graph_py(graph)
-
-    def get_buffer_size(self, buffer_id):
-        """ggml_gallocr_get_buffer_size: 0 when not allocated or shared with an earlier id."""
-        return self.buffer_size(buffer_id)
-
-    def locations(self, tensors):
-        """tensor_location of each tensor, as lists (the plan file's alloc entries)."""
-        return [list(self.tensor_location(t)) for t in tensors]
 
 
 # ---------------------------------------------------------------------------
@@ -159,7 +126,7 @@ def allocation_problems(graph, allocator=None):
     only tensors in its chunk buffers are checked for overlap.
     """
     instance_arg(graph, Graph, "graph")
-    instance_arg(allocator, _GraphAllocator, "allocator", optional=True)
+    instance_arg(allocator, GraphAllocator, "allocator", optional=True)
     problems = []
     seen = {}
     for t in list(graph.leafs) + list(graph.nodes):

@@ -354,7 +354,7 @@ class Scheduler:
     @_locked
     def get_buffer_size(self, backend: BackendRef) -> int:
         """Bytes of the backend's compute buffer (0 when it shares an earlier backend's)."""
-        return self._core.galloc.buffer_size(self.backend_id(backend))
+        return self._core.galloc.get_buffer_size(self.backend_id(backend))
 
     def get_buffer_type(self, backend: BackendRef) -> BufferType:
         return self.buffer_types[self.backend_id(backend)]

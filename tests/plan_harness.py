@@ -29,7 +29,7 @@ def _shape(ne):
 
 
 def build(case, plan):
-    """(allocator, graph, node_ids, leaf_ids, backend names); the allocator keeps the
+    """(allocator, graph, node_ids, leaf_ids, backend names); the graph's context keeps the
     dummy buffers of the pre-allocated tensors alive."""
     bufts = {}
     backend_bufts = []
@@ -112,7 +112,7 @@ def build(case, plan):
     node_ids = [backend_ids[b] for b in gc["node_backends"]]
     leaf_ids = [-1 if b is None else backend_ids[b] for b in gc["leaf_backends"]]
     galloc = GraphAllocator(backend_bufts)
-    galloc.keep = keep
+    ctx.keep(keep)          # the graph's context keeps the dummy buffers alive
     return galloc, graph, node_ids, leaf_ids, [b["name"] for b in case["backends"]]
 
 

@@ -98,12 +98,12 @@ cdef class GraphAllocator:
     cdef readonly int last_error_id     # ... and the buffer id it was for (-1: none)
 
     # the scheduler's entry points (1 = ok, 0 = failed, like ggml's bool results)
-    cdef int reserve_n(self, ggml_cgraph * graph, const int * node_buffer_ids,
+    cdef int c_reserve_n(self, ggml_cgraph * graph, const int * node_buffer_ids,
                        const int * leaf_buffer_ids) except -1
-    cdef int reserve_n_size(self, ggml_cgraph * graph, const int * node_buffer_ids,
+    cdef int c_reserve_n_size(self, ggml_cgraph * graph, const int * node_buffer_ids,
                             const int * leaf_buffer_ids, size_t * sizes) except -1
-    cdef int alloc_graph(self, ggml_cgraph * graph, object owner) except -1
-    cdef size_t get_buffer_size(self, int buffer_id) except? 0
+    cdef int c_alloc_graph(self, ggml_cgraph * graph, object owner) except -1
+    cdef size_t c_buffer_size(self, int buffer_id) except? 0
 
     # internals
     cdef int grow_placed(self) except -1

@@ -904,14 +904,14 @@ cdef class GraphAllocator:
 
     # --- the scheduler's entry points ------------------------------------------
 
-    cdef int reserve_n(self, ggml_cgraph * graph, const int * node_buffer_ids,
+    cdef int c_reserve_n(self, ggml_cgraph * graph, const int * node_buffer_ids,
                        const int * leaf_buffer_ids) except -1:
         """ggml_gallocr_reserve_n: plan and allocate; 1 ok, 0 a buffer failed (see last_error)."""
         self.last_error = None
         self.last_error_id = -1
         return self.reserve_n_impl(graph, node_buffer_ids, leaf_buffer_ids, False)
 
-    cdef int reserve_n_size(self, ggml_cgraph * graph, const int * node_buffer_ids,
+    cdef int c_reserve_n_size(self, ggml_cgraph * graph, const int * node_buffer_ids,
                             const int * leaf_buffer_ids, size_t * sizes) except -1:
         """ggml_gallocr_reserve_n_size: plan only; sizes[i] = planned size of buffer id i
         (ids sharing a buffer type each report the shared size, as ggml)."""
@@ -923,7 +923,7 @@ cdef class GraphAllocator:
                 sizes[i] += self.buf_tallocs[i].chunks[c].max_size
         return 1
 
-    cdef int alloc_graph(self, ggml_cgraph * graph, object owner) except -1:
+    cdef int c_alloc_graph(self, ggml_cgraph * graph, object owner) except -1:
         """ggml_gallocr_alloc_graph: place the graph's tensors by the recorded plan.
         A plan that no longer fits is redone automatically with a single buffer;
         with several, 0 is returned and the caller must reserve again. `owner` keeps
@@ -935,7 +935,7 @@ cdef class GraphAllocator:
         self.unplace()
         if self.needs_realloc(graph):
             if self.n_buffers == 1:
-                if not self.reserve_n(graph, NULL, NULL):
+                if not self.c_reserve_n(graph, NULL, NULL):
                     return 0
             else:
                 return 0
@@ -952,7 +952,7 @@ cdef class GraphAllocator:
             self.init_tensor(node, &na.dst)
         return 1
 
-    cdef size_t get_buffer_size(self, int buffer_id) except? 0:
+    cdef size_t c_buffer_size(self, int buffer_id) except? 0:
         """ggml_gallocr_get_buffer_size: 0 when unallocated or shared with an earlier id."""
         vb = self.buffers[buffer_id]
         if vb is None:
@@ -965,16 +965,12 @@ cdef class GraphAllocator:
     # --- Python interface ------------------------------------------------------
 
     @property
-    def n_buffer_ids(self):
-        return self.n_buffers
-
-    @property
     def buffer_types(self):
         return list(self.bufts)
 
     def _ids(self, ids, int n, what):
         """A list of buffer ids -> an array.array holding a C int array (None -> all 0).
-        Ids outside 0..n_buffer_ids-1 are refused when a tensor needs one."""
+        Ids outside 0..n_buffers-1 are refused when a tensor needs one."""
         import array
         if ids is None:
             return None
@@ -992,18 +988,20 @@ cdef class GraphAllocator:
     def reserve(self, Graph graph not None):
         """ggml_gallocr_reserve: every tensor in buffer id 0. Raises AllocationError
         when a buffer cannot be allocated (the allocator stays usable)."""
-        return self.reserve_n_py(graph, None, None)
+        return self.reserve_n(graph, None, None)
 
-    def reserve_n_py(self, Graph graph not None, node_ids=None, leaf_ids=None):
+    def reserve_n(self, Graph graph not None, node_ids=None, leaf_ids=None):
+        """ggml_gallocr_reserve_n: plan `graph` with a buffer id per node and per leaf
+        (None: all 0) and allocate the buffers that must grow. True, or AllocationError."""
         cdef int zero = 0
         ggml_graph_check_order(&graph.graph)
         n = self._ids(node_ids, graph.graph.n_nodes, "node_ids")
         l = self._ids(leaf_ids, graph.graph.n_leafs, "leaf_ids")
-        if not self.reserve_n(&graph.graph, _ids_ptr(n, &zero), _ids_ptr(l, &zero)):
+        if not self.c_reserve_n(&graph.graph, _ids_ptr(n, &zero), _ids_ptr(l, &zero)):
             raise AllocationError(self.last_error)
         return True
 
-    def reserve_n_size_py(self, Graph graph not None, node_ids=None, leaf_ids=None):
+    def reserve_n_size(self, Graph graph not None, node_ids=None, leaf_ids=None):
         """ggml_gallocr_reserve_n_size: plan only, return the size per buffer id."""
         cdef int zero = 0
         ggml_graph_check_order(&graph.graph)
@@ -1013,33 +1011,33 @@ cdef class GraphAllocator:
         if sizes == NULL:
             raise AllocationError("cannot allocate the size table")
         try:
-            self.reserve_n_size(&graph.graph, _ids_ptr(n, &zero), _ids_ptr(l, &zero), sizes)
+            self.c_reserve_n_size(&graph.graph, _ids_ptr(n, &zero), _ids_ptr(l, &zero), sizes)
             return [sizes[i] for i in range(self.n_buffers)]
         finally:
             free(sizes)
 
-    def alloc_graph_py(self, Graph graph not None):
+    def alloc_graph(self, Graph graph not None):
         """ggml_gallocr_alloc_graph: True when placed, False when the graph changed and
         several buffer ids are in use (reserve_n first). Raises AllocationError when an
         automatic re-reserve cannot allocate its buffer."""
         self.last_error = None
         self.last_error_id = -1
         ggml_graph_check_order(&graph.graph)
-        if self.alloc_graph(&graph.graph, graph):
+        if self.c_alloc_graph(&graph.graph, graph):
             return True
         if self.last_error is not None:
             raise AllocationError(self.last_error)
         return False
 
-    def buffer_size(self, buffer_id):
-        """ggml_gallocr_get_buffer_size."""
-        return self.get_buffer_size(self._id(buffer_id))
+    def get_buffer_size(self, buffer_id):
+        """ggml_gallocr_get_buffer_size: 0 when not allocated or shared with an earlier id."""
+        return self.c_buffer_size(self._id(buffer_id))
 
     def chunk_sizes(self, buffer_id):
         """Sizes of buffer id's chunk buffers; [] where get_buffer_size is 0 (no buffer,
         a buffer shared with an earlier id, or nothing allocated)."""
         cdef int i = self._id(buffer_id)
-        if self.get_buffer_size(i) == 0:
+        if self.c_buffer_size(i) == 0:
             return []
         cdef VBuffer vb = self.buffers[i]
         out = []
@@ -1053,10 +1051,9 @@ cdef class GraphAllocator:
         """The VBuffer of buffer id (None before a reserve)."""
         return self.buffers[self._id(buffer_id)]
 
-    def planned_chunk_sizes(self, buffer_id):
-        """High-water marks of the planner's chunks for buffer id (after any reserve)."""
-        cdef dyn_tallocr * t = self.buf_tallocs[self._id(buffer_id)]
-        return [t.chunks[c].max_size for c in range(t.n_chunks)]
+    def locations(self, tensors):
+        """tensor_location of each tensor, as lists (the plan file's alloc entries)."""
+        return [list(self.tensor_location(t)) for t in items_arg(tensors, "tensors", Tensor)]
 
     def tensor_location(self, Tensor tensor not None):
         """(buffer type name, offset from the buffer's base, chunk index) of a tensor's

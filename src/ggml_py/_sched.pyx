@@ -806,7 +806,7 @@ cdef int sched_alloc_splits(SchedCore s) except -1:
     cdef int b
     # the galloc keeps the tensors it places alive: the user's graph and the copies
     owner = (s.last_graph_obj, s.arena)
-    if not changed and s.galloc.alloc_graph(&s.graph, owner):
+    if not changed and s.galloc.c_alloc_graph(&s.graph, owner):
         return 1
     # a reallocation (ggml: GGML_SCHED_DEBUG_REALLOC aborts on the unexpected ones)
     unexpected = not changed and s.debug_prev_graph_size == s.debug_graph_size
@@ -822,9 +822,9 @@ cdef int sched_alloc_splits(SchedCore s) except -1:
     # the reallocation may move split inputs: wait for queued work first
     for b in range(s.n_backends):
         (<object>s.backends[b].pyobj).synchronize()
-    if not s.galloc.reserve_n(&s.graph, s.node_backend_ids, s.leaf_backend_ids):
+    if not s.galloc.c_reserve_n(&s.graph, s.node_backend_ids, s.leaf_backend_ids):
         return 0
-    return s.galloc.alloc_graph(&s.graph, owner)
+    return s.galloc.c_alloc_graph(&s.graph, owner)
 
 
 cdef int sched_alloc_graph(SchedCore s, Graph graph) except -1:
@@ -996,7 +996,7 @@ cdef class SchedCore:
 
     def reserve_n(self):
         """Reserve compute buffers for the current graph copy (after a split)."""
-        ok = self.galloc.reserve_n(&self.graph, self.node_backend_ids, self.leaf_backend_ids)
+        ok = self.galloc.c_reserve_n(&self.graph, self.node_backend_ids, self.leaf_backend_ids)
         self.split_pending = self.plan_stale = False    # the plan is the last split's
         return bool(ok)
 
@@ -1005,7 +1005,7 @@ cdef class SchedCore:
         cdef size_t * sizes = <size_t *>checked_calloc(self.n_backends, sizeof(size_t),
                                                        "the size table")
         try:
-            self.galloc.reserve_n_size(&self.graph, self.node_backend_ids, self.leaf_backend_ids, sizes)
+            self.galloc.c_reserve_n_size(&self.graph, self.node_backend_ids, self.leaf_backend_ids, sizes)
             return [sizes[i] for i in range(self.n_backends)]
         finally:
             free(sizes)
@@ -1183,8 +1183,8 @@ def time_reps(SchedCore s not None, Graph graph not None, GraphSnapshot snap not
             sched_alloc_graph(s, graph)
         else:
             sched_split_graph(s, graph)
-            s.galloc.reserve_n(&s.graph, s.node_backend_ids, s.leaf_backend_ids)
-            s.galloc.alloc_graph(&s.graph, (graph, s.arena))
+            s.galloc.c_reserve_n(&s.graph, s.node_backend_ids, s.leaf_backend_ids)
+            s.galloc.c_alloc_graph(&s.graph, (graph, s.arena))
         out.append(clock() - t0)
     s.is_alloc = False
     return out
