@@ -18,7 +18,7 @@ its quirks; each function names the ggml function it ports. Where ggml would
 assert or crash, this port raises instead and stays usable.
 """
 
-from libc.stdlib cimport malloc, calloc, realloc, free
+from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset
 from libc.stdint cimport int64_t, INT64_MIN, SIZE_MAX
 
@@ -26,7 +26,7 @@ from ggml_py._ggml cimport *
 from ggml_py._core cimport (size_arg, index_arg, items_arg, tensor_name, ggml_graph_check_order,
                             GGML_PY_MAX_BYTES, ggml_nbytes, ggml_hash_set_init, ggml_hash_set_free,
                             ggml_hash_set_reset, ggml_hash_find_or_insert, tensor_handle,
-                            Tensor, Graph)
+                            Tensor, Graph, safe_realloc)
 from ggml_py._backend cimport BufferType, Buffer, _live, tensor_alloc_at, view_init_c
 
 from ggml_py._core import OP_IDS
@@ -468,10 +468,8 @@ cdef class GraphAllocator:
     # afterwards is a clear error instead of a read of freed memory.
 
     cdef int grow_placed(self) except -1:
-        cdef void * tmp = realloc(self.placed, (2 * self.placed_cap + 64) * sizeof(ggml_tensor *))
-        if tmp == NULL:
-            raise AllocationError("cannot grow the graph allocator's placement table")
-        self.placed = <ggml_tensor **>tmp
+        safe_realloc(<void **>&self.placed, 2 * self.placed_cap + 64, sizeof(ggml_tensor *),
+                     "the graph allocator's placement table")
         self.placed_cap = 2 * self.placed_cap + 64
         return 0
 

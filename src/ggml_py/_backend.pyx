@@ -15,11 +15,11 @@ tensor_copy are the one place that checks a tensor's bytes and calls them.
 
 from libc.string cimport memset, strncpy
 from libc.stdint cimport SIZE_MAX, INT64_MIN, INT64_MAX, int64_t, uint8_t
-from libc.stdlib cimport realloc, free
+from libc.stdlib cimport free
 
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (Tensor, Graph, tensor_handle, tensor_name, ggml_nbytes, size_arg,
-                            int_arg, index_arg, name_arg, items_arg)
+                            int_arg, index_arg, name_arg, items_arg, safe_realloc)
 
 import numpy as np
 
@@ -646,13 +646,10 @@ cdef class Backend:
         bufts = items_arg(bufts, f"backend {self.name}: supported buffer types", BufferType)
         for b in bufts:
             _buffer_type(b)
-        cdef ggml_backend_buffer_type ** arr = <ggml_backend_buffer_type **>realloc(
-            self.c.supported_bufts, max(len(bufts), 1) * sizeof(ggml_backend_buffer_type *))
-        if arr == NULL:
-            raise AllocationError("cannot allocate a backend's buffer type table")
-        self.c.supported_bufts = arr
+        safe_realloc(<void **>&self.c.supported_bufts, len(bufts),
+                     sizeof(ggml_backend_buffer_type *), "a backend's buffer type table")
         for i, b in enumerate(bufts):
-            arr[i] = &(<BufferType>b).c
+            self.c.supported_bufts[i] = &(<BufferType>b).c
         self.c.n_supported_bufts = len(bufts)
         self._bufts = bufts
 

@@ -41,6 +41,7 @@ cpdef bytes name_arg(object value, what, bint allow_empty=*)
 cpdef object instance_arg(object value, cls, what, bint optional=*)
 cpdef list items_arg(object value, what, object of=*, object limit=*)
 cdef void * checked_calloc(size_t n, size_t size, what) except NULL
+cdef int safe_realloc(void ** p, size_t n, size_t size, what) except -1
 
 cdef inline bint ggml_is_view_op(int op) noexcept nogil:
     # VIEW, RESHAPE, PERMUTE, TRANSPOSE

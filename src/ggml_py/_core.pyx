@@ -110,6 +110,18 @@ cpdef list items_arg(object value, what, object of=None, object limit=None):
     return items
 
 
+cdef int safe_realloc(void ** p, size_t n, size_t size, what) except -1:
+    """*p = realloc(*p, n * size), or AllocationError naming what it was for (*p is left
+    as it was). scikit-learn's safe_realloc, for every growing table of ggml_py."""
+    cdef void * q = NULL
+    if size == 0 or n <= SIZE_MAX // size:
+        q = realloc(p[0], (n if n else 1) * (size if size else 1))
+    if q == NULL:
+        raise AllocationError(f"cannot grow {what} ({n} x {size} bytes)")
+    p[0] = q
+    return 0
+
+
 cdef void * checked_calloc(size_t n, size_t size, what) except NULL:
     """calloc(n, size), or AllocationError naming what it was for."""
     cdef void * p = NULL
@@ -437,10 +449,8 @@ cdef ggml_tensor * _context_alloc(ggml_context * ctx) except NULL:
     cdef ggml_tensor * block
     cdef int i = ctx.n_tensors
     if (i >> CTX_BLOCK_SHIFT) >= ctx.n_blocks:
-        blocks = <ggml_tensor **>realloc(ctx.blocks, (ctx.n_blocks + 1) * sizeof(ggml_tensor *))
-        if blocks == NULL:
-            raise AllocationError("cannot grow the tensor arena")
-        ctx.blocks = blocks
+        safe_realloc(<void **>&ctx.blocks, ctx.n_blocks + 1, sizeof(ggml_tensor *),
+                     "the tensor arena")
         block = <ggml_tensor *>malloc(CTX_BLOCK * sizeof(ggml_tensor))
         if block == NULL:
             raise AllocationError("cannot grow the tensor arena")
@@ -665,14 +675,9 @@ cdef int ggml_build_forward_expand(ggml_cgraph * g, ggml_tensor * root) except -
             if is_new:
                 if sp == cap:
                     cap *= 2
-                    tmp = realloc(stack, cap * sizeof(ggml_tensor *))
-                    if tmp == NULL:
-                        raise AllocationError("cannot grow the graph visit stack")
-                    stack = <ggml_tensor **>tmp
-                    tmp = realloc(next_src, cap * sizeof(int))
-                    if tmp == NULL:
-                        raise AllocationError("cannot grow the graph visit stack")
-                    next_src = <int *>tmp
+                    safe_realloc(<void **>&stack, cap, sizeof(ggml_tensor *),
+                                 "the graph visit stack")
+                    safe_realloc(<void **>&next_src, cap, sizeof(int), "the graph visit stack")
                 stack[sp] = src
                 next_src[sp] = 0
                 sp += 1

@@ -19,13 +19,13 @@
 cimport cython
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, UINT32_MAX
-from libc.stdlib cimport malloc, realloc, free
+from libc.stdlib cimport malloc, free
 from libc.string cimport memset, memcpy, strncpy
 
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (Tensor, Graph, TYPE_TRAITS, ggml_nbytes, ggml_is_view_op,
                             ggml_hash_set_init, ggml_hash_set_free, ggml_hash_insert,
-                            ggml_hash_contains)
+                            ggml_hash_contains, safe_realloc)
 from ggml_py._backend cimport Backend, BufferType, Buffer, backend_supports_op
 
 import _socket
@@ -450,13 +450,12 @@ cdef class _TensorList:
         free(self.items)
 
     cdef int push(self, ggml_tensor * t) except -1:
-        cdef void * p
+        cdef size_t cap
         if self.n == self.cap:
-            self.cap = max(64, 2 * self.cap)
-            p = realloc(self.items, self.cap * sizeof(ggml_tensor *))
-            if p == NULL:
-                raise MemoryError("RPC graph serialisation")
-            self.items = <ggml_tensor **>p
+            cap = max(64, 2 * self.cap)
+            safe_realloc(<void **>&self.items, cap, sizeof(ggml_tensor *),
+                         "the RPC graph serialisation")
+            self.cap = cap
         self.items[self.n] = t
         self.n += 1
         return 0
@@ -477,7 +476,6 @@ cdef int _collect(ggml_tensor ** nodes, int n_nodes, _TensorList out, size_t has
     cdef int sp, cap = 256, i, c
     cdef ggml_tensor * child
     cdef size_t pos
-    cdef void * p
     ggml_hash_set_init(&seen, hash_min)
     try:
         stack = <_visit *>malloc(cap * sizeof(_visit))
@@ -510,10 +508,8 @@ cdef int _collect(ggml_tensor ** nodes, int n_nodes, _TensorList out, size_t has
                     continue
                 if sp == cap:
                     cap *= 2
-                    p = realloc(stack, cap * sizeof(_visit))
-                    if p == NULL:
-                        raise MemoryError("RPC graph serialisation")
-                    stack = <_visit *>p
+                    safe_realloc(<void **>&stack, cap, sizeof(_visit),
+                                 "the RPC graph serialisation")
                 stack[sp].t = child
                 stack[sp].next_child = 0
                 sp += 1

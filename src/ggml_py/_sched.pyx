@@ -9,7 +9,7 @@ SchedulerError (with the abort class of SCHED_CASES.md as `kind`) and the
 scheduler stays usable.
 """
 
-from libc.stdlib cimport malloc, calloc, realloc, free
+from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset, memcpy
 from libc.stdint cimport uint8_t
 
@@ -23,7 +23,7 @@ from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handl
                             ggml_hash_size, ggml_context, ggml_is_computed_from,
                             ggml_computes, OP_NONE,
                             order_message,
-                            checked_calloc, int_arg, index_arg, OP_ROPE)
+                            checked_calloc, safe_realloc, int_arg, index_arg, OP_ROPE)
 from ggml_py._backend cimport (Backend, BufferType, backend_supports_op, backend_supports_buft,
                                backend_offload_op)
 
@@ -39,6 +39,8 @@ CAUSE_NAMES = {CAUSE_NONE: "", CAUSE_USR: "usr", CAUSE_1_DST: "1.dst", CAUSE_1_V
                CAUSE_4_CUR: "4.cur"}
 for _i in range(GGML_MAX_SRC):
     CAUSE_NAMES[CAUSE_1_WGT0 + _i] = f"1.wgt{_i}"
+
+_TABLES = "the scheduler's tables"          # what safe_realloc names when a table cannot grow
 
 
 cdef inline ggml_backend_buffer * _memory(SchedCore s, ggml_backend_buffer * b) noexcept:
@@ -183,16 +185,9 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
     cdef int i
     cdef Py_ssize_t h
     cdef ggml_tensor * t
-    cdef void * tmp
     if graph.n_nodes > s.node_slots_capacity:
-        tmp = realloc(s.node_slots, graph.n_nodes * sizeof(Py_ssize_t))
-        if tmp == NULL:
-            raise AllocationError("cannot grow the scheduler's tables")
-        s.node_slots = <Py_ssize_t *>tmp
-        tmp = realloc(s.node_is_view, graph.n_nodes * sizeof(uint8_t))
-        if tmp == NULL:
-            raise AllocationError("cannot grow the scheduler's tables")
-        s.node_is_view = <uint8_t *>tmp
+        safe_realloc(<void **>&s.node_slots, graph.n_nodes, sizeof(Py_ssize_t), _TABLES)
+        safe_realloc(<void **>&s.node_is_view, graph.n_nodes, sizeof(uint8_t), _TABLES)
         s.node_slots_capacity = graph.n_nodes
     cdef bint leaf_views = False
     for i in range(graph.n_leafs + graph.n_nodes):
@@ -361,7 +356,6 @@ cdef ggml_tensor * new_sched_tensor(SchedCore s, ggml_tensor * of, int kind, int
     made in the scheduler's arena and recorded for introspection."""
     cdef ggml_tensor * t
     cdef char suffix[16]
-    cdef void * tmp
     if kind == SCHED_TENSOR_COPY:
         t = ggml_dup_tensor_layout(&s.arena.ctx, of)
         _copy_suffix(suffix, copy_id)
@@ -370,10 +364,7 @@ cdef ggml_tensor * new_sched_tensor(SchedCore s, ggml_tensor * of, int kind, int
         t = ggml_view_tensor(&s.arena.ctx, of)
         t.src[0] = of
     if t.id >= s.infos_capacity:
-        tmp = realloc(s.infos, 2 * (t.id + 1) * sizeof(sched_tensor_info))
-        if tmp == NULL:
-            raise AllocationError("cannot grow the scheduler's tables")
-        s.infos = <sched_tensor_info *>tmp
+        safe_realloc(<void **>&s.infos, 2 * (t.id + 1), sizeof(sched_tensor_info), _TABLES)
         s.infos_capacity = 2 * (t.id + 1)
     s.infos[t.id].kind = kind
     s.infos[t.id].of = of
@@ -383,13 +374,9 @@ cdef ggml_tensor * new_sched_tensor(SchedCore s, ggml_tensor * of, int kind, int
 
 
 cdef int new_split(SchedCore s, int i_start, int backend_id) except -1:
-    cdef void * tmp
     cdef int k
     if s.n_splits == s.splits_capacity:
-        tmp = realloc(s.splits, 2 * s.splits_capacity * sizeof(sched_split))
-        if tmp == NULL:
-            raise AllocationError("cannot grow the scheduler's tables")
-        s.splits = <sched_split *>tmp
+        safe_realloc(<void **>&s.splits, 2 * s.splits_capacity, sizeof(sched_split), _TABLES)
         for k in range(s.splits_capacity, 2 * s.splits_capacity):
             s.splits[k].inputs = NULL
             s.splits[k].backend_id = 0
@@ -563,12 +550,9 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
 # pointing into freed or reused copies.
 
 cdef int record_rewiring(SchedCore s, ggml_tensor ** slot, ggml_tensor * original) except -1:
-    cdef void * tmp
     if s.n_rewired == s.rewired_cap:
-        tmp = realloc(s.rewired, (2 * s.rewired_cap + 32) * sizeof(sched_rewiring))
-        if tmp == NULL:
-            raise AllocationError("cannot grow the scheduler's rewiring table")
-        s.rewired = <sched_rewiring *>tmp
+        safe_realloc(<void **>&s.rewired, 2 * s.rewired_cap + 32, sizeof(sched_rewiring),
+                     "the scheduler's rewiring table")
         s.rewired_cap = 2 * s.rewired_cap + 32
     s.rewired[s.n_rewired].slot = slot
     s.rewired[s.n_rewired].original = original
@@ -612,7 +596,6 @@ cdef int grow_ids(SchedCore s, int n) except -1:
     """Room for n graph-copy nodes and leafs in the four backend-id arrays."""
     cdef int ** arrays[4]
     cdef int k
-    cdef void * tmp
     if n <= s.ids_capacity:
         return 0
     arrays[0] = &s.node_backend_ids
@@ -620,10 +603,7 @@ cdef int grow_ids(SchedCore s, int n) except -1:
     arrays[2] = &s.prev_node_backend_ids
     arrays[3] = &s.prev_leaf_backend_ids
     for k in range(4):
-        tmp = realloc(arrays[k][0], n * sizeof(int))
-        if tmp == NULL:
-            raise AllocationError("cannot grow the scheduler's tables")
-        arrays[k][0] = <int *>tmp
+        safe_realloc(<void **>arrays[k], n, sizeof(int), _TABLES)
         memset(arrays[k][0] + s.ids_capacity, 0, (n - s.ids_capacity) * sizeof(int))
     s.ids_capacity = n
     return 0
@@ -636,7 +616,6 @@ cdef int build_graph_copy(SchedCore s, ggml_cgraph * graph) except -1:
     cdef int i, j, c, b, n = 0, l = 0
     cdef int * tmp_ids
     cdef Py_ssize_t id
-    cdef void * tmp
     cdef sched_split * split
     cdef ggml_tensor * input
     cdef ggml_tensor * dep
@@ -655,14 +634,8 @@ cdef int build_graph_copy(SchedCore s, ggml_cgraph * graph) except -1:
     s.debug_graph_size = size
     grow_ids(s, size)
     if s.graph_capacity < size:
-        tmp = realloc(gc.nodes, size * sizeof(ggml_tensor *))
-        if tmp == NULL:
-            raise AllocationError("cannot grow the scheduler's tables")
-        gc.nodes = <ggml_tensor **>tmp
-        tmp = realloc(gc.leafs, size * sizeof(ggml_tensor *))
-        if tmp == NULL:
-            raise AllocationError("cannot grow the scheduler's tables")
-        gc.leafs = <ggml_tensor **>tmp
+        safe_realloc(<void **>&gc.nodes, size, sizeof(ggml_tensor *), _TABLES)
+        safe_realloc(<void **>&gc.leafs, size, sizeof(ggml_tensor *), _TABLES)
         s.graph_capacity = size
     gc.size = size
 
