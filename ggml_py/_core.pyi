@@ -6,6 +6,8 @@ from typing_extensions import Self, disjoint_base
 
 TYPE_NAMES: tuple[str | None, ...]
 OP_NAMES_LIST: tuple[str, ...]
+VIEW_OPS: tuple[str, ...]
+EMPTY_OPS: tuple[str, ...]
 MAX_BYTES: int
 FLAG_NAMES: dict[str, int]
 TYPE_IDS: dict[str, int]

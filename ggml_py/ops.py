@@ -19,7 +19,7 @@ from typing import Callable, NoReturn, Protocol, Sequence
 
 import numpy as np
 
-from ggml_py._core import Context, Tensor, blck_size, int_arg, type_size
+from ggml_py._core import EMPTY_OPS, VIEW_OPS, Context, Tensor, blck_size, int_arg, type_size
 from ggml_py.errors import ArgumentTypeError, GraphError
 
 # ---------------------------------------------------------------------------
@@ -32,8 +32,6 @@ GLU_OPS = ("REGLU", "GEGLU", "SWIGLU", "SWIGLU_OAI", "GEGLU_ERF", "GEGLU_QUICK")
 SORT_ORDERS = ("ASC", "DESC")
 ROPE_TYPES = {"NORMAL": 0, "NEOX": 2, "MROPE": 8, "IMROPE": 40, "VISION": 24}
 PRECS = {"DEFAULT": 0, "F32": 10}
-VIEW_OPS = ("VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE")     # no computation, memory of their source
-
 UNARY_OP_IDS = {n: i for i, n in enumerate(UNARY_OPS)}
 GLU_OP_IDS = {n: i for i, n in enumerate(GLU_OPS)}
 

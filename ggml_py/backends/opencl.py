@@ -25,7 +25,7 @@ from ggml_py._backend import (Backend, Buffer, BufferType, allocated_buffer, byt
                               fake_address, get_buffer, graph_nodes, host_bytes, tensor_span)
 from ggml_py._core import Tensor, instance_arg, size_arg, type_id, type_size
 from ggml_py.errors import ArgumentTypeError, BackendError
-from ggml_py.ops import bits_f32, alibi_bases, rope_yarn_corr_dims, ROPE_TYPES
+from ggml_py.ops import EMPTY_OPS, bits_f32, alibi_bases, rope_yarn_corr_dims, ROPE_TYPES
 from ggml_py.backends import opencl_kernels as K
 from ggml_py._opencl_ops import acc_offsets, use_opencl_rules
 
@@ -52,7 +52,6 @@ __all__ = ["OpenCLBackend", "OpenCLBufferType", "OpenCLBuffer", "OpenCLEvent", "
            "device_info", "available", "memory_in_use", "set_memory_limit", "OpenCLUnavailable",
            "OpenCLError", "BuildError"]
 
-VIEW_OPS = ("NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE")
 
 # kernel-side element type codes: ggml's type ids, handed to the program as -D options
 TYPE_CODES = {name: type_id(name) for name in ("f32", "f16", "q8_0", "i32", "i64")}
@@ -370,7 +369,7 @@ class OpenCLBackend(Backend):
         Returns without waiting for the device."""
         nodes = graph_nodes(graph)
         for t in nodes:
-            if t.op in VIEW_OPS:
+            if t.op in EMPTY_OPS:
                 continue
             if not self.supports_op(t):
                 raise BackendError(f"{self.name}: op {t.op} ('{t.name}') with these types / "

@@ -47,11 +47,10 @@ cdef inline bint ggml_is_view_op(int op) noexcept nogil:
     # VIEW, RESHAPE, PERMUTE, TRANSPOSE
     return op == OP_RESHAPE or op == OP_VIEW or op == OP_PERMUTE or op == OP_TRANSPOSE
 
-# op ids the core needs by name (ggml 0.10.1 enum order)
+# op ids the C code needs by name (ggml 0.10.1's enum ggml_op; _core checks them against
+# OP_NAMES_LIST, the one list of op names, when it is imported)
 cdef enum:
     OP_NONE = 0
-    OP_CPY = 34
-    OP_CONT = 35
     OP_RESHAPE = 36
     OP_VIEW = 37
     OP_PERMUTE = 38
@@ -61,14 +60,6 @@ cdef enum:
     OP_MUL_MAT_ID = 30
     OP_ROPE = 48
     OP_ROPE_BACK = 49
-
-cdef enum:
-    TYPE_F32 = 0
-    TYPE_F16 = 1
-    TYPE_Q4_0 = 2
-    TYPE_Q8_0 = 8
-    TYPE_I32 = 26
-    TYPE_BF16 = 30
 
 # ---- hash set (port of ggml-impl.h's open addressing set on tensor pointers) ----
 cdef size_t ggml_hash_size(size_t min_sz) noexcept nogil

@@ -12,11 +12,11 @@ from ggml_py.backends.cpu.backend import (CPUBackend, CPU_ALIGNMENT, KERNELS, Ke
                                           SUPPORTED_OPS, compute_node, compute_nodes,
                                           default_threads)
 from ggml_py.backends.cpu.memory import open_device_memory, memory_of, tensor_array
-from ggml_py.backends.cpu.numpy_kernels import (NUMPY_KERNELS, VIEW_OPS, values, store,
+from ggml_py.backends.cpu.numpy_kernels import (NUMPY_KERNELS, values, store,
                                                 rope_cache, gelu, gelu_quick, gelu_erf)
 
 __all__ = ["CPUBackend", "CPU_ALIGNMENT", "KERNELS", "KernelTable", "NUMPY_KERNELS",
-           "SUPPORTED_OPS", "VIEW_OPS", "compute_node", "compute_nodes", "default_threads",
+           "SUPPORTED_OPS", "compute_node", "compute_nodes", "default_threads",
            "open_device_memory", "memory_of", "tensor_array",
            "values", "store", "rope_cache", "gelu", "gelu_quick", "gelu_erf",
            "isa", "isa_supported", "set_isa"]

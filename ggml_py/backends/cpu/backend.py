@@ -23,12 +23,13 @@ from ggml_py._core import OP_IDS, Graph
 from ggml_py._cpu import Executor, C_KERNEL_OPS
 from ggml_py.backends.cpu import blas
 from ggml_py.backends.cpu.memory import memory_of
-from ggml_py.backends.cpu.numpy_kernels import NUMPY_KERNELS, VIEW_OPS
+from ggml_py.backends.cpu.numpy_kernels import NUMPY_KERNELS
+from ggml_py.ops import EMPTY_OPS
 
 CPU_ALIGNMENT = 32          # ggml-impl.h TENSOR_ALIGNMENT, the CPU buffer type's alignment
 
-# ops with a kernel (plus the view ops, which need none)
-SUPPORTED_OPS = VIEW_OPS + tuple(NUMPY_KERNELS)
+# ops with a kernel (plus the empty ops, which need none)
+SUPPORTED_OPS = EMPTY_OPS + tuple(NUMPY_KERNELS)
 assert C_KERNEL_OPS <= set(SUPPORTED_OPS)
 
 

@@ -26,7 +26,6 @@ from ggml_py.ops import (bits_f32, alibi_bases, rope_yarn_corr_dims, UNARY_OPS, 
                          ROPE_TYPES)
 from ggml_py.backends.cpu.memory import tensor_array
 
-VIEW_OPS = ("NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE")
 
 F32 = np.float32
 
