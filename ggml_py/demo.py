@@ -171,21 +171,18 @@ def run_model(model: Model, backends: list[Backend], args: argparse.Namespace,
         sess.forward(prompt[:1], logits="last")
         sess.reset()
         bar.update(1)
+        seen: dict[str, Any] = {}
+
+        def on_step(i: int) -> None:
+            bar.update(1)
+            if i == 0:          # the prompt's splits, while they are the scheduler's
+                seen["n_splits"] = len(sess.sched.splits)
+                seen["reasons"] = split_reasons(sess.sched, sess.graph) if sess.graph else []
+                seen["map"] = SplitMap.from_scheduler(
+                    sess.sched, f"{cfg.name}, prompt of {args.prompt} tokens",
+                    [sp.copy_s + sp.compute_s for sp in sess.history[-1].splits])
         t0 = time.perf_counter()
-        logits = sess.forward(prompt, logits="last")
-        bar.update(1)
-        prompt_graph, prompt_splits = sess.graph, sess.sched.splits
-        reasons = split_reasons(sess.sched, prompt_graph) if prompt_graph is not None else []
-        split_map = SplitMap.from_scheduler(
-            sess.sched, f"{cfg.name}, prompt of {args.prompt} tokens",
-            [sp.copy_s + sp.compute_s for sp in sess.history[-1].splits])
-        new = []
-        for i in range(args.steps):
-            tok = int(np.argmax(logits[-1]))
-            new.append(tok)
-            if i + 1 < args.steps:
-                logits = sess.forward([tok], logits="last")
-                bar.update(1)
+        new = sess.generate(prompt, args.steps, on_step)
         wall = time.perf_counter() - t0
     finally:
         bar.close()
@@ -212,11 +209,11 @@ def run_model(model: Model, backends: list[Backend], args: argparse.Namespace,
         row("decode", d)
     out("   (decode row: medians per step; copies = split inputs copied between backends)")
     _split_table(p, out)
-    _why_splits(reasons, len(prompt_splits), out)
+    _why_splits(seen["reasons"], seen["n_splits"], out)
     if args.maps:
         path = os.path.join(args.maps, f"{cfg.name}.png")
         from ggml_py import splitmap
-        splitmap.save(split_map, path)
+        splitmap.save(seen["map"], path)
         out(f"   split map: {path}")
     return dict(name=cfg.name, nodes=p.n_nodes, splits=p.n_splits, copy_bytes=p.copy_bytes,
                 prompt_s=p.compute_s, decode_s=statistics.median(s.compute_s for s in d) if d

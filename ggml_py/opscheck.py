@@ -16,8 +16,6 @@ import base64
 import glob
 import json
 import os
-import statistics
-import time
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -25,6 +23,7 @@ import numpy as np
 from ggml_py import backends, cli, ops, quants
 from ggml_py._backend import Backend, tensor_get, tensor_set
 from ggml_py.alloc import alloc_ctx_tensors_from_buft
+from ggml_py.runtime import time_graph_compute
 from ggml_py._core import Context, Graph
 from ggml_py.errors import CaseFormatError, BackendError, GraphError
 
@@ -59,26 +58,6 @@ def make_backend(name: str, *, rpc: str | None = None, threads: int | None = Non
     if name == "rpc":
         return backends.create(name, rpc)
     return backends.create(name, n_threads=threads) if threads is not None else backends.create(name)
-
-
-def time_graph_compute(backend: Backend, graph: Graph, reps: int = 20,
-                       warmup: int = 3) -> dict[str, float]:
-    """Median wall time of computing `graph` on `backend` in microseconds (through its
-    synchronize, so asynchronous backends are timed to the end), after `warmup` computes
-    (which make the executor's plan); {'compute_us_median', 'n_nodes', 'reps'}."""
-    if reps < 1:
-        raise ValueError("reps must be at least 1")
-
-    def once() -> float:
-        t0 = time.perf_counter()
-        backend.graph_compute(graph)
-        backend.synchronize()
-        return time.perf_counter() - t0
-    for _ in range(warmup):
-        once()
-    samples = [once() for _ in range(reps)]
-    return {"compute_us_median": statistics.median(samples) * 1e6, "n_nodes": graph.n_nodes,
-            "reps": reps}
 
 
 def _time_into(res: dict[str, Any], backend: Backend, graph: Graph, time_reps: int) -> None:

@@ -55,15 +55,11 @@ def plan_case(case: Case, alloc: bool = False) -> tuple[Scheduler, Plan]:
 def explain(sched: Scheduler, graph: Graph) -> str:
     """A readable table: each split, then each node's backend and the rule that chose it."""
     out = []
-    splits = sched.splits
-    k = 0
-    for i, node in enumerate(graph.nodes):
-        if k < len(splits) and splits[k].i_start == i:
-            s = splits[k]
+    for i, node, k, s in sched.walk(graph):
+        if s is not None:
             ins = ", ".join(t.name for t in s.inputs) or "-"
             out.append(f"## split {k}: {s.backend.name}, nodes {s.i_start}..{s.i_end - 1}, "
                        f"inputs: {ins}")
-            k += 1
         b = sched.get_tensor_backend(node)
         srcs = ", ".join(
             (f"{s.name}" if sched.describe(s) is None else f"{s.name} (copy)")

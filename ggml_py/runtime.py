@@ -27,6 +27,7 @@ The runtime also keeps a Profile of what it did (times, bytes, copy kinds, event
 from __future__ import annotations
 
 import enum
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -372,3 +373,28 @@ def _ranges(sorted_ids):
         else:
             out.append([i, i])
     return [tuple(r) for r in out]
+
+
+# ---------------------------------------------------------------------------
+# timing one backend
+
+def time_graph_compute(backend: Backend, graph: Graph, reps: int = 20,
+                       warmup: int = 3) -> dict[str, float]:
+    """Median wall time of computing `graph` on `backend` in microseconds (through its
+    synchronize, so asynchronous backends are timed to the end), after `warmup` computes
+    (which make the executor's plan); {'compute_us_median', 'n_nodes', 'reps'}."""
+    instance_arg(backend, Backend, "backend")
+    instance_arg(graph, Graph, "graph")
+    reps = int_arg(reps, "reps", 1, 1 << 30)
+    warmup = int_arg(warmup, "warmup", 0, 1 << 30)
+
+    def once() -> float:
+        t0 = time.perf_counter()
+        backend.graph_compute(graph)
+        backend.synchronize()
+        return time.perf_counter() - t0
+    for _ in range(warmup):
+        once()
+    samples = [once() for _ in range(reps)]
+    return {"compute_us_median": statistics.median(samples) * 1e6, "n_nodes": graph.n_nodes,
+            "reps": reps}

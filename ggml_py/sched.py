@@ -14,10 +14,10 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from ggml_py._backend import Backend, BufferType
-from ggml_py._core import Graph, Tensor, instance_arg, int_arg, items_arg
+from ggml_py._core import VIEW_OPS, Graph, Tensor, instance_arg, int_arg, items_arg
 from ggml_py._sched import (TIME_ALLOC, TIME_RESERVE, TIME_SPLIT, GraphSnapshot,
                             SchedCore, time_reps)
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
@@ -525,20 +525,28 @@ class Scheduler:
             "graph_copy_leafs": [list(galloc.tensor_location(t)) for t in leafs],
         }
 
+    def walk(self, graph: Graph) -> Iterator[tuple[int, Tensor, int, Split | None]]:
+        """(node index, node, split index, the split where it starts here else None) for
+        every node of the graph split last: the walk of every split table."""
+        _check_graph(graph)
+        splits = self.splits
+        k = -1
+        for i, node in enumerate(graph.nodes):
+            start = k + 1 < len(splits) and splits[k + 1].i_start == i
+            if start:
+                k += 1
+            yield i, node, k, splits[k] if start else None
+
     @_locked
     def log_assignments(self) -> None:
         """GGML_SCHED_DEBUG output: splits with their inputs, and (level 2) nodes."""
         g = self._graph
-        splits = self.splits
-        k = 0
-        for i, node in enumerate(g.nodes):
-            if k < len(splits) and i == splits[k].i_start:
-                s = splits[k]
+        for i, node, k, s in self.walk(g):
+            if s is not None:
                 ins = " ".join(f"[{t.name} ({_fmt_size(t.nbytes)})]" for t in s.inputs)
                 log.debug("## SPLIT #%d: %s # %d inputs%s", k, s.backend.name, len(s.inputs),
                           ": " + ins if ins else "")
-                k += 1
-            if self.debug > 1 and node.op not in ("VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"):
+            if self.debug > 1 and node.op not in VIEW_OPS:
                 b = self.get_tensor_backend(node)
                 srcs = " ".join(
                     f"{s.name} ({_fmt_size(s.nbytes)}) [{_bname(self.get_tensor_backend(s))} "

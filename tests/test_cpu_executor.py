@@ -17,7 +17,7 @@ from ggml_py._backend import BufferType, fake_buffer, host_buffer, set_buffer
 from ggml_py._core import Context, Graph
 from ggml_py.backends.cpu import (CPUBackend, KERNELS, NUMPY_KERNELS, isa, isa_supported,
                                   set_isa, tensor_array)
-from ggml_py.opscheck import time_graph_compute
+from ggml_py.runtime import time_graph_compute
 from ggml_py.backends.cpu import blas
 from ggml_py.errors import AllocationError
 from ggml_py.runtime import ComputeError, Status

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -643,15 +643,22 @@ class Session:
                          fw.graph.n_nodes, s.n_splits, s.n_copies, build_s, alloc_s, compute_s,
                          splits)
 
-    def generate(self, prompt: Sequence[int], n_new: int) -> list[int]:
-        """Greedy decoding: the prompt in one pass, then one token per step; the new ids."""
+    def generate(self, prompt: Sequence[int], n_new: int,
+                 on_step: Callable[[int], None] | None = None) -> list[int]:
+        """Greedy decoding: the prompt in one pass, then one token per step; the new ids.
+        on_step(i) is called after each forward pass (i = 0: the prompt's), when the
+        step's graph, splits and history entry are current."""
         logits = self.forward(prompt, logits="last")
+        if on_step is not None:
+            on_step(0)
         out = []
         for i in range(n_new):
             tok = int(np.argmax(logits[-1]))
             out.append(tok)
             if i + 1 < n_new:
                 logits = self.forward([tok], logits="last")
+                if on_step is not None:
+                    on_step(i + 1)
         return out
 
     def reset(self) -> None:

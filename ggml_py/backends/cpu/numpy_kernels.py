@@ -54,10 +54,6 @@ def store(t, x, cpu=True):
         a[...] = quants.from_f32(t.type, np.asarray(x, dtype=F32), cpu=cpu)
 
 
-def _params(t):
-    return t.op_params
-
-
 def _f(t, i):
     return bits_f32(t.op_params[i])
 
