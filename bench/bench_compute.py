@@ -35,7 +35,7 @@ from ggml_py import Context, Graph, ops, quants
 from ggml_py.backends.cpu import CPUBackend, tensor_array
 from ggml_py._backend import tensor_set
 from ggml_py.models.transformer import Model, Session, build_forward, llama_config, tensor_values
-from ggml_py.opscheck import HostAllocation
+from ggml_py.tools.opscheck import HostAllocation
 from ggml_py.sched import Scheduler
 
 

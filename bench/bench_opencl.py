@@ -17,7 +17,8 @@ import time
 
 import numpy as np
 
-from ggml_py import ops, opscheck
+from ggml_py import ops
+from ggml_py.tools import opscheck
 from ggml_py._core import Context
 from ggml_py.backends import opencl
 from ggml_py.backends.cpu import CPUBackend

@@ -34,8 +34,8 @@ def time_splits(sched, graph, min_time_s=0.5, min_reps=20):
 
 
 def bench_cases(cases_dir, include_random, as_json):
-    from ggml_py.cases import load_case
-    from ggml_py.planning import median_split_us
+    from ggml_py.tools.cases import load_case
+    from ggml_py.tools.planning import median_split_us
     paths = sorted(glob.glob(os.path.join(cases_dir, "cases", "*.case.json")))
     if include_random:
         paths += sorted(glob.glob(os.path.join(cases_dir, "cases", "random", "*.case.json")))

@@ -40,7 +40,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")     # before numpy loads Open
 
 import numpy as np                                     # noqa: E402
 
-from ggml_py import ops, quants, opscheck              # noqa: E402
+from ggml_py import ops, quants                        # noqa: E402
+from ggml_py.tools import opscheck                     # noqa: E402
 from ggml_py._core import Context, Graph, op_id, type_id   # noqa: E402
 from ggml_py.backends.cpu import CPUBackend, tensor_array  # noqa: E402
 

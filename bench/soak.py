@@ -88,8 +88,8 @@ def measure(name, step, n, warmup):
 
 
 def split_alloc_cycles(n, warmup=200):
-    from ggml_py.cases import load_case
-    from ggml_py.planning import scheduler_for_case
+    from ggml_py.tools.cases import load_case
+    from ggml_py.tools.planning import scheduler_for_case
     case = load_case(CASE)
     state = {"sched": scheduler_for_case(case)}
 

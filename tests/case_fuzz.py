@@ -182,8 +182,8 @@ def mutate_bytes(rng, text):
 # running a case as the command line does
 
 def run_case(source):
-    from ggml_py.cases import load_case
-    from ggml_py.planning import plan_case
+    from ggml_py.tools.cases import load_case
+    from ggml_py.tools.planning import plan_case
     case = load_case(source)
     sched, plan = plan_case(case, alloc=True)
     json.dumps(plan.to_dict())

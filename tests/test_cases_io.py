@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 from ggml_py import Backend, CaseFormatError, BackendError
 from ggml_py._backend import get_buffer, set_buffer
 from ggml_py.backends import SimBackend, SimBufferType, get_backend_class, available
-from ggml_py.cases import load_case, dump_case, format_case
+from ggml_py.tools.cases import load_case, dump_case, format_case
 
 
 # ---------------------------------------------------------------------------

@@ -77,8 +77,8 @@ def test_module_entry_point_runs():
 
 
 def test_ggml_sched_debug_logs_splits(monkeypatch, caplog):
-    from ggml_py.cases import load_case
-    from ggml_py.planning import scheduler_for_case
+    from ggml_py.tools.cases import load_case
+    from ggml_py.tools.planning import scheduler_for_case
     monkeypatch.setenv("GGML_SCHED_DEBUG", "2")
     case = load_case(CASES / "llama-2L-gpu-unsupported.case.json")
     sched = scheduler_for_case(case)
@@ -90,7 +90,7 @@ def test_ggml_sched_debug_logs_splits(monkeypatch, caplog):
 
 
 def test_ggml_style_aliases():
-    from ggml_py.cases import load_case
+    from ggml_py.tools.cases import load_case
     from ggml_py import sched as S
     case = load_case(CASES / "llama-2L-full-offload.case.json")
     s = S.ggml_backend_sched_new(case.backends, None, len(case.backends), case.graph_size, False, False)
@@ -335,7 +335,7 @@ def test_map_without_matplotlib(capsys, tmp_path, monkeypatch):
 
 
 def test_internal_error_is_one_line(capsys, monkeypatch):
-    import ggml_py.planning as planning
+    import ggml_py.tools.planning as planning
 
     def broken(*a, **k):
         raise TypeError("a bug")

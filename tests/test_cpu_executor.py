@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 
 from conftest import ops_dir
-from ggml_py import ops, opscheck, quants, _quants
+from ggml_py import ops, quants, _quants
+from ggml_py.tools import opscheck
 from ggml_py._backend import BufferType, fake_buffer, host_buffer, set_buffer
 from ggml_py._core import Context, Graph
 from ggml_py.backends.cpu import (CPUBackend, KERNELS, NUMPY_KERNELS, isa, isa_supported,

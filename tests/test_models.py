@@ -163,7 +163,7 @@ def test_layers_offloaded_to_a_simulated_gpu_split_like_llama_cpp():
 # offloaded layers computed through the scheduler's runtime
 
 def _device(name):
-    from ggml_py.demo import device_backends
+    from ggml_py.tools.demo import device_backends
     try:
         return device_backends(name)[0]
     except BackendError as e:

@@ -15,7 +15,8 @@ import sys
 import numpy as np
 import pytest
 
-from ggml_py import opscheck, ops
+from ggml_py import ops
+from ggml_py.tools import opscheck
 from ggml_py._backend import get_buffer, set_buffer, view_init
 from conftest import ops_dir, require_opencl
 from ggml_py._core import Context

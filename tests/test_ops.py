@@ -12,7 +12,8 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 from conftest import ops_dir
 from ggml_py._core import Context
 from ggml_py.errors import GraphError
-from ggml_py import ops, quants, opscheck
+from ggml_py import ops, quants
+from ggml_py.tools import opscheck
 from ggml_py.backends.cpu import CPUBackend, tensor_array, SUPPORTED_OPS, rope_cache
 
 OPS_DIR = str(ops_dir())

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from conftest import shared_path
-from ggml_py.cases import load_case
+from ggml_py.tools.cases import load_case
 from ggml_py.errors import AllocationError, CaseFormatError, GgmlPyError, SchedulerError
-from ggml_py.planning import plan_case
+from ggml_py.tools.planning import plan_case
 from test_robust_api import run_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))

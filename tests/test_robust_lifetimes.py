@@ -23,10 +23,10 @@ from ggml_py._backend import clear_buffer
 from ggml_py.alloc import GraphAllocator
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.backends.numpy_device import NumpyDeviceBackend
-from ggml_py.cases import load_case
+from ggml_py.tools.cases import load_case
 from ggml_py.errors import (BackendError, CaseFormatError, GraphError, ReleasedMemoryError,
                             SchedulerError)
-from ggml_py.planning import plan_case
+from ggml_py.tools.planning import plan_case
 from ggml_py.sched import Scheduler
 from test_robust_api import run_python
 

@@ -91,8 +91,8 @@ def test_without_the_lock_results_are_right_or_errors_are_clean(backends):
 
 def test_concurrent_splits_give_the_single_thread_plans():
     from conftest import shared_path
-    from ggml_py.cases import load_case
-    from ggml_py.planning import scheduler_for_case
+    from ggml_py.tools.cases import load_case
+    from ggml_py.tools.planning import scheduler_for_case
     names = ["llama-2L-gpu-unsupported", "llama-4L-partial-offload", "moe-2L-experts-on-cpu"]
     cases = [load_case(shared_path() / "cases" / f"{n}.case.json") for n in names]
     refs = []

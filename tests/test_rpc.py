@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from conftest import ops_dir, require_ggml_rpc
-from ggml_py import ops, opscheck, _rpc
+from ggml_py import ops, _rpc
+from ggml_py.tools import opscheck
 from ggml_py._backend import Backend
 from ggml_py._core import Context, Graph, OP_NAMES_LIST, TYPE_NAMES
 from ggml_py.backends.cpu import CPUBackend

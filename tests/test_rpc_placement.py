@@ -84,8 +84,8 @@ def test_simulated_rpc_device_plans_like_ggml():
     RPC server on a CPU: every op of this llama is one it runs in f32, so with ROPE and
     SOFT_MAX kept local the plan is ggml's own for the case, and the entry writes back
     as it was read."""
-    from ggml_py.cases import load_case
-    from ggml_py.planning import plan_case
+    from ggml_py.tools.cases import load_case
+    from ggml_py.tools.planning import plan_case
     d = _gpu_unsupported_case(supports_ops="rpc-cpu-server")
     case = load_case(d)
     assert case.to_dict()["backends"][0] == d["backends"][0]
@@ -100,8 +100,8 @@ def test_simulated_rpc_device_plans_like_ggml():
 def test_simulated_rpc_device_follows_the_server_rule():
     """Without the list, ROPE and SOFT_MAX go to the device too; a rule the server refuses
     (an op outside its table, here through unsupported_ops) stays on the CPU."""
-    from ggml_py.cases import load_case
-    from ggml_py.planning import plan_case
+    from ggml_py.tools.cases import load_case
+    from ggml_py.tools.planning import plan_case
     sched, _ = plan_case(load_case(_gpu_unsupported_case(supports_ops="rpc-cpu-server",
                                                          unsupported_ops=[])))
     assert sched.n_splits == 2          # the inputs on the CPU, then everything on GPU0

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from conftest import shared_path
-from ggml_py import ops, opscheck
+from ggml_py import ops
+from ggml_py.tools import opscheck
 from ggml_py._core import Context, Graph
 from ggml_py.alloc import TensorAllocator
 from ggml_py.backends import cpu

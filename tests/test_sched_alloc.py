@@ -7,9 +7,9 @@ import pytest
 from conftest import case_files, shared_path
 
 from ggml_py import Backend, BufferType, Context, Graph
-from ggml_py.cases import load_case
+from ggml_py.tools.cases import load_case
 from ggml_py.errors import AllocationError, SchedulerError
-from ggml_py.planning import plan_case, scheduler_for_case
+from ggml_py.tools.planning import plan_case, scheduler_for_case
 from ggml_py.sched import Scheduler
 
 PLAN_CASES = [str(p) for p in case_files(("", "random"))]

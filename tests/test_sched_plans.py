@@ -7,9 +7,9 @@ import os
 import pytest
 from conftest import case_files, shared_path
 
-from ggml_py.cases import load_case
+from ggml_py.tools.cases import load_case
 from ggml_py.errors import GgmlPyError, SchedulerError
-from ggml_py.planning import plan_case, scheduler_for_case
+from ggml_py.tools.planning import plan_case, scheduler_for_case
 from ggml_py.sched import Scheduler
 
 CASES = str(shared_path() / "cases")

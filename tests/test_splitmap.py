@@ -1,4 +1,4 @@
-"""Why splits exist (planning.split_reasons), split maps (ggml_py.splitmap) and the
+"""Why splits exist (planning.split_reasons), split maps (ggml_py.tools.splitmap) and the
 demo's live output."""
 
 import sys
@@ -6,13 +6,13 @@ import sys
 import pytest
 from conftest import shared_path
 
-from ggml_py import splitmap
+from ggml_py.tools import splitmap
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.backends.numpy_device import NumpyDeviceBackend
-from ggml_py.cases import load_case
+from ggml_py.tools.cases import load_case
 from ggml_py.models.transformer import Model, ModelConfig, Session
-from ggml_py.planning import plan_case, split_reasons
-from ggml_py.splitmap import SplitMap
+from ggml_py.tools.planning import plan_case, split_reasons
+from ggml_py.tools.splitmap import SplitMap
 
 CASES = shared_path() / "cases"
 SMALL = dict(n_vocab=96, n_ctx=32, n_embd=64, n_head=4, n_head_kv=2, n_layer=2, n_ff=96,
@@ -132,7 +132,7 @@ def test_demo_prints_before_it_computes_and_explains_splits(monkeypatch, tmp_pat
 
 def test_progress_uses_tqdm():
     import tqdm
-    from ggml_py.demo import progress
+    from ggml_py.tools.demo import progress
     bar = progress(3, "x")
     assert isinstance(bar, tqdm.tqdm)
     bar.update(1)

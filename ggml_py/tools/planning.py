@@ -14,7 +14,7 @@ from ggml_py.ops import VIEW_OPS
 from ggml_py.sched import Plan, Scheduler
 
 if TYPE_CHECKING:
-    from ggml_py.cases import Case
+    from ggml_py.tools.cases import Case
 
 
 # the scheduler's rules (Scheduler.get_cause), in words

@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import numpy as np
 
 from ggml_py import backends as backend_registry
-from ggml_py import cli
+from ggml_py.tools import cli
 from ggml_py.models.synthetic import synthetic_llama
-from ggml_py.planning import split_reasons
+from ggml_py.tools.planning import split_reasons
 from ggml_py.sched import Scheduler
-from ggml_py.splitmap import SplitMap, fmt_bytes
+from ggml_py.tools.splitmap import SplitMap, fmt_bytes
 
 if TYPE_CHECKING:
     from ggml_py._backend import Backend
@@ -212,7 +212,7 @@ def run_model(model: Model, backends: list[Backend], args: argparse.Namespace,
     _why_splits(seen["reasons"], seen["n_splits"], out)
     if args.maps:
         path = os.path.join(args.maps, f"{cfg.name}.png")
-        from ggml_py import splitmap
+        from ggml_py.tools import splitmap
         splitmap.save(seen["map"], path)
         out(f"   split map: {path}")
     return dict(name=cfg.name, nodes=p.n_nodes, splits=p.n_splits, copy_bytes=p.copy_bytes,
@@ -303,7 +303,7 @@ def run_scenario(title: str, n_layers: int, n_gpus: int = 1,
     out(f"   bytes copied between backends per evaluation: {fmt_bytes(total)}")
     _why_splits(split_reasons(sched, graph), sched.n_splits, out)
     if maps:
-        from ggml_py import splitmap
+        from ggml_py.tools import splitmap
         path = os.path.join(maps, "whatif-" + "".join(c if c.isalnum() else "-"
                                                       for c in title.lower()) + ".png")
         splitmap.save(SplitMap.from_scheduler(sched, f"{title}, {n_layers} layers"), path)

@@ -20,7 +20,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from ggml_py import backends, cli, ops, quants
+from ggml_py import backends, ops, quants
+from ggml_py.tools import cli
 from ggml_py._backend import Backend, tensor_get, tensor_set
 from ggml_py.alloc import alloc_ctx_tensors_from_buft
 from ggml_py.runtime import time_graph_compute
