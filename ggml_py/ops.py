@@ -3,7 +3,8 @@
 Every builder takes the Context first and returns the new Tensor, named like
 ggml's function without the ``ggml_`` prefix (``mul_mat(ctx, a, b)``,
 ``rope_ext(ctx, a, pos, freq_factors, n_dims, mode, ...)``). Shapes are ggml's
-``ne`` order throughout this module (dim 0 fastest). op_params are the 16 int32
+``ne`` order throughout this module (dim 0 fastest), as ``Context.new_tensor(type,
+ne=...)``; ``Context.new_tensor(type, shape)`` takes numpy order. op_params are the 16 int32
 words ggml stores; float parameters are stored bit-wise as float32 (like
 ``ggml_set_op_params_f32``). Where ggml would assert, a GraphError names the op
 and the tensor instead.
@@ -195,8 +196,7 @@ def _new(ctx: Context, op: str, srcs: Sequence[Tensor | None], type: str, ne: Se
 
 def new_tensor(ctx: Context, type: str, ne: Sequence[int], name: str | None = None) -> Tensor:
     """ggml_new_tensor: a tensor of `type` with ggml-order shape `ne`."""
-    ne = _ne4(ne)
-    return ctx.new_tensor(type, list(reversed(ne)), name=name)
+    return ctx.new_tensor(type, ne=_ne4(ne), name=name)
 
 
 def new_tensor_1d(ctx: Context, type: str, ne0: int, name: str | None = None) -> Tensor:

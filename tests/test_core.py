@@ -336,3 +336,14 @@ def test_shapes_whose_size_would_wrap_are_refused():
     with pytest.raises(ValueError, match="negative"):
         t.ne = (-1, 4, 1, 1)
     assert t.ne == (4, 4, 1, 1)
+
+
+def test_new_tensor_takes_numpy_shape_or_ggml_ne_by_name():
+    from ggml_py.errors import ArgumentError
+    ctx = Context()
+    a = ctx.new_tensor("f32", (2, 3, 4))                 # numpy order
+    b = ctx.new_tensor("f32", ne=[4, 3, 2])              # ggml order
+    assert a.ne == b.ne == (4, 3, 2, 1) and a.shape == b.shape
+    for bad in (dict(), dict(shape=(2, 3), ne=[3, 2])):
+        with pytest.raises(ArgumentError, match="exactly one"):
+            ctx.new_tensor("f32", **bad)

@@ -808,8 +808,15 @@ cdef class Context:
     def __repr__(self):
         return f"Context({self.label!r}, {self.ctx.n_tensors} tensors)"
 
-    def new_tensor(self, type, shape, name=None):
-        """A new tensor of `type` ('f32', 'q8_0', ...) and numpy-order `shape`."""
+    def new_tensor(self, type, shape=None, name=None, *, ne=None):
+        """A new tensor of `type` ('f32', 'q8_0', ...). Its shape is given one of two
+        ways, named for their order: `shape`, numpy order (outermost first, as the
+        array it holds), or `ne`, ggml order (ne[0] innermost, as ops and ggml take it)."""
+        if (shape is None) == (ne is None):
+            raise ArgumentError("new_tensor takes `shape` (numpy order) or `ne=` (ggml order): "
+                                "exactly one of them")
+        if ne is not None:
+            shape = list(reversed(items_arg(ne, "ne (ggml order)", None, GGML_MAX_DIMS)))
         return self.new_op("NONE", (), type, shape, name=name)
 
     def new_op(self, op, srcs, type, shape, *, params=(), name=None, view_of=None, view_offs=0,
