@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import glob
 import json
 import os
@@ -254,13 +255,25 @@ def _make_input(ctx, backend, alloc, spec, stored):
     return t
 
 
+@contextlib.contextmanager
+def _case_outcome(res):
+    """How a case ends, into `res`: an op without a builder skips it, a malformed case or
+    an op the backend gets wrong fails it; the run goes on."""
+    try:
+        yield
+    except NotImplementedError as e:
+        res.update(skipped=True, message=str(e))
+    except CASE_ERRORS as e:
+        res.update(passed=False, message=f"{type(e).__name__}: {e}")
+
+
 def run_case(case, backend, time_reps=0):
     """Rebuild, compute and compare one op case; returns the result dict (timed with
     time_reps > 0)."""
     name = case.get("name", "?")
     res = {"name": name, "passed": False, "error": None, "tolerance": case.get("tolerance"),
            "skipped": False, "message": ""}
-    try:
+    with _case_outcome(res):
         ctx = Context(name)
         alloc = HostAllocation(backend)
         stored = {}
@@ -300,10 +313,6 @@ def run_case(case, backend, time_reps=0):
             err = max(err, aerr)
         res.update(passed=bool(ok), error=float(err), message=msg)
         _time_into(res, backend, g, time_reps)
-    except NotImplementedError as e:
-        res.update(skipped=True, message=str(e))
-    except CASE_ERRORS as e:
-        res.update(passed=False, message=f"{type(e).__name__}: {e}")
     return res
 
 
@@ -314,7 +323,7 @@ def run_model(model, backend, time_reps=0):
     tol = float(model.get("tolerance", 2e-3))
     res = {"name": name, "passed": False, "error": None, "tolerance": tol, "skipped": False,
            "message": ""}
-    try:
+    with _case_outcome(res):
         ctx = Context(name)
         alloc = HostAllocation(backend)
         env = {}
@@ -362,10 +371,6 @@ def run_model(model, backend, time_reps=0):
                 msgs.append(f"{n}: {msg or f'nmse {err:.3g}'}")
         res.update(passed=ok, error=worst, message="; ".join(msgs))
         _time_into(res, backend, g, time_reps)
-    except NotImplementedError as e:
-        res.update(skipped=True, message=str(e))
-    except CASE_ERRORS as e:
-        res.update(passed=False, message=f"{type(e).__name__}: {e}")
     return res
 
 
