@@ -1,0 +1,167 @@
+"""Model configurations (llama and MoE forms) and the weights they name: shapes, which
+layer a weight belongs to, and how large a forward graph can get."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ggml_py import quants
+from ggml_py._core import instance_arg
+from ggml_py.errors import ModelError, UnknownNameError
+
+FFN_KINDS = ("dense", "moe_dense", "moe_topk", "moe_shared")
+WEIGHT_TYPES = ("f32", "f16", "q8_0", "q4_0")
+
+
+# ---------------------------------------------------------------------------
+# configuration
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Hyper-parameters of a llama-style model (llama.cpp's llama_hparams subset)."""
+    n_vocab: int = 256
+    n_ctx: int = 64               # KV cache cells
+    n_embd: int = 64
+    n_head: int = 4
+    n_head_kv: int = 2
+    n_layer: int = 2
+    n_ff: int = 128               # dense FFN width (and each expert's, unless n_ff_exp)
+    n_rot: int | None = None      # rope dimensions (default: the head size)
+    rope_mode: str = "NORMAL"     # llama's rope type (adjacent pairs)
+    rope_freq_base: float = 10000.0
+    rope_freq_scale: float = 1.0
+    eps: float = 1e-5             # rms_norm epsilon
+    wtype: str = "f16"            # matrices; norms and the router stay f32
+    cache_type: str = "f16"       # K/V cache cells
+    ffn: str = "dense"
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int | None = None   # width of each expert (default n_ff)
+    n_expert_shared: int = 0      # moe_shared: shared experts (their FFN is n_ff_exp wide each)
+    kv_pad: int = 32              # attention runs over the used cells rounded up to this
+    name: str = "llama"
+
+    def __post_init__(self):
+        if self.ffn not in FFN_KINDS:
+            raise ModelError(f"ffn must be one of {FFN_KINDS}, got {self.ffn!r}")
+        if self.wtype not in WEIGHT_TYPES:
+            raise ModelError(f"wtype must be one of {WEIGHT_TYPES}, got {self.wtype!r}")
+        if self.n_embd % self.n_head or self.n_head % self.n_head_kv:
+            raise ModelError("n_embd must divide into n_head heads, n_head into n_head_kv groups")
+        if self.ffn != "dense":
+            if not 0 < self.n_expert_used <= self.n_expert:
+                raise ModelError(f"{self.ffn} needs 0 < n_expert_used <= n_expert")
+            if self.ffn == "moe_shared" and self.n_expert_shared < 1:
+                raise ModelError("moe_shared needs n_expert_shared >= 1")
+        if self.n_rot_ % 2 or self.n_rot_ > self.head_dim:
+            raise ModelError(f"n_rot must be even and at most the head size {self.head_dim}")
+        if quants.is_quantized(self.wtype):
+            qk = quants.BLOCKS[self.wtype][0]
+            widths = {self.n_embd, self.n_ff, self.ff_exp}
+            if any(w % qk for w in widths):
+                raise ModelError(f"{self.wtype} weights need row lengths that are multiples of {qk}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def n_embd_gqa(self) -> int:
+        return self.head_dim * self.n_head_kv
+
+    @property
+    def n_rot_(self) -> int:
+        return self.head_dim if self.n_rot is None else self.n_rot
+
+    @property
+    def ff_exp(self) -> int:
+        return self.n_ff if self.n_ff_exp is None else self.n_ff_exp
+
+    @property
+    def is_moe(self) -> bool:
+        return self.ffn != "dense"
+
+
+def llama_config(**kw: Any) -> ModelConfig:
+    """The small llama of the demo (and the base of the MoE configs)."""
+    base = dict(n_vocab=512, n_ctx=64, n_embd=128, n_head=8, n_head_kv=4, n_layer=4, n_ff=256)
+    base.update(kw)
+    return ModelConfig(**base)
+
+
+MOE_DEFAULTS = {
+    "moe_dense": dict(n_expert=4, n_expert_used=4, n_ff_exp=128),     # all experts run
+    "moe_topk": dict(n_expert=8, n_expert_used=2, n_ff_exp=128),
+    "moe_shared": dict(n_expert=8, n_expert_used=2, n_ff_exp=64, n_expert_shared=2),
+}
+
+
+def moe_config(ffn: str, **kw: Any) -> ModelConfig:
+    """A small MoE in one of the three classic forms, llama-sized otherwise.
+    moe_dense always uses every expert (n_expert_used = n_expert)."""
+    if not isinstance(ffn, str) or ffn not in MOE_DEFAULTS:
+        raise UnknownNameError(f"unknown MoE form {ffn!r}; known: {', '.join(MOE_DEFAULTS)}")
+    base = dict(name=ffn.replace("_", "-"), ffn=ffn, **MOE_DEFAULTS[ffn])
+    base.update(kw)
+    if ffn == "moe_dense":
+        base["n_expert_used"] = base["n_expert"]
+    return llama_config(**base)
+
+
+# ---------------------------------------------------------------------------
+# weights
+
+def weight_shapes(cfg: ModelConfig) -> dict:
+    """name -> (ggml type, ggml ne) of every weight, with GGUF's tensor names."""
+    instance_arg(cfg, ModelConfig, "config")
+    E, V, F = cfg.n_embd, cfg.n_vocab, cfg.n_ff
+    G, X, Fe = cfg.n_embd_gqa, cfg.n_expert, cfg.ff_exp
+    w = cfg.wtype
+    shapes = {"token_embd.weight": (w, (E, V))}
+    for il in range(cfg.n_layer):
+        p = f"blk.{il}."
+        shapes.update({
+            p + "attn_norm.weight": ("f32", (E,)),
+            p + "attn_q.weight": (w, (E, E)),
+            p + "attn_k.weight": (w, (E, G)),
+            p + "attn_v.weight": (w, (E, G)),
+            p + "attn_output.weight": (w, (E, E)),
+            p + "ffn_norm.weight": ("f32", (E,)),
+        })
+        if cfg.ffn == "dense":
+            shapes.update({p + "ffn_gate.weight": (w, (E, F)), p + "ffn_up.weight": (w, (E, F)),
+                           p + "ffn_down.weight": (w, (F, E))})
+        else:
+            shapes.update({
+                p + "ffn_gate_inp.weight": ("f32", (E, X)),      # the router stays f32
+                p + "ffn_gate_exps.weight": (w, (E, Fe, X)),
+                p + "ffn_up_exps.weight": (w, (E, Fe, X)),
+                p + "ffn_down_exps.weight": (w, (Fe, E, X)),
+            })
+        if cfg.ffn == "moe_shared":
+            Fs = Fe * cfg.n_expert_shared
+            shapes.update({p + "ffn_gate_shexp.weight": (w, (E, Fs)),
+                           p + "ffn_up_shexp.weight": (w, (E, Fs)),
+                           p + "ffn_down_shexp.weight": (w, (Fs, E))})
+    shapes["output_norm.weight"] = ("f32", (E,))
+    shapes["output.weight"] = (w, (E, V))
+    return shapes
+
+
+def layer_of(name: str) -> int | None:
+    """The block index of a weight name ('blk.3.attn_q.weight' -> 3), None outside blocks."""
+    instance_arg(name, str, "weight name")
+    if name.startswith("blk."):
+        part = name.split(".", 2)[1]
+        if not part.isdigit():
+            raise ModelError(f"weight {name!r}: 'blk.' is not followed by a layer index")
+        return int(part)
+    return None
+
+
+def graph_size(cfg: ModelConfig) -> int:
+    """Nodes plus leafs a forward graph can have, with room to spare (llama.cpp's
+    graph_max_nodes is generous too)."""
+    instance_arg(cfg, ModelConfig, "config")
+    return 128 + cfg.n_layer * (96 + 8 * cfg.n_expert_used)

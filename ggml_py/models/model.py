@@ -1,0 +1,183 @@
+"""A model's weights in stored form and placed in backend buffers (Model), its KV cache
+(KVCache), and reading tensor values back."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from ggml_py import ops, quants
+from ggml_py._backend import Backend, get_buffer, tensor_get, tensor_set
+from ggml_py._core import Context, Tensor, instance_arg, row_size
+from ggml_py.alloc import alloc_ctx_tensors_from_buft
+from ggml_py.errors import GraphError, ModelError, UnknownNameError
+from ggml_py.models.config import WEIGHT_TYPES, ModelConfig, layer_of, weight_shapes
+
+def to_stored(type_name: str, values: np.ndarray) -> np.ndarray:
+    """float32 values (numpy order) -> the stored form of `type_name` (ggml's reference
+    quantiser for block types, as ggml_quantize_chunk / llama-quantize use)."""
+    return quants.from_f32(type_name, values, cpu=False)
+
+
+def random_weights(cfg: ModelConfig, seed: int = 0) -> dict:
+    """Seeded random weights in stored form: matrices ~ N(0, 1/fan_in) so activations keep
+    their scale through the layers, norms ~ 1, embeddings ~ N(0, 1)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, (t, ne) in weight_shapes(cfg).items():
+        shape = tuple(reversed(ne))
+        if len(ne) == 1:
+            x = 1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)
+        elif name == "token_embd.weight":
+            x = rng.standard_normal(shape, dtype=np.float32)
+        else:
+            x = rng.standard_normal(shape, dtype=np.float32) / np.float32(math.sqrt(ne[0]))
+        out[name] = (t, to_stored(t, x.astype(np.float32)))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# tensor data out
+
+def tensor_values(t: Tensor) -> np.ndarray:
+    """A contiguous float tensor's values as float32, numpy order (dequantised)."""
+    raw = np.frombuffer(tensor_get(instance_arg(t, Tensor, "tensor")), dtype=np.uint8)
+    shape = tuple(reversed(t.ne))
+    if quants.is_quantized(t.type):
+        return quants.to_f32(t.type, raw.reshape(shape[:-1] + (-1,)))
+    return quants.to_f32(t.type, raw.view(quants.PLAIN_DTYPES[t.type]).reshape(shape))
+
+
+# ---------------------------------------------------------------------------
+# the model: weights placed in backend buffers
+
+def _check_stored(name, type_name, ne, stored):
+    """A weight's stored array must hold exactly the bytes of a `type_name` tensor of `ne`."""
+    if type_name not in WEIGHT_TYPES:
+        raise GraphError(f"weight {name}: type {type_name} is not one of {WEIGHT_TYPES}")
+    want = row_size(type_name, ne[0]) * math.prod(ne[1:])
+    if ne[0] % quants.BLOCKS.get(type_name, (1,))[0] or stored.nbytes != want:
+        raise GraphError(f"weight {name}: {stored.nbytes} bytes of {type_name} do not make "
+                         f"a tensor of ne {list(ne)}")
+
+
+class Model:
+    """A model's config and weights; `place` puts the weights into backend buffers.
+
+    weights: name -> (ggml type, stored numpy array) as weight_shapes(config) names them.
+    """
+
+    def __init__(self, config: ModelConfig, weights: dict):
+        instance_arg(weights, dict, "weights")
+        want = weight_shapes(config)
+        missing = sorted(set(want) - set(weights))
+        if missing:
+            raise GraphError(f"model {config.name}: missing weights {', '.join(missing[:5])}"
+                             + (" ..." if len(missing) > 5 else ""))
+        self.config = config
+        self.weights = weights
+        self.tensors = {}           # name -> Tensor, after place()
+        self.buffers = []
+        self.backends = []          # every backend a weight lives on
+        self.layer_backend = []     # per layer
+
+    @classmethod
+    def random(cls, config: ModelConfig, seed: int = 0) -> Model:
+        return cls(config, random_weights(config, seed))
+
+    def values(self, name: str) -> np.ndarray:
+        """A weight's float32 values in numpy order (dequantised): what the graph sees."""
+        if not isinstance(name, str) or name not in self.weights:
+            raise UnknownNameError(f"model {self.config.name} has no weight {name!r}")
+        t, stored = self.weights[name]
+        return quants.to_f32(t, stored)
+
+    def place(self, layer_backends: Backend | Sequence[Backend], host: Backend | None = None,
+              output_backend: Backend | None = None) -> Model:
+        """Create the weight tensors and write them into buffers.
+
+        layer_backends: a backend per layer (a single backend: all layers); host: where the
+        token embeddings live (llama.cpp keeps the input layer on the CPU; default: the
+        last layer's backend); output_backend: output norm and matrix (default: the last
+        layer's). Each (layer, backend) gets its own weights buffer."""
+        cfg = self.config
+        if not isinstance(layer_backends, (list, tuple)):
+            layer_backends = [layer_backends] * cfg.n_layer
+        if len(layer_backends) != cfg.n_layer:
+            raise ModelError(f"{len(layer_backends)} layer backends for {cfg.n_layer} layers")
+        host = host or layer_backends[-1]
+        output_backend = output_backend or layer_backends[-1]
+        for b in (*layer_backends, host, output_backend):
+            instance_arg(b, Backend, "a layer's backend")
+        self.layer_backend = list(layer_backends)
+        self.ctx = Context(f"{cfg.name}.weights")
+        groups = {}             # (group key, backend id) -> (backend, [tensors])
+        for name, (_, ne) in weight_shapes(cfg).items():
+            stored_t, stored = self.weights[name]       # a GGUF file may mix types
+            _check_stored(name, stored_t, ne, stored)
+            tensor = ops.new_tensor(self.ctx, stored_t, ne, name=name)
+            il = layer_of(name)
+            if il is not None:
+                key, be = f"blk.{il}", layer_backends[il]
+            elif name == "token_embd.weight":
+                key, be = "input", host
+            else:
+                key, be = "output", output_backend
+            groups.setdefault((key, id(be)), (be, []))[1].append(tensor)
+            self.tensors[name] = tensor
+        self.buffers = [buf for be, ts in groups.values() for buf in
+                        alloc_ctx_tensors_from_buft(ts, be.get_default_buffer_type(), "weights")]
+        self.backends = list({id(b): b for b, _ in groups.values()}.values())
+        # a simulated device holds no bytes: the model is placed, without data
+        self.has_data = not any(buf.is_simulated for buf in self.buffers)
+        for name, tensor in self.tensors.items():
+            if not get_buffer(tensor).is_simulated:
+                tensor_set(tensor, self.weights[name][1])
+        return self
+
+    @property
+    def n_params(self) -> int:
+        return sum(math.prod(ne) for _, ne in weight_shapes(self.config).values())
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for _, s in self.weights.values())
+
+
+class KVCache:
+    """Per-layer K and V cache tensors in the layer's backend (llama_kv_cache, one
+    sequence). K: ne [n_embd_gqa, n_ctx], a row per cell; V: ne [n_ctx, n_embd_gqa],
+    stored transposed (a row per channel), as llama.cpp does without flash attention."""
+
+    def __init__(self, model: Model):
+        if not instance_arg(model, Model, "model").tensors:
+            raise ModelError("the model's weights are not placed (Model.place)")
+        cfg = model.config
+        self.config = cfg
+        self.ctx = Context(f"{cfg.name}.kv")
+        self.k, self.v = [], []
+        groups = {}
+        for il in range(cfg.n_layer):
+            k = ops.new_tensor_2d(self.ctx, cfg.cache_type, cfg.n_embd_gqa, cfg.n_ctx,
+                                  name=f"cache_k_l{il}")
+            v = ops.new_tensor_2d(self.ctx, cfg.cache_type, cfg.n_ctx, cfg.n_embd_gqa,
+                                  name=f"cache_v_l{il}")
+            self.k.append(k)
+            self.v.append(v)
+            be = model.layer_backend[il]
+            groups.setdefault(id(be), (be, []))[1].extend([k, v])
+        # llama.cpp leaves the cache buffer's usage at 'any': the scheduler places
+        # its views by the buffer's backend, not as weights
+        self.buffers = [buf for be, ts in groups.values() for buf in
+                        alloc_ctx_tensors_from_buft(ts, be.get_default_buffer_type(), "any")]
+        self.backends = [be for be, _ in groups.values()]
+        self.clear()
+
+    def clear(self) -> None:
+        """Empty the cache: n_past 0 and every cell zeroed (ggml_backend_buffer_clear), since
+        masked cells still enter the V product with weight 0, and 0 * NaN is NaN."""
+        self.n_past = 0
+        for buf in self.buffers:
+            buf.clear(0)
