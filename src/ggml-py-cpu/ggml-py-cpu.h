@@ -6,66 +6,29 @@
 // released; nodes whose kernel is written in Python are run by the Cython loop between
 // C segments.
 //
-// The tensor and buffer structs below mirror ggml_py's own (src/ggml_py/_ggml.pxd);
-// _cpu.pyx compares every field offset with Cython's layout when it is imported.
+// The tensor and buffer structs are ggml_py's own, from src/ggml_py/ggml-py-types.h
+// (the header _ggml.pxd declares them from), under the kernels' gp_ names.
 
 #pragma once
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../ggml_py/ggml-py-types.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define GP_MAX_DIMS      4
-#define GP_MAX_SRC       10
-#define GP_MAX_OP_PARAMS 16     // int32 words
-#define GP_MAX_NAME      64
+#define GP_MAX_DIMS      GGML_MAX_DIMS
+#define GP_MAX_SRC       GGML_MAX_SRC
+#define GP_MAX_OP_PARAMS GGML_MAX_OP_PARAMS     // int32 words
+#define GP_MAX_NAME      GGML_MAX_NAME
 
-// ---------------------------------------------------------------------------
-// mirrors of ggml_py's data model (_ggml.pxd)
-
-typedef struct gp_buffer_type {
-    char   name[GP_MAX_NAME];
-    size_t alignment;
-    size_t max_size;
-    int    is_host;
-    void * pyobj;
-} gp_buffer_type;
-
-typedef struct gp_buffer {
-    gp_buffer_type * buft;
-    char *           base;
-    size_t           size;
-    int              usage;
-    int              released;
-    void *           allocator;
-    void *           pyobj;
-} gp_buffer;
-
-typedef struct gp_tensor {
-    int32_t            op;
-    int32_t            flags;
-    int32_t            order;
-    struct gp_tensor * src[GP_MAX_SRC];
-    struct gp_tensor * view_src;
-    gp_buffer *        buffer;
-    char *             data;
-    size_t             view_offs;
-    int32_t            type;
-    int32_t            id;
-    int64_t            ne[GP_MAX_DIMS];
-    size_t             nb[GP_MAX_DIMS];
-    int32_t            op_params[GP_MAX_OP_PARAMS];
-    void *             extra;
-    void *             owner;
-    char               name[GP_MAX_NAME];
-} gp_tensor;
-
-// offsets of the fields above, in this order, for the layout check
-enum { GP_TENSOR_N_FIELDS = 15 };
-void gp_tensor_layout(size_t offsets[GP_TENSOR_N_FIELDS], size_t * size);
+// ggml_py's data model, the one definition (its Cython side is _ggml.pxd)
+typedef ggml_backend_buffer_type gp_buffer_type;
+typedef ggml_backend_buffer      gp_buffer;
+typedef ggml_tensor              gp_tensor;
 
 // ggml 0.10.1's type ids (the ones the kernels know)
 enum gp_type {

@@ -55,18 +55,6 @@ struct gp_plan {
     char           failure[256];
 };
 
-void gp_tensor_layout(size_t offsets[GP_TENSOR_N_FIELDS], size_t * size) {
-    size_t o[GP_TENSOR_N_FIELDS] = {
-        offsetof(gp_tensor, op), offsetof(gp_tensor, flags), offsetof(gp_tensor, src),
-        offsetof(gp_tensor, view_src), offsetof(gp_tensor, buffer), offsetof(gp_tensor, data),
-        offsetof(gp_tensor, view_offs), offsetof(gp_tensor, type), offsetof(gp_tensor, id),
-        offsetof(gp_tensor, ne), offsetof(gp_tensor, nb), offsetof(gp_tensor, op_params),
-        offsetof(gp_tensor, extra), offsetof(gp_tensor, owner), offsetof(gp_tensor, name),
-    };
-    memcpy(offsets, o, sizeof(o));
-    *size = sizeof(gp_tensor);
-}
-
 int gp_tensor_extent(const gp_tensor * t, size_t * lo, size_t * hi) {
     const int64_t blck = gp_blck_size(t->type);
     const size_t ts = gp_type_size(t->type);

@@ -13,9 +13,6 @@ cdef extern from "ggml-py-cpu/ggml-py-cpu.h" nogil:
     ctypedef struct gp_plan:
         pass
 
-    enum:
-        GP_TENSOR_N_FIELDS
-
     ctypedef enum gp_isa:
         GP_ISA_BASELINE
         GP_ISA_AVX2
@@ -31,8 +28,6 @@ cdef extern from "ggml-py-cpu/ggml-py-cpu.h" nogil:
         int kind
         int n_tasks
         size_t wsize
-
-    void gp_tensor_layout(size_t * offsets, size_t * size)
 
     int gp_isa_supported(gp_isa isa)
     int gp_isa_set(gp_isa isa)

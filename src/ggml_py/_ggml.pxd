@@ -1,14 +1,51 @@
 # The C data model of ggml_py: ggml's tensor, graph, hash set, buffer type,
 # buffer and backend structs, laid out for the scheduler and the allocator.
 # Declarations only; the logic lives in _core, _backend, _sched and _alloc.
+# The tensor, buffer type and buffer structs are defined once, in C
+# (ggml-py-types.h), which the CPU backend's C kernels include too.
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 
-cdef enum:
-    GGML_MAX_DIMS = 4
-    GGML_MAX_SRC = 10
-    GGML_MAX_OP_PARAMS = 16     # int32 words (ggml: 64 bytes)
-    GGML_MAX_NAME = 64
+cdef extern from "ggml_py/ggml-py-types.h":
+    enum:
+        GGML_MAX_DIMS
+        GGML_MAX_SRC
+        GGML_MAX_OP_PARAMS      # int32 words (ggml: 64 bytes)
+        GGML_MAX_NAME
+
+    ctypedef struct ggml_backend_buffer_type:
+        char name[GGML_MAX_NAME]
+        size_t alignment
+        size_t max_size
+        bint is_host
+        void * pyobj
+
+    ctypedef struct ggml_backend_buffer:
+        ggml_backend_buffer_type * buft
+        char * base
+        size_t size
+        int usage
+        bint released
+        void * allocator
+        void * pyobj
+
+    ctypedef struct ggml_tensor:
+        int32_t op
+        int32_t flags
+        int32_t order
+        ggml_tensor * src[GGML_MAX_SRC]
+        ggml_tensor * view_src
+        ggml_backend_buffer * buffer
+        char * data
+        size_t view_offs
+        int32_t type
+        int32_t id
+        int64_t ne[GGML_MAX_DIMS]
+        size_t nb[GGML_MAX_DIMS]
+        int32_t op_params[GGML_MAX_OP_PARAMS]
+        void * extra
+        void * owner
+        char name[GGML_MAX_NAME]
 
 # tensor flags (ggml_tensor_flag)
 cdef enum:
@@ -47,42 +84,6 @@ cdef enum:
     GGML_OP_COUNT_MAX = 128     # room for ggml's op enum (96 ops in 0.10.1)
 
 ctypedef uint32_t ggml_bitset_t
-
-cdef struct ggml_backend_buffer_type:
-    char name[GGML_MAX_NAME]
-    size_t alignment            # power of two
-    size_t max_size             # SIZE_MAX when unbounded
-    bint is_host
-    void * pyobj                # the owning BufferType (borrowed)
-
-cdef struct ggml_backend_buffer:
-    ggml_backend_buffer_type * buft
-    char * base                 # NULL-free, aligned; fake for simulated buffers
-    size_t size
-    int usage                   # GGML_BACKEND_BUFFER_USAGE_*
-    bint released               # its memory was given back: no tensor may use it any more
-    void * allocator            # the graph allocator whose compute buffer it is (or NULL)
-    void * pyobj                # the owning Buffer (borrowed)
-
-cdef struct ggml_tensor:
-    # what the split reads on every pass comes first: fewer cache lines per tensor
-    int32_t op                  # ggml_op
-    int32_t flags               # GGML_TENSOR_FLAG_*
-    int32_t order               # position among the nodes of the graph split or planned
-                                # last (valid only where that graph's nodes[order] is it)
-    ggml_tensor * src[GGML_MAX_SRC]
-    ggml_tensor * view_src
-    ggml_backend_buffer * buffer
-    char * data
-    size_t view_offs
-    int32_t type                # ggml_type
-    int32_t id                  # index in the owning context
-    int64_t ne[GGML_MAX_DIMS]   # elements per dimension
-    size_t nb[GGML_MAX_DIMS]    # stride in bytes per dimension
-    int32_t op_params[GGML_MAX_OP_PARAMS]
-    void * extra                # backend-private data
-    void * owner                # the owning context struct (for handles)
-    char name[GGML_MAX_NAME]
 
 cdef struct ggml_hash_set:
     size_t size

@@ -1,0 +1,61 @@
+// ggml_py's tensor, buffer type and buffer structs: the one definition. Cython sees them
+// through _ggml.pxd (`cdef extern from` this header), the CPU backend's C kernels
+// (src/ggml-py-cpu) include it, so the layout both sides use cannot drift apart.
+// The fields follow ggml's (ggml.h, ggml-backend-impl.h) where ggml_py has them.
+
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GGML_MAX_DIMS      4
+#define GGML_MAX_SRC       10
+#define GGML_MAX_OP_PARAMS 16       // int32 words (ggml: 64 bytes)
+#define GGML_MAX_NAME      64
+
+typedef struct ggml_backend_buffer_type {
+    char   name[GGML_MAX_NAME];
+    size_t alignment;               // power of two
+    size_t max_size;                // SIZE_MAX when unbounded
+    int    is_host;
+    void * pyobj;                   // the owning BufferType (borrowed)
+} ggml_backend_buffer_type;
+
+typedef struct ggml_backend_buffer {
+    ggml_backend_buffer_type * buft;
+    char *                     base;        // non-null, aligned; fake for simulated buffers
+    size_t                     size;
+    int                        usage;       // GGML_BACKEND_BUFFER_USAGE_*
+    int                        released;    // its memory was given back
+    void *                     allocator;   // the graph allocator whose compute buffer it is
+    void *                     pyobj;       // the owning Buffer (borrowed)
+} ggml_backend_buffer;
+
+typedef struct ggml_tensor {
+    // what the split reads on every pass comes first: fewer cache lines per tensor
+    int32_t               op;                       // ggml_op
+    int32_t               flags;                    // GGML_TENSOR_FLAG_*
+    int32_t               order;                    // position among the nodes of the graph
+                                                    // split or planned last
+    struct ggml_tensor *  src[GGML_MAX_SRC];
+    struct ggml_tensor *  view_src;
+    ggml_backend_buffer * buffer;
+    char *                data;
+    size_t                view_offs;
+    int32_t               type;                     // ggml_type
+    int32_t               id;                       // index in the owning context
+    int64_t               ne[GGML_MAX_DIMS];        // elements per dimension
+    size_t                nb[GGML_MAX_DIMS];        // stride in bytes per dimension
+    int32_t               op_params[GGML_MAX_OP_PARAMS];
+    void *                extra;                    // backend-private data
+    void *                owner;                    // the owning context struct
+    char                  name[GGML_MAX_NAME];
+} ggml_tensor;
+
+#ifdef __cplusplus
+}
+#endif
