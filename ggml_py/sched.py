@@ -88,6 +88,10 @@ class Scheduler:
         SchedulerError(kind='unexpected-realloc') with `realloc_raises`. `n_reallocs`
         and `n_unexpected_reallocs` count them always.
     validate: prove every allocation sound (default: GGML_PY_VALIDATE_ALLOC).
+    graph_reuse: keep the plan and allocation of the graph allocated last across a
+        reset, and give them to alloc_graph / split_graph / graph_compute of the same
+        Graph again while it, its tensors, the user assignments and the buffers are
+        unchanged (see README, "Graph reuse"); `n_graph_reuses` counts the reuses.
     max_split_inputs / max_graph_inputs / max_copies / max_backends: ggml's fixed limits
         (30, 30, 4, 16), here arguments.
 
@@ -104,7 +108,7 @@ class Scheduler:
                  max_backends: int = MAX_BACKENDS, max_split_inputs: int = MAX_SPLIT_INPUTS,
                  max_copies: int = MAX_COPIES, max_graph_inputs: int | None = None,
                  debug_realloc: int | None = None, realloc_raises: bool = False,
-                 validate: bool | None = None) -> None:
+                 validate: bool | None = None, graph_reuse: bool = True) -> None:
         self.lock = threading.RLock()
         self._core = None
         backends = items_arg(backends, "backends", of=Backend)
@@ -143,6 +147,7 @@ class Scheduler:
                                else max_graph_inputs, max_copies,
                                _env_int("GGML_SCHED_DEBUG_REALLOC")
                                if debug_realloc is None else debug_realloc, realloc_raises)
+        self._core.graph_reuse = bool(graph_reuse)
         self._graph = None
         # graphs whose placements a later alloc_graph took back: their inputs are gone,
         # so graph_compute does not allocate them again behind the user's back
@@ -342,6 +347,21 @@ class Scheduler:
     def n_reallocs(self) -> int:
         """How many times alloc_graph had to reserve again (ggml's GGML_SCHED_DEBUG_REALLOC)."""
         return self._core.n_reallocs
+
+    @property
+    def graph_reuse(self) -> bool:
+        """Reuse the last plan and allocation for the same, unchanged graph (default on)."""
+        return bool(self._core.graph_reuse)
+
+    @graph_reuse.setter
+    def graph_reuse(self, on: bool) -> None:
+        with self.lock:
+            self._core.graph_reuse = bool(on)
+
+    @property
+    def n_graph_reuses(self) -> int:
+        """How many splits / allocations took the kept plan instead of splitting."""
+        return self._core.n_graph_reuses
 
     @property
     def n_unexpected_reallocs(self) -> int:

@@ -42,6 +42,7 @@ typedef struct gp_buffer {
     int              released;
     void *           allocator;
     void *           pyobj;
+    uint64_t         gen;
 } gp_buffer;
 
 typedef struct gp_tensor {
@@ -61,10 +62,11 @@ typedef struct gp_tensor {
     void *             extra;
     void *             owner;
     char               name[GP_MAX_NAME];
+    uint64_t           gen;
 } gp_tensor;
 
 // offsets of the fields above, in this order, for the layout check
-enum { GP_TENSOR_N_FIELDS = 15 };
+enum { GP_TENSOR_N_FIELDS = 16 };
 void gp_tensor_layout(size_t offsets[GP_TENSOR_N_FIELDS], size_t * size);
 
 // ggml 0.10.1's type ids (the ones the kernels know)

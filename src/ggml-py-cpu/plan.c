@@ -62,6 +62,7 @@ void gp_tensor_layout(size_t offsets[GP_TENSOR_N_FIELDS], size_t * size) {
         offsetof(gp_tensor, view_offs), offsetof(gp_tensor, type), offsetof(gp_tensor, id),
         offsetof(gp_tensor, ne), offsetof(gp_tensor, nb), offsetof(gp_tensor, op_params),
         offsetof(gp_tensor, extra), offsetof(gp_tensor, owner), offsetof(gp_tensor, name),
+        offsetof(gp_tensor, gen),
     };
     memcpy(offsets, o, sizeof(o));
     *size = sizeof(gp_tensor);

@@ -23,7 +23,7 @@ from libc.string cimport memset
 from libc.stdint cimport int64_t, INT64_MIN, SIZE_MAX
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (size_arg, index_arg, items_arg, tensor_name, ggml_graph_check_order,
+from ggml_py._core cimport (tensor_changed, size_arg, index_arg, items_arg, tensor_name, ggml_graph_check_order,
                             GGML_PY_MAX_BYTES, ggml_nbytes, ggml_hash_set_init, ggml_hash_set_free,
                             ggml_hash_set_reset, ggml_hash_find_or_insert, tensor_handle,
                             Tensor, Graph)
@@ -90,6 +90,7 @@ cdef int tensor_alloc_at(ggml_backend_buffer * buffer, ggml_tensor * tensor, cha
                               f"{_buft_name(buffer.buft)} buffer of {buffer.size} bytes")
     tensor.buffer = buffer
     tensor.data = addr
+    tensor_changed(tensor)
     # ggml then calls the buffer's optional init_tensor; ggml_py buffers have none
     return 0
 
@@ -105,6 +106,7 @@ cdef int view_init(ggml_tensor * tensor) except -1:
                               f"'{tensor_name(tensor.view_src)}' has no data")
     tensor.buffer = tensor.view_src.buffer
     tensor.data = tensor.view_src.data + tensor.view_offs
+    tensor_changed(tensor)
     return 0
 
 
@@ -524,6 +526,7 @@ cdef class GraphAllocator:
             if t.buffer != NULL and t.buffer.allocator == <void *>self:
                 t.buffer = NULL
                 t.data = NULL
+                tensor_changed(t)
         self.n_placed = 0
         self.placed_owner = None
         return 0

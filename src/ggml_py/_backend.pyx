@@ -14,7 +14,7 @@ from libc.stdint cimport SIZE_MAX, INT64_MIN, INT64_MAX, int64_t, uint8_t
 from libc.stdlib cimport realloc, free
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (Tensor, tensor_handle, tensor_name, ggml_nbytes, size_arg, int_arg,
+from ggml_py._core cimport (Tensor, tensor_changed, world_changed, buffer_changed, tensor_handle, tensor_name, ggml_nbytes, size_arg, int_arg,
                             name_arg, items_arg)
 
 import numpy as np
@@ -199,6 +199,7 @@ cdef class Buffer:
         Device buffers override this to free their memory too."""
         self.c.released = True
         self._memory = None
+        buffer_changed(&self.c)
 
     @property
     def size(self):
@@ -215,6 +216,7 @@ cdef class Buffer:
     @usage.setter
     def usage(self, value):
         self.c.usage = BUFFER_USAGES[_choice(value, BUFFER_USAGES, "buffer usage")]
+        buffer_changed(&self.c)
 
     @property
     def is_host(self):
@@ -237,6 +239,7 @@ cdef class Buffer:
         tensor.owner.keep(self)
         t.buffer = &self.c
         t.data = self.c.base + offs
+        tensor_changed(t)
         return self
 
     def __repr__(self):
@@ -264,6 +267,7 @@ def view_init(Tensor tensor not None):
     tensor.owner.keep(_live(<Buffer>t.view_src.buffer.pyobj))
     t.buffer = t.view_src.buffer
     t.data = t.view_src.data + t.view_offs
+    tensor_changed(t)
 
 
 def set_buffer(Tensor tensor not None, Buffer buffer not None, offset=0):
@@ -287,6 +291,7 @@ def set_buffer(Tensor tensor not None, Buffer buffer not None, offset=0):
     tensor.owner.keep(buffer)
     t.buffer = &buffer.c
     t.data = buffer.c.base + offs
+    tensor_changed(t)
 
 
 def tensor_span(Tensor tensor not None, offset=0, size=None):
@@ -375,6 +380,7 @@ def get_buffer(Tensor tensor not None):
 def clear_buffer(Tensor tensor not None):
     tensor.ptr.buffer = NULL
     tensor.ptr.data = NULL
+    tensor_changed(tensor.ptr)
 
 
 # ---------------------------------------------------------------------------
@@ -426,6 +432,7 @@ cdef class Backend:
             _op_ids(unsupported, f"backend {self.name}: unsupported_ops")
         for i in range(GGML_OP_COUNT_MAX):
             self.c.supports_op_table[i] = GGML_PY_OP_YES if i in yes else GGML_PY_OP_NO
+        world_changed()
 
     def set_offload_ops(self, ops=(), min_batch=0):
         """Fill the offload_op table: ops in `ops` offload when batch >= min_batch."""
@@ -435,6 +442,7 @@ cdef class Backend:
         for i in range(GGML_OP_COUNT_MAX):
             self.c.offload_op_table[i] = GGML_PY_OP_YES if i in yes else GGML_PY_OP_NO
         self.c.offload_min_batch = batch
+        world_changed()
 
     def set_supported_buffer_types(self, bufts):
         bufts = items_arg(bufts, f"backend {self.name}: supported buffer types", BufferType)
@@ -449,6 +457,7 @@ cdef class Backend:
             arr[i] = &(<BufferType>b).c
         self.c.n_supported_bufts = len(bufts)
         self._bufts = bufts
+        world_changed()
 
     # --- identity ---
 

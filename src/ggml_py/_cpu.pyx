@@ -72,7 +72,8 @@ def _check_abi():
             <char *>&t.view_src - base, <char *>&t.buffer - base, <char *>&t.data - base,
             <char *>&t.view_offs - base, <char *>&t.type - base, <char *>&t.id - base,
             <char *>&t.ne - base, <char *>&t.nb - base, <char *>&t.op_params - base,
-            <char *>&t.extra - base, <char *>&t.owner - base, <char *>&t.name - base]
+            <char *>&t.extra - base, <char *>&t.owner - base, <char *>&t.name - base,
+            <char *>&t.gen - base]
     gp_tensor_layout(c_offsets, &c_size)
     theirs = [c_offsets[i] for i in range(GP_TENSOR_N_FIELDS)]
     if ours != theirs or c_size != sizeof(ggml_tensor):

@@ -2,7 +2,7 @@
 # buffer and backend structs, laid out for the scheduler and the allocator.
 # Declarations only; the logic lives in _core, _backend, _sched and _alloc.
 
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 cdef enum:
     GGML_MAX_DIMS = 4
@@ -63,6 +63,7 @@ cdef struct ggml_backend_buffer:
     bint released               # its memory was given back: no tensor may use it any more
     void * allocator            # the graph allocator whose compute buffer it is (or NULL)
     void * pyobj                # the owning Buffer (borrowed)
+    uint64_t gen                # mutation epoch of its last release or usage change
 
 cdef struct ggml_tensor:
     # what the split reads on every pass comes first: fewer cache lines per tensor
@@ -83,6 +84,8 @@ cdef struct ggml_tensor:
     void * extra                # backend-private data
     void * owner                # the owning context struct (for handles)
     char name[GGML_MAX_NAME]
+    uint64_t gen                # mutation epoch of the last change through the API
+                                # (_core's tensor_changed): the scheduler's graph reuse
 
 cdef struct ggml_hash_set:
     size_t size

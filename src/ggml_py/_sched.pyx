@@ -11,7 +11,7 @@ scheduler stays usable.
 
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memset, memcpy
-from libc.stdint cimport uint8_t
+from libc.stdint cimport uint8_t, uint64_t
 
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handle, tensor_name,
@@ -21,7 +21,8 @@ from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handl
                             ggml_context_reset, ggml_context_tensor, ggml_is_node_from,
                             ggml_views_computed_node, leaf_view_message,
                             ggml_hash_size, ggml_context, ggml_is_computed_from,
-                            ggml_computes, OP_NONE,
+                            ggml_computes, OP_NONE, mutation_epoch, tensor_changed,
+                            graph_unchanged_since,
                             order_message,
                             checked_calloc, int_arg, index_arg, OP_ROPE)
 from ggml_py._backend cimport (Backend, BufferType, backend_supports_op, backend_supports_buft,
@@ -722,17 +723,60 @@ def _physical_memory():
         return 1 << 62
 
 
-cdef int sched_reset(SchedCore s) noexcept:
-    """ggml_backend_sched_reset: forget assignments and copies (once per split)."""
+cdef void clear_tables(SchedCore s) noexcept:
+    """Forget every assignment, cause and copy of the hash set's tensors."""
+    ggml_hash_set_reset(&s.hash_set)
+    memset(s.hv_tensor_backend_ids, -1, s.hash_set.size * sizeof(int))
+    memset(s.hv_tensor_causes, 0, s.hash_set.size * sizeof(uint8_t))
+    memset(s.hv_tensor_copies, 0,
+           s.hash_set.size * s.n_backends * s.n_copies * sizeof(ggml_tensor *))
+    s.tables_fresh = True
+
+
+cdef int sched_reset(SchedCore s) except -1:
+    """ggml_backend_sched_reset: forget assignments and copies (once per split). A
+    reusable plan keeps its tables until something needs them cleared (forget_plan):
+    the next alloc_graph of the same graph may take the plan again."""
     if not s.is_reset:
-        ggml_hash_set_reset(&s.hash_set)
-        memset(s.hv_tensor_backend_ids, -1, s.hash_set.size * sizeof(int))
-        memset(s.hv_tensor_causes, 0, s.hash_set.size * sizeof(uint8_t))
-        memset(s.hv_tensor_copies, 0,
-               s.hash_set.size * s.n_backends * s.n_copies * sizeof(ggml_tensor *))
+        if s.plan_reusable:
+            s.reset_deferred = True
+        else:
+            clear_tables(s)
+        s.user_assignments = {}
         s.is_reset = True
     s.is_alloc = False
     return 0
+
+
+cdef int forget_plan(SchedCore s) except -1:
+    """The kept plan will not be reused: do a deferred reset now, with the user
+    assignments made since."""
+    cdef Py_ssize_t h
+    s.plan_reusable = False
+    if s.reset_deferred:
+        s.reset_deferred = False
+        clear_tables(s)
+        for t, b in s.user_assignments.values():
+            h = hash_id(s, (<Tensor>t).ptr)
+            s.hv_tensor_backend_ids[h] = b
+            s.hv_tensor_causes[h] = CAUSE_USR
+    return 0
+
+
+cdef bint try_reuse(SchedCore s, Graph g) except -1:
+    """Take the kept plan (and its allocation) for g again when the scheduler was reset
+    since it was made, g is the graph it was made for, nothing it depends on changed
+    and the user assignments are the plan's. O(1) when nothing at all changed since."""
+    if not (s.reset_deferred and s.plan_reusable and s.graph_reuse
+            and s.last_graph_obj is g and s.user_assignments == s.plan_assignments):
+        return False
+    if not graph_unchanged_since(g, s.plan_epoch):
+        return False
+    s.plan_epoch = mutation_epoch()
+    s.reset_deferred = False
+    s.is_reset = False
+    s.n_graph_reuses += 1
+    return True
 
 
 cdef int check_graph_fits(SchedCore s, ggml_cgraph * graph) except -1:
@@ -750,6 +794,12 @@ cdef int sched_split_graph(SchedCore s, Graph g) except -1:
     (whatever graph it was). On error the split leaves nothing in the graph and the
     scheduler is left reset-able: the next reset() clears what it assigned."""
     cdef ggml_cgraph * graph = &g.graph
+    if try_reuse(s, g):
+        return 0
+    forget_plan(s)
+    # a plan made from fresh tables depends on nothing but the graph and these
+    s.plan_assignments = dict(s.user_assignments) if s.tables_fresh else None
+    s.tables_fresh = False
     undo_rewiring(s)
     retire_arena(s)
     if s.split_pending:
@@ -831,12 +881,19 @@ cdef int sched_alloc_graph(SchedCore s, Graph graph) except -1:
     """ggml_backend_sched_alloc_graph: split on the next copy slot, then allocate
     (the caller checked that no graph is allocated)."""
     check_graph_fits(s, &graph.graph)      # before the copy slot moves, as ggml checks it
+    if try_reuse(s, graph):
+        s.is_alloc = True                  # the kept placements are in place
+        return 1
     s.cur_copy = s.next_copy
     s.next_copy = (s.next_copy + 1) % s.n_copies
     sched_split_graph(s, graph)
     if not sched_alloc_splits(s):
         return 0
     s.is_alloc = True
+    # reusable when made from a reset state; with pipeline parallelism each alloc_graph
+    # moves to the next copy slot, which a kept plan cannot do
+    s.plan_reusable = s.plan_assignments is not None and s.n_copies == 1
+    s.plan_epoch = mutation_epoch()
     return 1
 
 
@@ -914,6 +971,9 @@ cdef class SchedCore:
                                                            sizeof(void *), "scheduler tables")
         self.arena = Context("sched")
         self.galloc = GraphAllocator(bufts)
+        self.graph_reuse = True
+        self.user_assignments = {}
+        self.plan_assignments = None
         self.is_reset = False
         sched_reset(self)
 
@@ -928,6 +988,7 @@ cdef class SchedCore:
         again)."""
         if self.arena is None:
             return                  # __init__ did not finish
+        forget_plan(self)
         undo_rewiring(self)
         retire_arena(self)
         self.n_splits = 0
@@ -973,6 +1034,7 @@ cdef class SchedCore:
             sched_split_graph(self, graph)
         except BaseException:
             # leave nothing half-made: the next split starts from a reset
+            forget_plan(self)
             self.n_splits = 0
             self.graph.n_nodes = 0
             self.graph.n_leafs = 0
@@ -990,12 +1052,16 @@ cdef class SchedCore:
             ok = sched_alloc_graph(self, graph)
         except BaseException:
             self.is_alloc = False
+            forget_plan(self)
             sched_reset(self)
             raise
+        if not ok:
+            forget_plan(self)
         return bool(ok)
 
     def reserve_n(self):
         """Reserve compute buffers for the current graph copy (after a split)."""
+        self.plan_reusable = False        # the reservation may move every placement
         ok = self.galloc.reserve_n(&self.graph, self.node_backend_ids, self.leaf_backend_ids)
         self.split_pending = self.plan_stale = False    # the plan is the last split's
         return bool(ok)
@@ -1018,19 +1084,30 @@ cdef class SchedCore:
     def undo_rewiring(self):
         """Give the nodes of the graph split last back the sources that the split
         replaced by this scheduler's copies (splitting does this first, too)."""
+        forget_plan(self)
         undo_rewiring(self)
 
     def set_tensor_backend(self, Tensor t not None, backend_id):
         cdef int b = index_arg(backend_id, "backend id", self.n_backends)
-        cdef Py_ssize_t h = hash_id(self, t.ptr)
-        self.hv_tensor_backend_ids[h] = b
-        self.hv_tensor_causes[h] = CAUSE_USR
+        cdef Py_ssize_t h
+        if not self.reset_deferred:
+            forget_plan(self)            # the tables are the plan's: it would not be
+            h = hash_id(self, t.ptr)
+            self.hv_tensor_backend_ids[h] = b
+            self.hv_tensor_causes[h] = CAUSE_USR
+        # (with a deferred reset, the reuse check compares these with the plan's)
+        self.user_assignments[<size_t>t.ptr] = (t, b)
         self.is_reset = False
 
     def get_tensor_backend_id(self, Tensor t not None):
+        if self.reset_deferred:
+            entry = self.user_assignments.get(<size_t>t.ptr)
+            return -1 if entry is None else entry[1]
         return sched_tensor_backend_id(self, t.ptr)
 
     def get_cause(self, Tensor t not None):
+        if self.reset_deferred:
+            forget_plan(self)            # after a reset every cause is forgotten
         cdef size_t i = ggml_hash_find(&self.hash_set, t.ptr)
         if i == GGML_HASHSET_FULL or not ggml_bitset_get(self.hash_set.used, i):
             return ""
@@ -1153,9 +1230,10 @@ cdef class GraphSnapshot:
             else:
                 self.tensors[i].data = self.data[i]
                 self.tensors[i].buffer = self.buffers[i]
+            tensor_changed(self.tensors[i])
 
 
-TIME_SPLIT, TIME_ALLOC, TIME_RESERVE = 0, 1, 2
+TIME_SPLIT, TIME_ALLOC, TIME_RESERVE, TIME_REUSE = 0, 1, 2, 3
 
 
 def time_reps(SchedCore s not None, Graph graph not None, GraphSnapshot snap not None,
@@ -1164,27 +1242,52 @@ def time_reps(SchedCore s not None, Graph graph not None, GraphSnapshot snap not
     each, untimed, the graph is restored, the scheduler reset to copy slot 0 and the
     user assignments [(Tensor, backend_id), ...] re-applied. `what` is TIME_SPLIT (the
     split alone), TIME_ALLOC (alloc_graph; in the steady state the reservation is
-    reused) or TIME_RESERVE (split + reserve_n + alloc_graph: a new or changed graph)."""
+    reused) or TIME_RESERVE (split + reserve_n + alloc_graph: a new or changed graph);
+    these three never reuse a plan. TIME_REUSE times alloc_graph of the unchanged graph
+    after a reset (graph reuse: the graph is allocated once first, untimed, and not
+    restored between repetitions)."""
     import time
     cdef list out = []
     cdef int r, n = int_arg(reps, "reps", 0, _INT32_MAX)
-    cdef int kind = int_arg(what, "what", TIME_SPLIT, TIME_RESERVE)
+    cdef int kind = int_arg(what, "what", TIME_SPLIT, TIME_REUSE)
+    cdef bint reuse = s.graph_reuse
+    cdef int reuses = s.n_graph_reuses
     clock = time.perf_counter_ns
-    for r in range(n):
-        snap.restore()
-        sched_reset(s)
-        s.next_copy = 0         # copy slot 0 every time (ggml_backend_sched_synchronize)
-        for t, b in assignments:
-            s.set_tensor_backend(t, b)
-        t0 = clock()
-        if kind == TIME_SPLIT:
-            sched_split_graph(s, graph)
-        elif kind == TIME_ALLOC:
-            sched_alloc_graph(s, graph)
-        else:
-            sched_split_graph(s, graph)
-            s.galloc.reserve_n(&s.graph, s.node_backend_ids, s.leaf_backend_ids)
-            s.galloc.alloc_graph(&s.graph, (graph, s.arena))
-        out.append(clock() - t0)
+    s.graph_reuse = kind == TIME_REUSE
+    try:
+        if kind == TIME_REUSE:
+            snap.restore()
+            forget_plan(s)
+            sched_reset(s)
+            s.next_copy = 0
+            for t, b in assignments:
+                s.set_tensor_backend(t, b)
+            if not sched_alloc_graph(s, graph):
+                raise AllocationError("time_reps: the graph could not be allocated")
+        for r in range(n):
+            if kind != TIME_REUSE:
+                snap.restore()
+                forget_plan(s)
+            sched_reset(s)
+            s.next_copy = 0         # copy slot 0 every time (ggml_backend_sched_synchronize)
+            for t, b in assignments:
+                s.set_tensor_backend(t, b)
+            t0 = clock()
+            if kind == TIME_SPLIT:
+                sched_split_graph(s, graph)
+            elif kind == TIME_ALLOC or kind == TIME_REUSE:
+                sched_alloc_graph(s, graph)
+            else:
+                sched_split_graph(s, graph)
+                s.galloc.reserve_n(&s.graph, s.node_backend_ids, s.leaf_backend_ids)
+                s.galloc.alloc_graph(&s.graph, (graph, s.arena))
+            out.append(clock() - t0)
+    finally:
+        s.graph_reuse = reuse
+        s.plan_reusable = s.plan_reusable and reuse and kind == TIME_REUSE
     s.is_alloc = False
+    if kind == TIME_REUSE and s.n_graph_reuses - reuses != n:
+        raise SchedulerError(f"time_reps: {s.n_graph_reuses - reuses} of {n} allocations "
+                             f"reused the plan (pipeline parallelism, or the graph changes)",
+                             "no-reuse")
     return out
