@@ -440,11 +440,47 @@ def _name(t, name):
     return t
 
 
+def padded_kv(cfg: ModelConfig, n_past: int, n_tokens: int) -> int:
+    """The cells attention runs over: the used ones rounded up to kv_pad."""
+    instance_arg(cfg, ModelConfig, "config")
+    n_past = int_arg(n_past, "n_past", 0, cfg.n_ctx)
+    n_tokens = int_arg(n_tokens, "n_tokens", 0, cfg.n_ctx)
+    return min(cfg.n_ctx, -(-(n_past + n_tokens) // cfg.kv_pad) * cfg.kv_pad)
+
+
+def step_inputs(cfg: ModelConfig, tokens: np.ndarray, n_past: int, n_kv: int,
+                kv_rows: bool = False) -> dict[str, np.ndarray]:
+    """{input name: data} of a forward graph for `tokens` at positions n_past..: what
+    changes from step to step lives in these inputs."""
+    tokens = token_ids(tokens, cfg)
+    n_past = int_arg(n_past, "n_past", 0, cfg.n_ctx)
+    n_kv = int_arg(n_kv, "n_kv", 0, cfg.n_ctx)
+    T = int(tokens.size)
+    pos = np.arange(n_past, n_past + T)
+    allowed = np.arange(n_kv)[None, :] <= pos[:, None]          # causal, one sequence
+    data = {"inp_tokens": tokens, "inp_pos": pos,
+            "kq_mask": np.where(allowed, 0.0, -np.inf)}
+    if cfg.ffn == "moe_dense":
+        data["inp_all_experts"] = np.tile(np.arange(cfg.n_expert), (T, 1))
+    if kv_rows:
+        # K: a cache row per cell; V (transposed): one element per (channel, cell), the
+        # source element (channel c, token t) is row c + t * n_embd_gqa of the reshape
+        data["inp_k_idxs"] = pos
+        data["inp_v_idxs"] = (np.arange(cfg.n_embd_gqa)[None, :] * cfg.n_ctx
+                              + pos[:, None]).reshape(-1)
+    return data
+
+
 def build_forward(model: Model, cache: KVCache, tokens, n_past: int | None = None,
-                  logits: str = "all") -> Forward:
+                  logits: str = "all", kv_rows: bool = False) -> Forward:
     """The graph of one llama_decode call: `tokens` at positions n_past.. (default: the
     cache's), writing their K/V into the cache. logits 'all' or 'last' (a get_rows of
-    the output ids before the output norm, as llama.cpp does)."""
+    the output ids before the output norm, as llama.cpp does).
+
+    kv_rows: write K/V with set_rows at cell ids given as inputs (llama.cpp's
+    set_rows path) instead of cpy into views at n_past: the graph then depends on
+    n_past only through the padded KV length, and can be computed again for the next
+    position with new inputs (models.decode_graph)."""
     cfg = instance_arg(model, Model, "model").config
     instance_arg(cache, KVCache, "cache")
     tokens = token_ids(tokens, cfg)
@@ -457,27 +493,29 @@ def build_forward(model: Model, cache: KVCache, tokens, n_past: int | None = Non
     W = model.tensors
     if not W:
         raise GraphError("the model's weights are not placed (Model.place)")
-    n_kv = min(cfg.n_ctx, -(-(n_past + T) // cfg.kv_pad) * cfg.kv_pad)
+    n_kv = padded_kv(cfg, n_past, T)
     E, H, Hkv, D = cfg.n_embd, cfg.n_head, cfg.n_head_kv, cfg.head_dim
 
     ctx = Context(f"{cfg.name}.forward")
     graph = Graph(graph_size(cfg))
     inputs = []
+    data = step_inputs(cfg, tokens, n_past, n_kv, kv_rows)
 
-    def inp(type_name, ne, name, data):
+    def inp(type_name, ne, name, values=None):
         t = ops.new_tensor(ctx, type_name, ne, name=name).set_input()
-        inputs.append((t, np.ascontiguousarray(data, dtype=quants.PLAIN_DTYPES[type_name])))
+        values = data[name] if values is None else values
+        inputs.append((t, np.ascontiguousarray(values, dtype=quants.PLAIN_DTYPES[type_name])))
         return t
 
-    inp_tokens = inp("i32", (T,), "inp_tokens", tokens)
-    inp_pos = inp("i32", (T,), "inp_pos", np.arange(n_past, n_past + T))
-    cells = np.arange(n_kv)[None, :]
-    allowed = cells <= (n_past + np.arange(T))[:, None]          # causal, one sequence
-    kq_mask = inp("f32", (n_kv, T), "kq_mask", np.where(allowed, 0.0, -np.inf))
+    inp_tokens = inp("i32", (T,), "inp_tokens")
+    inp_pos = inp("i32", (T,), "inp_pos")
+    kq_mask = inp("f32", (n_kv, T), "kq_mask")
     all_ids = None
     if cfg.ffn == "moe_dense":
-        all_ids = inp("i32", (cfg.n_expert, T), "inp_all_experts",
-                      np.tile(np.arange(cfg.n_expert), (T, 1)))
+        all_ids = inp("i32", (cfg.n_expert, T), "inp_all_experts")
+    if kv_rows:
+        k_idxs = inp("i64", (T,), "inp_k_idxs")
+        v_idxs = inp("i64", (T * cfg.n_embd_gqa,), "inp_v_idxs")
 
     x = _name(ops.get_rows(ctx, W["token_embd.weight"], inp_tokens), "inp_embd")
     kq_scale = 1.0 / math.sqrt(D)
@@ -495,11 +533,19 @@ def build_forward(model: Model, cache: KVCache, tokens, n_past: int | None = Non
 
         # store this batch's K and V in the cache; expanded now so the writes come before
         # the reads below in graph order (llama.cpp's cpy_k / cpy_v)
-        k_view = ops.view_1d(ctx, ck[il], T * cfg.n_embd_gqa,
-                             row_size(cfg.cache_type, cfg.n_embd_gqa) * n_past)
-        v_view = ops.view_2d(ctx, cv[il], T, cfg.n_embd_gqa, cfg.n_ctx * esv, n_past * esv)
-        graph.build_forward_expand(ops.cpy(ctx, k, k_view))
-        graph.build_forward_expand(ops.cpy(ctx, ops.transpose(ctx, v), v_view))
+        if kv_rows:
+            graph.build_forward_expand(ops.set_rows(
+                ctx, ck[il], ops.reshape_2d(ctx, k, cfg.n_embd_gqa, T), k_idxs))
+            cells = ops.view_2d(ctx, cv[il], 1, cfg.n_ctx * cfg.n_embd_gqa, esv)
+            graph.build_forward_expand(ops.set_rows(
+                ctx, cells, ops.reshape_2d(ctx, v, 1, T * cfg.n_embd_gqa), v_idxs))
+        else:
+            k_view = ops.view_1d(ctx, ck[il], T * cfg.n_embd_gqa,
+                                 row_size(cfg.cache_type, cfg.n_embd_gqa) * n_past)
+            v_view = ops.view_2d(ctx, cv[il], T, cfg.n_embd_gqa, cfg.n_ctx * esv,
+                                 n_past * esv)
+            graph.build_forward_expand(ops.cpy(ctx, k, k_view))
+            graph.build_forward_expand(ops.cpy(ctx, ops.transpose(ctx, v), v_view))
 
         kk = ops.view_3d(ctx, ck[il], D, n_kv, Hkv, row_size(cfg.cache_type, cfg.n_embd_gqa),
                          row_size(cfg.cache_type, D), 0)
@@ -537,9 +583,9 @@ def token_ids(tokens, cfg: ModelConfig) -> np.ndarray:
         ids = np.asarray(tokens).reshape(-1)
     except (TypeError, ValueError) as e:
         raise ModelError(f"tokens must be a list of token ids: {e}") from None
-    if ids.size and (ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= cfg.n_vocab):
+    if ids.size and (ids.dtype.kind not in "iu" or not 0 <= ids.min() <= ids.max() < cfg.n_vocab):
         raise ModelError(f"token ids must be integers in 0..{cfg.n_vocab - 1}")
-    return ids.astype(np.int32)
+    return ids.astype(np.int32, copy=False)
 
 
 def graph_size(cfg: ModelConfig) -> int:
@@ -637,6 +683,8 @@ class StepStats:
     alloc_s: float             # split + alloc_graph + setting the inputs
     compute_s: float           # graph compute, copies included
     splits: list[SplitStats]
+    graph_reused: bool = False     # the decode graph of the step before (no build)
+    plan_reused: bool = False      # the scheduler's plan and allocation (no split, no alloc)
 
     @property
     def n_inputs(self) -> int:
@@ -653,10 +701,15 @@ class Session:
 
     profile_splits: time every split to completion (the runtime's sync_splits: an
     asynchronous device is waited for after each split, so split times are real, at
-    the price of the overlap)."""
+    the price of the overlap).
+    reuse_decode_graph: keep the one-token graph across decode steps while the padded
+    KV length holds, as llama.cpp does (models.decode_graph); with the scheduler's
+    graph reuse such a step builds, splits and allocates nothing."""
 
     def __init__(self, model: Model, backends: Sequence[Backend],
-                 scheduler: Scheduler | None = None, profile_splits: bool = False) -> None:
+                 scheduler: Scheduler | None = None, profile_splits: bool = False,
+                 reuse_decode_graph: bool = True) -> None:
+        from ggml_py.models.decode_graph import DecodeGraph
         from ggml_py.sched import Scheduler
         instance_arg(model, Model, "model")
         instance_arg(scheduler, Scheduler, "scheduler", optional=True)
@@ -667,17 +720,23 @@ class Session:
         self.sched.runtime.sync_splits = bool(profile_splits)
         self.history: list[StepStats] = []
         self.graph: Graph | None = None     # the last forward graph (split as sched.splits)
+        self.decode = DecodeGraph(model, self.cache) if reuse_decode_graph else None
 
     def forward(self, tokens: Sequence[int] | np.ndarray, logits: str = "all") -> np.ndarray:
         """Run `tokens` through the model after the cached ones (llama_decode: build the
         graph, allocate it, set the inputs, compute); returns their logits, numpy
         [n_outputs, n_vocab]."""
         t0 = time.perf_counter()
-        fw = build_forward(self.model, self.cache, tokens, logits=logits)
+        if self.decode is not None and np.size(tokens) == 1:
+            fw, graph_reused = self.decode.forward(tokens, logits)
+        else:
+            fw, graph_reused = build_forward(self.model, self.cache, tokens, logits=logits), False
         t1 = time.perf_counter()
         sched = self.sched
+        reuses = sched.n_graph_reuses
         sched.reset()
         sched.alloc_graph(fw.graph)
+        plan_reused = sched.n_graph_reuses > reuses
         for t, data in fw.inputs:
             tensor_set(t, data, self.backends)
         sched.profile.reset()
@@ -689,10 +748,11 @@ class Session:
         out = tensor_values(fw.logits, self.backends).reshape(fw.n_outputs, -1)
         self.cache.n_past += fw.n_tokens
         self.graph = fw.graph
-        self.history.append(self._stats(fw, t1 - t0, t2 - t1, t3 - t2, sched.profile))
+        self.history.append(self._stats(fw, t1 - t0, t2 - t1, t3 - t2, sched.profile,
+                                        graph_reused, plan_reused))
         return out
 
-    def _stats(self, fw, build_s, alloc_s, compute_s, profile):
+    def _stats(self, fw, build_s, alloc_s, compute_s, profile, graph_reused, plan_reused):
         s = self.sched
         splits = [SplitStats(sp.backend.name, sp.i_end - sp.i_start, len(sp.inputs),
                              sum(t.nbytes for t in sp.inputs)) for sp in s.splits]
@@ -700,7 +760,7 @@ class Session:
             st.bytes_copied, st.copy_s, st.compute_s = p.bytes_copied, p.copy_s, p.compute_s
         return StepStats("prompt" if fw.n_tokens > 1 else "decode", fw.n_tokens,
                          fw.graph.n_nodes, s.n_splits, s.n_copies, build_s, alloc_s, compute_s,
-                         splits)
+                         splits, graph_reused, plan_reused)
 
     def generate(self, prompt: Sequence[int], n_new: int) -> list[int]:
         """Greedy decoding: the prompt in one pass, then one token per step; the new ids."""
