@@ -1,7 +1,12 @@
 """Split-time benchmark: every shared case against ggml's recorded time, and
-synthetic llama graphs from 1k to 100k nodes (µs per node, linear scaling).
+synthetic llama graphs from 1k to 100k nodes (µs per node, linear scaling), with
+split + reserve + alloc and graph reuse (the same Graph allocated again) beside.
 
-    python bench/bench_split.py [--cases DIR] [--random] [--sizes 1000,10000,100000] [--json]
+    python bench/bench_split.py [--cases DIR] [--random] [--sizes 1000,10000,40000,100000] [--json]
+
+ggml's per-node split figures beside the synthetic sizes are issue 11's table (ggml
+0.10.1's C scheduler on the same graph shapes, measured on this machine kind when the
+issue was filed), not a measurement of this run.
 
 Medians of wall time, measured as SCHED_CASES.md says ggml was measured
 (graph restored, scheduler reset and assignments re-applied before each split,
@@ -57,6 +62,16 @@ def bench_cases(cases_dir, include_random, as_json):
               f"worst {max(ratios):.2f}x")
 
 
+# issue 11: ggml's split, µs per node, on synthetic llama full-offload graphs
+GGML_SPLIT_US_PER_NODE = {1030: 0.048, 10246: 0.054, 40966: 0.129}
+
+
+def _ggml_per_node(n_nodes):
+    """The issue's ggml figure for the size nearest n_nodes (within 10 %), or None."""
+    near = min(GGML_SPLIT_US_PER_NODE, key=lambda n: abs(n - n_nodes))
+    return GGML_SPLIT_US_PER_NODE[near] if abs(near - n_nodes) <= 0.1 * near else None
+
+
 def bench_scaling(sizes, as_json):
     for n_nodes in sizes:
         n_layers = max(1, n_nodes // 31)
@@ -65,20 +80,30 @@ def bench_scaling(sizes, as_json):
         sched = Scheduler(backends, graph_size=2 * (graph.n_nodes + graph.n_leafs))
         t0 = time.perf_counter()
         us, reps = time_splits(sched, graph, 0.5 if graph.n_nodes < 50000 else 2.0, 5)
+        few = 5 if graph.n_nodes < 50000 else 3
+        reserve_us = statistics.median(sched.time_alloc(graph, few, reserve=True))
+        reuse_us = statistics.median(sched.time_reuse(graph, 101))
+        ggml = _ggml_per_node(graph.n_nodes)
         row = {"case": f"synthetic-llama-{n_layers}L", "n_nodes": graph.n_nodes,
-               "split_us_median": round(us, 1), "us_per_node": round(us / graph.n_nodes, 4),
+               "split_us_median": round(us, 1), "split_us_per_node": round(us / graph.n_nodes, 4),
+               "ggml_split_us_per_node": ggml,
+               "split_ratio": None if ggml is None else round(us / graph.n_nodes / ggml, 3),
+               "alloc_reserve_us_median": round(reserve_us, 1),
+               "reuse_same_graph_us": round(reuse_us, 3),
                "n_splits": sched.n_splits, "reps": reps}
+        gtxt = "   -   " if ggml is None else f"{ggml:.3f}"
         print(json.dumps(row) if as_json else
-              f"{row['case']:<28} {graph.n_nodes:>7} nodes {us:11.1f} us  "
-              f"{row['us_per_node']:.4f} us/node  ({reps} reps, {time.perf_counter() - t0:.1f} s)",
-              flush=True)
+              f"{row['case']:<28} {graph.n_nodes:>7} nodes  split {us:11.1f} us  "
+              f"{row['split_us_per_node']:.4f} us/node (ggml {gtxt})  split+reserve+alloc "
+              f"{reserve_us:11.1f} us  reuse {reuse_us:.2f} us  ({reps} reps, "
+              f"{time.perf_counter() - t0:.1f} s)", flush=True)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default=DEFAULT_CASES, help="the reference data folder, holding cases/ (default: tests/data)")
     ap.add_argument("--random", action="store_true", help="also the random cases")
-    ap.add_argument("--sizes", default="1000,10000,100000")
+    ap.add_argument("--sizes", default="1000,10000,40000,100000")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if os.path.isdir(os.path.join(args.cases, "cases")):

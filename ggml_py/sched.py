@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from ggml_py._backend import Backend, BufferType
 from ggml_py._core import Graph, Tensor, instance_arg, int_arg, items_arg
-from ggml_py._sched import (TIME_ALLOC, TIME_RESERVE, TIME_SPLIT, GraphSnapshot,
+from ggml_py._sched import (TIME_ALLOC, TIME_RESERVE, TIME_REUSE, TIME_SPLIT, GraphSnapshot,
                             SchedCore, time_reps)
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
                             SchedulerError)
@@ -546,6 +546,24 @@ class Scheduler:
                 self.alloc_graph(graph)     # the first call reserves; time the steady state
             ns = time_reps(self._core, graph, snap, ids, reps, TIME_RESERVE if reserve else TIME_ALLOC)
         finally:
+            snap.restore()
+            self.reset()
+        return [x / 1000.0 for x in ns]
+
+    @_locked
+    def time_reuse(self, graph: Graph, reps: int,
+                   assignments: Iterable[tuple[Tensor, BackendRef]] = ()) -> list[float]:
+        """Wall times (µs) of `reps` alloc_graph calls of the unchanged graph after a reset
+        and `assignments` (untimed): graph reuse, no split and no allocation. Raises
+        SchedulerError(kind='no-reuse') where the plan is not reused."""
+        _check_graph(graph)
+        self._core.undo_rewiring()
+        snap = GraphSnapshot(graph)
+        ids = [(t, self.backend_id(b)) for t, b in assignments]
+        try:
+            ns = time_reps(self._core, graph, snap, ids, reps, TIME_REUSE)
+        finally:
+            self._core.undo_rewiring()
             snap.restore()
             self.reset()
         return [x / 1000.0 for x in ns]
