@@ -66,6 +66,12 @@ cdef class SchedCore:
     cdef Py_ssize_t * node_slots                # [node_slots_capacity]
     cdef uint8_t * node_is_view                 # [node_slots_capacity]: skip without a struct read
     cdef int node_slots_capacity
+    # ... and of each node's sources, hashed once too: node i's are entries
+    # [src_begin[i], src_begin[i + 1]) of src_slots (hash slot) and src_index (j of src[j])
+    cdef int * src_begin                        # [node_slots_capacity + 1]
+    cdef Py_ssize_t * src_slots                 # [src_capacity]
+    cdef uint8_t * src_index                    # [src_capacity]
+    cdef int src_capacity
 
     # backend of each graph-copy node / leaf, and of the previous split's
     cdef int * node_backend_ids                 # [ids_capacity]

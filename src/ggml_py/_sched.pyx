@@ -151,8 +151,14 @@ cdef int backend_id_from_cur(SchedCore s, ggml_tensor * tensor, uint8_t * cause)
     return -1
 
 
-cdef int buffer_supported(SchedCore s, ggml_tensor * t, int backend_id) except -1:
+cdef inline int buffer_supported(SchedCore s, ggml_tensor * t, int backend_id) except -1:
     """Can backend_id read t where it is (or will be)?"""
+    return buffer_supported_at(s, t, hash_id(s, t), backend_id)
+
+
+cdef int buffer_supported_at(SchedCore s, ggml_tensor * t, Py_ssize_t slot,
+                             int backend_id) except -1:
+    """buffer_supported for t at hash slot `slot`."""
     cdef ggml_backend_buffer * buf = _base_buffer(s, t)
     cdef ggml_backend_buffer_type * buft = NULL
     cdef int id
@@ -160,7 +166,7 @@ cdef int buffer_supported(SchedCore s, ggml_tensor * t, int backend_id) except -
         buft = buf.buft
     else:
         # not allocated yet: it will live in the buffer type of its backend
-        id = backend_of(s, t)
+        id = s.hv_tensor_backend_ids[slot]
         if id == -1 and t.view_src != NULL:
             id = backend_of(s, t.view_src)
         if id != -1:
@@ -185,12 +191,16 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
     cdef Py_ssize_t h
     cdef ggml_tensor * t
     cdef void * tmp
-    if graph.n_nodes > s.node_slots_capacity:
-        tmp = realloc(s.node_slots, graph.n_nodes * sizeof(Py_ssize_t))
+    if graph.n_nodes > s.node_slots_capacity or s.src_begin == NULL:
+        tmp = realloc(s.src_begin, (graph.n_nodes + 1) * sizeof(int))
+        if tmp == NULL:
+            raise AllocationError("cannot grow the scheduler's tables")
+        s.src_begin = <int *>tmp
+        tmp = realloc(s.node_slots, max(graph.n_nodes, 1) * sizeof(Py_ssize_t))
         if tmp == NULL:
             raise AllocationError("cannot grow the scheduler's tables")
         s.node_slots = <Py_ssize_t *>tmp
-        tmp = realloc(s.node_is_view, graph.n_nodes * sizeof(uint8_t))
+        tmp = realloc(s.node_is_view, max(graph.n_nodes, 1) * sizeof(uint8_t))
         if tmp == NULL:
             raise AllocationError("cannot grow the scheduler's tables")
         s.node_is_view = <uint8_t *>tmp
@@ -211,6 +221,35 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
         for i in range(graph.n_leafs):
             if ggml_views_computed_node(graph, graph.leafs[i]):
                 raise GraphError(leaf_view_message(graph.leafs[i]))
+    hash_sources(s, graph)
+    return 0
+
+
+cdef int hash_sources(SchedCore s, ggml_cgraph * graph) except -1:
+    """The hash slot of every node source, in node order: passes 3 to 5 read these
+    instead of probing the hash set for each source again."""
+    cdef int i, j, k = 0
+    cdef ggml_tensor * node
+    cdef void * tmp
+    for i in range(graph.n_nodes):
+        s.src_begin[i] = k
+        node = graph.nodes[i]
+        if k + GGML_MAX_SRC > s.src_capacity:
+            tmp = realloc(s.src_slots, 2 * (k + GGML_MAX_SRC) * sizeof(Py_ssize_t))
+            if tmp == NULL:
+                raise AllocationError("cannot grow the scheduler's tables")
+            s.src_slots = <Py_ssize_t *>tmp
+            tmp = realloc(s.src_index, 2 * (k + GGML_MAX_SRC) * sizeof(uint8_t))
+            if tmp == NULL:
+                raise AllocationError("cannot grow the scheduler's tables")
+            s.src_index = <uint8_t *>tmp
+            s.src_capacity = 2 * (k + GGML_MAX_SRC)
+        for j in range(GGML_MAX_SRC):
+            if node.src[j] != NULL:
+                s.src_slots[k] = hash_id(s, node.src[j])
+                s.src_index[k] = j
+                k += 1
+    s.src_begin[graph.n_nodes] = k
     return 0
 
 
@@ -237,9 +276,9 @@ cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
     """Pass 3: move nodes to a higher-priority backend with the same buffer type
     when it can read all their sources; give each still unassigned node the
     backend that can read most of its sources."""
-    cdef int i, j, b, n_supported, n_supported_best, cur
+    cdef int i, k, b, n_supported, n_supported_best, cur
     cdef bint supported
-    cdef Py_ssize_t h
+    cdef Py_ssize_t h, hs
     cdef ggml_tensor * node
     cdef ggml_tensor * src
     for i in range(graph.n_nodes):
@@ -254,12 +293,11 @@ cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
                 if not backend_supports_op(s.backends[b], node):
                     continue
                 n_supported = 0
-                for j in range(GGML_MAX_SRC):
-                    src = node.src[j]
-                    if src == NULL:
-                        continue
-                    if ((backend_of(s, src) != -1 or backend_of(s, src.view_src) != -1)
-                            and buffer_supported(s, src, b)):
+                for k in range(s.src_begin[i], s.src_begin[i + 1]):
+                    src = node.src[s.src_index[k]]
+                    hs = s.src_slots[k]
+                    if ((s.hv_tensor_backend_ids[hs] != -1 or backend_of(s, src.view_src) != -1)
+                            and buffer_supported_at(s, src, hs, b)):
                         n_supported += 1
                 if n_supported > n_supported_best:
                     n_supported_best = n_supported
@@ -270,9 +308,8 @@ cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
                 if s.bufts[b] != s.bufts[cur] or not backend_supports_op(s.backends[b], node):
                     continue
                 supported = True
-                for j in range(GGML_MAX_SRC):
-                    src = node.src[j]
-                    if src != NULL and not buffer_supported(s, src, b):
+                for k in range(s.src_begin[i], s.src_begin[i + 1]):
+                    if not buffer_supported_at(s, node.src[s.src_index[k]], s.src_slots[k], b):
                         supported = False
                         break
                 if supported:
@@ -289,7 +326,7 @@ cdef inline bint _computed_input(ggml_cgraph * graph, ggml_tensor * t) noexcept:
 cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
     """Pass 4: views follow their view_src, unassigned sources follow their
     node, and a node still without a backend takes the first that supports it."""
-    cdef int i, j, b
+    cdef int i, k, b
     cdef Py_ssize_t h, hs
     cdef ggml_tensor * node
     cdef ggml_tensor * src
@@ -310,13 +347,11 @@ cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
         if node.view_src != NULL and s.hv_tensor_backend_ids[h] == -1:
             s.hv_tensor_backend_ids[h] = backend_of(s, node.view_src)
             s.hv_tensor_causes[h] = CAUSE_4_VSRC
-        for j in range(GGML_MAX_SRC):
-            src = node.src[j]
-            if src == NULL:
-                continue
+        for k in range(s.src_begin[i], s.src_begin[i + 1]):
+            src = node.src[s.src_index[k]]
             if s.node_is_view[i] and ggml_is_node_from(graph, src, i):
                 raise GraphError(order_message(node, i, src))
-            hs = hash_id(s, src)
+            hs = s.src_slots[k]
             if s.hv_tensor_backend_ids[hs] == -1:
                 if ggml_views_computed_node(graph, src):
                     raise GraphError(leaf_view_message(src))
@@ -422,26 +457,25 @@ cdef int check_view_assignment(SchedCore s, ggml_tensor * view, Py_ssize_t h) ex
     return 0
 
 
-cdef int count_new_inputs(SchedCore s, ggml_tensor * node, int cur_backend_id) except -1:
-    """How many inputs node would add to a split on cur_backend_id."""
+cdef int count_new_inputs(SchedCore s, ggml_tensor * node, int i, int cur_backend_id) except -1:
+    """How many inputs node (the i-th) would add to a split on cur_backend_id."""
     cdef int j, k, n = 0
     cdef bint seen
-    cdef Py_ssize_t h
+    cdef Py_ssize_t h, e
     cdef ggml_tensor * src
-    for j in range(GGML_MAX_SRC):
+    for e in range(s.src_begin[i], s.src_begin[i + 1]):
+        j = s.src_index[e]
         src = node.src[j]
-        if src == NULL:
-            continue
         seen = False
         for k in range(j):
             if node.src[k] == src:
                 seen = True
         if seen:
             continue
-        h = hash_id(s, src)
+        h = s.src_slots[e]
         if (s.hv_tensor_backend_ids[h] != cur_backend_id
                 and copy_slot(s, h, cur_backend_id, 0)[0] == NULL
-                and not buffer_supported(s, src, cur_backend_id)):
+                and not buffer_supported_at(s, src, h, cur_backend_id)):
             n += 1
     return n
 
@@ -449,7 +483,7 @@ cdef int count_new_inputs(SchedCore s, ggml_tensor * node, int cur_backend_id) e
 cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
     """Pass 5: cut the graph where the backend changes and replace every source
     that the split's backend cannot read by a copy on that backend."""
-    cdef int i = 0, j, c, n_new
+    cdef int i = 0, j, k, c, n_new
     cdef int cur_backend_id, node_backend_id, src_backend_id
     cdef bint need_new_split
     cdef Py_ssize_t h, src_id
@@ -483,19 +517,19 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
         # reused) or where the node's new inputs would overflow the input list
         need_new_split = False
         if node_backend_id == cur_backend_id and split.n_inputs > 0:
-            for j in range(GGML_MAX_SRC):
-                src = node.src[j]
-                if (src != NULL and src.buffer != NULL
+            for k in range(s.src_begin[i], s.src_begin[i + 1]):
+                src = node.src[s.src_index[k]]
+                if (src.buffer != NULL
                         and src.buffer.usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS
-                        and backend_of(s, src) != cur_backend_id
-                        and not buffer_supported(s, src, cur_backend_id)):
+                        and s.hv_tensor_backend_ids[s.src_slots[k]] != cur_backend_id
+                        and not buffer_supported_at(s, src, s.src_slots[k], cur_backend_id)):
                     need_new_split = True
                     break
             if not need_new_split and split.n_inputs + GGML_MAX_SRC > s.max_split_inputs:
                 # ggml checks only a full list and aborts when a node brings two
                 # inputs to 29; counting gives the same splits where ggml works
                 # (and is needed only when the node's sources could overflow it)
-                n_new = count_new_inputs(s, node, cur_backend_id)
+                n_new = count_new_inputs(s, node, i, cur_backend_id)
                 need_new_split = n_new > 0 and split.n_inputs + n_new > s.max_split_inputs
 
         if node_backend_id != cur_backend_id or need_new_split:
@@ -505,15 +539,14 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
             cur_backend_id = node_backend_id
 
         # find the inputs that are not on the split's backend
-        for j in range(GGML_MAX_SRC):
+        for k in range(s.src_begin[i], s.src_begin[i + 1]):
+            j = s.src_index[k]
             src = node.src[j]
-            if src == NULL:
-                continue
             # ggml assumes nodes come after what they read; a graph that does not
             # would compute garbage
             if ggml_is_node_from(graph, src, i):
                 raise GraphError(order_message(node, i, src))
-            src_id = hash_id(s, src)
+            src_id = s.src_slots[k]
             src_backend_id = s.hv_tensor_backend_ids[src_id]
             if src_backend_id == -1:
                 raise SchedulerError(f"source '{tensor_name(src)}' of node '{tensor_name(node)}' has no backend",
@@ -537,7 +570,8 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
                     s.graph_inputs[s.n_graph_inputs] = src
                     s.n_graph_inputs += 1
 
-            if src_backend_id != cur_backend_id and not buffer_supported(s, src, cur_backend_id):
+            if src_backend_id != cur_backend_id and not buffer_supported_at(s, src, src_id,
+                                                                            cur_backend_id):
                 if copy_slot(s, src_id, cur_backend_id, 0)[0] == NULL:
                     if split.n_inputs == s.max_split_inputs:
                         raise SchedulerError(
@@ -917,6 +951,9 @@ cdef class SchedCore:
         self.infos = NULL
         self.node_slots = NULL
         self.node_is_view = NULL
+        self.src_begin = NULL
+        self.src_slots = NULL
+        self.src_index = NULL
         memset(&self.graph, 0, sizeof(ggml_cgraph))
 
     def __init__(self, backends, bufts, graph_size, bint parallel, bint op_offload,
@@ -1022,6 +1059,9 @@ cdef class SchedCore:
         free(self.infos)
         free(self.node_slots)
         free(self.node_is_view)
+        free(self.src_begin)
+        free(self.src_slots)
+        free(self.src_index)
         free(self.rewired)
 
     # --- state ---
