@@ -18,7 +18,7 @@ import ctypes
 import os
 import time
 
-from bench_vs_ggml import GgmlTensor, InitParams, find_ggml
+from bench_vs_ggml import GgmlTensor, InitParams, find_ggml, mirror_order
 
 from ggml_py._backend import get_buffer
 from ggml_py._core import op_id, type_id
@@ -74,18 +74,7 @@ class GgmlSched:
         self._mirror(graph, endpoint.encode())
 
     def _mirror(self, graph, endpoint):
-        tensors, seen = [], set()
-
-        def visit(t):
-            if t is None or t in seen:
-                return
-            seen.add(t)
-            for s in t.src:
-                visit(s)
-            visit(t.view_src)
-            tensors.append(t)
-        for t in graph.leafs + graph.nodes:
-            visit(t)
+        tensors = mirror_order(graph)
         size = len(tensors) * self.ggml_tensor_overhead() + \
             self.ggml_graph_overhead_custom(graph.size, False) + (1 << 20)
         self.ctx = self.ggml_init(InitParams(size, None, True))
@@ -148,44 +137,34 @@ class GgmlSched:
         ctypes.memmove(self.mem, self.snapshot, self.mem_size)
         self.ggml_backend_sched_reset(self.sched)
 
-    def time_split(self, reps: int) -> list[float]:
-        """µs of `reps` ggml_backend_sched_split_graph calls."""
+    def _time(self, call, reps):
+        """µs of `reps` calls of call(sched, graph), each after a restore; one call first,
+        untimed (the steady state: buffers allocated)."""
+        self._restore()
+        if call(self.sched, self.graph) is False:
+            raise RuntimeError(f"{call.__name__} failed")
         out = []
         for _ in range(reps):
             self._restore()
             t0 = time.perf_counter()
-            self.ggml_backend_sched_split_graph(self.sched, self.graph)
+            call(self.sched, self.graph)
             out.append((time.perf_counter() - t0) * 1e6)
         return out
 
+    def time_split(self, reps: int) -> list[float]:
+        """µs of `reps` ggml_backend_sched_split_graph calls."""
+        return self._time(self.ggml_backend_sched_split_graph, reps)
+
     def time_alloc(self, reps: int) -> list[float]:
         """µs of `reps` ggml_backend_sched_alloc_graph calls in the steady state."""
-        self._restore()
-        if not self.ggml_backend_sched_alloc_graph(self.sched, self.graph):
-            raise RuntimeError("ggml_backend_sched_alloc_graph failed")
-        out = []
-        for _ in range(reps):
-            self._restore()
-            t0 = time.perf_counter()
-            self.ggml_backend_sched_alloc_graph(self.sched, self.graph)
-            out.append((time.perf_counter() - t0) * 1e6)
-        return out
+        return self._time(self.ggml_backend_sched_alloc_graph, reps)
 
     def time_reserve(self, reps: int) -> list[float]:
         """µs of `reps` ggml_backend_sched_reserve calls (split + ggml_gallocr_reserve_n,
         in the steady state: the buffers are large enough, no RPC traffic). The reserve
         path of SCHED_CASES.md (split + reserve_n + ggml_gallocr_alloc_graph) is this
         plus alloc_graph minus split."""
-        self._restore()
-        self.ggml_backend_sched_reserve(self.sched, self.graph)
-        out = []
-        for _ in range(reps):
-            self._restore()
-            t0 = time.perf_counter()
-            if not self.ggml_backend_sched_reserve(self.sched, self.graph):
-                raise RuntimeError("ggml_backend_sched_reserve failed")
-            out.append((time.perf_counter() - t0) * 1e6)
-        return out
+        return self._time(self.ggml_backend_sched_reserve, reps)
 
     @property
     def n_splits(self) -> int:

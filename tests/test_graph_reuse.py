@@ -132,7 +132,7 @@ def test_unrelated_changes_keep_the_plan():
     first = _state(sched, case.graph)
     epoch = mutation_epochs()[0]
     other.graph.nodes[0].set_op_params(other.graph.nodes[0].op_params)   # another graph
-    case.graph.nodes[0].name = "renamed"                                 # names plan nothing
+    other.graph.nodes[1].name = "renamed"
     assert mutation_epochs()[0] > epoch
     _again(case, sched)
     assert sched.n_graph_reuses == 1
@@ -206,6 +206,7 @@ def _weights(graph):
 MUTATIONS = {
     # each leaves the graph as it was (or changes it validly), but goes through the API
     "op": lambda g, i, s: _pick(g.nodes, i).__setattr__("op", _pick(g.nodes, i).op),
+    "name": lambda g, i, s: _pick(g.leafs, i).__setattr__("name", _pick(g.leafs, i).name),
     "ne": lambda g, i, s: _pick(g.nodes, i).__setattr__("ne", _pick(g.nodes, i).ne),
     "nb": lambda g, i, s: _pick(g.leafs, i).__setattr__("nb", _pick(g.leafs, i).nb),
     "flags": lambda g, i, s: _pick(g.nodes, i).__setattr__("flags", _pick(g.nodes, i).flags),

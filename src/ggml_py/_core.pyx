@@ -1006,6 +1006,7 @@ cdef class Tensor:
     @name.setter
     def name(self, value):
         ggml_set_name(self.ptr, name_arg(value, "tensor name", True))
+        tensor_changed(self.ptr)        # the names of a plan's copies come from it
 
     @property
     def type(self):
