@@ -721,6 +721,7 @@ class Session:
         self.history: list[StepStats] = []
         self.graph: Graph | None = None     # the last forward graph (split as sched.splits)
         self.decode = DecodeGraph(model, self.cache) if reuse_decode_graph else None
+        self._layout: list[tuple[str, int, int, int]] = []     # the last plan's splits
 
     def forward(self, tokens: Sequence[int] | np.ndarray, logits: str = "all") -> np.ndarray:
         """Run `tokens` through the model after the cached ones (llama_decode: build the
@@ -754,8 +755,10 @@ class Session:
 
     def _stats(self, fw, build_s, alloc_s, compute_s, profile, graph_reused, plan_reused):
         s = self.sched
-        splits = [SplitStats(sp.backend.name, sp.i_end - sp.i_start, len(sp.inputs),
+        if not (plan_reused and self._layout):      # a kept plan keeps its splits
+            self._layout = [(sp.backend.name, sp.i_end - sp.i_start, len(sp.inputs),
                              sum(t.nbytes for t in sp.inputs)) for sp in s.splits]
+        splits = [SplitStats(*layout) for layout in self._layout]
         for st, p in zip(splits, profile.splits):
             st.bytes_copied, st.copy_s, st.compute_s = p.bytes_copied, p.copy_s, p.compute_s
         return StepStats("prompt" if fw.n_tokens > 1 else "decode", fw.n_tokens,
