@@ -8,7 +8,9 @@
 2. decode: one decode step of the demo llama (llama_config()), the whole
    llama_decode-like step (build graph, alloc_graph, set inputs, compute, read logits)
    against the time spent inside the nodes (the executor's profile): the share outside
-   them is the price of graphs, scheduling and dispatch.
+   them is the price of graphs, scheduling and dispatch. The step keeps its graph
+   (Session's decode graph, the scheduler's graph reuse: no build, split or alloc);
+   the same step building a new graph each time runs alternately beside it.
 3. matmul: a graph of f32 MUL_MATs (the shapes of a prompt's projections) against the
    same products done directly with np.matmul; throughput ratio.
 4. --crossover: for each weight type, the batch size from which BLAS (numpy) beats the
@@ -112,16 +114,23 @@ def bench_dispatch(n_nodes, reps, n_threads=1):
 def bench_decode(reps, n_threads=1):
     cfg = llama_config()
     cpu = CPUBackend(n_threads=n_threads)
-    sess = Session(Model.random(cfg, seed=0).place(cpu), [cpu])
+    model = Model.random(cfg, seed=0).place(cpu)
+    sess = Session(model, [cpu])
+    rebuilt = Session(model, [cpu], reuse_decode_graph=False)
     prompt = list(range(1, 17))
-    sess.forward(prompt, logits="last")
+    for s in (sess, rebuilt):
+        s.forward(prompt, logits="last")
     n_past = sess.cache.n_past
 
-    def step():
-        # llama_decode of one token at the same position (rewrites the same cache cell)
-        sess.cache.n_past = n_past
-        sess.forward([7], logits="last")
-    t_step = median_time(step, reps)
+    def stepper(s):
+        def step():
+            # llama_decode of one token at the same position (rewrites the same cache cell)
+            s.cache.n_past = n_past
+            s.forward([7], logits="last")
+        return step
+    t_rebuilt, t_step, _ = paired_times(stepper(rebuilt), stepper(sess), reps)
+    last = sess.history[-1]
+    assert last.graph_reused and last.plan_reused, "the decode step did not keep its graph"
 
     fw = build_forward(sess.model, sess.cache, [7], n_past=n_past, logits="last")
     sess.sched.reset()
@@ -142,6 +151,8 @@ def bench_decode(reps, n_threads=1):
     tensor_values(fw.logits)
     return {"bench": "decode", "model": f"llama {cfg.n_layer}L n_embd {cfg.n_embd}",
             "n_nodes": fw.graph.n_nodes, "step_ms": t_step * 1e3,
+            "step_rebuilt_ms": t_rebuilt * 1e3, "reuse_speedup": t_rebuilt / t_step,
+            "step_build_us": last.build_s * 1e6, "step_alloc_inputs_us": last.alloc_s * 1e6,
             "compute_ms": t_compute * 1e3, "kernels_ms": t_kernels * 1e3,
             "outside_kernels_share": (t_step - t_kernels) / t_step,
             "graph_alloc_share": (t_step - t_compute) / t_step,
@@ -247,7 +258,9 @@ def main(argv=None):
                   f"-> {r['overhead_us_per_node']:.1f} us/node of overhead")
         elif r["bench"] == "decode":
             print(f"decode step ({r['model']}, {r['n_nodes']} nodes): {r['step_ms']:.2f} ms "
-                  f"per step, compute {r['compute_ms']:.2f} ms, in kernels "
+                  f"per step with the kept graph ({r['step_rebuilt_ms']:.2f} ms building a new "
+                  f"one: {r['reuse_speedup']:.1f}x; last step: build {r['step_build_us']:.0f} us, "
+                  f"alloc + inputs {r['step_alloc_inputs_us']:.0f} us), compute {r['compute_ms']:.2f} ms, in kernels "
                   f"{r['kernels_ms']:.2f} ms -> {100 * r['outside_kernels_share']:.0f}% outside "
                   f"kernels ({100 * r['graph_alloc_share']:.0f}% graph build/alloc/inputs, "
                   f"{100 * r['dispatch_share']:.0f}% dispatch)")

@@ -1,7 +1,12 @@
 """Split-time benchmark: every shared case against ggml's recorded time, and
-synthetic llama graphs from 1k to 100k nodes (µs per node, linear scaling).
+synthetic llama graphs from 1k to 100k nodes (µs per node, linear scaling), with
+split + reserve + alloc and graph reuse (the same Graph allocated again) beside.
 
-    python bench/bench_split.py [--cases DIR] [--random] [--sizes 1000,10000,100000] [--json]
+    python bench/bench_split.py [--cases DIR] [--random] [--sizes 1000,10000,40000,100000] [--json]
+
+ggml's per-node split figures beside the synthetic sizes are issue 11's table (ggml
+0.10.1's C scheduler on the same graph shapes, measured on this machine kind when the
+issue was filed), not a measurement of this run.
 
 Medians of wall time, measured as SCHED_CASES.md says ggml was measured
 (graph restored, scheduler reset and assignments re-applied before each split,
@@ -57,35 +62,120 @@ def bench_cases(cases_dir, include_random, as_json):
               f"worst {max(ratios):.2f}x")
 
 
-def bench_scaling(sizes, as_json):
-    for n_nodes in sizes:
-        n_layers = max(1, n_nodes // 31)
-        backends, graph, keep = synthetic_llama(n_layers)
-        # ggml sizes hash sets at twice the tensors (ggml_graph_nbytes); a full set probes long
-        sched = Scheduler(backends, graph_size=2 * (graph.n_nodes + graph.n_leafs))
-        t0 = time.perf_counter()
-        us, reps = time_splits(sched, graph, 0.5 if graph.n_nodes < 50000 else 2.0, 5)
-        row = {"case": f"synthetic-llama-{n_layers}L", "n_nodes": graph.n_nodes,
-               "split_us_median": round(us, 1), "us_per_node": round(us / graph.n_nodes, 4),
-               "n_splits": sched.n_splits, "reps": reps}
-        print(json.dumps(row) if as_json else
-              f"{row['case']:<28} {graph.n_nodes:>7} nodes {us:11.1f} us  "
-              f"{row['us_per_node']:.4f} us/node  ({reps} reps, {time.perf_counter() - t0:.1f} s)",
-              flush=True)
+# issue 11: ggml's split, µs per node, on synthetic llama full-offload graphs (used where
+# ggml itself cannot be run here)
+GGML_SPLIT_US_PER_NODE = {1030: 0.048, 10246: 0.054, 40966: 0.129}
+
+
+def _issue_per_node(n_nodes):
+    """The issue's ggml figure for the size nearest n_nodes (within 10 %), or None."""
+    near = min(GGML_SPLIT_US_PER_NODE, key=lambda n: abs(n - n_nodes))
+    return GGML_SPLIT_US_PER_NODE[near] if abs(near - n_nodes) <= 0.1 * near else None
+
+
+def _paired(ours, theirs, rounds):
+    """Medians of ours() and theirs() sample lists gathered alternately, round by round
+    (a noisy machine slows both alike)."""
+    a, b = [], []
+    for _ in range(rounds):
+        a += ours()
+        b += theirs()
+    return statistics.median(a), statistics.median(b)
+
+
+def _ggml_server():
+    """A ggml RPC server on 127.0.0.1 for ggml's own scheduler, or None (no ggml)."""
+    try:
+        from ggml_py.rpc_server import start_server
+        return start_server()
+    except Exception as e:          # no ggml libraries: the issue's figures instead
+        print(f"ggml's scheduler not run ({e}); ggml columns are issue 11's figures",
+              file=sys.stderr)
+        return None
+
+
+def bench_scaling(sizes, as_json, with_ggml=True):
+    server = _ggml_server() if with_ggml else None
+    try:
+        for n_nodes in sizes:
+            _bench_size(n_nodes, as_json, server)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _bench_size(n_nodes, as_json, server):
+    n_layers = max(1, n_nodes // 31)
+    backends, graph, keep = synthetic_llama(n_layers)
+    # ggml sizes hash sets at twice the tensors (ggml_graph_nbytes); a full set probes long
+    sched = Scheduler(backends, graph_size=2 * (graph.n_nodes + graph.n_leafs))
+    t0 = time.perf_counter()
+    big = graph.n_nodes >= 50000
+    reps, rounds = (3, 5) if big else (max(5, 200000 // graph.n_nodes), 5)
+    row = {"case": f"synthetic-llama-{n_layers}L", "n_nodes": graph.n_nodes}
+    if server is not None:
+        from ggml_sched_ref import GgmlSched
+        ref = GgmlSched(graph, server.endpoint)
+        try:
+            us, ggml_us = _paired(lambda: sched.time_split(graph, reps),
+                                  lambda: ref.time_split(reps), rounds)
+            alloc_us, ggml_alloc_us = _paired(lambda: sched.time_alloc(graph, reps),
+                                              lambda: ref.time_alloc(reps), rounds)
+            few = max(3, reps // 4)
+            reserve_us, ggml_sched_reserve_us = _paired(
+                lambda: sched.time_alloc(graph, few, reserve=True),
+                lambda: ref.time_reserve(few), rounds)
+            # ggml's split + reserve_n + gallocr_alloc_graph, from its public calls
+            ggml_reserve_us = ggml_sched_reserve_us + ggml_alloc_us - ggml_us
+            row.update(ggml="measured", ggml_n_splits=ref.n_splits)
+        finally:
+            ref.close()
+        ggml_per_node = ggml_us / graph.n_nodes
+        row.update(ggml_split_us_median=round(ggml_us, 1),
+                   alloc_graph_us_median=round(alloc_us, 1),
+                   ggml_alloc_graph_us=round(ggml_alloc_us, 1),
+                   alloc_ratio=round(alloc_us / ggml_alloc_us, 3),
+                   ggml_alloc_reserve_us=round(ggml_reserve_us, 1),
+                   alloc_reserve_ratio=round(reserve_us / ggml_reserve_us, 3))
+    else:
+        us = statistics.median(sched.time_split(graph, reps * rounds))
+        ggml_per_node = _issue_per_node(graph.n_nodes)
+        row.update(ggml="issue 11" if ggml_per_node else None)
+        reserve_us = statistics.median(sched.time_alloc(graph, 3 if big else 5, reserve=True))
+    reuse_us = statistics.median(sched.time_reuse(graph, 101))
+    row.update(split_us_median=round(us, 1), split_us_per_node=round(us / graph.n_nodes, 4),
+               ggml_split_us_per_node=None if ggml_per_node is None else round(ggml_per_node, 4),
+               split_ratio=None if ggml_per_node is None else
+               round(us / graph.n_nodes / ggml_per_node, 3),
+               alloc_reserve_us_median=round(reserve_us, 1),
+               reuse_same_graph_us=round(reuse_us, 3), n_splits=sched.n_splits)
+    if as_json:
+        print(json.dumps(row), flush=True)
+        return
+    g = "-" if ggml_per_node is None else f"{ggml_per_node:.4f} ({row['ggml']})"
+    ratio = "" if ggml_per_node is None else f" {row['split_ratio']:.2f}x"
+    alloc = "" if "alloc_ratio" not in row else \
+        (f"  alloc_graph {row['alloc_ratio']:.2f}x ggml  split+reserve+alloc "
+         f"{row['alloc_reserve_ratio']:.2f}x ggml ({reserve_us:.0f} us)")
+    print(f"{row['case']:<26} {graph.n_nodes:>7} nodes  split {row['split_us_per_node']:.4f} "
+          f"us/node, ggml {g}{ratio}{alloc}  reuse {reuse_us:.2f} us  "
+          f"({time.perf_counter() - t0:.1f} s)", flush=True)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default=DEFAULT_CASES, help="the reference data folder, holding cases/ (default: tests/data)")
     ap.add_argument("--random", action="store_true", help="also the random cases")
-    ap.add_argument("--sizes", default="1000,10000,100000")
+    ap.add_argument("--sizes", default="1000,10000,40000,100000")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-ggml", action="store_true",
+                    help="do not run ggml's scheduler (the issue's figures instead)")
     args = ap.parse_args(argv)
     if os.path.isdir(os.path.join(args.cases, "cases")):
         bench_cases(args.cases, args.random, args.json)
     else:
         print(f"no cases under {args.cases}; skipping the case benchmark", file=sys.stderr)
-    bench_scaling([int(x) for x in args.sizes.split(",") if x], args.json)
+    bench_scaling([int(x) for x in args.sizes.split(",") if x], args.json, not args.no_ggml)
 
 
 if __name__ == "__main__":

@@ -125,25 +125,31 @@ class Ggml:
             setattr(self, name, fn)
 
 
+def mirror_order(graph: Graph) -> list:
+    """Every tensor the graph reaches, each once, its sources and view base first."""
+    tensors = []
+    seen = set()
+
+    def visit(t):
+        if t is None or t in seen:
+            return
+        seen.add(t)
+        for s in t.src:
+            visit(s)
+        visit(t.view_src)
+        tensors.append(t)
+    for t in graph.leafs + graph.nodes:
+        visit(t)
+    return tensors
+
+
 class Mirror:
     """A ggml_py graph rebuilt in a ggml context, tensor for tensor, computed by ggml's
     CPU backend on n_threads threads."""
 
     def __init__(self, g: Ggml, graph: Graph, n_threads=1):
         self.g = g
-        tensors = []
-        seen = set()
-
-        def visit(t):
-            if t is None or t in seen:
-                return
-            seen.add(t)
-            for s in t.src:
-                visit(s)
-            visit(t.view_src)
-            tensors.append(t)
-        for t in graph.leafs + graph.nodes:
-            visit(t)
+        tensors = mirror_order(graph)
         size = sum(-(-t.nbytes // 64) * 64 for t in tensors if t.view_src is None)
         size += len(tensors) * g.ggml_tensor_overhead() + g.ggml_graph_overhead_custom(
             graph.size, False) + (1 << 20)

@@ -40,6 +40,9 @@ class SchedCore:
     def n_reallocs(self) -> int: ...
     @property
     def n_unexpected_reallocs(self) -> int: ...
+    graph_reuse: bool
+    @property
+    def n_graph_reuses(self) -> int: ...
     @property
     def is_reset(self) -> bool: ...
     @property
@@ -71,6 +74,7 @@ class GraphSnapshot:
 TIME_SPLIT: int
 TIME_ALLOC: int
 TIME_RESERVE: int
+TIME_REUSE: int
 
 def time_reps(s: SchedCore, graph: Graph, snap: GraphSnapshot,
               assignments: Sequence[tuple[Tensor, int]], reps: int, what: int) -> list[int]: ...

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from ggml_py._backend import Backend, BufferType
 from ggml_py._core import VIEW_OPS, Graph, Tensor, instance_arg, int_arg, items_arg
-from ggml_py._sched import (TIME_ALLOC, TIME_RESERVE, TIME_SPLIT, GraphSnapshot,
+from ggml_py._sched import (TIME_ALLOC, TIME_RESERVE, TIME_REUSE, TIME_SPLIT, GraphSnapshot,
                             SchedCore, time_reps)
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
                             SchedulerError)
@@ -88,6 +88,10 @@ class Scheduler:
         SchedulerError(kind='unexpected-realloc') with `realloc_raises`. `n_reallocs`
         and `n_unexpected_reallocs` count them always.
     validate: prove every allocation sound (default: GGML_PY_VALIDATE_ALLOC).
+    graph_reuse: keep the plan and allocation of the graph allocated last across a
+        reset, and give them to alloc_graph / split_graph / graph_compute of the same
+        Graph again while it, its tensors, the user assignments and the buffers are
+        unchanged (see README, "Graph reuse"); `n_graph_reuses` counts the reuses.
     max_split_inputs / max_graph_inputs / max_copies / max_backends: ggml's fixed limits
         (30, 30, 4, 16), here arguments.
 
@@ -104,7 +108,7 @@ class Scheduler:
                  max_backends: int = MAX_BACKENDS, max_split_inputs: int = MAX_SPLIT_INPUTS,
                  max_copies: int = MAX_COPIES, max_graph_inputs: int | None = None,
                  debug_realloc: int | None = None, realloc_raises: bool = False,
-                 validate: bool | None = None) -> None:
+                 validate: bool | None = None, graph_reuse: bool = True) -> None:
         self.lock = threading.RLock()
         self._core = None
         backends = items_arg(backends, "backends", of=Backend)
@@ -143,6 +147,7 @@ class Scheduler:
                                else max_graph_inputs, max_copies,
                                _env_int("GGML_SCHED_DEBUG_REALLOC")
                                if debug_realloc is None else debug_realloc, realloc_raises)
+        self._core.graph_reuse = bool(graph_reuse)
         self._graph = None
         # graphs whose placements a later alloc_graph took back: their inputs are gone,
         # so graph_compute does not allocate them again behind the user's back
@@ -383,6 +388,21 @@ class Scheduler:
         return self._core.n_reallocs
 
     @property
+    def graph_reuse(self) -> bool:
+        """Reuse the last plan and allocation for the same, unchanged graph (default on)."""
+        return bool(self._core.graph_reuse)
+
+    @graph_reuse.setter
+    def graph_reuse(self, on: bool) -> None:
+        with self.lock:
+            self._core.graph_reuse = bool(on)
+
+    @property
+    def n_graph_reuses(self) -> int:
+        """How many splits / allocations took the kept plan instead of splitting."""
+        return self._core.n_graph_reuses
+
+    @property
     def n_unexpected_reallocs(self) -> int:
         """Reallocations although the graph's size and backends did not change."""
         return self._core.n_unexpected_reallocs
@@ -573,6 +593,24 @@ class Scheduler:
                 self.alloc_graph(graph)     # the first call reserves; time the steady state
             ns = time_reps(self._core, graph, snap, ids, reps, TIME_RESERVE if reserve else TIME_ALLOC)
         finally:
+            snap.restore()
+            self.reset()
+        return [x / 1000.0 for x in ns]
+
+    @_locked
+    def time_reuse(self, graph: Graph, reps: int,
+                   assignments: Iterable[tuple[Tensor, BackendRef]] = ()) -> list[float]:
+        """Wall times (µs) of `reps` alloc_graph calls of the unchanged graph after a reset
+        and `assignments` (untimed): graph reuse, no split and no allocation. Raises
+        SchedulerError(kind='no-reuse') where the plan is not reused."""
+        _check_graph(graph)
+        self._core.undo_rewiring()
+        snap = GraphSnapshot(graph)
+        ids = [(t, self.backend_id(b)) for t, b in assignments]
+        try:
+            ns = time_reps(self._core, graph, snap, ids, reps, TIME_REUSE)
+        finally:
+            self._core.undo_rewiring()
             snap.restore()
             self.reset()
         return [x / 1000.0 for x in ns]

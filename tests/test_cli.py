@@ -67,6 +67,11 @@ def test_bench_json_keys(capsys):
         assert key in row
     assert row["case"] == "mlp-cpu-only" and row["split_us_median"] > 0
     assert row["ggml_split_us"] == _golden("mlp-cpu-only")["timing"]["split_us_median"]
+    # issue 11's keys: per node, split + reserve + alloc against ggml, graph reuse
+    assert row["split_us_per_node"] == round(row["split_us_median"] / row["n_nodes"], 5)
+    assert row["alloc_reserve_us_median"] > 0 and row["alloc_reserve_ratio"] > 0
+    assert 0 < row["reuse_same_graph_us"] < row["split_us_median"]
+    assert "reuse_rebuilt_graph_us" in row and "reuse_ratio" in row
 
 
 def test_module_entry_point_runs():

@@ -33,11 +33,47 @@ def _name(t, name):
     return t
 
 
+def padded_kv(cfg: ModelConfig, n_past: int, n_tokens: int) -> int:
+    """The cells attention runs over: the used ones rounded up to kv_pad."""
+    instance_arg(cfg, ModelConfig, "config")
+    n_past = int_arg(n_past, "n_past", 0, cfg.n_ctx)
+    n_tokens = int_arg(n_tokens, "n_tokens", 0, cfg.n_ctx)
+    return min(cfg.n_ctx, -(-(n_past + n_tokens) // cfg.kv_pad) * cfg.kv_pad)
+
+
+def step_inputs(cfg: ModelConfig, tokens: np.ndarray, n_past: int, n_kv: int,
+                kv_rows: bool = False) -> dict[str, np.ndarray]:
+    """{input name: data} of a forward graph for `tokens` at positions n_past..: what
+    changes from step to step lives in these inputs."""
+    tokens = token_ids(tokens, cfg)
+    n_past = int_arg(n_past, "n_past", 0, cfg.n_ctx)
+    n_kv = int_arg(n_kv, "n_kv", 0, cfg.n_ctx)
+    T = int(tokens.size)
+    pos = np.arange(n_past, n_past + T)
+    allowed = np.arange(n_kv)[None, :] <= pos[:, None]          # causal, one sequence
+    data = {"inp_tokens": tokens, "inp_pos": pos,
+            "kq_mask": np.where(allowed, 0.0, -np.inf)}
+    if cfg.ffn == "moe_dense":
+        data["inp_all_experts"] = np.tile(np.arange(cfg.n_expert), (T, 1))
+    if kv_rows:
+        # K: a cache row per cell; V (transposed): one element per (channel, cell), the
+        # source element (channel c, token t) is row c + t * n_embd_gqa of the reshape
+        data["inp_k_idxs"] = pos
+        data["inp_v_idxs"] = (np.arange(cfg.n_embd_gqa)[None, :] * cfg.n_ctx
+                              + pos[:, None]).reshape(-1)
+    return data
+
+
 def build_forward(model: Model, cache: KVCache, tokens, n_past: int | None = None,
-                  logits: str = "all") -> Forward:
+                  logits: str = "all", kv_rows: bool = False) -> Forward:
     """The graph of one llama_decode call: `tokens` at positions n_past.. (default: the
     cache's), writing their K/V into the cache. logits 'all' or 'last' (a get_rows of
-    the output ids before the output norm, as llama.cpp does)."""
+    the output ids before the output norm, as llama.cpp does).
+
+    kv_rows: write K/V with set_rows at cell ids given as inputs (llama.cpp's
+    set_rows path) instead of cpy into views at n_past: the graph then depends on
+    n_past only through the padded KV length, and can be computed again for the next
+    position with new inputs (models.decode_graph)."""
     cfg = instance_arg(model, Model, "model").config
     instance_arg(cache, KVCache, "cache")
     tokens = token_ids(tokens, cfg)
@@ -50,27 +86,29 @@ def build_forward(model: Model, cache: KVCache, tokens, n_past: int | None = Non
     W = model.tensors
     if not W:
         raise GraphError("the model's weights are not placed (Model.place)")
-    n_kv = min(cfg.n_ctx, -(-(n_past + T) // cfg.kv_pad) * cfg.kv_pad)
+    n_kv = padded_kv(cfg, n_past, T)
     E, H, Hkv, D = cfg.n_embd, cfg.n_head, cfg.n_head_kv, cfg.head_dim
 
     ctx = Context(f"{cfg.name}.forward")
     graph = Graph(graph_size(cfg))
     inputs = []
+    data = step_inputs(cfg, tokens, n_past, n_kv, kv_rows)
 
-    def inp(type_name, ne, name, data):
+    def inp(type_name, ne, name, values=None):
         t = ops.new_tensor(ctx, type_name, ne, name=name).set_input()
-        inputs.append((t, np.ascontiguousarray(data, dtype=quants.PLAIN_DTYPES[type_name])))
+        values = data[name] if values is None else values
+        inputs.append((t, np.ascontiguousarray(values, dtype=quants.PLAIN_DTYPES[type_name])))
         return t
 
-    inp_tokens = inp("i32", (T,), "inp_tokens", tokens)
-    inp_pos = inp("i32", (T,), "inp_pos", np.arange(n_past, n_past + T))
-    cells = np.arange(n_kv)[None, :]
-    allowed = cells <= (n_past + np.arange(T))[:, None]          # causal, one sequence
-    kq_mask = inp("f32", (n_kv, T), "kq_mask", np.where(allowed, 0.0, -np.inf))
+    inp_tokens = inp("i32", (T,), "inp_tokens")
+    inp_pos = inp("i32", (T,), "inp_pos")
+    kq_mask = inp("f32", (n_kv, T), "kq_mask")
     all_ids = None
     if cfg.ffn == "moe_dense":
-        all_ids = inp("i32", (cfg.n_expert, T), "inp_all_experts",
-                      np.tile(np.arange(cfg.n_expert), (T, 1)))
+        all_ids = inp("i32", (cfg.n_expert, T), "inp_all_experts")
+    if kv_rows:
+        k_idxs = inp("i64", (T,), "inp_k_idxs")
+        v_idxs = inp("i64", (T * cfg.n_embd_gqa,), "inp_v_idxs")
 
     x = _name(ops.get_rows(ctx, W["token_embd.weight"], inp_tokens), "inp_embd")
     kq_scale = 1.0 / math.sqrt(D)
@@ -88,11 +126,19 @@ def build_forward(model: Model, cache: KVCache, tokens, n_past: int | None = Non
 
         # store this batch's K and V in the cache; expanded now so the writes come before
         # the reads below in graph order (llama.cpp's cpy_k / cpy_v)
-        k_view = ops.view_1d(ctx, ck[il], T * cfg.n_embd_gqa,
-                             row_size(cfg.cache_type, cfg.n_embd_gqa) * n_past)
-        v_view = ops.view_2d(ctx, cv[il], T, cfg.n_embd_gqa, cfg.n_ctx * esv, n_past * esv)
-        graph.build_forward_expand(ops.cpy(ctx, k, k_view))
-        graph.build_forward_expand(ops.cpy(ctx, ops.transpose(ctx, v), v_view))
+        if kv_rows:
+            graph.build_forward_expand(ops.set_rows(
+                ctx, ck[il], ops.reshape_2d(ctx, k, cfg.n_embd_gqa, T), k_idxs))
+            cells = ops.view_2d(ctx, cv[il], 1, cfg.n_ctx * cfg.n_embd_gqa, esv)
+            graph.build_forward_expand(ops.set_rows(
+                ctx, cells, ops.reshape_2d(ctx, v, 1, T * cfg.n_embd_gqa), v_idxs))
+        else:
+            k_view = ops.view_1d(ctx, ck[il], T * cfg.n_embd_gqa,
+                                 row_size(cfg.cache_type, cfg.n_embd_gqa) * n_past)
+            v_view = ops.view_2d(ctx, cv[il], T, cfg.n_embd_gqa, cfg.n_ctx * esv,
+                                 n_past * esv)
+            graph.build_forward_expand(ops.cpy(ctx, k, k_view))
+            graph.build_forward_expand(ops.cpy(ctx, ops.transpose(ctx, v), v_view))
 
         kk = ops.view_3d(ctx, ck[il], D, n_kv, Hkv, row_size(cfg.cache_type, cfg.n_embd_gqa),
                          row_size(cfg.cache_type, D), 0)
@@ -130,9 +176,9 @@ def token_ids(tokens, cfg: ModelConfig) -> np.ndarray:
         ids = np.asarray(tokens).reshape(-1)
     except (TypeError, ValueError) as e:
         raise ModelError(f"tokens must be a list of token ids: {e}") from None
-    if ids.size and (ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= cfg.n_vocab):
+    if ids.size and (ids.dtype.kind not in "iu" or not 0 <= ids.min() <= ids.max() < cfg.n_vocab):
         raise ModelError(f"token ids must be integers in 0..{cfg.n_vocab - 1}")
-    return ids.astype(np.int32)
+    return ids.astype(np.int32, copy=False)
 
 
 def _rope(ctx, cfg, t, pos, name):

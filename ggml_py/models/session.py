@@ -13,6 +13,7 @@ from ggml_py._backend import Backend, tensor_set
 from ggml_py._core import Graph, instance_arg
 from ggml_py.errors import BackendError
 from ggml_py.models.config import graph_size
+from ggml_py.models.decode_graph import DecodeGraph
 from ggml_py.models.graph import build_forward
 from ggml_py.models.model import KVCache, Model, tensor_values
 from ggml_py.runtime import Status
@@ -49,6 +50,8 @@ class StepStats:
     alloc_s: float             # split + alloc_graph + setting the inputs
     compute_s: float           # graph compute, copies included
     splits: list[SplitStats]
+    graph_reused: bool = False     # the decode graph of the step before (no build)
+    plan_reused: bool = False      # the scheduler's plan and allocation (no split, no alloc)
 
     @property
     def n_inputs(self) -> int:
@@ -65,10 +68,14 @@ class Session:
 
     profile_splits: time every split to completion (the runtime's sync_splits: an
     asynchronous device is waited for after each split, so split times are real, at
-    the price of the overlap)."""
+    the price of the overlap).
+    reuse_decode_graph: keep the one-token graph across decode steps while the padded
+    KV length holds, as llama.cpp does (models.decode_graph); with the scheduler's
+    graph reuse such a step builds, splits and allocates nothing."""
 
     def __init__(self, model: Model, backends: Sequence[Backend],
-                 scheduler: Scheduler | None = None, profile_splits: bool = False) -> None:
+                 scheduler: Scheduler | None = None, profile_splits: bool = False,
+                 reuse_decode_graph: bool = True) -> None:
         from ggml_py.sched import Scheduler
         instance_arg(model, Model, "model")
         instance_arg(scheduler, Scheduler, "scheduler", optional=True)
@@ -79,17 +86,24 @@ class Session:
         self.sched.runtime.sync_splits = bool(profile_splits)
         self.history: list[StepStats] = []
         self.graph: Graph | None = None     # the last forward graph (split as sched.splits)
+        self.decode = DecodeGraph(model, self.cache) if reuse_decode_graph else None
+        self._layout: list[tuple[str, int, int, int]] = []     # the last plan's splits
 
     def forward(self, tokens: Sequence[int] | np.ndarray, logits: str = "all") -> np.ndarray:
         """Run `tokens` through the model after the cached ones (llama_decode: build the
         graph, allocate it, set the inputs, compute); returns their logits, numpy
         [n_outputs, n_vocab]."""
         t0 = time.perf_counter()
-        fw = build_forward(self.model, self.cache, tokens, logits=logits)
+        if self.decode is not None and np.size(tokens) == 1:
+            fw, graph_reused = self.decode.forward(tokens, logits)
+        else:
+            fw, graph_reused = build_forward(self.model, self.cache, tokens, logits=logits), False
         t1 = time.perf_counter()
         sched = self.sched
+        reuses = sched.n_graph_reuses
         sched.reset()
         sched.alloc_graph(fw.graph)
+        plan_reused = sched.n_graph_reuses > reuses
         for t, data in fw.inputs:
             tensor_set(t, data)
         sched.profile.reset()
@@ -101,18 +115,21 @@ class Session:
         out = tensor_values(fw.logits).reshape(fw.n_outputs, -1)
         self.cache.n_past += fw.n_tokens
         self.graph = fw.graph
-        self.history.append(self._stats(fw, t1 - t0, t2 - t1, t3 - t2, sched.profile))
+        self.history.append(self._stats(fw, t1 - t0, t2 - t1, t3 - t2, sched.profile,
+                                        graph_reused, plan_reused))
         return out
 
-    def _stats(self, fw, build_s, alloc_s, compute_s, profile):
+    def _stats(self, fw, build_s, alloc_s, compute_s, profile, graph_reused, plan_reused):
         s = self.sched
-        splits = [SplitStats(sp.backend.name, sp.i_end - sp.i_start, len(sp.inputs),
+        if not (plan_reused and self._layout):      # a kept plan keeps its splits
+            self._layout = [(sp.backend.name, sp.i_end - sp.i_start, len(sp.inputs),
                              sum(t.nbytes for t in sp.inputs)) for sp in s.splits]
+        splits = [SplitStats(*layout) for layout in self._layout]
         for st, p in zip(splits, profile.splits):
             st.bytes_copied, st.copy_s, st.compute_s = p.bytes_copied, p.copy_s, p.compute_s
         return StepStats("prompt" if fw.n_tokens > 1 else "decode", fw.n_tokens,
                          fw.graph.n_nodes, s.n_splits, s.n_copies, build_s, alloc_s, compute_s,
-                         splits)
+                         splits, graph_reused, plan_reused)
 
     def generate(self, prompt: Sequence[int], n_new: int,
                  on_step: Callable[[int], None] | None = None) -> list[int]:

@@ -4,9 +4,10 @@ that scheduling depends on; they are not meant to be computed."""
 
 from __future__ import annotations
 
-from ggml_py import Backend, BufferType, Context, Graph
+from ggml_py import Backend, Context, Graph
 from ggml_py._backend import fake_buffer, set_buffer
 from ggml_py._core import int_arg
+from ggml_py.backends.sim import SimBufferType
 
 MAX_LAYERS = 100_000        # ~3M nodes: minutes to build in Python; deeper is a mistake
 
@@ -19,8 +20,9 @@ def synthetic_llama(n_layers: int, n_gpus: int = 1, gpu_unsupported=(), offload:
     lacks ROPE?"). Returns (backends, graph, buffers to keep alive)."""
     n_layers = int_arg(n_layers, "n_layers", 1, MAX_LAYERS)
     n_gpus = int_arg(n_gpus, "n_gpus", 0, 15)
-    host = BufferType("CPU", 32, None, True)
-    gpu_bufts = [BufferType(f"GPU{i}", 32, None, False) for i in range(n_gpus)]
+    # simulated memory: the graph can be allocated (fake addresses), not computed
+    host = SimBufferType("CPU", 32, None, True)
+    gpu_bufts = [SimBufferType(f"GPU{i}", 32, None, False) for i in range(n_gpus)]
     gpus = [Backend(f"GPU{i}", b, "gpu", unsupported_ops=tuple(gpu_unsupported))
             for i, b in enumerate(gpu_bufts)]
     cpu = Backend("CPU", host, "cpu")

@@ -208,6 +208,9 @@ def run_model(model: Model, backends: list[Backend], args: argparse.Namespace,
     if d:
         row("decode", d)
     out("   (decode row: medians per step; copies = split inputs copied between backends)")
+    if d:
+        kept = sum(s.graph_reused and s.plan_reused for s in d)
+        out(f"   decode graph kept in {kept} of {len(d)} steps (no build, split or allocation)")
     _split_table(p, out)
     _why_splits(seen["reasons"], seen["n_splits"], out)
     if args.maps:

@@ -167,6 +167,13 @@ def median_alloc_us(case: Case, reps: int, reserve: bool = False) -> float:
     return statistics.median(sched.time_alloc(case.graph, reps, case.assignments, reserve))
 
 
+def median_reuse_us(case: Case, reps: int) -> float:
+    """Median time (µs) of `reps` alloc_graph calls that reuse the plan of the unchanged
+    graph (graph reuse level 1: the check alone)."""
+    sched = scheduler_for_case(case)
+    return statistics.median(sched.time_reuse(case.graph, reps, case.assignments))
+
+
 def _median_until(run: Callable[[int], list[float]], min_time_s: float,
                   min_reps: int) -> tuple[float, int]:
     samples: list[float] = []

@@ -23,7 +23,8 @@ from libc.string cimport memset
 from libc.stdint cimport int64_t, INT64_MIN, SIZE_MAX
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (size_arg, index_arg, items_arg, tensor_name, ggml_graph_check_order,
+from ggml_py._core cimport (tensor_changed, size_arg, index_arg, items_arg, tensor_name,
+                            ggml_graph_check_order,
                             GGML_PY_MAX_BYTES, ggml_nbytes, ggml_hash_set_init, ggml_hash_set_free,
                             ggml_hash_set_reset, ggml_hash_find_or_insert, tensor_handle,
                             Tensor, Graph, safe_realloc)
@@ -483,6 +484,7 @@ cdef class GraphAllocator:
             if t.buffer != NULL and t.buffer.allocator == <void *>self:
                 t.buffer = NULL
                 t.data = NULL
+                tensor_changed(t)
         self.n_placed = 0
         self.placed_owner = None
         return 0

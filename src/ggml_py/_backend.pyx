@@ -19,7 +19,8 @@ from libc.stdlib cimport free
 
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (Tensor, Graph, tensor_handle, tensor_name, ggml_nbytes, size_arg,
-                            int_arg, index_arg, name_arg, items_arg, safe_realloc)
+                            int_arg, index_arg, name_arg, items_arg, safe_realloc,
+                            tensor_changed, world_changed, buffer_changed)
 
 import numpy as np
 
@@ -226,6 +227,7 @@ cdef class Buffer:
         Device buffers override this to free their memory too."""
         self.c.released = True
         self._memory = None
+        buffer_changed(&self.c)
 
     @property
     def size(self):
@@ -242,6 +244,7 @@ cdef class Buffer:
     @usage.setter
     def usage(self, value):
         self.c.usage = BUFFER_USAGES[_choice(value, BUFFER_USAGES, "buffer usage")]
+        buffer_changed(&self.c)
 
     @property
     def is_host(self):
@@ -355,6 +358,7 @@ cdef int tensor_alloc_at(ggml_backend_buffer * buffer, ggml_tensor * tensor, cha
                               f"{buffer.size} bytes")
     tensor.buffer = buffer
     tensor.data = addr
+    tensor_changed(tensor)
     if buffer.pyobj != NULL and (<Buffer>buffer.pyobj)._has_init_tensor:
         (<Buffer>buffer.pyobj).init_tensor(tensor_handle(tensor))
     return 0
@@ -371,6 +375,7 @@ cdef int view_init_c(ggml_tensor * tensor) except -1:
                               f"'{tensor_name(tensor.view_src)}' has no data")
     tensor.buffer = tensor.view_src.buffer
     tensor.data = tensor.view_src.data + tensor.view_offs
+    tensor_changed(tensor)
     return 0
 
 
@@ -405,6 +410,7 @@ def set_buffer(Tensor tensor not None, Buffer buffer not None, offset=0):
     tensor.owner.keep(buffer)
     t.buffer = &buffer.c
     t.data = buffer.c.base + offs
+    tensor_changed(t)
 
 
 def tensor_span(Tensor tensor not None, offset=0, size=None):
@@ -580,6 +586,7 @@ def get_buffer(Tensor tensor not None):
 def clear_buffer(Tensor tensor not None):
     tensor.ptr.buffer = NULL
     tensor.ptr.data = NULL
+    tensor_changed(tensor.ptr)
 
 
 # ---------------------------------------------------------------------------
@@ -632,6 +639,7 @@ cdef class Backend:
                                 else GGML_PY_OP_YES)
         for i in range(GGML_OP_COUNT_MAX):
             self.c.supports_op_table[i] = allowed if i in yes else GGML_PY_OP_NO
+        world_changed()
 
     def set_offload_ops(self, ops=(), min_batch=0):
         """Fill the offload_op table: ops in `ops` offload when batch >= min_batch."""
@@ -641,6 +649,7 @@ cdef class Backend:
         for i in range(GGML_OP_COUNT_MAX):
             self.c.offload_op_table[i] = GGML_PY_OP_YES if i in yes else GGML_PY_OP_NO
         self.c.offload_min_batch = batch
+        world_changed()
 
     def set_supported_buffer_types(self, bufts):
         bufts = items_arg(bufts, f"backend {self.name}: supported buffer types", BufferType)
@@ -652,6 +661,7 @@ cdef class Backend:
             self.c.supported_bufts[i] = &(<BufferType>b).c
         self.c.n_supported_bufts = len(bufts)
         self._bufts = bufts
+        world_changed()
 
     # --- identity ---
 

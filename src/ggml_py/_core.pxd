@@ -1,7 +1,7 @@
 # Tensor and graph core: type traits, op names, the hash set, the tensor arena
 # and the graph. See _core.pyx for details.
 
-from libc.stdint cimport int32_t, int64_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 from ggml_py._ggml cimport *
 
 cdef enum:
@@ -175,6 +175,21 @@ cdef void ggml_graph_free(ggml_cgraph * g) noexcept nogil
 cdef void ggml_graph_clear(ggml_cgraph * g) noexcept nogil
 cdef int ggml_build_forward_expand(ggml_cgraph * g, ggml_tensor * t) except -1
 
+# ---- mutation epochs (graph reuse) ----
+# One process-wide counter, advanced by every change a plan may depend on that is made
+# through the API: a tensor's op, type, shape, strides, sources, view, flags,
+# op_params or placement stamp the tensor (t.gen), a buffer released or re-purposed
+# stamps the buffer (b.gen), a graph's nodes stamp the graph, and a backend's op or
+# buffer-type tables stamp the world. A plan made at epoch E is current while no
+# tensor of its graph (nor their view bases and buffers), the graph and the world
+# carry a stamp above E.
+cdef uint64_t mutation_epoch() noexcept nogil
+cdef uint64_t world_epoch() noexcept nogil
+cdef void tensor_changed(ggml_tensor * t) noexcept nogil
+cdef void world_changed() noexcept nogil
+cdef void buffer_changed(ggml_backend_buffer * b) noexcept nogil
+cdef uint64_t graph_changed() noexcept nogil
+
 # ---- Python handles ----
 cdef class Context:
     cdef ggml_context ctx
@@ -190,8 +205,10 @@ cdef class Graph:
     cdef ggml_cgraph graph
     cdef readonly Context context       # where its tensors live (may be None)
     cdef set _owners                    # contexts of tensors added from elsewhere
+    cdef readonly uint64_t generation   # mutation epoch of its last change (graph_changed)
     cdef object __weakref__
 
 cdef Tensor tensor_handle(ggml_tensor * t)
 cdef ggml_tensor * tensor_ptr(object t, what=*) except NULL
 cdef str tensor_name(const ggml_tensor * t)
+cdef bint graph_unchanged_since(Graph g, uint64_t epoch) noexcept

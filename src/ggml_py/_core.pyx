@@ -13,7 +13,7 @@ from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memset, memcpy, strncpy
 from libc.stdio cimport snprintf
-from libc.stdint cimport int32_t, int64_t, SIZE_MAX
+from libc.stdint cimport int32_t, int64_t, uint64_t, SIZE_MAX
 
 from ggml_py._ggml cimport *
 
@@ -701,6 +701,77 @@ cdef int ggml_build_forward_expand(ggml_cgraph * g, ggml_tensor * root) except -
 
 
 # ---------------------------------------------------------------------------
+# mutation epochs: what lets the scheduler reuse a plan without looking at the graph
+
+cdef uint64_t _epoch = 0          # the last stamp handed out (any change)
+cdef uint64_t _world_epoch = 0    # the last change outside tensors and graphs
+
+
+cdef uint64_t mutation_epoch() noexcept nogil:
+    return _epoch
+
+
+cdef uint64_t world_epoch() noexcept nogil:
+    return _world_epoch
+
+
+cdef void tensor_changed(ggml_tensor * t) noexcept nogil:
+    global _epoch
+    _epoch += 1
+    t.gen = _epoch
+
+
+cdef void buffer_changed(ggml_backend_buffer * b) noexcept nogil:
+    global _epoch
+    _epoch += 1
+    b.gen = _epoch
+
+
+cdef inline bint _stamped_after(const ggml_tensor * t, uint64_t epoch) noexcept nogil:
+    """Does t, its view base or the buffer either lives in carry a stamp above epoch?"""
+    if t.gen > epoch or (t.buffer != NULL and t.buffer.gen > epoch):
+        return True
+    t = t.view_src
+    return t != NULL and (t.gen > epoch or (t.buffer != NULL and t.buffer.gen > epoch))
+
+
+cdef void world_changed() noexcept nogil:
+    global _epoch, _world_epoch
+    _epoch += 1
+    _world_epoch = _epoch
+
+
+cdef uint64_t graph_changed() noexcept nogil:
+    global _epoch
+    _epoch += 1
+    return _epoch
+
+
+cdef bint graph_unchanged_since(Graph g, uint64_t epoch) noexcept:
+    """Is every stamp a plan of g made at `epoch` depends on still at most `epoch`?
+    O(1) when nothing at all changed since; else one sweep over g's nodes and leafs,
+    their view bases (a base outside the graph places its views) and buffers."""
+    cdef int i
+    cdef ggml_cgraph * cg = &g.graph
+    if _epoch == epoch:
+        return True
+    if _world_epoch > epoch or g.generation > epoch:
+        return False
+    for i in range(cg.n_nodes):
+        if _stamped_after(cg.nodes[i], epoch):
+            return False
+    for i in range(cg.n_leafs):
+        if _stamped_after(cg.leafs[i], epoch):
+            return False
+    return True
+
+
+def mutation_epochs():
+    """(epoch, world epoch): the process-wide mutation counters (tests, debugging)."""
+    return _epoch, _world_epoch
+
+
+# ---------------------------------------------------------------------------
 # Python handles
 
 cdef Tensor tensor_handle(ggml_tensor * t):
@@ -960,6 +1031,7 @@ cdef class Tensor:
     @name.setter
     def name(self, value):
         ggml_set_name(self.ptr, name_arg(value, "tensor name", True))
+        tensor_changed(self.ptr)        # the names of a plan's copies come from it
 
     @property
     def type(self):
@@ -972,6 +1044,7 @@ cdef class Tensor:
     @op.setter
     def op(self, name):
         self.ptr.op = op_id(name)
+        tensor_changed(self.ptr)
 
     @property
     def ne(self):
@@ -987,6 +1060,7 @@ cdef class Tensor:
         check_extent(self.type, ne, self.nb, f"tensor '{self.name}'")
         for i in range(4):
             self.ptr.ne[i] = ne[i]
+        tensor_changed(self.ptr)
 
     @property
     def nb(self):
@@ -1002,6 +1076,7 @@ cdef class Tensor:
         check_extent(self.type, self.ne, nb, f"tensor '{self.name}'")
         for i in range(4):
             self.ptr.nb[i] = nb[i]
+        tensor_changed(self.ptr)
 
     @property
     def shape(self):
@@ -1038,6 +1113,7 @@ cdef class Tensor:
     def set_src(self, i, src):
         cdef Py_ssize_t k = index_arg(i, "src index", GGML_MAX_SRC)
         self.ptr.src[k] = NULL if src is None else tensor_ptr(src, "src")
+        tensor_changed(self.ptr)
         if src is not None and (<Tensor>src).owner is not self.owner:
             self.owner.keep((<Tensor>src).owner)
 
@@ -1056,6 +1132,7 @@ cdef class Tensor:
         cdef size_t offs = size_arg(view_offs, "view_offs")
         self.ptr.view_src = NULL if view_src is None else tensor_ptr(view_src, "view_src")
         self.ptr.view_offs = offs
+        tensor_changed(self.ptr)
         if view_src is not None and (<Tensor>view_src).owner is not self.owner:
             self.owner.keep((<Tensor>view_src).owner)
 
@@ -1068,6 +1145,7 @@ cdef class Tensor:
                   for p in items_arg(params, "op_params", None, GGML_MAX_OP_PARAMS)]
         for i in range(GGML_MAX_OP_PARAMS):
             self.ptr.op_params[i] = params[i] if i < len(params) else 0
+        tensor_changed(self.ptr)
 
     @property
     def flags(self):
@@ -1082,18 +1160,28 @@ cdef class Tensor:
                 raise UnknownNameError(f"unknown tensor flag {n!r}; known: {', '.join(FLAG_NAMES)}")
             f |= FLAG_NAMES[n]
         self.ptr.flags = f
+        tensor_changed(self.ptr)
 
     def set_input(self):
         self.ptr.flags |= GGML_TENSOR_FLAG_INPUT
+        tensor_changed(self.ptr)
         return self
 
     def set_output(self):
         self.ptr.flags |= GGML_TENSOR_FLAG_OUTPUT
+        tensor_changed(self.ptr)
         return self
 
     def set_param(self):
         self.ptr.flags |= GGML_TENSOR_FLAG_PARAM
+        tensor_changed(self.ptr)
         return self
+
+    @property
+    def generation(self):
+        """Mutation epoch of the tensor's last change through the API (0: none since
+        it was made). See Scheduler's graph reuse."""
+        return self.ptr.gen
 
     @property
     def data_address(self):
@@ -1113,6 +1201,7 @@ cdef class Graph:
         ggml_graph_init(&self.graph, int_arg(size, "graph size", 1, _INT32_MAX))
         self.context = context
         self._owners = set()
+        self.generation = graph_changed()
 
     def __dealloc__(self):
         ggml_graph_free(&self.graph)
@@ -1132,6 +1221,7 @@ cdef class Graph:
     def build_forward_expand(self, Tensor t not None):
         """Add t and every tensor it depends on, parents first (ggml's order)."""
         self._keep(t)
+        self.generation = graph_changed()
         ggml_build_forward_expand(&self.graph, t.ptr)
         return self
 

@@ -4,7 +4,7 @@
 # The tensor, buffer type and buffer structs are defined once, in C
 # (ggml-py-types.h), which the CPU backend's C kernels include too.
 
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 cdef extern from "ggml_py/ggml-py-types.h":
     enum:
@@ -28,6 +28,7 @@ cdef extern from "ggml_py/ggml-py-types.h":
         bint released
         void * allocator
         void * pyobj
+        uint64_t gen
 
     ctypedef struct ggml_tensor:
         int32_t op
@@ -46,6 +47,7 @@ cdef extern from "ggml_py/ggml-py-types.h":
         void * extra
         void * owner
         char name[GGML_MAX_NAME]
+        uint64_t gen
 
 # tensor flags (ggml_tensor_flag)
 cdef enum:

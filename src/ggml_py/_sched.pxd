@@ -1,7 +1,7 @@
 # Scheduler core: port of ggml_backend_sched's state and split (ggml-backend.cpp).
 # See _sched.pyx for details.
 
-from libc.stdint cimport uint8_t
+from libc.stdint cimport uint8_t, uint64_t
 from ggml_py._ggml cimport *
 from ggml_py._core cimport Context, Graph
 from ggml_py._alloc cimport GraphAllocator
@@ -66,6 +66,12 @@ cdef class SchedCore:
     cdef Py_ssize_t * node_slots                # [node_slots_capacity]
     cdef uint8_t * node_is_view                 # [node_slots_capacity]: skip without a struct read
     cdef int node_slots_capacity
+    # ... and of each node's sources, hashed once too: node i's are entries
+    # [src_begin[i], src_begin[i + 1]) of src_slots (hash slot) and src_index (j of src[j])
+    cdef int * src_begin                        # [node_slots_capacity + 1]
+    cdef Py_ssize_t * src_slots                 # [src_capacity]
+    cdef uint8_t * src_index                    # [src_capacity]
+    cdef int src_capacity
 
     # backend of each graph-copy node / leaf, and of the previous split's
     cdef int * node_backend_ids                 # [ids_capacity]
@@ -122,7 +128,26 @@ cdef class SchedCore:
     cdef int n_rewired
     cdef int rewired_cap
 
-cdef int sched_reset(SchedCore s) noexcept
+    # graph reuse: the plan and the allocation of last_graph_obj are kept across a
+    # reset, and alloc_graph / split_graph of the same graph take them again as long
+    # as nothing they depend on changed (the mutation epochs of _core) and the user
+    # assignments made since the reset are the plan's
+    cdef public bint graph_reuse                # on by default (Scheduler(graph_reuse=))
+    cdef readonly int n_graph_reuses            # splits and allocations skipped
+    cdef bint plan_reusable                     # the tables, splits, graph copy and
+                                                # placements are last_graph_obj's, made
+                                                # from a reset state
+    cdef bint reset_deferred                    # reset() kept the tables for a reuse
+    cdef bint tables_fresh                      # no split wrote the tables since they
+                                                # were cleared (only user assignments)
+    cdef uint64_t plan_epoch                    # the mutation epoch the plan is current at
+    cdef dict user_assignments                  # {address: (Tensor, backend id)} since the
+                                                # last reset
+    cdef dict plan_assignments                  # ... in force when the plan was made
+
+cdef int sched_reset(SchedCore s) except -1
+cdef int forget_plan(SchedCore s) except -1
+cdef bint try_reuse(SchedCore s, Graph g) except -1
 cdef int sched_split_graph(SchedCore s, Graph graph) except -1
 cdef int sched_tensor_backend_id(SchedCore s, ggml_tensor * t) noexcept
 cdef int sched_alloc_splits(SchedCore s) except -1

@@ -11,7 +11,7 @@ scheduler stays usable.
 
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset, memcpy
-from libc.stdint cimport uint8_t
+from libc.stdint cimport uint8_t, uint64_t
 
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handle, tensor_name,
@@ -21,7 +21,8 @@ from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handl
                             ggml_context_reset, ggml_context_tensor, ggml_is_node_from,
                             ggml_views_computed_node, leaf_view_message,
                             ggml_hash_size, ggml_context, ggml_is_computed_from,
-                            ggml_computes, OP_NONE,
+                            ggml_computes, OP_NONE, mutation_epoch, tensor_changed,
+                            graph_unchanged_since,
                             order_message,
                             checked_calloc, safe_realloc, int_arg, index_arg, OP_ROPE)
 from ggml_py._backend cimport (Backend, BufferType, backend_supports_op, backend_supports_buft,
@@ -152,8 +153,14 @@ cdef int backend_id_from_cur(SchedCore s, ggml_tensor * tensor, uint8_t * cause)
     return -1
 
 
-cdef int buffer_supported(SchedCore s, ggml_tensor * t, int backend_id) except -1:
+cdef inline int buffer_supported(SchedCore s, ggml_tensor * t, int backend_id) except -1:
     """Can backend_id read t where it is (or will be)?"""
+    return buffer_supported_at(s, t, hash_id(s, t), backend_id)
+
+
+cdef int buffer_supported_at(SchedCore s, ggml_tensor * t, Py_ssize_t slot,
+                             int backend_id) except -1:
+    """buffer_supported for t at hash slot `slot`."""
     cdef ggml_backend_buffer * buf = _base_buffer(s, t)
     cdef ggml_backend_buffer_type * buft = NULL
     cdef int id
@@ -161,7 +168,7 @@ cdef int buffer_supported(SchedCore s, ggml_tensor * t, int backend_id) except -
         buft = buf.buft
     else:
         # not allocated yet: it will live in the buffer type of its backend
-        id = backend_of(s, t)
+        id = s.hv_tensor_backend_ids[slot]
         if id == -1 and t.view_src != NULL:
             id = backend_of(s, t.view_src)
         if id != -1:
@@ -185,7 +192,8 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
     cdef int i
     cdef Py_ssize_t h
     cdef ggml_tensor * t
-    if graph.n_nodes > s.node_slots_capacity:
+    if graph.n_nodes > s.node_slots_capacity or s.src_begin == NULL:
+        safe_realloc(<void **>&s.src_begin, graph.n_nodes + 1, sizeof(int), _TABLES)
         safe_realloc(<void **>&s.node_slots, graph.n_nodes, sizeof(Py_ssize_t), _TABLES)
         safe_realloc(<void **>&s.node_is_view, graph.n_nodes, sizeof(uint8_t), _TABLES)
         s.node_slots_capacity = graph.n_nodes
@@ -205,6 +213,28 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
         for i in range(graph.n_leafs):
             if ggml_views_computed_node(graph, graph.leafs[i]):
                 raise GraphError(leaf_view_message(graph.leafs[i]))
+    hash_sources(s, graph)
+    return 0
+
+
+cdef int hash_sources(SchedCore s, ggml_cgraph * graph) except -1:
+    """The hash slot of every node source, in node order: passes 3 to 5 read these
+    instead of probing the hash set for each source again."""
+    cdef int i, j, k = 0
+    cdef ggml_tensor * node
+    for i in range(graph.n_nodes):
+        s.src_begin[i] = k
+        node = graph.nodes[i]
+        if k + GGML_MAX_SRC > s.src_capacity:
+            safe_realloc(<void **>&s.src_slots, 2 * (k + GGML_MAX_SRC), sizeof(Py_ssize_t), _TABLES)
+            safe_realloc(<void **>&s.src_index, 2 * (k + GGML_MAX_SRC), sizeof(uint8_t), _TABLES)
+            s.src_capacity = 2 * (k + GGML_MAX_SRC)
+        for j in range(GGML_MAX_SRC):
+            if node.src[j] != NULL:
+                s.src_slots[k] = hash_id(s, node.src[j])
+                s.src_index[k] = j
+                k += 1
+    s.src_begin[graph.n_nodes] = k
     return 0
 
 
@@ -231,9 +261,9 @@ cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
     """Pass 3: move nodes to a higher-priority backend with the same buffer type
     when it can read all their sources; give each still unassigned node the
     backend that can read most of its sources."""
-    cdef int i, j, b, n_supported, n_supported_best, cur
+    cdef int i, k, b, n_supported, n_supported_best, cur
     cdef bint supported
-    cdef Py_ssize_t h
+    cdef Py_ssize_t h, hs
     cdef ggml_tensor * node
     cdef ggml_tensor * src
     for i in range(graph.n_nodes):
@@ -248,12 +278,11 @@ cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
                 if not backend_supports_op(s.backends[b], node):
                     continue
                 n_supported = 0
-                for j in range(GGML_MAX_SRC):
-                    src = node.src[j]
-                    if src == NULL:
-                        continue
-                    if ((backend_of(s, src) != -1 or backend_of(s, src.view_src) != -1)
-                            and buffer_supported(s, src, b)):
+                for k in range(s.src_begin[i], s.src_begin[i + 1]):
+                    src = node.src[s.src_index[k]]
+                    hs = s.src_slots[k]
+                    if ((s.hv_tensor_backend_ids[hs] != -1 or backend_of(s, src.view_src) != -1)
+                            and buffer_supported_at(s, src, hs, b)):
                         n_supported += 1
                 if n_supported > n_supported_best:
                     n_supported_best = n_supported
@@ -264,9 +293,8 @@ cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
                 if s.bufts[b] != s.bufts[cur] or not backend_supports_op(s.backends[b], node):
                     continue
                 supported = True
-                for j in range(GGML_MAX_SRC):
-                    src = node.src[j]
-                    if src != NULL and not buffer_supported(s, src, b):
+                for k in range(s.src_begin[i], s.src_begin[i + 1]):
+                    if not buffer_supported_at(s, node.src[s.src_index[k]], s.src_slots[k], b):
                         supported = False
                         break
                 if supported:
@@ -283,7 +311,7 @@ cdef inline bint _computed_input(ggml_cgraph * graph, ggml_tensor * t) noexcept:
 cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
     """Pass 4: views follow their view_src, unassigned sources follow their
     node, and a node still without a backend takes the first that supports it."""
-    cdef int i, j, b
+    cdef int i, k, b
     cdef Py_ssize_t h, hs
     cdef ggml_tensor * node
     cdef ggml_tensor * src
@@ -304,13 +332,11 @@ cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
         if node.view_src != NULL and s.hv_tensor_backend_ids[h] == -1:
             s.hv_tensor_backend_ids[h] = backend_of(s, node.view_src)
             s.hv_tensor_causes[h] = CAUSE_4_VSRC
-        for j in range(GGML_MAX_SRC):
-            src = node.src[j]
-            if src == NULL:
-                continue
+        for k in range(s.src_begin[i], s.src_begin[i + 1]):
+            src = node.src[s.src_index[k]]
             if s.node_is_view[i] and ggml_is_node_from(graph, src, i):
                 raise GraphError(order_message(node, i, src))
-            hs = hash_id(s, src)
+            hs = s.src_slots[k]
             if s.hv_tensor_backend_ids[hs] == -1:
                 if ggml_views_computed_node(graph, src):
                     raise GraphError(leaf_view_message(src))
@@ -408,26 +434,25 @@ cdef int check_view_assignment(SchedCore s, ggml_tensor * view, Py_ssize_t h) ex
     return 0
 
 
-cdef int count_new_inputs(SchedCore s, ggml_tensor * node, int cur_backend_id) except -1:
-    """How many inputs node would add to a split on cur_backend_id."""
+cdef int count_new_inputs(SchedCore s, ggml_tensor * node, int i, int cur_backend_id) except -1:
+    """How many inputs node (the i-th) would add to a split on cur_backend_id."""
     cdef int j, k, n = 0
     cdef bint seen
-    cdef Py_ssize_t h
+    cdef Py_ssize_t h, e
     cdef ggml_tensor * src
-    for j in range(GGML_MAX_SRC):
+    for e in range(s.src_begin[i], s.src_begin[i + 1]):
+        j = s.src_index[e]
         src = node.src[j]
-        if src == NULL:
-            continue
         seen = False
         for k in range(j):
             if node.src[k] == src:
                 seen = True
         if seen:
             continue
-        h = hash_id(s, src)
+        h = s.src_slots[e]
         if (s.hv_tensor_backend_ids[h] != cur_backend_id
                 and copy_slot(s, h, cur_backend_id, 0)[0] == NULL
-                and not buffer_supported(s, src, cur_backend_id)):
+                and not buffer_supported_at(s, src, h, cur_backend_id)):
             n += 1
     return n
 
@@ -435,7 +460,7 @@ cdef int count_new_inputs(SchedCore s, ggml_tensor * node, int cur_backend_id) e
 cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
     """Pass 5: cut the graph where the backend changes and replace every source
     that the split's backend cannot read by a copy on that backend."""
-    cdef int i = 0, j, c, n_new
+    cdef int i = 0, j, k, c, n_new
     cdef int cur_backend_id, node_backend_id, src_backend_id
     cdef bint need_new_split
     cdef Py_ssize_t h, src_id
@@ -469,19 +494,19 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
         # reused) or where the node's new inputs would overflow the input list
         need_new_split = False
         if node_backend_id == cur_backend_id and split.n_inputs > 0:
-            for j in range(GGML_MAX_SRC):
-                src = node.src[j]
-                if (src != NULL and src.buffer != NULL
+            for k in range(s.src_begin[i], s.src_begin[i + 1]):
+                src = node.src[s.src_index[k]]
+                if (src.buffer != NULL
                         and src.buffer.usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS
-                        and backend_of(s, src) != cur_backend_id
-                        and not buffer_supported(s, src, cur_backend_id)):
+                        and s.hv_tensor_backend_ids[s.src_slots[k]] != cur_backend_id
+                        and not buffer_supported_at(s, src, s.src_slots[k], cur_backend_id)):
                     need_new_split = True
                     break
             if not need_new_split and split.n_inputs + GGML_MAX_SRC > s.max_split_inputs:
                 # ggml checks only a full list and aborts when a node brings two
                 # inputs to 29; counting gives the same splits where ggml works
                 # (and is needed only when the node's sources could overflow it)
-                n_new = count_new_inputs(s, node, cur_backend_id)
+                n_new = count_new_inputs(s, node, i, cur_backend_id)
                 need_new_split = n_new > 0 and split.n_inputs + n_new > s.max_split_inputs
 
         if node_backend_id != cur_backend_id or need_new_split:
@@ -491,15 +516,14 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
             cur_backend_id = node_backend_id
 
         # find the inputs that are not on the split's backend
-        for j in range(GGML_MAX_SRC):
+        for k in range(s.src_begin[i], s.src_begin[i + 1]):
+            j = s.src_index[k]
             src = node.src[j]
-            if src == NULL:
-                continue
             # ggml assumes nodes come after what they read; a graph that does not
             # would compute garbage
             if ggml_is_node_from(graph, src, i):
                 raise GraphError(order_message(node, i, src))
-            src_id = hash_id(s, src)
+            src_id = s.src_slots[k]
             src_backend_id = s.hv_tensor_backend_ids[src_id]
             if src_backend_id == -1:
                 raise SchedulerError(f"source '{tensor_name(src)}' of node '{tensor_name(node)}' has no backend",
@@ -523,7 +547,8 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
                     s.graph_inputs[s.n_graph_inputs] = src
                     s.n_graph_inputs += 1
 
-            if src_backend_id != cur_backend_id and not buffer_supported(s, src, cur_backend_id):
+            if src_backend_id != cur_backend_id and not buffer_supported_at(s, src, src_id,
+                                                                            cur_backend_id):
                 if copy_slot(s, src_id, cur_backend_id, 0)[0] == NULL:
                     if split.n_inputs == s.max_split_inputs:
                         raise SchedulerError(
@@ -695,17 +720,60 @@ def _physical_memory():
         return 1 << 62
 
 
-cdef int sched_reset(SchedCore s) noexcept:
-    """ggml_backend_sched_reset: forget assignments and copies (once per split)."""
+cdef void clear_tables(SchedCore s) noexcept:
+    """Forget every assignment, cause and copy of the hash set's tensors."""
+    ggml_hash_set_reset(&s.hash_set)
+    memset(s.hv_tensor_backend_ids, -1, s.hash_set.size * sizeof(int))
+    memset(s.hv_tensor_causes, 0, s.hash_set.size * sizeof(uint8_t))
+    memset(s.hv_tensor_copies, 0,
+           s.hash_set.size * s.n_backends * s.n_copies * sizeof(ggml_tensor *))
+    s.tables_fresh = True
+
+
+cdef int sched_reset(SchedCore s) except -1:
+    """ggml_backend_sched_reset: forget assignments and copies (once per split). A
+    reusable plan keeps its tables until something needs them cleared (forget_plan):
+    the next alloc_graph of the same graph may take the plan again."""
     if not s.is_reset:
-        ggml_hash_set_reset(&s.hash_set)
-        memset(s.hv_tensor_backend_ids, -1, s.hash_set.size * sizeof(int))
-        memset(s.hv_tensor_causes, 0, s.hash_set.size * sizeof(uint8_t))
-        memset(s.hv_tensor_copies, 0,
-               s.hash_set.size * s.n_backends * s.n_copies * sizeof(ggml_tensor *))
+        if s.plan_reusable:
+            s.reset_deferred = True
+        else:
+            clear_tables(s)
+        s.user_assignments = {}
         s.is_reset = True
     s.is_alloc = False
     return 0
+
+
+cdef int forget_plan(SchedCore s) except -1:
+    """The kept plan will not be reused: do a deferred reset now, with the user
+    assignments made since."""
+    cdef Py_ssize_t h
+    s.plan_reusable = False
+    if s.reset_deferred:
+        s.reset_deferred = False
+        clear_tables(s)
+        for t, b in s.user_assignments.values():
+            h = hash_id(s, (<Tensor>t).ptr)
+            s.hv_tensor_backend_ids[h] = b
+            s.hv_tensor_causes[h] = CAUSE_USR
+    return 0
+
+
+cdef bint try_reuse(SchedCore s, Graph g) except -1:
+    """Take the kept plan (and its allocation) for g again when the scheduler was reset
+    since it was made, g is the graph it was made for, nothing it depends on changed
+    and the user assignments are the plan's. O(1) when nothing at all changed since."""
+    if not (s.reset_deferred and s.plan_reusable and s.graph_reuse
+            and s.last_graph_obj is g and s.user_assignments == s.plan_assignments):
+        return False
+    if not graph_unchanged_since(g, s.plan_epoch):
+        return False
+    s.plan_epoch = mutation_epoch()
+    s.reset_deferred = False
+    s.is_reset = False
+    s.n_graph_reuses += 1
+    return True
 
 
 cdef int check_graph_fits(SchedCore s, ggml_cgraph * graph) except -1:
@@ -723,6 +791,12 @@ cdef int sched_split_graph(SchedCore s, Graph g) except -1:
     (whatever graph it was). On error the split leaves nothing in the graph and the
     scheduler is left reset-able: the next reset() clears what it assigned."""
     cdef ggml_cgraph * graph = &g.graph
+    if try_reuse(s, g):
+        return 0
+    forget_plan(s)
+    # a plan made from fresh tables depends on nothing but the graph and these
+    s.plan_assignments = dict(s.user_assignments) if s.tables_fresh else None
+    s.tables_fresh = False
     undo_rewiring(s)
     retire_arena(s)
     if s.split_pending:
@@ -804,12 +878,19 @@ cdef int sched_alloc_graph(SchedCore s, Graph graph) except -1:
     """ggml_backend_sched_alloc_graph: split on the next copy slot, then allocate
     (the caller checked that no graph is allocated)."""
     check_graph_fits(s, &graph.graph)      # before the copy slot moves, as ggml checks it
+    if try_reuse(s, graph):
+        s.is_alloc = True                  # the kept placements are in place
+        return 1
     s.cur_copy = s.next_copy
     s.next_copy = (s.next_copy + 1) % s.n_copies
     sched_split_graph(s, graph)
     if not sched_alloc_splits(s):
         return 0
     s.is_alloc = True
+    # reusable when made from a reset state; with pipeline parallelism each alloc_graph
+    # moves to the next copy slot, which a kept plan cannot do
+    s.plan_reusable = s.plan_assignments is not None and s.n_copies == 1
+    s.plan_epoch = mutation_epoch()
     return 1
 
 
@@ -833,6 +914,9 @@ cdef class SchedCore:
         self.infos = NULL
         self.node_slots = NULL
         self.node_is_view = NULL
+        self.src_begin = NULL
+        self.src_slots = NULL
+        self.src_index = NULL
         memset(&self.graph, 0, sizeof(ggml_cgraph))
 
     def __init__(self, backends, bufts, graph_size, bint parallel, bint op_offload,
@@ -887,6 +971,9 @@ cdef class SchedCore:
                                                            sizeof(void *), "scheduler tables")
         self.arena = Context("sched")
         self.galloc = GraphAllocator(bufts)
+        self.graph_reuse = True
+        self.user_assignments = {}
+        self.plan_assignments = None
         self.is_reset = False
         sched_reset(self)
 
@@ -901,6 +988,7 @@ cdef class SchedCore:
         again)."""
         if self.arena is None:
             return                  # __init__ did not finish
+        forget_plan(self)
         undo_rewiring(self)
         retire_arena(self)
         self.n_splits = 0
@@ -934,6 +1022,9 @@ cdef class SchedCore:
         free(self.infos)
         free(self.node_slots)
         free(self.node_is_view)
+        free(self.src_begin)
+        free(self.src_slots)
+        free(self.src_index)
         free(self.rewired)
 
     # --- state ---
@@ -946,6 +1037,7 @@ cdef class SchedCore:
             sched_split_graph(self, graph)
         except BaseException:
             # leave nothing half-made: the next split starts from a reset
+            forget_plan(self)
             self.n_splits = 0
             self.graph.n_nodes = 0
             self.graph.n_leafs = 0
@@ -963,12 +1055,16 @@ cdef class SchedCore:
             ok = sched_alloc_graph(self, graph)
         except BaseException:
             self.is_alloc = False
+            forget_plan(self)
             sched_reset(self)
             raise
+        if not ok:
+            forget_plan(self)
         return bool(ok)
 
     def reserve_n(self):
         """Reserve compute buffers for the current graph copy (after a split)."""
+        self.plan_reusable = False        # the reservation may move every placement
         ok = self.galloc.c_reserve_n(&self.graph, self.node_backend_ids, self.leaf_backend_ids)
         self.split_pending = self.plan_stale = False    # the plan is the last split's
         return bool(ok)
@@ -991,19 +1087,30 @@ cdef class SchedCore:
     def undo_rewiring(self):
         """Give the nodes of the graph split last back the sources that the split
         replaced by this scheduler's copies (splitting does this first, too)."""
+        forget_plan(self)
         undo_rewiring(self)
 
     def set_tensor_backend(self, Tensor t not None, backend_id):
         cdef int b = index_arg(backend_id, "backend id", self.n_backends)
-        cdef Py_ssize_t h = hash_id(self, t.ptr)
-        self.hv_tensor_backend_ids[h] = b
-        self.hv_tensor_causes[h] = CAUSE_USR
+        cdef Py_ssize_t h
+        if not self.reset_deferred:
+            forget_plan(self)            # the tables are the plan's: it would not be
+            h = hash_id(self, t.ptr)
+            self.hv_tensor_backend_ids[h] = b
+            self.hv_tensor_causes[h] = CAUSE_USR
+        # (with a deferred reset, the reuse check compares these with the plan's)
+        self.user_assignments[<size_t>t.ptr] = (t, b)
         self.is_reset = False
 
     def get_tensor_backend_id(self, Tensor t not None):
+        if self.reset_deferred:
+            entry = self.user_assignments.get(<size_t>t.ptr)
+            return -1 if entry is None else entry[1]
         return sched_tensor_backend_id(self, t.ptr)
 
     def get_cause(self, Tensor t not None):
+        if self.reset_deferred:
+            forget_plan(self)            # after a reset every cause is forgotten
         cdef size_t i = ggml_hash_find(&self.hash_set, t.ptr)
         if i == GGML_HASHSET_FULL or not ggml_bitset_get(self.hash_set.used, i):
             return ""
@@ -1126,9 +1233,10 @@ cdef class GraphSnapshot:
             else:
                 self.tensors[i].data = self.data[i]
                 self.tensors[i].buffer = self.buffers[i]
+            tensor_changed(self.tensors[i])
 
 
-TIME_SPLIT, TIME_ALLOC, TIME_RESERVE = 0, 1, 2
+TIME_SPLIT, TIME_ALLOC, TIME_RESERVE, TIME_REUSE = 0, 1, 2, 3
 
 
 def time_reps(SchedCore s not None, Graph graph not None, GraphSnapshot snap not None,
@@ -1137,27 +1245,52 @@ def time_reps(SchedCore s not None, Graph graph not None, GraphSnapshot snap not
     each, untimed, the graph is restored, the scheduler reset to copy slot 0 and the
     user assignments [(Tensor, backend_id), ...] re-applied. `what` is TIME_SPLIT (the
     split alone), TIME_ALLOC (alloc_graph; in the steady state the reservation is
-    reused) or TIME_RESERVE (split + reserve_n + alloc_graph: a new or changed graph)."""
+    reused) or TIME_RESERVE (split + reserve_n + alloc_graph: a new or changed graph);
+    these three never reuse a plan. TIME_REUSE times alloc_graph of the unchanged graph
+    after a reset (graph reuse: the graph is allocated once first, untimed, and not
+    restored between repetitions)."""
     import time
     cdef list out = []
     cdef int r, n = int_arg(reps, "reps", 0, _INT32_MAX)
-    cdef int kind = int_arg(what, "what", TIME_SPLIT, TIME_RESERVE)
+    cdef int kind = int_arg(what, "what", TIME_SPLIT, TIME_REUSE)
+    cdef bint reuse = s.graph_reuse
+    cdef int reuses = s.n_graph_reuses
     clock = time.perf_counter_ns
-    for r in range(n):
-        snap.restore()
-        sched_reset(s)
-        s.next_copy = 0         # copy slot 0 every time (ggml_backend_sched_synchronize)
-        for t, b in assignments:
-            s.set_tensor_backend(t, b)
-        t0 = clock()
-        if kind == TIME_SPLIT:
-            sched_split_graph(s, graph)
-        elif kind == TIME_ALLOC:
-            sched_alloc_graph(s, graph)
-        else:
-            sched_split_graph(s, graph)
-            s.galloc.c_reserve_n(&s.graph, s.node_backend_ids, s.leaf_backend_ids)
-            s.galloc.c_alloc_graph(&s.graph, (graph, s.arena))
-        out.append(clock() - t0)
+    s.graph_reuse = kind == TIME_REUSE
+    try:
+        if kind == TIME_REUSE:
+            snap.restore()
+            forget_plan(s)
+            sched_reset(s)
+            s.next_copy = 0
+            for t, b in assignments:
+                s.set_tensor_backend(t, b)
+            if not sched_alloc_graph(s, graph):
+                raise AllocationError("time_reps: the graph could not be allocated")
+        for r in range(n):
+            if kind != TIME_REUSE:
+                snap.restore()
+                forget_plan(s)
+            sched_reset(s)
+            s.next_copy = 0         # copy slot 0 every time (ggml_backend_sched_synchronize)
+            for t, b in assignments:
+                s.set_tensor_backend(t, b)
+            t0 = clock()
+            if kind == TIME_SPLIT:
+                sched_split_graph(s, graph)
+            elif kind == TIME_ALLOC or kind == TIME_REUSE:
+                sched_alloc_graph(s, graph)
+            else:
+                sched_split_graph(s, graph)
+                s.galloc.c_reserve_n(&s.graph, s.node_backend_ids, s.leaf_backend_ids)
+                s.galloc.c_alloc_graph(&s.graph, (graph, s.arena))
+            out.append(clock() - t0)
+    finally:
+        s.graph_reuse = reuse
+        s.plan_reusable = s.plan_reusable and reuse and kind == TIME_REUSE
     s.is_alloc = False
+    if kind == TIME_REUSE and s.n_graph_reuses - reuses != n:
+        raise SchedulerError(f"time_reps: {s.n_graph_reuses - reuses} of {n} allocations "
+                             f"reused the plan (pipeline parallelism, or the graph changes)",
+                             "no-reuse")
     return out

@@ -33,6 +33,8 @@ typedef struct ggml_backend_buffer {
     int                        released;    // its memory was given back
     void *                     allocator;   // the graph allocator whose compute buffer it is
     void *                     pyobj;       // the owning Buffer (borrowed)
+    uint64_t                   gen;         // mutation epoch of its last release or usage
+                                            // change (the scheduler's graph reuse)
 } ggml_backend_buffer;
 
 typedef struct ggml_tensor {
@@ -54,6 +56,9 @@ typedef struct ggml_tensor {
     void *                extra;                    // backend-private data
     void *                owner;                    // the owning context struct
     char                  name[GGML_MAX_NAME];
+    uint64_t              gen;                      // mutation epoch of the last change
+                                                    // through the API (_core's tensor_changed):
+                                                    // the scheduler's graph reuse
 } ggml_tensor;
 
 #ifdef __cplusplus

@@ -1,0 +1,180 @@
+"""ggml 0.10.1's own scheduler on a ggml_py graph, timed in the same run as ggml_py's.
+
+A graph of simulated backends [GPU..., CPU] (e.g. ggml_py.models.synthetic) is mirrored
+tensor for tensor into a no_alloc ggml context; ggml's scheduler gets [RPC client,
+CPU] -- the RPC client to a ggml RPC server on 127.0.0.1 (ggml_py.rpc_server) stands in
+for the GPU: its buffer type is not the host's, so ggml splits the graph exactly as
+for a GPU. The GPU's pre-allocated tensors (weights) go to one RPC buffer, the CPU's
+to one CPU buffer, usage kept. Timing follows SCHED_CASES.md "Timing": before each
+repetition, untimed, the whole context (every tensor struct: sources, flags, data and
+buffer pointers) is restored from a snapshot and the scheduler reset; then
+`ggml_backend_sched_split_graph` alone, or `ggml_backend_sched_alloc_graph` (the steady
+state: no buffer changes, no RPC traffic), or `ggml_backend_sched_reserve`, is timed. Only one GPU is mirrored.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+
+from bench_vs_ggml import GgmlTensor, InitParams, find_ggml, mirror_order
+
+from ggml_py._backend import get_buffer
+from ggml_py._core import op_id, type_id
+
+FLAG_BITS = {"INPUT": 1, "OUTPUT": 2, "PARAM": 4, "LOSS": 8}
+USAGE_WEIGHTS = 1
+
+
+class GgmlSched:
+    """ggml's scheduler over [rpc, cpu] on a mirror of `graph` (from a ggml_py
+    scheduler's point of view: backends [GPU0, CPU])."""
+
+    def __init__(self, graph, endpoint: str, lib_dir: str | None = None):
+        lib_dir = find_ggml(lib_dir)
+        if lib_dir is None:
+            raise RuntimeError("ggml 0.10.1 not found ($GGML_PY_GGML_LIB)")
+        load = lambda name: ctypes.CDLL(os.path.join(lib_dir, name), mode=ctypes.RTLD_GLOBAL)  # noqa: E731
+        base, _, cpu, rpc = (load(n) for n in ("libggml-base.so", "libggml.so",
+                                                "libggml-cpu.so", "libggml-rpc.so"))
+        P, T, S, B = ctypes.c_void_p, ctypes.POINTER(GgmlTensor), ctypes.c_size_t, ctypes.c_bool
+        for lib, name, res, args in [
+                (base, "ggml_init", P, [InitParams]), (base, "ggml_free", None, [P]),
+                (base, "ggml_new_tensor", T, [P, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]),
+                (base, "ggml_view_tensor", T, [P, T]),
+                (base, "ggml_new_graph_custom", P, [P, S, B]),
+                (base, "ggml_build_forward_expand", None, [P, T]),
+                (base, "ggml_tensor_overhead", S, []),
+                (base, "ggml_graph_overhead_custom", S, [S, B]),
+                (base, "ggml_get_mem_buffer", P, [P]), (base, "ggml_get_mem_size", S, [P]),
+                (base, "ggml_backend_cpu_buffer_type", P, []),
+                (base, "ggml_backend_buft_alloc_buffer", P, [P, S]),
+                (base, "ggml_backend_buft_get_alignment", S, [P]),
+                (base, "ggml_backend_buffer_get_base", P, [P]),
+                (base, "ggml_backend_buffer_set_usage", None, [P, ctypes.c_int]),
+                (base, "ggml_backend_buffer_free", None, [P]),
+                (base, "ggml_backend_tensor_alloc", ctypes.c_int, [P, T, P]),
+                (base, "ggml_backend_view_init", ctypes.c_int, [T]),
+                (base, "ggml_backend_sched_new", P, [ctypes.POINTER(P), P, ctypes.c_int, S, B, B]),
+                (base, "ggml_backend_sched_free", None, [P]),
+                (base, "ggml_backend_sched_reset", None, [P]),
+                (base, "ggml_backend_sched_split_graph", None, [P, P]),
+                (base, "ggml_backend_sched_alloc_graph", B, [P, P]),
+                (base, "ggml_backend_sched_reserve", B, [P, P]),
+                (base, "ggml_backend_sched_get_n_splits", ctypes.c_int, [P]),
+                (base, "ggml_backend_free", None, [P]),
+                (base, "ggml_backend_get_default_buffer_type", P, [P]),
+                (cpu, "ggml_backend_cpu_init", P, []),
+                (rpc, "ggml_backend_rpc_init", P, [ctypes.c_char_p, ctypes.c_uint32])]:
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = res, args
+            setattr(self, name, fn)
+        self.buffers = []
+        self._mirror(graph, endpoint.encode())
+
+    def _mirror(self, graph, endpoint):
+        tensors = mirror_order(graph)
+        size = len(tensors) * self.ggml_tensor_overhead() + \
+            self.ggml_graph_overhead_custom(graph.size, False) + (1 << 20)
+        self.ctx = self.ggml_init(InitParams(size, None, True))
+        m = {}
+        for t in tensors:
+            if t.view_src is not None:
+                x = self.ggml_view_tensor(self.ctx, m[t.view_src])
+                x.contents.view_offs = t.view_offs
+            else:
+                x = self.ggml_new_tensor(self.ctx, type_id(t.type), 4, (ctypes.c_int64 * 4)(*t.ne))
+            c = x.contents
+            c.ne[:] = t.ne
+            c.nb[:] = t.nb
+            c.op = op_id(t.op)
+            c.op_params[:] = t.op_params
+            c.flags = sum(FLAG_BITS.get(f, 0) for f in t.flags)
+            for i, s in enumerate(t.src):
+                c.src[i] = ctypes.cast(m[s], ctypes.c_void_p) if s is not None else None
+            c.name = t.name.encode()[:63]
+            m[t] = x
+        # pre-allocated tensors: one ggml buffer per (buffer type, usage)
+        self.rpc = self.ggml_backend_rpc_init(endpoint, 0)
+        self.cpu = self.ggml_backend_cpu_init()
+        if not self.rpc:
+            raise RuntimeError(f"no ggml RPC server at {endpoint.decode()}")
+        bufts = {"CPU": self.ggml_backend_cpu_buffer_type()}
+        groups = {}
+        for t in tensors:
+            buf = get_buffer(t)
+            if buf is not None and t.view_src is None:
+                buft = bufts.get(buf.buffer_type.name) or \
+                    self.ggml_backend_get_default_buffer_type(self.rpc)
+                groups.setdefault((buft, buf.usage), []).append(t)
+        for (buft, usage), ts in groups.items():
+            align = self.ggml_backend_buft_get_alignment(buft)
+            sizes = [-(-t.nbytes // align) * align for t in ts]
+            buffer = self.ggml_backend_buft_alloc_buffer(buft, max(sum(sizes), 1))
+            self.buffers.append(buffer)
+            if usage == "weights":
+                self.ggml_backend_buffer_set_usage(buffer, USAGE_WEIGHTS)
+            addr = self.ggml_backend_buffer_get_base(buffer)
+            for t, n in zip(ts, sizes):
+                if self.ggml_backend_tensor_alloc(buffer, m[t], addr) != 0:
+                    raise RuntimeError(f"ggml_backend_tensor_alloc of {t.name} failed")
+                addr += n
+        for t in tensors:
+            if t.view_src is not None and m[t.view_src].contents.buffer:
+                self.ggml_backend_view_init(m[t])
+        self.graph = self.ggml_new_graph_custom(self.ctx, graph.size, False)
+        for t in graph.nodes:
+            self.ggml_build_forward_expand(self.graph, m[t])
+        backends = (ctypes.c_void_p * 2)(self.rpc, self.cpu)
+        self.sched = self.ggml_backend_sched_new(backends, None, 2, graph.size, False, True)
+        # the snapshot every repetition starts from
+        self.mem = self.ggml_get_mem_buffer(self.ctx)
+        self.mem_size = self.ggml_get_mem_size(self.ctx)
+        self.snapshot = ctypes.create_string_buffer(ctypes.string_at(self.mem, self.mem_size))
+
+    def _restore(self):
+        ctypes.memmove(self.mem, self.snapshot, self.mem_size)
+        self.ggml_backend_sched_reset(self.sched)
+
+    def _time(self, call, reps):
+        """µs of `reps` calls of call(sched, graph), each after a restore; one call first,
+        untimed (the steady state: buffers allocated)."""
+        self._restore()
+        if call(self.sched, self.graph) is False:
+            raise RuntimeError(f"{call.__name__} failed")
+        out = []
+        for _ in range(reps):
+            self._restore()
+            t0 = time.perf_counter()
+            call(self.sched, self.graph)
+            out.append((time.perf_counter() - t0) * 1e6)
+        return out
+
+    def time_split(self, reps: int) -> list[float]:
+        """µs of `reps` ggml_backend_sched_split_graph calls."""
+        return self._time(self.ggml_backend_sched_split_graph, reps)
+
+    def time_alloc(self, reps: int) -> list[float]:
+        """µs of `reps` ggml_backend_sched_alloc_graph calls in the steady state."""
+        return self._time(self.ggml_backend_sched_alloc_graph, reps)
+
+    def time_reserve(self, reps: int) -> list[float]:
+        """µs of `reps` ggml_backend_sched_reserve calls (split + ggml_gallocr_reserve_n,
+        in the steady state: the buffers are large enough, no RPC traffic). The reserve
+        path of SCHED_CASES.md (split + reserve_n + ggml_gallocr_alloc_graph) is this
+        plus alloc_graph minus split."""
+        return self._time(self.ggml_backend_sched_reserve, reps)
+
+    @property
+    def n_splits(self) -> int:
+        return self.ggml_backend_sched_get_n_splits(self.sched)
+
+    def close(self):
+        self._restore()
+        self.ggml_backend_sched_free(self.sched)
+        for b in self.buffers:
+            self.ggml_backend_buffer_free(b)
+        self.ggml_backend_free(self.rpc)
+        self.ggml_backend_free(self.cpu)
+        self.ggml_free(self.ctx)

@@ -1,0 +1,69 @@
+"""The decode graph kept across steps, as llama.cpp reuses its graph.
+
+A one-token step differs from the step before only in the token, its position and
+the number of cached cells. Built with `kv_rows` (K/V written by set_rows at cell
+ids given as inputs, the attention over the cells rounded up to `kv_pad`, the
+causal mask an input), the graph of one step serves every step until the padded
+KV length grows: only its inputs change. The scheduler then reuses its plan and
+allocation too (Scheduler graph reuse), so such a step builds nothing, splits
+nothing and allocates nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ggml_py._core import instance_arg
+from ggml_py.errors import ModelError
+from ggml_py.models.graph import Forward, build_forward, padded_kv, step_inputs, token_ids
+from ggml_py.models.model import KVCache, Model
+
+
+class DecodeGraph:
+    """The one-token forward graph of a model and cache, kept while its shape holds.
+
+    `forward(tokens, logits)` returns the Forward to compute for the cache's next
+    position: the kept one with its inputs' data brought up to date when the padded
+    KV length and the logits kind are those it was built for, else a new one (which
+    is kept from then on). `n_builds` and `n_reuses` count both outcomes."""
+
+    def __init__(self, model: Model, cache: KVCache) -> None:
+        self.model = instance_arg(model, Model, "model")
+        self.cache = instance_arg(cache, KVCache, "cache")
+        self.kept: Forward | None = None
+        self.key: tuple[int, str] | None = None
+        # the kept graph's input arrays by name, rewritten in place each step
+        self.arrays: list[tuple[str, np.ndarray]] = []
+        self.n_builds = 0
+        self.n_reuses = 0
+
+    def forward(self, tokens: Sequence[int] | np.ndarray,
+                logits: str = "last") -> tuple[Forward, bool]:
+        """(Forward for one token at the cache's n_past, whether the kept graph was
+        reused)."""
+        cfg = self.model.config
+        tokens = token_ids(tokens, cfg)
+        if tokens.size != 1:
+            raise ModelError(f"a decode step is one token, got {tokens.size}")
+        n_past = self.cache.n_past
+        key = (padded_kv(cfg, n_past, 1), logits)
+        if self.kept is None or key != self.key or n_past + 1 > cfg.n_ctx:
+            fw = build_forward(self.model, self.cache, tokens, logits=logits, kv_rows=True)
+            self.kept, self.key = fw, key
+            self.arrays = [(t.name, values) for t, values in fw.inputs]
+            self.n_builds += 1
+            return fw, False
+        fw = self.kept
+        data = step_inputs(cfg, tokens, n_past, fw.n_kv, kv_rows=True)
+        for name, values in self.arrays:
+            if name in data:
+                values[...] = data[name]
+        fw.n_past = n_past
+        self.n_reuses += 1
+        return fw, True
+
+    def drop(self) -> None:
+        """Forget the kept graph (the cache was cleared, or the model changed)."""
+        self.kept = self.key = None

@@ -1,0 +1,88 @@
+"""The decode graph kept across steps (models.decode_graph): a decode step after the
+first builds, splits and allocates nothing, and its logits are those of a graph
+built for the step (cpy into views at n_past) up to the last bit."""
+
+import numpy as np
+import pytest
+
+from ggml_py.backends.cpu import CPUBackend
+from ggml_py.backends.numpy_device import NumpyDeviceBackend
+from ggml_py.errors import ModelError
+from ggml_py.models.decode_graph import DecodeGraph
+from ggml_py.models.reference import reference_logits
+from ggml_py.models.transformer import Model, ModelConfig, Session, moe_config
+
+SMALL = dict(n_vocab=96, n_ctx=32, n_embd=64, n_head=4, n_head_kv=2, n_layer=2, n_ff=96,
+             kv_pad=8)
+PROMPT = [5, 17, 3]
+CONFIGS = [ModelConfig(**SMALL),
+           moe_config("moe_topk", **SMALL, n_expert=4, n_expert_used=2, n_ff_exp=32),
+           moe_config("moe_dense", **SMALL, n_expert=4, n_ff_exp=32, cache_type="f32")]
+
+
+def _steps(sess, n):
+    """Greedy decode: the logits of the prompt's last token, then of n steps."""
+    out = [sess.forward(PROMPT, logits="last")]
+    for _ in range(n):
+        out.append(sess.forward([int(np.argmax(out[-1][-1]))], logits="last"))
+    return out
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.name)
+def test_kept_graph_gives_the_same_logits(cfg):
+    cpu = CPUBackend()
+    model = Model.random(cfg, seed=1).place(cpu)
+    kept = Session(model, [cpu])
+    built = Session(model, [cpu], reuse_decode_graph=False)
+    n = cfg.n_ctx - len(PROMPT) - 1          # to the end of the context: every pad window
+    got, want = _steps(kept, n), _steps(built, n)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    tokens = PROMPT + [int(np.argmax(x[-1])) for x in got[:-1]]
+    ref = reference_logits(model, tokens)[-1]
+    assert np.sum((ref - got[-1][-1]) ** 2) / np.sum(ref ** 2) < 1e-5
+
+
+def test_decode_steps_build_split_and_allocate_nothing():
+    cfg = ModelConfig(**SMALL)
+    cpu = CPUBackend()
+    sess = Session(Model.random(cfg).place(cpu), [cpu])
+    _steps(sess, 12)                 # positions 3..14: pad windows [0, 8) and [8, 16)
+    sched = sess.sched
+    decode = sess.history[1:]
+    reused = [(h.graph_reused, h.plan_reused) for h in decode]
+    # a new graph where the padded KV length grows (n_past 3 -> 8 cells, 8 -> 16)
+    builds = [i for i, h in enumerate(decode) if not h.graph_reused]
+    assert builds == [0, 5]
+    assert all(r == (True, True) for i, r in enumerate(reused) if i not in builds)
+    assert sess.decode.n_builds == 2 and sess.decode.n_reuses == 10
+    assert sched.n_graph_reuses == 10
+    # after the first allocation of each graph nothing is reserved again
+    reallocs = sched.n_reallocs
+    _steps_more = sess.forward([1], logits="last")
+    assert sched.n_reallocs == reallocs and _steps_more.shape == (1, cfg.n_vocab)
+
+
+def test_kept_graph_on_two_backends():
+    cfg = ModelConfig(**SMALL)
+    cpu, dev = CPUBackend(), NumpyDeviceBackend()
+    ref_cpu = CPUBackend()
+    want = _steps(Session(Model.random(cfg).place(ref_cpu), [ref_cpu],
+                          reuse_decode_graph=False), 6)
+    model = Model.random(cfg).place([cpu, dev], host=cpu, output_backend=dev)
+    sess = Session(model, [dev, cpu])
+    got = _steps(sess, 6)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=0, atol=1e-6)
+    assert sum(h.plan_reused for h in sess.history) >= 4
+
+
+def test_decode_graph_is_one_token():
+    cfg = ModelConfig(**SMALL)
+    cpu = CPUBackend()
+    sess = Session(Model.random(cfg).place(cpu), [cpu])
+    with pytest.raises(ModelError, match="one token"):
+        DecodeGraph(sess.model, sess.cache).forward([1, 2])
+    # a prompt of one token goes through the kept graph as well
+    sess.forward([3])
+    assert sess.decode.n_builds == 1
