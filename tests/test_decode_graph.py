@@ -86,3 +86,25 @@ def test_decode_graph_is_one_token():
     # a prompt of one token goes through the kept graph as well
     sess.forward([3])
     assert sess.decode.n_builds == 1
+
+
+@pytest.mark.parametrize("cfg", CONFIGS[:1] + CONFIGS[2:], ids=lambda c: c.name)
+def test_kept_inputs_are_those_of_the_step(cfg):
+    """Step by step (the inputs advanced in place) and after the cache is rewound (all
+    written anew), the kept graph's inputs are what step_inputs gives for the position."""
+    from ggml_py.models.graph import step_inputs
+    cpu = CPUBackend()
+    sess = Session(Model.random(cfg, seed=2).place(cpu), [cpu])
+    sess.forward(PROMPT, logits="last")
+    positions = list(range(len(PROMPT), 12)) + [5, 6, 7, 4]     # ahead, then rewound
+    for i, n_past in enumerate(positions):
+        sess.cache.n_past = n_past
+        token = (7 * i + 3) % cfg.n_vocab
+        sess.forward([token], logits="last")
+        fw = sess.decode.kept
+        want = step_inputs(cfg, np.array([token]), n_past, fw.n_kv, kv_rows=True)
+        got = {t.name: values for t, values in fw.inputs}
+        assert set(want) <= set(got)
+        for name, values in want.items():
+            np.testing.assert_array_equal(got[name].reshape(-1),
+                                          np.asarray(values).reshape(-1), err_msg=name)

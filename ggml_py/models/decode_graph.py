@@ -35,7 +35,8 @@ class DecodeGraph:
         self.kept: Forward | None = None
         self.key: tuple[int, str] | None = None
         # the kept graph's input arrays by name, rewritten in place each step
-        self.arrays: list[tuple[str, np.ndarray]] = []
+        self.arrays: dict[str, np.ndarray] = {}
+        self.v_cells = np.zeros(0, dtype=np.int64)
         self.n_builds = 0
         self.n_reuses = 0
 
@@ -52,17 +53,33 @@ class DecodeGraph:
         if self.kept is None or key != self.key or n_past + 1 > cfg.n_ctx:
             fw = build_forward(self.model, self.cache, tokens, logits=logits, kv_rows=True)
             self.kept, self.key = fw, key
-            self.arrays = [(t.name, values) for t, values in fw.inputs]
+            self.arrays = {t.name: values for t, values in fw.inputs}
+            # the V cell ids of position 0 (channel c's cell row starts at c * n_ctx)
+            self.v_cells = self.arrays["inp_v_idxs"] - n_past
             self.n_builds += 1
             return fw, False
         fw = self.kept
-        data = step_inputs(cfg, tokens, n_past, fw.n_kv, kv_rows=True)
-        for name, values in self.arrays:
-            if name in data:
-                values[...] = data[name]
+        if n_past == fw.n_past + 1:
+            self._advance(int(tokens[0]), n_past)
+        else:                                   # a jump (the cache was rewound): all anew
+            data = step_inputs(cfg, tokens, n_past, fw.n_kv, kv_rows=True)
+            for name, values in self.arrays.items():
+                if name in data:
+                    values[...] = data[name]
         fw.n_past = n_past
         self.n_reuses += 1
         return fw, True
+
+    def _advance(self, token: int, n_past: int) -> None:
+        """The inputs of the next position, written in place: what step_inputs would give
+        for one token at n_past when the kept inputs are those of n_past - 1 (the mask
+        opens one more cell; the cell ids move by one)."""
+        a = self.arrays
+        a["inp_tokens"][0] = token
+        a["inp_pos"][0] = n_past
+        a["kq_mask"][..., n_past] = 0.0
+        a["inp_k_idxs"][0] = n_past
+        np.add(self.v_cells, n_past, out=a["inp_v_idxs"])
 
     def drop(self) -> None:
         """Forget the kept graph (the cache was cleared, or the model changed)."""
