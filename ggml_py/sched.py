@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from ggml_py._backend import Backend, BufferType
 from ggml_py._core import VIEW_OPS, Graph, Tensor, instance_arg, int_arg, items_arg
-from ggml_py._sched import (TIME_ALLOC, TIME_RESERVE, TIME_SPLIT, GraphSnapshot,
-                            SchedCore, time_reps)
+from ggml_py._sched import SchedCore
+from ggml_py._schedtime import TIME_ALLOC, TIME_RESERVE, TIME_SPLIT, GraphSnapshot, time_reps
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
                             SchedulerError)
 from ggml_py._backend import get_buffer

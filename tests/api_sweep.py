@@ -37,13 +37,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # backend's module only the backend class is swept (its module functions are the
 # kernels' building blocks, see CLASSES_ONLY).
 MODULES = [
-    "ggml_py._core", "ggml_py._backend", "ggml_py._sched", "ggml_py._alloc",
-    "ggml_py._opencl", "ggml_py._quants", "ggml_py.errors",
-    "ggml_py.sched", "ggml_py.runtime", "ggml_py.tools.cases", "ggml_py.alloc", "ggml_py._validate",
-    "ggml_py.ops", "ggml_py.quants", "ggml_py.backends", "ggml_py.backends.sim",
-    "ggml_py.backends.numpy_device", "ggml_py.backends.cpu", "ggml_py.backends.opencl",
-    "ggml_py.models.transformer", "ggml_py.models.reference", "ggml_py.models.gguf",
-    "ggml_py.models.synthetic",
+    "ggml_py._core", "ggml_py._backend", "ggml_py._sched", "ggml_py._schedtime",
+    "ggml_py._alloc", "ggml_py._opencl", "ggml_py._opencl_ops", "ggml_py._quants",
+    "ggml_py.errors", "ggml_py.sched", "ggml_py.runtime", "ggml_py.tools.cases",
+    "ggml_py.alloc", "ggml_py._validate", "ggml_py.ops", "ggml_py.quants", "ggml_py.backends",
+    "ggml_py.backends.sim", "ggml_py.backends.numpy_device", "ggml_py.backends.cpu",
+    "ggml_py.backends.opencl", "ggml_py.models.config", "ggml_py.models.model",
+    "ggml_py.models.graph", "ggml_py.models.session", "ggml_py.models.reference",
+    "ggml_py.models.gguf", "ggml_py.models.synthetic",
 ]
 
 CLASSES_ONLY = {"ggml_py.backends.cpu"}
@@ -212,7 +213,7 @@ class Env:
         return TensorAllocator(host_buffer(self.buft, 4096))
 
     def make_snapshot(self):
-        from ggml_py._sched import GraphSnapshot
+        from ggml_py._schedtime import GraphSnapshot
         return GraphSnapshot(self.graph)
 
     def make_plan(self):
