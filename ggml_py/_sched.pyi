@@ -2,7 +2,7 @@
 # built module by `python -m mypy.stubtest` (.ci/stubtest).
 from typing import Literal, Sequence
 
-from typing_extensions import Self, disjoint_base
+from typing_extensions import disjoint_base
 
 from ggml_py._alloc import GraphAllocator
 from ggml_py._backend import Backend, BufferType
@@ -40,9 +40,6 @@ class SchedCore:
     def n_reallocs(self) -> int: ...
     @property
     def n_unexpected_reallocs(self) -> int: ...
-    graph_reuse: bool
-    @property
-    def n_graph_reuses(self) -> int: ...
     @property
     def is_reset(self) -> bool: ...
     @property
@@ -65,16 +62,3 @@ class SchedCore:
     def get_graph_inputs(self) -> list[Tensor]: ...
     def get_graph_copy(self) -> tuple[list[Tensor], list[int], list[Tensor], list[int]]: ...
     def describe(self, t: Tensor) -> _Described: ...
-
-@disjoint_base
-class GraphSnapshot:
-    def __new__(cls, graph: Graph) -> Self: ...
-    def restore(self) -> None: ...
-
-TIME_SPLIT: int
-TIME_ALLOC: int
-TIME_RESERVE: int
-TIME_REUSE: int
-
-def time_reps(s: SchedCore, graph: Graph, snap: GraphSnapshot,
-              assignments: Sequence[tuple[Tensor, int]], reps: int, what: int) -> list[int]: ...

@@ -1,8 +1,8 @@
 """The backend scheduler: split a graph over backends as ggml_backend_sched does.
 
 `Scheduler` is the thin, checked Python face of the Cython core
-(`ggml_py._sched.SchedCore`); `Plan` is what a split decided, in the plan-file
-format of SCHED_CASES.md. ggml's C-style names are provided as aliases at
+(`ggml_py._sched.SchedCore`); `Scheduler.plan()` gives what a split decided in the
+plan-file format of SCHED_CASES.md (`ggml_py.plan`). ggml's C-style names are provided as aliases at
 the bottom, so code written against ggml's API reads the same.
 """
 
@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from ggml_py._backend import Backend, BufferType
 from ggml_py._core import VIEW_OPS, Graph, Tensor, instance_arg, int_arg, items_arg
-from ggml_py._sched import (TIME_ALLOC, TIME_RESERVE, TIME_REUSE, TIME_SPLIT, GraphSnapshot,
-                            SchedCore, time_reps)
+from ggml_py._sched import SchedCore
+from ggml_py._schedtime import (TIME_ALLOC, TIME_RESERVE, TIME_REUSE, TIME_SPLIT, GraphSnapshot,
+                                time_reps)
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
                             SchedulerError)
 from ggml_py._backend import get_buffer
+from ggml_py.plan import Plan
 from ggml_py.runtime import ComputeSplit, Runtime, Status
 
 if TYPE_CHECKING:
@@ -528,22 +530,7 @@ class Scheduler:
         """The plan of the last split, in the plan-file format; with its `alloc`
         block when the graph was allocated (alloc_graph)."""
         self._require_split()
-        plan = Plan.from_scheduler(self, self._graph, name)
-        if self.is_alloc:
-            plan.alloc = self.alloc_report()
-        return plan
-
-    @_locked
-    def alloc_report(self) -> dict[str, Any]:
-        """The `alloc` block of a plan file for the allocated graph copy."""
-        nodes, _, leafs, _ = self.graph_copy
-        galloc = self._core.galloc
-        return {
-            "buffer_sizes": {b.name: self.get_buffer_size(i) for i, b in enumerate(self.backends)},
-            "chunk_sizes": {b.name: self.get_chunk_sizes(i) for i, b in enumerate(self.backends)},
-            "graph_copy_nodes": [list(galloc.tensor_location(t)) for t in nodes],
-            "graph_copy_leafs": [list(galloc.tensor_location(t)) for t in leafs],
-        }
+        return Plan.from_scheduler(self, self._graph, name)
 
     def walk(self, graph: Graph) -> Iterator[tuple[int, Tensor, int, Split | None]]:
         """(node index, node, split index, the split where it starts here else None) for
@@ -645,58 +632,6 @@ def _fmt_size(n: int) -> str:
 
 def _bname(b: Backend | None) -> str:
     return b.name if b is not None else "NULL"
-
-
-@dataclass
-class Plan:
-    """What a split decided, as in a `ggml-sched-plan/1` file (without timing/alloc)."""
-    case: str
-    n_splits: int
-    splits: list
-    node_backends: list
-    leaf_backends: list
-    node_srcs: list
-    graph_inputs: list
-    graph_copy: dict
-    causes: list = field(default_factory=list)
-    alloc: dict | None = None
-    timing: dict | None = None
-
-    @classmethod
-    def from_scheduler(cls, sched: Scheduler, graph: Graph, name: str = "") -> Plan:
-        _scheduler(sched)
-        _check_graph(graph)
-        tok = sched.token
-        bname = lambda b: None if b is None else b.name  # noqa: E731
-        nodes, leafs = graph.nodes, graph.leafs
-        splits = [{"backend": s.backend.name, "i_start": s.i_start, "i_end": s.i_end,
-                   "inputs": [tok(t) for t in s.inputs]} for s in sched.splits]
-        gnodes, gnb, gleafs, glb = sched.graph_copy
-        return cls(
-            case=name,
-            n_splits=sched.n_splits,
-            splits=splits,
-            node_backends=[bname(sched.get_tensor_backend(n)) for n in nodes],
-            leaf_backends=[bname(sched.get_tensor_backend(t)) for t in leafs],
-            node_srcs=[[tok(s) for s in n.src] for n in nodes],
-            graph_inputs=[tok(t) for t in sched.graph_inputs],
-            graph_copy={"nodes": [tok(t) for t in gnodes], "node_backends": [bname(b) for b in gnb],
-                        "leafs": [tok(t) for t in gleafs], "leaf_backends": [bname(b) for b in glb]},
-            causes=[sched.get_cause(n) for n in nodes],
-        )
-
-    def to_dict(self, explain: bool = False) -> dict[str, Any]:
-        d = {"format": "ggml-sched-plan/1", "case": self.case, "n_splits": self.n_splits,
-             "splits": self.splits, "node_backends": self.node_backends,
-             "leaf_backends": self.leaf_backends, "node_srcs": self.node_srcs,
-             "graph_inputs": self.graph_inputs, "graph_copy": self.graph_copy}
-        if explain:
-            d["node_causes"] = self.causes
-        if self.alloc is not None:
-            d["alloc"] = self.alloc
-        if self.timing is not None:
-            d["timing"] = self.timing
-        return d
 
 
 # ---------------------------------------------------------------------------

@@ -37,13 +37,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # backend's module only the backend class is swept (its module functions are the
 # kernels' building blocks, see CLASSES_ONLY).
 MODULES = [
-    "ggml_py._core", "ggml_py._backend", "ggml_py._sched", "ggml_py._alloc",
-    "ggml_py._opencl", "ggml_py._quants", "ggml_py.errors",
-    "ggml_py.sched", "ggml_py.runtime", "ggml_py.tools.cases", "ggml_py.alloc", "ggml_py._validate",
-    "ggml_py.ops", "ggml_py.quants", "ggml_py.backends", "ggml_py.backends.sim",
-    "ggml_py.backends.numpy_device", "ggml_py.backends.cpu", "ggml_py.backends.opencl",
-    "ggml_py.models.transformer", "ggml_py.models.reference", "ggml_py.models.gguf",
-    "ggml_py.models.synthetic",
+    "ggml_py._core", "ggml_py._backend", "ggml_py._sched", "ggml_py._schedtime",
+    "ggml_py._alloc", "ggml_py._opencl", "ggml_py._opencl_ops", "ggml_py._quants",
+    "ggml_py.errors", "ggml_py.sched", "ggml_py.plan", "ggml_py.runtime", "ggml_py.tools.cases",
+    "ggml_py.alloc", "ggml_py._validate", "ggml_py.ops", "ggml_py.quants", "ggml_py.backends",
+    "ggml_py.backends.sim", "ggml_py.backends.numpy_device", "ggml_py.backends.cpu",
+    "ggml_py.backends.opencl", "ggml_py.models.config", "ggml_py.models.model",
+    "ggml_py.models.graph", "ggml_py.models.session", "ggml_py.models.reference",
+    "ggml_py.models.gguf", "ggml_py.models.synthetic",
 ]
 
 CLASSES_ONLY = {"ggml_py.backends.cpu"}
@@ -212,7 +213,7 @@ class Env:
         return TensorAllocator(host_buffer(self.buft, 4096))
 
     def make_snapshot(self):
-        from ggml_py._sched import GraphSnapshot
+        from ggml_py._schedtime import GraphSnapshot
         return GraphSnapshot(self.graph)
 
     def make_plan(self):
@@ -269,7 +270,6 @@ BY_CALL = {
     ("device_info", "device"): "=0", ("OpenCLBackend.__init__", "device"): "=0",
     ("error_name", "status"): "=0", ("load", "path"): "=None",
     ("tensor_copy", "src"): "a", ("tensor_copy", "dst"): "b",
-    ("tensor_copy", "src_backend"): "cpu", ("tensor_copy", "dst_backend"): "cpu",
     ("cpy_tensor_async", "src"): "a", ("cpy_tensor_async", "dst"): "dev_tensor",
     ("cpy_tensor_async", "backend_src"): "cpu",
     ("time_reps", "s"): "=env.sched._core", ("time_reps", "what"): "=0",
@@ -279,16 +279,15 @@ BY_CALL = {
     ("Scheduler.__init__", "backends"): "=[env.dev, env.cpu]",
     ("ggml_backend_sched_new", "backends"): "=[env.cpu]", ("ggml_backend_sched_new", "bufts"): "=None",
     ("ggml_backend_sched_new", "n_backends"): "=1",
-    ("Runtime.__init__", "sched"): "sched",
+    ("Runtime.__init__", "backends"): "=[env.cpu]", ("Runtime.__init__", "n_copies"): "=1",
     ("tensor_ndarray", "memory"): "=env.buf.memory", ("tensor_ndarray", "dtype"): "=np.float32",
-    ("tensor_region", "memory"): "=env.buf.memory",
     ("Buffer.__init__", "base"): "=4096", ("Buffer.__init__", "size"): "=64",
     ("Buffer.__init__", "memory"): "=None",
     ("set_tensor", "data"): "=bytes(128)", ("set_tensor_async", "data"): "=bytes(128)",
     ("set_tensor_async", "tensor"): "dev_tensor",
     ("NumpyDeviceBackend.set_tensor", "tensor"): "dev_tensor",
     ("NumpyDeviceBackend.get_tensor", "tensor"): "dev_tensor",
-    ("tensor_set", "data"): "=np.zeros((4, 8), np.float32)", ("tensor_set", "t"): "a",
+    ("tensor_set", "data"): "=np.zeros((4, 8), np.float32)", ("tensor_set", "tensor"): "a",
     ("store", "x"): "=np.zeros((1, 1, 4, 8), np.float32)",
     ("cases.load_case", "source"): "case_dict", ("format_case", "d"): "case_dict",
     ("dump_case", "case"): "case", ("dump_case", "path"): "=\"sweep.case.json\"",

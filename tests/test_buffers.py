@@ -21,6 +21,15 @@ def values(t):
     return np.frombuffer(tensor_get(t), np.float32)
 
 
+def host_type_of(buffer_class):
+    """A host buffer type whose buffers are of `buffer_class` (a Buffer with a slot)."""
+    class HostType(BufferType):
+        def alloc_buffer(self, size):
+            mem = host_buffer(self, size)
+            return buffer_class(self, size, mem.base, memory=mem.memory)
+    return HostType
+
+
 @pytest.fixture
 def dev():
     with NumpyDeviceBackend() as d:
@@ -99,13 +108,29 @@ def test_init_tensor_slot_is_called_where_a_buffer_has_one():
         def init_tensor(self, tensor):
             seen.append(tensor.name)
 
-    class TrackingType(BufferType):
-        def alloc_buffer(self, size):
-            mem = host_buffer(self, size)
-            return Tracking(self, size, mem.base, memory=mem.memory)
-
     ctx = Context()
     a, b = f32(ctx, 4, "a"), f32(ctx, 4, "b")
     ops.view_1d(ctx, a, 2, 0)
-    alloc_ctx_tensors_from_buft(ctx, TrackingType("T", is_host=True))
+    alloc_ctx_tensors_from_buft(ctx, host_type_of(Tracking)("T", is_host=True))
     assert seen == ["a", "b"]                               # views are not initialised
+
+
+def test_graph_allocator_resets_buffers_that_have_the_slot():
+    from ggml_py import Graph
+    from ggml_py.alloc import GraphAllocator
+    resets = []
+
+    class Resetting(Buffer):
+        def reset(self):
+            resets.append(self.size)
+
+    ctx = Context()
+    x = f32(ctx, 16, "x")
+    x.set_input()
+    y = ops.scale(ctx, ops.add(ctx, x, x), 2.0)
+    g = Graph(16).build_forward_expand(y)
+    ga = GraphAllocator([host_type_of(Resetting)("R", is_host=True)])
+    ga.reserve(g)
+    assert resets == []
+    assert ga.alloc_graph(g) and len(resets) == 1          # ggml_gallocr_alloc_graph resets
+    assert ga.alloc_graph(g) and len(resets) == 2

@@ -13,9 +13,9 @@ from ggml_py import Graph, ops
 from ggml_py._backend import get_buffer, set_buffer
 from ggml_py._core import mutation_epochs
 from ggml_py.backends.cpu import CPUBackend
-from ggml_py.cases import load_case
+from ggml_py.tools.cases import load_case
 from ggml_py.errors import SchedulerError
-from ggml_py.planning import scheduler_for_case
+from ggml_py.tools.planning import scheduler_for_case
 from ggml_py.sched import Scheduler
 
 CASES = ["llama-4L-partial-offload", "llama-2L-gpu-unsupported", "moe-2L-experts-on-cpu",
@@ -178,7 +178,7 @@ def test_reserve_and_close_give_the_plan_up():
 
 
 def test_time_reps_reuse_checks_that_it_reused():
-    from ggml_py._sched import TIME_REUSE, GraphSnapshot, time_reps
+    from ggml_py._schedtime import TIME_REUSE, GraphSnapshot, time_reps
     case = _case("llama-4L-partial-offload")
     sched = scheduler_for_case(case)
     snap = GraphSnapshot(case.graph)

@@ -369,7 +369,7 @@ def test_scheduler_copies_kept_by_the_user_stay_safe(backends):
 
 
 def test_snapshot_restore_after_the_buffers_were_released():
-    from ggml_py._sched import GraphSnapshot
+    from ggml_py._schedtime import GraphSnapshot
     cpu = CPUBackend()
     m = Softmax(1.0)
     sched = Scheduler([cpu], graph_size=32)

@@ -36,7 +36,7 @@ def test_alloc_block_matches_ggml(path):
 def test_repeated_allocation_stays_sound(path):
     """alloc_graph again and again, as a serving loop does (restore, reset, allocate):
     copy slots rotate in parallel mode; every allocation must be valid."""
-    from ggml_py._sched import GraphSnapshot
+    from ggml_py._schedtime import GraphSnapshot
     case = load_case(path)
     sched = scheduler_for_case(case)
     snap = GraphSnapshot(case.graph)
@@ -65,7 +65,7 @@ def _restore(case, sched, snap):
 
 
 def test_steady_state_reuses_the_reservation():
-    from ggml_py._sched import GraphSnapshot
+    from ggml_py._schedtime import GraphSnapshot
     case = load_case(str(shared_path() / "cases" / "llama-2L-two-gpus-parallel.case.json"))
     sched = scheduler_for_case(case)
     snap = GraphSnapshot(case.graph)

@@ -38,7 +38,7 @@ def test_plan_matches_ggml(path):
 
 @pytest.mark.parametrize("path", PLAN_CASES[:6], ids=lambda p: os.path.basename(p)[:-10])
 def test_split_twice_after_restore_is_identical(path):
-    from ggml_py._sched import GraphSnapshot
+    from ggml_py._schedtime import GraphSnapshot
     case = load_case(path)
     snap = GraphSnapshot(case.graph)
     sched = scheduler_for_case(case)

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from ggml_py import Backend, BufferType, Context, Graph
 from ggml_py._backend import fake_buffer, set_buffer
-from ggml_py._sched import GraphSnapshot
+from ggml_py._schedtime import GraphSnapshot
 from ggml_py.backends.sim import SimBufferType
 from ggml_py.sched import Scheduler
 

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Callable
 from ggml_py._backend import Backend, get_buffer
 from ggml_py._core import Graph, Tensor
 from ggml_py.ops import VIEW_OPS
-from ggml_py.sched import Plan, Scheduler
+from ggml_py.plan import Plan
+from ggml_py.sched import Scheduler
 
 if TYPE_CHECKING:
     from ggml_py.tools.cases import Case

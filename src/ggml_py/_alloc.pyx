@@ -28,7 +28,8 @@ from ggml_py._core cimport (tensor_changed, size_arg, index_arg, items_arg, tens
                             GGML_PY_MAX_BYTES, ggml_nbytes, ggml_hash_set_init, ggml_hash_set_free,
                             ggml_hash_set_reset, ggml_hash_find_or_insert, tensor_handle,
                             Tensor, Graph, safe_realloc)
-from ggml_py._backend cimport BufferType, Buffer, _live, tensor_alloc_at, view_init_c
+from ggml_py._backend cimport (BufferType, Buffer, _live, buffer_reset, tensor_alloc_at,
+                               view_init_c)
 
 from ggml_py._core import OP_IDS
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, SchedulerError,
@@ -939,7 +940,8 @@ cdef class GraphAllocator:
                     return 0
             else:
                 return 0
-        # ggml resets the chunk buffers here (a backend hook); ggml_py buffers have none
+        for i in range(self.n_buffers * GGML_VBUFFER_MAX_CHUNKS):
+            buffer_reset(self.c_chunks[i])          # ggml_backend_buffer_reset
         self.placed_owner = owner
         for i in range(graph.n_leafs):
             self.init_tensor(graph.leafs[i], &self.leaf_allocs[i])

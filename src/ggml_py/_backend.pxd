@@ -14,6 +14,7 @@ cdef class Buffer:
     cdef readonly BufferType buffer_type
     cdef object _memory                 # the bytes of a host buffer (numpy array) or None
     cdef bint _has_init_tensor          # its class overrides the optional init_tensor slot
+    cdef bint _has_reset                # ... and the optional reset slot
 
 cdef Buffer _live(Buffer buffer)
 
@@ -22,6 +23,7 @@ cdef Buffer _live(Buffer buffer)
 cdef int tensor_alloc_at(ggml_backend_buffer * buffer, ggml_tensor * tensor, char * addr,
                          size_t size) except -1
 cdef int view_init_c(ggml_tensor * tensor) except -1
+cdef int buffer_reset(ggml_backend_buffer * buffer) except -1
 
 cdef class Backend:
     cdef ggml_backend c

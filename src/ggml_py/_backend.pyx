@@ -198,6 +198,7 @@ cdef class Buffer:
                                 f"memory, got {memoryview(memory).nbytes}")
         self.buffer_type = _buffer_type(buffer_type)
         self._has_init_tensor = type(self).init_tensor is not Buffer.init_tensor
+        self._has_reset = type(self).reset is not Buffer.reset
         self.c.buft = &buffer_type.c
         self.c.base = <char *>b
         self.c.size = n
@@ -376,6 +377,13 @@ cdef int view_init_c(ggml_tensor * tensor) except -1:
     tensor.buffer = tensor.view_src.buffer
     tensor.data = tensor.view_src.data + tensor.view_offs
     tensor_changed(tensor)
+    return 0
+
+
+cdef int buffer_reset(ggml_backend_buffer * buffer) except -1:
+    """ggml_backend_buffer_reset: the buffer's optional reset slot, where its class has one."""
+    if buffer != NULL and buffer.pyobj != NULL and (<Buffer>buffer.pyobj)._has_reset:
+        (<Buffer>buffer.pyobj).reset()
     return 0
 
 

@@ -1,0 +1,142 @@
+"""Timing the scheduler as SCHED_CASES.md times ggml (the benchmarks' and `ggml-py
+bench`'s tooling, kept out of the scheduler core): snapshots that restore a graph
+between repeated splits, and timed repetitions of split, alloc_graph and reserve."""
+
+from libc.stdlib cimport free
+from libc.string cimport memcpy
+
+from ggml_py._ggml cimport *
+from ggml_py._core cimport Graph, ggml_context, checked_calloc, int_arg, tensor_changed
+from ggml_py._sched cimport (SchedCore, sched_reset, forget_plan, sched_split_graph,
+                             sched_alloc_graph)
+
+from ggml_py.errors import AllocationError, SchedulerError
+
+from time import perf_counter_ns
+
+_INT32_MAX = (1 << 31) - 1
+
+
+# ---------------------------------------------------------------------------
+# graph snapshots: the split rewires sources and sets flags in the user's graph
+
+cdef class GraphSnapshot:
+    """Sources, flags, data and buffer of every tensor of a graph, to restore
+    between repeated splits (benchmarks, re-planning). It keeps alive whatever the
+    saved pointers reach, and a buffer released since is not restored."""
+    cdef ggml_tensor ** tensors
+    cdef ggml_tensor ** srcs            # [n][GGML_MAX_SRC]
+    cdef int * flags
+    cdef char ** data
+    cdef ggml_backend_buffer ** buffers
+    cdef int n
+    cdef object graph
+    cdef set _keep                      # contexts of the saved sources, buffers
+
+    def __cinit__(self, Graph graph not None):
+        cdef ggml_cgraph * g = &graph.graph
+        cdef int i, j
+        cdef void * last_owner = NULL
+        cdef ggml_tensor * src
+        self.graph = graph
+        self._keep = set()
+        self.n = g.n_nodes + g.n_leafs
+        self.tensors = <ggml_tensor **>checked_calloc(self.n, sizeof(void *), "a graph snapshot")
+        self.srcs = <ggml_tensor **>checked_calloc(self.n, GGML_MAX_SRC * sizeof(void *),
+                                                   "a graph snapshot")
+        self.flags = <int *>checked_calloc(self.n, sizeof(int), "a graph snapshot")
+        self.data = <char **>checked_calloc(self.n, sizeof(void *), "a graph snapshot")
+        self.buffers = <ggml_backend_buffer **>checked_calloc(self.n, sizeof(void *),
+                                                              "a graph snapshot")
+        for i in range(self.n):
+            self.tensors[i] = g.nodes[i] if i < g.n_nodes else g.leafs[i - g.n_nodes]
+            memcpy(&self.srcs[i * GGML_MAX_SRC], self.tensors[i].src, GGML_MAX_SRC * sizeof(void *))
+            self.flags[i] = self.tensors[i].flags
+            self.data[i] = self.tensors[i].data
+            self.buffers[i] = self.tensors[i].buffer
+            if self.buffers[i] != NULL:
+                self._keep.add(<object>self.buffers[i].pyobj)
+            for j in range(GGML_MAX_SRC):
+                src = self.tensors[i].src[j]
+                if src != NULL and src.owner != last_owner:
+                    last_owner = src.owner
+                    self._keep.add(<object>(<ggml_context *>src.owner).pyobj)
+
+    def __dealloc__(self):
+        free(self.tensors)
+        free(self.srcs)
+        free(self.flags)
+        free(self.data)
+        free(self.buffers)
+
+    cpdef restore(self):
+        cdef int i
+        for i in range(self.n):
+            memcpy(self.tensors[i].src, &self.srcs[i * GGML_MAX_SRC], GGML_MAX_SRC * sizeof(void *))
+            self.tensors[i].flags = self.flags[i]
+            if self.buffers[i] != NULL and self.buffers[i].released:
+                self.tensors[i].data = NULL
+                self.tensors[i].buffer = NULL
+            else:
+                self.tensors[i].data = self.data[i]
+                self.tensors[i].buffer = self.buffers[i]
+            tensor_changed(self.tensors[i])
+
+
+TIME_SPLIT, TIME_ALLOC, TIME_RESERVE, TIME_REUSE = 0, 1, 2, 3
+
+
+def time_reps(SchedCore s not None, Graph graph not None, GraphSnapshot snap not None,
+              assignments, reps, what):
+    """Times (ns) of `reps` repetitions measured as SCHED_CASES.md times ggml: before
+    each, untimed, the graph is restored, the scheduler reset to copy slot 0 and the
+    user assignments [(Tensor, backend_id), ...] re-applied. `what` is TIME_SPLIT (the
+    split alone), TIME_ALLOC (alloc_graph; in the steady state the reservation is
+    reused) or TIME_RESERVE (split + reserve_n + alloc_graph: a new or changed graph);
+    these three never reuse a plan. TIME_REUSE times alloc_graph of the unchanged graph
+    after a reset (graph reuse: the graph is allocated once first, untimed, and not
+    restored between repetitions)."""
+    cdef list out = []
+    cdef int r, n = int_arg(reps, "reps", 0, _INT32_MAX)
+    cdef int kind = int_arg(what, "what", TIME_SPLIT, TIME_REUSE)
+    cdef bint reuse = s.graph_reuse
+    cdef int reuses = s.n_graph_reuses
+    clock = perf_counter_ns
+    s.graph_reuse = kind == TIME_REUSE
+    try:
+        if kind == TIME_REUSE:
+            snap.restore()
+            forget_plan(s)
+            sched_reset(s)
+            s.next_copy = 0
+            for t, b in assignments:
+                s.set_tensor_backend(t, b)
+            if not sched_alloc_graph(s, graph):
+                raise AllocationError("time_reps: the graph could not be allocated")
+        for r in range(n):
+            if kind != TIME_REUSE:
+                snap.restore()
+                forget_plan(s)
+            sched_reset(s)
+            s.next_copy = 0         # copy slot 0 every time (ggml_backend_sched_synchronize)
+            for t, b in assignments:
+                s.set_tensor_backend(t, b)
+            t0 = clock()
+            if kind == TIME_SPLIT:
+                sched_split_graph(s, graph)
+            elif kind == TIME_ALLOC or kind == TIME_REUSE:
+                sched_alloc_graph(s, graph)
+            else:
+                sched_split_graph(s, graph)
+                s.galloc.c_reserve_n(&s.graph, s.node_backend_ids, s.leaf_backend_ids)
+                s.galloc.c_alloc_graph(&s.graph, (graph, s.arena))
+            out.append(clock() - t0)
+    finally:
+        s.graph_reuse = reuse
+        s.plan_reusable = s.plan_reusable and reuse and kind == TIME_REUSE
+    s.is_alloc = False
+    if kind == TIME_REUSE and s.n_graph_reuses - reuses != n:
+        raise SchedulerError(f"time_reps: {s.n_graph_reuses - reuses} of {n} allocations "
+                             f"reused the plan (pipeline parallelism, or the graph changes)",
+                             "no-reuse")
+    return out
