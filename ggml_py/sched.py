@@ -564,57 +564,45 @@ class Scheduler:
 
     # --- timing (SCHED_CASES.md "Timing") ---
 
-    @_locked
     def time_alloc(self, graph: Graph, reps: int,
                    assignments: Iterable[tuple[Tensor, BackendRef]] = (),
                    reserve: bool = False) -> list[float]:
         """Wall times (µs) of `reps` alloc_graph calls in the steady state (the
         reservation reused), or with `reserve` of split + reserve_n + alloc_graph, each
         after restoring the graph, a reset and re-applying `assignments`."""
-        _check_graph(graph)
-        self._core.undo_rewiring()      # the snapshot must hold the graph's own sources
-        snap = GraphSnapshot(graph)
-        ids = [(t, self.backend_id(b)) for t, b in assignments]
-        try:
-            if not reserve and not self.is_alloc:
-                self.alloc_graph(graph)     # the first call reserves; time the steady state
-            ns = time_reps(self._core, graph, snap, ids, reps, TIME_RESERVE if reserve else TIME_ALLOC)
-        finally:
-            snap.restore()
-            self.reset()
-        return [x / 1000.0 for x in ns]
+        return self._time(graph, reps, assignments, TIME_RESERVE if reserve else TIME_ALLOC)
 
-    @_locked
     def time_reuse(self, graph: Graph, reps: int,
                    assignments: Iterable[tuple[Tensor, BackendRef]] = ()) -> list[float]:
         """Wall times (µs) of `reps` alloc_graph calls of the unchanged graph after a reset
         and `assignments` (untimed): graph reuse, no split and no allocation. Raises
         SchedulerError(kind='no-reuse') where the plan is not reused."""
+        return self._time(graph, reps, assignments, TIME_REUSE)
+
+    def time_split(self, graph: Graph, reps: int,
+                   assignments: Iterable[tuple[Tensor, BackendRef]] = ()) -> list[float]:
+        """Wall times (µs) of `reps` splits, each after restoring the graph, a reset and
+        re-applying `assignments` [(tensor, backend), ...]. The graph is left restored."""
+        return self._time(graph, reps, assignments, TIME_SPLIT)
+
+    @_locked
+    def _time(self, graph: Graph, reps: int, assignments: Iterable[tuple[Tensor, BackendRef]],
+              what: int) -> list[float]:
+        """_schedtime.time_reps around a snapshot of the graph's own sources (the split's
+        rewiring undone first), in µs; the graph is restored afterwards."""
         _check_graph(graph)
         self._core.undo_rewiring()
         snap = GraphSnapshot(graph)
         ids = [(t, self.backend_id(b)) for t, b in assignments]
         try:
-            ns = time_reps(self._core, graph, snap, ids, reps, TIME_REUSE)
+            if what == TIME_ALLOC and not self.is_alloc:
+                self.alloc_graph(graph)     # the first call reserves; time the steady state
+            ns = time_reps(self._core, graph, snap, ids, reps, what)
         finally:
             self._core.undo_rewiring()
             snap.restore()
-            self.reset()
-        return [x / 1000.0 for x in ns]
-
-    @_locked
-    def time_split(self, graph: Graph, reps: int,
-                   assignments: Iterable[tuple[Tensor, BackendRef]] = ()) -> list[float]:
-        """Wall times (µs) of `reps` splits, each after restoring the graph, a reset and
-        re-applying `assignments` [(tensor, backend), ...]. The graph is left restored."""
-        _check_graph(graph)
-        self._core.undo_rewiring()      # the snapshot must hold the graph's own sources
-        snap = GraphSnapshot(graph)
-        ids = [(t, self.backend_id(b)) for t, b in assignments]
-        try:
-            ns = time_reps(self._core, graph, snap, ids, reps, TIME_SPLIT)
-        finally:
-            snap.restore()
+            if what != TIME_SPLIT:
+                self.reset()
         return [x / 1000.0 for x in ns]
 
 
