@@ -13,7 +13,7 @@ Buffers carry ggml's memory slots; tensor_set / tensor_get / tensor_memset /
 tensor_copy are the one place that checks a tensor's bytes and calls them.
 """
 
-from libc.string cimport memset, strncpy
+from libc.string cimport memcpy, memset, strncpy
 from libc.stdint cimport SIZE_MAX, INT64_MIN, INT64_MAX, int64_t, uint8_t
 from libc.stdlib cimport free
 
@@ -429,40 +429,57 @@ def tensor_span(Tensor tensor not None, offset=0, size=None):
     cdef ggml_tensor * t = tensor.ptr
     allocated_buffer(tensor)
     cdef size_t nbytes = ggml_nbytes(t)
-    cdef size_t offs = size_arg(offset, f"tensor '{tensor.name}': offset")
+    cdef size_t offs = _byte_count(offset, tensor, "offset")
     cdef size_t n = 0
     if offs <= nbytes:
-        n = nbytes - offs if size is None else size_arg(size, f"tensor '{tensor.name}': size")
+        n = nbytes - offs if size is None else _byte_count(size, tensor, "size")
     if offs > nbytes or n > nbytes - offs:
         raise ArgumentError(f"tensor '{tensor.name}': {n} bytes at offset {offs} exceed "
                             f"its {nbytes} bytes")
     return <size_t>(t.data - t.buffer.base) + offs, n
 
 
+cdef inline size_t _byte_count(value, Tensor tensor, str which) except? 0:
+    """A byte offset or size: plain non-negative ints pass as they are (the hot path
+    builds no message), anything else goes through size_arg's checks."""
+    if type(value) is int and 0 <= value <= _MAX_BYTES:
+        return value
+    return size_arg(value, f"tensor '{tensor.name}': {which}")
+
+
 # ---------------------------------------------------------------------------
 # tensor memory (ggml_backend_tensor_set / _get / _memset / _copy): the one place
 # that checks a tensor's byte range and calls its buffer's slots
 
-cdef object _contiguous_bytes(data, str what):
+cdef object _contiguous_bytes(data, Tensor tensor, str op):
     if isinstance(data, np.ndarray):
         data = np.ascontiguousarray(data)
     try:
         view = memoryview(data)
     except TypeError:
-        raise ArgumentTypeError(f"{what}: data must be bytes-like, got "
+        raise ArgumentTypeError(f"{op}('{tensor.name}'): data must be bytes-like, got "
                                 f"{type(data).__name__}") from None
     if not view.c_contiguous:
-        raise ArgumentError(f"{what}: data must be contiguous")
+        raise ArgumentError(f"{op}('{tensor.name}'): data must be contiguous")
     return view.cast("B") if view.ndim != 1 or view.format != "B" else view
 
 
 def tensor_set(Tensor tensor not None, data, offset=0):
     """Write the bytes of `data` into the tensor at `offset` (ggml_backend_tensor_set)."""
-    view = _contiguous_bytes(data, f"tensor_set('{tensor.name}')")
-    buf = allocated_buffer(tensor)
-    tensor_span(tensor, offset, view.nbytes)
-    if view.nbytes:
+    view = _contiguous_bytes(data, tensor, "tensor_set")
+    cdef Buffer buf = allocated_buffer(tensor)
+    start, n = tensor_span(tensor, offset, view.nbytes)
+    if not n:
+        return
+    if type(buf) is Buffer and buf._memory is not None:
+        _host_write(buf._memory, start, view)       # the base slot's copy, without a call
+    else:
         buf.set_tensor(tensor, view, offset)
+
+
+cdef int _host_write(unsigned char[::1] memory, size_t start, const unsigned char[::1] src) except -1:
+    memcpy(&memory[start], &src[0], src.shape[0])
+    return 0
 
 
 def tensor_get(Tensor tensor not None, offset=0, size=None):
