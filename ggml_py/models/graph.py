@@ -172,6 +172,18 @@ def build_forward(model: Model, cache: KVCache, tokens, n_past: int | None = Non
 def token_ids(tokens, cfg: ModelConfig) -> np.ndarray:
     """tokens as an int32 vector of ids of cfg's vocabulary (ModelError otherwise)."""
     instance_arg(cfg, ModelConfig, "config")
+    # a list of ints, or a few int32 ids already converted (a decode step's token):
+    # checked in Python, which costs less than numpy's reductions
+    values = None
+    if type(tokens) is list and all(type(x) is int for x in tokens):
+        values = tokens
+    elif (type(tokens) is np.ndarray and tokens.dtype == np.int32 and tokens.ndim == 1
+          and tokens.size <= 16):
+        values = tokens.tolist()
+    if values is not None:
+        if not all(0 <= x < cfg.n_vocab for x in values):
+            raise ModelError(f"token ids must be integers in 0..{cfg.n_vocab - 1}")
+        return tokens if type(tokens) is np.ndarray else np.array(values, dtype=np.int32)
     try:
         ids = np.asarray(tokens).reshape(-1)
     except (TypeError, ValueError) as e:

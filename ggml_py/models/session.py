@@ -14,7 +14,7 @@ from ggml_py._core import Graph, instance_arg
 from ggml_py.errors import BackendError
 from ggml_py.models.config import graph_size
 from ggml_py.models.decode_graph import DecodeGraph
-from ggml_py.models.graph import build_forward
+from ggml_py.models.graph import build_forward, token_ids
 from ggml_py.models.model import KVCache, Model, tensor_values
 from ggml_py.runtime import Status
 
@@ -94,7 +94,8 @@ class Session:
         graph, allocate it, set the inputs, compute); returns their logits, numpy
         [n_outputs, n_vocab]."""
         t0 = time.perf_counter()
-        if self.decode is not None and np.size(tokens) == 1:
+        tokens = token_ids(tokens, self.model.config)
+        if self.decode is not None and tokens.size == 1:
             fw, graph_reused = self.decode.forward(tokens, logits)
         else:
             fw, graph_reused = build_forward(self.model, self.cache, tokens, logits=logits), False
