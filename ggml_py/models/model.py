@@ -9,7 +9,7 @@ from typing import Sequence
 import numpy as np
 
 from ggml_py import ops, quants
-from ggml_py._backend import Backend, get_buffer, tensor_get, tensor_set
+from ggml_py._backend import Backend, get_buffer, host_bytes, tensor_get, tensor_set
 from ggml_py._core import Context, Tensor, instance_arg, row_size
 from ggml_py.alloc import alloc_ctx_tensors_from_buft
 from ggml_py.errors import GraphError, ModelError, UnknownNameError
@@ -43,7 +43,9 @@ def random_weights(cfg: ModelConfig, seed: int = 0) -> dict:
 
 def tensor_values(t: Tensor) -> np.ndarray:
     """A contiguous float tensor's values as float32, numpy order (dequantised)."""
-    raw = np.frombuffer(tensor_get(instance_arg(t, Tensor, "tensor")), dtype=np.uint8)
+    raw = host_bytes(instance_arg(t, Tensor, "tensor"))   # a view; to_f32 copies
+    if raw is None:
+        raw = np.frombuffer(tensor_get(t), dtype=np.uint8)
     shape = tuple(reversed(t.ne))
     if quants.is_quantized(t.type):
         return quants.to_f32(t.type, raw.reshape(shape[:-1] + (-1,)))
