@@ -94,6 +94,9 @@ class Scheduler:
         reset, and give them to alloc_graph / split_graph / graph_compute of the same
         Graph again while it, its tensors, the user assignments and the buffers are
         unchanged (see README, "Graph reuse"); `n_graph_reuses` counts the reuses.
+        alloc_graph / graph_compute of a newly built graph equal to the last one take
+        the plan too, re-pointed at its tensors (`n_graph_rebuilt_reuses` counts these,
+        which `n_graph_reuses` includes).
     max_split_inputs / max_graph_inputs / max_copies / max_backends: ggml's fixed limits
         (30, 30, 4, 16), here arguments.
 
@@ -403,6 +406,11 @@ class Scheduler:
     def n_graph_reuses(self) -> int:
         """How many splits / allocations took the kept plan instead of splitting."""
         return self._core.n_graph_reuses
+
+    @property
+    def n_graph_rebuilt_reuses(self) -> int:
+        """How many of them were of a newly built graph equal to the planned one."""
+        return self._core.n_graph_rebuilt_reuses
 
     @property
     def n_unexpected_reallocs(self) -> int:
