@@ -20,7 +20,7 @@ from ggml_py._backend import Backend, BufferType
 from ggml_py._core import VIEW_OPS, Graph, Tensor, instance_arg, int_arg, items_arg
 from ggml_py._sched import SchedCore
 from ggml_py._schedtime import (TIME_ALLOC, TIME_RESERVE, TIME_REUSE, TIME_SPLIT, GraphSnapshot,
-                                time_reps)
+                                time_rebuilt_reps, time_reps)
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
                             SchedulerError)
 from ggml_py._backend import get_buffer
@@ -586,6 +586,25 @@ class Scheduler:
         and `assignments` (untimed): graph reuse, no split and no allocation. Raises
         SchedulerError(kind='no-reuse') where the plan is not reused."""
         return self._time(graph, reps, assignments, TIME_REUSE)
+
+    @_locked
+    def time_rebuilt_reuse(self, graph: Graph, other: Graph, reps: int,
+                           assignments: Iterable[tuple[Tensor, BackendRef]] = (),
+                           other_assignments: Iterable[tuple[Tensor, BackendRef]] = ()
+                           ) -> list[float]:
+        """Wall times (µs) of `reps` alloc_graph calls of a rebuilt graph of equal
+        structure (graph reuse level 2): `graph` and `other` (built alike) alternate,
+        each after a reset and its assignments (untimed). Raises
+        SchedulerError(kind='no-reuse') where the plan is not reused."""
+        _check_graph(graph)
+        _check_graph(other)
+        ids = [(t, self.backend_id(b)) for t, b in assignments]
+        other_ids = [(t, self.backend_id(b)) for t, b in other_assignments]
+        try:
+            ns = time_rebuilt_reps(self._core, graph, other, ids, other_ids, reps)
+        finally:
+            self.reset()
+        return [x / 1000.0 for x in ns]
 
     def time_split(self, graph: Graph, reps: int,
                    assignments: Iterable[tuple[Tensor, BackendRef]] = ()) -> list[float]:

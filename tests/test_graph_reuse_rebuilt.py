@@ -227,3 +227,56 @@ def test_any_single_change_to_a_rebuilt_graph_forces_a_fresh_plan(kind, index, p
         assert sched.n_graph_reuses == 0, kind       # (names matter to the split's copies)
     assert _state(sched, changed.graph) == _state(ref, twin.graph)
     event(f"{kind}: planned afresh")
+
+
+# ---------------------------------------------------------------------------
+# computing: each step builds its graph anew, and the numbers stay right
+
+
+def test_rebuilt_graphs_compute_new_inputs():
+    import numpy as np
+
+    from ggml_py import Context, Graph, ops
+    from ggml_py.backends.cpu import CPUBackend
+    from ggml_py.sched import Scheduler
+    cpu = CPUBackend()
+    weights = Context()
+    w = weights.new_tensor("f32", (64, 64), name="w")
+    wbuf = cpu.buffer_type.alloc_buffer(w.nbytes)
+    set_buffer(w, wbuf)
+    wbuf.usage = "weights"
+    rng = np.random.default_rng(0)
+    wdata = rng.standard_normal((64, 64)).astype(np.float32)
+    cpu.set_tensor(w, wdata)
+    sched = Scheduler([cpu], graph_size=64)
+    for step in range(4):
+        ctx = Context()
+        x = ctx.new_tensor("f32", (4, 64), name="x").set_input()
+        y = ops.soft_max(ctx, ops.scale(ctx, ops.mul_mat(ctx, w, x), 0.5)).set_output()
+        g = Graph(64).build_forward_expand(y)
+        sched.reset()
+        assert sched.alloc_graph(g)
+        data = rng.standard_normal((4, 64)).astype(np.float32)
+        cpu.set_tensor(x, data)
+        sched.graph_compute(g)
+        got = np.frombuffer(cpu.get_tensor(y), np.float32).reshape(4, 64)
+        z = 0.5 * data @ wdata.T
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=1e-4, atol=1e-6)
+    assert sched.n_graph_rebuilt_reuses == 3
+
+
+def test_time_rebuilt_reuse_times_level_2_only():
+    from ggml_py.models.synthetic import synthetic_llama_builder
+    from ggml_py.sched import Scheduler
+    backends, build, _keep = synthetic_llama_builder(2)
+    graph = build()
+    sched = Scheduler(backends, graph_size=1024)
+    times = sched.time_rebuilt_reuse(graph, build(), 6)
+    assert len(times) == 6 and all(t > 0 for t in times)
+    assert sched.n_graph_rebuilt_reuses >= 6
+    other = build()
+    node = other.nodes[3]
+    node.set_op_params([node.op_params[0] + 1] + list(node.op_params[1:]))
+    with pytest.raises(GgmlPyError, match="reused the plan"):
+        sched.time_rebuilt_reuse(graph, other, 2)

@@ -1006,17 +1006,22 @@ cdef bint fp_assignments_match(SchedCore s, ggml_cgraph * g) except -1:
 cdef bint fp_repoint_keys(SchedCore s, ggml_cgraph * g) noexcept:
     """Re-make the hash set with g's tensors as keys and the plan's values; False (the
     set is then to be cleared) where two keys would be one tensor of g."""
-    cdef int e, nbc = s.n_backends * s.n_copies
+    cdef int e, c, nbc = s.n_backends * s.n_copies
     cdef size_t h
     cdef ggml_tensor * t
+    cdef ggml_tensor ** copies
+    cdef ggml_tensor ** kept
     for e in range(s.fp_n_entries):
         h = s.fp_entries[e].slot
         s.fp_tmp_ids[e] = s.hv_tensor_backend_ids[h]
         s.fp_tmp_causes[e] = s.hv_tensor_causes[h]
-        memcpy(&s.fp_tmp_copies[e * nbc], copy_slot(s, h, 0, 0), nbc * sizeof(void *))
+        copies = copy_slot(s, h, 0, 0)
+        kept = &s.fp_tmp_copies[e * nbc]
+        for c in range(nbc):            # (a handful: no memcpy call)
+            kept[c] = copies[c]
+            copies[c] = NULL
         s.hv_tensor_backend_ids[h] = -1
         s.hv_tensor_causes[h] = 0
-        memset(copy_slot(s, h, 0, 0), 0, nbc * sizeof(void *))
         s.hash_set.used[h >> 5] &= ~((<ggml_bitset_t>1) << (h & 31))
     for e in range(s.fp_n_entries):
         t = fp_decode(g, s.fp_entries[e].ref)
@@ -1027,7 +1032,10 @@ cdef bint fp_repoint_keys(SchedCore s, ggml_cgraph * g) noexcept:
         s.hash_set.keys[h] = t
         s.hv_tensor_backend_ids[h] = s.fp_tmp_ids[e]
         s.hv_tensor_causes[h] = s.fp_tmp_causes[e]
-        memcpy(copy_slot(s, h, 0, 0), &s.fp_tmp_copies[e * nbc], nbc * sizeof(void *))
+        copies = copy_slot(s, h, 0, 0)
+        kept = &s.fp_tmp_copies[e * nbc]
+        for c in range(nbc):
+            copies[c] = kept[c]
         s.fp_entries[e].slot = h
     return True
 
@@ -1099,9 +1107,6 @@ cdef bint try_reuse_rebuilt(SchedCore s, Graph g) except -1:
     s.plan_assignments = dict(s.user_assignments)
     s.reset_deferred = False
     s.is_reset = False
-    if s.split_pending:
-        s.plan_stale = True
-    s.split_pending = True
     s.n_graph_reuses += 1
     s.n_graph_rebuilt_reuses += 1
     return True
@@ -1214,8 +1219,9 @@ cdef int sched_alloc_graph(SchedCore s, Graph graph) except -1:
         s.is_alloc = True                  # the kept placements are in place
         return 1
     if try_reuse_rebuilt(s, graph):
-        if not sched_alloc_splits(s):
-            return 0
+        # the plan's backends, and a graph equal to one the reservation placed: no
+        # change for sched_alloc_splits to find, and no need to check that it fits
+        s.galloc.c_alloc_graph(&s.graph, (s.last_graph_obj, s.arena), True)
         s.is_alloc = True
         s.plan_epoch = mutation_epoch()
         return 1
