@@ -1,6 +1,7 @@
 """Split-time benchmark: every shared case against ggml's recorded time, and
 synthetic llama graphs from 1k to 100k nodes (µs per node, linear scaling), with
-split + reserve + alloc and graph reuse (the same Graph allocated again) beside.
+split + reserve + alloc and graph reuse beside: the same Graph allocated again (level
+1) and a rebuilt graph of equal structure (level 2, per node and against ggml's split).
 
     python bench/bench_split.py [--cases DIR] [--random] [--sizes 1000,10000,40000,100000] [--json]
 
@@ -23,7 +24,7 @@ import statistics
 import sys
 import time
 
-from ggml_py.models.synthetic import synthetic_llama
+from ggml_py.models.synthetic import synthetic_llama_builder
 from ggml_py.sched import Scheduler
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -106,7 +107,8 @@ def bench_scaling(sizes, as_json, with_ggml=True):
 
 def _bench_size(n_nodes, as_json, server):
     n_layers = max(1, n_nodes // 31)
-    backends, graph, keep = synthetic_llama(n_layers)
+    backends, build, keep = synthetic_llama_builder(n_layers)
+    graph = build()
     # ggml sizes hash sets at twice the tensors (ggml_graph_nbytes); a full set probes long
     sched = Scheduler(backends, graph_size=2 * (graph.n_nodes + graph.n_leafs))
     t0 = time.perf_counter()
@@ -143,12 +145,19 @@ def _bench_size(n_nodes, as_json, server):
         row.update(ggml="issue 11" if ggml_per_node else None)
         reserve_us = statistics.median(sched.time_alloc(graph, 3 if big else 5, reserve=True))
     reuse_us = statistics.median(sched.time_reuse(graph, 101))
+    # level 2: a rebuilt graph of equal structure (built in Python, untimed)
+    rebuilt_us = statistics.median(sched.time_rebuilt_reuse(graph, build(), 5 if big else 21))
+    ggml_split_us = None if ggml_per_node is None else ggml_per_node * graph.n_nodes
     row.update(split_us_median=round(us, 1), split_us_per_node=round(us / graph.n_nodes, 4),
                ggml_split_us_per_node=None if ggml_per_node is None else round(ggml_per_node, 4),
                split_ratio=None if ggml_per_node is None else
                round(us / graph.n_nodes / ggml_per_node, 3),
                alloc_reserve_us_median=round(reserve_us, 1),
-               reuse_same_graph_us=round(reuse_us, 3), n_splits=sched.n_splits)
+               reuse_same_graph_us=round(reuse_us, 3),
+               reuse_rebuilt_graph_us=round(rebuilt_us, 1),
+               reuse_rebuilt_us_per_node=round(rebuilt_us / graph.n_nodes, 4),
+               reuse_ratio=None if ggml_split_us is None else round(rebuilt_us / ggml_split_us, 3),
+               n_splits=sched.n_splits)
     if as_json:
         print(json.dumps(row), flush=True)
         return
@@ -157,8 +166,10 @@ def _bench_size(n_nodes, as_json, server):
     alloc = "" if "alloc_ratio" not in row else \
         (f"  alloc_graph {row['alloc_ratio']:.2f}x ggml  split+reserve+alloc "
          f"{row['alloc_reserve_ratio']:.2f}x ggml ({reserve_us:.0f} us)")
+    vs_ggml = "" if row["reuse_ratio"] is None else f" ({row['reuse_ratio']:.2f}x ggml split)"
     print(f"{row['case']:<26} {graph.n_nodes:>7} nodes  split {row['split_us_per_node']:.4f} "
-          f"us/node, ggml {g}{ratio}{alloc}  reuse {reuse_us:.2f} us  "
+          f"us/node, ggml {g}{ratio}{alloc}  reuse {reuse_us:.2f} us  rebuilt "
+          f"{row['reuse_rebuilt_us_per_node']:.4f} us/node{vs_ggml}  "
           f"({time.perf_counter() - t0:.1f} s)", flush=True)
 
 

@@ -19,3 +19,6 @@ TIME_REUSE: int
 
 def time_reps(s: SchedCore, graph: Graph, snap: GraphSnapshot,
               assignments: Sequence[tuple[Tensor, int]], reps: int, what: int) -> list[int]: ...
+def time_rebuilt_reps(s: SchedCore, graph: Graph, other: Graph,
+                      assignments: Sequence[tuple[Tensor, int]],
+                      other_assignments: Sequence[tuple[Tensor, int]], reps: int) -> list[int]: ...

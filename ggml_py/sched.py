@@ -20,7 +20,7 @@ from ggml_py._backend import Backend, BufferType
 from ggml_py._core import VIEW_OPS, Graph, Tensor, instance_arg, int_arg, items_arg
 from ggml_py._sched import SchedCore
 from ggml_py._schedtime import (TIME_ALLOC, TIME_RESERVE, TIME_REUSE, TIME_SPLIT, GraphSnapshot,
-                                time_reps)
+                                time_rebuilt_reps, time_reps)
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
                             SchedulerError)
 from ggml_py._backend import get_buffer
@@ -94,6 +94,9 @@ class Scheduler:
         reset, and give them to alloc_graph / split_graph / graph_compute of the same
         Graph again while it, its tensors, the user assignments and the buffers are
         unchanged (see README, "Graph reuse"); `n_graph_reuses` counts the reuses.
+        alloc_graph / graph_compute of a newly built graph equal to the last one take
+        the plan too, re-pointed at its tensors (`n_graph_rebuilt_reuses` counts these,
+        which `n_graph_reuses` includes).
     max_split_inputs / max_graph_inputs / max_copies / max_backends: ggml's fixed limits
         (30, 30, 4, 16), here arguments.
 
@@ -405,6 +408,11 @@ class Scheduler:
         return self._core.n_graph_reuses
 
     @property
+    def n_graph_rebuilt_reuses(self) -> int:
+        """How many of them were of a newly built graph equal to the planned one."""
+        return self._core.n_graph_rebuilt_reuses
+
+    @property
     def n_unexpected_reallocs(self) -> int:
         """Reallocations although the graph's size and backends did not change."""
         return self._core.n_unexpected_reallocs
@@ -578,6 +586,25 @@ class Scheduler:
         and `assignments` (untimed): graph reuse, no split and no allocation. Raises
         SchedulerError(kind='no-reuse') where the plan is not reused."""
         return self._time(graph, reps, assignments, TIME_REUSE)
+
+    @_locked
+    def time_rebuilt_reuse(self, graph: Graph, other: Graph, reps: int,
+                           assignments: Iterable[tuple[Tensor, BackendRef]] = (),
+                           other_assignments: Iterable[tuple[Tensor, BackendRef]] = ()
+                           ) -> list[float]:
+        """Wall times (µs) of `reps` alloc_graph calls of a rebuilt graph of equal
+        structure (graph reuse level 2): `graph` and `other` (built alike) alternate,
+        each after a reset and its assignments (untimed). Raises
+        SchedulerError(kind='no-reuse') where the plan is not reused."""
+        _check_graph(graph)
+        _check_graph(other)
+        ids = [(t, self.backend_id(b)) for t, b in assignments]
+        other_ids = [(t, self.backend_id(b)) for t, b in other_assignments]
+        try:
+            ns = time_rebuilt_reps(self._core, graph, other, ids, other_ids, reps)
+        finally:
+            self.reset()
+        return [x / 1000.0 for x in ns]
 
     def time_split(self, graph: Graph, reps: int,
                    assignments: Iterable[tuple[Tensor, BackendRef]] = ()) -> list[float]:

@@ -46,7 +46,8 @@ class Case:
     buffers : the dummy buffers of the pre-allocated tensors (kept alive here)
 
     `restore()` puts every tensor's sources, view, flags and placement back
-    as loaded (a split rewrites node sources; the allocator sets data).
+    as loaded (a split rewrites node sources; the allocator sets data); `rebuilt()`
+    builds the case's graph again from new tensors.
     """
 
     def __init__(self, name, graph_size, parallel, op_offload, backends, buffer_types,
@@ -70,6 +71,12 @@ class Case:
     def restore(self):
         """Reset sources, views, flags, buffers and data pointers to the loaded state."""
         _wire(self.tensors, self._wiring, self._placements)
+
+    def rebuilt(self):
+        """The case built again: new tensors and graph in a new context, on the same
+        backends, with the pre-allocated tensors in the same buffers at the same
+        offsets (a model's next step, which builds an equal graph)."""
+        return _build_case(self._document, self.backends, self.buffer_types, self._placements)
 
     def backend(self, name):
         """The backend called `name` (UnknownNameError, a KeyError, if there is none)."""
@@ -348,7 +355,12 @@ def load_case(source):
     """
     d = source if isinstance(source, dict) else read_json(source)
     buffer_types, backends = _check_case(d)
+    return _build_case(d, backends, buffer_types, None)
 
+
+def _build_case(d, backends, buffer_types, placements):
+    """The case of checked document d on these backends; its pre-allocated tensors in
+    `placements` (tensor id -> (buffer, offset)), or in new dummy buffers when None."""
     ctx = Context(d["name"])
     # create every tensor first (ne and nb exactly as written; the builder takes
     # numpy order), then wire sources and views: a tensor may name a later one
@@ -362,17 +374,16 @@ def load_case(source):
 
     # each pre-allocated tensor sits in a dummy buffer of its own: at offset 0,
     # or at its view_offs for a view (the buffer then spans the whole extent)
-    buffers = []
-    placements = {}
-    for i, t in enumerate(d["tensors"]):
-        if t["buffer"] is None:
-            continue
-        offset = t["view_offs"] if t["view_src"] is not None else 0
-        buft = buffer_types[t["buffer"]["buffer_type"]]
-        buf = buft.alloc_buffer(max(offset + tensors[i].nbytes, 1))
-        buf.usage = t["buffer"]["usage"]
-        buffers.append(buf)
-        placements[i] = (buf, offset)
+    if placements is None:
+        placements = {}
+        for i, t in enumerate(d["tensors"]):
+            if t["buffer"] is None:
+                continue
+            offset = t["view_offs"] if t["view_src"] is not None else 0
+            buft = buffer_types[t["buffer"]["buffer_type"]]
+            buf = buft.alloc_buffer(max(offset + tensors[i].nbytes, 1))
+            buf.usage = t["buffer"]["usage"]
+            placements[i] = (buf, offset)
     _wire(tensors, wiring, placements)
 
     # the graph holds what it lists: graph_size sizes the scheduler (a case may ask for
@@ -381,8 +392,11 @@ def load_case(source):
                              context=ctx)
     assignments = [(tensors[i], t["backend"]) for i, t in enumerate(d["tensors"])
                    if t["backend"] is not None]
-    return Case(d["name"], d["graph_size"], d["parallel"], d["op_offload"], backends,
+    buffers = [buf for buf, _ in placements.values()]
+    case = Case(d["name"], d["graph_size"], d["parallel"], d["op_offload"], backends,
                 buffer_types, ctx, tensors, graph, assignments, buffers, wiring, placements)
+    case._document = d
+    return case
 
 
 def read_json(source):

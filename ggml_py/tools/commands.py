@@ -81,7 +81,8 @@ def _fmt_time(ours: float, theirs: float | None) -> str:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from ggml_py.tools.planning import median_alloc_us, median_reuse_us, median_split_us
+    from ggml_py.tools.planning import (median_alloc_us, median_rebuilt_reuse_us, median_reuse_us,
+                                        median_split_us)
     cases = [(path, load_case_file(path)) for path in args.cases]     # all checked first
     for path, case in cases:
         is_random = case.name.startswith("rand-")
@@ -95,6 +96,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         reserve_us = median_alloc_us(case, alloc_reps, reserve=True)
         # graph reuse of the same Graph; pipeline-parallel schedulers always split again
         reuse_us = None if case.parallel else median_reuse_us(case, max(alloc_reps, 100))
+        rebuilt_us = None if case.parallel else median_rebuilt_reuse_us(case, max(alloc_reps, 20))
         ggml_alloc, ggml_reserve = ref.get("alloc_graph_us_median"), ref.get("alloc_reserve_us_median")
         if args.json:
             row = {"case": case.name, "n_nodes": case.graph.n_nodes, "reps": reps,
@@ -108,15 +110,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
                    "reserve_ratio": _ratio(reserve_us, ggml_reserve),
                    "alloc_reserve_ratio": _ratio(reserve_us, ggml_reserve),
                    "reuse_same_graph_us": None if reuse_us is None else round(reuse_us, 3),
-                   # level 2 (a rebuilt graph of equal structure) is not implemented: it
-                   # splits and allocates as a new graph does
-                   "reuse_rebuilt_graph_us": None, "reuse_ratio": None}
+                   "reuse_rebuilt_graph_us": None if rebuilt_us is None else round(rebuilt_us, 3),
+                   "reuse_ratio": None if rebuilt_us is None else _ratio(rebuilt_us, ggml_us)}
             print(json.dumps(row), flush=True)
         else:
             print(f"{case.name:<34} {case.graph.n_nodes:>6} nodes  split {_fmt_time(us, ggml_us)}  "
                   f"alloc {_fmt_time(alloc_us, ggml_alloc)}  "
                   f"reserve {_fmt_time(reserve_us, ggml_reserve)}  "
-                  f"reuse {'-' if reuse_us is None else f'{reuse_us:.2f} us'}", flush=True)
+                  f"reuse {'-' if reuse_us is None else f'{reuse_us:.2f} us'}  "
+                  f"rebuilt {'-' if rebuilt_us is None else _fmt_time(rebuilt_us, ggml_us)}",
+                  flush=True)
     return 0
 
 

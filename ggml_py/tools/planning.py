@@ -175,6 +175,15 @@ def median_reuse_us(case: Case, reps: int) -> float:
     return statistics.median(sched.time_reuse(case.graph, reps, case.assignments))
 
 
+def median_rebuilt_reuse_us(case: Case, reps: int) -> float:
+    """Median time (µs) of `reps` alloc_graph calls that take the plan for a rebuilt
+    graph of equal structure (graph reuse level 2: fingerprint, re-pointing, placing)."""
+    sched = scheduler_for_case(case)
+    other = case.rebuilt()
+    return statistics.median(sched.time_rebuilt_reuse(case.graph, other.graph, reps,
+                                                      case.assignments, other.assignments))
+
+
 def _median_until(run: Callable[[int], list[float]], min_time_s: float,
                   min_reps: int) -> tuple[float, int]:
     samples: list[float] = []

@@ -102,7 +102,7 @@ cdef class GraphAllocator:
                        const int * leaf_buffer_ids) except -1
     cdef int c_reserve_n_size(self, ggml_cgraph * graph, const int * node_buffer_ids,
                             const int * leaf_buffer_ids, size_t * sizes) except -1
-    cdef int c_alloc_graph(self, ggml_cgraph * graph, object owner) except -1
+    cdef int c_alloc_graph(self, ggml_cgraph * graph, object owner, bint fits=*) except -1
     cdef size_t c_buffer_size(self, int buffer_id) except? 0
 
     # internals

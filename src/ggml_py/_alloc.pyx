@@ -924,17 +924,18 @@ cdef class GraphAllocator:
                 sizes[i] += self.buf_tallocs[i].chunks[c].max_size
         return 1
 
-    cdef int c_alloc_graph(self, ggml_cgraph * graph, object owner) except -1:
+    cdef int c_alloc_graph(self, ggml_cgraph * graph, object owner, bint fits=False) except -1:
         """ggml_gallocr_alloc_graph: place the graph's tensors by the recorded plan.
         A plan that no longer fits is redone automatically with a single buffer;
         with several, 0 is returned and the caller must reserve again. `owner` keeps
-        the tensors alive until they are unplaced (the graph)."""
+        the tensors alive until they are unplaced (the graph). `fits`: the caller knows
+        that the graph fits (equal to one placed by this plan), and the check is skipped."""
         cdef int i, j
         cdef ggml_tensor * node
         cdef node_alloc * na
         # the last graph's placements first: a tensor of both is placed anew
         self.unplace()
-        if self.needs_realloc(graph):
+        if not fits and self.needs_realloc(graph):
             if self.n_buffers == 1:
                 if not self.c_reserve_n(graph, NULL, NULL):
                     return 0

@@ -1,7 +1,7 @@
 # Scheduler core: port of ggml_backend_sched's state and split (ggml-backend.cpp).
 # See _sched.pyx for details.
 
-from libc.stdint cimport uint8_t, uint64_t
+from libc.stdint cimport uint8_t, int32_t, int64_t, uint64_t, intptr_t
 from ggml_py._ggml cimport *
 from ggml_py._core cimport Context, Graph
 from ggml_py._alloc cimport GraphAllocator
@@ -43,6 +43,34 @@ cdef struct sched_tensor_info:
 cdef struct sched_rewiring:
     ggml_tensor ** slot     # &node.src[j]
     ggml_tensor * original
+    ggml_tensor * copy      # what pass 5 put there
+    int node                # i and j of the slot (graph reuse, level 2)
+    int src
+
+# graph reuse, level 2: a tensor of the planned graph as the plan depends on it. Tensors
+# are named by reference: (i << 2) | REF_NODE, (k << 2) | REF_LEAF, or the address of a
+# tensor outside the graph (NULL: none)
+cdef enum:
+    REF_NODE = 1
+    REF_LEAF = 2
+
+cdef struct fp_tensor:
+    int op
+    int flags
+    int type
+    size_t view_offs
+    intptr_t view_src
+    intptr_t src[GGML_MAX_SRC]
+    ggml_backend_buffer * memory    # pre-allocated: its buffer (else NULL) ...
+    size_t offset                   # ... and data offset in it
+    int64_t ne[GGML_MAX_DIMS]
+    size_t nb[GGML_MAX_DIMS]
+    int32_t op_params[GGML_MAX_OP_PARAMS]
+
+# a key of the hash set, by reference
+cdef struct fp_entry:
+    Py_ssize_t slot
+    intptr_t ref
 
 cdef class SchedCore:
     # backends, in priority order (the last one is the CPU)
@@ -145,9 +173,39 @@ cdef class SchedCore:
                                                 # last reset
     cdef dict plan_assignments                  # ... in force when the plan was made
 
+    # graph reuse, level 2: the fingerprint of the plan's graph (made at the first
+    # alloc_graph of another graph) and what re-points the plan at an equal graph
+    cdef readonly int n_graph_rebuilt_reuses    # ... of them for a rebuilt, equal graph
+    cdef uint8_t fp_state                       # FP_NONE / FP_BUILDABLE / FP_BUILT
+    cdef uint64_t fp_epoch                      # the fingerprint is true at this epoch
+    cdef fp_tensor * fp_tensors                 # [fp_n_nodes + fp_n_leafs]: nodes, leafs
+    cdef int fp_n_nodes
+    cdef int fp_n_leafs
+    cdef fp_entry * fp_entries                  # [fp_n_entries]: every key of the hash set
+    cdef int fp_n_entries
+    cdef int * fp_tmp_ids                       # [fp_n_entries]: their values while the
+    cdef uint8_t * fp_tmp_causes                # set is re-made
+    cdef ggml_tensor ** fp_tmp_copies           # [fp_n_entries][n_backends][n_copies]
+    cdef intptr_t * fp_inputs                   # [fp_n_inputs]: the splits' inputs
+    cdef char * fp_input_names                  # [fp_n_inputs][GGML_MAX_NAME]: copies are
+    cdef int fp_n_inputs                        # named after them
+    cdef intptr_t * fp_arena_of                 # [fp_n_arena]: what each arena tensor is of
+    cdef int fp_n_arena
+    cdef sched_rewiring * fp_rewirings          # [fp_n_rewirings]: node, src and copy
+    cdef int fp_n_rewirings
+    cdef ggml_tensor ** fp_outside              # [fp_n_outside]: tensors outside the graph
+    cdef int fp_n_outside
+    cdef list fp_keep                           # ... kept alive (their handles)
+    cdef list fp_assignments                    # [(ref, backend id)] of plan_assignments
+    # the memory of each leaf, then node, as pass 1 saw it (before the allocation)
+    cdef ggml_backend_buffer ** pre_memory      # [pre_capacity]
+    cdef size_t * pre_offset                    # [pre_capacity]
+    cdef int pre_capacity
+
 cdef int sched_reset(SchedCore s) except -1
 cdef int forget_plan(SchedCore s) except -1
 cdef bint try_reuse(SchedCore s, Graph g) except -1
+cdef bint try_reuse_rebuilt(SchedCore s, Graph g) except -1
 cdef int sched_split_graph(SchedCore s, Graph graph) except -1
 cdef int sched_tensor_backend_id(SchedCore s, ggml_tensor * t) noexcept
 cdef int sched_alloc_splits(SchedCore s) except -1

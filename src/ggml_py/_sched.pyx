@@ -10,13 +10,14 @@ scheduler stays usable.
 """
 
 from libc.stdlib cimport malloc, calloc, free
-from libc.string cimport memset, memcpy
-from libc.stdint cimport uint8_t, uint64_t
+from libc.string cimport memset, memcpy, memcmp, strncmp
+from libc.stdint cimport uint8_t, uint64_t, intptr_t
 
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handle, tensor_name,
                             ggml_hash_set_init, ggml_hash_set_free, ggml_hash_set_reset,
                             ggml_hash_find_or_insert, ggml_hash_find, ggml_bitset_get,
+                            ggml_bitset_set, world_epoch,
                             ggml_is_view_op, ggml_dup_tensor_layout, ggml_view_tensor,
                             ggml_context_reset, ggml_context_tensor, ggml_is_node_from,
                             ggml_views_computed_node, leaf_view_message,
@@ -49,6 +50,21 @@ cdef inline ggml_backend_buffer * _memory(SchedCore s, ggml_backend_buffer * b) 
     an earlier allocation is placed anew by the next, so the split treats it as
     unallocated (ggml would take it for memory of its own, a graph's stale placement)."""
     return NULL if b != NULL and b.allocator == <void *>s.galloc else b
+
+
+cdef inline ggml_backend_buffer * memory_key(SchedCore s, const ggml_tensor * t,
+                                             size_t * offset) noexcept:
+    """The memory t has before an allocation, as the split and the allocator see it:
+    its buffer (NULL for none or a compute buffer of this scheduler's) and the data
+    offset in it (the address for memory outside any buffer)."""
+    cdef ggml_backend_buffer * b = _memory(s, t.buffer)
+    if b != NULL:
+        offset[0] = <size_t>(t.data - b.base)
+    elif t.buffer == NULL:
+        offset[0] = <size_t>t.data
+    else:
+        offset[0] = 0
+    return b
 
 
 cdef inline ggml_backend_buffer * _base_buffer(SchedCore s, const ggml_tensor * t) noexcept:
@@ -197,9 +213,14 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
         safe_realloc(<void **>&s.node_slots, graph.n_nodes, sizeof(Py_ssize_t), _TABLES)
         safe_realloc(<void **>&s.node_is_view, graph.n_nodes, sizeof(uint8_t), _TABLES)
         s.node_slots_capacity = graph.n_nodes
+    if graph.n_leafs + graph.n_nodes > s.pre_capacity or s.pre_memory == NULL:
+        safe_realloc(<void **>&s.pre_memory, graph.n_leafs + graph.n_nodes + 1, sizeof(void *), _TABLES)
+        safe_realloc(<void **>&s.pre_offset, graph.n_leafs + graph.n_nodes + 1, sizeof(size_t), _TABLES)
+        s.pre_capacity = graph.n_leafs + graph.n_nodes
     cdef bint leaf_views = False
     for i in range(graph.n_leafs + graph.n_nodes):
         t = graph.leafs[i] if i < graph.n_leafs else graph.nodes[i - graph.n_leafs]
+        s.pre_memory[i] = memory_key(s, t, &s.pre_offset[i])
         h = hash_id(s, t)
         if i >= graph.n_leafs:
             s.node_slots[i - graph.n_leafs] = h
@@ -561,8 +582,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
                         copy_slot(s, src_id, cur_backend_id, c)[0] = cpy
                     split.inputs[split.n_inputs] = src
                     split.n_inputs += 1
-                record_rewiring(s, &node.src[j], src)
-                node.src[j] = copy_slot(s, src_id, cur_backend_id, s.cur_copy)[0]
+                record_rewiring(s, node, i, j, copy_slot(s, src_id, cur_backend_id, s.cur_copy)[0])
         i += 1
     split.i_end = graph.n_nodes
     return 0
@@ -574,14 +594,22 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
 # arena is reused and when the scheduler goes away, and no user tensor is left
 # pointing into freed or reused copies.
 
-cdef int record_rewiring(SchedCore s, ggml_tensor ** slot, ggml_tensor * original) except -1:
+cdef int record_rewiring(SchedCore s, ggml_tensor * node, int i, int j,
+                         ggml_tensor * copy) except -1:
+    """Point source j of node (the i-th) at copy, and remember what it was."""
+    cdef sched_rewiring * r
     if s.n_rewired == s.rewired_cap:
         safe_realloc(<void **>&s.rewired, 2 * s.rewired_cap + 32, sizeof(sched_rewiring),
                      "the scheduler's rewiring table")
         s.rewired_cap = 2 * s.rewired_cap + 32
-    s.rewired[s.n_rewired].slot = slot
-    s.rewired[s.n_rewired].original = original
+    r = &s.rewired[s.n_rewired]
+    r.slot = &node.src[j]
+    r.original = node.src[j]
+    r.copy = copy
+    r.node = i
+    r.src = j
     s.n_rewired += 1
+    node.src[j] = copy
     return 0
 
 
@@ -776,6 +804,314 @@ cdef bint try_reuse(SchedCore s, Graph g) except -1:
     return True
 
 
+# ---------------------------------------------------------------------------
+# graph reuse, level 2: a newly built graph equal to the planned one takes its plan.
+# The plan's graph is described once (its fingerprint: every node and leaf as the
+# split and the allocator read it, sources and views by position), and a new graph is
+# compared with it in one pass over its nodes and leafs. An equal graph then gets the
+# plan re-pointed at its own tensors: the hash set's keys, the splits' inputs, the
+# graph copy, the arena's copies and dependency views, and the rewiring of pass 5; the
+# allocation is that of a fresh split (the allocator's alloc_graph on the graph copy).
+
+cdef enum:
+    FP_NONE = 0         # no plan to describe (or one a level-2 reuse cannot take)
+    FP_BUILDABLE = 1    # a fresh plan, allocated: pass 1's arrays are its graph's
+    FP_BUILT = 2
+
+
+cdef inline ggml_tensor * fp_decode(ggml_cgraph * g, intptr_t ref) noexcept:
+    """The tensor of g a reference names."""
+    cdef intptr_t tag = ref & 3
+    if tag == REF_NODE:
+        return g.nodes[ref >> 2]
+    if tag == REF_LEAF:
+        return g.leafs[ref >> 2]
+    return <ggml_tensor *>ref
+
+
+cdef intptr_t fp_ref(SchedCore s, const intptr_t * refs, ggml_tensor * t) except? -1:
+    """The reference of t in the plan's graph: refs gives a reference per hash slot
+    (0: none); any other tensor is named by its address and kept alive."""
+    cdef size_t h
+    if t == NULL:
+        return 0
+    h = ggml_hash_find(&s.hash_set, t)
+    if h != GGML_HASHSET_FULL and ggml_bitset_get(s.hash_set.used, h) and refs[h] != 0:
+        return refs[h]
+    if s.fp_n_outside % 16 == 0:
+        safe_realloc(<void **>&s.fp_outside, s.fp_n_outside + 16, sizeof(void *), _TABLES)
+    s.fp_outside[s.fp_n_outside] = t
+    s.fp_n_outside += 1
+    s.fp_keep.append(tensor_handle(t))
+    return <intptr_t>t
+
+
+cdef int fp_record(SchedCore s, const intptr_t * refs, ggml_tensor * t, fp_tensor * r,
+                   int pre) except -1:
+    cdef int j
+    r.op = t.op
+    r.flags = t.flags
+    r.type = t.type
+    r.view_offs = t.view_offs
+    r.view_src = fp_ref(s, refs, t.view_src)
+    for j in range(GGML_MAX_SRC):
+        r.src[j] = fp_ref(s, refs, t.src[j])
+    r.memory = s.pre_memory[pre]
+    r.offset = s.pre_offset[pre]
+    memcpy(r.ne, t.ne, sizeof(r.ne))
+    memcpy(r.nb, t.nb, sizeof(r.nb))
+    memcpy(r.op_params, t.op_params, sizeof(r.op_params))
+    return 0
+
+
+cdef int fp_build(SchedCore s) except -1:
+    """Describe the plan's graph (s.last_graph_obj, unchanged since its plan) and give its
+    nodes their sources back (a new graph takes the plan, or a fresh split follows)."""
+    cdef Graph g = <Graph>s.last_graph_obj
+    cdef ggml_cgraph * cg = &g.graph
+    cdef int nn = cg.n_nodes, nl = cg.n_leafs, i, j, k, n
+    cdef size_t h
+    cdef intptr_t * refs
+    cdef Context arena = s.arena
+    cdef int nbc = s.n_backends * s.n_copies
+
+    # the rewiring, by position, before it is undone
+    safe_realloc(<void **>&s.fp_rewirings, s.n_rewired + 1, sizeof(sched_rewiring), _TABLES)
+    memcpy(s.fp_rewirings, s.rewired, s.n_rewired * sizeof(sched_rewiring))
+    s.fp_n_rewirings = s.n_rewired
+    undo_rewiring(s)
+
+    refs = <intptr_t *>checked_calloc(s.hash_set.size, sizeof(intptr_t), "the fingerprint")
+    try:
+        for i in range(nn):
+            refs[s.node_slots[i]] = (<intptr_t>i << 2) | REF_NODE
+        for k in range(nl):
+            h = ggml_hash_find(&s.hash_set, cg.leafs[k])
+            refs[h] = (<intptr_t>k << 2) | REF_LEAF
+        s.fp_n_outside = 0
+        s.fp_keep = []
+        safe_realloc(<void **>&s.fp_tensors, nn + nl + 1, sizeof(fp_tensor), _TABLES)
+        for i in range(nn):
+            fp_record(s, refs, cg.nodes[i], &s.fp_tensors[i], nl + i)
+        for k in range(nl):
+            fp_record(s, refs, cg.leafs[k], &s.fp_tensors[nn + k], k)
+        s.fp_n_nodes = nn
+        s.fp_n_leafs = nl
+
+        # every key of the hash set
+        n = 0
+        for h in range(s.hash_set.size):
+            n += ggml_bitset_get(s.hash_set.used, h)
+        safe_realloc(<void **>&s.fp_entries, n + 1, sizeof(fp_entry), _TABLES)
+        safe_realloc(<void **>&s.fp_tmp_ids, n + 1, sizeof(int), _TABLES)
+        safe_realloc(<void **>&s.fp_tmp_causes, n + 1, sizeof(uint8_t), _TABLES)
+        safe_realloc(<void **>&s.fp_tmp_copies, n * nbc + 1, sizeof(void *), _TABLES)
+        n = 0
+        for h in range(s.hash_set.size):
+            if ggml_bitset_get(s.hash_set.used, h):
+                s.fp_entries[n].slot = h
+                s.fp_entries[n].ref = fp_ref(s, refs, s.hash_set.keys[h])
+                n += 1
+        s.fp_n_entries = n
+
+        # the splits' inputs, with their names
+        n = 0
+        for i in range(s.n_splits):
+            n += s.splits[i].n_inputs
+        safe_realloc(<void **>&s.fp_inputs, n + 1, sizeof(intptr_t), _TABLES)
+        safe_realloc(<void **>&s.fp_input_names, n + 1, GGML_MAX_NAME, _TABLES)
+        n = 0
+        for i in range(s.n_splits):
+            for j in range(s.splits[i].n_inputs):
+                s.fp_inputs[n] = fp_ref(s, refs, s.splits[i].inputs[j])
+                memcpy(&s.fp_input_names[n * GGML_MAX_NAME], s.splits[i].inputs[j].name,
+                       GGML_MAX_NAME)
+                n += 1
+        s.fp_n_inputs = n
+
+        # what the arena's copies and dependency views are of
+        safe_realloc(<void **>&s.fp_arena_of, arena.ctx.n_tensors + 1, sizeof(intptr_t), _TABLES)
+        for i in range(arena.ctx.n_tensors):
+            s.fp_arena_of[i] = fp_ref(s, refs, s.infos[i].of)
+        s.fp_n_arena = arena.ctx.n_tensors
+
+        s.fp_assignments = [(fp_ref(s, refs, (<Tensor>t).ptr), b)
+                            for t, b in s.plan_assignments.values()]
+    finally:
+        free(refs)
+    s.fp_epoch = s.plan_epoch
+    s.fp_state = FP_BUILT
+    return 0
+
+
+cdef inline bint fp_stamped_after(const ggml_tensor * t, uint64_t epoch) noexcept:
+    if t.gen > epoch or (t.buffer != NULL and t.buffer.gen > epoch):
+        return True
+    t = t.view_src
+    return t != NULL and (t.gen > epoch or (t.buffer != NULL and t.buffer.gen > epoch))
+
+
+cdef inline bint fp_tensor_matches(SchedCore s, ggml_cgraph * g, ggml_tensor * t,
+                                   const fp_tensor * r) noexcept:
+    cdef int j
+    cdef size_t offset
+    cdef ggml_backend_buffer * memory
+    if (t.op != r.op or t.flags != r.flags or t.type != r.type or t.view_offs != r.view_offs
+            or memcmp(t.ne, r.ne, sizeof(r.ne)) != 0 or memcmp(t.nb, r.nb, sizeof(r.nb)) != 0
+            or memcmp(t.op_params, r.op_params, sizeof(r.op_params)) != 0
+            or t.view_src != fp_decode(g, r.view_src)):
+        return False
+    for j in range(GGML_MAX_SRC):
+        if t.src[j] != fp_decode(g, r.src[j]):
+            return False
+    memory = memory_key(s, t, &offset)
+    return (memory == r.memory and offset == r.offset
+            and (memory == NULL or memory.gen <= s.fp_epoch))
+
+
+cdef bint fp_matches(SchedCore s, ggml_cgraph * g) noexcept:
+    """Is g the graph the fingerprint describes, in a world the plan still holds in?
+    One pass over g's nodes and leafs; the nodes' orders are set on the way."""
+    cdef int i, n
+    cdef ggml_tensor * t
+    if g.n_nodes != s.fp_n_nodes or g.n_leafs != s.fp_n_leafs or world_epoch() > s.fp_epoch:
+        return False
+    for i in range(s.fp_n_outside):
+        if fp_stamped_after(s.fp_outside[i], s.fp_epoch):
+            return False
+    for i in range(g.n_nodes):
+        t = g.nodes[i]
+        if not fp_tensor_matches(s, g, t, &s.fp_tensors[i]):
+            return False
+        t.order = i
+    n = g.n_nodes
+    for i in range(g.n_leafs):
+        if not fp_tensor_matches(s, g, g.leafs[i], &s.fp_tensors[n + i]):
+            return False
+    for i in range(s.fp_n_inputs):
+        if strncmp(fp_decode(g, s.fp_inputs[i]).name, &s.fp_input_names[i * GGML_MAX_NAME],
+                   GGML_MAX_NAME) != 0:
+            return False
+    return True
+
+
+cdef bint fp_assignments_match(SchedCore s, ggml_cgraph * g) except -1:
+    """Are the user assignments made since the reset the plan's, by position?"""
+    if not s.fp_assignments and not s.user_assignments:
+        return True
+    return ({<size_t>fp_decode(g, ref): b for ref, b in s.fp_assignments}
+            == {addr: b for addr, (t, b) in s.user_assignments.items()})
+
+
+cdef bint fp_repoint_keys(SchedCore s, ggml_cgraph * g) noexcept:
+    """Re-make the hash set with g's tensors as keys and the plan's values; False (the
+    set is then to be cleared) where two keys would be one tensor of g."""
+    cdef int e, c, nbc = s.n_backends * s.n_copies
+    cdef size_t h
+    cdef ggml_tensor * t
+    cdef ggml_tensor ** copies
+    cdef ggml_tensor ** kept
+    for e in range(s.fp_n_entries):
+        h = s.fp_entries[e].slot
+        s.fp_tmp_ids[e] = s.hv_tensor_backend_ids[h]
+        s.fp_tmp_causes[e] = s.hv_tensor_causes[h]
+        copies = copy_slot(s, h, 0, 0)
+        kept = &s.fp_tmp_copies[e * nbc]
+        for c in range(nbc):            # (a handful: no memcpy call)
+            kept[c] = copies[c]
+            copies[c] = NULL
+        s.hv_tensor_backend_ids[h] = -1
+        s.hv_tensor_causes[h] = 0
+        s.hash_set.used[h >> 5] &= ~((<ggml_bitset_t>1) << (h & 31))
+    for e in range(s.fp_n_entries):
+        t = fp_decode(g, s.fp_entries[e].ref)
+        h = ggml_hash_find(&s.hash_set, t)
+        if h == GGML_HASHSET_FULL or ggml_bitset_get(s.hash_set.used, h):
+            return False
+        ggml_bitset_set(s.hash_set.used, h)
+        s.hash_set.keys[h] = t
+        s.hv_tensor_backend_ids[h] = s.fp_tmp_ids[e]
+        s.hv_tensor_causes[h] = s.fp_tmp_causes[e]
+        copies = copy_slot(s, h, 0, 0)
+        kept = &s.fp_tmp_copies[e * nbc]
+        for c in range(nbc):
+            copies[c] = kept[c]
+        s.fp_entries[e].slot = h
+    return True
+
+
+cdef int fp_repoint(SchedCore s, Graph graph) except -1:
+    """Point everything else of the plan at graph's tensors, as a fresh split would."""
+    cdef ggml_cgraph * g = &graph.graph
+    cdef ggml_cgraph * gc = &s.graph
+    cdef int i, j, k = 0, n = 0
+    cdef sched_split * split
+    cdef sched_rewiring * r
+    cdef ggml_tensor * t
+    cdef ggml_tensor * of
+    cdef Context arena = s.arena
+    for i in range(s.n_splits):
+        split = &s.splits[i]
+        for j in range(split.n_inputs):
+            split.inputs[j] = fp_decode(g, s.fp_inputs[k])
+            k += 1
+        n += 2 * split.n_inputs
+        for j in range(split.i_start, split.i_end):
+            gc.nodes[n] = g.nodes[j]
+            n += 1
+    k = gc.n_leafs - g.n_leafs
+    for i in range(g.n_leafs):
+        gc.leafs[k + i] = g.leafs[i]
+    # the arena: copies name their tensor only in infos; a dependency view is made
+    # anew (ggml_view_tensor of the new input, unplaced)
+    for i in range(s.fp_n_arena):
+        of = fp_decode(g, s.fp_arena_of[i])
+        s.infos[i].of = of
+        if s.infos[i].kind == SCHED_TENSOR_DEP:
+            t = ggml_context_tensor(&arena.ctx, i)
+            t.src[0] = of
+            t.view_src = of.view_src if of.view_src != NULL else of
+            t.view_offs = of.view_offs if of.view_src != NULL else 0
+            t.buffer = NULL
+            t.data = t.view_src.data + t.view_offs if t.view_src.data != NULL else NULL
+    for i in range(s.fp_n_rewirings):
+        r = &s.fp_rewirings[i]
+        record_rewiring(s, g.nodes[r.node], r.node, r.src, r.copy)
+    # as a split of an equal graph leaves them: the previous ids are the same
+    memcpy(s.prev_node_backend_ids, s.node_backend_ids, gc.n_nodes * sizeof(int))
+    memcpy(s.prev_leaf_backend_ids, s.leaf_backend_ids, gc.n_leafs * sizeof(int))
+    s.debug_prev_graph_size = s.debug_graph_size
+    s.last_graph = g
+    s.last_graph_obj = graph
+    return 0
+
+
+cdef bint try_reuse_rebuilt(SchedCore s, Graph g) except -1:
+    """Level 2: take the kept plan for g, a graph other than the plan's but equal to it,
+    re-pointed at g's tensors, and allocate it as a fresh split would be. False (and the
+    caller splits afresh) where g is not equal or the plan cannot be re-pointed."""
+    if not (s.reset_deferred and s.plan_reusable and s.graph_reuse
+            and s.last_graph_obj is not g and s.fp_state != FP_NONE):
+        return False
+    if s.fp_state == FP_BUILDABLE:
+        if not graph_unchanged_since(<Graph>s.last_graph_obj, s.plan_epoch):
+            return False
+        fp_build(s)
+    if not (fp_matches(s, &g.graph) and fp_assignments_match(s, &g.graph)):
+        return False
+    undo_rewiring(s)
+    if not fp_repoint_keys(s, &g.graph):
+        s.fp_state = FP_NONE        # the set is cleared by the fresh split's forget_plan
+        return False
+    fp_repoint(s, g)
+    s.plan_assignments = dict(s.user_assignments)
+    s.reset_deferred = False
+    s.is_reset = False
+    s.n_graph_reuses += 1
+    s.n_graph_rebuilt_reuses += 1
+    return True
+
+
 cdef int check_graph_fits(SchedCore s, ggml_cgraph * graph) except -1:
     """ggml asserts that the hash set has a slot for every node and leaf."""
     if graph.n_nodes + graph.n_leafs > <int>s.hash_set.size:
@@ -794,6 +1130,7 @@ cdef int sched_split_graph(SchedCore s, Graph g) except -1:
     if try_reuse(s, g):
         return 0
     forget_plan(s)
+    s.fp_state = FP_NONE
     # a plan made from fresh tables depends on nothing but the graph and these
     s.plan_assignments = dict(s.user_assignments) if s.tables_fresh else None
     s.tables_fresh = False
@@ -881,6 +1218,13 @@ cdef int sched_alloc_graph(SchedCore s, Graph graph) except -1:
     if try_reuse(s, graph):
         s.is_alloc = True                  # the kept placements are in place
         return 1
+    if try_reuse_rebuilt(s, graph):
+        # the plan's backends, and a graph equal to one the reservation placed: no
+        # change for sched_alloc_splits to find, and no need to check that it fits
+        s.galloc.c_alloc_graph(&s.graph, (s.last_graph_obj, s.arena), True)
+        s.is_alloc = True
+        s.plan_epoch = mutation_epoch()
+        return 1
     s.cur_copy = s.next_copy
     s.next_copy = (s.next_copy + 1) % s.n_copies
     sched_split_graph(s, graph)
@@ -891,6 +1235,7 @@ cdef int sched_alloc_graph(SchedCore s, Graph graph) except -1:
     # moves to the next copy slot, which a kept plan cannot do
     s.plan_reusable = s.plan_assignments is not None and s.n_copies == 1
     s.plan_epoch = mutation_epoch()
+    s.fp_state = FP_BUILDABLE if s.plan_reusable else FP_NONE
     return 1
 
 
@@ -918,6 +1263,18 @@ cdef class SchedCore:
         self.src_slots = NULL
         self.src_index = NULL
         memset(&self.graph, 0, sizeof(ggml_cgraph))
+        self.fp_tensors = NULL
+        self.fp_entries = NULL
+        self.fp_tmp_ids = NULL
+        self.fp_tmp_causes = NULL
+        self.fp_tmp_copies = NULL
+        self.fp_inputs = NULL
+        self.fp_input_names = NULL
+        self.fp_arena_of = NULL
+        self.fp_rewirings = NULL
+        self.fp_outside = NULL
+        self.pre_memory = NULL
+        self.pre_offset = NULL
 
     def __init__(self, backends, bufts, graph_size, bint parallel, bint op_offload,
                  max_split_inputs=30, max_graph_inputs=30, n_copies=4, debug_realloc=0,
@@ -1026,6 +1383,18 @@ cdef class SchedCore:
         free(self.src_slots)
         free(self.src_index)
         free(self.rewired)
+        free(self.fp_tensors)
+        free(self.fp_entries)
+        free(self.fp_tmp_ids)
+        free(self.fp_tmp_causes)
+        free(self.fp_tmp_copies)
+        free(self.fp_inputs)
+        free(self.fp_input_names)
+        free(self.fp_arena_of)
+        free(self.fp_rewirings)
+        free(self.fp_outside)
+        free(self.pre_memory)
+        free(self.pre_offset)
 
     # --- state ---
 

@@ -140,3 +140,44 @@ def time_reps(SchedCore s not None, Graph graph not None, GraphSnapshot snap not
                              f"reused the plan (pipeline parallelism, or the graph changes)",
                              "no-reuse")
     return out
+
+
+def time_rebuilt_reps(SchedCore s not None, Graph graph not None, Graph other not None,
+                      assignments, other_assignments, reps):
+    """Times (ns) of `reps` alloc_graph calls that take the kept plan for a rebuilt graph
+    of equal structure (graph reuse level 2: the fingerprint and the re-pointing):
+    `graph` and `other` alternate, each after a reset and its user assignments
+    [(Tensor, backend_id), ...] (untimed). The first three are not timed: an allocated
+    graph keeps its views initialised in the pre-allocated buffers they view, which
+    the split reads (a weight's view), so the steady state starts when both graphs
+    have been allocated once and the plan was made from one of them in that state."""
+    cdef list out = []
+    cdef int r, n = int_arg(reps, "reps", 0, _INT32_MAX)
+    cdef int reuses = s.n_graph_rebuilt_reuses
+    cdef bint reuse = s.graph_reuse
+    cdef Graph g
+    clock = perf_counter_ns
+    s.graph_reuse = True
+    try:
+        forget_plan(s)
+        for r in range(n + 3):
+            g, ids = (graph, assignments) if r % 2 == 0 else (other, other_assignments)
+            sched_reset(s)
+            for t, b in ids:
+                s.set_tensor_backend(t, b)
+            if r == 3:
+                reuses = s.n_graph_rebuilt_reuses
+            t0 = clock()
+            if not sched_alloc_graph(s, g):
+                raise AllocationError("time_rebuilt_reps: the graph could not be allocated")
+            if r >= 3:
+                out.append(clock() - t0)
+            s.is_alloc = False
+    finally:
+        s.graph_reuse = reuse
+    reuses = s.n_graph_rebuilt_reuses - reuses
+    if reuses != n:
+        raise SchedulerError(f"time_rebuilt_reps: {reuses} of {n} "
+                             f"allocations reused the plan (pipeline parallelism, or the graphs "
+                             f"differ)", "no-reuse")
+    return out
