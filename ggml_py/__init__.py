@@ -25,7 +25,6 @@ from ggml_py.errors import (GgmlPyError, GraphError, CaseFormatError, BackendErr
                             SchedulerError, AllocationError)
 
 from ggml_py import ops, quants
-from ggml_py.sched import Scheduler
 
 __all__ = [
     "__version__",
@@ -34,8 +33,6 @@ __all__ = [
     # buffers and backends
     "Backend", "BufferType", "Buffer", "fake_buffer", "host_buffer", "set_buffer",
     "get_buffer", "view_init",
-    # the scheduler
-    "Scheduler",
     # errors
     "GgmlPyError", "GraphError", "CaseFormatError", "BackendError", "SchedulerError",
     "AllocationError",
