@@ -576,3 +576,32 @@ def test_random_graphs_are_allocated_soundly(problem):
     assert ga.alloc_graph(g)
     assert [len(bt.calls) for bt in id_types] == calls
     validate_allocation(g, ga)
+
+
+@pytest.mark.parametrize("graph_reuse", [False, True])
+def test_a_new_output_flag_is_not_overwritten_by_the_old_plan(graph_reuse):
+    """ggml reuses its plan when only a flag changed (ggml_gallocr_needs_realloc checks
+    sizes): a node marked OUTPUT after the graph was planned would then share memory
+    with later nodes and read back their values. Here the plan is made again."""
+    import numpy as np
+
+    from ggml_py import Context, Graph, ops
+    from ggml_py._backend import host_bytes, tensor_set
+    from ggml_py.backends.cpu import CPUBackend
+    from ggml_py.sched import Scheduler
+    ctx = Context("flags")
+    x = ctx.new_tensor("f32", (64,)).set_input()
+    a = ops.scale(ctx, x, 2.0)
+    b = ops.add(ctx, a, a)                 # 4 x
+    c = ops.scale(ctx, b, 3.0)             # in place over b in the first plan
+    e = ops.scale(ctx, ops.add(ctx, c, c), 0.5)
+    g = Graph(64).build_forward_expand(e)
+    sched = Scheduler([CPUBackend()], graph_reuse=graph_reuse)
+    sched.alloc_graph(g)
+    b.set_output()
+    sched.reset()
+    sched.alloc_graph(g)
+    tensor_set(x, np.ones(64, np.float32))
+    sched.graph_compute(g)
+    np.testing.assert_array_equal(np.frombuffer(host_bytes(b), np.float32), 4.0)
+    np.testing.assert_array_equal(np.frombuffer(host_bytes(e), np.float32), 12.0)

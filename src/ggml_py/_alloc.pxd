@@ -4,6 +4,8 @@
 # graph copy and the per-node / per-leaf backend ids, exactly where ggml's
 # scheduler calls ggml_gallocr_reserve_n / _reserve_n_size / _alloc_graph.
 
+from libc.stdint cimport int32_t
+
 from ggml_py._ggml cimport *
 from ggml_py._backend cimport BufferType, Buffer
 
@@ -50,6 +52,7 @@ cdef struct tensor_alloc:
 cdef struct node_alloc:
     tensor_alloc dst
     tensor_alloc src[GGML_MAX_SRC]
+    int32_t flags               # the node's INPUT/OUTPUT flags when planned (not in ggml)
 
 cdef bint ggml_op_can_inplace(int op) noexcept nogil
 

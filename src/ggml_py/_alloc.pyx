@@ -20,7 +20,7 @@ assert or crash, this port raises instead and stays usable.
 
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset
-from libc.stdint cimport int64_t, INT64_MIN, SIZE_MAX
+from libc.stdint cimport int32_t, int64_t, INT64_MIN, SIZE_MAX
 
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (tensor_changed, size_arg, index_arg, items_arg, tensor_name,
@@ -32,6 +32,9 @@ from ggml_py._backend cimport (BufferType, Buffer, _live, buffer_reset, tensor_a
                                view_init_c)
 
 from ggml_py._core import OP_IDS
+
+# the flags that decide where a node may be placed (inputs first, outputs never freed)
+cdef int32_t _PLACEMENT_FLAGS = GGML_TENSOR_FLAG_INPUT | GGML_TENSOR_FLAG_OUTPUT
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, SchedulerError,
                             UnknownNameError)
 
@@ -740,6 +743,7 @@ cdef class GraphAllocator:
             node = graph.nodes[i]
             na = &self.node_allocs[i]
             self.set_tensor_alloc(&na.dst, node)
+            na.flags = node.flags & _PLACEMENT_FLAGS
             for j in range(GGML_MAX_SRC):
                 if (node.src[j] == NULL or node.src[j].view_src != NULL
                         or (node.src[j].data != NULL and not placed_here(self, node.src[j]))):
@@ -856,6 +860,10 @@ cdef class GraphAllocator:
             node = graph.nodes[i]
             na = &self.node_allocs[i]
             if not self.tensor_alloc_fits(node, &na.dst):
+                return True
+            if (node.flags & _PLACEMENT_FLAGS) != na.flags:
+                # an input or output flag changed since the plan: the plan may overwrite
+                # an output, or an input before it is read (ggml reuses such a plan)
                 return True
             for j in range(GGML_MAX_SRC):
                 if node.src[j] != NULL and not self.tensor_alloc_fits(node.src[j], &na.src[j]):
