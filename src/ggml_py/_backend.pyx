@@ -264,8 +264,10 @@ cdef class Buffer:
 
     def set_tensor(self, Tensor tensor not None, data, offset=0):
         """Write `data` (bytes-like) at `offset` bytes into the tensor."""
-        self._host_region(tensor, offset, memoryview(data).nbytes)[...] = \
-            np.frombuffer(data, dtype=np.uint8)
+        view = _contiguous_bytes(data, tensor, "set_tensor")
+        start, n = self._host_span(tensor, offset, view.nbytes)
+        if n:
+            _host_write(self._memory, start, view)
 
     def get_tensor(self, Tensor tensor not None, offset=0, size=None):
         """The tensor's bytes [offset, offset + size) (size None: to its end)."""
@@ -295,6 +297,11 @@ cdef class Buffer:
         """Forget per-tensor state after the allocator starts over (default: none)."""
 
     def _host_region(self, Tensor tensor, offset, size):
+        start, n = self._host_span(tensor, offset, size)
+        return self._memory[start:start + n]
+
+    def _host_span(self, Tensor tensor, offset, size):
+        """(start, n) of the tensor's bytes in this buffer's host memory, checked."""
         _live(self)
         if self._memory is None:
             raise NotSupportedError(
@@ -303,8 +310,7 @@ cdef class Buffer:
         if tensor.ptr.buffer != &self.c:
             raise BackendError(f"tensor '{tensor.name}' is not in this "
                                f"{self.buffer_type.name} buffer")
-        start, n = tensor_span(tensor, offset, size)
-        return self._memory[start:start + n]
+        return tensor_span(tensor, offset, size)
 
     def tensor_alloc(self, Tensor tensor not None, offset):
         """Place `tensor` at `offset` (ggml_backend_tensor_alloc); its context keeps
@@ -472,7 +478,7 @@ def tensor_set(Tensor tensor not None, data, offset=0):
     if not n:
         return
     if type(buf) is Buffer and buf._memory is not None:
-        _host_write(buf._memory, start, view)       # the base slot's copy, without a call
+        _host_write(buf._memory, start, view)       # the base set_tensor, without the call
     else:
         buf.set_tensor(tensor, view, offset)
 
