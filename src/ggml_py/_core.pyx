@@ -11,6 +11,9 @@ needs a Python object per tensor.
 from cpython.number cimport PyNumber_Index
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.stdlib cimport malloc, calloc, realloc, free
+
+cdef extern from "<stdlib.h>" nogil:
+    void * aligned_alloc(size_t alignment, size_t size)     # C11
 from libc.string cimport memset, memcpy, strncpy
 from libc.stdio cimport snprintf
 from libc.stdint cimport int32_t, int64_t, uint64_t, SIZE_MAX
@@ -464,7 +467,8 @@ cdef ggml_tensor * _context_alloc(ggml_context * ctx) except NULL:
     if (i >> CTX_BLOCK_SHIFT) >= ctx.n_blocks:
         safe_realloc(<void **>&ctx.blocks, ctx.n_blocks + 1, sizeof(ggml_tensor *),
                      "the tensor arena")
-        block = <ggml_tensor *>malloc(CTX_BLOCK * sizeof(ggml_tensor))
+        # cache-line aligned, as ggml_tensor is (ggml-py-types.h)
+        block = <ggml_tensor *>aligned_alloc(64, CTX_BLOCK * sizeof(ggml_tensor))
         if block == NULL:
             raise AllocationError("cannot grow the tensor arena")
         ctx.blocks[ctx.n_blocks] = block

@@ -26,6 +26,26 @@ cdef enum:
     SCHED_TENSOR_COPY = 0   # copy of an input on another backend, one per copy slot
     SCHED_TENSOR_DEP = 1    # view added so that an input outlives its copy
 
+# what pass 1 records of a node of the graph being split (SchedCore.node_bits)
+cdef enum:
+    NODE_VIEW_OP = 1        # a view op (passes 2, 3 and 5 skip it)
+    NODE_INPUT = 2          # flagged INPUT
+    NODE_VIEW = 4           # has a view_src
+
+# ... and of each of its sources
+cdef enum:
+    SRC_WEIGHTS = 1         # in a weights buffer
+    SRC_INPUT = 2           # flagged INPUT
+    SRC_VIEW = 4            # has a view_src
+    SRC_NOT_BEFORE = 8      # a node of the graph at the reading node's position or later
+
+cdef struct split_src:
+    ggml_tensor * tensor                # the source (src[j] of its node before pass 5)
+    ggml_backend_buffer_type * buft     # the buffer type of its memory; NULL: not allocated
+    Py_ssize_t slot                     # its hash slot
+    uint8_t j
+    uint8_t bits                        # SRC_*
+
 cdef struct sched_split:
     int backend_id
     int i_start
@@ -90,15 +110,14 @@ cdef class SchedCore:
     cdef uint8_t * hv_tensor_causes             # [hash_set.size]
     cdef ggml_tensor ** hv_tensor_copies        # [hash_set.size][n_backends][n_copies]
 
-    # hash slot of each node of the graph being split: hashed once, in pass 1
+    # the graph being split as passes 2 to 5 read it, built in one sweep by pass 1 so
+    # that they walk compact arrays instead of the tensor structs: each node's hash slot
+    # and NODE_* bits, and its sources, node i's being srcs[src_begin[i]:src_begin[i + 1]]
     cdef Py_ssize_t * node_slots                # [node_slots_capacity]
-    cdef uint8_t * node_is_view                 # [node_slots_capacity]: skip without a struct read
+    cdef uint8_t * node_bits                    # [node_slots_capacity]
     cdef int node_slots_capacity
-    # ... and of each node's sources, hashed once too: node i's are entries
-    # [src_begin[i], src_begin[i + 1]) of src_slots (hash slot) and src_index (j of src[j])
     cdef int * src_begin                        # [node_slots_capacity + 1]
-    cdef Py_ssize_t * src_slots                 # [src_capacity]
-    cdef uint8_t * src_index                    # [src_capacity]
+    cdef split_src * srcs                       # [src_capacity]
     cdef int src_capacity
 
     # backend of each graph-copy node / leaf, and of the previous split's

@@ -169,27 +169,25 @@ cdef int backend_id_from_cur(SchedCore s, ggml_tensor * tensor, uint8_t * cause)
     return -1
 
 
-cdef inline int buffer_supported(SchedCore s, ggml_tensor * t, int backend_id) except -1:
-    """Can backend_id read t where it is (or will be)?"""
-    return buffer_supported_at(s, t, hash_id(s, t), backend_id)
-
-
-cdef int buffer_supported_at(SchedCore s, ggml_tensor * t, Py_ssize_t slot,
-                             int backend_id) except -1:
-    """buffer_supported for t at hash slot `slot`."""
-    cdef ggml_backend_buffer * buf = _base_buffer(s, t)
-    cdef ggml_backend_buffer_type * buft = NULL
+cdef bint memory_readable(SchedCore s, ggml_backend_buffer_type * buft, Py_ssize_t slot,
+                          ggml_tensor * t, int backend_id) except -1:
+    """Can backend_id read t (at hash slot `slot`) where it is or will be? buft is the
+    buffer type of t's memory, NULL when it has none yet: then it will live in the
+    buffer type of its backend (or of its view_src's)."""
     cdef int id
-    if buf != NULL:
-        buft = buf.buft
-    else:
-        # not allocated yet: it will live in the buffer type of its backend
+    if buft == NULL:
         id = s.hv_tensor_backend_ids[slot]
         if id == -1 and t.view_src != NULL:
             id = backend_of(s, t.view_src)
-        if id != -1:
-            buft = s.bufts[id]
-    return buft != NULL and backend_supports_buft(s.backends[backend_id], buft)
+        if id == -1:
+            return False
+        buft = s.bufts[id]
+    return backend_supports_buft(s.backends[backend_id], buft)
+
+
+cdef inline bint src_readable(SchedCore s, const split_src * e, int backend_id) except -1:
+    """memory_readable for a node source, from what pass 1 recorded of it."""
+    return memory_readable(s, e.buft, e.slot, e.tensor, backend_id)
 
 
 cdef inline int set_if_supported(SchedCore s, ggml_tensor * node, Py_ssize_t h, int backend_id) except -1:
@@ -202,60 +200,76 @@ cdef inline int set_if_supported(SchedCore s, ggml_tensor * node, Py_ssize_t h, 
 # ---------------------------------------------------------------------------
 # the passes
 
-cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
-    """Pass 1: assign backends to tensors with pre-allocated memory, inputs and
-    ops with weights; user assignments are kept."""
-    cdef int i
-    cdef Py_ssize_t h
-    cdef ggml_tensor * t
+cdef int grow_node_tables(SchedCore s, ggml_cgraph * graph) except -1:
     if graph.n_nodes > s.node_slots_capacity or s.src_begin == NULL:
         safe_realloc(<void **>&s.src_begin, graph.n_nodes + 1, sizeof(int), _TABLES)
         safe_realloc(<void **>&s.node_slots, graph.n_nodes, sizeof(Py_ssize_t), _TABLES)
-        safe_realloc(<void **>&s.node_is_view, graph.n_nodes, sizeof(uint8_t), _TABLES)
+        safe_realloc(<void **>&s.node_bits, graph.n_nodes, sizeof(uint8_t), _TABLES)
         s.node_slots_capacity = graph.n_nodes
     if graph.n_leafs + graph.n_nodes > s.pre_capacity or s.pre_memory == NULL:
         safe_realloc(<void **>&s.pre_memory, graph.n_leafs + graph.n_nodes + 1, sizeof(void *), _TABLES)
         safe_realloc(<void **>&s.pre_offset, graph.n_leafs + graph.n_nodes + 1, sizeof(size_t), _TABLES)
         s.pre_capacity = graph.n_leafs + graph.n_nodes
+    return 0
+
+
+cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
+    """Pass 1: assign backends to tensors with pre-allocated memory, inputs and
+    ops with weights; user assignments are kept. The same sweep records what the
+    later passes read of each node and source (node_slots, node_bits, srcs)."""
+    cdef int i, j, k = 0
+    cdef Py_ssize_t h
+    cdef ggml_tensor * t
+    cdef ggml_tensor * src
+    cdef ggml_backend_buffer * buf
+    cdef split_src * e
     cdef bint leaf_views = False
-    for i in range(graph.n_leafs + graph.n_nodes):
-        t = graph.leafs[i] if i < graph.n_leafs else graph.nodes[i - graph.n_leafs]
+    grow_node_tables(s, graph)
+    # every node's position first: the order checks below read the sources'
+    for i in range(graph.n_nodes):
+        graph.nodes[i].order = i
+    for i in range(graph.n_leafs):
+        t = graph.leafs[i]
         s.pre_memory[i] = memory_key(s, t, &s.pre_offset[i])
         h = hash_id(s, t)
-        if i >= graph.n_leafs:
-            s.node_slots[i - graph.n_leafs] = h
-            s.node_is_view[i - graph.n_leafs] = ggml_is_view_op(t.op)
-            t.order = i - graph.n_leafs      # for the order checks of passes 4 and 5
-        else:
-            leaf_views |= t.view_src != NULL
+        leaf_views |= t.view_src != NULL
         if s.hv_tensor_backend_ids[h] == -1:
             s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, &s.hv_tensor_causes[h])
+    for i in range(graph.n_nodes):
+        t = graph.nodes[i]
+        s.pre_memory[graph.n_leafs + i] = memory_key(s, t, &s.pre_offset[graph.n_leafs + i])
+        h = hash_id(s, t)
+        s.node_slots[i] = h
+        s.node_bits[i] = ((NODE_VIEW_OP if ggml_is_view_op(t.op) else 0)
+                          | (NODE_INPUT if t.flags & GGML_TENSOR_FLAG_INPUT else 0)
+                          | (NODE_VIEW if t.view_src != NULL else 0))
+        if s.hv_tensor_backend_ids[h] == -1:
+            s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, &s.hv_tensor_causes[h])
+        s.src_begin[i] = k
+        if k + GGML_MAX_SRC > s.src_capacity:
+            safe_realloc(<void **>&s.srcs, 2 * (k + GGML_MAX_SRC), sizeof(split_src), _TABLES)
+            s.src_capacity = 2 * (k + GGML_MAX_SRC)
+        for j in range(GGML_MAX_SRC):
+            src = t.src[j]
+            if src == NULL:
+                continue
+            e = &s.srcs[k]
+            k += 1
+            e.tensor = src
+            e.slot = hash_id(s, src)
+            e.j = j
+            buf = _base_buffer(s, src)
+            e.buft = buf.buft if buf != NULL else NULL
+            e.bits = ((SRC_WEIGHTS if src.buffer != NULL
+                       and src.buffer.usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS else 0)
+                      | (SRC_INPUT if src.flags & GGML_TENSOR_FLAG_INPUT else 0)
+                      | (SRC_VIEW if src.view_src != NULL else 0)
+                      | (SRC_NOT_BEFORE if ggml_is_node_from(graph, src, i) else 0))
+    s.src_begin[graph.n_nodes] = k
     if leaf_views:
         for i in range(graph.n_leafs):
             if ggml_views_computed_node(graph, graph.leafs[i]):
                 raise GraphError(leaf_view_message(graph.leafs[i]))
-    hash_sources(s, graph)
-    return 0
-
-
-cdef int hash_sources(SchedCore s, ggml_cgraph * graph) except -1:
-    """The hash slot of every node source, in node order: passes 3 to 5 read these
-    instead of probing the hash set for each source again."""
-    cdef int i, j, k = 0
-    cdef ggml_tensor * node
-    for i in range(graph.n_nodes):
-        s.src_begin[i] = k
-        node = graph.nodes[i]
-        if k + GGML_MAX_SRC > s.src_capacity:
-            safe_realloc(<void **>&s.src_slots, 2 * (k + GGML_MAX_SRC), sizeof(Py_ssize_t), _TABLES)
-            safe_realloc(<void **>&s.src_index, 2 * (k + GGML_MAX_SRC), sizeof(uint8_t), _TABLES)
-            s.src_capacity = 2 * (k + GGML_MAX_SRC)
-        for j in range(GGML_MAX_SRC):
-            if node.src[j] != NULL:
-                s.src_slots[k] = hash_id(s, node.src[j])
-                s.src_index[k] = j
-                k += 1
-    s.src_begin[graph.n_nodes] = k
     return 0
 
 
@@ -267,7 +281,7 @@ cdef int expand(SchedCore s, ggml_cgraph * graph, bint down, bint skip_cpu) exce
     cdef Py_ssize_t h
     for k in range(graph.n_nodes):
         i = k if down else graph.n_nodes - 1 - k
-        if s.node_is_view[i]:
+        if s.node_bits[i] & NODE_VIEW_OP:
             continue
         h = s.node_slots[i]
         b = s.hv_tensor_backend_ids[h]
@@ -284,11 +298,11 @@ cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
     backend that can read most of its sources."""
     cdef int i, k, b, n_supported, n_supported_best, cur
     cdef bint supported
-    cdef Py_ssize_t h, hs
+    cdef Py_ssize_t h
     cdef ggml_tensor * node
-    cdef ggml_tensor * src
+    cdef split_src * e
     for i in range(graph.n_nodes):
-        if s.node_is_view[i]:
+        if s.node_bits[i] & NODE_VIEW_OP:
             continue
         node = graph.nodes[i]
         h = s.node_slots[i]
@@ -300,10 +314,10 @@ cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
                     continue
                 n_supported = 0
                 for k in range(s.src_begin[i], s.src_begin[i + 1]):
-                    src = node.src[s.src_index[k]]
-                    hs = s.src_slots[k]
-                    if ((s.hv_tensor_backend_ids[hs] != -1 or backend_of(s, src.view_src) != -1)
-                            and buffer_supported_at(s, src, hs, b)):
+                    e = &s.srcs[k]
+                    if ((s.hv_tensor_backend_ids[e.slot] != -1
+                         or (e.bits & SRC_VIEW and backend_of(s, e.tensor.view_src) != -1))
+                            and src_readable(s, e, b)):
                         n_supported += 1
                 if n_supported > n_supported_best:
                     n_supported_best = n_supported
@@ -315,7 +329,7 @@ cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
                     continue
                 supported = True
                 for k in range(s.src_begin[i], s.src_begin[i + 1]):
-                    if not buffer_supported_at(s, node.src[s.src_index[k]], s.src_slots[k], b):
+                    if not src_readable(s, &s.srcs[k], b):
                         supported = False
                         break
                 if supported:
@@ -332,14 +346,16 @@ cdef inline bint _computed_input(ggml_cgraph * graph, ggml_tensor * t) noexcept:
 cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
     """Pass 4: views follow their view_src, unassigned sources follow their
     node, and a node still without a backend takes the first that supports it."""
-    cdef int i, k, b
-    cdef Py_ssize_t h, hs
+    cdef int i, k, b, bits
+    cdef Py_ssize_t h
     cdef ggml_tensor * node
     cdef ggml_tensor * src
+    cdef split_src * e
     for i in range(graph.n_nodes):
         node = graph.nodes[i]
         h = s.node_slots[i]
-        if node.flags & GGML_TENSOR_FLAG_INPUT and _computed_input(graph, node):
+        bits = s.node_bits[i]
+        if bits & NODE_INPUT and _computed_input(graph, node):
             raise GraphError(
                 f"'{tensor_name(node)}' is flagged INPUT, but the graph computes it (or the "
                 f"tensor it views): inputs hold what the user sets, and the scheduler copies "
@@ -347,26 +363,26 @@ cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
         # the order rules (_core.pxd) where pass 5 does not look: the base a node
         # writes into (or shows), and a view's sources (the allocator takes them as
         # used where the view is)
-        if (node.view_src != NULL and node.op != OP_NONE
-                and ggml_is_computed_from(graph, node.view_src, i)):
-            raise GraphError(order_message(node, i, node.view_src))
-        if node.view_src != NULL and s.hv_tensor_backend_ids[h] == -1:
-            s.hv_tensor_backend_ids[h] = backend_of(s, node.view_src)
-            s.hv_tensor_causes[h] = CAUSE_4_VSRC
+        if bits & NODE_VIEW:
+            if node.op != OP_NONE and ggml_is_computed_from(graph, node.view_src, i):
+                raise GraphError(order_message(node, i, node.view_src))
+            if s.hv_tensor_backend_ids[h] == -1:
+                s.hv_tensor_backend_ids[h] = backend_of(s, node.view_src)
+                s.hv_tensor_causes[h] = CAUSE_4_VSRC
         for k in range(s.src_begin[i], s.src_begin[i + 1]):
-            src = node.src[s.src_index[k]]
-            if s.node_is_view[i] and ggml_is_node_from(graph, src, i):
+            e = &s.srcs[k]
+            src = e.tensor
+            if bits & NODE_VIEW_OP and e.bits & SRC_NOT_BEFORE:
                 raise GraphError(order_message(node, i, src))
-            hs = s.src_slots[k]
-            if s.hv_tensor_backend_ids[hs] == -1:
+            if s.hv_tensor_backend_ids[e.slot] == -1:
                 if ggml_views_computed_node(graph, src):
                     raise GraphError(leaf_view_message(src))
-                if src.view_src != NULL:
-                    s.hv_tensor_backend_ids[hs] = backend_of(s, src.view_src)
-                    s.hv_tensor_causes[hs] = CAUSE_4_VSRC
+                if e.bits & SRC_VIEW:
+                    s.hv_tensor_backend_ids[e.slot] = backend_of(s, src.view_src)
+                    s.hv_tensor_causes[e.slot] = CAUSE_4_VSRC
                 else:
-                    s.hv_tensor_backend_ids[hs] = s.hv_tensor_backend_ids[h]
-                    s.hv_tensor_causes[hs] = CAUSE_4_CUR
+                    s.hv_tensor_backend_ids[e.slot] = s.hv_tensor_backend_ids[h]
+                    s.hv_tensor_causes[e.slot] = CAUSE_4_CUR
         b = 0
         while b < s.n_backends and s.hv_tensor_backend_ids[h] == -1:
             set_if_supported(s, node, h, b)
@@ -455,25 +471,20 @@ cdef int check_view_assignment(SchedCore s, ggml_tensor * view, Py_ssize_t h) ex
     return 0
 
 
-cdef int count_new_inputs(SchedCore s, ggml_tensor * node, int i, int cur_backend_id) except -1:
-    """How many inputs node (the i-th) would add to a split on cur_backend_id."""
-    cdef int j, k, n = 0
+cdef int count_new_inputs(SchedCore s, int i, int cur_backend_id) except -1:
+    """How many inputs node i would add to a split on cur_backend_id."""
+    cdef int k, prev, n = 0
     cdef bint seen
-    cdef Py_ssize_t h, e
-    cdef ggml_tensor * src
-    for e in range(s.src_begin[i], s.src_begin[i + 1]):
-        j = s.src_index[e]
-        src = node.src[j]
+    cdef split_src * e
+    for k in range(s.src_begin[i], s.src_begin[i + 1]):
+        e = &s.srcs[k]
         seen = False
-        for k in range(j):
-            if node.src[k] == src:
+        for prev in range(s.src_begin[i], k):
+            if s.srcs[prev].tensor == e.tensor:
                 seen = True
-        if seen:
-            continue
-        h = s.src_slots[e]
-        if (s.hv_tensor_backend_ids[h] != cur_backend_id
-                and copy_slot(s, h, cur_backend_id, 0)[0] == NULL
-                and not buffer_supported_at(s, src, h, cur_backend_id)):
+        if (not seen and s.hv_tensor_backend_ids[e.slot] != cur_backend_id
+                and copy_slot(s, e.slot, cur_backend_id, 0)[0] == NULL
+                and not src_readable(s, e, cur_backend_id)):
             n += 1
     return n
 
@@ -481,22 +492,22 @@ cdef int count_new_inputs(SchedCore s, ggml_tensor * node, int i, int cur_backen
 cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
     """Pass 5: cut the graph where the backend changes and replace every source
     that the split's backend cannot read by a copy on that backend."""
-    cdef int i = 0, j, k, c, n_new
+    cdef int i = 0, k, c, n_new
     cdef int cur_backend_id, node_backend_id, src_backend_id
     cdef bint need_new_split
-    cdef Py_ssize_t h, src_id
+    cdef Py_ssize_t src_id
     cdef ggml_tensor * node
     cdef ggml_tensor * src
     cdef ggml_tensor * cpy
     cdef sched_split * split
+    cdef split_src * e
 
     s.n_splits = 0
     new_split(s, 0, -2)
     split = &s.splits[0]
     # the first split's backend is that of the first non-view node
     while i < graph.n_nodes:
-        node = graph.nodes[i]
-        if not ggml_is_view_op(node.op):
+        if not s.node_bits[i] & NODE_VIEW_OP:
             split.backend_id = s.hv_tensor_backend_ids[s.node_slots[i]]
             break
         i += 1
@@ -504,7 +515,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
 
     while i < graph.n_nodes:
         node = graph.nodes[i]
-        if ggml_is_view_op(node.op):
+        if s.node_bits[i] & NODE_VIEW_OP:
             if s.hv_tensor_causes[s.node_slots[i]] == CAUSE_USR:
                 check_view_assignment(s, node, s.node_slots[i])
             i += 1
@@ -516,18 +527,17 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
         need_new_split = False
         if node_backend_id == cur_backend_id and split.n_inputs > 0:
             for k in range(s.src_begin[i], s.src_begin[i + 1]):
-                src = node.src[s.src_index[k]]
-                if (src.buffer != NULL
-                        and src.buffer.usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS
-                        and s.hv_tensor_backend_ids[s.src_slots[k]] != cur_backend_id
-                        and not buffer_supported_at(s, src, s.src_slots[k], cur_backend_id)):
+                e = &s.srcs[k]
+                if (e.bits & SRC_WEIGHTS
+                        and s.hv_tensor_backend_ids[e.slot] != cur_backend_id
+                        and not src_readable(s, e, cur_backend_id)):
                     need_new_split = True
                     break
             if not need_new_split and split.n_inputs + GGML_MAX_SRC > s.max_split_inputs:
                 # ggml checks only a full list and aborts when a node brings two
                 # inputs to 29; counting gives the same splits where ggml works
                 # (and is needed only when the node's sources could overflow it)
-                n_new = count_new_inputs(s, node, i, cur_backend_id)
+                n_new = count_new_inputs(s, i, cur_backend_id)
                 need_new_split = n_new > 0 and split.n_inputs + n_new > s.max_split_inputs
 
         if node_backend_id != cur_backend_id or need_new_split:
@@ -538,19 +548,19 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
 
         # find the inputs that are not on the split's backend
         for k in range(s.src_begin[i], s.src_begin[i + 1]):
-            j = s.src_index[k]
-            src = node.src[j]
+            e = &s.srcs[k]
+            src = e.tensor
             # ggml assumes nodes come after what they read; a graph that does not
             # would compute garbage
-            if ggml_is_node_from(graph, src, i):
+            if e.bits & SRC_NOT_BEFORE:
                 raise GraphError(order_message(node, i, src))
-            src_id = s.src_slots[k]
+            src_id = e.slot
             src_backend_id = s.hv_tensor_backend_ids[src_id]
             if src_backend_id == -1:
                 raise SchedulerError(f"source '{tensor_name(src)}' of node '{tensor_name(node)}' has no backend",
                                      "source-without-backend")
 
-            if src.flags & GGML_TENSOR_FLAG_INPUT and s.n_copies > 1:
+            if e.bits & SRC_INPUT and s.n_copies > 1:
                 if copy_slot(s, src_id, src_backend_id, 0)[0] == NULL:
                     if s.n_graph_inputs == s.max_graph_inputs:
                         raise SchedulerError(
@@ -568,8 +578,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
                     s.graph_inputs[s.n_graph_inputs] = src
                     s.n_graph_inputs += 1
 
-            if src_backend_id != cur_backend_id and not buffer_supported_at(s, src, src_id,
-                                                                            cur_backend_id):
+            if src_backend_id != cur_backend_id and not src_readable(s, e, cur_backend_id):
                 if copy_slot(s, src_id, cur_backend_id, 0)[0] == NULL:
                     if split.n_inputs == s.max_split_inputs:
                         raise SchedulerError(
@@ -582,7 +591,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
                         copy_slot(s, src_id, cur_backend_id, c)[0] = cpy
                     split.inputs[split.n_inputs] = src
                     split.n_inputs += 1
-                record_rewiring(s, node, i, j, copy_slot(s, src_id, cur_backend_id, s.cur_copy)[0])
+                record_rewiring(s, node, i, e.j, copy_slot(s, src_id, cur_backend_id, s.cur_copy)[0])
         i += 1
     split.i_end = graph.n_nodes
     return 0
@@ -1258,10 +1267,9 @@ cdef class SchedCore:
         self.graph_inputs = NULL
         self.infos = NULL
         self.node_slots = NULL
-        self.node_is_view = NULL
+        self.node_bits = NULL
         self.src_begin = NULL
-        self.src_slots = NULL
-        self.src_index = NULL
+        self.srcs = NULL
         memset(&self.graph, 0, sizeof(ggml_cgraph))
         self.fp_tensors = NULL
         self.fp_entries = NULL
@@ -1378,10 +1386,9 @@ cdef class SchedCore:
         free(self.graph_inputs)
         free(self.infos)
         free(self.node_slots)
-        free(self.node_is_view)
+        free(self.node_bits)
         free(self.src_begin)
-        free(self.src_slots)
-        free(self.src_index)
+        free(self.srcs)
         free(self.rewired)
         free(self.fp_tensors)
         free(self.fp_entries)

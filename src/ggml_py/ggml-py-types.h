@@ -37,18 +37,20 @@ typedef struct ggml_backend_buffer {
                                             // change (the scheduler's graph reuse)
 } ggml_backend_buffer;
 
-typedef struct ggml_tensor {
-    // what the split reads on every pass comes first: fewer cache lines per tensor
+// Aligned to cache lines (the arena's blocks are too), so that the first 64 bytes, which
+// hold what the split and the allocator read of every tensor (all of it for tensors of up
+// to three sources), are one cache line.
+typedef struct __attribute__((aligned(64))) ggml_tensor {
     int32_t               op;                       // ggml_op
     int32_t               flags;                    // GGML_TENSOR_FLAG_*
     int32_t               order;                    // position among the nodes of the graph
                                                     // split or planned last
-    struct ggml_tensor *  src[GGML_MAX_SRC];
+    int32_t               type;                     // ggml_type
     struct ggml_tensor *  view_src;
     ggml_backend_buffer * buffer;
     char *                data;
+    struct ggml_tensor *  src[GGML_MAX_SRC];
     size_t                view_offs;
-    int32_t               type;                     // ggml_type
     int32_t               id;                       // index in the owning context
     int64_t               ne[GGML_MAX_DIMS];        // elements per dimension
     size_t                nb[GGML_MAX_DIMS];        // stride in bytes per dimension
