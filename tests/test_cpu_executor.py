@@ -61,7 +61,7 @@ def _values(type_name, a):
     return quants.to_f32(type_name, np.ascontiguousarray(a)).astype(np.float64)
 
 
-def _close(fast, ref, type_name, rtol=2e-6):
+def _close(fast, ref, type_name, rtol=2e-6, atol_floor=1e-30):
     if type_name in ("i32", "i64"):
         np.testing.assert_array_equal(fast, ref)
         return
@@ -72,7 +72,7 @@ def _close(fast, ref, type_name, rtol=2e-6):
         scale = {"f16": 2e-3, "bf16": 1.6e-2, "q8_0": 2e-2, "q4_0": 0.3}[type_name]
         np.testing.assert_allclose(fast, ref, rtol=scale, atol=scale * big + 1e-6)
     else:
-        np.testing.assert_allclose(fast, ref, rtol=rtol, atol=rtol * big + 1e-30)
+        np.testing.assert_allclose(fast, ref, rtol=rtol, atol=max(rtol * big, atol_floor))
 
 
 # ---------------------------------------------------------------------------
@@ -120,7 +120,9 @@ def test_unary(seed, shape, type_name, op):
     else:
         out = ops.unary(ctx, a, op)
     fast, ref = _both(out, [(a, fa)])
-    _close(fast, ref, out.type, rtol=2e-6)
+    # float32 formulas cancel in the tails (GELU's 1 + tanh(x) near x = -5 leaves a few
+    # 1e-7 of a value near 1e-6): the error is absolute, at the scale of the inputs
+    _close(fast, ref, out.type, rtol=2e-6, atol_floor=2e-6)
 
 
 @settings(**HYP)
