@@ -31,6 +31,7 @@ cdef enum:
     NODE_VIEW_OP = 1        # a view op (passes 2, 3 and 5 skip it)
     NODE_INPUT = 2          # flagged INPUT
     NODE_VIEW = 4           # has a view_src
+    NODE_BASE_LATER = 8     # computes into a view_src the graph computes at its position or later
 
 # ... and of each of its sources
 cdef enum:
@@ -115,6 +116,8 @@ cdef class SchedCore:
     # and NODE_* bits, and its sources, node i's being srcs[src_begin[i]:src_begin[i + 1]]
     cdef Py_ssize_t * node_slots                # [node_slots_capacity]
     cdef uint8_t * node_bits                    # [node_slots_capacity]
+    cdef Py_ssize_t * view_slots                # [node_slots_capacity]: hash slot of a node's
+                                                # view_src where pass 1 found it, else -1
     cdef int node_slots_capacity
     cdef int * src_begin                        # [node_slots_capacity + 1]
     cdef split_src * srcs                       # [src_capacity]

@@ -42,6 +42,17 @@ CAUSE_NAMES = {CAUSE_NONE: "", CAUSE_USR: "usr", CAUSE_1_DST: "1.dst", CAUSE_1_V
 for _i in range(GGML_MAX_SRC):
     CAUSE_NAMES[CAUSE_1_WGT0 + _i] = f"1.wgt{_i}"
 
+cdef extern from *:
+    """
+    #define ggml_py_prefetch(p) __builtin_prefetch(p)
+    """
+    # a hint to load p's cache line: the sweeps over a graph's tensor structs would
+    # otherwise wait for each line (the tensors are scattered in memory)
+    void prefetch "ggml_py_prefetch" (const void * p) noexcept nogil
+
+# how many tensors ahead the sweeps prefetch (enough lines in flight to cover a miss)
+DEF PREFETCH_AHEAD = 8
+
 _TABLES = "the scheduler's tables"          # what safe_realloc names when a table cannot grow
 
 
@@ -205,12 +216,23 @@ cdef int grow_node_tables(SchedCore s, ggml_cgraph * graph) except -1:
         safe_realloc(<void **>&s.src_begin, graph.n_nodes + 1, sizeof(int), _TABLES)
         safe_realloc(<void **>&s.node_slots, graph.n_nodes, sizeof(Py_ssize_t), _TABLES)
         safe_realloc(<void **>&s.node_bits, graph.n_nodes, sizeof(uint8_t), _TABLES)
+        safe_realloc(<void **>&s.view_slots, graph.n_nodes, sizeof(Py_ssize_t), _TABLES)
         s.node_slots_capacity = graph.n_nodes
     if graph.n_leafs + graph.n_nodes > s.pre_capacity or s.pre_memory == NULL:
         safe_realloc(<void **>&s.pre_memory, graph.n_leafs + graph.n_nodes + 1, sizeof(void *), _TABLES)
         safe_realloc(<void **>&s.pre_offset, graph.n_leafs + graph.n_nodes + 1, sizeof(size_t), _TABLES)
         s.pre_capacity = graph.n_leafs + graph.n_nodes
     return 0
+
+
+cdef inline void prefetch_sources(const ggml_tensor * t) noexcept nogil:
+    """The lines of t's first sources (t's own line was prefetched before)."""
+    if t.src[0] != NULL:
+        prefetch(t.src[0])
+        if t.src[1] != NULL:
+            prefetch(t.src[1])
+            if t.src[2] != NULL:
+                prefetch(t.src[2])
 
 
 cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
@@ -227,8 +249,12 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
     grow_node_tables(s, graph)
     # every node's position first: the order checks below read the sources'
     for i in range(graph.n_nodes):
+        if i + PREFETCH_AHEAD < graph.n_nodes:
+            prefetch(graph.nodes[i + PREFETCH_AHEAD])
         graph.nodes[i].order = i
     for i in range(graph.n_leafs):
+        if i + PREFETCH_AHEAD < graph.n_leafs:
+            prefetch(graph.leafs[i + PREFETCH_AHEAD])
         t = graph.leafs[i]
         s.pre_memory[i] = memory_key(s, t, &s.pre_offset[i])
         h = hash_id(s, t)
@@ -236,13 +262,26 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
         if s.hv_tensor_backend_ids[h] == -1:
             s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, &s.hv_tensor_causes[h])
     for i in range(graph.n_nodes):
+        if i + 2 * PREFETCH_AHEAD < graph.n_nodes:
+            prefetch(graph.nodes[i + 2 * PREFETCH_AHEAD])
+        if i + PREFETCH_AHEAD < graph.n_nodes:
+            prefetch_sources(graph.nodes[i + PREFETCH_AHEAD])
         t = graph.nodes[i]
         s.pre_memory[graph.n_leafs + i] = memory_key(s, t, &s.pre_offset[graph.n_leafs + i])
         h = hash_id(s, t)
         s.node_slots[i] = h
         s.node_bits[i] = ((NODE_VIEW_OP if ggml_is_view_op(t.op) else 0)
-                          | (NODE_INPUT if t.flags & GGML_TENSOR_FLAG_INPUT else 0)
-                          | (NODE_VIEW if t.view_src != NULL else 0))
+                          | (NODE_INPUT if t.flags & GGML_TENSOR_FLAG_INPUT else 0))
+        s.view_slots[i] = -1
+        if t.view_src != NULL:
+            s.node_bits[i] |= NODE_VIEW | (
+                NODE_BASE_LATER if t.op != OP_NONE and ggml_is_computed_from(graph, t.view_src, i)
+                else 0)
+            # found, not inserted: pass 4 hashes it only where ggml would
+            h = ggml_hash_find(&s.hash_set, t.view_src)
+            if h != GGML_HASHSET_FULL and ggml_bitset_get(s.hash_set.used, h):
+                s.view_slots[i] = h
+            h = s.node_slots[i]
         if s.hv_tensor_backend_ids[h] == -1:
             s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, &s.hv_tensor_causes[h])
         s.src_begin[i] = k
@@ -363,12 +402,12 @@ cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
         # the order rules (_core.pxd) where pass 5 does not look: the base a node
         # writes into (or shows), and a view's sources (the allocator takes them as
         # used where the view is)
-        if bits & NODE_VIEW:
-            if node.op != OP_NONE and ggml_is_computed_from(graph, node.view_src, i):
-                raise GraphError(order_message(node, i, node.view_src))
-            if s.hv_tensor_backend_ids[h] == -1:
-                s.hv_tensor_backend_ids[h] = backend_of(s, node.view_src)
-                s.hv_tensor_causes[h] = CAUSE_4_VSRC
+        if bits & NODE_BASE_LATER:
+            raise GraphError(order_message(node, i, node.view_src))
+        if bits & NODE_VIEW and s.hv_tensor_backend_ids[h] == -1:
+            s.hv_tensor_backend_ids[h] = (s.hv_tensor_backend_ids[s.view_slots[i]]
+                                          if s.view_slots[i] != -1 else backend_of(s, node.view_src))
+            s.hv_tensor_causes[h] = CAUSE_4_VSRC
         for k in range(s.src_begin[i], s.src_begin[i + 1]):
             e = &s.srcs[k]
             src = e.tensor
@@ -1268,6 +1307,7 @@ cdef class SchedCore:
         self.infos = NULL
         self.node_slots = NULL
         self.node_bits = NULL
+        self.view_slots = NULL
         self.src_begin = NULL
         self.srcs = NULL
         memset(&self.graph, 0, sizeof(ggml_cgraph))
@@ -1387,6 +1427,7 @@ cdef class SchedCore:
         free(self.infos)
         free(self.node_slots)
         free(self.node_bits)
+        free(self.view_slots)
         free(self.src_begin)
         free(self.srcs)
         free(self.rewired)
