@@ -61,6 +61,7 @@ cdef struct hash_node:
     int view_src                # record of tensor.view_src, -1 for none
     int first_src               # its sources: src_refs[first_src : first_src + n_src]
     int n_src
+    int pos                     # the tensor's graph position (node i, n_nodes + leaf i), or -1
     unsigned int bits           # HN_* facts and state
 
 # a source of a record: the source's record and its slot in tensor.src
@@ -74,10 +75,19 @@ cdef struct tensor_alloc:
     buffer_address addr
     size_t size_max             # 0 = pre-allocated, unused, or view
 
+# the plan of a node (ggml: struct node_alloc). ggml keeps a tensor_alloc per source slot;
+# a source's plan is the plan of the graph position it has (a node before, or a leaf), so
+# here a slot names that position, and checks and placements done there are not redone
 cdef struct node_alloc:
     tensor_alloc dst
-    tensor_alloc src[GGML_MAX_SRC]
     int32_t flags               # the node's INPUT/OUTPUT flags when planned (not in ggml)
+    int32_t src[GGML_MAX_SRC]   # SRC_NONE, a graph position (node i, or n_nodes + leaf i),
+                                # or SRC_OUTSIDE - i: outside_allocs[i] (a source outside
+                                # the graph)
+
+cdef enum:
+    SRC_NONE = -1               # no source, or no plan (a view, data from outside)
+    SRC_OUTSIDE = -2
 
 cdef bint ggml_op_can_inplace(int op) noexcept nogil
 
@@ -125,6 +135,9 @@ cdef class GraphAllocator:
     cdef tensor_alloc * leaf_allocs     # ggml: struct leaf_alloc { tensor_alloc leaf; }
     cdef int n_leafs
     cdef int leaf_allocs_cap
+    cdef tensor_alloc * outside_allocs  # plans of sources outside the graph
+    cdef int n_outside
+    cdef int outside_cap
     cdef bint valid                     # False after a failed or interrupted reserve
     cdef ggml_tensor ** placed          # what the last alloc_graph pointed into the buffers
     cdef int n_placed
@@ -157,7 +170,8 @@ cdef class GraphAllocator:
                             const int * leaf_buffer_ids, bint no_alloc) except -1
     cdef int set_tensor_alloc(self, tensor_alloc * ta, int k) except -1
     cdef bint needs_realloc(self, ggml_cgraph * graph) except -1
-    cdef bint tensor_alloc_fits(self, ggml_tensor * t, tensor_alloc * ta) except -1
-    cdef int init_tensor(self, ggml_tensor * tensor, tensor_alloc * ta) except -1
+    cdef bint tensor_alloc_fits(self, ggml_tensor * t, const tensor_alloc * ta) except -1
+    cdef const tensor_alloc * src_alloc(self, int src) noexcept
+    cdef int init_tensor(self, ggml_tensor * tensor, const tensor_alloc * ta) except -1
     cdef int vbuffer_alloc(self, int i) except -1
     cdef void sync_chunks(self, int i)

@@ -461,6 +461,7 @@ cdef class GraphAllocator:
         free(self.src_refs)
         free(self.node_allocs)
         free(self.leaf_allocs)
+        free(self.outside_allocs)
         free(self.placed)
 
     # --- placements --------------------------------------------------------------
@@ -517,6 +518,7 @@ cdef class GraphAllocator:
         memset(r, 0, sizeof(hash_node))
         r.tensor = t
         r.view_src = -1
+        r.pos = -1
         r.bits = t.flags & _PLACEMENT_FLAGS            # HN_INPUT, HN_OUTPUT
         if t.view_src != NULL:
             r.bits |= HN_VIEW if t.op == 0 else HN_VIEW | HN_VIEW_USE
@@ -547,10 +549,11 @@ cdef class GraphAllocator:
             self.recs_cap = total + total // 8 + 64
         self.n_recs = 0
         self.n_src_refs = 0
-        for i in range(n):
-            self.graph_recs[i] = self.rec_of(graph.nodes[i])
-        for i in range(graph.n_leafs):
-            self.graph_recs[n + i] = self.rec_of(graph.leafs[i])
+        for i in range(total):
+            k = self.rec_of(graph.nodes[i] if i < n else graph.leafs[i - n])
+            self.graph_recs[i] = k
+            if self.recs[k].pos < 0:
+                self.recs[k].pos = i
         k = 0
         while k < self.n_recs:          # grows while outside tensors are met
             t = self.recs[k].tensor
@@ -741,6 +744,7 @@ cdef class GraphAllocator:
         cdef int i, j, e, k, c
         cdef int n = graph.n_nodes
         cdef hash_node * hn
+        cdef hash_node * src_hn
         cdef node_alloc * na
         cdef bint realloc
         cdef size_t new_size, cur_chunk, new_chunk
@@ -761,6 +765,7 @@ cdef class GraphAllocator:
             if self.node_allocs == NULL:
                 raise AllocationError("cannot allocate the graph allocator node table")
         self.n_nodes = n
+        self.n_outside = 0
         for i in range(n):
             k = self.graph_recs[i]
             hn = &self.recs[k]
@@ -768,9 +773,20 @@ cdef class GraphAllocator:
             self.set_tensor_alloc(&na.dst, k)
             na.flags = hn.bits & _PLACEMENT_FLAGS
             for j in range(GGML_MAX_SRC):
-                na.src[j] = TENSOR_ALLOC_NONE
+                na.src[j] = SRC_NONE
             for e in range(hn.first_src, hn.first_src + hn.n_src):
-                self.set_tensor_alloc(&na.src[self.src_refs[e].slot], self.src_refs[e].rec)
+                k = self.src_refs[e].rec
+                src_hn = &self.recs[k]
+                if src_hn.pos >= 0:
+                    na.src[self.src_refs[e].slot] = src_hn.pos
+                elif not src_hn.bits & (HN_VIEW | HN_HAS_DATA):
+                    if self.n_outside == self.outside_cap:
+                        safe_realloc(<void **>&self.outside_allocs, 2 * self.outside_cap + 16,
+                                     sizeof(tensor_alloc), "the graph allocator's plan")
+                        self.outside_cap = 2 * self.outside_cap + 16
+                    self.set_tensor_alloc(&self.outside_allocs[self.n_outside], k)
+                    na.src[self.src_refs[e].slot] = SRC_OUTSIDE - self.n_outside
+                    self.n_outside += 1
         if self.leaf_allocs_cap < graph.n_leafs:
             free(self.leaf_allocs)
             self.leaf_allocs = <tensor_alloc *>calloc(graph.n_leafs, sizeof(tensor_alloc))
@@ -866,15 +882,16 @@ cdef class GraphAllocator:
         graph input rotate between the input itself and fresh copies) then gets no
         place, and ggml's release build writes through buffers[-1]; checking leafs too
         makes it a reallocation instead."""
-        cdef int i, j
+        cdef int i, j, src
+        cdef int n = graph.n_nodes
         cdef ggml_tensor * node
         cdef node_alloc * na
         if not self.valid:
             # a failed or interrupted reserve (ggml would go on with a broken plan)
             return True
-        if self.n_nodes != graph.n_nodes or self.n_leafs != graph.n_leafs:
+        if self.n_nodes != n or self.n_leafs != graph.n_leafs:
             return True
-        for i in range(graph.n_nodes):
+        for i in range(n):
             node = graph.nodes[i]
             na = &self.node_allocs[i]
             if not self.tensor_alloc_fits(node, &na.dst):
@@ -884,14 +901,30 @@ cdef class GraphAllocator:
                 # an output, or an input before it is read (ggml reuses such a plan)
                 return True
             for j in range(GGML_MAX_SRC):
-                if node.src[j] != NULL and not self.tensor_alloc_fits(node.src[j], &na.src[j]):
+                if node.src[j] == NULL:
+                    continue
+                src = na.src[j]
+                # a source still at the graph position whose plan it shares is checked there
+                if src >= 0 and _graph_tensor(graph, src) == node.src[j]:
+                    continue
+                if not self.tensor_alloc_fits(node.src[j], self.src_alloc(src)):
                     return True
         for i in range(graph.n_leafs):
             if not self.tensor_alloc_fits(graph.leafs[i], &self.leaf_allocs[i]):
                 return True
         return False
 
-    cdef bint tensor_alloc_fits(self, ggml_tensor * t, tensor_alloc * ta) except -1:
+    cdef const tensor_alloc * src_alloc(self, int src) noexcept:
+        """The plan of a source: node_alloc.src's reference resolved."""
+        if src >= self.n_nodes:
+            return &self.leaf_allocs[src - self.n_nodes]
+        if src >= 0:
+            return &self.node_allocs[src].dst
+        if src == SRC_NONE:
+            return &TENSOR_ALLOC_NONE
+        return &self.outside_allocs[SRC_OUTSIDE - src]
+
+    cdef bint tensor_alloc_fits(self, ggml_tensor * t, const tensor_alloc * ta) except -1:
         """Port of ggml_gallocr_node_needs_realloc, which despite its name answers
         whether the recorded place still serves: it does for a tensor that now has
         data or is a view, not for one that had data at planning time and lost
@@ -903,8 +936,9 @@ cdef class GraphAllocator:
             size = self.alloc_size(ta.buffer_id, t)
         return ta.size_max >= size
 
-    cdef int init_tensor(self, ggml_tensor * tensor, tensor_alloc * ta) except -1:
-        """Port of ggml_gallocr_init_tensor: point a tensor at its planned memory."""
+    cdef int init_tensor(self, ggml_tensor * tensor, const tensor_alloc * ta) except -1:
+        """Port of ggml_gallocr_init_tensor: point a tensor at its planned memory. (Its
+        planned extent, size_max, bounds the placement: the tensor fits in it.)"""
         cdef ggml_backend_buffer * chunk
         if tensor.view_src != NULL:
             # (a view the user initialised in a buffer released since is initialised again)
@@ -924,8 +958,7 @@ cdef class GraphAllocator:
                 raise AllocationError(f"tensor '{tensor_name(tensor)}': chunk {ta.addr.chunk} of the "
                                       f"{_buft_name(self.c_bufts[ta.buffer_id])} buffer is "
                                       f"not allocated")
-            tensor_alloc_at(chunk, tensor, chunk.base + ta.addr.offset,
-                            self.alloc_size(ta.buffer_id, tensor))
+            tensor_alloc_at(chunk, tensor, chunk.base + ta.addr.offset, ta.size_max)
             record_placed(self, tensor)
         return 0
 
@@ -956,7 +989,8 @@ cdef class GraphAllocator:
         with several, 0 is returned and the caller must reserve again. `owner` keeps
         the tensors alive until they are unplaced (the graph). `fits`: the caller knows
         that the graph fits (equal to one placed by this plan), and the check is skipped."""
-        cdef int i, j
+        cdef int i, j, src
+        cdef int n = graph.n_nodes
         cdef ggml_tensor * node
         cdef node_alloc * na
         # the last graph's placements first: a tensor of both is placed anew
@@ -972,12 +1006,17 @@ cdef class GraphAllocator:
         self.placed_owner = owner
         for i in range(graph.n_leafs):
             self.init_tensor(graph.leafs[i], &self.leaf_allocs[i])
-        for i in range(graph.n_nodes):
+        for i in range(n):
             node = graph.nodes[i]
             na = &self.node_allocs[i]
             for j in range(GGML_MAX_SRC):
-                if node.src[j] != NULL:
-                    self.init_tensor(node.src[j], &na.src[j])
+                if node.src[j] == NULL:
+                    continue
+                src = na.src[j]
+                # a leaf, or a node before, whose plan the source shares: placed already
+                if src >= 0 and (src < i or src >= n) and _graph_tensor(graph, src) == node.src[j]:
+                    continue
+                self.init_tensor(node.src[j], self.src_alloc(src))
             self.init_tensor(node, &na.dst)
         return 1
 
@@ -1108,6 +1147,11 @@ cdef class GraphAllocator:
     def __repr__(self):
         names = ", ".join(b.name for b in self.bufts)
         return f"GraphAllocator([{names}])"
+
+
+cdef inline ggml_tensor * _graph_tensor(const ggml_cgraph * graph, int pos) noexcept nogil:
+    """The tensor at a graph position: node pos, or leaf pos - n_nodes."""
+    return graph.nodes[pos] if pos < graph.n_nodes else graph.leafs[pos - graph.n_nodes]
 
 
 cdef inline bint _same_layout(const ggml_tensor * a, const ggml_tensor * b) noexcept nogil:
