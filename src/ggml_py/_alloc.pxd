@@ -53,6 +53,7 @@ cdef enum:
 # source) copied in, so that the planning passes touch compact, contiguous data only.
 cdef struct hash_node:
     ggml_tensor * tensor
+    size_t nbytes               # ggml_nbytes, for a tensor that may be planned
     size_t size                 # alloc size in buffer_id's type (once PLANNED)
     buffer_address addr
     int buffer_id
@@ -159,6 +160,7 @@ cdef class GraphAllocator:
     cdef int unplace(self) except -1
     cdef int _id(self, buffer_id) except -1
     cdef size_t alloc_size(self, int buffer_id, ggml_tensor * t) except? 0
+    cdef size_t rec_alloc_size(self, int buffer_id, const hash_node * hn) except? 0
     cdef int rec_of(self, ggml_tensor * t) except -1
     cdef int index_graph(self, ggml_cgraph * graph) except -1
     cdef int allocate_node(self, int k, int buffer_id, bint is_leaf) except -1

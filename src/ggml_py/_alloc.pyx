@@ -499,6 +499,12 @@ cdef class GraphAllocator:
             return ggml_nbytes(t)
         return _buft_alloc_size(<BufferType>self.bufts[buffer_id], t)
 
+    cdef size_t rec_alloc_size(self, int buffer_id, const hash_node * hn) except? 0:
+        """alloc_size of a record's tensor, from the record where it is ggml_nbytes."""
+        if self.nbytes_sized[buffer_id]:
+            return hn.nbytes
+        return _buft_alloc_size(<BufferType>self.bufts[buffer_id], hn.tensor)
+
     cdef int rec_of(self, ggml_tensor * t) except -1:
         """The record of t (ggml_gallocr_hash_get), made on first sight. While a graph is
         indexed, a tensor's `order` field holds its record index: trusted only where that
@@ -529,15 +535,17 @@ cdef class GraphAllocator:
                 r.bits |= HN_HAS_DATA | HN_HAS_MEMORY
             elif t.buffer != NULL:
                 r.bits |= HN_HAS_MEMORY
+        if not r.bits & (HN_VIEW | HN_HAS_MEMORY):
+            r.nbytes = ggml_nbytes(t)           # while the struct is in the cache
         return k
 
     cdef int index_graph(self, ggml_cgraph * graph) except -1:
         """One sweep over the graph: a record for every tensor it reaches (its nodes and
-        leafs first, in graph order, then sources and view sources outside it) with its
-        sources as record indices. Nothing here calls Python, so no other thread can
+        leafs in graph order, with sources and view sources outside it), its sources as
+        record indices. Nothing here calls Python, so no other thread can
         renumber a shared tensor (a weight) between its record and its uses."""
         cdef int n = graph.n_nodes, total = graph.n_nodes + graph.n_leafs
-        cdef int i, j, k, first, src
+        cdef int i, j, k, first, src, done
         cdef ggml_tensor * t
         if self.graph_recs_cap < total:
             safe_realloc(<void **>&self.graph_recs, total, sizeof(int),
@@ -549,30 +557,34 @@ cdef class GraphAllocator:
             self.recs_cap = total + total // 8 + 64
         self.n_recs = 0
         self.n_src_refs = 0
+        done = 0
         for i in range(total):
-            k = self.rec_of(graph.nodes[i] if i < n else graph.leafs[i - n])
+            if i + _PREFETCH_AHEAD < total:
+                _prefetch_tensor(_graph_tensor(graph, i + _PREFETCH_AHEAD))
+            k = self.rec_of(_graph_tensor(graph, i))
             self.graph_recs[i] = k
             if self.recs[k].pos < 0:
                 self.recs[k].pos = i
-        k = 0
-        while k < self.n_recs:          # grows while outside tensors are met
-            t = self.recs[k].tensor
-            first = self.n_src_refs
-            for j in range(GGML_MAX_SRC):
-                if t.src[j] == NULL:
-                    continue
-                src = self.rec_of(t.src[j])
-                if self.n_src_refs == self.src_refs_cap:
-                    safe_realloc(<void **>&self.src_refs, 2 * self.src_refs_cap + 3 * total + 64,
-                                 sizeof(src_ref), "the graph allocator's source table")
-                    self.src_refs_cap = 2 * self.src_refs_cap + 3 * total + 64
-                self.src_refs[self.n_src_refs] = src_ref(src, j)
-                self.n_src_refs += 1
-            src = -1 if t.view_src == NULL else self.rec_of(t.view_src)
-            self.recs[k].view_src = src
-            self.recs[k].first_src = first
-            self.recs[k].n_src = self.n_src_refs - first
-            k += 1
+            # the sources of the new records, while their structs are in the cache (a
+            # source outside the graph makes a record, whose sources follow)
+            while done < self.n_recs:
+                t = self.recs[done].tensor
+                first = self.n_src_refs
+                for j in range(GGML_MAX_SRC):
+                    if t.src[j] == NULL:
+                        continue
+                    src = self.rec_of(t.src[j])
+                    if self.n_src_refs == self.src_refs_cap:
+                        safe_realloc(<void **>&self.src_refs, 2 * self.src_refs_cap + 3 * total + 64,
+                                     sizeof(src_ref), "the graph allocator's source table")
+                        self.src_refs_cap = 2 * self.src_refs_cap + 3 * total + 64
+                    self.src_refs[self.n_src_refs] = src_ref(src, j)
+                    self.n_src_refs += 1
+                src = -1 if t.view_src == NULL else self.rec_of(t.view_src)
+                self.recs[done].view_src = src
+                self.recs[done].first_src = first
+                self.recs[done].n_src = self.n_src_refs - first
+                done += 1
         return 0
 
     cdef void sync_chunks(self, int i):
@@ -585,7 +597,7 @@ cdef class GraphAllocator:
 
     # --- planning (ggml_gallocr_allocate_node, _free_node, _alloc_graph_impl) ---
     # These read the records and source lists of index_graph, not the tensors (but for
-    # the layouts of in-place candidates and the alloc sizes); a record index k stands
+    # the layouts of in-place candidates, and alloc sizes asked of Python); a record index k stands
     # for ggml's tensor pointer and its hash_node.
 
     cdef int free_extra_space(self, int k, int parent) except -1:
@@ -594,7 +606,7 @@ cdef class GraphAllocator:
         cdef hash_node * hn = &self.recs[k]
         cdef hash_node * p_hn = &self.recs[parent]
         cdef size_t parent_size = p_hn.size
-        hn.size = self.alloc_size(hn.buffer_id, hn.tensor)
+        hn.size = self.rec_alloc_size(hn.buffer_id, hn)
         hn.bits |= HN_PLANNED
         cdef size_t node_size = hn.size
         if parent_size < node_size:
@@ -646,7 +658,7 @@ cdef class GraphAllocator:
                     return 0
 
         hn.buffer_id = buffer_id
-        hn.size = self.alloc_size(buffer_id, hn.tensor)
+        hn.size = self.rec_alloc_size(buffer_id, hn)
         hn.bits |= HN_PLANNED
         hn.addr = dyn_alloc(self.buf_tallocs[buffer_id], hn.size)
         return 0
@@ -892,6 +904,8 @@ cdef class GraphAllocator:
         if self.n_nodes != n or self.n_leafs != graph.n_leafs:
             return True
         for i in range(n):
+            if i + _PREFETCH_AHEAD < n:
+                _prefetch_tensor(graph.nodes[i + _PREFETCH_AHEAD])
             node = graph.nodes[i]
             na = &self.node_allocs[i]
             if not self.tensor_alloc_fits(node, &na.dst):
@@ -988,7 +1002,8 @@ cdef class GraphAllocator:
         A plan that no longer fits is redone automatically with a single buffer;
         with several, 0 is returned and the caller must reserve again. `owner` keeps
         the tensors alive until they are unplaced (the graph). `fits`: the caller knows
-        that the graph fits (equal to one placed by this plan), and the check is skipped."""
+        that the graph fits (the one just reserved, or equal to one placed by this plan),
+        and the check is skipped."""
         cdef int i, j, src
         cdef int n = graph.n_nodes
         cdef ggml_tensor * node
@@ -1007,6 +1022,8 @@ cdef class GraphAllocator:
         for i in range(graph.n_leafs):
             self.init_tensor(graph.leafs[i], &self.leaf_allocs[i])
         for i in range(n):
+            if i + _PREFETCH_AHEAD < n:
+                _prefetch_tensor(graph.nodes[i + _PREFETCH_AHEAD])
             node = graph.nodes[i]
             na = &self.node_allocs[i]
             for j in range(GGML_MAX_SRC):
@@ -1147,6 +1164,23 @@ cdef class GraphAllocator:
     def __repr__(self):
         names = ", ".join(b.name for b in self.bufts)
         return f"GraphAllocator([{names}])"
+
+
+cdef extern from *:
+    void __builtin_prefetch(const void * addr) noexcept nogil
+
+cdef enum:
+    _PREFETCH_AHEAD = 8     # tensors: the sweep's loads are cache misses on big graphs
+
+
+cdef inline void _prefetch_tensor(const ggml_tensor * t) noexcept nogil:
+    """Ask for the part of a tensor struct planning reads (flags and sources, view source,
+    data and buffer, type, shape and strides)."""
+    cdef const char * p = <const char *>t
+    __builtin_prefetch(p)
+    __builtin_prefetch(p + 64)
+    __builtin_prefetch(p + 128)
+    __builtin_prefetch(p + 192)
 
 
 cdef inline ggml_tensor * _graph_tensor(const ggml_cgraph * graph, int pos) noexcept nogil:

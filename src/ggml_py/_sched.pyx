@@ -1208,7 +1208,7 @@ cdef int sched_alloc_splits(SchedCore s) except -1:
         (<object>s.backends[b].pyobj).synchronize()
     if not s.galloc.c_reserve_n(&s.graph, s.node_backend_ids, s.leaf_backend_ids):
         return 0
-    return s.galloc.c_alloc_graph(&s.graph, owner)
+    return s.galloc.c_alloc_graph(&s.graph, owner, True)     # the graph just planned fits
 
 
 cdef int sched_alloc_graph(SchedCore s, Graph graph) except -1:
