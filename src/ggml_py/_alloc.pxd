@@ -4,6 +4,7 @@
 # graph copy and the per-node / per-leaf backend ids, exactly where ggml's
 # scheduler calls ggml_gallocr_reserve_n / _reserve_n_size / _alloc_graph.
 
+cimport cython
 from libc.stdint cimport int32_t
 
 from ggml_py._ggml cimport *
@@ -109,6 +110,7 @@ cdef class VBuffer:
     cdef size_t total_size(self) noexcept
 
 
+@cython.final       # direct calls between its methods: the C compiler inlines the small ones
 cdef class GraphAllocator:
     """Port of ggml_gallocr."""
     cdef int n_buffers

@@ -18,6 +18,7 @@ its quirks; each function names the ggml function it ports. Where ggml would
 assert or crash, this port raises instead and stays usable.
 """
 
+cimport cython
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset
 from libc.stdint cimport int32_t, int64_t, INT64_MIN, SIZE_MAX
@@ -360,6 +361,11 @@ cdef const int * _ids_ptr(object ids, int * zero) except? NULL:
 MAX_BUFFER_IDS = 1024
 
 
+cdef inline bint _needs_plan(const hash_node * hn) noexcept nogil:
+    """Not yet planned, and neither memory from outside nor a view (its view_src's memory)."""
+    return not hn.bits & (HN_HAS_MEMORY | HN_ALLOCATED | HN_VIEW)
+
+
 cdef inline bint placed_here(GraphAllocator galloc, const ggml_tensor * t) noexcept:
     """Did galloc place t (it is in one of its compute buffers)? Planning treats such a
     tensor as unallocated: the plan is of the graph as a whole, and placing a graph
@@ -376,6 +382,7 @@ cdef inline int record_placed(GraphAllocator galloc, ggml_tensor * t) except -1:
     return 0
 
 
+@cython.final
 cdef class GraphAllocator:
     """Plans and allocates the compute memory of graphs (ggml_gallocr).
 
@@ -630,8 +637,7 @@ cdef class GraphAllocator:
         cdef hash_node * hn = &self.recs[k]
         cdef hash_node * p_hn
         cdef int e, parent
-        # memory from outside, planned already, or a view (its view_src's memory)
-        if hn.bits & (HN_HAS_MEMORY | HN_ALLOCATED | HN_VIEW):
+        if not _needs_plan(hn):
             return 0
         if buffer_id < 0 or buffer_id >= self.n_buffers:
             # ggml asserts buffer_id >= 0: the scheduler left the tensor without a backend
@@ -718,7 +724,8 @@ cdef class GraphAllocator:
             bid = node_buffer_ids[i] if node_buffer_ids != NULL else 0
             # sources first (only leafs and outside tensors can still be unplanned)
             for e in range(hn.first_src, hn.first_src + hn.n_src):
-                self.allocate_node(refs[e].rec, bid, False)
+                if _needs_plan(&recs[refs[e].rec]):
+                    self.allocate_node(refs[e].rec, bid, False)
             self.allocate_node(k, bid, False)
             # release sources nothing reads any more
             for e in range(hn.first_src, hn.first_src + hn.n_src):
