@@ -566,8 +566,11 @@ cdef class GraphAllocator:
         self.n_src_refs = 0
         done = 0
         for i in range(total):
+            # two stages ahead: a tensor's struct, then (once it is in) its sources'
+            if i + 2 * _PREFETCH_AHEAD < total:
+                _prefetch_tensor(_graph_tensor(graph, i + 2 * _PREFETCH_AHEAD))
             if i + _PREFETCH_AHEAD < total:
-                _prefetch_tensor(_graph_tensor(graph, i + _PREFETCH_AHEAD))
+                _prefetch_sources(_graph_tensor(graph, i + _PREFETCH_AHEAD))
             k = self.rec_of(_graph_tensor(graph, i))
             self.graph_recs[i] = k
             if self.recs[k].pos < 0:
@@ -1188,6 +1191,18 @@ cdef inline void _prefetch_tensor(const ggml_tensor * t) noexcept nogil:
     __builtin_prefetch(p + 64)
     __builtin_prefetch(p + 128)
     __builtin_prefetch(p + 192)
+
+
+cdef inline void _prefetch_sources(const ggml_tensor * t) noexcept nogil:
+    """Ask for what rec_of reads of t's sources and view source (order, flags, buffer)."""
+    cdef int j
+    for j in range(GGML_MAX_SRC):
+        if t.src[j] != NULL:
+            __builtin_prefetch(t.src[j])
+            __builtin_prefetch(<const char *>t.src[j] + 64)
+    if t.view_src != NULL:
+        __builtin_prefetch(t.view_src)
+        __builtin_prefetch(<const char *>t.view_src + 64)
 
 
 cdef inline ggml_tensor * _graph_tensor(const ggml_cgraph * graph, int pos) noexcept nogil:
