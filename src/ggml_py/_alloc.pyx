@@ -489,6 +489,8 @@ cdef class GraphAllocator:
         cdef int k
         cdef ggml_tensor * t
         for k in range(self.n_placed):
+            if k + _PREFETCH_AHEAD < self.n_placed:
+                _prefetch_placement(self.placed[k + _PREFETCH_AHEAD])
             t = self.placed[k]
             if t.buffer != NULL and t.buffer.allocator == <void *>self:
                 t.buffer = NULL
@@ -1030,10 +1032,13 @@ cdef class GraphAllocator:
             buffer_reset(self.c_chunks[i])          # ggml_backend_buffer_reset
         self.placed_owner = owner
         for i in range(graph.n_leafs):
+            if i + _PREFETCH_AHEAD < graph.n_leafs:
+                _prefetch_placement(graph.leafs[i + _PREFETCH_AHEAD])
             self.init_tensor(graph.leafs[i], &self.leaf_allocs[i])
         for i in range(n):
             if i + _PREFETCH_AHEAD < n:
-                _prefetch_tensor(graph.nodes[i + _PREFETCH_AHEAD])
+                __builtin_prefetch(graph.nodes[i + _PREFETCH_AHEAD])     # its sources
+                _prefetch_placement(graph.nodes[i + _PREFETCH_AHEAD])
             node = graph.nodes[i]
             na = &self.node_allocs[i]
             for j in range(GGML_MAX_SRC):
@@ -1186,11 +1191,16 @@ cdef enum:
 cdef inline void _prefetch_tensor(const ggml_tensor * t) noexcept nogil:
     """Ask for the part of a tensor struct planning reads (flags and sources, view source,
     data and buffer, type, shape and strides)."""
-    cdef const char * p = <const char *>t
-    __builtin_prefetch(p)
-    __builtin_prefetch(p + 64)
-    __builtin_prefetch(p + 128)
-    __builtin_prefetch(p + 192)
+    __builtin_prefetch(t)
+    __builtin_prefetch(&t.data)
+    __builtin_prefetch(&t.ne[0])
+    __builtin_prefetch(&t.nb[GGML_MAX_DIMS - 1])
+
+
+cdef inline void _prefetch_placement(const ggml_tensor * t) noexcept nogil:
+    """Ask for what placing or unplacing a tensor writes (data and buffer, its stamp)."""
+    __builtin_prefetch(&t.data)
+    __builtin_prefetch(&t.gen)
 
 
 cdef inline void _prefetch_sources(const ggml_tensor * t) noexcept nogil:
@@ -1199,10 +1209,10 @@ cdef inline void _prefetch_sources(const ggml_tensor * t) noexcept nogil:
     for j in range(GGML_MAX_SRC):
         if t.src[j] != NULL:
             __builtin_prefetch(t.src[j])
-            __builtin_prefetch(<const char *>t.src[j] + 64)
+            __builtin_prefetch(&t.src[j].buffer)
     if t.view_src != NULL:
         __builtin_prefetch(t.view_src)
-        __builtin_prefetch(<const char *>t.view_src + 64)
+        __builtin_prefetch(&t.view_src.buffer)
 
 
 cdef inline ggml_tensor * _graph_tensor(const ggml_cgraph * graph, int pos) noexcept nogil:
