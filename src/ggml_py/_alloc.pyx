@@ -19,7 +19,7 @@ assert or crash, this port raises instead and stays usable.
 """
 
 cimport cython
-from libc.stdlib cimport malloc, calloc, free
+from libc.stdlib cimport calloc, free
 from libc.string cimport memset
 from libc.stdint cimport int32_t, int64_t, INT64_MIN, SIZE_MAX
 
@@ -1185,7 +1185,7 @@ cdef extern from *:
     void __builtin_prefetch(const void * addr) noexcept nogil
 
 cdef enum:
-    _PREFETCH_AHEAD = 8     # tensors: the sweep's loads are cache misses on big graphs
+    _PREFETCH_AHEAD = 8     # tensors: the sweeps' loads are cache misses on big graphs
 
 
 cdef inline void _prefetch_tensor(const ggml_tensor * t) noexcept nogil:
