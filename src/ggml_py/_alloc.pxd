@@ -4,6 +4,7 @@
 # graph copy and the per-node / per-leaf backend ids, exactly where ggml's
 # scheduler calls ggml_gallocr_reserve_n / _reserve_n_size / _alloc_graph.
 
+cimport cython
 from libc.stdint cimport int32_t
 
 from ggml_py._ggml cimport *
@@ -35,13 +36,40 @@ cdef struct dyn_tallocr:
     tallocr_chunk * chunks[GGML_VBUFFER_MAX_CHUNKS]
     int n_chunks
 
-# per-tensor state while a graph is planned (ggml: struct hash_node)
+# hash_node.bits: what planning reads of a tensor, and its state
+cdef enum:
+    HN_INPUT = GGML_TENSOR_FLAG_INPUT       # the tensor's own flag values
+    HN_OUTPUT = GGML_TENSOR_FLAG_OUTPUT
+    HN_VIEW = 1 << 4            # has a view_src: takes its memory, is never planned
+    HN_VIEW_USE = 1 << 5        # ... and is not the scheduler's op NONE dependency view
+    HN_INPLACE = 1 << 6         # its op may run in a parent's memory
+    HN_HAS_MEMORY = 1 << 7      # data or a buffer from outside (not placed by this allocator)
+    HN_HAS_DATA = 1 << 8        # data from outside
+    HN_ALLOCATED = 1 << 9       # planned here and not freed yet (ggml: hash_node.allocated)
+    HN_PLANNED = 1 << 10        # has an address and size from this plan
+
+# per-tensor state while a graph is planned (ggml: struct hash_node, found by a hash
+# of the tensor's address). Here one sweep over the graph gives every tensor it reaches
+# a dense record, with what planning reads of the tensor struct (flags, sources, view
+# source) copied in, so that the planning passes touch compact, contiguous data only.
 cdef struct hash_node:
+    ggml_tensor * tensor
+    size_t nbytes               # ggml_nbytes, for a tensor that may be planned
+    size_t size                 # alloc size in buffer_id's type (once PLANNED)
+    buffer_address addr
+    int buffer_id
     int n_children
     int n_views
-    int buffer_id
-    buffer_address addr
-    bint allocated
+    int view_src                # record of tensor.view_src, -1 for none
+    int first_src               # its sources: src_refs[first_src : first_src + n_src]
+    int n_src
+    int pos                     # the tensor's graph position (node i, n_nodes + leaf i), or -1
+    unsigned int bits           # HN_* facts and state
+
+# a source of a record: the source's record and its slot in tensor.src
+cdef struct src_ref:
+    int rec
+    int slot
 
 # where a planned tensor goes, remembered for alloc_graph (ggml: struct tensor_alloc)
 cdef struct tensor_alloc:
@@ -49,10 +77,19 @@ cdef struct tensor_alloc:
     buffer_address addr
     size_t size_max             # 0 = pre-allocated, unused, or view
 
+# the plan of a node (ggml: struct node_alloc). ggml keeps a tensor_alloc per source slot;
+# a source's plan is the plan of the graph position it has (a node before, or a leaf), so
+# here a slot names that position, and checks and placements done there are not redone
 cdef struct node_alloc:
     tensor_alloc dst
-    tensor_alloc src[GGML_MAX_SRC]
     int32_t flags               # the node's INPUT/OUTPUT flags when planned (not in ggml)
+    int32_t src[GGML_MAX_SRC]   # SRC_NONE, a graph position (node i, or n_nodes + leaf i),
+                                # or SRC_OUTSIDE - i: outside_allocs[i] (a source outside
+                                # the graph)
+
+cdef enum:
+    SRC_NONE = -1               # no source, or no plan (a view, data from outside)
+    SRC_OUTSIDE = -2
 
 cdef bint ggml_op_can_inplace(int op) noexcept nogil
 
@@ -73,6 +110,7 @@ cdef class VBuffer:
     cdef size_t total_size(self) noexcept
 
 
+@cython.final       # direct calls between its methods: the C compiler inlines the small ones
 cdef class GraphAllocator:
     """Port of ggml_gallocr."""
     cdef int n_buffers
@@ -83,8 +121,16 @@ cdef class GraphAllocator:
     cdef list buffers                   # VBuffer or None per id (shared like buf_tallocs)
     cdef ggml_backend_buffer ** c_chunks  # [n_buffers * 16] mirror of buffers' chunks
 
-    cdef ggml_hash_set hash_set
-    cdef hash_node * hash_values        # [hash_set.size]
+    # planning state (see hash_node): records of the tensors the graph reaches, the
+    # records of its nodes and leafs (graph_recs[n_nodes + i] for leaf i), their sources
+    cdef hash_node * recs
+    cdef int n_recs
+    cdef int recs_cap
+    cdef int * graph_recs
+    cdef int graph_recs_cap
+    cdef src_ref * src_refs
+    cdef int n_src_refs
+    cdef int src_refs_cap
 
     cdef node_alloc * node_allocs
     cdef int n_nodes
@@ -92,6 +138,9 @@ cdef class GraphAllocator:
     cdef tensor_alloc * leaf_allocs     # ggml: struct leaf_alloc { tensor_alloc leaf; }
     cdef int n_leafs
     cdef int leaf_allocs_cap
+    cdef tensor_alloc * outside_allocs  # plans of sources outside the graph
+    cdef int n_outside
+    cdef int outside_cap
     cdef bint valid                     # False after a failed or interrupted reserve
     cdef ggml_tensor ** placed          # what the last alloc_graph pointed into the buffers
     cdef int n_placed
@@ -113,19 +162,20 @@ cdef class GraphAllocator:
     cdef int unplace(self) except -1
     cdef int _id(self, buffer_id) except -1
     cdef size_t alloc_size(self, int buffer_id, ggml_tensor * t) except? 0
-    cdef hash_node * hash_get(self, ggml_tensor * t) except NULL
-    cdef bint is_own(self, ggml_tensor * t) except -1
-    cdef bint is_allocated(self, ggml_tensor * t) except -1
-    cdef bint tensor_alloc_fits(self, ggml_tensor * t, tensor_alloc * ta) except -1
-    cdef int allocate_node(self, ggml_tensor * node, int buffer_id, bint is_leaf) except -1
-    cdef int free_node(self, ggml_tensor * node) except -1
-    cdef int free_extra_space(self, ggml_tensor * node, ggml_tensor * parent) except -1
+    cdef size_t rec_alloc_size(self, int buffer_id, const hash_node * hn) except? 0
+    cdef int rec_of(self, ggml_tensor * t) except -1
+    cdef int index_graph(self, ggml_cgraph * graph) except -1
+    cdef int allocate_node(self, int k, int buffer_id, bint is_leaf) except -1
+    cdef int free_node(self, int k) except -1
+    cdef int free_extra_space(self, int k, int parent) except -1
     cdef int alloc_graph_impl(self, ggml_cgraph * graph, const int * node_buffer_ids,
                               const int * leaf_buffer_ids) except -1
     cdef int reserve_n_impl(self, ggml_cgraph * graph, const int * node_buffer_ids,
                             const int * leaf_buffer_ids, bint no_alloc) except -1
-    cdef int set_tensor_alloc(self, tensor_alloc * ta, ggml_tensor * t) except -1
+    cdef int set_tensor_alloc(self, tensor_alloc * ta, int k) except -1
     cdef bint needs_realloc(self, ggml_cgraph * graph) except -1
-    cdef int init_tensor(self, ggml_tensor * tensor, tensor_alloc * ta) except -1
+    cdef bint tensor_alloc_fits(self, ggml_tensor * t, const tensor_alloc * ta) except -1
+    cdef const tensor_alloc * src_alloc(self, int src) noexcept
+    cdef int init_tensor(self, ggml_tensor * tensor, const tensor_alloc * ta) except -1
     cdef int vbuffer_alloc(self, int i) except -1
     cdef void sync_chunks(self, int i)

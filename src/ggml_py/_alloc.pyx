@@ -18,15 +18,15 @@ its quirks; each function names the ggml function it ports. Where ggml would
 assert or crash, this port raises instead and stays usable.
 """
 
-from libc.stdlib cimport malloc, calloc, free
+cimport cython
+from libc.stdlib cimport calloc, free
 from libc.string cimport memset
 from libc.stdint cimport int32_t, int64_t, INT64_MIN, SIZE_MAX
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (tensor_changed, size_arg, index_arg, items_arg, tensor_name,
+from ggml_py._core cimport (prefetch, prefetch_sources, PREFETCH_AHEAD, tensor_changed, size_arg, index_arg, items_arg, tensor_name,
                             ggml_graph_check_order,
-                            GGML_PY_MAX_BYTES, ggml_nbytes, ggml_hash_set_init, ggml_hash_set_free,
-                            ggml_hash_set_reset, ggml_hash_find_or_insert, tensor_handle,
+                            GGML_PY_MAX_BYTES, ggml_nbytes, tensor_handle,
                             Tensor, Graph, safe_realloc)
 from ggml_py._backend cimport (BufferType, Buffer, _live, buffer_reset, tensor_alloc_at,
                                view_init_c)
@@ -119,6 +119,8 @@ cdef class TensorAllocator:
 # dynamic allocator (ggml_dyn_tallocr): offsets only
 
 cdef buffer_address ADDRESS_INVALID = buffer_address(-1, SIZE_MAX)
+# the plan of a tensor the allocator does not place (a view, a tensor with data, no source)
+cdef tensor_alloc TENSOR_ALLOC_NONE = tensor_alloc(-1, ADDRESS_INVALID, 0)
 
 
 cdef int dyn_insert_block(tallocr_chunk * chunk, size_t offset, size_t size) except -1:
@@ -359,6 +361,11 @@ cdef const int * _ids_ptr(object ids, int * zero) except? NULL:
 MAX_BUFFER_IDS = 1024
 
 
+cdef inline bint _needs_plan(const hash_node * hn) noexcept nogil:
+    """Not yet planned, and neither memory from outside nor a view (its view_src's memory)."""
+    return not hn.bits & (HN_HAS_MEMORY | HN_ALLOCATED | HN_VIEW)
+
+
 cdef inline bint placed_here(GraphAllocator galloc, const ggml_tensor * t) noexcept:
     """Did galloc place t (it is in one of its compute buffers)? Planning treats such a
     tensor as unallocated: the plan is of the graph as a whole, and placing a graph
@@ -375,6 +382,7 @@ cdef inline int record_placed(GraphAllocator galloc, ggml_tensor * t) except -1:
     return 0
 
 
+@cython.final
 cdef class GraphAllocator:
     """Plans and allocates the compute memory of graphs (ggml_gallocr).
 
@@ -382,11 +390,6 @@ cdef class GraphAllocator:
     scheduler); ids with the same buffer type share one planner and one buffer,
     as in ggml_gallocr_new_n.
     """
-
-    def __cinit__(self, *args, **kwargs):
-        self.hash_set.size = 0
-        self.hash_set.keys = NULL
-        self.hash_set.used = NULL
 
     def __init__(self, buffer_types):
         bufts = items_arg(buffer_types, "a graph allocator's buffer types", BufferType,
@@ -460,10 +463,12 @@ cdef class GraphAllocator:
         free(self.c_bufts)
         free(self.nbytes_sized)
         free(self.c_chunks)
-        ggml_hash_set_free(&self.hash_set)
-        free(self.hash_values)
+        free(self.recs)
+        free(self.graph_recs)
+        free(self.src_refs)
         free(self.node_allocs)
         free(self.leaf_allocs)
+        free(self.outside_allocs)
         free(self.placed)
 
     # --- placements --------------------------------------------------------------
@@ -484,6 +489,8 @@ cdef class GraphAllocator:
         cdef int k
         cdef ggml_tensor * t
         for k in range(self.n_placed):
+            if k + PREFETCH_AHEAD < self.n_placed:
+                _prefetch_placement(self.placed[k + PREFETCH_AHEAD])
             t = self.placed[k]
             if t.buffer != NULL and t.buffer.allocator == <void *>self:
                 t.buffer = NULL
@@ -501,22 +508,96 @@ cdef class GraphAllocator:
             return ggml_nbytes(t)
         return _buft_alloc_size(<BufferType>self.bufts[buffer_id], t)
 
-    cdef hash_node * hash_get(self, ggml_tensor * t) except NULL:
-        """Port of ggml_gallocr_hash_get: the tensor's planning state, inserted on first use."""
-        cdef size_t i = ggml_hash_find_or_insert(&self.hash_set, t)
-        if i == GGML_HASHSET_FULL:
-            # ggml aborts ("fatal error"): the graph reaches more tensors than
-            # its nodes and leafs (sources or view sources outside the graph)
-            raise AllocationError(f"graph allocator hash set full ({self.hash_set.size} "
-                                  f"slots) at tensor '{tensor_name(t)}'")
-        return &self.hash_values[i]
+    cdef size_t rec_alloc_size(self, int buffer_id, const hash_node * hn) except? 0:
+        """alloc_size of a record's tensor, from the record where it is ggml_nbytes."""
+        if self.nbytes_sized[buffer_id]:
+            return hn.nbytes
+        return _buft_alloc_size(<BufferType>self.bufts[buffer_id], hn.tensor)
 
-    cdef bint is_own(self, ggml_tensor * t) except -1:
-        return self.hash_get(t).allocated
+    cdef int rec_of(self, ggml_tensor * t) except -1:
+        """The record of t (ggml_gallocr_hash_get), made on first sight. While a graph is
+        indexed, a tensor's `order` field holds its record index: trusted only where that
+        record names the tensor, so a stale order (another graph's) costs a new record."""
+        cdef int k = t.order
+        cdef hash_node * r
+        if 0 <= k < self.n_recs and self.recs[k].tensor == t:
+            return k
+        if self.n_recs == self.recs_cap:
+            safe_realloc(<void **>&self.recs, 2 * self.recs_cap + 64, sizeof(hash_node),
+                         "the graph allocator's tensor records")
+            self.recs_cap = 2 * self.recs_cap + 64
+        k = self.n_recs
+        self.n_recs += 1
+        t.order = k
+        r = &self.recs[k]
+        memset(r, 0, sizeof(hash_node))
+        r.tensor = t
+        r.view_src = -1
+        r.pos = -1
+        r.bits = t.flags & _PLACEMENT_FLAGS            # HN_INPUT, HN_OUTPUT
+        if t.view_src != NULL:
+            r.bits |= HN_VIEW if t.op == 0 else HN_VIEW | HN_VIEW_USE
+        if ggml_op_can_inplace(t.op):
+            r.bits |= HN_INPLACE
+        if not placed_here(self, t):
+            if t.data != NULL:
+                r.bits |= HN_HAS_DATA | HN_HAS_MEMORY
+            elif t.buffer != NULL:
+                r.bits |= HN_HAS_MEMORY
+        if not r.bits & (HN_VIEW | HN_HAS_MEMORY):
+            r.nbytes = ggml_nbytes(t)           # while the struct is in the cache
+        return k
 
-    cdef bint is_allocated(self, ggml_tensor * t) except -1:
-        # data set outside, or an outside buffer not filled in yet, or planned here
-        return ((t.data != NULL or t.buffer != NULL) and not placed_here(self, t)) or self.is_own(t)
+    cdef int index_graph(self, ggml_cgraph * graph) except -1:
+        """One sweep over the graph: a record for every tensor it reaches (its nodes and
+        leafs in graph order, with sources and view sources outside it), its sources as
+        record indices. Nothing here calls Python, so no other thread can
+        renumber a shared tensor (a weight) between its record and its uses."""
+        cdef int n = graph.n_nodes, total = graph.n_nodes + graph.n_leafs
+        cdef int i, j, k, first, src, done
+        cdef ggml_tensor * t
+        if self.graph_recs_cap < total:
+            safe_realloc(<void **>&self.graph_recs, total, sizeof(int),
+                         "the graph allocator's tensor records")
+            self.graph_recs_cap = total
+        if self.recs_cap < total:
+            safe_realloc(<void **>&self.recs, total + total // 8 + 64, sizeof(hash_node),
+                         "the graph allocator's tensor records")
+            self.recs_cap = total + total // 8 + 64
+        self.n_recs = 0
+        self.n_src_refs = 0
+        done = 0
+        for i in range(total):
+            # two stages ahead: a tensor's struct, then (once it is in) its sources'
+            if i + 2 * PREFETCH_AHEAD < total:
+                _prefetch_tensor(_graph_tensor(graph, i + 2 * PREFETCH_AHEAD))
+            if i + PREFETCH_AHEAD < total:
+                prefetch_sources(_graph_tensor(graph, i + PREFETCH_AHEAD))
+            k = self.rec_of(_graph_tensor(graph, i))
+            self.graph_recs[i] = k
+            if self.recs[k].pos < 0:
+                self.recs[k].pos = i
+            # the sources of the new records, while their structs are in the cache (a
+            # source outside the graph makes a record, whose sources follow)
+            while done < self.n_recs:
+                t = self.recs[done].tensor
+                first = self.n_src_refs
+                for j in range(GGML_MAX_SRC):
+                    if t.src[j] == NULL:
+                        continue
+                    src = self.rec_of(t.src[j])
+                    if self.n_src_refs == self.src_refs_cap:
+                        safe_realloc(<void **>&self.src_refs, 2 * self.src_refs_cap + 3 * total + 64,
+                                     sizeof(src_ref), "the graph allocator's source table")
+                        self.src_refs_cap = 2 * self.src_refs_cap + 3 * total + 64
+                    self.src_refs[self.n_src_refs] = src_ref(src, j)
+                    self.n_src_refs += 1
+                src = -1 if t.view_src == NULL else self.rec_of(t.view_src)
+                self.recs[done].view_src = src
+                self.recs[done].first_src = first
+                self.recs[done].n_src = self.n_src_refs - first
+                done += 1
+        return 0
 
     cdef void sync_chunks(self, int i):
         """Mirror buffers[i]'s chunk pointers into c_chunks (for the C-level loops)."""
@@ -527,17 +608,23 @@ cdef class GraphAllocator:
             row[c] = NULL if vb is None else (<VBuffer>vb).chunks[c]
 
     # --- planning (ggml_gallocr_allocate_node, _free_node, _alloc_graph_impl) ---
+    # These read the records and source lists of index_graph, not the tensors (but for
+    # the layouts of in-place candidates, and alloc sizes asked of Python); a record index k stands
+    # for ggml's tensor pointer and its hash_node.
 
-    cdef int free_extra_space(self, ggml_tensor * node, ggml_tensor * parent) except -1:
+    cdef int free_extra_space(self, int k, int parent) except -1:
         """Port of ggml_gallocr_free_extra_space: a node placed in its parent's memory
         gives back the aligned tail it does not need."""
-        cdef hash_node * hn = self.hash_get(node)
-        cdef hash_node * p_hn = self.hash_get(parent)
-        cdef size_t parent_size = self.alloc_size(p_hn.buffer_id, parent)
-        cdef size_t node_size = self.alloc_size(hn.buffer_id, node)
+        cdef hash_node * hn = &self.recs[k]
+        cdef hash_node * p_hn = &self.recs[parent]
+        cdef size_t parent_size = p_hn.size
+        hn.size = self.rec_alloc_size(hn.buffer_id, hn)
+        hn.bits |= HN_PLANNED
+        cdef size_t node_size = hn.size
         if parent_size < node_size:
-            raise AllocationError(f"in-place node '{tensor_name(node)}' ({node_size} bytes) is larger "
-                                  f"than its parent '{tensor_name(parent)}' ({parent_size} bytes)")
+            raise AllocationError(f"in-place node '{tensor_name(hn.tensor)}' ({node_size} bytes) "
+                                  f"is larger than its parent '{tensor_name(p_hn.tensor)}' "
+                                  f"({parent_size} bytes)")
         cdef dyn_tallocr * p_alloc = self.buf_tallocs[p_hn.buffer_id]
         # aligned, so that the freed tail keeps the free list aligned
         parent_size = aligned_offset(0, parent_size, p_alloc.alignment)
@@ -549,209 +636,181 @@ cdef class GraphAllocator:
             dyn_free_bytes(p_alloc, p_addr, parent_size - node_size)
         return 0
 
-    cdef int allocate_node(self, ggml_tensor * node, int buffer_id, bint is_leaf) except -1:
-        """Port of ggml_gallocr_allocate_node: plan `node` in buffer `buffer_id`, in the
+    cdef int allocate_node(self, int k, int buffer_id, bint is_leaf) except -1:
+        """Port of ggml_gallocr_allocate_node: plan record k in buffer `buffer_id`, in the
         memory of a parent when the op works in place and nothing else needs the parent."""
-        cdef hash_node * hn = self.hash_get(node)
+        cdef hash_node * hn = &self.recs[k]
         cdef hash_node * p_hn
-        cdef hash_node * vs_hn
-        cdef ggml_tensor * parent
-        cdef ggml_tensor * view_src
-        cdef int i
-        if self.is_allocated(node) or node.view_src != NULL:
+        cdef int e, parent
+        if not _needs_plan(hn):
             return 0
         if buffer_id < 0 or buffer_id >= self.n_buffers:
             # ggml asserts buffer_id >= 0: the scheduler left the tensor without a backend
             kind = "leaf-without-backend" if is_leaf else "tensor-without-backend"
-            raise SchedulerError(f"{'leaf' if is_leaf else 'tensor'} '{tensor_name(node)}' has no "
-                                 f"backend (buffer id {buffer_id}) but needs memory from the "
-                                 f"graph allocator", kind=kind)
-        hn.allocated = True
+            raise SchedulerError(f"{'leaf' if is_leaf else 'tensor'} '{tensor_name(hn.tensor)}' "
+                                 f"has no backend (buffer id {buffer_id}) but needs memory from "
+                                 f"the graph allocator", kind=kind)
+        hn.bits |= HN_ALLOCATED
 
-        if ggml_op_can_inplace(node.op):
-            for i in range(GGML_MAX_SRC):
-                parent = node.src[i]
-                if parent == NULL:
+        if hn.bits & HN_INPLACE:
+            for e in range(hn.first_src, hn.first_src + hn.n_src):
+                parent = self.src_refs[e].rec
+                p_hn = &self.recs[parent]
+                # only memory planned here can be reused (never a view's: ggml's branch
+                # for view parents cannot be reached), and outputs must survive the graph
+                if not p_hn.bits & HN_ALLOCATED or p_hn.bits & HN_OUTPUT:
                     continue
-                # memory from outside (or a view: never "own") cannot be reused
-                if not self.is_own(parent):
-                    continue
-                # outputs must survive the graph
-                if (parent.flags & GGML_TENSOR_FLAG_OUTPUT or
-                        (parent.view_src != NULL and parent.view_src.flags & GGML_TENSOR_FLAG_OUTPUT)):
-                    continue
-                if not _same_layout(node, parent):
-                    continue
-                p_hn = self.hash_get(parent)
-                if p_hn.n_children == 1 and p_hn.n_views == 0:
-                    if parent.view_src != NULL:
-                        # ggml's branch for a view parent; unreachable in practice, since
-                        # a view is never "own" (kept for fidelity)
-                        view_src = parent.view_src
-                        vs_hn = self.hash_get(view_src)
-                        if vs_hn.n_views == 1 and vs_hn.n_children == 0 and view_src.data == parent.data:
-                            hn.buffer_id = p_hn.buffer_id
-                            hn.addr = p_hn.addr
-                            p_hn.allocated = False      # the parent is not freed: node owns it now
-                            vs_hn.allocated = False
-                            self.free_extra_space(node, view_src)
-                            return 0
-                    else:
-                        hn.buffer_id = p_hn.buffer_id
-                        hn.addr = p_hn.addr
-                        p_hn.allocated = False          # the parent is not freed: node owns it now
-                        self.free_extra_space(node, parent)
-                        return 0
+                if (p_hn.n_children == 1 and p_hn.n_views == 0
+                        and _same_layout(hn.tensor, p_hn.tensor)):
+                    hn.buffer_id = p_hn.buffer_id
+                    hn.addr = p_hn.addr
+                    p_hn.bits &= ~HN_ALLOCATED      # the parent is not freed: node owns it now
+                    self.free_extra_space(k, parent)
+                    return 0
 
         hn.buffer_id = buffer_id
-        hn.addr = dyn_alloc(self.buf_tallocs[buffer_id], self.alloc_size(buffer_id, node))
+        hn.size = self.rec_alloc_size(buffer_id, hn)
+        hn.bits |= HN_PLANNED
+        hn.addr = dyn_alloc(self.buf_tallocs[buffer_id], hn.size)
         return 0
 
-    cdef int free_node(self, ggml_tensor * node) except -1:
+    cdef int free_node(self, int k) except -1:
         """Port of ggml_gallocr_free_node; graph outputs are never freed."""
-        if node.flags & GGML_TENSOR_FLAG_OUTPUT:
+        cdef hash_node * hn = &self.recs[k]
+        if hn.bits & HN_OUTPUT:
             return 0
-        cdef hash_node * hn = self.hash_get(node)
-        dyn_free_bytes(self.buf_tallocs[hn.buffer_id], hn.addr, self.alloc_size(hn.buffer_id, node))
-        hn.allocated = False
+        dyn_free_bytes(self.buf_tallocs[hn.buffer_id], hn.addr, hn.size)
+        hn.bits &= ~HN_ALLOCATED
         return 0
 
     cdef int alloc_graph_impl(self, ggml_cgraph * graph, const int * node_buffer_ids,
                               const int * leaf_buffer_ids) except -1:
-        """Port of ggml_gallocr_alloc_graph_impl: plan every tensor of the graph.
+        """Port of ggml_gallocr_alloc_graph_impl: plan every tensor of the indexed graph.
 
         Order (it decides every offset): all leafs; then, in one pass over the
         nodes, count children and views and plan the INPUT tensors; then per
         node: its not-yet-planned sources, the node itself, and the release of
         sources (or their view sources) that nothing reads any more.
         """
-        cdef int i, j, bid
-        cdef ggml_tensor * node
-        cdef ggml_tensor * src
-        cdef ggml_tensor * view_src
+        cdef int i, e, k, src, bid
+        cdef int n = graph.n_nodes
+        cdef hash_node * recs = self.recs       # index_graph made them all: no realloc
+        cdef const src_ref * refs = self.src_refs
+        cdef const int * graph_recs = self.graph_recs
+        cdef hash_node * hn
         cdef hash_node * p_hn
         cdef hash_node * vs_hn
 
-        ggml_hash_set_reset(&self.hash_set)
-        memset(self.hash_values, 0, sizeof(hash_node) * self.hash_set.size)
-
         # leafs: possibly unused by the graph, but the application may want them
         for i in range(graph.n_leafs):
-            self.allocate_node(graph.leafs[i], leaf_buffer_ids[i] if leaf_buffer_ids != NULL else 0,
-                               True)
+            self.allocate_node(graph_recs[n + i],
+                               leaf_buffer_ids[i] if leaf_buffer_ids != NULL else 0, True)
 
         # count children and views; inputs are planned first so nothing overwrites them
-        for i in range(graph.n_nodes):
-            node = graph.nodes[i]
+        for i in range(n):
+            k = graph_recs[i]
+            hn = &recs[k]
             bid = node_buffer_ids[i] if node_buffer_ids != NULL else 0
             # an op NONE view is the scheduler's dependency node ("dep:"): it holds
             # its source alive through src[0] but is not itself a use of its memory
-            if node.view_src != NULL and node.op != 0:
-                self.hash_get(node.view_src).n_views += 1
-            if node.flags & GGML_TENSOR_FLAG_INPUT:
-                self.allocate_node(node, bid, False)
-            for j in range(GGML_MAX_SRC):
-                src = node.src[j]
-                if src == NULL:
-                    continue
-                self.hash_get(src).n_children += 1
-                if src.flags & GGML_TENSOR_FLAG_INPUT:
+            if hn.bits & HN_VIEW_USE:
+                recs[hn.view_src].n_views += 1
+            if hn.bits & HN_INPUT:
+                self.allocate_node(k, bid, False)
+            for e in range(hn.first_src, hn.first_src + hn.n_src):
+                src = refs[e].rec
+                recs[src].n_children += 1
+                if recs[src].bits & HN_INPUT:
                     self.allocate_node(src, bid, False)
 
-        for i in range(graph.n_nodes):
-            node = graph.nodes[i]
+        for i in range(n):
+            k = graph_recs[i]
+            hn = &recs[k]
             bid = node_buffer_ids[i] if node_buffer_ids != NULL else 0
             # sources first (only leafs and outside tensors can still be unplanned)
-            for j in range(GGML_MAX_SRC):
-                if node.src[j] != NULL:
-                    self.allocate_node(node.src[j], bid, False)
-            self.allocate_node(node, bid, False)
+            for e in range(hn.first_src, hn.first_src + hn.n_src):
+                if _needs_plan(&recs[refs[e].rec]):
+                    self.allocate_node(refs[e].rec, bid, False)
+            self.allocate_node(k, bid, False)
             # release sources nothing reads any more
-            for j in range(GGML_MAX_SRC):
-                src = node.src[j]
-                if src == NULL:
-                    continue
-                p_hn = self.hash_get(src)
+            for e in range(hn.first_src, hn.first_src + hn.n_src):
+                src = refs[e].rec
+                p_hn = &recs[src]
                 p_hn.n_children -= 1
                 if p_hn.n_children == 0 and p_hn.n_views == 0:
-                    if src.view_src != NULL:
-                        view_src = src.view_src
-                        vs_hn = self.hash_get(view_src)
+                    if p_hn.view_src >= 0:
+                        vs_hn = &recs[p_hn.view_src]
                         vs_hn.n_views -= 1
-                        if vs_hn.n_views == 0 and vs_hn.n_children == 0 and vs_hn.allocated:
-                            self.free_node(view_src)
-                    elif p_hn.allocated:
+                        if vs_hn.n_views == 0 and vs_hn.n_children == 0 and vs_hn.bits & HN_ALLOCATED:
+                            self.free_node(p_hn.view_src)
+                    elif p_hn.bits & HN_ALLOCATED:
                         self.free_node(src)
         return 0
 
-    cdef int set_tensor_alloc(self, tensor_alloc * ta, ggml_tensor * t) except -1:
-        """Remember where a planned tensor goes; nothing for views and tensors with data."""
-        cdef hash_node * hn
-        if t.view_src != NULL or (t.data != NULL and not placed_here(self, t)):
-            ta.buffer_id = -1
-            ta.addr = ADDRESS_INVALID
-            ta.size_max = 0
+    cdef int set_tensor_alloc(self, tensor_alloc * ta, int k) except -1:
+        """Remember where record k's tensor goes; nothing for views and tensors with data.
+        (A tensor in an outside buffer but without data yet was not planned: ggml records
+        its zeroed hash_node, buffer 0 at offset 0, and so does this.)"""
+        cdef hash_node * hn = &self.recs[k]
+        if hn.bits & (HN_VIEW | HN_HAS_DATA):
+            ta[0] = TENSOR_ALLOC_NONE
         else:
-            hn = self.hash_get(t)
             ta.buffer_id = hn.buffer_id
             ta.addr = hn.addr
-            ta.size_max = self.alloc_size(hn.buffer_id, t)
+            ta.size_max = hn.size if hn.bits & HN_PLANNED else self.alloc_size(hn.buffer_id,
+                                                                               hn.tensor)
         return 0
 
     cdef int reserve_n_impl(self, ggml_cgraph * graph, const int * node_buffer_ids,
                             const int * leaf_buffer_ids, bint no_alloc) except -1:
         """Port of ggml_gallocr_reserve_n_impl: plan the graph, record the plan, and
         (unless no_alloc) allocate each buffer whose chunks must grow."""
-        cdef size_t min_hash_size = <size_t>graph.n_nodes + graph.n_leafs
-        cdef int i, j, c
-        cdef void * tmp
-        cdef ggml_tensor * node
+        cdef int i, j, e, k, c
+        cdef int n = graph.n_nodes
+        cdef hash_node * hn
+        cdef hash_node * src_hn
         cdef node_alloc * na
         cdef bint realloc
         cdef size_t new_size, cur_chunk, new_chunk
-        min_hash_size += min_hash_size // 4     # 25% margin against collisions
 
         # anything below may raise: until the end, the old plan is not usable
         self.valid = False
 
-        if self.hash_set.size < min_hash_size:
-            ggml_hash_set_free(&self.hash_set)
-            free(self.hash_values)
-            self.hash_values = NULL
-            self.hash_set.size = 0
-            ggml_hash_set_init(&self.hash_set, min_hash_size)
-            self.hash_values = <hash_node *>malloc(sizeof(hash_node) * self.hash_set.size)
-            if self.hash_values == NULL:
-                ggml_hash_set_free(&self.hash_set)
-                self.hash_set.size = 0
-                raise AllocationError("cannot allocate the graph allocator hash table")
-
         for i in range(self.n_buffers):
             dyn_reset(self.buf_tallocs[i])
-
+        self.index_graph(graph)
         self.alloc_graph_impl(graph, node_buffer_ids, leaf_buffer_ids)
 
         # record the plan of every node and its sources
-        if self.node_allocs_cap < graph.n_nodes:
+        if self.node_allocs_cap < n:
             free(self.node_allocs)
-            self.node_allocs = <node_alloc *>calloc(graph.n_nodes, sizeof(node_alloc))
-            self.node_allocs_cap = 0 if self.node_allocs == NULL else graph.n_nodes
+            self.node_allocs = <node_alloc *>calloc(n, sizeof(node_alloc))
+            self.node_allocs_cap = 0 if self.node_allocs == NULL else n
             if self.node_allocs == NULL:
                 raise AllocationError("cannot allocate the graph allocator node table")
-        self.n_nodes = graph.n_nodes
-        for i in range(graph.n_nodes):
-            node = graph.nodes[i]
+        self.n_nodes = n
+        self.n_outside = 0
+        for i in range(n):
+            k = self.graph_recs[i]
+            hn = &self.recs[k]
             na = &self.node_allocs[i]
-            self.set_tensor_alloc(&na.dst, node)
-            na.flags = node.flags & _PLACEMENT_FLAGS
+            self.set_tensor_alloc(&na.dst, k)
+            na.flags = hn.bits & _PLACEMENT_FLAGS
             for j in range(GGML_MAX_SRC):
-                if (node.src[j] == NULL or node.src[j].view_src != NULL
-                        or (node.src[j].data != NULL and not placed_here(self, node.src[j]))):
-                    na.src[j].buffer_id = -1
-                    na.src[j].addr = ADDRESS_INVALID
-                    na.src[j].size_max = 0
-                else:
-                    self.set_tensor_alloc(&na.src[j], node.src[j])
+                na.src[j] = SRC_NONE
+            for e in range(hn.first_src, hn.first_src + hn.n_src):
+                k = self.src_refs[e].rec
+                src_hn = &self.recs[k]
+                if src_hn.pos >= 0:
+                    na.src[self.src_refs[e].slot] = src_hn.pos
+                elif not src_hn.bits & (HN_VIEW | HN_HAS_DATA):
+                    if self.n_outside == self.outside_cap:
+                        safe_realloc(<void **>&self.outside_allocs, 2 * self.outside_cap + 16,
+                                     sizeof(tensor_alloc), "the graph allocator's plan")
+                        self.outside_cap = 2 * self.outside_cap + 16
+                    self.set_tensor_alloc(&self.outside_allocs[self.n_outside], k)
+                    na.src[self.src_refs[e].slot] = SRC_OUTSIDE - self.n_outside
+                    self.n_outside += 1
         if self.leaf_allocs_cap < graph.n_leafs:
             free(self.leaf_allocs)
             self.leaf_allocs = <tensor_alloc *>calloc(graph.n_leafs, sizeof(tensor_alloc))
@@ -760,8 +819,7 @@ cdef class GraphAllocator:
                 raise AllocationError("cannot allocate the graph allocator leaf table")
         self.n_leafs = graph.n_leafs
         for i in range(graph.n_leafs):
-            self.hash_get(graph.leafs[i])     # ggml looks every leaf up here (inserting it)
-            self.set_tensor_alloc(&self.leaf_allocs[i], graph.leafs[i])
+            self.set_tensor_alloc(&self.leaf_allocs[i], self.graph_recs[n + i])
 
         # (re)allocate the buffers whose chunks grew
         for i in range(self.n_buffers):
@@ -848,15 +906,18 @@ cdef class GraphAllocator:
         graph input rotate between the input itself and fresh copies) then gets no
         place, and ggml's release build writes through buffers[-1]; checking leafs too
         makes it a reallocation instead."""
-        cdef int i, j
+        cdef int i, j, src
+        cdef int n = graph.n_nodes
         cdef ggml_tensor * node
         cdef node_alloc * na
         if not self.valid:
             # a failed or interrupted reserve (ggml would go on with a broken plan)
             return True
-        if self.n_nodes != graph.n_nodes or self.n_leafs != graph.n_leafs:
+        if self.n_nodes != n or self.n_leafs != graph.n_leafs:
             return True
-        for i in range(graph.n_nodes):
+        for i in range(n):
+            if i + PREFETCH_AHEAD < n:
+                _prefetch_tensor(graph.nodes[i + PREFETCH_AHEAD])
             node = graph.nodes[i]
             na = &self.node_allocs[i]
             if not self.tensor_alloc_fits(node, &na.dst):
@@ -866,14 +927,30 @@ cdef class GraphAllocator:
                 # an output, or an input before it is read (ggml reuses such a plan)
                 return True
             for j in range(GGML_MAX_SRC):
-                if node.src[j] != NULL and not self.tensor_alloc_fits(node.src[j], &na.src[j]):
+                if node.src[j] == NULL:
+                    continue
+                src = na.src[j]
+                # a source still at the graph position whose plan it shares is checked there
+                if src >= 0 and _graph_tensor(graph, src) == node.src[j]:
+                    continue
+                if not self.tensor_alloc_fits(node.src[j], self.src_alloc(src)):
                     return True
         for i in range(graph.n_leafs):
             if not self.tensor_alloc_fits(graph.leafs[i], &self.leaf_allocs[i]):
                 return True
         return False
 
-    cdef bint tensor_alloc_fits(self, ggml_tensor * t, tensor_alloc * ta) except -1:
+    cdef const tensor_alloc * src_alloc(self, int src) noexcept:
+        """The plan of a source: node_alloc.src's reference resolved."""
+        if src >= self.n_nodes:
+            return &self.leaf_allocs[src - self.n_nodes]
+        if src >= 0:
+            return &self.node_allocs[src].dst
+        if src == SRC_NONE:
+            return &TENSOR_ALLOC_NONE
+        return &self.outside_allocs[SRC_OUTSIDE - src]
+
+    cdef bint tensor_alloc_fits(self, ggml_tensor * t, const tensor_alloc * ta) except -1:
         """Port of ggml_gallocr_node_needs_realloc, which despite its name answers
         whether the recorded place still serves: it does for a tensor that now has
         data or is a view, not for one that had data at planning time and lost
@@ -885,8 +962,9 @@ cdef class GraphAllocator:
             size = self.alloc_size(ta.buffer_id, t)
         return ta.size_max >= size
 
-    cdef int init_tensor(self, ggml_tensor * tensor, tensor_alloc * ta) except -1:
-        """Port of ggml_gallocr_init_tensor: point a tensor at its planned memory."""
+    cdef int init_tensor(self, ggml_tensor * tensor, const tensor_alloc * ta) except -1:
+        """Port of ggml_gallocr_init_tensor: point a tensor at its planned memory. (Its
+        planned extent, size_max, bounds the placement: the tensor fits in it.)"""
         cdef ggml_backend_buffer * chunk
         if tensor.view_src != NULL:
             # (a view the user initialised in a buffer released since is initialised again)
@@ -906,8 +984,7 @@ cdef class GraphAllocator:
                 raise AllocationError(f"tensor '{tensor_name(tensor)}': chunk {ta.addr.chunk} of the "
                                       f"{_buft_name(self.c_bufts[ta.buffer_id])} buffer is "
                                       f"not allocated")
-            tensor_alloc_at(chunk, tensor, chunk.base + ta.addr.offset,
-                            self.alloc_size(ta.buffer_id, tensor))
+            tensor_alloc_at(chunk, tensor, chunk.base + ta.addr.offset, ta.size_max)
             record_placed(self, tensor)
         return 0
 
@@ -937,8 +1014,10 @@ cdef class GraphAllocator:
         A plan that no longer fits is redone automatically with a single buffer;
         with several, 0 is returned and the caller must reserve again. `owner` keeps
         the tensors alive until they are unplaced (the graph). `fits`: the caller knows
-        that the graph fits (equal to one placed by this plan), and the check is skipped."""
-        cdef int i, j
+        that the graph fits (the one just reserved, or equal to one placed by this plan),
+        and the check is skipped."""
+        cdef int i, j, src
+        cdef int n = graph.n_nodes
         cdef ggml_tensor * node
         cdef node_alloc * na
         # the last graph's placements first: a tensor of both is placed anew
@@ -953,13 +1032,22 @@ cdef class GraphAllocator:
             buffer_reset(self.c_chunks[i])          # ggml_backend_buffer_reset
         self.placed_owner = owner
         for i in range(graph.n_leafs):
+            if i + PREFETCH_AHEAD < graph.n_leafs:
+                _prefetch_placement(graph.leafs[i + PREFETCH_AHEAD])
             self.init_tensor(graph.leafs[i], &self.leaf_allocs[i])
-        for i in range(graph.n_nodes):
+        for i in range(n):
+            if i + PREFETCH_AHEAD < n:
+                _prefetch_placement(graph.nodes[i + PREFETCH_AHEAD])
             node = graph.nodes[i]
             na = &self.node_allocs[i]
             for j in range(GGML_MAX_SRC):
-                if node.src[j] != NULL:
-                    self.init_tensor(node.src[j], &na.src[j])
+                if node.src[j] == NULL:
+                    continue
+                src = na.src[j]
+                # a leaf, or a node before, whose plan the source shares: placed already
+                if src >= 0 and (src < i or src >= n) and _graph_tensor(graph, src) == node.src[j]:
+                    continue
+                self.init_tensor(node.src[j], self.src_alloc(src))
             self.init_tensor(node, &na.dst)
         return 1
 
@@ -1090,6 +1178,25 @@ cdef class GraphAllocator:
     def __repr__(self):
         names = ", ".join(b.name for b in self.bufts)
         return f"GraphAllocator([{names}])"
+
+
+cdef inline void _prefetch_tensor(const ggml_tensor * t) noexcept nogil:
+    """Ask for the part of a tensor struct planning reads: the first line (flags, sources,
+    view source, data and buffer, type), shape and strides."""
+    prefetch(t)
+    prefetch(&t.ne[0])
+    prefetch(&t.nb[GGML_MAX_DIMS - 1])
+
+
+cdef inline void _prefetch_placement(const ggml_tensor * t) noexcept nogil:
+    """Ask for what placing or unplacing a tensor writes (data and buffer, its stamp)."""
+    prefetch(t)
+    prefetch(&t.gen)
+
+
+cdef inline ggml_tensor * _graph_tensor(const ggml_cgraph * graph, int pos) noexcept nogil:
+    """The tensor at a graph position: node pos, or leaf pos - n_nodes."""
+    return graph.nodes[pos] if pos < graph.n_nodes else graph.leafs[pos - graph.n_nodes]
 
 
 cdef inline bint _same_layout(const ggml_tensor * a, const ggml_tensor * b) noexcept nogil:

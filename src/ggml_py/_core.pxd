@@ -140,6 +140,24 @@ cdef void ggml_join_name(ggml_tensor * t, const char * a, const char * b, const 
                          const char * d) noexcept nogil
 
 # ---- graph ----
+# prefetching: the sweeps over a graph's tensor structs (scattered in memory) ask for the
+# lines they will read a few tensors ahead instead of waiting for each
+cdef extern from *:
+    void prefetch "__builtin_prefetch" (const void * p) noexcept nogil
+
+cdef enum:
+    PREFETCH_AHEAD = 8      # tensors: enough lines in flight to cover a miss
+
+cdef inline void prefetch_sources(const ggml_tensor * t) noexcept nogil:
+    """The first line of each of t's sources and of its view source: what the split and
+    the allocator read of them (ggml-py-types.h keeps it there)."""
+    cdef int j
+    for j in range(GGML_MAX_SRC):
+        if t.src[j] != NULL:
+            prefetch(t.src[j])
+    if t.view_src != NULL:
+        prefetch(t.view_src)
+
 cdef inline bint ggml_is_node_from(const ggml_cgraph * g, const ggml_tensor * t, int i) noexcept nogil:
     """Is t a node of g at position i or later? t.order says where the last pass over
     g put it; it is trusted only where g.nodes[t.order] is t."""

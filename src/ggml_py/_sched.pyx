@@ -14,7 +14,7 @@ from libc.string cimport memset, memcpy, memcmp, strncmp
 from libc.stdint cimport uint8_t, uint64_t, intptr_t
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handle, tensor_name,
+from ggml_py._core cimport (prefetch, prefetch_sources, PREFETCH_AHEAD, Context, Tensor, Graph, ggml_join_name, tensor_handle, tensor_name,
                             ggml_hash_set_init, ggml_hash_set_free, ggml_hash_set_reset,
                             ggml_hash_find_or_insert, ggml_hash_find, ggml_bitset_get,
                             ggml_bitset_set, world_epoch,
@@ -41,17 +41,6 @@ CAUSE_NAMES = {CAUSE_NONE: "", CAUSE_USR: "usr", CAUSE_1_DST: "1.dst", CAUSE_1_V
                CAUSE_4_CUR: "4.cur"}
 for _i in range(GGML_MAX_SRC):
     CAUSE_NAMES[CAUSE_1_WGT0 + _i] = f"1.wgt{_i}"
-
-cdef extern from *:
-    """
-    #define ggml_py_prefetch(p) __builtin_prefetch(p)
-    """
-    # a hint to load p's cache line: the sweeps over a graph's tensor structs would
-    # otherwise wait for each line (the tensors are scattered in memory)
-    void prefetch "ggml_py_prefetch" (const void * p) noexcept nogil
-
-# how many tensors ahead the sweeps prefetch (enough lines in flight to cover a miss)
-DEF PREFETCH_AHEAD = 8
 
 _TABLES = "the scheduler's tables"          # what safe_realloc names when a table cannot grow
 
@@ -223,16 +212,6 @@ cdef int grow_node_tables(SchedCore s, ggml_cgraph * graph) except -1:
         safe_realloc(<void **>&s.pre_offset, graph.n_leafs + graph.n_nodes + 1, sizeof(size_t), _TABLES)
         s.pre_capacity = graph.n_leafs + graph.n_nodes
     return 0
-
-
-cdef inline void prefetch_sources(const ggml_tensor * t) noexcept nogil:
-    """The lines of t's first sources (t's own line was prefetched before)."""
-    if t.src[0] != NULL:
-        prefetch(t.src[0])
-        if t.src[1] != NULL:
-            prefetch(t.src[1])
-            if t.src[2] != NULL:
-                prefetch(t.src[2])
 
 
 cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
@@ -1256,7 +1235,7 @@ cdef int sched_alloc_splits(SchedCore s) except -1:
         (<object>s.backends[b].pyobj).synchronize()
     if not s.galloc.c_reserve_n(&s.graph, s.node_backend_ids, s.leaf_backend_ids):
         return 0
-    return s.galloc.c_alloc_graph(&s.graph, owner)
+    return s.galloc.c_alloc_graph(&s.graph, owner, True)     # the graph just planned fits
 
 
 cdef int sched_alloc_graph(SchedCore s, Graph graph) except -1:

@@ -129,7 +129,7 @@ def time_reps(SchedCore s not None, Graph graph not None, GraphSnapshot snap not
             else:
                 sched_split_graph(s, graph)
                 s.galloc.c_reserve_n(&s.graph, s.node_backend_ids, s.leaf_backend_ids)
-                s.galloc.c_alloc_graph(&s.graph, (graph, s.arena))
+                s.galloc.c_alloc_graph(&s.graph, (graph, s.arena), True)   # as sched_alloc_splits
             out.append(clock() - t0)
     finally:
         s.graph_reuse = reuse

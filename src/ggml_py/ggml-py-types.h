@@ -44,7 +44,9 @@ typedef struct __attribute__((aligned(64))) ggml_tensor {
     int32_t               op;                       // ggml_op
     int32_t               flags;                    // GGML_TENSOR_FLAG_*
     int32_t               order;                    // position among the nodes of the graph
-                                                    // split or planned last
+                                                    // split last, or the graph allocator's
+                                                    // record of it while planning (_alloc.pxd);
+                                                    // trusted only where checked
     int32_t               type;                     // ggml_type
     struct ggml_tensor *  view_src;
     ggml_backend_buffer * buffer;
