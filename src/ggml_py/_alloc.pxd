@@ -54,6 +54,14 @@ cdef struct node_alloc:
     tensor_alloc src[GGML_MAX_SRC]
     int32_t flags               # the node's INPUT/OUTPUT flags when planned (not in ggml)
 
+# where alloc_graph left one tensor of a graph: graph.nodes[index] (index >= 0) or
+# graph.leafs[~index], pointed at data in buffer (the scheduler's graph reuse replays these)
+cdef struct recorded_place:
+    int index
+    bint by_address             # placed at an address of its own (else a view, initialised)
+    ggml_backend_buffer * buffer
+    char * data
+
 cdef bint ggml_op_can_inplace(int op) noexcept nogil
 
 
@@ -107,6 +115,9 @@ cdef class GraphAllocator:
                             const int * leaf_buffer_ids, size_t * sizes) except -1
     cdef int c_alloc_graph(self, ggml_cgraph * graph, object owner, bint fits=*) except -1
     cdef size_t c_buffer_size(self, int buffer_id) except? 0
+    cdef int c_record_places(self, ggml_cgraph * graph, recorded_place * out) except -1
+    cdef int c_replay_places(self, ggml_cgraph * graph, const recorded_place * places, int n,
+                             object owner) except -1
 
     # internals
     cdef int grow_placed(self) except -1

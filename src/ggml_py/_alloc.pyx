@@ -963,6 +963,52 @@ cdef class GraphAllocator:
             self.init_tensor(node, &na.dst)
         return 1
 
+    cdef int c_record_places(self, ggml_cgraph * graph, recorded_place * out) except -1:
+        """What the last c_alloc_graph of `graph` left in its leafs and nodes: out[k] (room
+        for n_leafs + n_nodes) for each one placed in this allocator's buffers or a view
+        initialised in any buffer. Returns their number, or -1 where they are not all
+        that alloc_graph placed (a placed tensor that is no leaf or node of the graph)."""
+        cdef int i, n = 0, n_own = 0
+        cdef ggml_tensor * t
+        for i in range(-graph.n_leafs, graph.n_nodes):
+            t = graph.nodes[i] if i >= 0 else graph.leafs[~i]
+            if t.buffer == NULL or not (t.view_src != NULL or placed_here(self, t)):
+                continue
+            out[n].index = i
+            out[n].by_address = t.view_src == NULL
+            out[n].buffer = t.buffer
+            out[n].data = t.data
+            n_own += placed_here(self, t)
+            n += 1
+        return n if n_own == self.n_placed else -1
+
+    cdef int c_replay_places(self, ggml_cgraph * graph, const recorded_place * places, int n,
+                             object owner) except -1:
+        """c_alloc_graph of a graph equal to the one c_record_places described (the same
+        plan, unplaced tensors where it had them, the same memory elsewhere), by writing
+        the recorded places: the placements it would make, without walking the plan."""
+        cdef int k
+        cdef ggml_tensor * t
+        cdef ggml_backend_buffer * b
+        self.unplace()
+        for k in range(self.n_buffers * GGML_VBUFFER_MAX_CHUNKS):
+            buffer_reset(self.c_chunks[k])          # ggml_backend_buffer_reset
+        self.placed_owner = owner
+        while self.placed_cap < n:
+            self.grow_placed()
+        for k in range(n):
+            t = graph.nodes[places[k].index] if places[k].index >= 0 else graph.leafs[~places[k].index]
+            b = places[k].buffer
+            t.buffer = b
+            t.data = places[k].data
+            tensor_changed(t)
+            if b.allocator == <void *>self:
+                self.placed[self.n_placed] = t
+                self.n_placed += 1
+                if places[k].by_address and b.pyobj != NULL and (<Buffer>b.pyobj)._has_init_tensor:
+                    (<Buffer>b.pyobj).init_tensor(tensor_handle(t))
+        return 1
+
     cdef size_t c_buffer_size(self, int buffer_id) except? 0:
         """ggml_gallocr_get_buffer_size: 0 when unallocated or shared with an earlier id."""
         vb = self.buffers[buffer_id]

@@ -4,7 +4,7 @@
 from libc.stdint cimport uint8_t, int32_t, int64_t, uint64_t, intptr_t
 from ggml_py._ggml cimport *
 from ggml_py._core cimport Context, Graph
-from ggml_py._alloc cimport GraphAllocator
+from ggml_py._alloc cimport GraphAllocator, recorded_place
 
 # why a tensor got its backend (ggml's SET_CAUSE, kept on the object here)
 cdef enum:
@@ -197,6 +197,17 @@ cdef class SchedCore:
     cdef int fp_n_outside
     cdef list fp_keep                           # ... kept alive (their handles)
     cdef list fp_assignments                    # [(ref, backend id)] of plan_assignments
+    cdef int * fp_input_entries                 # [fp_n_inputs]: each input's fp_entries index
+    # the allocation, replayed for an equal graph: where it left the graph copy's leafs
+    # and nodes (-1: not replayable), and the allocator's chunks it points into
+    cdef recorded_place * fp_places             # [fp_n_places]
+    cdef int fp_n_places
+    cdef ggml_backend_buffer ** fp_chunks       # [galloc.n_buffers * GGML_VBUFFER_MAX_CHUNKS]
+    # the hash set is re-keyed when read (fp_ensure_keys), not at each re-pointing: while
+    # keys_stale, its keys are an earlier graph's, fp_entries say where each entry is,
+    # and fp_cur holds the nodes and leafs of the graph re-pointed to last
+    cdef bint keys_stale
+    cdef ggml_cgraph fp_cur
     # the memory of each leaf, then node, as pass 1 saw it (before the allocation)
     cdef ggml_backend_buffer ** pre_memory      # [pre_capacity]
     cdef size_t * pre_offset                    # [pre_capacity]

@@ -29,7 +29,7 @@ from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handl
 from ggml_py._backend cimport (Backend, BufferType, backend_supports_op, backend_supports_buft,
                                backend_offload_op)
 
-from ggml_py._alloc cimport GraphAllocator
+from ggml_py._alloc cimport GraphAllocator, recorded_place, GGML_VBUFFER_MAX_CHUNKS
 
 from ggml_py._core import OP_NAMES_LIST as _OP_NAMES_LIST
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, GraphError,
@@ -756,6 +756,7 @@ cdef void clear_tables(SchedCore s) noexcept:
     memset(s.hv_tensor_copies, 0,
            s.hash_set.size * s.n_backends * s.n_copies * sizeof(ggml_tensor *))
     s.tables_fresh = True
+    s.keys_stale = False
 
 
 cdef int sched_reset(SchedCore s) except -1:
@@ -864,6 +865,46 @@ cdef int fp_record(SchedCore s, const intptr_t * refs, ggml_tensor * t, fp_tenso
     return 0
 
 
+cdef int fp_entry_of(SchedCore s, size_t slot) except -1:
+    """The index in fp_entries (sorted by slot, as fp_build makes them) of a key's slot."""
+    cdef int lo = 0, hi = s.fp_n_entries - 1, mid
+    while lo <= hi:
+        mid = (lo + hi) >> 1
+        if <size_t>s.fp_entries[mid].slot < slot:
+            lo = mid + 1
+        elif <size_t>s.fp_entries[mid].slot > slot:
+            hi = mid - 1
+        else:
+            return mid
+    raise SchedulerError("graph reuse: a split input is not in the scheduler's hash set",
+                         "internal")
+
+
+cdef int fp_record_allocation(SchedCore s) except -1:
+    """Record where the plan's allocation left the graph copy (it is still in place: the
+    plan's graph is unchanged since), for an equal graph to take without the allocator's
+    walk over the plan; fp_n_places is -1 where it cannot be replayed."""
+    cdef int n_chunks = s.galloc.n_buffers * GGML_VBUFFER_MAX_CHUNKS
+    safe_realloc(<void **>&s.fp_places, s.graph.n_nodes + s.graph.n_leafs + 1,
+                 sizeof(recorded_place), _TABLES)
+    safe_realloc(<void **>&s.fp_chunks, n_chunks, sizeof(void *), _TABLES)
+    memcpy(s.fp_chunks, s.galloc.c_chunks, n_chunks * sizeof(void *))
+    s.fp_n_places = s.galloc.c_record_places(&s.graph, s.fp_places)
+    return 0
+
+
+cdef int fp_place(SchedCore s) except -1:
+    """Allocate the re-pointed graph copy as a fresh split's allocation would: the
+    recorded places, or (not replayable, or the compute buffers were allocated anew)
+    the allocator's alloc_graph, which needs no fit check for a graph equal to the one
+    the reservation placed."""
+    owner = (s.last_graph_obj, s.arena)
+    if s.fp_n_places >= 0 and memcmp(s.fp_chunks, s.galloc.c_chunks,
+                                     s.galloc.n_buffers * GGML_VBUFFER_MAX_CHUNKS * sizeof(void *)) == 0:
+        return s.galloc.c_replay_places(&s.graph, s.fp_places, s.fp_n_places, owner)
+    return s.galloc.c_alloc_graph(&s.graph, owner, True)
+
+
 cdef int fp_build(SchedCore s) except -1:
     """Describe the plan's graph (s.last_graph_obj, unchanged since its plan) and give its
     nodes their sources back (a new graph takes the plan, or a fresh split follows)."""
@@ -914,16 +955,18 @@ cdef int fp_build(SchedCore s) except -1:
                 n += 1
         s.fp_n_entries = n
 
-        # the splits' inputs, with their names
+        # the splits' inputs, with their names and entries
         n = 0
         for i in range(s.n_splits):
             n += s.splits[i].n_inputs
         safe_realloc(<void **>&s.fp_inputs, n + 1, sizeof(intptr_t), _TABLES)
         safe_realloc(<void **>&s.fp_input_names, n + 1, GGML_MAX_NAME, _TABLES)
+        safe_realloc(<void **>&s.fp_input_entries, n + 1, sizeof(int), _TABLES)
         n = 0
         for i in range(s.n_splits):
             for j in range(s.splits[i].n_inputs):
                 s.fp_inputs[n] = fp_ref(s, refs, s.splits[i].inputs[j])
+                s.fp_input_entries[n] = fp_entry_of(s, ggml_hash_find(&s.hash_set, s.splits[i].inputs[j]))
                 memcpy(&s.fp_input_names[n * GGML_MAX_NAME], s.splits[i].inputs[j].name,
                        GGML_MAX_NAME)
                 n += 1
@@ -939,6 +982,9 @@ cdef int fp_build(SchedCore s) except -1:
                             for t, b in s.plan_assignments.values()]
     finally:
         free(refs)
+    fp_record_allocation(s)
+    safe_realloc(<void **>&s.fp_cur.nodes, nn + 1, sizeof(ggml_tensor *), _TABLES)
+    safe_realloc(<void **>&s.fp_cur.leafs, nl + 1, sizeof(ggml_tensor *), _TABLES)
     s.fp_epoch = s.plan_epoch
     s.fp_state = FP_BUILT
     return 0
@@ -969,9 +1015,17 @@ cdef inline bint fp_tensor_matches(SchedCore s, ggml_cgraph * g, ggml_tensor * t
             and (memory == NULL or memory.gen <= s.fp_epoch))
 
 
+cdef inline bint fp_is_leaf_before(ggml_cgraph * g, const ggml_tensor * t, int k) noexcept:
+    """Is t a leaf of g before position k? (fp_matches gives leaf k the order -2 - k.)"""
+    cdef int p = -2 - t.order
+    return 0 <= p < k and g.leafs[p] == t
+
+
 cdef bint fp_matches(SchedCore s, ggml_cgraph * g) noexcept:
     """Is g the graph the fingerprint describes, in a world the plan still holds in?
-    One pass over g's nodes and leafs; the nodes' orders are set on the way."""
+    One pass over g's nodes and leafs; their orders are set on the way (a leaf's is
+    -2 - its position), which finds a tensor at two places of g or one both in g and
+    outside the plan's graph: the plan's keys are then not g's, one to one."""
     cdef int i, n
     cdef ggml_tensor * t
     if g.n_nodes != s.fp_n_nodes or g.n_leafs != s.fp_n_leafs or world_epoch() > s.fp_epoch:
@@ -981,12 +1035,19 @@ cdef bint fp_matches(SchedCore s, ggml_cgraph * g) noexcept:
             return False
     for i in range(g.n_nodes):
         t = g.nodes[i]
-        if not fp_tensor_matches(s, g, t, &s.fp_tensors[i]):
+        if not fp_tensor_matches(s, g, t, &s.fp_tensors[i]) or ggml_is_node_from(g, t, 0) and t.order < i:
             return False
         t.order = i
     n = g.n_nodes
     for i in range(g.n_leafs):
-        if not fp_tensor_matches(s, g, g.leafs[i], &s.fp_tensors[n + i]):
+        t = g.leafs[i]
+        if (not fp_tensor_matches(s, g, t, &s.fp_tensors[n + i]) or ggml_is_node_from(g, t, 0)
+                or fp_is_leaf_before(g, t, i)):
+            return False
+        t.order = -2 - i
+    for i in range(s.fp_n_outside):
+        t = s.fp_outside[i]
+        if ggml_is_node_from(g, t, 0) or fp_is_leaf_before(g, t, g.n_leafs):
             return False
     for i in range(s.fp_n_inputs):
         if strncmp(fp_decode(g, s.fp_inputs[i]).name, &s.fp_input_names[i * GGML_MAX_NAME],
@@ -1005,7 +1066,8 @@ cdef bint fp_assignments_match(SchedCore s, ggml_cgraph * g) except -1:
 
 cdef bint fp_repoint_keys(SchedCore s, ggml_cgraph * g) noexcept:
     """Re-make the hash set with g's tensors as keys and the plan's values; False (the
-    set is then to be cleared) where two keys would be one tensor of g."""
+    set is then to be cleared) where two keys would be one tensor of g (fp_matches
+    excludes that)."""
     cdef int e, c, nbc = s.n_backends * s.n_copies
     cdef size_t h
     cdef ggml_tensor * t
@@ -1040,8 +1102,20 @@ cdef bint fp_repoint_keys(SchedCore s, ggml_cgraph * g) noexcept:
     return True
 
 
+cdef int fp_ensure_keys(SchedCore s) except -1:
+    """Key the hash set by the tensors of the graph the plan was re-pointed to last,
+    where that was put off (a re-pointing leaves the keys to whoever reads them)."""
+    if s.keys_stale:
+        s.keys_stale = False
+        if not fp_repoint_keys(s, &s.fp_cur):
+            clear_tables(s)
+            raise SchedulerError("graph reuse: the hash set could not be re-keyed", "internal")
+    return 0
+
+
 cdef int fp_repoint(SchedCore s, Graph graph) except -1:
-    """Point everything else of the plan at graph's tensors, as a fresh split would."""
+    """Point everything of the plan but the hash set's keys (fp_ensure_keys) at graph's
+    tensors, as a fresh split would."""
     cdef ggml_cgraph * g = &graph.graph
     cdef ggml_cgraph * gc = &s.graph
     cdef int i, j, k = 0, n = 0
@@ -1080,6 +1154,12 @@ cdef int fp_repoint(SchedCore s, Graph graph) except -1:
     # as a split of an equal graph leaves them: the previous ids are the same
     memcpy(s.prev_node_backend_ids, s.node_backend_ids, gc.n_nodes * sizeof(int))
     memcpy(s.prev_leaf_backend_ids, s.leaf_backend_ids, gc.n_leafs * sizeof(int))
+    # the positions the hash set's keys are named by (g may change before they are read)
+    memcpy(s.fp_cur.nodes, g.nodes, g.n_nodes * sizeof(ggml_tensor *))
+    memcpy(s.fp_cur.leafs, g.leafs, g.n_leafs * sizeof(ggml_tensor *))
+    s.fp_cur.n_nodes = g.n_nodes
+    s.fp_cur.n_leafs = g.n_leafs
+    s.keys_stale = True
     s.debug_prev_graph_size = s.debug_graph_size
     s.last_graph = g
     s.last_graph_obj = graph
@@ -1100,9 +1180,6 @@ cdef bint try_reuse_rebuilt(SchedCore s, Graph g) except -1:
     if not (fp_matches(s, &g.graph) and fp_assignments_match(s, &g.graph)):
         return False
     undo_rewiring(s)
-    if not fp_repoint_keys(s, &g.graph):
-        s.fp_state = FP_NONE        # the set is cleared by the fresh split's forget_plan
-        return False
     fp_repoint(s, g)
     s.plan_assignments = dict(s.user_assignments)
     s.reset_deferred = False
@@ -1130,6 +1207,7 @@ cdef int sched_split_graph(SchedCore s, Graph g) except -1:
     if try_reuse(s, g):
         return 0
     forget_plan(s)
+    fp_ensure_keys(s)
     s.fp_state = FP_NONE
     # a plan made from fresh tables depends on nothing but the graph and these
     s.plan_assignments = dict(s.user_assignments) if s.tables_fresh else None
@@ -1220,8 +1298,8 @@ cdef int sched_alloc_graph(SchedCore s, Graph graph) except -1:
         return 1
     if try_reuse_rebuilt(s, graph):
         # the plan's backends, and a graph equal to one the reservation placed: no
-        # change for sched_alloc_splits to find, and no need to check that it fits
-        s.galloc.c_alloc_graph(&s.graph, (s.last_graph_obj, s.arena), True)
+        # change for sched_alloc_splits to find
+        fp_place(s)
         s.is_alloc = True
         s.plan_epoch = mutation_epoch()
         return 1
@@ -1273,6 +1351,10 @@ cdef class SchedCore:
         self.fp_arena_of = NULL
         self.fp_rewirings = NULL
         self.fp_outside = NULL
+        self.fp_input_entries = NULL
+        self.fp_places = NULL
+        self.fp_chunks = NULL
+        memset(&self.fp_cur, 0, sizeof(ggml_cgraph))
         self.pre_memory = NULL
         self.pre_offset = NULL
 
@@ -1393,6 +1475,11 @@ cdef class SchedCore:
         free(self.fp_arena_of)
         free(self.fp_rewirings)
         free(self.fp_outside)
+        free(self.fp_input_entries)
+        free(self.fp_places)
+        free(self.fp_chunks)
+        free(self.fp_cur.nodes)
+        free(self.fp_cur.leafs)
         free(self.pre_memory)
         free(self.pre_offset)
 
@@ -1464,6 +1551,7 @@ cdef class SchedCore:
         cdef Py_ssize_t h
         if not self.reset_deferred:
             forget_plan(self)            # the tables are the plan's: it would not be
+            fp_ensure_keys(self)
             h = hash_id(self, t.ptr)
             self.hv_tensor_backend_ids[h] = b
             self.hv_tensor_causes[h] = CAUSE_USR
@@ -1475,11 +1563,13 @@ cdef class SchedCore:
         if self.reset_deferred:
             entry = self.user_assignments.get(<size_t>t.ptr)
             return -1 if entry is None else entry[1]
+        fp_ensure_keys(self)
         return sched_tensor_backend_id(self, t.ptr)
 
     def get_cause(self, Tensor t not None):
         if self.reset_deferred:
             forget_plan(self)            # after a reset every cause is forgotten
+        fp_ensure_keys(self)
         cdef size_t i = ggml_hash_find(&self.hash_set, t.ptr)
         if i == GGML_HASHSET_FULL or not ggml_bitset_get(self.hash_set.used, i):
             return ""
@@ -1504,14 +1594,19 @@ cdef class SchedCore:
     def get_split_copies(self, split_id):
         """[(input, input_backend_id, input_cpy), ...] of a split, input_cpy being the
         copy for the current copy slot (what the runtime copies before the split runs)."""
-        cdef sched_split * split = &self.splits[index_arg(split_id, "split", self.n_splits)]
+        cdef int s_id = index_arg(split_id, "split", self.n_splits)
+        cdef sched_split * split = &self.splits[s_id]
         cdef ggml_tensor * input
         cdef Py_ssize_t h
-        cdef int j
+        cdef int i, j, k = 0
+        for i in range(s_id):
+            k += self.splits[i].n_inputs
         out = []
         for j in range(split.n_inputs):
             input = split.inputs[j]
-            h = hash_id(self, input)
+            # (the compute of every step asks: no re-keying of the hash set for it)
+            h = self.fp_entries[self.fp_input_entries[k + j]].slot if self.keys_stale \
+                else hash_id(self, input)
             out.append((tensor_handle(input), self.hv_tensor_backend_ids[h],
                         tensor_handle(copy_slot(self, h, split.backend_id, self.cur_copy)[0])))
         return out
