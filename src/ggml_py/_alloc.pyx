@@ -27,7 +27,7 @@ from ggml_py._core cimport (tensor_changed, size_arg, index_arg, items_arg, tens
                             ggml_graph_check_order,
                             GGML_PY_MAX_BYTES, ggml_nbytes, ggml_hash_set_init, ggml_hash_set_free,
                             ggml_hash_set_reset, ggml_hash_find_or_insert, tensor_handle,
-                            Tensor, Graph, safe_realloc)
+                            Tensor, Graph, safe_realloc, prefetch_bytes, PREFETCH_AHEAD)
 from ggml_py._backend cimport (BufferType, Buffer, _live, buffer_reset, tensor_alloc_at,
                                view_init_c)
 
@@ -375,6 +375,10 @@ cdef inline int record_placed(GraphAllocator galloc, ggml_tensor * t) except -1:
     return 0
 
 
+cdef inline ggml_tensor * _recorded_tensor(ggml_cgraph * graph, const recorded_place * p) noexcept:
+    return graph.nodes[p.index] if p.index >= 0 else graph.leafs[~p.index]
+
+
 cdef class GraphAllocator:
     """Plans and allocates the compute memory of graphs (ggml_gallocr).
 
@@ -484,6 +488,9 @@ cdef class GraphAllocator:
         cdef int k
         cdef ggml_tensor * t
         for k in range(self.n_placed):
+            if k + PREFETCH_AHEAD < self.n_placed:
+                prefetch_bytes(&self.placed[k + PREFETCH_AHEAD].buffer, 16)
+                prefetch_bytes(&self.placed[k + PREFETCH_AHEAD].gen, 8)
             t = self.placed[k]
             if t.buffer != NULL and t.buffer.allocator == <void *>self:
                 t.buffer = NULL
@@ -997,7 +1004,11 @@ cdef class GraphAllocator:
         while self.placed_cap < n:
             self.grow_placed()
         for k in range(n):
-            t = graph.nodes[places[k].index] if places[k].index >= 0 else graph.leafs[~places[k].index]
+            if k + PREFETCH_AHEAD < n:
+                t = _recorded_tensor(graph, &places[k + PREFETCH_AHEAD])
+                prefetch_bytes(&t.buffer, 16)
+                prefetch_bytes(&t.gen, 8)
+            t = _recorded_tensor(graph, &places[k])
             b = places[k].buffer
             t.buffer = b
             t.data = places[k].data

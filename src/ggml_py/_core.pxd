@@ -139,6 +139,22 @@ cdef void ggml_set_name(ggml_tensor * t, const char * name) noexcept nogil
 cdef void ggml_join_name(ggml_tensor * t, const char * a, const char * b, const char * c,
                          const char * d) noexcept nogil
 
+# ---- passes over tensors that are not in the caches ----
+cdef extern from *:
+    void __builtin_prefetch(const void * addr) noexcept nogil
+
+cdef enum:
+    PREFETCH_AHEAD = 8      # tensors a pass asks for before it reads them
+
+cdef inline void prefetch_bytes(const void * p, size_t n) noexcept nogil:
+    """Ask for the cache lines of [p, p + n) (n > 0) ahead of reading them."""
+    cdef const char * c = <const char *>p
+    cdef size_t off = 0
+    while off < n:
+        __builtin_prefetch(c + off)
+        off += 64
+    __builtin_prefetch(c + n - 1)
+
 # ---- graph ----
 cdef inline bint ggml_is_node_from(const ggml_cgraph * g, const ggml_tensor * t, int i) noexcept nogil:
     """Is t a node of g at position i or later? t.order says where the last pass over
@@ -185,6 +201,7 @@ cdef int ggml_build_forward_expand(ggml_cgraph * g, ggml_tensor * t) except -1
 # carry a stamp above E.
 cdef uint64_t mutation_epoch() noexcept nogil
 cdef uint64_t world_epoch() noexcept nogil
+cdef uint64_t buffers_epoch() noexcept nogil      # the last stamp of any buffer (b.gen)
 cdef void tensor_changed(ggml_tensor * t) noexcept nogil
 cdef void world_changed() noexcept nogil
 cdef void buffer_changed(ggml_backend_buffer * b) noexcept nogil

@@ -705,6 +705,7 @@ cdef int ggml_build_forward_expand(ggml_cgraph * g, ggml_tensor * root) except -
 
 cdef uint64_t _epoch = 0          # the last stamp handed out (any change)
 cdef uint64_t _world_epoch = 0    # the last change outside tensors and graphs
+cdef uint64_t _buffers_epoch = 0  # the last stamp of any buffer
 
 
 cdef uint64_t mutation_epoch() noexcept nogil:
@@ -715,6 +716,10 @@ cdef uint64_t world_epoch() noexcept nogil:
     return _world_epoch
 
 
+cdef uint64_t buffers_epoch() noexcept nogil:
+    return _buffers_epoch
+
+
 cdef void tensor_changed(ggml_tensor * t) noexcept nogil:
     global _epoch
     _epoch += 1
@@ -722,9 +727,10 @@ cdef void tensor_changed(ggml_tensor * t) noexcept nogil:
 
 
 cdef void buffer_changed(ggml_backend_buffer * b) noexcept nogil:
-    global _epoch
+    global _epoch, _buffers_epoch
     _epoch += 1
     b.gen = _epoch
+    _buffers_epoch = _epoch
 
 
 cdef inline bint _stamped_after(const ggml_tensor * t, uint64_t epoch) noexcept nogil:
