@@ -383,3 +383,25 @@ def test_a_graph_with_a_tensor_at_two_places_is_planned_afresh():
         assert sched.alloc_graph(graph) == ok
         assert _state(sched, graph) == _state(fresh, twin)
     assert sched.n_graph_rebuilt_reuses == 1
+
+
+def test_every_tensor_keeps_the_layout_id_of_its_fields():
+    """The compare takes equal layout ids for equal type, ne, nb and op_params: every
+    way of making or changing a tensor keeps its id that of its fields."""
+    from ggml_py import Context, ops
+    from ggml_py._core import layout_is_current
+    ctx = Context()
+    x = ctx.new_tensor("f32", (4, 16), name="x")
+    w = ops.new_tensor_2d(ctx, "f16", 16, 8)
+    made = [x, w, ops.view_1d(ctx, x, 8, 4), ops.view_2d(ctx, x, 8, 2, 64, 0),
+            ops.transpose(ctx, x), ops.permute(ctx, x, 1, 0, 2, 3), ops.reshape_2d(ctx, x, 8, 8),
+            ops.cont(ctx, ops.transpose(ctx, x)), ops.scale(ctx, x, 2.0), ops.mul_mat(ctx, w, x),
+            ops.view_tensor(ctx, x), ops.cpy(ctx, x, ctx.new_tensor("f32", (4, 16)))]
+    assert all(layout_is_current(t) for t in made)
+    assert len({tuple(t.ne) + tuple(t.nb) for t in made}) > 1
+    before = [t for t in made]
+    y = made[8]
+    y.set_op_params([7] + y.op_params[1:])
+    x.ne = (1, 1, 8, 8)
+    x.nb = (4, 32, 256, 256)
+    assert all(layout_is_current(t) for t in before + [y, x])

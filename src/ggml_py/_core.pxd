@@ -200,6 +200,9 @@ cdef int ggml_build_forward_expand(ggml_cgraph * g, ggml_tensor * t) except -1
 # tensor of its graph (nor their view bases and buffers), the graph and the world
 # carry a stamp above E.
 cdef uint64_t mutation_epoch() noexcept nogil
+cdef enum:
+    LAYOUT_BYTES = 128      # ne, nb and op_params lie side by side in ggml_tensor
+cdef int layout_changed(ggml_tensor * t) except -1
 cdef uint64_t world_epoch() noexcept nogil
 cdef uint64_t buffers_epoch() noexcept nogil      # the last stamp of any buffer (b.gen)
 cdef void tensor_changed(ggml_tensor * t) noexcept nogil

@@ -52,13 +52,14 @@ cdef struct sched_rewiring:
 # [NULL, nodes, leafs, tensors outside the graph] (0: none)
 cdef enum:
     FP_LAYOUT_WORDS = 16    # ne, nb and op_params: 128 bytes side by side in ggml_tensor
-    FP_TENSOR_BYTES = 264   # ... ending there: what the compare reads of a tensor
+    FP_TENSOR_BYTES = 128   # what the compare reads of a tensor with a layout id
 
 cdef struct fp_tensor:
     uint64_t head                   # op and flags (the tensor's first 8 bytes)
     uint32_t src[GGML_MAX_SRC]
     uint32_t view_src
     uint32_t layout                 # index in fp_layouts
+    int32_t layout_id               # the tensor's (t.layout; 0: none, compare fp_layouts')
     ggml_backend_buffer * buffer    # memory before the allocation, as buffer and data
     char * data                     # hold it: none (NULL, NULL), an address (NULL, data)
     size_t view_offs                # or in a buffer (these three lie side by side too)

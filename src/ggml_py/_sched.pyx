@@ -23,7 +23,7 @@ from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handl
                             ggml_views_computed_node, leaf_view_message,
                             ggml_hash_size, ggml_context, ggml_is_computed_from,
                             ggml_computes, OP_NONE, mutation_epoch, tensor_changed,
-                            graph_unchanged_since, prefetch_bytes, PREFETCH_AHEAD,
+                            graph_unchanged_since, prefetch_bytes, PREFETCH_AHEAD, LAYOUT_BYTES,
                             order_message,
                             checked_calloc, safe_realloc, int_arg, index_arg, OP_ROPE)
 from ggml_py._backend cimport (Backend, BufferType, backend_supports_op, backend_supports_buft,
@@ -833,7 +833,7 @@ cdef int fp_check_layout() except -1:
             and <char *>&t.data == <char *>&t.buffer + 8
             and <char *>&t.view_offs == <char *>&t.buffer + 16
             and <char *>&t.op_params[GGML_MAX_OP_PARAMS] == <char *>&t.ne[0] + FP_LAYOUT_WORDS * 8
-            and <char *>&t.op_params[GGML_MAX_OP_PARAMS] == base + FP_TENSOR_BYTES):
+            and FP_LAYOUT_WORDS * 8 == LAYOUT_BYTES and <char *>&t.type == base + FP_TENSOR_BYTES):
         raise ImportError("ggml_py._sched: ggml_tensor's layout is not the one graph reuse reads")
     return 0
 
@@ -882,6 +882,7 @@ cdef int fp_record(SchedCore s, const uint32_t * refs, ggml_tensor * t, fp_tenso
         memcpy(s.fp_layouts[s.fp_n_layouts].words, &t.ne[0], FP_LAYOUT_WORDS * 8)
         s.fp_n_layouts += 1
     r.layout = index
+    r.layout_id = t.layout
     return 0
 
 
@@ -1032,17 +1033,24 @@ cdef inline bint fp_stamped_after(const ggml_tensor * t, uint64_t epoch) noexcep
 
 cdef inline bint fp_tensor_matches(const ggml_tensor * t, const fp_tensor * r,
                                    ggml_tensor ** table, const fp_layout * layouts) noexcept:
-    """Does t have r's op, flags, sources, view, memory and layout? Branch-free: every
-    difference is or-ed into one word."""
+    """Does t have r's op, flags, sources, view, memory and layout? Every difference is
+    or-ed into one word; the layout is compared by its id (interned: equal ids are
+    equal layouts), field by field where either has none. All but that lies in the
+    tensor's first FP_TENSOR_BYTES."""
     cdef int j
-    cdef const fp_layout * lay = &layouts[r.layout]
-    cdef const uint64_t * words = <const uint64_t *>&t.ne[0]
+    cdef const fp_layout * lay
+    cdef const uint64_t * words
     cdef uint64_t diff = (<const uint64_t *>t)[0] ^ r.head
     for j in range(GGML_MAX_SRC):
         diff |= <uint64_t>t.src[j] ^ <uint64_t>table[r.src[j]]
     diff |= <uint64_t>t.view_src ^ <uint64_t>table[r.view_src]
     diff |= (<uint64_t>t.buffer ^ <uint64_t>r.buffer) | (<uint64_t>t.data ^ <uint64_t>r.data)
-    diff |= (<uint64_t>t.view_offs ^ <uint64_t>r.view_offs) | <uint64_t>(t.type ^ lay.type)
+    diff |= <uint64_t>t.view_offs ^ <uint64_t>r.view_offs
+    if t.layout == r.layout_id and r.layout_id != 0:
+        return diff == 0
+    lay = &layouts[r.layout]
+    words = <const uint64_t *>&t.ne[0]
+    diff |= <uint64_t>(t.type ^ lay.type)
     for j in range(FP_LAYOUT_WORDS):
         diff |= words[j] ^ lay.words[j]
     return diff == 0

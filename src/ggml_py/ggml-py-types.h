@@ -43,6 +43,9 @@ typedef struct ggml_tensor {
     int32_t               flags;                    // GGML_TENSOR_FLAG_*
     int32_t               order;                    // position among the nodes of the graph
                                                     // split or planned last
+    int32_t               layout;                   // id of (type, ne, nb, op_params), kept
+                                                    // by every write of them (_core's
+                                                    // layout_changed); 0: none
     struct ggml_tensor *  src[GGML_MAX_SRC];
     struct ggml_tensor *  view_src;
     ggml_backend_buffer * buffer;
