@@ -20,14 +20,15 @@ assert or crash, this port raises instead and stays usable.
 
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset
-from libc.stdint cimport int32_t, int64_t, INT64_MIN, SIZE_MAX
+from libc.stdint cimport int32_t, int64_t, uint64_t, INT64_MIN, SIZE_MAX
 
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (tensor_changed, size_arg, index_arg, items_arg, tensor_name,
                             ggml_graph_check_order,
                             GGML_PY_MAX_BYTES, ggml_nbytes, ggml_hash_set_init, ggml_hash_set_free,
                             ggml_hash_set_reset, ggml_hash_find_or_insert, tensor_handle,
-                            Tensor, Graph, safe_realloc, prefetch_bytes, PREFETCH_AHEAD)
+                            Tensor, Graph, safe_realloc, prefetch_placement, PREFETCH_AHEAD,
+                            new_epoch)
 from ggml_py._backend cimport (BufferType, Buffer, _live, buffer_reset, tensor_alloc_at,
                                view_init_c)
 
@@ -487,15 +488,15 @@ cdef class GraphAllocator:
         allocator's (the tensor was not placed elsewhere since)."""
         cdef int k
         cdef ggml_tensor * t
+        cdef uint64_t stamp = new_epoch() if self.n_placed else 0
         for k in range(self.n_placed):
             if k + PREFETCH_AHEAD < self.n_placed:
-                prefetch_bytes(&self.placed[k + PREFETCH_AHEAD].buffer, 16)
-                prefetch_bytes(&self.placed[k + PREFETCH_AHEAD].gen, 8)
+                prefetch_placement(self.placed[k + PREFETCH_AHEAD])
             t = self.placed[k]
             if t.buffer != NULL and t.buffer.allocator == <void *>self:
                 t.buffer = NULL
                 t.data = NULL
-                tensor_changed(t)
+                t.gen = stamp
         self.n_placed = 0
         self.placed_owner = None
         return 0
@@ -997,22 +998,22 @@ cdef class GraphAllocator:
         cdef int k
         cdef ggml_tensor * t
         cdef ggml_backend_buffer * b
+        cdef uint64_t stamp
         self.unplace()
         for k in range(self.n_buffers * GGML_VBUFFER_MAX_CHUNKS):
             buffer_reset(self.c_chunks[k])          # ggml_backend_buffer_reset
         self.placed_owner = owner
         while self.placed_cap < n:
             self.grow_placed()
+        stamp = new_epoch()
         for k in range(n):
             if k + PREFETCH_AHEAD < n:
-                t = _recorded_tensor(graph, &places[k + PREFETCH_AHEAD])
-                prefetch_bytes(&t.buffer, 16)
-                prefetch_bytes(&t.gen, 8)
+                prefetch_placement(_recorded_tensor(graph, &places[k + PREFETCH_AHEAD]))
             t = _recorded_tensor(graph, &places[k])
             b = places[k].buffer
             t.buffer = b
             t.data = places[k].data
-            tensor_changed(t)
+            t.gen = stamp
             if b.allocator == <void *>self:
                 self.placed[self.n_placed] = t
                 self.n_placed += 1

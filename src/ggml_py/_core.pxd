@@ -153,7 +153,13 @@ cdef inline void prefetch_bytes(const void * p, size_t n) noexcept nogil:
     while off < n:
         __builtin_prefetch(c + off)
         off += 64
-    __builtin_prefetch(c + n - 1)
+    if (<size_t>c & 63) + n > off:
+        __builtin_prefetch(c + n - 1)
+
+cdef inline void prefetch_placement(const ggml_tensor * t) noexcept nogil:
+    """... of what placing or unplacing t writes: buffer and data, and the stamp."""
+    __builtin_prefetch(&t.buffer)
+    __builtin_prefetch(&t.gen)
 
 # ---- graph ----
 cdef inline bint ggml_is_node_from(const ggml_cgraph * g, const ggml_tensor * t, int i) noexcept nogil:
@@ -206,6 +212,7 @@ cdef int layout_changed(ggml_tensor * t) except -1
 cdef uint64_t world_epoch() noexcept nogil
 cdef uint64_t buffers_epoch() noexcept nogil      # the last stamp of any buffer (b.gen)
 cdef void tensor_changed(ggml_tensor * t) noexcept nogil
+cdef uint64_t new_epoch() noexcept nogil    # one stamp for tensors changed together
 cdef void world_changed() noexcept nogil
 cdef void buffer_changed(ggml_backend_buffer * b) noexcept nogil
 cdef uint64_t graph_changed() noexcept nogil

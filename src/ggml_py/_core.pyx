@@ -752,6 +752,14 @@ cdef void tensor_changed(ggml_tensor * t) noexcept nogil:
     t.gen = _epoch
 
 
+cdef uint64_t new_epoch() noexcept nogil:
+    """A stamp for a batch of tensors changed together (each t.gen = it), as if each
+    had called tensor_changed: a plan sees all of them changed or none."""
+    global _epoch
+    _epoch += 1
+    return _epoch
+
+
 cdef void buffer_changed(ggml_backend_buffer * b) noexcept nogil:
     global _epoch, _buffers_epoch
     _epoch += 1
