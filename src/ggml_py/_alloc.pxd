@@ -58,7 +58,8 @@ cdef struct node_alloc:
 # graph.leafs[~index], pointed at data in buffer (the scheduler's graph reuse replays these)
 cdef struct recorded_place:
     int index
-    bint by_address             # placed at an address of its own (else a view, initialised)
+    bint own                    # in this allocator's buffers (else a view of other memory)
+    bint init                   # placed by address in a buffer whose init_tensor slot runs
     ggml_backend_buffer * buffer
     char * data
 

@@ -983,10 +983,12 @@ cdef class GraphAllocator:
             if t.buffer == NULL or not (t.view_src != NULL or placed_here(self, t)):
                 continue
             out[n].index = i
-            out[n].by_address = t.view_src == NULL
+            out[n].own = placed_here(self, t)
+            out[n].init = (out[n].own and t.view_src == NULL and t.buffer.pyobj != NULL
+                           and (<Buffer>t.buffer.pyobj)._has_init_tensor)
             out[n].buffer = t.buffer
             out[n].data = t.data
-            n_own += placed_here(self, t)
+            n_own += out[n].own
             n += 1
         return n if n_own == self.n_placed else -1
 
@@ -994,7 +996,8 @@ cdef class GraphAllocator:
                              object owner) except -1:
         """c_alloc_graph of a graph equal to the one c_record_places described (the same
         plan, unplaced tensors where it had them, the same memory elsewhere), by writing
-        the recorded places: the placements it would make, without walking the plan."""
+        the recorded places: the placements it would make, without walking the plan.
+        (The caller checked that the chunks are the ones recorded.)"""
         cdef int k
         cdef ggml_tensor * t
         cdef ggml_backend_buffer * b
@@ -1014,10 +1017,10 @@ cdef class GraphAllocator:
             t.buffer = b
             t.data = places[k].data
             t.gen = stamp
-            if b.allocator == <void *>self:
+            if places[k].own:
                 self.placed[self.n_placed] = t
                 self.n_placed += 1
-                if places[k].by_address and b.pyobj != NULL and (<Buffer>b.pyobj)._has_init_tensor:
+                if places[k].init:
                     (<Buffer>b.pyobj).init_tensor(tensor_handle(t))
         return 1
 
