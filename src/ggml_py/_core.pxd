@@ -144,7 +144,7 @@ cdef extern from *:
     void __builtin_prefetch(const void * addr) noexcept nogil
 
 cdef enum:
-    PREFETCH_AHEAD = 8      # tensors a pass asks for before it reads them
+    PREFETCH_AHEAD = 16     # tensors a pass asks for before it reads them
 
 cdef inline void prefetch_bytes(const void * p, size_t n) noexcept nogil:
     """Ask for the cache lines of [p, p + n) (n > 0) ahead of reading them."""
