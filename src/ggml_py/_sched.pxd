@@ -1,7 +1,7 @@
 # Scheduler core: port of ggml_backend_sched's state and split (ggml-backend.cpp).
 # See _sched.pyx for details.
 
-from libc.stdint cimport uint8_t, int32_t, uint32_t, int64_t, uint64_t, intptr_t
+from libc.stdint cimport uint8_t, int32_t, uint32_t, int64_t, uint64_t
 from ggml_py._ggml cimport *
 from ggml_py._core cimport Context, Graph
 from ggml_py._alloc cimport GraphAllocator, recorded_place
