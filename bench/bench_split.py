@@ -129,6 +129,12 @@ def _bench_size(n_nodes, as_json, server):
                 lambda: ref.time_reserve(few), rounds)
             # ggml's split + reserve_n + gallocr_alloc_graph, from its public calls
             ggml_reserve_us = ggml_sched_reserve_us + ggml_alloc_us - ggml_us
+            # level 2 (a rebuilt graph of equal structure, built in Python, untimed)
+            # against ggml's split, round by round
+            other = build()
+            rebuilt_us, ggml_split_again_us = _paired(
+                lambda: sched.time_rebuilt_reuse(graph, other, few),
+                lambda: ref.time_split(few), rounds)
             row.update(ggml="measured", ggml_n_splits=ref.n_splits)
         finally:
             ref.close()
@@ -138,16 +144,19 @@ def _bench_size(n_nodes, as_json, server):
                    ggml_alloc_graph_us=round(ggml_alloc_us, 1),
                    alloc_ratio=round(alloc_us / ggml_alloc_us, 3),
                    ggml_alloc_reserve_us=round(ggml_reserve_us, 1),
-                   alloc_reserve_ratio=round(reserve_us / ggml_reserve_us, 3))
+                   alloc_reserve_ratio=round(reserve_us / ggml_reserve_us, 3),
+                   ggml_split_us_beside_rebuilt=round(ggml_split_again_us, 1))
     else:
         us = statistics.median(sched.time_split(graph, reps * rounds))
         ggml_per_node = _issue_per_node(graph.n_nodes)
         row.update(ggml="issue 11" if ggml_per_node else None)
         reserve_us = statistics.median(sched.time_alloc(graph, 3 if big else 5, reserve=True))
+        # level 2: a rebuilt graph of equal structure (built in Python, untimed)
+        rebuilt_us = statistics.median(sched.time_rebuilt_reuse(graph, build(), 5 if big else 21))
     reuse_us = statistics.median(sched.time_reuse(graph, 101))
-    # level 2: a rebuilt graph of equal structure (built in Python, untimed)
-    rebuilt_us = statistics.median(sched.time_rebuilt_reuse(graph, build(), 5 if big else 21))
     ggml_split_us = None if ggml_per_node is None else ggml_per_node * graph.n_nodes
+    if server is not None:
+        ggml_split_us = ggml_split_again_us         # measured alongside the rebuilt graphs
     row.update(split_us_median=round(us, 1), split_us_per_node=round(us / graph.n_nodes, 4),
                ggml_split_us_per_node=None if ggml_per_node is None else round(ggml_per_node, 4),
                split_ratio=None if ggml_per_node is None else

@@ -280,3 +280,128 @@ def test_time_rebuilt_reuse_times_level_2_only():
     node.set_op_params([node.op_params[0] + 1] + list(node.op_params[1:]))
     with pytest.raises(GgmlPyError, match="reused the plan"):
         sched.time_rebuilt_reuse(graph, other, 2)
+
+
+# ---------------------------------------------------------------------------
+# what a reuse leaves out: the allocator's walk (its placements are replayed) and the
+# re-keying of the hash set (done when something reads it)
+
+
+def _one_backend_scheduler(buffer_class):
+    from ggml_py._backend import Backend, BufferType, host_buffer
+    from ggml_py.sched import Scheduler
+
+    class HostType(BufferType):
+        def alloc_buffer(self, size):
+            mem = host_buffer(self, size)
+            return buffer_class(self, size, mem.base, memory=mem.memory)
+
+    return Scheduler([Backend("CPU", HostType("T", alignment=32, is_host=True), "cpu")],
+                     graph_size=64)
+
+
+def _small_graph(duplicate=False):
+    """x -> h = x + x -> a view v of h -> y = 2 * v, z = 2 * v; where `duplicate`, y
+    in z's place too (a graph that lists one tensor at two places, each of them as
+    the other graph has it)."""
+    from ggml_py import Context, Graph, ops
+    ctx = Context()
+    x = ctx.new_tensor("f32", (4, 16), name="x").set_input()
+    v = ops.view_1d(ctx, ops.add(ctx, x, x), 8, 0)
+    y = ops.scale(ctx, v, 2.0).set_output()
+    z = ops.scale(ctx, v, 2.0).set_output()
+    g = Graph(64).build_forward_expand(y).build_forward_expand(z)
+    if not duplicate:
+        return g
+    nodes = list(g.nodes)
+    return Graph.from_lists(nodes[:-1] + [nodes[-2]], list(g.leafs), allow_duplicates=True)
+
+
+def test_a_replayed_allocation_runs_the_init_tensor_slot_as_alloc_graph_does():
+    from ggml_py._backend import Buffer
+    seen = []
+
+    class Tracking(Buffer):
+        def init_tensor(self, tensor):
+            seen.append(tensor.name)
+
+    sched = _one_backend_scheduler(Tracking)
+    fresh = _one_backend_scheduler(Buffer)          # (a new backend is a change to plans)
+    fresh.graph_reuse = False
+    assert sched.alloc_graph(_small_graph())
+    first = sorted(seen)
+    assert first                                    # (views are not initialised)
+    for step in range(1, 3):
+        seen.clear()
+        sched.reset()
+        graph = _small_graph()
+        assert sched.alloc_graph(graph) and sched.n_graph_rebuilt_reuses == step
+        assert sorted(seen) == first
+        fresh.reset()
+        twin = _small_graph()
+        assert fresh.alloc_graph(twin)
+        assert _state(sched, graph) == _state(fresh, twin)
+
+
+def test_a_reused_plan_answers_for_the_new_graphs_tensors():
+    case = load_case(str(PLANNED[0].values[0]))
+    sched = scheduler_for_case(case)
+    assert sched.alloc_graph(case.graph)
+    again = case.rebuilt()
+    assert _step(sched, again) and sched.n_graph_rebuilt_reuses == 1
+    twin = case.rebuilt()
+    fresh = scheduler_for_case(twin)
+    assert fresh.alloc_graph(twin.graph)
+    tensors, twins = again.graph.nodes + again.graph.leafs, twin.graph.nodes + twin.graph.leafs
+
+    def answers(s, ts):
+        return [(getattr(s.get_tensor_backend(t), "name", None), s.get_cause(t)) for t in ts]
+
+    assert answers(sched, tensors) == answers(fresh, twins)
+    assert all(sched.get_tensor_backend(t) is None for t in case.graph.nodes)
+    # and the next split of the same graph, without a reset, keeps those assignments
+    sched.split_graph(again.graph)
+    fresh.split_graph(twin.graph)
+    assert _state(sched, again.graph) == _state(fresh, twin.graph)
+
+
+def test_a_graph_with_a_tensor_at_two_places_is_planned_afresh():
+    from ggml_py._backend import Buffer
+    sched = _one_backend_scheduler(Buffer)
+    fresh = _one_backend_scheduler(Buffer)
+    assert sched.alloc_graph(_small_graph())
+    sched.reset()
+    assert sched.alloc_graph(_small_graph()) and sched.n_graph_rebuilt_reuses == 1
+    sched.reset()
+    graph, twin = _small_graph(duplicate=True), _small_graph(duplicate=True)
+    try:
+        ok = fresh.alloc_graph(twin)
+    except GgmlPyError as e:
+        with pytest.raises(type(e)):
+            sched.alloc_graph(graph)
+    else:
+        assert sched.alloc_graph(graph) == ok
+        assert _state(sched, graph) == _state(fresh, twin)
+    assert sched.n_graph_rebuilt_reuses == 1
+
+
+def test_every_tensor_keeps_the_layout_id_of_its_fields():
+    """The compare takes equal layout ids for equal type, ne, nb and op_params: every
+    way of making or changing a tensor keeps its id that of its fields."""
+    from ggml_py import Context, ops
+    from ggml_py._core import layout_is_current
+    ctx = Context()
+    x = ctx.new_tensor("f32", (4, 16), name="x")
+    w = ops.new_tensor_2d(ctx, "f16", 16, 8)
+    made = [x, w, ops.view_1d(ctx, x, 8, 4), ops.view_2d(ctx, x, 8, 2, 64, 0),
+            ops.transpose(ctx, x), ops.permute(ctx, x, 1, 0, 2, 3), ops.reshape_2d(ctx, x, 8, 8),
+            ops.cont(ctx, ops.transpose(ctx, x)), ops.scale(ctx, x, 2.0), ops.mul_mat(ctx, w, x),
+            ops.view_tensor(ctx, x), ops.cpy(ctx, x, ctx.new_tensor("f32", (4, 16)))]
+    assert all(layout_is_current(t) for t in made)
+    assert len({tuple(t.ne) + tuple(t.nb) for t in made}) > 1
+    before = [t for t in made]
+    y = made[8]
+    y.set_op_params([7] + y.op_params[1:])
+    x.ne = (1, 1, 8, 8)
+    x.nb = (4, 32, 256, 256)
+    assert all(layout_is_current(t) for t in before + [y, x])

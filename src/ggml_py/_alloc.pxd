@@ -91,6 +91,15 @@ cdef enum:
     SRC_NONE = -1               # no source, or no plan (a view, data from outside)
     SRC_OUTSIDE = -2
 
+# where alloc_graph left one tensor of a graph: graph.nodes[index] (index >= 0) or
+# graph.leafs[~index], pointed at data in buffer (the scheduler's graph reuse replays these)
+cdef struct recorded_place:
+    int index
+    bint own                    # in this allocator's buffers (else a view of other memory)
+    bint init                   # placed by address in a buffer whose init_tensor slot runs
+    ggml_backend_buffer * buffer
+    char * data
+
 cdef bint ggml_op_can_inplace(int op) noexcept nogil
 
 
@@ -156,6 +165,9 @@ cdef class GraphAllocator:
                             const int * leaf_buffer_ids, size_t * sizes) except -1
     cdef int c_alloc_graph(self, ggml_cgraph * graph, object owner, bint fits=*) except -1
     cdef size_t c_buffer_size(self, int buffer_id) except? 0
+    cdef int c_record_places(self, ggml_cgraph * graph, recorded_place * out) except -1
+    cdef int c_replay_places(self, ggml_cgraph * graph, const recorded_place * places, int n,
+                             object owner) except -1
 
     # internals
     cdef int grow_placed(self) except -1

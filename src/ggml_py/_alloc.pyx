@@ -21,13 +21,15 @@ assert or crash, this port raises instead and stays usable.
 cimport cython
 from libc.stdlib cimport calloc, free
 from libc.string cimport memset
-from libc.stdint cimport int32_t, int64_t, INT64_MIN, SIZE_MAX
+from libc.stdint cimport int32_t, int64_t, uint64_t, INT64_MIN, SIZE_MAX
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (prefetch, prefetch_sources, PREFETCH_AHEAD, tensor_changed, size_arg, index_arg, items_arg, tensor_name,
-                            ggml_graph_check_order,
-                            GGML_PY_MAX_BYTES, ggml_nbytes, tensor_handle,
-                            Tensor, Graph, safe_realloc)
+from ggml_py._core cimport (prefetch, prefetch_sources, prefetch_placement, PREFETCH_AHEAD,
+                            tensor_changed, size_arg, index_arg, items_arg, tensor_name,
+                            ggml_graph_check_order, GGML_PY_MAX_BYTES, ggml_nbytes,
+                            ggml_hash_set_init, ggml_hash_set_free, ggml_hash_set_reset,
+                            ggml_hash_find_or_insert, tensor_handle, Tensor, Graph,
+                            safe_realloc, new_epoch)
 from ggml_py._backend cimport (BufferType, Buffer, _live, buffer_reset, tensor_alloc_at,
                                view_init_c)
 
@@ -382,6 +384,10 @@ cdef inline int record_placed(GraphAllocator galloc, ggml_tensor * t) except -1:
     return 0
 
 
+cdef inline ggml_tensor * _recorded_tensor(ggml_cgraph * graph, const recorded_place * p) noexcept:
+    return graph.nodes[p.index] if p.index >= 0 else graph.leafs[~p.index]
+
+
 @cython.final
 cdef class GraphAllocator:
     """Plans and allocates the compute memory of graphs (ggml_gallocr).
@@ -488,14 +494,15 @@ cdef class GraphAllocator:
         allocator's (the tensor was not placed elsewhere since)."""
         cdef int k
         cdef ggml_tensor * t
+        cdef uint64_t stamp = new_epoch() if self.n_placed else 0
         for k in range(self.n_placed):
             if k + PREFETCH_AHEAD < self.n_placed:
-                _prefetch_placement(self.placed[k + PREFETCH_AHEAD])
+                prefetch_placement(self.placed[k + PREFETCH_AHEAD])
             t = self.placed[k]
             if t.buffer != NULL and t.buffer.allocator == <void *>self:
                 t.buffer = NULL
                 t.data = NULL
-                tensor_changed(t)
+                t.gen = stamp
         self.n_placed = 0
         self.placed_owner = None
         return 0
@@ -1033,11 +1040,11 @@ cdef class GraphAllocator:
         self.placed_owner = owner
         for i in range(graph.n_leafs):
             if i + PREFETCH_AHEAD < graph.n_leafs:
-                _prefetch_placement(graph.leafs[i + PREFETCH_AHEAD])
+                prefetch_placement(graph.leafs[i + PREFETCH_AHEAD])
             self.init_tensor(graph.leafs[i], &self.leaf_allocs[i])
         for i in range(n):
             if i + PREFETCH_AHEAD < n:
-                _prefetch_placement(graph.nodes[i + PREFETCH_AHEAD])
+                prefetch_placement(graph.nodes[i + PREFETCH_AHEAD])
             node = graph.nodes[i]
             na = &self.node_allocs[i]
             for j in range(GGML_MAX_SRC):
@@ -1049,6 +1056,59 @@ cdef class GraphAllocator:
                     continue
                 self.init_tensor(node.src[j], self.src_alloc(src))
             self.init_tensor(node, &na.dst)
+        return 1
+
+    cdef int c_record_places(self, ggml_cgraph * graph, recorded_place * out) except -1:
+        """What the last c_alloc_graph of `graph` left in its leafs and nodes: out[k] (room
+        for n_leafs + n_nodes) for each one placed in this allocator's buffers or a view
+        initialised in any buffer. Returns their number, or -1 where they are not all
+        that alloc_graph placed (a placed tensor that is no leaf or node of the graph)."""
+        cdef int i, n = 0, n_own = 0
+        cdef ggml_tensor * t
+        for i in range(-graph.n_leafs, graph.n_nodes):
+            t = graph.nodes[i] if i >= 0 else graph.leafs[~i]
+            if t.buffer == NULL or not (t.view_src != NULL or placed_here(self, t)):
+                continue
+            out[n].index = i
+            out[n].own = placed_here(self, t)
+            out[n].init = (out[n].own and t.view_src == NULL and t.buffer.pyobj != NULL
+                           and (<Buffer>t.buffer.pyobj)._has_init_tensor)
+            out[n].buffer = t.buffer
+            out[n].data = t.data
+            n_own += out[n].own
+            n += 1
+        return n if n_own == self.n_placed else -1
+
+    cdef int c_replay_places(self, ggml_cgraph * graph, const recorded_place * places, int n,
+                             object owner) except -1:
+        """c_alloc_graph of a graph equal to the one c_record_places described (the same
+        plan, unplaced tensors where it had them, the same memory elsewhere), by writing
+        the recorded places: the placements it would make, without walking the plan.
+        (The caller checked that the chunks are the ones recorded.)"""
+        cdef int k
+        cdef ggml_tensor * t
+        cdef ggml_backend_buffer * b
+        cdef uint64_t stamp
+        self.unplace()
+        for k in range(self.n_buffers * GGML_VBUFFER_MAX_CHUNKS):
+            buffer_reset(self.c_chunks[k])          # ggml_backend_buffer_reset
+        self.placed_owner = owner
+        while self.placed_cap < n:
+            self.grow_placed()
+        stamp = new_epoch()
+        for k in range(n):
+            if k + PREFETCH_AHEAD < n:
+                prefetch_placement(_recorded_tensor(graph, &places[k + PREFETCH_AHEAD]))
+            t = _recorded_tensor(graph, &places[k])
+            b = places[k].buffer
+            t.buffer = b
+            t.data = places[k].data
+            t.gen = stamp
+            if places[k].own:
+                self.placed[self.n_placed] = t
+                self.n_placed += 1
+                if places[k].init:
+                    (<Buffer>b.pyobj).init_tensor(tensor_handle(t))
         return 1
 
     cdef size_t c_buffer_size(self, int buffer_id) except? 0:
@@ -1186,12 +1246,6 @@ cdef inline void _prefetch_tensor(const ggml_tensor * t) noexcept nogil:
     prefetch(t)
     prefetch(&t.ne[0])
     prefetch(&t.nb[GGML_MAX_DIMS - 1])
-
-
-cdef inline void _prefetch_placement(const ggml_tensor * t) noexcept nogil:
-    """Ask for what placing or unplacing a tensor writes (data and buffer, its stamp)."""
-    prefetch(t)
-    prefetch(&t.gen)
 
 
 cdef inline ggml_tensor * _graph_tensor(const ggml_cgraph * graph, int pos) noexcept nogil:

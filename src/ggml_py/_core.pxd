@@ -139,24 +139,41 @@ cdef void ggml_set_name(ggml_tensor * t, const char * name) noexcept nogil
 cdef void ggml_join_name(ggml_tensor * t, const char * a, const char * b, const char * c,
                          const char * d) noexcept nogil
 
-# ---- graph ----
-# prefetching: the sweeps over a graph's tensor structs (scattered in memory) ask for the
-# lines they will read a few tensors ahead instead of waiting for each
+# ---- passes over tensors that are not in the caches ----
+# The sweeps over a graph's tensor structs (scattered in memory) ask for the lines they
+# will read a few tensors ahead instead of waiting for each.
 cdef extern from *:
     void prefetch "__builtin_prefetch" (const void * p) noexcept nogil
 
 cdef enum:
-    PREFETCH_AHEAD = 8      # tensors: enough lines in flight to cover a miss
+    PREFETCH_AHEAD = 16     # tensors a pass asks for before it reads them
+
+cdef inline void prefetch_bytes(const void * p, size_t n) noexcept nogil:
+    """Ask for the cache lines of [p, p + n) (n > 0) ahead of reading them."""
+    cdef const char * c = <const char *>p
+    cdef size_t off = 0
+    while off < n:
+        prefetch(c + off)
+        off += 64
+    if (<size_t>c & 63) + n > off:
+        prefetch(c + n - 1)
+
+cdef inline void prefetch_placement(const ggml_tensor * t) noexcept nogil:
+    """... of what placing or unplacing t writes: buffer and data, and the stamp."""
+    prefetch(&t.buffer)
+    prefetch(&t.gen)
 
 cdef inline void prefetch_sources(const ggml_tensor * t) noexcept nogil:
-    """The first line of each of t's sources and of its view source: what the split and
-    the allocator read of them (ggml-py-types.h keeps it there)."""
+    """... of the first line of each of t's sources and of its view source: what the
+    split and the allocator read of them (ggml-py-types.h keeps it there)."""
     cdef int j
     for j in range(GGML_MAX_SRC):
         if t.src[j] != NULL:
             prefetch(t.src[j])
     if t.view_src != NULL:
         prefetch(t.view_src)
+
+# ---- graph ----
 
 cdef inline bint ggml_is_node_from(const ggml_cgraph * g, const ggml_tensor * t, int i) noexcept nogil:
     """Is t a node of g at position i or later? t.order says where the last pass over
@@ -202,8 +219,13 @@ cdef int ggml_build_forward_expand(ggml_cgraph * g, ggml_tensor * t) except -1
 # tensor of its graph (nor their view bases and buffers), the graph and the world
 # carry a stamp above E.
 cdef uint64_t mutation_epoch() noexcept nogil
+cdef enum:
+    LAYOUT_BYTES = 128      # ne, nb and op_params lie side by side in ggml_tensor
+cdef int layout_changed(ggml_tensor * t) except -1
 cdef uint64_t world_epoch() noexcept nogil
+cdef uint64_t buffers_epoch() noexcept nogil      # the last stamp of any buffer (b.gen)
 cdef void tensor_changed(ggml_tensor * t) noexcept nogil
+cdef uint64_t new_epoch() noexcept nogil    # one stamp for tensors changed together
 cdef void world_changed() noexcept nogil
 cdef void buffer_changed(ggml_backend_buffer * b) noexcept nogil
 cdef uint64_t graph_changed() noexcept nogil

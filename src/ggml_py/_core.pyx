@@ -515,6 +515,7 @@ cdef ggml_tensor * ggml_new_tensor_impl(ggml_context * ctx, int type, int n_dims
     # like ggml, a new view has no buffer until it is initialised in one
     t.view_src = view_src
     t.view_offs = view_offs
+    layout_changed(t)
     return t
 
 
@@ -522,6 +523,7 @@ cdef ggml_tensor * ggml_dup_tensor_layout(ggml_context * ctx, const ggml_tensor 
     """A new tensor of src's type and shape with src's strides (ggml-backend.cpp)."""
     cdef ggml_tensor * t = ggml_new_tensor_impl(ctx, src.type, GGML_MAX_DIMS, src.ne, NULL, 0)
     memcpy(t.nb, src.nb, sizeof(t.nb))
+    layout_changed(t)
     return t
 
 
@@ -531,6 +533,7 @@ cdef ggml_tensor * ggml_view_tensor(ggml_context * ctx, ggml_tensor * src) excep
     cdef ggml_tensor * t = ggml_new_tensor_impl(ctx, src.type, GGML_MAX_DIMS, src.ne, src, 0)
     ggml_join_name(t, src.name, b" (view)", b"", b"")
     memcpy(t.nb, src.nb, sizeof(t.nb))
+    layout_changed(t)
     return t
 
 
@@ -709,6 +712,30 @@ cdef int ggml_build_forward_expand(ggml_cgraph * g, ggml_tensor * root) except -
 
 cdef uint64_t _epoch = 0          # the last stamp handed out (any change)
 cdef uint64_t _world_epoch = 0    # the last change outside tensors and graphs
+cdef uint64_t _buffers_epoch = 0  # the last stamp of any buffer
+
+
+cdef dict _layouts = {}           # (type, ne + nb + op_params bytes) -> layout id
+_LAYOUTS_MAX = 1 << 16            # ids handed out at most (then 0: no id)
+
+
+cdef int layout_changed(ggml_tensor * t) except -1:
+    """Give t the id of its type, ne, nb and op_params: every write of those calls this.
+    Ids are never reused, so equal ids are equal layouts (graph reuse compares a
+    tensor's layout by its id); past _LAYOUTS_MAX distinct layouts a tensor gets 0
+    (no id), which is compared field by field."""
+    key = (t.type, (<char *>&t.ne[0])[:LAYOUT_BYTES])
+    cdef object id = _layouts.get(key)
+    if id is None and len(_layouts) < _LAYOUTS_MAX:
+        id = _layouts[key] = len(_layouts) + 1
+    t.layout = 0 if id is None else id
+    return 0
+
+
+def layout_is_current(Tensor tensor not None):
+    """Has the tensor a layout id, and is it that of its fields? (For tests.)"""
+    cdef ggml_tensor * t = tensor.ptr
+    return t.layout != 0 and _layouts.get((t.type, (<char *>&t.ne[0])[:LAYOUT_BYTES])) == t.layout
 
 
 cdef uint64_t mutation_epoch() noexcept nogil:
@@ -719,16 +746,29 @@ cdef uint64_t world_epoch() noexcept nogil:
     return _world_epoch
 
 
+cdef uint64_t buffers_epoch() noexcept nogil:
+    return _buffers_epoch
+
+
 cdef void tensor_changed(ggml_tensor * t) noexcept nogil:
     global _epoch
     _epoch += 1
     t.gen = _epoch
 
 
-cdef void buffer_changed(ggml_backend_buffer * b) noexcept nogil:
+cdef uint64_t new_epoch() noexcept nogil:
+    """A stamp for a batch of tensors changed together (each t.gen = it), as if each
+    had called tensor_changed: a plan sees all of them changed or none."""
     global _epoch
     _epoch += 1
+    return _epoch
+
+
+cdef void buffer_changed(ggml_backend_buffer * b) noexcept nogil:
+    global _epoch, _buffers_epoch
+    _epoch += 1
     b.gen = _epoch
+    _buffers_epoch = _epoch
 
 
 cdef inline bint _stamped_after(const ggml_tensor * t, uint64_t epoch) noexcept nogil:
@@ -946,6 +986,7 @@ cdef class Context:
         if strides is not None:
             for i in range(4):
                 t.nb[i] = strides[i]
+        layout_changed(t)
         if bname is not None:
             ggml_set_name(t, bname)
         # sources from other contexts stay alive as long as this one
@@ -1064,6 +1105,7 @@ cdef class Tensor:
         check_extent(self.type, ne, self.nb, f"tensor '{self.name}'")
         for i in range(4):
             self.ptr.ne[i] = ne[i]
+        layout_changed(self.ptr)
         tensor_changed(self.ptr)
 
     @property
@@ -1080,6 +1122,7 @@ cdef class Tensor:
         check_extent(self.type, self.ne, nb, f"tensor '{self.name}'")
         for i in range(4):
             self.ptr.nb[i] = nb[i]
+        layout_changed(self.ptr)
         tensor_changed(self.ptr)
 
     @property
@@ -1149,6 +1192,7 @@ cdef class Tensor:
                   for p in items_arg(params, "op_params", None, GGML_MAX_OP_PARAMS)]
         for i in range(GGML_MAX_OP_PARAMS):
             self.ptr.op_params[i] = params[i] if i < len(params) else 0
+        layout_changed(self.ptr)
         tensor_changed(self.ptr)
 
     @property

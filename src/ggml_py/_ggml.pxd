@@ -34,6 +34,7 @@ cdef extern from "ggml_py/ggml-py-types.h":
         int32_t op
         int32_t flags
         int32_t order
+        int32_t layout
         ggml_tensor * src[GGML_MAX_SRC]
         ggml_tensor * view_src
         ggml_backend_buffer * buffer

@@ -1,10 +1,10 @@
 # Scheduler core: port of ggml_backend_sched's state and split (ggml-backend.cpp).
 # See _sched.pyx for details.
 
-from libc.stdint cimport uint8_t, int32_t, int64_t, uint64_t, intptr_t
+from libc.stdint cimport uint8_t, int32_t, uint32_t, int64_t, uint64_t
 from ggml_py._ggml cimport *
 from ggml_py._core cimport Context, Graph
-from ggml_py._alloc cimport GraphAllocator
+from ggml_py._alloc cimport GraphAllocator, recorded_place
 
 # why a tensor got its backend (ggml's SET_CAUSE, kept on the object here)
 cdef enum:
@@ -69,29 +69,31 @@ cdef struct sched_rewiring:
     int src
 
 # graph reuse, level 2: a tensor of the planned graph as the plan depends on it. Tensors
-# are named by reference: (i << 2) | REF_NODE, (k << 2) | REF_LEAF, or the address of a
-# tensor outside the graph (NULL: none)
+# are named by reference: an index in the table of the compared graph's tensors
+# [NULL, nodes, leafs, tensors outside the graph] (0: none)
 cdef enum:
-    REF_NODE = 1
-    REF_LEAF = 2
+    FP_LAYOUT_WORDS = 16    # ne, nb and op_params: 128 bytes side by side in ggml_tensor
+    FP_TENSOR_BYTES = 128   # what the compare reads of a tensor with a layout id
 
 cdef struct fp_tensor:
-    int op
-    int flags
+    uint64_t head                   # op and flags (the tensor's first 8 bytes)
+    uint32_t src[GGML_MAX_SRC]
+    uint32_t view_src
+    uint32_t layout                 # index in fp_layouts
+    int32_t layout_id               # the tensor's (t.layout; 0: none, compare fp_layouts')
+    ggml_backend_buffer * buffer    # memory before the allocation, as buffer and data
+    char * data                     # hold it: none (NULL, NULL), an address (NULL, data)
+    size_t view_offs                # or in a buffer; and a view's offset
+
+# type, ne, nb and op_params of a tensor: the few distinct ones of a graph, shared
+cdef struct fp_layout:
     int type
-    size_t view_offs
-    intptr_t view_src
-    intptr_t src[GGML_MAX_SRC]
-    ggml_backend_buffer * memory    # pre-allocated: its buffer (else NULL) ...
-    size_t offset                   # ... and data offset in it
-    int64_t ne[GGML_MAX_DIMS]
-    size_t nb[GGML_MAX_DIMS]
-    int32_t op_params[GGML_MAX_OP_PARAMS]
+    uint64_t words[FP_LAYOUT_WORDS]
 
 # a key of the hash set, by reference
 cdef struct fp_entry:
     Py_ssize_t slot
-    intptr_t ref
+    uint32_t ref
 
 cdef class SchedCore:
     # backends, in priority order (the last one is the CPU)
@@ -203,15 +205,22 @@ cdef class SchedCore:
     cdef fp_tensor * fp_tensors                 # [fp_n_nodes + fp_n_leafs]: nodes, leafs
     cdef int fp_n_nodes
     cdef int fp_n_leafs
+    cdef fp_layout * fp_layouts                 # [fp_n_layouts]
+    cdef int fp_n_layouts
+    cdef ggml_backend_buffer ** fp_buffers      # [fp_n_buffers]: of the pre-allocated ones
+    cdef int fp_n_buffers
+    # the reference tables: of the graph compared last, and of the one re-pointed to last
+    cdef ggml_tensor ** fp_table                # [1 + fp_n_nodes + fp_n_leafs + fp_n_outside]
+    cdef ggml_tensor ** fp_cur_table            # (the hash set's keys, when re-keyed)
     cdef fp_entry * fp_entries                  # [fp_n_entries]: every key of the hash set
     cdef int fp_n_entries
     cdef int * fp_tmp_ids                       # [fp_n_entries]: their values while the
     cdef uint8_t * fp_tmp_causes                # set is re-made
     cdef ggml_tensor ** fp_tmp_copies           # [fp_n_entries][n_backends][n_copies]
-    cdef intptr_t * fp_inputs                   # [fp_n_inputs]: the splits' inputs
+    cdef uint32_t * fp_inputs                   # [fp_n_inputs]: the splits' inputs
     cdef char * fp_input_names                  # [fp_n_inputs][GGML_MAX_NAME]: copies are
     cdef int fp_n_inputs                        # named after them
-    cdef intptr_t * fp_arena_of                 # [fp_n_arena]: what each arena tensor is of
+    cdef uint32_t * fp_arena_of                 # [fp_n_arena]: what each arena tensor is of
     cdef int fp_n_arena
     cdef sched_rewiring * fp_rewirings          # [fp_n_rewirings]: node, src and copy
     cdef int fp_n_rewirings
@@ -219,6 +228,16 @@ cdef class SchedCore:
     cdef int fp_n_outside
     cdef list fp_keep                           # ... kept alive (their handles)
     cdef list fp_assignments                    # [(ref, backend id)] of plan_assignments
+    cdef int * fp_input_entries                 # [fp_n_inputs]: each input's fp_entries index
+    # the allocation, replayed for an equal graph: where it left the graph copy's leafs
+    # and nodes (-1: not replayable), and the allocator's chunks it points into
+    cdef recorded_place * fp_places             # [fp_n_places]
+    cdef int fp_n_places
+    cdef ggml_backend_buffer ** fp_chunks       # [galloc.n_buffers * GGML_VBUFFER_MAX_CHUNKS]
+    # the hash set is re-keyed when read (fp_ensure_keys), not at each re-pointing: while
+    # keys_stale, its keys are an earlier graph's, fp_entries say where each entry is,
+    # and fp_cur_table names the tensors of the graph re-pointed to last
+    cdef bint keys_stale
     # the memory of each leaf, then node, as pass 1 saw it (before the allocation)
     cdef ggml_backend_buffer ** pre_memory      # [pre_capacity]
     cdef size_t * pre_offset                    # [pre_capacity]

@@ -11,25 +11,25 @@ scheduler stays usable.
 
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset, memcpy, memcmp, strncmp
-from libc.stdint cimport uint8_t, uint64_t, intptr_t
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (prefetch, prefetch_sources, PREFETCH_AHEAD, Context, Tensor, Graph, ggml_join_name, tensor_handle, tensor_name,
                             ggml_hash_set_init, ggml_hash_set_free, ggml_hash_set_reset,
                             ggml_hash_find_or_insert, ggml_hash_find, ggml_bitset_get,
-                            ggml_bitset_set, world_epoch,
+                            ggml_bitset_set, world_epoch, buffers_epoch,
                             ggml_is_view_op, ggml_dup_tensor_layout, ggml_view_tensor,
                             ggml_context_reset, ggml_context_tensor, ggml_is_node_from,
                             ggml_views_computed_node, leaf_view_message,
                             ggml_hash_size, ggml_context, ggml_is_computed_from,
                             ggml_computes, OP_NONE, mutation_epoch, tensor_changed,
-                            graph_unchanged_since,
+                            graph_unchanged_since, prefetch_bytes, PREFETCH_AHEAD, LAYOUT_BYTES,
                             order_message,
                             checked_calloc, safe_realloc, int_arg, index_arg, OP_ROPE)
 from ggml_py._backend cimport (Backend, BufferType, backend_supports_op, backend_supports_buft,
                                backend_offload_op)
 
-from ggml_py._alloc cimport GraphAllocator
+from ggml_py._alloc cimport GraphAllocator, recorded_place, GGML_VBUFFER_MAX_CHUNKS
 
 from ggml_py._core import OP_NAMES_LIST as _OP_NAMES_LIST
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, GraphError,
@@ -783,6 +783,7 @@ cdef void clear_tables(SchedCore s) noexcept:
     memset(s.hv_tensor_copies, 0,
            s.hash_set.size * s.n_backends * s.n_copies * sizeof(ggml_tensor *))
     s.tables_fresh = True
+    s.keys_stale = False
 
 
 cdef int sched_reset(SchedCore s) except -1:
@@ -836,9 +837,14 @@ cdef bint try_reuse(SchedCore s, Graph g) except -1:
 # The plan's graph is described once (its fingerprint: every node and leaf as the
 # split and the allocator read it, sources and views by position), and a new graph is
 # compared with it in one pass over its nodes and leafs. An equal graph then gets the
-# plan re-pointed at its own tensors: the hash set's keys, the splits' inputs, the
-# graph copy, the arena's copies and dependency views, and the rewiring of pass 5; the
-# allocation is that of a fresh split (the allocator's alloc_graph on the graph copy).
+# plan re-pointed at its own tensors: the splits' inputs, the graph copy, the arena's
+# copies and dependency views, and the rewiring of pass 5; the hash set's keys when
+# they are next read; and the allocation a fresh split would get, replayed from the
+# one recorded.
+#
+# Tensors are named by reference: an index in a table of the compared graph's tensors,
+# [NULL, its nodes, its leafs, the tensors outside the plan's graph that it reads]
+# (fp_table), so that comparing a source is one load, and no decoding.
 
 cdef enum:
     FP_NONE = 0         # no plan to describe (or one a level-2 reuse cannot take)
@@ -846,19 +852,28 @@ cdef enum:
     FP_BUILT = 2
 
 
-cdef inline ggml_tensor * fp_decode(ggml_cgraph * g, intptr_t ref) noexcept:
-    """The tensor of g a reference names."""
-    cdef intptr_t tag = ref & 3
-    if tag == REF_NODE:
-        return g.nodes[ref >> 2]
-    if tag == REF_LEAF:
-        return g.leafs[ref >> 2]
-    return <ggml_tensor *>ref
+cdef int fp_check_layout() except -1:
+    """The compare reads op and flags as one word, ne, nb and op_params as one block, and
+    what it reads of every tensor within its first FP_TENSOR_BYTES."""
+    cdef ggml_tensor t
+    cdef char * base = <char *>&t
+    if not (<char *>&t.op == base and <char *>&t.flags == base + 4
+            and <char *>&t.op_params[GGML_MAX_OP_PARAMS] == <char *>&t.ne[0] + FP_LAYOUT_WORDS * 8
+            and FP_LAYOUT_WORDS * 8 == LAYOUT_BYTES
+            and <char *>&t.src[GGML_MAX_SRC] <= base + FP_TENSOR_BYTES
+            and <char *>(&t.layout + 1) <= base + FP_TENSOR_BYTES
+            and <char *>(&t.view_src + 1) <= base + FP_TENSOR_BYTES
+            and <char *>(&t.buffer + 1) <= base + FP_TENSOR_BYTES
+            and <char *>(&t.data + 1) <= base + FP_TENSOR_BYTES):
+        raise ImportError("ggml_py._sched: ggml_tensor's layout is not the one graph reuse reads")
+    return 0
+
+fp_check_layout()
 
 
-cdef intptr_t fp_ref(SchedCore s, const intptr_t * refs, ggml_tensor * t) except? -1:
-    """The reference of t in the plan's graph: refs gives a reference per hash slot
-    (0: none); any other tensor is named by its address and kept alive."""
+cdef uint32_t fp_ref(SchedCore s, const uint32_t * refs, ggml_tensor * t) except? 0xffffffff:
+    """The reference of t in the plan's graph: refs gives one per hash slot (0: none);
+    any other tensor is an outside one, named by its place in fp_outside (kept alive)."""
     cdef size_t h
     if t == NULL:
         return 0
@@ -870,25 +885,76 @@ cdef intptr_t fp_ref(SchedCore s, const intptr_t * refs, ggml_tensor * t) except
     s.fp_outside[s.fp_n_outside] = t
     s.fp_n_outside += 1
     s.fp_keep.append(tensor_handle(t))
-    return <intptr_t>t
+    return 1 + s.fp_n_nodes + s.fp_n_leafs + s.fp_n_outside - 1
 
 
-cdef int fp_record(SchedCore s, const intptr_t * refs, ggml_tensor * t, fp_tensor * r,
-                   int pre) except -1:
+cdef int fp_record(SchedCore s, const uint32_t * refs, ggml_tensor * t, fp_tensor * r,
+                   int pre, dict layouts) except -1:
+    """Describe t; pre is its index in pass 1's pre_memory / pre_offset."""
     cdef int j
-    r.op = t.op
-    r.flags = t.flags
-    r.type = t.type
-    r.view_offs = t.view_offs
-    r.view_src = fp_ref(s, refs, t.view_src)
+    cdef ggml_backend_buffer * memory = s.pre_memory[pre]
+    r.head = (<uint64_t *>t)[0]
     for j in range(GGML_MAX_SRC):
         r.src[j] = fp_ref(s, refs, t.src[j])
-    r.memory = s.pre_memory[pre]
-    r.offset = s.pre_offset[pre]
-    memcpy(r.ne, t.ne, sizeof(r.ne))
-    memcpy(r.nb, t.nb, sizeof(r.nb))
-    memcpy(r.op_params, t.op_params, sizeof(r.op_params))
+    r.view_src = fp_ref(s, refs, t.view_src)
+    # its memory before the allocation as pass 1 saw it, as the tensor's own fields
+    # hold it: none (NULL, NULL), outside any buffer (NULL, address), or in a buffer
+    r.buffer = memory
+    r.data = memory.base + s.pre_offset[pre] if memory != NULL else <char *>s.pre_offset[pre]
+    r.view_offs = t.view_offs
+    # type, ne, nb and op_params: one of the graph's few distinct layouts
+    key = (t.type, (<char *>&t.ne[0])[:FP_LAYOUT_WORDS * 8])
+    index = layouts.get(key)
+    if index is None:
+        index = layouts[key] = s.fp_n_layouts
+        if s.fp_n_layouts % 64 == 0:
+            safe_realloc(<void **>&s.fp_layouts, s.fp_n_layouts + 64, sizeof(fp_layout), _TABLES)
+        s.fp_layouts[s.fp_n_layouts].type = t.type
+        memcpy(s.fp_layouts[s.fp_n_layouts].words, &t.ne[0], FP_LAYOUT_WORDS * 8)
+        s.fp_n_layouts += 1
+    r.layout = index
+    r.layout_id = t.layout
     return 0
+
+
+cdef int fp_entry_of(SchedCore s, size_t slot) except -1:
+    """The index in fp_entries (sorted by slot, as fp_build makes them) of a key's slot."""
+    cdef int lo = 0, hi = s.fp_n_entries - 1, mid
+    while lo <= hi:
+        mid = (lo + hi) >> 1
+        if <size_t>s.fp_entries[mid].slot < slot:
+            lo = mid + 1
+        elif <size_t>s.fp_entries[mid].slot > slot:
+            hi = mid - 1
+        else:
+            return mid
+    raise SchedulerError("graph reuse: a split input is not in the scheduler's hash set",
+                         "internal")
+
+
+cdef int fp_record_allocation(SchedCore s) except -1:
+    """Record where the plan's allocation left the graph copy (it is still in place: the
+    plan's graph is unchanged since), for an equal graph to take without the allocator's
+    walk over the plan; fp_n_places is -1 where it cannot be replayed."""
+    cdef int n_chunks = s.galloc.n_buffers * GGML_VBUFFER_MAX_CHUNKS
+    safe_realloc(<void **>&s.fp_places, s.graph.n_nodes + s.graph.n_leafs + 1,
+                 sizeof(recorded_place), _TABLES)
+    safe_realloc(<void **>&s.fp_chunks, n_chunks, sizeof(void *), _TABLES)
+    memcpy(s.fp_chunks, s.galloc.c_chunks, n_chunks * sizeof(void *))
+    s.fp_n_places = s.galloc.c_record_places(&s.graph, s.fp_places)
+    return 0
+
+
+cdef int fp_place(SchedCore s) except -1:
+    """Allocate the re-pointed graph copy as a fresh split's allocation would: the
+    recorded places, or (not replayable, or the compute buffers were allocated anew)
+    the allocator's alloc_graph, which needs no fit check for a graph equal to the one
+    the reservation placed."""
+    owner = (s.last_graph_obj, s.arena)
+    if s.fp_n_places >= 0 and memcmp(s.fp_chunks, s.galloc.c_chunks,
+                                     s.galloc.n_buffers * GGML_VBUFFER_MAX_CHUNKS * sizeof(void *)) == 0:
+        return s.galloc.c_replay_places(&s.graph, s.fp_places, s.fp_n_places, owner)
+    return s.galloc.c_alloc_graph(&s.graph, owner, True)
 
 
 cdef int fp_build(SchedCore s) except -1:
@@ -898,9 +964,10 @@ cdef int fp_build(SchedCore s) except -1:
     cdef ggml_cgraph * cg = &g.graph
     cdef int nn = cg.n_nodes, nl = cg.n_leafs, i, j, k, n
     cdef size_t h
-    cdef intptr_t * refs
+    cdef uint32_t * refs
     cdef Context arena = s.arena
     cdef int nbc = s.n_backends * s.n_copies
+    cdef dict layouts = {}
 
     # the rewiring, by position, before it is undone
     safe_realloc(<void **>&s.fp_rewirings, s.n_rewired + 1, sizeof(sched_rewiring), _TABLES)
@@ -908,22 +975,23 @@ cdef int fp_build(SchedCore s) except -1:
     s.fp_n_rewirings = s.n_rewired
     undo_rewiring(s)
 
-    refs = <intptr_t *>checked_calloc(s.hash_set.size, sizeof(intptr_t), "the fingerprint")
+    refs = <uint32_t *>checked_calloc(s.hash_set.size, sizeof(uint32_t), "the fingerprint")
     try:
         for i in range(nn):
-            refs[s.node_slots[i]] = (<intptr_t>i << 2) | REF_NODE
+            refs[s.node_slots[i]] = 1 + i
         for k in range(nl):
             h = ggml_hash_find(&s.hash_set, cg.leafs[k])
-            refs[h] = (<intptr_t>k << 2) | REF_LEAF
-        s.fp_n_outside = 0
-        s.fp_keep = []
-        safe_realloc(<void **>&s.fp_tensors, nn + nl + 1, sizeof(fp_tensor), _TABLES)
-        for i in range(nn):
-            fp_record(s, refs, cg.nodes[i], &s.fp_tensors[i], nl + i)
-        for k in range(nl):
-            fp_record(s, refs, cg.leafs[k], &s.fp_tensors[nn + k], k)
+            refs[h] = 1 + nn + k
         s.fp_n_nodes = nn
         s.fp_n_leafs = nl
+        s.fp_n_outside = 0
+        s.fp_keep = []
+        s.fp_n_layouts = 0
+        safe_realloc(<void **>&s.fp_tensors, nn + nl + 1, sizeof(fp_tensor), _TABLES)
+        for i in range(nn):
+            fp_record(s, refs, cg.nodes[i], &s.fp_tensors[i], nl + i, layouts)
+        for k in range(nl):
+            fp_record(s, refs, cg.leafs[k], &s.fp_tensors[nn + k], k, layouts)
 
         # every key of the hash set
         n = 0
@@ -941,23 +1009,25 @@ cdef int fp_build(SchedCore s) except -1:
                 n += 1
         s.fp_n_entries = n
 
-        # the splits' inputs, with their names
+        # the splits' inputs, with their names and entries
         n = 0
         for i in range(s.n_splits):
             n += s.splits[i].n_inputs
-        safe_realloc(<void **>&s.fp_inputs, n + 1, sizeof(intptr_t), _TABLES)
+        safe_realloc(<void **>&s.fp_inputs, n + 1, sizeof(uint32_t), _TABLES)
         safe_realloc(<void **>&s.fp_input_names, n + 1, GGML_MAX_NAME, _TABLES)
+        safe_realloc(<void **>&s.fp_input_entries, n + 1, sizeof(int), _TABLES)
         n = 0
         for i in range(s.n_splits):
             for j in range(s.splits[i].n_inputs):
                 s.fp_inputs[n] = fp_ref(s, refs, s.splits[i].inputs[j])
+                s.fp_input_entries[n] = fp_entry_of(s, ggml_hash_find(&s.hash_set, s.splits[i].inputs[j]))
                 memcpy(&s.fp_input_names[n * GGML_MAX_NAME], s.splits[i].inputs[j].name,
                        GGML_MAX_NAME)
                 n += 1
         s.fp_n_inputs = n
 
         # what the arena's copies and dependency views are of
-        safe_realloc(<void **>&s.fp_arena_of, arena.ctx.n_tensors + 1, sizeof(intptr_t), _TABLES)
+        safe_realloc(<void **>&s.fp_arena_of, arena.ctx.n_tensors + 1, sizeof(uint32_t), _TABLES)
         for i in range(arena.ctx.n_tensors):
             s.fp_arena_of[i] = fp_ref(s, refs, s.infos[i].of)
         s.fp_n_arena = arena.ctx.n_tensors
@@ -966,6 +1036,20 @@ cdef int fp_build(SchedCore s) except -1:
                             for t, b in s.plan_assignments.values()]
     finally:
         free(refs)
+    # the buffers of the pre-allocated tensors, whose release or re-purposing is a change
+    buffers = {<size_t>s.fp_tensors[i].buffer for i in range(nn + nl)} - {0}
+    safe_realloc(<void **>&s.fp_buffers, len(buffers) + 1, sizeof(void *), _TABLES)
+    for i, addr in enumerate(buffers):
+        s.fp_buffers[i] = <ggml_backend_buffer *><size_t>addr
+    s.fp_n_buffers = len(buffers)
+    # the tables of the graph compared and of the one re-pointed to last
+    n = 1 + nn + nl + s.fp_n_outside
+    safe_realloc(<void **>&s.fp_table, n, sizeof(ggml_tensor *), _TABLES)
+    safe_realloc(<void **>&s.fp_cur_table, n, sizeof(ggml_tensor *), _TABLES)
+    s.fp_table[0] = NULL
+    memcpy(&s.fp_table[1 + nn + nl], s.fp_outside, s.fp_n_outside * sizeof(void *))
+    memcpy(s.fp_cur_table, s.fp_table, n * sizeof(ggml_tensor *))
+    fp_record_allocation(s)
     s.fp_epoch = s.plan_epoch
     s.fp_state = FP_BUILT
     return 0
@@ -978,61 +1062,99 @@ cdef inline bint fp_stamped_after(const ggml_tensor * t, uint64_t epoch) noexcep
     return t != NULL and (t.gen > epoch or (t.buffer != NULL and t.buffer.gen > epoch))
 
 
-cdef inline bint fp_tensor_matches(SchedCore s, ggml_cgraph * g, ggml_tensor * t,
-                                   const fp_tensor * r) noexcept:
+cdef inline bint fp_tensor_matches(const ggml_tensor * t, const fp_tensor * r,
+                                   ggml_tensor ** table, const fp_layout * layouts) noexcept:
+    """Does t have r's op, flags, sources, view, memory and layout? Every difference is
+    or-ed into one word; the layout is compared by its id (interned: equal ids are
+    equal layouts), field by field where either has none. All but that lies in the
+    tensor's first FP_TENSOR_BYTES, but a view's offset."""
     cdef int j
-    cdef size_t offset
-    cdef ggml_backend_buffer * memory
-    if (t.op != r.op or t.flags != r.flags or t.type != r.type or t.view_offs != r.view_offs
-            or memcmp(t.ne, r.ne, sizeof(r.ne)) != 0 or memcmp(t.nb, r.nb, sizeof(r.nb)) != 0
-            or memcmp(t.op_params, r.op_params, sizeof(r.op_params)) != 0
-            or t.view_src != fp_decode(g, r.view_src)):
-        return False
+    cdef const fp_layout * lay
+    cdef const uint64_t * words
+    cdef uint64_t diff = (<const uint64_t *>t)[0] ^ r.head
     for j in range(GGML_MAX_SRC):
-        if t.src[j] != fp_decode(g, r.src[j]):
-            return False
-    memory = memory_key(s, t, &offset)
-    return (memory == r.memory and offset == r.offset
-            and (memory == NULL or memory.gen <= s.fp_epoch))
+        diff |= <uint64_t>t.src[j] ^ <uint64_t>table[r.src[j]]
+    diff |= <uint64_t>t.view_src ^ <uint64_t>table[r.view_src]
+    diff |= (<uint64_t>t.buffer ^ <uint64_t>r.buffer) | (<uint64_t>t.data ^ <uint64_t>r.data)
+    if r.view_src:
+        # a view's offset (in the next line): only views have one that matters
+        diff |= <uint64_t>t.view_offs ^ <uint64_t>r.view_offs
+    if t.layout == r.layout_id and r.layout_id != 0:
+        return diff == 0
+    lay = &layouts[r.layout]
+    words = <const uint64_t *>&t.ne[0]
+    diff |= <uint64_t>(t.type ^ lay.type)
+    for j in range(FP_LAYOUT_WORDS):
+        diff |= words[j] ^ lay.words[j]
+    return diff == 0
+
+
+cdef inline bint fp_is_leaf_before(ggml_cgraph * g, const ggml_tensor * t, int k) noexcept:
+    """Is t a leaf of g before position k? (fp_matches gives leaf k the order -2 - k.)"""
+    cdef int p = -2 - t.order
+    return 0 <= p < k and g.leafs[p] == t
 
 
 cdef bint fp_matches(SchedCore s, ggml_cgraph * g) noexcept:
     """Is g the graph the fingerprint describes, in a world the plan still holds in?
-    One pass over g's nodes and leafs; the nodes' orders are set on the way."""
-    cdef int i, n
+    One pass over g's nodes and leafs (fp_table is made g's on the way); their orders
+    are set too (a leaf's is -2 - its position), which finds a tensor at two places of
+    g or one both in g and outside the plan's graph: the plan's keys are then not g's,
+    one to one."""
+    cdef int i, n = g.n_nodes
     cdef ggml_tensor * t
+    cdef ggml_tensor ** table = s.fp_table
     if g.n_nodes != s.fp_n_nodes or g.n_leafs != s.fp_n_leafs or world_epoch() > s.fp_epoch:
         return False
     for i in range(s.fp_n_outside):
         if fp_stamped_after(s.fp_outside[i], s.fp_epoch):
             return False
-    for i in range(g.n_nodes):
+    if buffers_epoch() > s.fp_epoch:        # (a weight a buffer each: many)
+        for i in range(s.fp_n_buffers):
+            if s.fp_buffers[i].gen > s.fp_epoch:
+                return False
+    memcpy(&table[1], g.nodes, n * sizeof(ggml_tensor *))
+    memcpy(&table[1 + n], g.leafs, g.n_leafs * sizeof(ggml_tensor *))
+    for i in range(n):
         t = g.nodes[i]
-        if not fp_tensor_matches(s, g, t, &s.fp_tensors[i]):
+        if i + PREFETCH_AHEAD < n:
+            prefetch_bytes(g.nodes[i + PREFETCH_AHEAD], FP_TENSOR_BYTES)
+        if not fp_tensor_matches(t, &s.fp_tensors[i], table, s.fp_layouts) or (
+                ggml_is_node_from(g, t, 0) and t.order < i):
             return False
         t.order = i
-    n = g.n_nodes
     for i in range(g.n_leafs):
-        if not fp_tensor_matches(s, g, g.leafs[i], &s.fp_tensors[n + i]):
+        t = g.leafs[i]
+        if i + PREFETCH_AHEAD < g.n_leafs:
+            prefetch_bytes(g.leafs[i + PREFETCH_AHEAD], FP_TENSOR_BYTES)
+        if (not fp_tensor_matches(t, &s.fp_tensors[n + i], table, s.fp_layouts)
+                or ggml_is_node_from(g, t, 0) or fp_is_leaf_before(g, t, i)):
+            return False
+        t.order = -2 - i
+    for i in range(s.fp_n_outside):
+        t = s.fp_outside[i]
+        if ggml_is_node_from(g, t, 0) or fp_is_leaf_before(g, t, g.n_leafs):
             return False
     for i in range(s.fp_n_inputs):
-        if strncmp(fp_decode(g, s.fp_inputs[i]).name, &s.fp_input_names[i * GGML_MAX_NAME],
+        if strncmp(table[s.fp_inputs[i]].name, &s.fp_input_names[i * GGML_MAX_NAME],
                    GGML_MAX_NAME) != 0:
             return False
     return True
 
 
-cdef bint fp_assignments_match(SchedCore s, ggml_cgraph * g) except -1:
-    """Are the user assignments made since the reset the plan's, by position?"""
+cdef bint fp_assignments_match(SchedCore s) except -1:
+    """Are the user assignments made since the reset the plan's, by position (in the
+    graph fp_matches compared)?"""
     if not s.fp_assignments and not s.user_assignments:
         return True
-    return ({<size_t>fp_decode(g, ref): b for ref, b in s.fp_assignments}
+    return ({<size_t>s.fp_table[ref]: b for ref, b in s.fp_assignments}
             == {addr: b for addr, (t, b) in s.user_assignments.items()})
 
 
-cdef bint fp_repoint_keys(SchedCore s, ggml_cgraph * g) noexcept:
-    """Re-make the hash set with g's tensors as keys and the plan's values; False (the
-    set is then to be cleared) where two keys would be one tensor of g."""
+cdef bint fp_repoint_keys(SchedCore s, ggml_tensor ** table) noexcept:
+    """Re-make the hash set with table's tensors as keys and the plan's values; False
+    (the set is then to be cleared) where two keys would be one tensor (fp_matches
+    excludes that)."""
     cdef int e, c, nbc = s.n_backends * s.n_copies
     cdef size_t h
     cdef ggml_tensor * t
@@ -1051,7 +1173,7 @@ cdef bint fp_repoint_keys(SchedCore s, ggml_cgraph * g) noexcept:
         s.hv_tensor_causes[h] = 0
         s.hash_set.used[h >> 5] &= ~((<ggml_bitset_t>1) << (h & 31))
     for e in range(s.fp_n_entries):
-        t = fp_decode(g, s.fp_entries[e].ref)
+        t = table[s.fp_entries[e].ref]
         h = ggml_hash_find(&s.hash_set, t)
         if h == GGML_HASHSET_FULL or ggml_bitset_get(s.hash_set.used, h):
             return False
@@ -1067,10 +1189,23 @@ cdef bint fp_repoint_keys(SchedCore s, ggml_cgraph * g) noexcept:
     return True
 
 
+cdef int fp_ensure_keys(SchedCore s) except -1:
+    """Key the hash set by the tensors of the graph the plan was re-pointed to last,
+    where that was put off (a re-pointing leaves the keys to whoever reads them)."""
+    if s.keys_stale:
+        s.keys_stale = False
+        if not fp_repoint_keys(s, s.fp_cur_table):
+            clear_tables(s)
+            raise SchedulerError("graph reuse: the hash set could not be re-keyed", "internal")
+    return 0
+
+
 cdef int fp_repoint(SchedCore s, Graph graph) except -1:
-    """Point everything else of the plan at graph's tensors, as a fresh split would."""
+    """Point everything of the plan but the hash set's keys (fp_ensure_keys) at the
+    tensors of graph (the one fp_matches compared last), as a fresh split would."""
     cdef ggml_cgraph * g = &graph.graph
     cdef ggml_cgraph * gc = &s.graph
+    cdef ggml_tensor ** table = s.fp_table
     cdef int i, j, k = 0, n = 0
     cdef sched_split * split
     cdef sched_rewiring * r
@@ -1080,19 +1215,17 @@ cdef int fp_repoint(SchedCore s, Graph graph) except -1:
     for i in range(s.n_splits):
         split = &s.splits[i]
         for j in range(split.n_inputs):
-            split.inputs[j] = fp_decode(g, s.fp_inputs[k])
+            split.inputs[j] = table[s.fp_inputs[k]]
             k += 1
         n += 2 * split.n_inputs
-        for j in range(split.i_start, split.i_end):
-            gc.nodes[n] = g.nodes[j]
-            n += 1
-    k = gc.n_leafs - g.n_leafs
-    for i in range(g.n_leafs):
-        gc.leafs[k + i] = g.leafs[i]
+        memcpy(&gc.nodes[n], &g.nodes[split.i_start],
+               (split.i_end - split.i_start) * sizeof(ggml_tensor *))
+        n += split.i_end - split.i_start
+    memcpy(&gc.leafs[gc.n_leafs - g.n_leafs], g.leafs, g.n_leafs * sizeof(ggml_tensor *))
     # the arena: copies name their tensor only in infos; a dependency view is made
     # anew (ggml_view_tensor of the new input, unplaced)
     for i in range(s.fp_n_arena):
-        of = fp_decode(g, s.fp_arena_of[i])
+        of = table[s.fp_arena_of[i]]
         s.infos[i].of = of
         if s.infos[i].kind == SCHED_TENSOR_DEP:
             t = ggml_context_tensor(&arena.ctx, i)
@@ -1107,6 +1240,9 @@ cdef int fp_repoint(SchedCore s, Graph graph) except -1:
     # as a split of an equal graph leaves them: the previous ids are the same
     memcpy(s.prev_node_backend_ids, s.node_backend_ids, gc.n_nodes * sizeof(int))
     memcpy(s.prev_leaf_backend_ids, s.leaf_backend_ids, gc.n_leafs * sizeof(int))
+    # the hash set's keys are to be this table's (g may change before they are read)
+    s.fp_table, s.fp_cur_table = s.fp_cur_table, s.fp_table
+    s.keys_stale = True
     s.debug_prev_graph_size = s.debug_graph_size
     s.last_graph = g
     s.last_graph_obj = graph
@@ -1124,12 +1260,9 @@ cdef bint try_reuse_rebuilt(SchedCore s, Graph g) except -1:
         if not graph_unchanged_since(<Graph>s.last_graph_obj, s.plan_epoch):
             return False
         fp_build(s)
-    if not (fp_matches(s, &g.graph) and fp_assignments_match(s, &g.graph)):
+    if not (fp_matches(s, &g.graph) and fp_assignments_match(s)):
         return False
     undo_rewiring(s)
-    if not fp_repoint_keys(s, &g.graph):
-        s.fp_state = FP_NONE        # the set is cleared by the fresh split's forget_plan
-        return False
     fp_repoint(s, g)
     s.plan_assignments = dict(s.user_assignments)
     s.reset_deferred = False
@@ -1157,6 +1290,7 @@ cdef int sched_split_graph(SchedCore s, Graph g) except -1:
     if try_reuse(s, g):
         return 0
     forget_plan(s)
+    fp_ensure_keys(s)
     s.fp_state = FP_NONE
     # a plan made from fresh tables depends on nothing but the graph and these
     s.plan_assignments = dict(s.user_assignments) if s.tables_fresh else None
@@ -1247,8 +1381,8 @@ cdef int sched_alloc_graph(SchedCore s, Graph graph) except -1:
         return 1
     if try_reuse_rebuilt(s, graph):
         # the plan's backends, and a graph equal to one the reservation placed: no
-        # change for sched_alloc_splits to find, and no need to check that it fits
-        s.galloc.c_alloc_graph(&s.graph, (s.last_graph_obj, s.arena), True)
+        # change for sched_alloc_splits to find
+        fp_place(s)
         s.is_alloc = True
         s.plan_epoch = mutation_epoch()
         return 1
@@ -1300,6 +1434,13 @@ cdef class SchedCore:
         self.fp_arena_of = NULL
         self.fp_rewirings = NULL
         self.fp_outside = NULL
+        self.fp_input_entries = NULL
+        self.fp_places = NULL
+        self.fp_chunks = NULL
+        self.fp_layouts = NULL
+        self.fp_buffers = NULL
+        self.fp_table = NULL
+        self.fp_cur_table = NULL
         self.pre_memory = NULL
         self.pre_offset = NULL
 
@@ -1420,6 +1561,13 @@ cdef class SchedCore:
         free(self.fp_arena_of)
         free(self.fp_rewirings)
         free(self.fp_outside)
+        free(self.fp_input_entries)
+        free(self.fp_places)
+        free(self.fp_chunks)
+        free(self.fp_layouts)
+        free(self.fp_buffers)
+        free(self.fp_table)
+        free(self.fp_cur_table)
         free(self.pre_memory)
         free(self.pre_offset)
 
@@ -1491,6 +1639,7 @@ cdef class SchedCore:
         cdef Py_ssize_t h
         if not self.reset_deferred:
             forget_plan(self)            # the tables are the plan's: it would not be
+            fp_ensure_keys(self)
             h = hash_id(self, t.ptr)
             self.hv_tensor_backend_ids[h] = b
             self.hv_tensor_causes[h] = CAUSE_USR
@@ -1502,11 +1651,13 @@ cdef class SchedCore:
         if self.reset_deferred:
             entry = self.user_assignments.get(<size_t>t.ptr)
             return -1 if entry is None else entry[1]
+        fp_ensure_keys(self)
         return sched_tensor_backend_id(self, t.ptr)
 
     def get_cause(self, Tensor t not None):
         if self.reset_deferred:
             forget_plan(self)            # after a reset every cause is forgotten
+        fp_ensure_keys(self)
         cdef size_t i = ggml_hash_find(&self.hash_set, t.ptr)
         if i == GGML_HASHSET_FULL or not ggml_bitset_get(self.hash_set.used, i):
             return ""
@@ -1531,14 +1682,19 @@ cdef class SchedCore:
     def get_split_copies(self, split_id):
         """[(input, input_backend_id, input_cpy), ...] of a split, input_cpy being the
         copy for the current copy slot (what the runtime copies before the split runs)."""
-        cdef sched_split * split = &self.splits[index_arg(split_id, "split", self.n_splits)]
+        cdef int s_id = index_arg(split_id, "split", self.n_splits)
+        cdef sched_split * split = &self.splits[s_id]
         cdef ggml_tensor * input
         cdef Py_ssize_t h
-        cdef int j
+        cdef int i, j, k = 0
+        for i in range(s_id):
+            k += self.splits[i].n_inputs
         out = []
         for j in range(split.n_inputs):
             input = split.inputs[j]
-            h = hash_id(self, input)
+            # (the compute of every step asks: no re-keying of the hash set for it)
+            h = self.fp_entries[self.fp_input_entries[k + j]].slot if self.keys_stale \
+                else hash_id(self, input)
             out.append((tensor_handle(input), self.hv_tensor_backend_ids[h],
                         tensor_handle(copy_slot(self, h, split.backend_id, self.cur_copy)[0])))
         return out

@@ -39,7 +39,8 @@ typedef struct ggml_backend_buffer {
 
 // Aligned to cache lines (the arena's blocks are too), so that the first 64 bytes, which
 // hold what the split and the allocator read of every tensor (all of it for tensors of up
-// to three sources), are one cache line.
+// to three sources), are one cache line, and the first 128 all that graph reuse compares
+// but a view's offset.
 typedef struct __attribute__((aligned(64))) ggml_tensor {
     int32_t               op;                       // ggml_op
     int32_t               flags;                    // GGML_TENSOR_FLAG_*
@@ -52,8 +53,11 @@ typedef struct __attribute__((aligned(64))) ggml_tensor {
     ggml_backend_buffer * buffer;
     char *                data;
     struct ggml_tensor *  src[GGML_MAX_SRC];
-    size_t                view_offs;
+    int32_t               layout;                   // id of (type, ne, nb, op_params), kept
+                                                    // by every write of them (_core's
+                                                    // layout_changed); 0: none
     int32_t               id;                       // index in the owning context
+    size_t                view_offs;
     int64_t               ne[GGML_MAX_DIMS];        // elements per dimension
     size_t                nb[GGML_MAX_DIMS];        // stride in bytes per dimension
     int32_t               op_params[GGML_MAX_OP_PARAMS];
