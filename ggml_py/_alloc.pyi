@@ -1,6 +1,6 @@
 # Stub of the Cython module ggml_py._alloc (src/ggml_py/_alloc.pyx); checked against the
 # built module by `python -m mypy.stubtest` (.ci/stubtest).
-from typing import Any, Sequence
+from typing import Any, Sequence, final
 
 from typing_extensions import disjoint_base
 
@@ -27,7 +27,7 @@ class VBuffer:
     def buffers(self) -> list[Buffer]: ...
     def release(self) -> None: ...
 
-@disjoint_base
+@final
 class GraphAllocator:
     def __init__(self, buffer_types: Sequence[BufferType]) -> None: ...
     def close(self) -> None: ...
