@@ -5,9 +5,9 @@ split + reserve + alloc and graph reuse beside: the same Graph allocated again (
 
     python bench/bench_split.py [--cases DIR] [--random] [--sizes 1000,10000,40000,100000] [--json]
 
-ggml's per-node split figures beside the synthetic sizes are issue 11's table (ggml
-0.10.1's C scheduler on the same graph shapes, measured on this machine kind when the
-issue was filed), not a measurement of this run.
+ggml's figures beside the synthetic sizes are measured in the same run, alternating, by
+ggml 0.10.1's own scheduler (bench/ggml_sched_ref.py) where its libraries are installed;
+without them, issue 11's recorded per-node figures are shown instead, marked so.
 
 Medians of wall time, measured as SCHED_CASES.md says ggml was measured
 (graph restored, scheduler reset and assignments re-applied before each split,
