@@ -124,6 +124,8 @@ cdef struct ggml_context:
     int n_blocks
     int n_tensors
     void * pyobj                # the owning Context (borrowed)
+    bint no_layout_ids          # its tensors get no layout id (layout_changed): the
+                                # scheduler's copies, which graph reuse never compares by id
 
 cdef int ggml_context_init(ggml_context * ctx) except -1
 cdef void ggml_context_free(ggml_context * ctx) noexcept nogil

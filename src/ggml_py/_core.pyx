@@ -442,6 +442,7 @@ cdef int ggml_context_init(ggml_context * ctx) except -1:
     ctx.blocks = NULL
     ctx.n_blocks = 0
     ctx.n_tensors = 0
+    ctx.no_layout_ids = False
     return 0
 
 
@@ -724,6 +725,9 @@ cdef int layout_changed(ggml_tensor * t) except -1:
     Ids are never reused, so equal ids are equal layouts (graph reuse compares a
     tensor's layout by its id); past _LAYOUTS_MAX distinct layouts a tensor gets 0
     (no id), which is compared field by field."""
+    if (<ggml_context *>t.owner).no_layout_ids:
+        t.layout = 0                        # compared field by field, if ever
+        return 0
     key = (t.type, (<char *>&t.ne[0])[:LAYOUT_BYTES])
     cdef object id = _layouts.get(key)
     if id is None and len(_layouts) < _LAYOUTS_MAX:

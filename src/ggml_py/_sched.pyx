@@ -1495,6 +1495,8 @@ cdef class SchedCore:
         self.graph_inputs = <ggml_tensor **>checked_calloc(max(self.max_graph_inputs, 1),
                                                            sizeof(void *), "scheduler tables")
         self.arena = Context("sched")
+        # made on every split: interning their layouts would cost a dict lookup each
+        self.arena.ctx.no_layout_ids = True
         self.galloc = GraphAllocator(bufts)
         self.graph_reuse = True
         self.user_assignments = {}
