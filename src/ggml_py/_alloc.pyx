@@ -25,11 +25,9 @@ from libc.stdint cimport int32_t, int64_t, uint64_t, INT64_MIN, SIZE_MAX
 
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (prefetch, prefetch_sources, prefetch_placement, PREFETCH_AHEAD,
-                            tensor_changed, size_arg, index_arg, items_arg, tensor_name,
+                            size_arg, index_arg, items_arg, tensor_name,
                             ggml_graph_check_order, GGML_PY_MAX_BYTES, ggml_nbytes,
-                            ggml_hash_set_init, ggml_hash_set_free, ggml_hash_set_reset,
-                            ggml_hash_find_or_insert, tensor_handle, Tensor, Graph,
-                            safe_realloc, new_epoch)
+                            tensor_handle, Tensor, Graph, safe_realloc, new_epoch)
 from ggml_py._backend cimport (BufferType, Buffer, _live, buffer_reset, tensor_alloc_at,
                                view_init_c)
 

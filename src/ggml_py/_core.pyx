@@ -11,12 +11,12 @@ needs a Python object per tensor.
 from cpython.number cimport PyNumber_Index
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.stdlib cimport malloc, calloc, realloc, free
-
-cdef extern from "<stdlib.h>" nogil:
-    void * aligned_alloc(size_t alignment, size_t size)     # C11
 from libc.string cimport memset, memcpy, strncpy
 from libc.stdio cimport snprintf
 from libc.stdint cimport int32_t, int64_t, uint64_t, SIZE_MAX
+
+cdef extern from "<stdlib.h>" nogil:
+    void * aligned_alloc(size_t alignment, size_t size)     # C11
 
 from ggml_py._ggml cimport *
 
@@ -485,7 +485,9 @@ cdef ggml_tensor * _context_alloc(ggml_context * ctx) except NULL:
 cdef ggml_tensor * ggml_new_tensor_impl(ggml_context * ctx, int type, int n_dims,
                                         const int64_t * ne, ggml_tensor * view_src,
                                         size_t view_offs) except NULL:
-    """ggml_new_tensor_impl: contiguous strides; a view shares view_src's memory."""
+    """ggml_new_tensor_impl: contiguous strides; a view shares view_src's memory. The
+    callers set the layout id (layout_changed) once they have written strides and
+    op_params."""
     cdef ggml_tensor * t
     cdef int i
     cdef size_t data_size, src_size
@@ -516,7 +518,6 @@ cdef ggml_tensor * ggml_new_tensor_impl(ggml_context * ctx, int type, int n_dims
     # like ggml, a new view has no buffer until it is initialised in one
     t.view_src = view_src
     t.view_offs = view_offs
-    layout_changed(t)
     return t
 
 
@@ -720,6 +721,10 @@ cdef dict _layouts = {}           # (type, ne + nb + op_params bytes) -> layout 
 _LAYOUTS_MAX = 1 << 16            # ids handed out at most (then 0: no id)
 
 
+cdef inline tuple _layout_key(const ggml_tensor * t):
+    return (t.type, (<const char *>&t.ne[0])[:LAYOUT_BYTES])
+
+
 cdef int layout_changed(ggml_tensor * t) except -1:
     """Give t the id of its type, ne, nb and op_params: every write of those calls this.
     Ids are never reused, so equal ids are equal layouts (graph reuse compares a
@@ -728,7 +733,7 @@ cdef int layout_changed(ggml_tensor * t) except -1:
     if (<ggml_context *>t.owner).no_layout_ids:
         t.layout = 0                        # compared field by field, if ever
         return 0
-    key = (t.type, (<char *>&t.ne[0])[:LAYOUT_BYTES])
+    key = _layout_key(t)
     cdef object id = _layouts.get(key)
     if id is None and len(_layouts) < _LAYOUTS_MAX:
         id = _layouts[key] = len(_layouts) + 1
@@ -739,7 +744,7 @@ cdef int layout_changed(ggml_tensor * t) except -1:
 def layout_is_current(Tensor tensor not None):
     """Has the tensor a layout id, and is it that of its fields? (For tests.)"""
     cdef ggml_tensor * t = tensor.ptr
-    return t.layout != 0 and _layouts.get((t.type, (<char *>&t.ne[0])[:LAYOUT_BYTES])) == t.layout
+    return t.layout != 0 and _layouts.get(_layout_key(t)) == t.layout
 
 
 cdef uint64_t mutation_epoch() noexcept nogil:

@@ -95,12 +95,18 @@ cdef inline ggml_tensor ** copy_slot(SchedCore s, Py_ssize_t id, int backend_id,
     return &s.hv_tensor_copies[(id * s.n_backends + backend_id) * s.n_copies + copy_id]
 
 
-cdef int sched_tensor_backend_id(SchedCore s, ggml_tensor * t) noexcept:
-    """Backend id of t without inserting it (-1 when unknown)."""
+cdef inline Py_ssize_t slot_of(SchedCore s, const ggml_tensor * t) noexcept:
+    """t's hash slot, without inserting it (-1 when t is not in the hash set)."""
     cdef size_t i = ggml_hash_find(&s.hash_set, t)
     if i == GGML_HASHSET_FULL or not ggml_bitset_get(s.hash_set.used, i):
         return -1
-    return s.hv_tensor_backend_ids[i]
+    return <Py_ssize_t>i
+
+
+cdef int sched_tensor_backend_id(SchedCore s, ggml_tensor * t) noexcept:
+    """Backend id of t without inserting it (-1 when unknown)."""
+    cdef Py_ssize_t i = slot_of(s, t)
+    return -1 if i == -1 else s.hv_tensor_backend_ids[i]
 
 
 # ---------------------------------------------------------------------------
@@ -257,10 +263,7 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
                 NODE_BASE_LATER if t.op != OP_NONE and ggml_is_computed_from(graph, t.view_src, i)
                 else 0)
             # found, not inserted: pass 4 hashes it only where ggml would
-            h = ggml_hash_find(&s.hash_set, t.view_src)
-            if h != GGML_HASHSET_FULL and ggml_bitset_get(s.hash_set.used, h):
-                s.view_slots[i] = h
-            h = s.node_slots[i]
+            s.view_slots[i] = slot_of(s, t.view_src)
         if s.hv_tensor_backend_ids[h] == -1:
             s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, &s.hv_tensor_causes[h])
         s.src_begin[i] = k
@@ -874,11 +877,11 @@ fp_check_layout()
 cdef uint32_t fp_ref(SchedCore s, const uint32_t * refs, ggml_tensor * t) except? 0xffffffff:
     """The reference of t in the plan's graph: refs gives one per hash slot (0: none);
     any other tensor is an outside one, named by its place in fp_outside (kept alive)."""
-    cdef size_t h
+    cdef Py_ssize_t h
     if t == NULL:
         return 0
-    h = ggml_hash_find(&s.hash_set, t)
-    if h != GGML_HASHSET_FULL and ggml_bitset_get(s.hash_set.used, h) and refs[h] != 0:
+    h = slot_of(s, t)
+    if h != -1 and refs[h] != 0:
         return refs[h]
     if s.fp_n_outside % 16 == 0:
         safe_realloc(<void **>&s.fp_outside, s.fp_n_outside + 16, sizeof(void *), _TABLES)
@@ -1660,10 +1663,8 @@ cdef class SchedCore:
         if self.reset_deferred:
             forget_plan(self)            # after a reset every cause is forgotten
         fp_ensure_keys(self)
-        cdef size_t i = ggml_hash_find(&self.hash_set, t.ptr)
-        if i == GGML_HASHSET_FULL or not ggml_bitset_get(self.hash_set.used, i):
-            return ""
-        return CAUSE_NAMES.get(self.hv_tensor_causes[i], "")
+        cdef Py_ssize_t i = slot_of(self, t.ptr)
+        return "" if i == -1 else CAUSE_NAMES.get(self.hv_tensor_causes[i], "")
 
 
     @property
