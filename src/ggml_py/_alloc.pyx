@@ -24,7 +24,7 @@ from libc.string cimport memset
 from libc.stdint cimport int32_t, int64_t, uint64_t, INT64_MIN, SIZE_MAX
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (prefetch, prefetch_sources, prefetch_placement, PREFETCH_AHEAD,
+from ggml_py._core cimport (prefetch, prefetch_sources, source_mask, prefetch_placement, PREFETCH_AHEAD,
                             size_arg, index_arg, items_arg, tensor_name,
                             ggml_graph_check_order, GGML_PY_MAX_BYTES, ggml_nbytes,
                             tensor_handle, Tensor, Graph, safe_realloc, new_epoch)
@@ -577,7 +577,8 @@ cdef class GraphAllocator:
             if i + 2 * PREFETCH_AHEAD < total:
                 _prefetch_tensor(_graph_tensor(graph, i + 2 * PREFETCH_AHEAD))
             if i + PREFETCH_AHEAD < total:
-                prefetch_sources(_graph_tensor(graph, i + PREFETCH_AHEAD))
+                t = _graph_tensor(graph, i + PREFETCH_AHEAD)
+                prefetch_sources(t, source_mask(t))
             k = self.rec_of(_graph_tensor(graph, i))
             self.graph_recs[i] = k
             if self.recs[k].pos < 0:

@@ -141,6 +141,14 @@ cdef void ggml_set_name(ggml_tensor * t, const char * name) noexcept nogil
 cdef void ggml_join_name(ggml_tensor * t, const char * a, const char * b, const char * c,
                          const char * d) noexcept nogil
 
+# ---- a tensor's sources ----
+# Most of a tensor's GGML_MAX_SRC source slots are NULL: the hot loops walk the set bits
+# of a mask made without a branch per slot.
+cdef extern from *:
+    int lowest_bit "__builtin_ctz" (unsigned int m) noexcept nogil   # m != 0
+cdef extern from "ggml_py/ggml-py-types.h":
+    uint32_t source_mask "ggml_py_source_mask" (const ggml_tensor * t) noexcept nogil
+
 # ---- passes over tensors that are not in the caches ----
 # The sweeps over a graph's tensor structs (scattered in memory) ask for the lines they
 # will read a few tensors ahead instead of waiting for each.
@@ -165,13 +173,18 @@ cdef inline void prefetch_placement(const ggml_tensor * t) noexcept nogil:
     prefetch(&t.buffer)
     prefetch(&t.gen)
 
-cdef inline void prefetch_sources(const ggml_tensor * t) noexcept nogil:
-    """... of the first line of each of t's sources and of its view source: what the
-    split and the allocator read of them (ggml-py-types.h keeps it there)."""
-    cdef int j
-    for j in range(GGML_MAX_SRC):
-        if t.src[j] != NULL:
-            prefetch(t.src[j])
+cdef inline void prefetch_head(const ggml_tensor * t) noexcept nogil:
+    """... of t's first line and of the line with its last source slots (source_mask)."""
+    prefetch(t)
+    prefetch(&t.src[GGML_MAX_SRC - 1])
+
+cdef inline void prefetch_sources(const ggml_tensor * t, uint32_t sources) noexcept nogil:
+    """... of the first line of each of t's sources (sources: its source_mask) and of
+    its view source: what the split and the allocator read of them (ggml-py-types.h
+    keeps it there)."""
+    while sources:
+        prefetch(t.src[lowest_bit(sources)])
+        sources &= sources - 1
     if t.view_src != NULL:
         prefetch(t.view_src)
 

@@ -120,6 +120,7 @@ cdef class SchedCore:
     cdef uint8_t * node_bits                    # [node_slots_capacity]
     cdef Py_ssize_t * view_slots                # [node_slots_capacity]: hash slot of a node's
                                                 # view_src where pass 1 found it, else -1
+    cdef Py_ssize_t * leaf_slots                # [pre_capacity]: each leaf's hash slot
     cdef int node_slots_capacity
     cdef int * src_begin                        # [node_slots_capacity + 1]
     cdef split_src * srcs                       # [src_capacity]

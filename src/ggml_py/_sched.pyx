@@ -14,7 +14,7 @@ from libc.string cimport memset, memcpy, memcmp, strncmp
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (prefetch, prefetch_sources, PREFETCH_AHEAD, Context, Tensor, Graph, ggml_join_name, tensor_handle, tensor_name,
+from ggml_py._core cimport (prefetch, prefetch_head, prefetch_sources, source_mask, lowest_bit, PREFETCH_AHEAD, Context, Tensor, Graph, ggml_join_name, tensor_handle, tensor_name,
                             ggml_hash_set_init, ggml_hash_set_free, ggml_hash_set_reset,
                             ggml_hash_find_or_insert, ggml_hash_find, ggml_bitset_get,
                             ggml_bitset_set, world_epoch, buffers_epoch,
@@ -112,9 +112,9 @@ cdef int sched_tensor_backend_id(SchedCore s, ggml_tensor * t) noexcept:
 # ---------------------------------------------------------------------------
 # assignment rules
 
-cdef int backend_from_buffer(SchedCore s, ggml_tensor * tensor, ggml_tensor * op) except -2:
-    """Highest-priority backend that can use tensor's buffer and run op; -1 if none."""
-    cdef ggml_backend_buffer * buf = _base_buffer(s, tensor)
+cdef int backend_for_memory(SchedCore s, ggml_backend_buffer * buf, ggml_tensor * op) except -2:
+    """Highest-priority backend that can use memory in buf and run op; -1 if none (or
+    no buf)."""
     cdef int i
     if buf == NULL:
         return -1
@@ -124,46 +124,55 @@ cdef int backend_from_buffer(SchedCore s, ggml_tensor * tensor, ggml_tensor * op
     return -1
 
 
-cdef int backend_id_from_cur(SchedCore s, ggml_tensor * tensor, uint8_t * cause) except -2:
-    """Pass 1 for one tensor: the backend its current location implies, or -1."""
-    cdef int cur = backend_from_buffer(s, tensor, tensor)
-    cdef int i, b, src_backend_id
-    cdef ggml_tensor * src
-    cdef ggml_backend_buffer * buf
-    if cur != -1:
-        cause[0] = CAUSE_1_DST
-        return cur
-    if tensor.view_src != NULL:
-        cur = backend_from_buffer(s, tensor.view_src, tensor)
-        if cur != -1:
-            cause[0] = CAUSE_1_VSRC
-            return cur
-    buf = _base_buffer(s, tensor)
-    if buf == NULL and _memory(s, tensor.buffer) != NULL:
+cdef object unmovable_memory_error(SchedCore s, ggml_tensor * tensor, ggml_backend_buffer * buf):
+    """The error for a tensor with memory (buf, its base's) that no backend able to use
+    it can run its op on, or for a view with a buffer its view_src lacks (buf NULL)."""
+    if buf == NULL:
         # ggml reads the view_src's buffer (here NULL) for its message and crashes
-        raise SchedulerError(
+        return SchedulerError(
             f"view '{tensor_name(tensor)}' (op {_OP_NAMES_LIST[tensor.op]}) has a buffer of type "
             f"'{tensor.buffer.buft.name.decode()}' but its view_src "
             f"'{tensor_name(tensor.view_src)}' has none: a view's memory is its view_src's",
             "unsupported-preallocated")
-    if buf != NULL:
-        # the memory already exists and cannot move: ggml aborts here
-        raise SchedulerError(
-            f"pre-allocated tensor '{tensor_name(tensor)}' (op {_OP_NAMES_LIST[tensor.op]}) lives in a "
-            f"buffer of type '{buf.buft.name.decode()}' that no backend able to use it can run "
-            f"the op on", "unsupported-preallocated")
+    # the memory already exists and cannot move: ggml aborts here
+    return SchedulerError(
+        f"pre-allocated tensor '{tensor_name(tensor)}' (op {_OP_NAMES_LIST[tensor.op]}) lives in a "
+        f"buffer of type '{buf.buft.name.decode()}' that no backend able to use it can run "
+        f"the op on", "unsupported-preallocated")
+
+
+cdef int backend_id_from_cur(SchedCore s, ggml_tensor * tensor, uint32_t sources,
+                             uint8_t * cause) except -2:
+    """Pass 1 for one tensor (sources: its source_mask): the backend its current
+    location implies, or -1."""
+    cdef ggml_backend_buffer * buf = _base_buffer(s, tensor)
+    cdef int cur, i, b, src_backend_id
+    cdef ggml_tensor * src
+    if buf != NULL or tensor.view_src != NULL:     # (most nodes have no memory yet)
+        cur = backend_for_memory(s, buf, tensor)
+        if cur != -1:
+            cause[0] = CAUSE_1_DST
+            return cur
+        if tensor.view_src != NULL:
+            cur = backend_for_memory(s, _base_buffer(s, tensor.view_src), tensor)
+            if cur != -1:
+                cause[0] = CAUSE_1_VSRC
+                return cur
+        if buf != NULL or _memory(s, tensor.buffer) != NULL:
+            raise unmovable_memory_error(s, tensor, buf)
     if tensor.flags & GGML_TENSOR_FLAG_INPUT:
         cause[0] = CAUSE_1_INP
         return s.n_backends - 1
-    # operations with weights run preferably where the weights are
-    for i in range(GGML_MAX_SRC):
+    # operations with weights run preferably where the weights are; ROPE's frequency
+    # tensor is too small to choose a backend by
+    if tensor.op == OP_ROPE:
+        return -1
+    while sources:
+        i = lowest_bit(sources)
+        sources &= sources - 1
         src = tensor.src[i]
-        if src == NULL:
-            continue
-        # ROPE's frequency tensor is too small to choose a backend by
-        if (tensor.op != OP_ROPE and src.buffer != NULL
-                and src.buffer.usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS):
-            src_backend_id = backend_from_buffer(s, src, tensor)
+        if src.buffer != NULL and src.buffer.usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS:
+            src_backend_id = backend_for_memory(s, _base_buffer(s, src), tensor)
             # a higher-priority backend may want to offload the op anyway
             if s.op_offload and src_backend_id == s.n_backends - 1 and src.buffer.buft.is_host:
                 for b in range(src_backend_id):
@@ -216,8 +225,23 @@ cdef int grow_node_tables(SchedCore s, ggml_cgraph * graph) except -1:
     if graph.n_leafs + graph.n_nodes > s.pre_capacity or s.pre_memory == NULL:
         safe_realloc(<void **>&s.pre_memory, graph.n_leafs + graph.n_nodes + 1, sizeof(void *), _TABLES)
         safe_realloc(<void **>&s.pre_offset, graph.n_leafs + graph.n_nodes + 1, sizeof(size_t), _TABLES)
+        safe_realloc(<void **>&s.leaf_slots, graph.n_leafs + graph.n_nodes + 1, sizeof(Py_ssize_t), _TABLES)
         s.pre_capacity = graph.n_leafs + graph.n_nodes
     return 0
+
+
+cdef inline Py_ssize_t hashed_slot(SchedCore s, ggml_cgraph * graph, const ggml_tensor * t,
+                                   int i) noexcept:
+    """The hash slot pass 1 gave t already, as a leaf or as a node up to position i,
+    without a lookup; -1 if it did not. t.order says where t is (a leaf's is -2 - its
+    position), trusted only where the graph has t there."""
+    cdef int p = t.order
+    if 0 <= p <= i:
+        if graph.nodes[p] == t:
+            return s.node_slots[p]
+    elif p <= -2 and -2 - p < graph.n_leafs and graph.leafs[-2 - p] == t:
+        return s.leaf_slots[-2 - p]
+    return -1
 
 
 cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
@@ -225,6 +249,9 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
     ops with weights; user assignments are kept. The same sweep records what the
     later passes read of each node and source (node_slots, node_bits, srcs)."""
     cdef int i, j, k = 0
+    cdef uint8_t bits
+    cdef uint32_t m
+    cdef uint32_t ahead_masks[PREFETCH_AHEAD]
     cdef Py_ssize_t h
     cdef ggml_tensor * t
     cdef ggml_tensor * src
@@ -243,14 +270,25 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
         t = graph.leafs[i]
         s.pre_memory[i] = memory_key(s, t, &s.pre_offset[i])
         h = hash_id(s, t)
+        s.leaf_slots[i] = h
+        if not ggml_is_node_from(graph, t, 0):
+            t.order = -2 - i        # (hashed_slot)
         leaf_views |= t.view_src != NULL
         if s.hv_tensor_backend_ids[h] == -1:
-            s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, &s.hv_tensor_causes[h])
+            s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, source_mask(t),
+                                                             &s.hv_tensor_causes[h])
+    # the source masks of the nodes between i and i + PREFETCH_AHEAD (made where their
+    # sources are prefetched)
+    for i in range(min(PREFETCH_AHEAD, graph.n_nodes)):
+        ahead_masks[i] = source_mask(graph.nodes[i])
     for i in range(graph.n_nodes):
+        m = ahead_masks[i % PREFETCH_AHEAD]
         if i + 2 * PREFETCH_AHEAD < graph.n_nodes:
-            prefetch(graph.nodes[i + 2 * PREFETCH_AHEAD])
+            prefetch_head(graph.nodes[i + 2 * PREFETCH_AHEAD])
         if i + PREFETCH_AHEAD < graph.n_nodes:
-            prefetch_sources(graph.nodes[i + PREFETCH_AHEAD])
+            t = graph.nodes[i + PREFETCH_AHEAD]
+            ahead_masks[i % PREFETCH_AHEAD] = source_mask(t)
+            prefetch_sources(t, ahead_masks[i % PREFETCH_AHEAD])
         t = graph.nodes[i]
         s.pre_memory[graph.n_leafs + i] = memory_key(s, t, &s.pre_offset[graph.n_leafs + i])
         h = hash_id(s, t)
@@ -263,29 +301,40 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
                 NODE_BASE_LATER if t.op != OP_NONE and ggml_is_computed_from(graph, t.view_src, i)
                 else 0)
             # found, not inserted: pass 4 hashes it only where ggml would
-            s.view_slots[i] = slot_of(s, t.view_src)
+            s.view_slots[i] = hashed_slot(s, graph, t.view_src, i)
+            if s.view_slots[i] == -1:
+                s.view_slots[i] = slot_of(s, t.view_src)
         if s.hv_tensor_backend_ids[h] == -1:
-            s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, &s.hv_tensor_causes[h])
+            s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, m, &s.hv_tensor_causes[h])
         s.src_begin[i] = k
         if k + GGML_MAX_SRC > s.src_capacity:
             safe_realloc(<void **>&s.srcs, 2 * (k + GGML_MAX_SRC), sizeof(split_src), _TABLES)
             s.src_capacity = 2 * (k + GGML_MAX_SRC)
-        for j in range(GGML_MAX_SRC):
+        while m:
+            j = lowest_bit(m)
+            m &= m - 1
             src = t.src[j]
-            if src == NULL:
-                continue
             e = &s.srcs[k]
             k += 1
             e.tensor = src
-            e.slot = hash_id(s, src)
             e.j = j
+            e.slot = hashed_slot(s, graph, src, i)
+            bits = SRC_INPUT if src.flags & GGML_TENSOR_FLAG_INPUT else 0
+            if e.slot == -1:
+                e.slot = hash_id(s, src)
+                if ggml_is_node_from(graph, src, i):
+                    bits |= SRC_NOT_BEFORE
+            elif src.order == i:    # (a node reading itself)
+                bits |= SRC_NOT_BEFORE
             buf = _base_buffer(s, src)
-            e.buft = buf.buft if buf != NULL else NULL
-            e.bits = ((SRC_WEIGHTS if src.buffer != NULL
-                       and src.buffer.usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS else 0)
-                      | (SRC_INPUT if src.flags & GGML_TENSOR_FLAG_INPUT else 0)
-                      | (SRC_VIEW if src.view_src != NULL else 0)
-                      | (SRC_NOT_BEFORE if ggml_is_node_from(graph, src, i) else 0))
+            e.buft = NULL
+            if buf != NULL:
+                e.buft = buf.buft
+            if src.buffer != NULL and src.buffer.usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS:
+                bits |= SRC_WEIGHTS
+            if src.view_src != NULL:
+                bits |= SRC_VIEW
+            e.bits = bits
     s.src_begin[graph.n_nodes] = k
     if leaf_views:
         for i in range(graph.n_leafs):
@@ -1446,6 +1495,7 @@ cdef class SchedCore:
         self.fp_cur_table = NULL
         self.pre_memory = NULL
         self.pre_offset = NULL
+        self.leaf_slots = NULL
 
     def __init__(self, backends, bufts, graph_size, bint parallel, bint op_offload,
                  max_split_inputs=30, max_graph_inputs=30, n_copies=4, debug_realloc=0,
@@ -1575,6 +1625,7 @@ cdef class SchedCore:
         free(self.fp_cur_table)
         free(self.pre_memory)
         free(self.pre_offset)
+        free(self.leaf_slots)
 
     # --- state ---
 

@@ -69,6 +69,26 @@ typedef struct __attribute__((aligned(64))) ggml_tensor {
                                                     // the scheduler's graph reuse
 } ggml_tensor;
 
+// Bit j set where t->src[j] is not NULL. Most of a tensor's source slots are NULL: the
+// hot loops walk the set bits instead of testing every slot (a branch each), and the
+// slots past the third, rarely used, are tested all at once.
+static inline uint32_t ggml_py_source_mask(const ggml_tensor * t) {
+    uint32_t m = 0;
+    uintptr_t rest = 0;
+    for (int j = 0; j < 3; j++) {
+        m |= (uint32_t)(t->src[j] != NULL) << j;
+    }
+    for (int j = 3; j < GGML_MAX_SRC; j++) {
+        rest |= (uintptr_t)t->src[j];
+    }
+    if (rest != 0) {
+        for (int j = 3; j < GGML_MAX_SRC; j++) {
+            m |= (uint32_t)(t->src[j] != NULL) << j;
+        }
+    }
+    return m;
+}
+
 #ifdef __cplusplus
 }
 #endif
