@@ -32,6 +32,7 @@ cdef enum:
     NODE_INPUT = 2          # flagged INPUT
     NODE_VIEW = 4           # has a view_src
     NODE_BASE_LATER = 8     # computes into a view_src the graph computes at its position or later
+    NODE_WEIGHTS = 16       # reads a source in a weights buffer
 
 # ... and of each of its sources
 cdef enum:
@@ -121,6 +122,9 @@ cdef class SchedCore:
     cdef Py_ssize_t * view_slots                # [node_slots_capacity]: hash slot of a node's
                                                 # view_src where pass 1 found it, else -1
     cdef Py_ssize_t * leaf_slots                # [pre_capacity]: each leaf's hash slot
+    cdef int * compute_nodes                    # [node_slots_capacity]: the positions of the
+    cdef Py_ssize_t * compute_slots             # nodes that are not view ops (passes 2 and 3
+    cdef int n_compute                          # walk them), and their hash slots
     cdef int node_slots_capacity
     cdef int * src_begin                        # [node_slots_capacity + 1]
     cdef split_src * srcs                       # [src_capacity]

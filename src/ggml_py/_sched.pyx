@@ -221,6 +221,8 @@ cdef int grow_node_tables(SchedCore s, ggml_cgraph * graph) except -1:
         safe_realloc(<void **>&s.node_slots, graph.n_nodes, sizeof(Py_ssize_t), _TABLES)
         safe_realloc(<void **>&s.node_bits, graph.n_nodes, sizeof(uint8_t), _TABLES)
         safe_realloc(<void **>&s.view_slots, graph.n_nodes, sizeof(Py_ssize_t), _TABLES)
+        safe_realloc(<void **>&s.compute_nodes, graph.n_nodes, sizeof(int), _TABLES)
+        safe_realloc(<void **>&s.compute_slots, graph.n_nodes, sizeof(Py_ssize_t), _TABLES)
         s.node_slots_capacity = graph.n_nodes
     if graph.n_leafs + graph.n_nodes > s.pre_capacity or s.pre_memory == NULL:
         safe_realloc(<void **>&s.pre_memory, graph.n_leafs + graph.n_nodes + 1, sizeof(void *), _TABLES)
@@ -277,6 +279,7 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
         if s.hv_tensor_backend_ids[h] == -1:
             s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, source_mask(t),
                                                              &s.hv_tensor_causes[h])
+    s.n_compute = 0
     # the source masks of the nodes between i and i + PREFETCH_AHEAD (made where their
     # sources are prefetched)
     for i in range(min(PREFETCH_AHEAD, graph.n_nodes)):
@@ -293,8 +296,13 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
         s.pre_memory[graph.n_leafs + i] = memory_key(s, t, &s.pre_offset[graph.n_leafs + i])
         h = hash_id(s, t)
         s.node_slots[i] = h
-        s.node_bits[i] = ((NODE_VIEW_OP if ggml_is_view_op(t.op) else 0)
-                          | (NODE_INPUT if t.flags & GGML_TENSOR_FLAG_INPUT else 0))
+        s.node_bits[i] = NODE_INPUT if t.flags & GGML_TENSOR_FLAG_INPUT else 0
+        if ggml_is_view_op(t.op):
+            s.node_bits[i] |= NODE_VIEW_OP
+        else:
+            s.compute_nodes[s.n_compute] = i
+            s.compute_slots[s.n_compute] = h
+            s.n_compute += 1
         s.view_slots[i] = -1
         if t.view_src != NULL:
             s.node_bits[i] |= NODE_VIEW | (
@@ -332,6 +340,7 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
                 e.buft = buf.buft
             if src.buffer != NULL and src.buffer.usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS:
                 bits |= SRC_WEIGHTS
+                s.node_bits[i] |= NODE_WEIGHTS
             if src.view_src != NULL:
                 bits |= SRC_VIEW
             e.bits = bits
@@ -347,18 +356,20 @@ cdef int expand(SchedCore s, ggml_cgraph * graph, bint down, bint skip_cpu) exce
     """One sweep of pass 2: give unassigned nodes the backend of the last
     assigned node before them (down) or after them (up). With skip_cpu the
     CPU (lowest priority) is not expanded, so it is used only where needed."""
-    cdef int cur_backend_id = -1, i, k, b
+    cdef int cur_backend_id = -1, k, b
+    cdef int skipped = s.n_backends - 1 if skip_cpu else -1
+    cdef int c = 0 if down else s.n_compute - 1
+    cdef int step = 1 if down else -1
+    cdef int * ids = s.hv_tensor_backend_ids
     cdef Py_ssize_t h
-    for k in range(graph.n_nodes):
-        i = k if down else graph.n_nodes - 1 - k
-        if s.node_bits[i] & NODE_VIEW_OP:
-            continue
-        h = s.node_slots[i]
-        b = s.hv_tensor_backend_ids[h]
+    for k in range(s.n_compute):
+        h = s.compute_slots[c]
+        b = ids[h]
         if b != -1:
-            cur_backend_id = -1 if (skip_cpu and b == s.n_backends - 1) else b
+            cur_backend_id = -1 if b == skipped else b
         elif cur_backend_id != -1:
-            set_if_supported(s, graph.nodes[i], h, cur_backend_id)
+            set_if_supported(s, graph.nodes[s.compute_nodes[c]], h, cur_backend_id)
+        c += step
     return 0
 
 
@@ -366,16 +377,15 @@ cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
     """Pass 3: move nodes to a higher-priority backend with the same buffer type
     when it can read all their sources; give each still unassigned node the
     backend that can read most of its sources."""
-    cdef int i, k, b, n_supported, n_supported_best, cur
+    cdef int c, i, k, b, n_supported, n_supported_best, cur
     cdef bint supported
     cdef Py_ssize_t h
     cdef ggml_tensor * node
     cdef split_src * e
-    for i in range(graph.n_nodes):
-        if s.node_bits[i] & NODE_VIEW_OP:
-            continue
+    for c in range(s.n_compute):
+        i = s.compute_nodes[c]
+        h = s.compute_slots[c]
         node = graph.nodes[i]
-        h = s.node_slots[i]
         cur = s.hv_tensor_backend_ids[h]
         if cur == -1:
             n_supported_best = -1
@@ -421,47 +431,51 @@ cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
     cdef ggml_tensor * node
     cdef ggml_tensor * src
     cdef split_src * e
+    cdef int * ids = s.hv_tensor_backend_ids
+    cdef uint8_t * causes = s.hv_tensor_causes
     for i in range(graph.n_nodes):
-        node = graph.nodes[i]
         h = s.node_slots[i]
         bits = s.node_bits[i]
-        if bits & NODE_INPUT and _computed_input(graph, node):
-            raise GraphError(
-                f"'{tensor_name(node)}' is flagged INPUT, but the graph computes it (or the "
-                f"tensor it views): inputs hold what the user sets, and the scheduler copies "
-                f"them at the start of a split, before they would be computed")
-        # the order rules (_core.pxd) where pass 5 does not look: the base a node
-        # writes into (or shows), and a view's sources (the allocator takes them as
-        # used where the view is)
-        if bits & NODE_BASE_LATER:
-            raise GraphError(order_message(node, i, node.view_src))
-        if bits & NODE_VIEW and s.hv_tensor_backend_ids[h] == -1:
-            s.hv_tensor_backend_ids[h] = (s.hv_tensor_backend_ids[s.view_slots[i]]
-                                          if s.view_slots[i] != -1 else backend_of(s, node.view_src))
-            s.hv_tensor_causes[h] = CAUSE_4_VSRC
+        if bits & (NODE_INPUT | NODE_BASE_LATER | NODE_VIEW):
+            node = graph.nodes[i]
+            if bits & NODE_INPUT and _computed_input(graph, node):
+                raise GraphError(
+                    f"'{tensor_name(node)}' is flagged INPUT, but the graph computes it (or the "
+                    f"tensor it views): inputs hold what the user sets, and the scheduler copies "
+                    f"them at the start of a split, before they would be computed")
+            # the order rules (_core.pxd) where pass 5 does not look: the base a node
+            # writes into (or shows), and a view's sources (the allocator takes them as
+            # used where the view is)
+            if bits & NODE_BASE_LATER:
+                raise GraphError(order_message(node, i, node.view_src))
+            if bits & NODE_VIEW and ids[h] == -1:
+                ids[h] = ids[s.view_slots[i]] if s.view_slots[i] != -1 else backend_of(s, node.view_src)
+                causes[h] = CAUSE_4_VSRC
         for k in range(s.src_begin[i], s.src_begin[i + 1]):
             e = &s.srcs[k]
-            src = e.tensor
             if bits & NODE_VIEW_OP and e.bits & SRC_NOT_BEFORE:
-                raise GraphError(order_message(node, i, src))
-            if s.hv_tensor_backend_ids[e.slot] == -1:
+                raise GraphError(order_message(graph.nodes[i], i, e.tensor))
+            if ids[e.slot] == -1:
+                src = e.tensor
                 if ggml_views_computed_node(graph, src):
                     raise GraphError(leaf_view_message(src))
                 if e.bits & SRC_VIEW:
-                    s.hv_tensor_backend_ids[e.slot] = backend_of(s, src.view_src)
-                    s.hv_tensor_causes[e.slot] = CAUSE_4_VSRC
+                    ids[e.slot] = backend_of(s, src.view_src)
+                    causes[e.slot] = CAUSE_4_VSRC
                 else:
-                    s.hv_tensor_backend_ids[e.slot] = s.hv_tensor_backend_ids[h]
-                    s.hv_tensor_causes[e.slot] = CAUSE_4_CUR
-        b = 0
-        while b < s.n_backends and s.hv_tensor_backend_ids[h] == -1:
-            set_if_supported(s, node, h, b)
-            b += 1
-        if s.hv_tensor_backend_ids[h] == -1:
-            raise SchedulerError(
-                f"no backend supports node '{tensor_name(node)}' (op {_OP_NAMES_LIST[node.op]}); "
-                f"the last backend ({s.backends[s.n_backends - 1].name.decode()}) should be a "
-                f"CPU backend that runs every op", "no-backend-supports-op")
+                    ids[e.slot] = ids[h]
+                    causes[e.slot] = CAUSE_4_CUR
+        if ids[h] == -1:
+            node = graph.nodes[i]
+            b = 0
+            while b < s.n_backends and ids[h] == -1:
+                set_if_supported(s, node, h, b)
+                b += 1
+            if ids[h] == -1:
+                raise SchedulerError(
+                    f"no backend supports node '{tensor_name(node)}' (op {_OP_NAMES_LIST[node.op]}); "
+                    f"the last backend ({s.backends[s.n_backends - 1].name.decode()}) should be a "
+                    f"CPU backend that runs every op", "no-backend-supports-op")
     return 0
 
 
@@ -571,6 +585,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
     cdef ggml_tensor * cpy
     cdef sched_split * split
     cdef split_src * e
+    cdef int * ids = s.hv_tensor_backend_ids
 
     s.n_splits = 0
     new_split(s, 0, -2)
@@ -578,7 +593,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
     # the first split's backend is that of the first non-view node
     while i < graph.n_nodes:
         if not s.node_bits[i] & NODE_VIEW_OP:
-            split.backend_id = s.hv_tensor_backend_ids[s.node_slots[i]]
+            split.backend_id = ids[s.node_slots[i]]
             break
         i += 1
     cur_backend_id = split.backend_id
@@ -590,19 +605,20 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
                 check_view_assignment(s, node, s.node_slots[i])
             i += 1
             continue
-        node_backend_id = s.hv_tensor_backend_ids[s.node_slots[i]]
+        node_backend_id = ids[s.node_slots[i]]
 
         # a new split where a weight needs copying (its memory can then be
         # reused) or where the node's new inputs would overflow the input list
         need_new_split = False
         if node_backend_id == cur_backend_id and split.n_inputs > 0:
-            for k in range(s.src_begin[i], s.src_begin[i + 1]):
-                e = &s.srcs[k]
-                if (e.bits & SRC_WEIGHTS
-                        and s.hv_tensor_backend_ids[e.slot] != cur_backend_id
-                        and not src_readable(s, e, cur_backend_id)):
-                    need_new_split = True
-                    break
+            if s.node_bits[i] & NODE_WEIGHTS:
+                for k in range(s.src_begin[i], s.src_begin[i + 1]):
+                    e = &s.srcs[k]
+                    if (e.bits & SRC_WEIGHTS
+                            and ids[e.slot] != cur_backend_id
+                            and not src_readable(s, e, cur_backend_id)):
+                        need_new_split = True
+                        break
             if not need_new_split and split.n_inputs + GGML_MAX_SRC > s.max_split_inputs:
                 # ggml checks only a full list and aborts when a node brings two
                 # inputs to 29; counting gives the same splits where ggml works
@@ -625,7 +641,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
             if e.bits & SRC_NOT_BEFORE:
                 raise GraphError(order_message(node, i, src))
             src_id = e.slot
-            src_backend_id = s.hv_tensor_backend_ids[src_id]
+            src_backend_id = ids[src_id]
             if src_backend_id == -1:
                 raise SchedulerError(f"source '{tensor_name(src)}' of node '{tensor_name(node)}' has no backend",
                                      "source-without-backend")
@@ -1496,6 +1512,8 @@ cdef class SchedCore:
         self.pre_memory = NULL
         self.pre_offset = NULL
         self.leaf_slots = NULL
+        self.compute_nodes = NULL
+        self.compute_slots = NULL
 
     def __init__(self, backends, bufts, graph_size, bint parallel, bint op_offload,
                  max_split_inputs=30, max_graph_inputs=30, n_copies=4, debug_realloc=0,
@@ -1626,6 +1644,8 @@ cdef class SchedCore:
         free(self.pre_memory)
         free(self.pre_offset)
         free(self.leaf_slots)
+        free(self.compute_nodes)
+        free(self.compute_slots)
 
     # --- state ---
 
