@@ -12,6 +12,7 @@ cdef extern from "ggml_py/ggml-py-types.h":
         GGML_MAX_SRC
         GGML_MAX_OP_PARAMS      # int32 words (ggml: 64 bytes)
         GGML_MAX_NAME
+        GGML_PY_FIRST_SOURCES   # the source slots in a tensor's first cache line
 
     ctypedef struct ggml_backend_buffer_type:
         char name[GGML_MAX_NAME]

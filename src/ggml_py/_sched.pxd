@@ -82,6 +82,8 @@ cdef struct fp_tensor:
     uint32_t view_src
     uint32_t layout                 # index in fp_layouts
     int32_t layout_id               # the tensor's (t.layout; 0: none, compare fp_layouts')
+    uint32_t src_mask               # its source_mask: which src are set (most tensors
+                                    # use only the GGML_PY_FIRST_SOURCES first)
     ggml_backend_buffer * buffer    # memory before the allocation, as buffer and data
     char * data                     # hold it: none (NULL, NULL), an address (NULL, data)
     size_t view_offs                # or in a buffer; and a view's offset

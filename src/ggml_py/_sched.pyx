@@ -962,6 +962,7 @@ cdef int fp_record(SchedCore s, const uint32_t * refs, ggml_tensor * t, fp_tenso
     cdef int j
     cdef ggml_backend_buffer * memory = s.pre_memory[pre]
     r.head = (<uint64_t *>t)[0]
+    r.src_mask = source_mask(t)
     for j in range(GGML_MAX_SRC):
         r.src[j] = fp_ref(s, refs, t.src[j])
     r.view_src = fp_ref(s, refs, t.view_src)
@@ -1140,8 +1141,15 @@ cdef inline bint fp_tensor_matches(const ggml_tensor * t, const fp_tensor * r,
     cdef const fp_layout * lay
     cdef const uint64_t * words
     cdef uint64_t diff = (<const uint64_t *>t)[0] ^ r.head
-    for j in range(GGML_MAX_SRC):
+    for j in range(GGML_PY_FIRST_SOURCES):
         diff |= <uint64_t>t.src[j] ^ <uint64_t>table[r.src[j]]
+    if r.src_mask >> GGML_PY_FIRST_SOURCES:
+        for j in range(GGML_PY_FIRST_SOURCES, GGML_MAX_SRC):
+            diff |= <uint64_t>t.src[j] ^ <uint64_t>table[r.src[j]]
+    else:
+        # (most tensors) the other slots must be NULL: no table to read
+        for j in range(GGML_PY_FIRST_SOURCES, GGML_MAX_SRC):
+            diff |= <uint64_t>t.src[j]
     diff |= <uint64_t>t.view_src ^ <uint64_t>table[r.view_src]
     diff |= (<uint64_t>t.buffer ^ <uint64_t>r.buffer) | (<uint64_t>t.data ^ <uint64_t>r.data)
     if r.view_src:

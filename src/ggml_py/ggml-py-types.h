@@ -16,6 +16,7 @@ extern "C" {
 #define GGML_MAX_SRC       10
 #define GGML_MAX_OP_PARAMS 16       // int32 words (ggml: 64 bytes)
 #define GGML_MAX_NAME      64
+#define GGML_PY_FIRST_SOURCES 3     // the source slots in a tensor's first cache line
 
 typedef struct ggml_backend_buffer_type {
     char   name[GGML_MAX_NAME];
@@ -71,18 +72,18 @@ typedef struct __attribute__((aligned(64))) ggml_tensor {
 
 // Bit j set where t->src[j] is not NULL. Most of a tensor's source slots are NULL: the
 // hot loops walk the set bits instead of testing every slot (a branch each), and the
-// slots past the third, rarely used, are tested all at once.
+// slots past the first cache line's, rarely used, are tested all at once.
 static inline uint32_t ggml_py_source_mask(const ggml_tensor * t) {
     uint32_t m = 0;
     uintptr_t rest = 0;
-    for (int j = 0; j < 3; j++) {
+    for (int j = 0; j < GGML_PY_FIRST_SOURCES; j++) {
         m |= (uint32_t)(t->src[j] != NULL) << j;
     }
-    for (int j = 3; j < GGML_MAX_SRC; j++) {
+    for (int j = GGML_PY_FIRST_SOURCES; j < GGML_MAX_SRC; j++) {
         rest |= (uintptr_t)t->src[j];
     }
     if (rest != 0) {
-        for (int j = 3; j < GGML_MAX_SRC; j++) {
+        for (int j = GGML_PY_FIRST_SOURCES; j < GGML_MAX_SRC; j++) {
             m |= (uint32_t)(t->src[j] != NULL) << j;
         }
     }
