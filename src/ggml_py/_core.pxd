@@ -178,6 +178,12 @@ cdef inline void prefetch_head(const ggml_tensor * t) noexcept nogil:
     prefetch(t)
     prefetch(&t.src[GGML_MAX_SRC - 1])
 
+cdef inline void prefetch_memory(const ggml_tensor * t) noexcept nogil:
+    """... of t's buffer struct (the split reads its usage and owner): a second stage,
+    once t's first line is in."""
+    if t.buffer != NULL:
+        prefetch(t.buffer)
+
 cdef inline void prefetch_sources(const ggml_tensor * t, uint32_t sources) noexcept nogil:
     """... of the first line of each of t's sources (sources: its source_mask) and of
     its view source: what the split and the allocator read of them (ggml-py-types.h

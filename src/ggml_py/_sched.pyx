@@ -14,9 +14,9 @@ from libc.string cimport memset, memcpy, memcmp, strncmp
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (prefetch, prefetch_head, prefetch_sources, source_mask, lowest_bit, PREFETCH_AHEAD, Context, Tensor, Graph, ggml_join_name, tensor_handle, tensor_name,
+from ggml_py._core cimport (prefetch, prefetch_head, prefetch_memory, prefetch_sources, source_mask, lowest_bit, PREFETCH_AHEAD, Context, Tensor, Graph, ggml_join_name, tensor_handle, tensor_name,
                             ggml_hash_set_init, ggml_hash_set_free, ggml_hash_set_reset,
-                            ggml_hash_find_or_insert, ggml_hash_find, ggml_bitset_get,
+                            ggml_hash, ggml_hash_find_or_insert, ggml_hash_find, ggml_bitset_get,
                             ggml_bitset_set, world_epoch, buffers_epoch,
                             ggml_is_view_op, ggml_dup_tensor_layout, ggml_view_tensor,
                             ggml_context_reset, ggml_context_tensor, ggml_is_node_from,
@@ -101,6 +101,16 @@ cdef inline Py_ssize_t slot_of(SchedCore s, const ggml_tensor * t) noexcept:
     if i == GGML_HASHSET_FULL or not ggml_bitset_get(s.hash_set.used, i):
         return -1
     return <Py_ssize_t>i
+
+
+cdef inline void prefetch_slot(SchedCore s, const ggml_tensor * t) noexcept:
+    """Ask for the hash set's lines at t's home slot, where a lookup of t starts (and,
+    the set being at most half full, mostly ends): in a large graph they are misses."""
+    cdef size_t h = ggml_hash(t) % s.hash_set.size
+    prefetch(&s.hash_set.keys[h])
+    prefetch(&s.hash_set.used[h >> 5])
+    prefetch(&s.hv_tensor_backend_ids[h])
+    prefetch(&s.hv_tensor_causes[h])
 
 
 cdef int sched_tensor_backend_id(SchedCore s, ggml_tensor * t) noexcept:
@@ -252,7 +262,7 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
     later passes read of each node and source (node_slots, node_bits, srcs)."""
     cdef int i, j, k = 0
     cdef uint8_t bits
-    cdef uint32_t m
+    cdef uint32_t m, m2
     cdef uint32_t ahead_masks[PREFETCH_AHEAD]
     cdef Py_ssize_t h
     cdef ggml_tensor * t
@@ -261,14 +271,18 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
     cdef split_src * e
     cdef bint leaf_views = False
     grow_node_tables(s, graph)
-    # every node's position first: the order checks below read the sources'
+    # every node's position first: the order checks below read the sources' (a loop
+    # this short asks for its lines further ahead)
     for i in range(graph.n_nodes):
-        if i + PREFETCH_AHEAD < graph.n_nodes:
-            prefetch(graph.nodes[i + PREFETCH_AHEAD])
+        if i + 4 * PREFETCH_AHEAD < graph.n_nodes:
+            prefetch(graph.nodes[i + 4 * PREFETCH_AHEAD])
         graph.nodes[i].order = i
     for i in range(graph.n_leafs):
         if i + PREFETCH_AHEAD < graph.n_leafs:
-            prefetch(graph.leafs[i + PREFETCH_AHEAD])
+            prefetch_head(graph.leafs[i + PREFETCH_AHEAD])
+            prefetch_slot(s, graph.leafs[i + PREFETCH_AHEAD])
+        if i + PREFETCH_AHEAD // 2 < graph.n_leafs:
+            prefetch_memory(graph.leafs[i + PREFETCH_AHEAD // 2])
         t = graph.leafs[i]
         s.pre_memory[i] = memory_key(s, t, &s.pre_offset[i])
         h = hash_id(s, t)
@@ -292,6 +306,14 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
             t = graph.nodes[i + PREFETCH_AHEAD]
             ahead_masks[i % PREFETCH_AHEAD] = source_mask(t)
             prefetch_sources(t, ahead_masks[i % PREFETCH_AHEAD])
+            prefetch_slot(s, t)
+        if i + PREFETCH_AHEAD // 2 < graph.n_nodes:
+            # then the buffer structs of the sources, whose lines are in by now
+            t = graph.nodes[i + PREFETCH_AHEAD // 2]
+            m2 = ahead_masks[(i + PREFETCH_AHEAD // 2) % PREFETCH_AHEAD]
+            while m2:
+                prefetch_memory(t.src[lowest_bit(m2)])
+                m2 &= m2 - 1
         t = graph.nodes[i]
         s.pre_memory[graph.n_leafs + i] = memory_key(s, t, &s.pre_offset[graph.n_leafs + i])
         h = hash_id(s, t)
@@ -677,9 +699,11 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
                         copy_slot(s, src_id, cur_backend_id, c)[0] = cpy
                     split.inputs[split.n_inputs] = src
                     split.n_inputs += 1
-                record_rewiring(s, node, i, e.j, copy_slot(s, src_id, cur_backend_id, s.cur_copy)[0])
+                record_rewiring(s, node, i, e.j, src,
+                                copy_slot(s, src_id, cur_backend_id, s.cur_copy)[0])
         i += 1
     split.i_end = graph.n_nodes
+    apply_rewirings(s)
     return 0
 
 
@@ -690,8 +714,9 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
 # pointing into freed or reused copies.
 
 cdef int record_rewiring(SchedCore s, ggml_tensor * node, int i, int j,
-                         ggml_tensor * copy) except -1:
-    """Point source j of node (the i-th) at copy, and remember what it was."""
+                         ggml_tensor * original, ggml_tensor * copy) except -1:
+    """Remember that source j of node (the i-th), original, is to point at copy.
+    apply_rewirings does it: the node's struct is not touched here."""
     cdef sched_rewiring * r
     if s.n_rewired == s.rewired_cap:
         safe_realloc(<void **>&s.rewired, 2 * s.rewired_cap + 32, sizeof(sched_rewiring),
@@ -699,13 +724,22 @@ cdef int record_rewiring(SchedCore s, ggml_tensor * node, int i, int j,
         s.rewired_cap = 2 * s.rewired_cap + 32
     r = &s.rewired[s.n_rewired]
     r.slot = &node.src[j]
-    r.original = node.src[j]
+    r.original = original
     r.copy = copy
     r.node = i
     r.src = j
     s.n_rewired += 1
-    node.src[j] = copy
     return 0
+
+
+cdef void apply_rewirings(SchedCore s) noexcept:
+    """Point the recorded sources at their copies, in one sweep that asks for the nodes'
+    lines ahead: in a large graph, pass 5 meets a node long after pass 1 read it."""
+    cdef int k
+    for k in range(s.n_rewired):
+        if k + PREFETCH_AHEAD < s.n_rewired:
+            prefetch(s.rewired[k + PREFETCH_AHEAD].slot)
+        s.rewired[k].slot[0] = s.rewired[k].copy
 
 
 cdef void undo_rewiring(SchedCore s) noexcept:
@@ -716,6 +750,8 @@ cdef void undo_rewiring(SchedCore s) noexcept:
     cdef ggml_tensor * original
     cdef Context arena = s.arena
     for k in range(s.n_rewired - 1, -1, -1):
+        if k >= PREFETCH_AHEAD:
+            prefetch(s.rewired[k - PREFETCH_AHEAD].slot)
         cur = s.rewired[k].slot[0]
         original = s.rewired[k].original
         if cur != original and cur != NULL and cur.owner == <void *>&arena.ctx:
@@ -1312,7 +1348,10 @@ cdef int fp_repoint(SchedCore s, Graph graph) except -1:
             t.data = t.view_src.data + t.view_offs if t.view_src.data != NULL else NULL
     for i in range(s.fp_n_rewirings):
         r = &s.fp_rewirings[i]
-        record_rewiring(s, g.nodes[r.node], r.node, r.src, r.copy)
+        # (fp_matches found the node's source where the plan's was)
+        record_rewiring(s, g.nodes[r.node], r.node, r.src,
+                        table[s.fp_tensors[r.node].src[r.src]], r.copy)
+    apply_rewirings(s)
     # as a split of an equal graph leaves them: the previous ids are the same
     memcpy(s.prev_node_backend_ids, s.node_backend_ids, gc.n_nodes * sizeof(int))
     memcpy(s.prev_leaf_backend_ids, s.leaf_backend_ids, gc.n_leafs * sizeof(int))
