@@ -1201,6 +1201,14 @@ cdef inline bint fp_tensor_matches(const ggml_tensor * t, const fp_tensor * r,
     return diff == 0
 
 
+cdef inline void fp_prefetch(const ggml_tensor * t, const fp_tensor * r) noexcept:
+    """Ask for what fp_tensor_matches will read of t: its first FP_TENSOR_BYTES, and the
+    offset of a view (as the plan's record says t is one)."""
+    prefetch_bytes(t, FP_TENSOR_BYTES)
+    if r.view_src:
+        prefetch(&t.view_offs)
+
+
 cdef inline bint fp_is_leaf_before(ggml_cgraph * g, const ggml_tensor * t, int k) noexcept:
     """Is t a leaf of g before position k? (fp_matches gives leaf k the order -2 - k.)"""
     cdef int p = -2 - t.order
@@ -1230,7 +1238,7 @@ cdef bint fp_matches(SchedCore s, ggml_cgraph * g) noexcept:
     for i in range(n):
         t = g.nodes[i]
         if i + PREFETCH_AHEAD < n:
-            prefetch_bytes(g.nodes[i + PREFETCH_AHEAD], FP_TENSOR_BYTES)
+            fp_prefetch(g.nodes[i + PREFETCH_AHEAD], &s.fp_tensors[i + PREFETCH_AHEAD])
         if not fp_tensor_matches(t, &s.fp_tensors[i], table, s.fp_layouts) or (
                 ggml_is_node_from(g, t, 0) and t.order < i):
             return False
@@ -1238,7 +1246,7 @@ cdef bint fp_matches(SchedCore s, ggml_cgraph * g) noexcept:
     for i in range(g.n_leafs):
         t = g.leafs[i]
         if i + PREFETCH_AHEAD < g.n_leafs:
-            prefetch_bytes(g.leafs[i + PREFETCH_AHEAD], FP_TENSOR_BYTES)
+            fp_prefetch(g.leafs[i + PREFETCH_AHEAD], &s.fp_tensors[n + i + PREFETCH_AHEAD])
         if (not fp_tensor_matches(t, &s.fp_tensors[n + i], table, s.fp_layouts)
                 or ggml_is_node_from(g, t, 0) or fp_is_leaf_before(g, t, i)):
             return False
