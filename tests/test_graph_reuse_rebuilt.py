@@ -317,6 +317,34 @@ def _small_graph(duplicate=False):
     return Graph.from_lists(nodes[:-1] + [nodes[-2]], list(g.leafs), allow_duplicates=True)
 
 
+def _late_sources_graph(late):
+    """h = x + x that also reads w in source slot 5 and `late` ("x" or "w") in slot 8:
+    the leafs are x then w either way."""
+    from ggml_py import Context, Graph, ops
+    ctx = Context()
+    x = ctx.new_tensor("f32", (4, 16), name="x").set_input()
+    w = ctx.new_tensor("f32", (4, 16), name="w").set_input()
+    h = ops.add(ctx, x, x)
+    h.set_src(5, w)
+    h.set_src(8, x if late == "x" else w)
+    return Graph(64).build_forward_expand(ops.scale(ctx, h, 2.0).set_output())
+
+
+def test_sources_past_the_first_cache_line_are_compared():
+    from ggml_py._backend import Buffer
+    sched = _one_backend_scheduler(Buffer)
+    ref = _one_backend_scheduler(Buffer)       # the same history, never reusing
+    ref.graph_reuse = False
+    for late, reuses in (("x", 0), ("x", 1), ("w", 1), ("w", 2)):
+        graph, twin = _late_sources_graph(late), _late_sources_graph(late)
+        sched.reset()
+        ref.reset()
+        assert sched.alloc_graph(graph) and ref.alloc_graph(twin)
+        assert sched.n_graph_rebuilt_reuses == reuses, late
+        assert _state(sched, graph) == _state(ref, twin)
+        assert [t.name for t in graph.leafs] == ["x", "w"]
+
+
 def test_a_replayed_allocation_runs_the_init_tensor_slot_as_alloc_graph_does():
     from ggml_py._backend import Buffer
     seen = []

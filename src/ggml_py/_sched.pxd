@@ -76,17 +76,20 @@ cdef enum:
     FP_LAYOUT_WORDS = 16    # ne, nb and op_params: 128 bytes side by side in ggml_tensor
     FP_TENSOR_BYTES = 128   # what the compare reads of a tensor with a layout id
 
-cdef struct fp_tensor:
+cdef struct fp_tensor:             # 64 bytes: one cache line
     uint64_t head                   # op and flags (the tensor's first 8 bytes)
-    uint32_t src[GGML_MAX_SRC]
+    uint32_t src[GGML_PY_FIRST_SOURCES]
+    uint32_t more_src               # 0: the other source slots are NULL; else 1 + its row
+                                    # of fp_more_srcs (few tensors have more sources)
     uint32_t view_src
     uint32_t layout                 # index in fp_layouts
     int32_t layout_id               # the tensor's (t.layout; 0: none, compare fp_layouts')
-    uint32_t src_mask               # its source_mask: which src are set (most tensors
-                                    # use only the GGML_PY_FIRST_SOURCES first)
     ggml_backend_buffer * buffer    # memory before the allocation, as buffer and data
     char * data                     # hold it: none (NULL, NULL), an address (NULL, data)
     size_t view_offs                # or in a buffer; and a view's offset
+
+cdef enum:
+    FP_MORE_SOURCES = GGML_MAX_SRC - GGML_PY_FIRST_SOURCES     # a row of fp_more_srcs
 
 # type, ne, nb and op_params of a tensor: the few distinct ones of a graph, shared
 cdef struct fp_layout:
@@ -210,6 +213,8 @@ cdef class SchedCore:
     cdef uint8_t fp_state                       # FP_NONE / FP_BUILDABLE / FP_BUILT
     cdef uint64_t fp_epoch                      # the fingerprint is true at this epoch
     cdef fp_tensor * fp_tensors                 # [fp_n_nodes + fp_n_leafs]: nodes, leafs
+    cdef uint32_t * fp_more_srcs                # [fp_n_more][FP_MORE_SOURCES]: the later
+    cdef int fp_n_more                          # source slots of the few that use them
     cdef int fp_n_nodes
     cdef int fp_n_leafs
     cdef fp_layout * fp_layouts                 # [fp_n_layouts]

@@ -997,10 +997,20 @@ cdef int fp_record(SchedCore s, const uint32_t * refs, ggml_tensor * t, fp_tenso
     """Describe t; pre is its index in pass 1's pre_memory / pre_offset."""
     cdef int j
     cdef ggml_backend_buffer * memory = s.pre_memory[pre]
+    cdef uint32_t * more
     r.head = (<uint64_t *>t)[0]
-    r.src_mask = source_mask(t)
-    for j in range(GGML_MAX_SRC):
+    for j in range(GGML_PY_FIRST_SOURCES):
         r.src[j] = fp_ref(s, refs, t.src[j])
+    r.more_src = 0
+    if source_mask(t) >> GGML_PY_FIRST_SOURCES:
+        if s.fp_n_more % 64 == 0:
+            safe_realloc(<void **>&s.fp_more_srcs, s.fp_n_more + 64,
+                         FP_MORE_SOURCES * sizeof(uint32_t), _TABLES)
+        more = &s.fp_more_srcs[s.fp_n_more * FP_MORE_SOURCES]
+        for j in range(GGML_PY_FIRST_SOURCES, GGML_MAX_SRC):
+            more[j - GGML_PY_FIRST_SOURCES] = fp_ref(s, refs, t.src[j])
+        s.fp_n_more += 1
+        r.more_src = s.fp_n_more
     r.view_src = fp_ref(s, refs, t.view_src)
     # its memory before the allocation as pass 1 saw it, as the tensor's own fields
     # hold it: none (NULL, NULL), outside any buffer (NULL, address), or in a buffer
@@ -1092,6 +1102,7 @@ cdef int fp_build(SchedCore s) except -1:
         s.fp_n_outside = 0
         s.fp_keep = []
         s.fp_n_layouts = 0
+        s.fp_n_more = 0
         safe_realloc(<void **>&s.fp_tensors, nn + nl + 1, sizeof(fp_tensor), _TABLES)
         for i in range(nn):
             fp_record(s, refs, cg.nodes[i], &s.fp_tensors[i], nl + i, layouts)
@@ -1167,8 +1178,18 @@ cdef inline bint fp_stamped_after(const ggml_tensor * t, uint64_t epoch) noexcep
     return t != NULL and (t.gen > epoch or (t.buffer != NULL and t.buffer.gen > epoch))
 
 
+cdef inline uint32_t fp_src(SchedCore s, const fp_tensor * r, int j) noexcept:
+    """The reference of source j of r's tensor."""
+    if j < GGML_PY_FIRST_SOURCES:
+        return r.src[j]
+    if r.more_src == 0:
+        return 0
+    return s.fp_more_srcs[(r.more_src - 1) * FP_MORE_SOURCES + j - GGML_PY_FIRST_SOURCES]
+
+
 cdef inline bint fp_tensor_matches(const ggml_tensor * t, const fp_tensor * r,
-                                   ggml_tensor ** table, const fp_layout * layouts) noexcept:
+                                   ggml_tensor ** table, const fp_layout * layouts,
+                                   const uint32_t * more_srcs) noexcept:
     """Does t have r's op, flags, sources, view, memory and layout? Every difference is
     or-ed into one word; the layout is compared by its id (interned: equal ids are
     equal layouts), field by field where either has none. All but that lies in the
@@ -1179,9 +1200,11 @@ cdef inline bint fp_tensor_matches(const ggml_tensor * t, const fp_tensor * r,
     cdef uint64_t diff = (<const uint64_t *>t)[0] ^ r.head
     for j in range(GGML_PY_FIRST_SOURCES):
         diff |= <uint64_t>t.src[j] ^ <uint64_t>table[r.src[j]]
-    if r.src_mask >> GGML_PY_FIRST_SOURCES:
+    if r.more_src:
+        more_srcs += (r.more_src - 1) * FP_MORE_SOURCES
         for j in range(GGML_PY_FIRST_SOURCES, GGML_MAX_SRC):
-            diff |= <uint64_t>t.src[j] ^ <uint64_t>table[r.src[j]]
+            diff |= (<uint64_t>t.src[j]
+                     ^ <uint64_t>table[more_srcs[j - GGML_PY_FIRST_SOURCES]])
     else:
         # (most tensors) the other slots must be NULL: no table to read
         for j in range(GGML_PY_FIRST_SOURCES, GGML_MAX_SRC):
@@ -1189,7 +1212,7 @@ cdef inline bint fp_tensor_matches(const ggml_tensor * t, const fp_tensor * r,
     diff |= <uint64_t>t.view_src ^ <uint64_t>table[r.view_src]
     diff |= (<uint64_t>t.buffer ^ <uint64_t>r.buffer) | (<uint64_t>t.data ^ <uint64_t>r.data)
     if r.view_src:
-        # a view's offset (in the next line): only views have one that matters
+        # a view's offset (past FP_TENSOR_BYTES): only views have one that matters
         diff |= <uint64_t>t.view_offs ^ <uint64_t>r.view_offs
     if t.layout == r.layout_id and r.layout_id != 0:
         return diff == 0
@@ -1239,7 +1262,7 @@ cdef bint fp_matches(SchedCore s, ggml_cgraph * g) noexcept:
         t = g.nodes[i]
         if i + PREFETCH_AHEAD < n:
             fp_prefetch(g.nodes[i + PREFETCH_AHEAD], &s.fp_tensors[i + PREFETCH_AHEAD])
-        if not fp_tensor_matches(t, &s.fp_tensors[i], table, s.fp_layouts) or (
+        if not fp_tensor_matches(t, &s.fp_tensors[i], table, s.fp_layouts, s.fp_more_srcs) or (
                 ggml_is_node_from(g, t, 0) and t.order < i):
             return False
         t.order = i
@@ -1247,7 +1270,8 @@ cdef bint fp_matches(SchedCore s, ggml_cgraph * g) noexcept:
         t = g.leafs[i]
         if i + PREFETCH_AHEAD < g.n_leafs:
             fp_prefetch(g.leafs[i + PREFETCH_AHEAD], &s.fp_tensors[n + i + PREFETCH_AHEAD])
-        if (not fp_tensor_matches(t, &s.fp_tensors[n + i], table, s.fp_layouts)
+        if (not fp_tensor_matches(t, &s.fp_tensors[n + i], table, s.fp_layouts,
+                                      s.fp_more_srcs)
                 or ggml_is_node_from(g, t, 0) or fp_is_leaf_before(g, t, i)):
             return False
         t.order = -2 - i
@@ -1358,7 +1382,7 @@ cdef int fp_repoint(SchedCore s, Graph graph) except -1:
         r = &s.fp_rewirings[i]
         # (fp_matches found the node's source where the plan's was)
         record_rewiring(s, g.nodes[r.node], r.node, r.src,
-                        table[s.fp_tensors[r.node].src[r.src]], r.copy)
+                        table[fp_src(s, &s.fp_tensors[r.node], r.src)], r.copy)
     apply_rewirings(s)
     # as a split of an equal graph leaves them: the previous ids are the same
     memcpy(s.prev_node_backend_ids, s.node_backend_ids, gc.n_nodes * sizeof(int))
@@ -1561,6 +1585,7 @@ cdef class SchedCore:
         self.fp_places = NULL
         self.fp_chunks = NULL
         self.fp_layouts = NULL
+        self.fp_more_srcs = NULL
         self.fp_buffers = NULL
         self.fp_table = NULL
         self.fp_cur_table = NULL
@@ -1693,6 +1718,7 @@ cdef class SchedCore:
         free(self.fp_places)
         free(self.fp_chunks)
         free(self.fp_layouts)
+        free(self.fp_more_srcs)
         free(self.fp_buffers)
         free(self.fp_table)
         free(self.fp_cur_table)
