@@ -8,9 +8,10 @@ nothing, buffers with an init_tensor slot see every placement in ggml's order, a
 graph allocated again lands exactly where the model of ggml-alloc puts it.
 """
 
+import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 
-from ggml_py import Context, Graph
+from ggml_py import AllocationError, Context, Graph
 from ggml_py._backend import Buffer, fake_address, fake_buffer, get_buffer, set_buffer
 from ggml_py.alloc import GraphAllocator, validate_allocation
 
@@ -165,3 +166,35 @@ def test_init_tensor_slot_sees_every_placement_in_order():
         assert bt.inits == ["x", "a", "b", "c"]
         assert get_buffer(v) is get_buffer(a)
         forget(g)
+
+
+def test_a_call_back_into_the_allocator_while_it_places_is_refused():
+    # an init_tensor slot that allocates a graph with the same allocator: refused with a
+    # clear error (the placement under way lists places in the plan), and the allocator
+    # stays usable
+    ctx = Context()
+    x = f32(ctx, 16, "x", flags=["INPUT"])
+    a = op(ctx, "a", [x], (16,), "CONT", flags=["OUTPUT"])
+    g = Graph.from_lists([a], [x])
+    ga = None
+    calling = [True]
+
+    class Calling(Sim):
+        def alloc_buffer(self, size):
+            self.calls.append(size)
+
+            class Reentrant(Buffer):
+                def init_tensor(self, tensor):
+                    if calling[0]:
+                        ga.alloc_graph(g)
+            return Reentrant(self, size, fake_address(size, self.alignment))
+
+    ga = GraphAllocator([Calling("GPU")])
+    assert ga.reserve(g)
+    for _ in range(2):
+        with pytest.raises(AllocationError, match="called again while it places"):
+            ga.alloc_graph(g)
+    calling[0] = False
+    forget(g)
+    assert ga.alloc_graph(g)
+    validate_allocation(g, ga)

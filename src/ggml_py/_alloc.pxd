@@ -159,6 +159,7 @@ cdef class GraphAllocator:
     cdef bint valid                     # False after a failed or interrupted reserve
     cdef pending_init * pending         # alloc_graph's init_tensor calls (list_inits)
     cdef int pending_cap
+    cdef bint placing                   # alloc_graph is making them (Python slots may run)
     cdef ggml_tensor ** placed          # what the last alloc_graph pointed into the buffers
     cdef int n_placed
     cdef int placed_cap
@@ -179,6 +180,7 @@ cdef class GraphAllocator:
 
     # internals
     cdef int grow_placed(self) except -1
+    cdef int not_placing(self) except -1
     cdef int unplace(self) except -1
     cdef int _id(self, buffer_id) except -1
     cdef size_t alloc_size(self, int buffer_id, ggml_tensor * t) except? 0

@@ -534,6 +534,14 @@ cdef class GraphAllocator:
         self.placed_cap = 2 * self.placed_cap + 64
         return 0
 
+    cdef int not_placing(self) except -1:
+        """Refuse a plan or a placement asked for while alloc_graph places a graph (from
+        a buffer's init_tensor slot): its list of placements points into the plan."""
+        if self.placing:
+            raise AllocationError("the graph allocator was called again while it places a "
+                                  "graph (from a buffer's init_tensor slot)")
+        return 0
+
     cdef int unplace(self) except -1:
         """Give back every placement of the last alloc_graph that is still this
         allocator's (the tensor was not placed elsewhere since)."""
@@ -825,6 +833,7 @@ cdef class GraphAllocator:
         cdef bint realloc
         cdef size_t new_size, cur_chunk, new_chunk
 
+        self.not_placing()
         # anything below may raise: until the end, the old plan is not usable
         self.valid = False
 
@@ -1083,6 +1092,7 @@ cdef class GraphAllocator:
         and the check is skipped."""
         cdef int i, n_pending
         cdef uint64_t stamp
+        self.not_placing()
         # the last graph's placements first: a tensor of both is placed anew
         self.unplace()
         n_pending = self.list_inits(graph, not fits)
@@ -1096,14 +1106,18 @@ cdef class GraphAllocator:
         while self.placed_cap < graph.n_leafs + n_pending:
             self.grow_placed()
         stamp = new_epoch()
-        for i in range(graph.n_leafs):
-            if i + PREFETCH_AHEAD < graph.n_leafs:
-                prefetch_placement(graph.leafs[i + PREFETCH_AHEAD])
-            _place(self, graph.leafs[i], &self.leaf_allocs[i], stamp)
-        for i in range(n_pending):
-            if i + PREFETCH_AHEAD < n_pending:
-                prefetch_placement(self.pending[i + PREFETCH_AHEAD].tensor)
-            _place(self, self.pending[i].tensor, self.pending[i].ta, stamp)
+        self.placing = True
+        try:
+            for i in range(graph.n_leafs):
+                if i + PREFETCH_AHEAD < graph.n_leafs:
+                    prefetch_placement(graph.leafs[i + PREFETCH_AHEAD])
+                _place(self, graph.leafs[i], &self.leaf_allocs[i], stamp)
+            for i in range(n_pending):
+                if i + PREFETCH_AHEAD < n_pending:
+                    prefetch_placement(self.pending[i + PREFETCH_AHEAD].tensor)
+                _place(self, self.pending[i].tensor, self.pending[i].ta, stamp)
+        finally:
+            self.placing = False
         return 1
 
     cdef int c_record_places(self, ggml_cgraph * graph, recorded_place * out) except -1:
@@ -1137,6 +1151,7 @@ cdef class GraphAllocator:
         cdef ggml_tensor * t
         cdef ggml_backend_buffer * b
         cdef uint64_t stamp
+        self.not_placing()
         self.unplace()
         for k in range(self.n_buffers * GGML_VBUFFER_MAX_CHUNKS):
             buffer_reset(self.c_chunks[k])          # ggml_backend_buffer_reset
