@@ -198,3 +198,25 @@ def test_a_call_back_into_the_allocator_while_it_places_is_refused():
     forget(g)
     assert ga.alloc_graph(g)
     validate_allocation(g, ga)
+
+
+@pytest.mark.parametrize("change", ["ne", "nb"])
+def test_a_node_whose_layout_grows_is_refused_and_fits_again_when_restored(change):
+    # the check measures a node only where its layout changed since the plan (a layout
+    # id names type, shape and strides); a larger extent through either is seen
+    ctx = Context()
+    x = f32(ctx, 16, "x", rows=2, flags=["INPUT"])
+    a = op(ctx, "a", [x], (2, 16), "CONT")
+    b = op(ctx, "b", [a], (2, 16), "CONT", flags=["OUTPUT"])
+    g = Graph.from_lists([a, b], [x])
+    ga = GraphAllocator([Sim("GPU"), Sim("CPU")])
+    assert ga.reserve_n(g, [0, 0], [0]) and ga.alloc_graph(g)
+    planned = getattr(a, change)
+    grown = (16, 3, 1, 1) if change == "ne" else (4, 128, 256, 256)
+    forget(g)
+    setattr(a, change, grown)
+    assert a.nbytes > 128
+    assert not ga.alloc_graph(g)
+    setattr(a, change, planned)
+    assert ga.alloc_graph(g)
+    validate_allocation(g, ga)

@@ -83,6 +83,8 @@ cdef struct tensor_alloc:
 cdef struct node_alloc:
     tensor_alloc dst
     int32_t flags               # the node's INPUT/OUTPUT flags when planned (not in ggml)
+    int32_t layout              # its layout id when planned, where dst holds ggml_nbytes
+                                # of that layout (else 0): an equal id fits, unmeasured
     int32_t src[GGML_MAX_SRC]   # SRC_NONE, a graph position (node i, or n_nodes + leaf i),
                                 # or SRC_OUTSIDE - i: outside_allocs[i] (a source outside
                                 # the graph)

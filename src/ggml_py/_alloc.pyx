@@ -857,6 +857,12 @@ cdef class GraphAllocator:
             na = &self.node_allocs[i]
             self.set_tensor_alloc(&na.dst, k)
             na.flags = hn.bits & _PLACEMENT_FLAGS
+            # (layout ids are never reused: an equal id is an equal type, shape and strides)
+            na.layout = 0
+            if (na.dst.buffer_id >= 0 and self.nbytes_sized[na.dst.buffer_id]
+                    and not hn.bits & (HN_VIEW | HN_HAS_DATA)
+                    and ggml_nbytes(hn.tensor) <= na.dst.size_max):
+                na.layout = hn.tensor.layout
             for j in range(GGML_MAX_SRC):
                 na.src[j] = SRC_NONE
             for e in range(hn.first_src, hn.first_src + hn.n_src):
@@ -992,7 +998,7 @@ cdef class GraphAllocator:
                 _prefetch_tensor(graph.nodes[i + PREFETCH_AHEAD])
             node = graph.nodes[i]
             na = &self.node_allocs[i]
-            if check and (not _fits(self, node, &na.dst)
+            if check and (not (node.layout == na.layout != 0 or _fits(self, node, &na.dst))
                           or (node.flags & _PLACEMENT_FLAGS) != na.flags):
                 # (an input or output flag changed since the plan: the plan may overwrite
                 # an output, or an input before it is read; ggml reuses such a plan)
