@@ -83,6 +83,8 @@ cdef struct tensor_alloc:
 cdef struct node_alloc:
     tensor_alloc dst
     int32_t flags               # the node's INPUT/OUTPUT flags when planned (not in ggml)
+    int32_t layout              # its layout id when planned, where dst holds ggml_nbytes
+                                # of that layout (else 0): an equal id fits, unmeasured
     int32_t src[GGML_MAX_SRC]   # SRC_NONE, a graph position (node i, or n_nodes + leaf i),
                                 # or SRC_OUTSIDE - i: outside_allocs[i] (a source outside
                                 # the graph)
@@ -90,6 +92,12 @@ cdef struct node_alloc:
 cdef enum:
     SRC_NONE = -1               # no source, or no plan (a view, data from outside)
     SRC_OUTSIDE = -2
+
+# an init_tensor call of alloc_graph (a tensor it may point at memory, and its plan),
+# listed by the pass that checks the plan against the graph and made by the next
+cdef struct pending_init:
+    ggml_tensor * tensor
+    const tensor_alloc * ta
 
 # where alloc_graph left one tensor of a graph: graph.nodes[index] (index >= 0) or
 # graph.leafs[~index], pointed at data in buffer (the scheduler's graph reuse replays these)
@@ -151,6 +159,9 @@ cdef class GraphAllocator:
     cdef int n_outside
     cdef int outside_cap
     cdef bint valid                     # False after a failed or interrupted reserve
+    cdef pending_init * pending         # alloc_graph's init_tensor calls (list_inits)
+    cdef int pending_cap
+    cdef bint placing                   # alloc_graph is making them (Python slots may run)
     cdef ggml_tensor ** placed          # what the last alloc_graph pointed into the buffers
     cdef int n_placed
     cdef int placed_cap
@@ -171,6 +182,7 @@ cdef class GraphAllocator:
 
     # internals
     cdef int grow_placed(self) except -1
+    cdef int not_placing(self) except -1
     cdef int unplace(self) except -1
     cdef int _id(self, buffer_id) except -1
     cdef size_t alloc_size(self, int buffer_id, ggml_tensor * t) except? 0
@@ -185,8 +197,8 @@ cdef class GraphAllocator:
     cdef int reserve_n_impl(self, ggml_cgraph * graph, const int * node_buffer_ids,
                             const int * leaf_buffer_ids, bint no_alloc) except -1
     cdef int set_tensor_alloc(self, tensor_alloc * ta, int k) except -1
-    cdef bint needs_realloc(self, ggml_cgraph * graph) except -1
-    cdef bint tensor_alloc_fits(self, ggml_tensor * t, const tensor_alloc * ta) except -1
+    cdef int list_inits(self, ggml_cgraph * graph, bint check) except -2
+    cdef int grow_pending(self, int need) except -1
     cdef const tensor_alloc * src_alloc(self, int src) noexcept
     cdef int init_tensor(self, ggml_tensor * tensor, const tensor_alloc * ta) except -1
     cdef int vbuffer_alloc(self, int i) except -1

@@ -21,7 +21,7 @@ assert or crash, this port raises instead and stays usable.
 cimport cython
 from libc.stdlib cimport calloc, free
 from libc.string cimport memset
-from libc.stdint cimport int32_t, int64_t, uint64_t, INT64_MIN, SIZE_MAX
+from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t, INT64_MIN, SIZE_MAX
 
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (prefetch, prefetch_sources, source_mask, prefetch_placement, PREFETCH_AHEAD,
@@ -386,6 +386,52 @@ cdef inline ggml_tensor * _recorded_tensor(ggml_cgraph * graph, const recorded_p
     return graph.nodes[p.index] if p.index >= 0 else graph.leafs[~p.index]
 
 
+cdef inline bint _fits(GraphAllocator galloc, const ggml_tensor * t,
+                       const tensor_alloc * ta) except -1:
+    """Port of ggml_gallocr_node_needs_realloc, which despite its name answers whether the
+    recorded place still serves: it does for a tensor that now has data or is a view,
+    not for one that had data at planning time and lost it, and otherwise when the
+    tensor is no larger than planned."""
+    if t.data != NULL or t.view_src != NULL:
+        return True
+    if ta.buffer_id < 0:
+        return False
+    if galloc.nbytes_sized[ta.buffer_id]:
+        return ta.size_max >= ggml_nbytes(t)
+    return ta.size_max >= _buft_alloc_size(<BufferType>galloc.bufts[ta.buffer_id],
+                                           <ggml_tensor *>t)
+
+
+cdef inline int _place(GraphAllocator galloc, ggml_tensor * t, const tensor_alloc * ta,
+                       uint64_t stamp) except -1:
+    """galloc.init_tensor with its common cases in line, each tensor stamped `stamp` (one
+    batch, see new_epoch): a view of memory, and a planned tensor in a chunk without an
+    init_tensor slot. The rest (errors, released buffers, Python slots) is init_tensor's."""
+    cdef ggml_tensor * vs = t.view_src
+    cdef ggml_backend_buffer * chunk
+    if vs != NULL:
+        if t.buffer == NULL and vs.buffer != NULL and vs.data != NULL:
+            t.buffer = vs.buffer                        # ggml_backend_view_init
+            t.data = vs.data + t.view_offs
+            t.gen = stamp
+            if vs.buffer.allocator == <void *>galloc:
+                record_placed(galloc, t)
+            return 0
+    elif t.data != NULL:
+        return 0                                        # memory from outside
+    elif t.buffer == NULL and ta.buffer_id >= 0 and ta.addr.chunk >= 0:
+        chunk = galloc.c_chunks[ta.buffer_id * GGML_VBUFFER_MAX_CHUNKS + ta.addr.chunk]
+        if (chunk != NULL and ta.size_max <= chunk.size
+                and ta.addr.offset <= chunk.size - ta.size_max
+                and (chunk.pyobj == NULL or not (<Buffer>chunk.pyobj)._has_init_tensor)):
+            t.buffer = chunk                            # tensor_alloc_at
+            t.data = chunk.base + ta.addr.offset
+            t.gen = stamp
+            record_placed(galloc, t)
+            return 0
+    return galloc.init_tensor(t, ta)
+
+
 @cython.final
 cdef class GraphAllocator:
     """Plans and allocates the compute memory of graphs (ggml_gallocr).
@@ -474,6 +520,7 @@ cdef class GraphAllocator:
         free(self.leaf_allocs)
         free(self.outside_allocs)
         free(self.placed)
+        free(self.pending)
 
     # --- placements --------------------------------------------------------------
     # The tensors alloc_graph points into this allocator's buffers are recorded, with
@@ -485,6 +532,14 @@ cdef class GraphAllocator:
         safe_realloc(<void **>&self.placed, 2 * self.placed_cap + 64, sizeof(ggml_tensor *),
                      "the graph allocator's placement table")
         self.placed_cap = 2 * self.placed_cap + 64
+        return 0
+
+    cdef int not_placing(self) except -1:
+        """Refuse a plan or a placement asked for while alloc_graph places a graph (from
+        a buffer's init_tensor slot): its list of placements points into the plan."""
+        if self.placing:
+            raise AllocationError("the graph allocator was called again while it places a "
+                                  "graph (from a buffer's init_tensor slot)")
         return 0
 
     cdef int unplace(self) except -1:
@@ -779,6 +834,7 @@ cdef class GraphAllocator:
         cdef bint realloc
         cdef size_t new_size, cur_chunk, new_chunk
 
+        self.not_placing()
         # anything below may raise: until the end, the old plan is not usable
         self.valid = False
 
@@ -802,6 +858,12 @@ cdef class GraphAllocator:
             na = &self.node_allocs[i]
             self.set_tensor_alloc(&na.dst, k)
             na.flags = hn.bits & _PLACEMENT_FLAGS
+            # (layout ids are never reused: an equal id is an equal type, shape and strides)
+            na.layout = 0
+            if (na.dst.buffer_id >= 0 and self.nbytes_sized[na.dst.buffer_id]
+                    and not hn.bits & (HN_VIEW | HN_HAS_DATA)
+                    and ggml_nbytes(hn.tensor) <= na.dst.size_max):
+                na.layout = hn.tensor.layout
             for j in range(GGML_MAX_SRC):
                 na.src[j] = SRC_NONE
             for e in range(hn.first_src, hn.first_src + hn.n_src):
@@ -903,48 +965,73 @@ cdef class GraphAllocator:
 
     # --- using a plan (ggml_gallocr_alloc_graph and its helpers) ---------------
 
-    cdef bint needs_realloc(self, ggml_cgraph * graph) except -1:
-        """Port of ggml_gallocr_needs_realloc: the recorded plan does not fit `graph`
-        (other node or leaf counts, or a node / source / leaf that grew or lost its data).
+    cdef int grow_pending(self, int need) except -1:
+        safe_realloc(<void **>&self.pending, 2 * need + 64, sizeof(pending_init),
+                     "the graph allocator's placement list")
+        self.pending_cap = 2 * need + 64
+        return 0
+
+    cdef int list_inits(self, ggml_cgraph * graph, bint check) except -2:
+        """The init_tensor calls of ggml_gallocr_alloc_graph's node loop, in its order, into
+        `pending`, less those known to do nothing (a source placed at its own graph
+        position before, a tensor with data, an initialised view); their number. With
+        `check`, ggml_gallocr_needs_realloc on the way: -1 where the recorded plan does not
+        fit `graph` (other node or leaf counts, or a node / source / leaf that grew or lost
+        its data). One sweep reads each node once for both.
 
         ggml checks nodes and their sources only. A leaf that had data when the graph
         was planned and has none now (a parallel scheduler's copy slots of a placed
         graph input rotate between the input itself and fresh copies) then gets no
         place, and ggml's release build writes through buffers[-1]; checking leafs too
         makes it a reallocation instead."""
-        cdef int i, j, src
-        cdef int n = graph.n_nodes
+        cdef int i, j, src, n = graph.n_nodes, k = 0
         cdef ggml_tensor * node
-        cdef node_alloc * na
-        if not self.valid:
-            # a failed or interrupted reserve (ggml would go on with a broken plan)
-            return True
-        if self.n_nodes != n or self.n_leafs != graph.n_leafs:
-            return True
+        cdef ggml_tensor * t
+        cdef const node_alloc * na
+        cdef const tensor_alloc * ta
+        if check and (not self.valid or self.n_nodes != n or self.n_leafs != graph.n_leafs):
+            # (not valid: a failed or interrupted reserve; ggml would go on with a broken plan)
+            return -1
+        if self.pending_cap < 2 * n:            # a node and a source each; more grow it
+            self.grow_pending(2 * n)
         for i in range(n):
             if i + PREFETCH_AHEAD < n:
                 _prefetch_tensor(graph.nodes[i + PREFETCH_AHEAD])
             node = graph.nodes[i]
             na = &self.node_allocs[i]
-            if not self.tensor_alloc_fits(node, &na.dst):
-                return True
-            if (node.flags & _PLACEMENT_FLAGS) != na.flags:
-                # an input or output flag changed since the plan: the plan may overwrite
-                # an output, or an input before it is read (ggml reuses such a plan)
-                return True
-            for j in range(GGML_MAX_SRC):
-                if node.src[j] == NULL:
+            if check and (not (node.layout == na.layout != 0 or _fits(self, node, &na.dst))
+                          or (node.flags & _PLACEMENT_FLAGS) != na.flags):
+                # (an input or output flag changed since the plan: the plan may overwrite
+                # an output, or an input before it is read; ggml reuses such a plan)
+                return -1
+            if k + GGML_MAX_SRC + 1 > self.pending_cap:
+                self.grow_pending(k + GGML_MAX_SRC + 1)
+            for j in range(_src_end(node)):
+                t = node.src[j]
+                if t == NULL:
                     continue
                 src = na.src[j]
-                # a source still at the graph position whose plan it shares is checked there
-                if src >= 0 and _graph_tensor(graph, src) == node.src[j]:
-                    continue
-                if not self.tensor_alloc_fits(node.src[j], self.src_alloc(src)):
-                    return True
-        for i in range(graph.n_leafs):
-            if not self.tensor_alloc_fits(graph.leafs[i], &self.leaf_allocs[i]):
-                return True
-        return False
+                if src >= 0 and _graph_tensor(graph, src) == t:
+                    # at the graph position whose plan it shares: checked there, and
+                    # placed there when that comes first
+                    if src < i or src >= n:
+                        continue
+                    ta = &self.node_allocs[src].dst
+                else:
+                    ta = self.src_alloc(src)
+                    if check and not _fits(self, t, ta):
+                        return -1
+                if _may_init(t):
+                    self.pending[k] = pending_init(t, ta)
+                    k += 1
+            if _may_init(node):
+                self.pending[k] = pending_init(node, &na.dst)
+                k += 1
+        if check:
+            for i in range(graph.n_leafs):
+                if not _fits(self, graph.leafs[i], &self.leaf_allocs[i]):
+                    return -1
+        return k
 
     cdef const tensor_alloc * src_alloc(self, int src) noexcept:
         """The plan of a source: node_alloc.src's reference resolved."""
@@ -955,18 +1042,6 @@ cdef class GraphAllocator:
         if src == SRC_NONE:
             return &TENSOR_ALLOC_NONE
         return &self.outside_allocs[SRC_OUTSIDE - src]
-
-    cdef bint tensor_alloc_fits(self, ggml_tensor * t, const tensor_alloc * ta) except -1:
-        """Port of ggml_gallocr_node_needs_realloc, which despite its name answers
-        whether the recorded place still serves: it does for a tensor that now has
-        data or is a view, not for one that had data at planning time and lost
-        it, and otherwise when the tensor is no larger than planned."""
-        cdef size_t size = 0
-        if t.data == NULL and t.view_src == NULL:
-            if ta.buffer_id < 0:
-                return False
-            size = self.alloc_size(ta.buffer_id, t)
-        return ta.size_max >= size
 
     cdef int init_tensor(self, ggml_tensor * tensor, const tensor_alloc * ta) except -1:
         """Port of ggml_gallocr_init_tensor: point a tensor at its planned memory. (Its
@@ -1022,39 +1097,34 @@ cdef class GraphAllocator:
         the tensors alive until they are unplaced (the graph). `fits`: the caller knows
         that the graph fits (the one just reserved, or equal to one placed by this plan),
         and the check is skipped."""
-        cdef int i, j, src
-        cdef int n = graph.n_nodes
-        cdef ggml_tensor * node
-        cdef node_alloc * na
+        cdef int i, n_pending
+        cdef uint64_t stamp
+        self.not_placing()
         # the last graph's placements first: a tensor of both is placed anew
         self.unplace()
-        if not fits and self.needs_realloc(graph):
-            if self.n_buffers == 1:
-                if not self.c_reserve_n(graph, NULL, NULL):
-                    return 0
-            else:
+        n_pending = self.list_inits(graph, not fits)
+        if n_pending < 0:
+            if self.n_buffers > 1 or not self.c_reserve_n(graph, NULL, NULL):
                 return 0
+            n_pending = self.list_inits(graph, False)
         for i in range(self.n_buffers * GGML_VBUFFER_MAX_CHUNKS):
             buffer_reset(self.c_chunks[i])          # ggml_backend_buffer_reset
         self.placed_owner = owner
-        for i in range(graph.n_leafs):
-            if i + PREFETCH_AHEAD < graph.n_leafs:
-                prefetch_placement(graph.leafs[i + PREFETCH_AHEAD])
-            self.init_tensor(graph.leafs[i], &self.leaf_allocs[i])
-        for i in range(n):
-            if i + PREFETCH_AHEAD < n:
-                prefetch_placement(graph.nodes[i + PREFETCH_AHEAD])
-            node = graph.nodes[i]
-            na = &self.node_allocs[i]
-            for j in range(GGML_MAX_SRC):
-                if node.src[j] == NULL:
-                    continue
-                src = na.src[j]
-                # a leaf, or a node before, whose plan the source shares: placed already
-                if src >= 0 and (src < i or src >= n) and _graph_tensor(graph, src) == node.src[j]:
-                    continue
-                self.init_tensor(node.src[j], self.src_alloc(src))
-            self.init_tensor(node, &na.dst)
+        while self.placed_cap < graph.n_leafs + n_pending:
+            self.grow_placed()
+        stamp = new_epoch()
+        self.placing = True
+        try:
+            for i in range(graph.n_leafs):
+                if i + PREFETCH_AHEAD < graph.n_leafs:
+                    prefetch_placement(graph.leafs[i + PREFETCH_AHEAD])
+                _place(self, graph.leafs[i], &self.leaf_allocs[i], stamp)
+            for i in range(n_pending):
+                if i + PREFETCH_AHEAD < n_pending:
+                    prefetch_placement(self.pending[i + PREFETCH_AHEAD].tensor)
+                _place(self, self.pending[i].tensor, self.pending[i].ta, stamp)
+        finally:
+            self.placing = False
         return 1
 
     cdef int c_record_places(self, ggml_cgraph * graph, recorded_place * out) except -1:
@@ -1088,6 +1158,7 @@ cdef class GraphAllocator:
         cdef ggml_tensor * t
         cdef ggml_backend_buffer * b
         cdef uint64_t stamp
+        self.not_placing()
         self.unplace()
         for k in range(self.n_buffers * GGML_VBUFFER_MAX_CHUNKS):
             buffer_reset(self.c_chunks[k])          # ggml_backend_buffer_reset
@@ -1261,3 +1332,26 @@ cdef inline bint _same_layout(const ggml_tensor * a, const ggml_tensor * b) noex
         if a.ne[i] != b.ne[i] or a.nb[i] != b.nb[i]:
             return False
     return True
+
+
+cdef inline bint _may_init(const ggml_tensor * t) noexcept nogil:
+    """Could init_tensor point t at memory: a view not initialised (or in a released
+    buffer), a tensor without data? (Only its own placement changes that.)"""
+    if t.view_src != NULL:
+        return t.buffer == NULL or t.buffer.released
+    return t.data == NULL
+
+
+cdef inline int _src_end(const ggml_tensor * t) noexcept nogil:
+    """1 + the last source slot t may use: where a walk over its sources can stop. Most
+    tensors use the first two slots at most, which one test of the others tells."""
+    cdef uintptr_t rest = 0
+    cdef int j
+    for j in range(2, GGML_MAX_SRC):
+        rest |= <uintptr_t>t.src[j]
+    if rest == 0:
+        return 2
+    j = GGML_MAX_SRC
+    while t.src[j - 1] == NULL:
+        j -= 1
+    return j

@@ -27,7 +27,23 @@ cdef ggml_type_traits TYPE_TRAITS[64]
 cdef const char * OP_NAMES[GGML_OP_COUNT_MAX]
 
 # ---- tensor facts (ggml.c) ----
-cdef size_t ggml_nbytes(const ggml_tensor * t) noexcept nogil
+cdef inline size_t ggml_nbytes(const ggml_tensor * t) noexcept nogil:
+    # in line: the graph allocator asks it of every node at every alloc_graph
+    cdef int i
+    cdef size_t nbytes
+    cdef int64_t blck = TYPE_TRAITS[t.type].blck_size
+    for i in range(GGML_MAX_DIMS):
+        if t.ne[i] <= 0:
+            return 0
+    if blck == 1:
+        nbytes = TYPE_TRAITS[t.type].type_size
+        for i in range(GGML_MAX_DIMS):
+            nbytes += (t.ne[i] - 1) * t.nb[i]
+    else:
+        nbytes = t.ne[0] * t.nb[0] // blck
+        for i in range(1, GGML_MAX_DIMS):
+            nbytes += (t.ne[i] - 1) * t.nb[i]
+    return nbytes
 cdef size_t ggml_row_size(int type, int64_t ne) noexcept nogil
 cdef int64_t ggml_nelements(const ggml_tensor * t) noexcept nogil
 cdef int64_t ggml_nrows(const ggml_tensor * t) noexcept nogil

@@ -264,24 +264,6 @@ def row_size(name, ne):
 # ---------------------------------------------------------------------------
 # tensor facts
 
-cdef size_t ggml_nbytes(const ggml_tensor * t) noexcept nogil:
-    cdef int i
-    cdef size_t nbytes
-    cdef int64_t blck = TYPE_TRAITS[t.type].blck_size
-    for i in range(GGML_MAX_DIMS):
-        if t.ne[i] <= 0:
-            return 0
-    if blck == 1:
-        nbytes = TYPE_TRAITS[t.type].type_size
-        for i in range(GGML_MAX_DIMS):
-            nbytes += (t.ne[i] - 1) * t.nb[i]
-    else:
-        nbytes = t.ne[0] * t.nb[0] // blck
-        for i in range(1, GGML_MAX_DIMS):
-            nbytes += (t.ne[i] - 1) * t.nb[i]
-    return nbytes
-
-
 cdef size_t ggml_row_size(int type, int64_t ne) noexcept nogil:
     return TYPE_TRAITS[type].type_size * ne // TYPE_TRAITS[type].blck_size
 

@@ -1479,6 +1479,8 @@ cdef inline bint _ids_changed(SchedCore s, const int * ids, const int * prev, in
     """Did any tensor move to a backend with another buffer type? (ggml reads
     bufts[-1] for a tensor without a backend; here that counts as a change.)"""
     cdef int i
+    if memcmp(ids, prev, n * sizeof(int)) == 0:
+        return False                    # the steady state: one vectorised compare
     for i in range(n):
         if ids[i] != prev[i]:
             if ids[i] < 0 or prev[i] < 0 or s.bufts[ids[i]] != s.bufts[prev[i]]:
