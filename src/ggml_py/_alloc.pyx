@@ -24,7 +24,7 @@ from libc.string cimport memset
 from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t, INT64_MIN, SIZE_MAX
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (prefetch, prefetch_sources, source_mask, prefetch_placement, PREFETCH_AHEAD,
+from ggml_py._core cimport (prefetch, prefetch_sources, source_mask, lowest_bit, prefetch_placement, PREFETCH_AHEAD,
                             size_arg, index_arg, items_arg, tensor_name,
                             ggml_graph_check_order, GGML_PY_MAX_BYTES, ggml_nbytes,
                             tensor_handle, Tensor, Graph, safe_realloc, new_epoch)
@@ -985,6 +985,7 @@ cdef class GraphAllocator:
         place, and ggml's release build writes through buffers[-1]; checking leafs too
         makes it a reallocation instead."""
         cdef int i, j, src, n = graph.n_nodes, k = 0
+        cdef uint32_t m
         cdef ggml_tensor * node
         cdef ggml_tensor * t
         cdef const node_alloc * na
@@ -1006,10 +1007,11 @@ cdef class GraphAllocator:
                 return -1
             if k + GGML_MAX_SRC + 1 > self.pending_cap:
                 self.grow_pending(k + GGML_MAX_SRC + 1)
-            for j in range(_src_end(node)):
+            m = source_mask(node)
+            while m:
+                j = lowest_bit(m)
+                m &= m - 1
                 t = node.src[j]
-                if t == NULL:
-                    continue
                 src = na.src[j]
                 if src >= 0 and _graph_tensor(graph, src) == t:
                     # at the graph position whose plan it shares: checked there, and
@@ -1340,18 +1342,3 @@ cdef inline bint _may_init(const ggml_tensor * t) noexcept nogil:
     if t.view_src != NULL:
         return t.buffer == NULL or t.buffer.released
     return t.data == NULL
-
-
-cdef inline int _src_end(const ggml_tensor * t) noexcept nogil:
-    """1 + the last source slot t may use: where a walk over its sources can stop. Most
-    tensors use the first two slots at most, which one test of the others tells."""
-    cdef uintptr_t rest = 0
-    cdef int j
-    for j in range(2, GGML_MAX_SRC):
-        rest |= <uintptr_t>t.src[j]
-    if rest == 0:
-        return 2
-    j = GGML_MAX_SRC
-    while t.src[j - 1] == NULL:
-        j -= 1
-    return j
