@@ -105,12 +105,11 @@ cdef inline Py_ssize_t slot_of(SchedCore s, const ggml_tensor * t) noexcept:
 
 cdef inline void prefetch_slot(SchedCore s, const ggml_tensor * t) noexcept:
     """Ask for the hash set's lines at t's home slot, where a lookup of t starts (and,
-    the set being at most half full, mostly ends): in a large graph they are misses."""
+    the set being at most half full, mostly ends): in a large graph they are misses.
+    (The used bits are dense enough to stay in the caches; the causes are only written.)"""
     cdef size_t h = ggml_hash(t) % s.hash_set.size
     prefetch(&s.hash_set.keys[h])
-    prefetch(&s.hash_set.used[h >> 5])
     prefetch(&s.hv_tensor_backend_ids[h])
-    prefetch(&s.hv_tensor_causes[h])
 
 
 cdef int sched_tensor_backend_id(SchedCore s, ggml_tensor * t) noexcept:
