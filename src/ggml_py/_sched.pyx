@@ -261,7 +261,7 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
     later passes read of each node and source (node_slots, node_bits, srcs)."""
     cdef int i, j, k = 0
     cdef uint8_t bits
-    cdef uint32_t m, m2
+    cdef uint32_t m, m2, sources
     cdef uint32_t ahead_masks[PREFETCH_AHEAD]
     cdef Py_ssize_t h
     cdef ggml_tensor * t
@@ -333,8 +333,7 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
             s.view_slots[i] = hashed_slot(s, graph, t.view_src, i)
             if s.view_slots[i] == -1:
                 s.view_slots[i] = slot_of(s, t.view_src)
-        if s.hv_tensor_backend_ids[h] == -1:
-            s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, m, &s.hv_tensor_causes[h])
+        sources = m
         s.src_begin[i] = k
         if k + GGML_MAX_SRC > s.src_capacity:
             safe_realloc(<void **>&s.srcs, 2 * (k + GGML_MAX_SRC), sizeof(split_src), _TABLES)
@@ -365,6 +364,14 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
             if src.view_src != NULL:
                 bits |= SRC_VIEW
             e.bits = bits
+        # the backend its location implies: none for a node without memory (nor a base
+        # with memory) that is no input and reads no weights (most of them), which
+        # backend_id_from_cur need not see
+        if s.hv_tensor_backend_ids[h] == -1 and (
+                t.buffer != NULL or (t.view_src != NULL and (t.view_src.buffer != NULL
+                                                            or t.view_src.view_src != NULL))
+                or t.flags & GGML_TENSOR_FLAG_INPUT or s.node_bits[i] & NODE_WEIGHTS):
+            s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, sources, &s.hv_tensor_causes[h])
     s.src_begin[graph.n_nodes] = k
     if leaf_views:
         for i in range(graph.n_leafs):
