@@ -371,6 +371,35 @@ def test_a_replayed_allocation_runs_the_init_tensor_slot_as_alloc_graph_does():
         assert _state(sched, graph) == _state(fresh, twin)
 
 
+def test_a_call_back_into_the_allocator_while_a_reuse_places_is_refused():
+    # as alloc_graph refuses it (test_alloc_steady.py): the replay of a kept plan's
+    # placements lists them in the allocator too
+    from ggml_py import AllocationError
+    from ggml_py._backend import Buffer
+    calling = []
+
+    class Reentrant(Buffer):
+        def init_tensor(self, tensor):
+            if calling:
+                sched._core.galloc.reserve(calling[0])
+
+    sched = _one_backend_scheduler(Reentrant)
+    assert sched.alloc_graph(_small_graph())
+    sched.reset()
+    graph = _small_graph()
+    calling.append(graph)
+    with pytest.raises(AllocationError, match="called again while it places"):
+        sched.alloc_graph(graph)
+    calling.clear()
+    fresh = _one_backend_scheduler(Buffer)
+    for _ in range(2):
+        sched.reset()
+        graph, twin = _small_graph(), _small_graph()
+        fresh.reset()
+        assert sched.alloc_graph(graph) and fresh.alloc_graph(twin)
+        assert _state(sched, graph) == _state(fresh, twin)
+
+
 def test_a_reused_plan_answers_for_the_new_graphs_tensors():
     case = load_case(str(PLANNED[0].values[0]))
     sched = scheduler_for_case(case)

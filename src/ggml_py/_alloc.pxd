@@ -161,7 +161,8 @@ cdef class GraphAllocator:
     cdef bint valid                     # False after a failed or interrupted reserve
     cdef pending_init * pending         # alloc_graph's init_tensor calls (list_inits)
     cdef int pending_cap
-    cdef bint placing                   # alloc_graph is making them (Python slots may run)
+    cdef bint placing                   # alloc_graph or c_replay_places is placing a
+                                        # graph (Python slots may run)
     cdef ggml_tensor ** placed          # what the last alloc_graph pointed into the buffers
     cdef int n_placed
     cdef int placed_cap

@@ -535,8 +535,9 @@ cdef class GraphAllocator:
         return 0
 
     cdef int not_placing(self) except -1:
-        """Refuse a plan or a placement asked for while alloc_graph places a graph (from
-        a buffer's init_tensor slot): its list of placements points into the plan."""
+        """Refuse a plan or a placement asked for while alloc_graph places a graph, or
+        c_replay_places replays one (from a buffer's init_tensor slot): the placements
+        under way point into the plan and the buffers."""
         if self.placing:
             raise AllocationError("the graph allocator was called again while it places a "
                                   "graph (from a buffer's init_tensor slot)")
@@ -1168,19 +1169,23 @@ cdef class GraphAllocator:
         while self.placed_cap < n:
             self.grow_placed()
         stamp = new_epoch()
-        for k in range(n):
-            if k + PREFETCH_AHEAD < n:
-                prefetch_placement(_recorded_tensor(graph, &places[k + PREFETCH_AHEAD]))
-            t = _recorded_tensor(graph, &places[k])
-            b = places[k].buffer
-            t.buffer = b
-            t.data = places[k].data
-            t.gen = stamp
-            if places[k].own:
-                self.placed[self.n_placed] = t
-                self.n_placed += 1
-                if places[k].init:
-                    (<Buffer>b.pyobj).init_tensor(tensor_handle(t))
+        self.placing = True         # (the init_tensor slots may call back: not_placing)
+        try:
+            for k in range(n):
+                if k + PREFETCH_AHEAD < n:
+                    prefetch_placement(_recorded_tensor(graph, &places[k + PREFETCH_AHEAD]))
+                t = _recorded_tensor(graph, &places[k])
+                b = places[k].buffer
+                t.buffer = b
+                t.data = places[k].data
+                t.gen = stamp
+                if places[k].own:
+                    self.placed[self.n_placed] = t
+                    self.n_placed += 1
+                    if places[k].init:
+                        (<Buffer>b.pyobj).init_tensor(tensor_handle(t))
+        finally:
+            self.placing = False
         return 1
 
     cdef size_t c_buffer_size(self, int buffer_id) except? 0:
