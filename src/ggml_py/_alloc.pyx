@@ -24,7 +24,8 @@ from libc.string cimport memset
 from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t, INT64_MIN, SIZE_MAX
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (prefetch, prefetch_sources, source_mask, lowest_bit, prefetch_placement, PREFETCH_AHEAD,
+from ggml_py._core cimport (prefetch, prefetch_sources, prefetch_placement, PREFETCH_AHEAD,
+                            source_mask, lowest_bit,
                             size_arg, index_arg, items_arg, tensor_name,
                             ggml_graph_check_order, GGML_PY_MAX_BYTES, ggml_nbytes,
                             tensor_handle, Tensor, Graph, safe_realloc, new_epoch)

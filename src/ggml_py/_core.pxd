@@ -96,9 +96,13 @@ cdef inline size_t ggml_hash(const ggml_tensor * p) noexcept nogil:
     # the low 4 bits are always zero (alignment)
     return (<size_t><uintptr_t>p) >> 4
 
+cdef inline size_t ggml_hash_home(const ggml_hash_set * hs, const ggml_tensor * key) noexcept nogil:
+    """The slot where a lookup of key starts."""
+    return ggml_hash(key) % hs.size
+
 cdef inline size_t ggml_hash_find(const ggml_hash_set * hs, const ggml_tensor * key) noexcept nogil:
     """Slot of key, or where it would go; GGML_HASHSET_FULL when absent and full."""
-    cdef size_t h = ggml_hash(key) % hs.size
+    cdef size_t h = ggml_hash_home(hs, key)
     cdef size_t i = h
     while ggml_bitset_get(hs.used, i) and hs.keys[i] != key:
         i += 1

@@ -399,7 +399,7 @@ cdef class HashSet:
 
     def slot_of_hash(self, Tensor t not None):
         """The home slot of t before probing."""
-        return ggml_hash(t.ptr) % self.hs.size
+        return ggml_hash_home(&self.hs, t.ptr)
 
     def reset(self):
         ggml_hash_set_reset(&self.hs)

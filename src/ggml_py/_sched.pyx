@@ -14,17 +14,18 @@ from libc.string cimport memset, memcpy, memcmp, strncmp
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (prefetch, prefetch_head, prefetch_memory, prefetch_sources, source_mask, lowest_bit, PREFETCH_AHEAD, Context, Tensor, Graph, ggml_join_name, tensor_handle, tensor_name,
+from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handle, tensor_name,
                             ggml_hash_set_init, ggml_hash_set_free, ggml_hash_set_reset,
-                            ggml_hash, ggml_hash_find_or_insert, ggml_hash_find, ggml_bitset_get,
-                            ggml_bitset_set, world_epoch, buffers_epoch,
+                            ggml_hash_home, ggml_hash_find_or_insert, ggml_hash_find,
+                            ggml_bitset_get, ggml_bitset_set, world_epoch, buffers_epoch,
                             ggml_is_view_op, ggml_dup_tensor_layout, ggml_view_tensor,
                             ggml_context_reset, ggml_context_tensor, ggml_is_node_from,
                             ggml_views_computed_node, leaf_view_message,
                             ggml_hash_size, ggml_context, ggml_is_computed_from,
                             ggml_computes, OP_NONE, mutation_epoch, tensor_changed,
-                            graph_unchanged_since, prefetch_bytes, PREFETCH_AHEAD, LAYOUT_BYTES,
-                            order_message,
+                            graph_unchanged_since, order_message, LAYOUT_BYTES,
+                            source_mask, lowest_bit, PREFETCH_AHEAD, prefetch, prefetch_bytes,
+                            prefetch_head, prefetch_memory, prefetch_sources,
                             checked_calloc, safe_realloc, int_arg, index_arg, OP_ROPE)
 from ggml_py._backend cimport (Backend, BufferType, backend_supports_op, backend_supports_buft,
                                backend_offload_op)
@@ -107,7 +108,7 @@ cdef inline void prefetch_slot(SchedCore s, const ggml_tensor * t) noexcept:
     """Ask for the hash set's lines at t's home slot, where a lookup of t starts (and,
     the set being at most half full, mostly ends): in a large graph they are misses.
     (The used bits are dense enough to stay in the caches; the causes are only written.)"""
-    cdef size_t h = ggml_hash(t) % s.hash_set.size
+    cdef size_t h = ggml_hash_home(&s.hash_set, t)
     prefetch(&s.hash_set.keys[h])
     prefetch(&s.hv_tensor_backend_ids[h])
 
@@ -148,6 +149,15 @@ cdef object unmovable_memory_error(SchedCore s, ggml_tensor * tensor, ggml_backe
         f"pre-allocated tensor '{tensor_name(tensor)}' (op {_OP_NAMES_LIST[tensor.op]}) lives in a "
         f"buffer of type '{buf.buft.name.decode()}' that no backend able to use it can run "
         f"the op on", "unsupported-preallocated")
+
+
+cdef inline bint cur_may_choose(const ggml_tensor * t, bint reads_weights) noexcept:
+    """False only where backend_id_from_cur finds no backend (and raises nothing): t nor
+    its base has memory, t is no input and reads no weights (as most nodes). Its rules'
+    cheap superset, for pass 1 to skip the call."""
+    return (t.buffer != NULL
+            or (t.view_src != NULL and (t.view_src.buffer != NULL or t.view_src.view_src != NULL))
+            or t.flags & GGML_TENSOR_FLAG_INPUT or reads_weights)
 
 
 cdef int backend_id_from_cur(SchedCore s, ggml_tensor * tensor, uint32_t sources,
@@ -364,13 +374,9 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
             if src.view_src != NULL:
                 bits |= SRC_VIEW
             e.bits = bits
-        # the backend its location implies: none for a node without memory (nor a base
-        # with memory) that is no input and reads no weights (most of them), which
-        # backend_id_from_cur need not see
-        if s.hv_tensor_backend_ids[h] == -1 and (
-                t.buffer != NULL or (t.view_src != NULL and (t.view_src.buffer != NULL
-                                                            or t.view_src.view_src != NULL))
-                or t.flags & GGML_TENSOR_FLAG_INPUT or s.node_bits[i] & NODE_WEIGHTS):
+        # the backend its location implies (after its sources: whether it reads weights)
+        if (s.hv_tensor_backend_ids[h] == -1
+                and cur_may_choose(t, s.node_bits[i] & NODE_WEIGHTS)):
             s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, sources, &s.hv_tensor_causes[h])
     s.src_begin[graph.n_nodes] = k
     if leaf_views:
