@@ -347,3 +347,53 @@ def test_new_tensor_takes_numpy_shape_or_ggml_ne_by_name():
     for bad in (dict(), dict(shape=(2, 3), ne=[3, 2])):
         with pytest.raises(ArgumentError, match="exactly one"):
             ctx.new_tensor("f32", **bad)
+
+
+# ---- a tensor's source mask: the slots the scheduler and the allocator read ----
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 9), st.sampled_from([None, "a", "b", "c"])),
+                max_size=24))
+def test_every_write_of_a_source_slot_keeps_the_source_mask(writes):
+    """Tensor.src reads the slots the source mask names (as the split does): after any
+    sequence of set_src calls it is the list the writes made."""
+    ctx = Context()
+    named = {n: ctx.new_tensor("f32", (4,), name=n) for n in "abc"}
+    t = ctx.new_op("ADD", [named["a"], named["b"]], "f32", (4,))
+    model = [named["a"], named["b"]] + [None] * 8
+    for j, name in writes:
+        src = None if name is None else named[name]
+        t.set_src(j, src)
+        model[j] = src
+    while model and model[-1] is None:
+        model.pop()
+    assert t.src == model
+
+
+def test_a_late_source_slot_is_read_by_the_split_and_its_removal_too():
+    """A source in slot 9 (past the tensor's first cache line) on a memory the node's
+    backend cannot read gets a copy; once the slot is emptied it gets none."""
+    from ggml_py import Backend, ops
+    from ggml_py.backends.sim import SimBufferType
+    from ggml_py.sched import Scheduler
+    gpu_buft = SimBufferType("GPU0", 32, None, False)
+    gpu = Backend("GPU0", gpu_buft, "gpu")
+    cpu = Backend("CPU", BufferType("CPU", 32, None, True), "cpu")
+    ctx = Context()
+    x = ctx.new_tensor("f32", (4, 16), name="x")
+    far = ctx.new_tensor("f32", (4, 16), name="far")
+    set_buffer(far, fake_buffer(gpu_buft, 1 << 12), 0)
+    h = ops.add(ctx, x, x)
+    h.set_src(9, far)
+    graph = Graph(64).build_forward_expand(ops.scale(ctx, h, 2.0).set_output())
+    sched = Scheduler([gpu, cpu], graph_size=64)
+
+    def split_inputs():
+        sched.reset()
+        sched.set_tensor_backend(h, cpu)
+        sched.split_graph(graph)
+        return [t.name for split in sched.splits for t in split.inputs]
+
+    assert "far" in split_inputs()
+    h.set_src(9, None)
+    assert "far" not in split_inputs()

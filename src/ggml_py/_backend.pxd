@@ -47,7 +47,13 @@ cdef inline int64_t op_batch(const ggml_tensor * t) noexcept nogil:
     return t.ne[1] * t.ne[2] * t.ne[3]
 
 cdef inline int backend_supports_op(ggml_backend * b, ggml_tensor * t) except -1:
-    cdef uint8_t a = b.supports_op_table[t.op]
+    return backend_supports_op_of(b, t.op, t)
+
+cdef inline int backend_supports_op_of(ggml_backend * b, int op, ggml_tensor * t) except -1:
+    """backend_supports_op with t's op known (t.op): a backend whose table answers for
+    op does not read t (the scheduler's passes keep the ops of a large graph's nodes
+    apart from their structs, which are out of the caches by then)."""
+    cdef uint8_t a = b.supports_op_table[op]
     if a == GGML_PY_OP_FN:
         return b.supports_op_fn(b, t)
     if a != GGML_PY_OP_ASK:

@@ -163,11 +163,16 @@ cdef void ggml_join_name(ggml_tensor * t, const char * a, const char * b, const 
 
 # ---- a tensor's sources ----
 # Most of a tensor's GGML_MAX_SRC source slots are NULL: the hot loops walk the set bits
-# of a mask made without a branch per slot.
+# of its source mask (kept in the tensor's first cache line). Every write of a source
+# slot goes through set_src, or rescans the slots after writing several (scan_sources).
 cdef extern from *:
     int lowest_bit "__builtin_ctz" (unsigned int m) noexcept nogil   # m != 0
 cdef extern from "ggml_py/ggml-py-types.h":
-    uint32_t source_mask "ggml_py_source_mask" (const ggml_tensor * t) noexcept nogil
+    uint16_t scan_sources "ggml_py_scan_sources" (const ggml_tensor * t) noexcept nogil
+    void tensor_set_src "ggml_py_set_src" (ggml_tensor * t, int j, ggml_tensor * src) noexcept nogil
+
+cdef inline uint32_t source_mask(const ggml_tensor * t) noexcept nogil:
+    return t.src_mask
 
 # ---- passes over tensors that are not in the caches ----
 # The sweeps over a graph's tensor structs (scattered in memory) ask for the lines they
@@ -192,11 +197,6 @@ cdef inline void prefetch_placement(const ggml_tensor * t) noexcept nogil:
     """... of what placing or unplacing t writes: buffer and data, and the stamp."""
     prefetch(&t.buffer)
     prefetch(&t.gen)
-
-cdef inline void prefetch_head(const ggml_tensor * t) noexcept nogil:
-    """... of t's first line and of the line with its last source slots (source_mask)."""
-    prefetch(t)
-    prefetch(&t.src[GGML_MAX_SRC - 1])
 
 cdef inline void prefetch_memory(const ggml_tensor * t) noexcept nogil:
     """... of t's buffer struct (the split reads its usage and owner): a second stage,

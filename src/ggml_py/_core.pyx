@@ -973,6 +973,7 @@ cdef class Context:
         cdef ggml_tensor * t = ggml_new_tensor_impl(&self.ctx, tid, 4, c_ne, vsrc, offs)
         t.op = oid
         memcpy(t.src, c_srcs, sizeof(c_srcs))
+        t.src_mask = scan_sources(t)
         memcpy(t.op_params, c_params, sizeof(c_params))
         if strides is not None:
             for i in range(4):
@@ -1142,15 +1143,17 @@ cdef class Tensor:
 
     @property
     def src(self):
-        """Sources, trailing empty slots cut (an empty slot inside is None)."""
-        cdef int i, n = GGML_MAX_SRC
-        while n > 0 and self.ptr.src[n - 1] == NULL:
-            n -= 1
-        return [tensor_handle(self.ptr.src[i]) for i in range(n)]
+        """Sources, trailing empty slots cut (an empty slot inside is None). Read as the
+        scheduler reads them: the slots the source mask names."""
+        cdef int i, n = 0
+        cdef uint32_t m = source_mask(self.ptr)       # (GGML_MAX_SRC bits at most)
+        while m >> n:
+            n += 1
+        return [tensor_handle(self.ptr.src[i]) if m >> i & 1 else None for i in range(n)]
 
     def set_src(self, i, src):
         cdef Py_ssize_t k = index_arg(i, "src index", GGML_MAX_SRC)
-        self.ptr.src[k] = NULL if src is None else tensor_ptr(src, "src")
+        tensor_set_src(self.ptr, k, NULL if src is None else tensor_ptr(src, "src"))
         tensor_changed(self.ptr)
         if src is not None and (<Tensor>src).owner is not self.owner:
             self.owner.keep((<Tensor>src).owner)

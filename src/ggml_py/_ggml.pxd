@@ -4,7 +4,7 @@
 # The tensor, buffer type and buffer structs are defined once, in C
 # (ggml-py-types.h), which the CPU backend's C kernels include too.
 
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 cdef extern from "ggml_py/ggml-py-types.h":
     enum:
@@ -41,7 +41,8 @@ cdef extern from "ggml_py/ggml-py-types.h":
         ggml_backend_buffer * buffer
         char * data
         size_t view_offs
-        int32_t type
+        int16_t type
+        uint16_t src_mask               # (ggml_py_set_src keeps it)
         int32_t id
         int64_t ne[GGML_MAX_DIMS]
         size_t nb[GGML_MAX_DIMS]

@@ -1,7 +1,7 @@
 # Scheduler core: port of ggml_backend_sched's state and split (ggml-backend.cpp).
 # See _sched.pyx for details.
 
-from libc.stdint cimport uint8_t, int32_t, uint32_t, int64_t, uint64_t
+from libc.stdint cimport uint8_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t
 from ggml_py._ggml cimport *
 from ggml_py._core cimport Context, Graph
 from ggml_py._alloc cimport GraphAllocator, recorded_place
@@ -47,6 +47,7 @@ cdef struct split_src:
     Py_ssize_t slot                     # its hash slot
     uint8_t j
     uint8_t bits                        # SRC_*
+    int ref                             # its index in dense_ids; -1: neither node nor leaf
 
 cdef struct sched_split:
     int backend_id
@@ -124,12 +125,21 @@ cdef class SchedCore:
     # and NODE_* bits, and its sources, node i's being srcs[src_begin[i]:src_begin[i + 1]]
     cdef Py_ssize_t * node_slots                # [node_slots_capacity]
     cdef uint8_t * node_bits                    # [node_slots_capacity]
-    cdef Py_ssize_t * view_slots                # [node_slots_capacity]: hash slot of a node's
-                                                # view_src where pass 1 found it, else -1
+    cdef int * view_refs                        # [node_slots_capacity]: a node's view_src's
+                                                # index in dense_ids, where pass 1 found it
     cdef Py_ssize_t * leaf_slots                # [pre_capacity]: each leaf's hash slot
     cdef int * compute_nodes                    # [node_slots_capacity]: the positions of the
-    cdef Py_ssize_t * compute_slots             # nodes that are not view ops (passes 2 and 3
-    cdef int n_compute                          # walk them), and their hash slots
+    cdef int * compute_refs                     # nodes that are not view ops (passes 2 and 3
+    cdef Py_ssize_t * compute_slots             # walk them), their indexes in dense_ids,
+    cdef uint16_t * compute_ops                 # their hash slots and ops
+    cdef int n_compute
+    # The backend ids of the graph's nodes and leafs in graph order, [nodes, leafs]: what
+    # passes 2 to 5 read instead of hv_tensor_backend_ids, whose slots lie scattered over
+    # an array too large for the caches in a large graph. Every write goes to both
+    # (set_backend). A node's index is its position (its last, in a graph that lists it
+    # twice: node_refs), a leaf's n_nodes + its position (unless it is a node too).
+    cdef int * dense_ids                        # [pre_capacity]
+    cdef int * node_refs                        # [node_slots_capacity]
     cdef int node_slots_capacity
     cdef int * src_begin                        # [node_slots_capacity + 1]
     cdef split_src * srcs                       # [src_capacity]

@@ -11,7 +11,7 @@ scheduler stays usable.
 
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset, memcpy, memcmp, strncmp
-from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handle, tensor_name,
@@ -22,13 +22,13 @@ from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handl
                             ggml_context_reset, ggml_context_tensor, ggml_is_node_from,
                             ggml_views_computed_node, leaf_view_message,
                             ggml_hash_size, ggml_context, ggml_is_computed_from,
-                            ggml_computes, OP_NONE, mutation_epoch, tensor_changed,
+                            ggml_computes, OP_NONE, mutation_epoch, tensor_changed, tensor_set_src,
                             graph_unchanged_since, order_message, LAYOUT_BYTES,
                             source_mask, lowest_bit, PREFETCH_AHEAD, prefetch, prefetch_bytes,
-                            prefetch_head, prefetch_memory, prefetch_sources,
+                            prefetch_memory, prefetch_sources,
                             checked_calloc, safe_realloc, int_arg, index_arg, OP_ROPE)
-from ggml_py._backend cimport (Backend, BufferType, backend_supports_op, backend_supports_buft,
-                               backend_offload_op)
+from ggml_py._backend cimport (Backend, BufferType, backend_supports_op, backend_supports_op_of,
+                               backend_supports_buft, backend_offload_op)
 
 from ggml_py._alloc cimport GraphAllocator, recorded_place, GGML_VBUFFER_MAX_CHUNKS
 
@@ -203,14 +203,12 @@ cdef int backend_id_from_cur(SchedCore s, ggml_tensor * tensor, uint32_t sources
     return -1
 
 
-cdef bint memory_readable(SchedCore s, ggml_backend_buffer_type * buft, Py_ssize_t slot,
+cdef bint memory_readable(SchedCore s, ggml_backend_buffer_type * buft, int id,
                           ggml_tensor * t, int backend_id) except -1:
-    """Can backend_id read t (at hash slot `slot`) where it is or will be? buft is the
+    """Can backend_id read t (assigned to backend id) where it is or will be? buft is the
     buffer type of t's memory, NULL when it has none yet: then it will live in the
     buffer type of its backend (or of its view_src's)."""
-    cdef int id
     if buft == NULL:
-        id = s.hv_tensor_backend_ids[slot]
         if id == -1 and t.view_src != NULL:
             id = backend_of(s, t.view_src)
         if id == -1:
@@ -219,15 +217,29 @@ cdef bint memory_readable(SchedCore s, ggml_backend_buffer_type * buft, Py_ssize
     return backend_supports_buft(s.backends[backend_id], buft)
 
 
+cdef inline int src_backend(SchedCore s, const split_src * e) noexcept:
+    """The backend id of a node source (passes 2 to 5)."""
+    return s.dense_ids[e.ref] if e.ref >= 0 else s.hv_tensor_backend_ids[e.slot]
+
+
+cdef inline void set_backend(SchedCore s, int ref, Py_ssize_t h, int backend_id,
+                             uint8_t cause) noexcept:
+    """Assign a tensor (hash slot h, index ref in dense_ids or -1) in passes 2 to 5."""
+    s.hv_tensor_backend_ids[h] = backend_id
+    s.hv_tensor_causes[h] = cause
+    if ref >= 0:
+        s.dense_ids[ref] = backend_id
+
+
 cdef inline bint src_readable(SchedCore s, const split_src * e, int backend_id) except -1:
     """memory_readable for a node source, from what pass 1 recorded of it."""
-    return memory_readable(s, e.buft, e.slot, e.tensor, backend_id)
+    return memory_readable(s, e.buft, src_backend(s, e), e.tensor, backend_id)
 
 
-cdef inline int set_if_supported(SchedCore s, ggml_tensor * node, Py_ssize_t h, int backend_id) except -1:
-    if backend_supports_op(s.backends[backend_id], node):
-        s.hv_tensor_backend_ids[h] = backend_id
-        s.hv_tensor_causes[h] = CAUSE_2_SUP
+cdef inline int set_if_supported(SchedCore s, ggml_tensor * node, int op, int ref,
+                                 Py_ssize_t h, int backend_id) except -1:
+    if backend_supports_op_of(s.backends[backend_id], op, node):
+        set_backend(s, ref, h, backend_id, CAUSE_2_SUP)
     return 0
 
 
@@ -239,30 +251,38 @@ cdef int grow_node_tables(SchedCore s, ggml_cgraph * graph) except -1:
         safe_realloc(<void **>&s.src_begin, graph.n_nodes + 1, sizeof(int), _TABLES)
         safe_realloc(<void **>&s.node_slots, graph.n_nodes, sizeof(Py_ssize_t), _TABLES)
         safe_realloc(<void **>&s.node_bits, graph.n_nodes, sizeof(uint8_t), _TABLES)
-        safe_realloc(<void **>&s.view_slots, graph.n_nodes, sizeof(Py_ssize_t), _TABLES)
+        safe_realloc(<void **>&s.view_refs, graph.n_nodes, sizeof(int), _TABLES)
         safe_realloc(<void **>&s.compute_nodes, graph.n_nodes, sizeof(int), _TABLES)
+        safe_realloc(<void **>&s.compute_refs, graph.n_nodes, sizeof(int), _TABLES)
         safe_realloc(<void **>&s.compute_slots, graph.n_nodes, sizeof(Py_ssize_t), _TABLES)
+        safe_realloc(<void **>&s.compute_ops, graph.n_nodes, sizeof(uint16_t), _TABLES)
+        safe_realloc(<void **>&s.node_refs, graph.n_nodes, sizeof(int), _TABLES)
         s.node_slots_capacity = graph.n_nodes
     if graph.n_leafs + graph.n_nodes > s.pre_capacity or s.pre_memory == NULL:
         safe_realloc(<void **>&s.pre_memory, graph.n_leafs + graph.n_nodes + 1, sizeof(void *), _TABLES)
         safe_realloc(<void **>&s.pre_offset, graph.n_leafs + graph.n_nodes + 1, sizeof(size_t), _TABLES)
         safe_realloc(<void **>&s.leaf_slots, graph.n_leafs + graph.n_nodes + 1, sizeof(Py_ssize_t), _TABLES)
+        safe_realloc(<void **>&s.dense_ids, graph.n_leafs + graph.n_nodes + 1, sizeof(int), _TABLES)
         s.pre_capacity = graph.n_leafs + graph.n_nodes
     return 0
 
 
-cdef inline Py_ssize_t hashed_slot(SchedCore s, ggml_cgraph * graph, const ggml_tensor * t,
-                                   int i) noexcept:
-    """The hash slot pass 1 gave t already, as a leaf or as a node up to position i,
-    without a lookup; -1 if it did not. t.order says where t is (a leaf's is -2 - its
-    position), trusted only where the graph has t there."""
+cdef inline int hashed_ref(ggml_cgraph * graph, const ggml_tensor * t, int i) noexcept:
+    """t's index in dense_ids where pass 1 has hashed t already, as a leaf or as a node
+    up to position i (its slot is then known without a lookup: ref_slot); -1 if it has
+    not. t.order says where t is (a leaf's is -2 - its position), trusted only where
+    the graph has t there."""
     cdef int p = t.order
     if 0 <= p <= i:
         if graph.nodes[p] == t:
-            return s.node_slots[p]
+            return p
     elif p <= -2 and -2 - p < graph.n_leafs and graph.leafs[-2 - p] == t:
-        return s.leaf_slots[-2 - p]
+        return graph.n_nodes - 2 - p
     return -1
+
+
+cdef inline Py_ssize_t ref_slot(SchedCore s, ggml_cgraph * graph, int ref) noexcept:
+    return s.node_slots[ref] if ref < graph.n_nodes else s.leaf_slots[ref - graph.n_nodes]
 
 
 cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
@@ -271,8 +291,7 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
     later passes read of each node and source (node_slots, node_bits, srcs)."""
     cdef int i, j, k = 0
     cdef uint8_t bits
-    cdef uint32_t m, m2, sources
-    cdef uint32_t ahead_masks[PREFETCH_AHEAD]
+    cdef uint32_t m, sources
     cdef Py_ssize_t h
     cdef ggml_tensor * t
     cdef ggml_tensor * src
@@ -288,7 +307,7 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
         graph.nodes[i].order = i
     for i in range(graph.n_leafs):
         if i + PREFETCH_AHEAD < graph.n_leafs:
-            prefetch_head(graph.leafs[i + PREFETCH_AHEAD])
+            prefetch(graph.leafs[i + PREFETCH_AHEAD])
             prefetch_slot(s, graph.leafs[i + PREFETCH_AHEAD])
         if i + PREFETCH_AHEAD // 2 < graph.n_leafs:
             prefetch_memory(graph.leafs[i + PREFETCH_AHEAD // 2])
@@ -297,53 +316,50 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
         h = hash_id(s, t)
         s.leaf_slots[i] = h
         if not ggml_is_node_from(graph, t, 0):
-            t.order = -2 - i        # (hashed_slot)
+            t.order = -2 - i        # (hashed_ref)
         leaf_views |= t.view_src != NULL
         if s.hv_tensor_backend_ids[h] == -1:
             s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, source_mask(t),
                                                              &s.hv_tensor_causes[h])
+        # (a leaf that is a node too has its node's index: set there)
+        s.dense_ids[graph.n_nodes + i] = s.hv_tensor_backend_ids[h]
     s.n_compute = 0
-    # the source masks of the nodes between i and i + PREFETCH_AHEAD (made where their
-    # sources are prefetched)
-    for i in range(min(PREFETCH_AHEAD, graph.n_nodes)):
-        ahead_masks[i] = source_mask(graph.nodes[i])
     for i in range(graph.n_nodes):
-        m = ahead_masks[i % PREFETCH_AHEAD]
         if i + 2 * PREFETCH_AHEAD < graph.n_nodes:
-            prefetch_head(graph.nodes[i + 2 * PREFETCH_AHEAD])
+            prefetch(graph.nodes[i + 2 * PREFETCH_AHEAD])
         if i + PREFETCH_AHEAD < graph.n_nodes:
             t = graph.nodes[i + PREFETCH_AHEAD]
-            ahead_masks[i % PREFETCH_AHEAD] = source_mask(t)
-            prefetch_sources(t, ahead_masks[i % PREFETCH_AHEAD])
+            prefetch_sources(t, source_mask(t))
             prefetch_slot(s, t)
         if i + PREFETCH_AHEAD // 2 < graph.n_nodes:
             # then the buffer structs of the sources, whose lines are in by now
             t = graph.nodes[i + PREFETCH_AHEAD // 2]
-            m2 = ahead_masks[(i + PREFETCH_AHEAD // 2) % PREFETCH_AHEAD]
-            while m2:
-                prefetch_memory(t.src[lowest_bit(m2)])
-                m2 &= m2 - 1
+            m = source_mask(t)
+            while m:
+                prefetch_memory(t.src[lowest_bit(m)])
+                m &= m - 1
         t = graph.nodes[i]
         s.pre_memory[graph.n_leafs + i] = memory_key(s, t, &s.pre_offset[graph.n_leafs + i])
         h = hash_id(s, t)
         s.node_slots[i] = h
+        s.node_refs[i] = t.order        # i, or its last position (the order sweep's)
         s.node_bits[i] = NODE_INPUT if t.flags & GGML_TENSOR_FLAG_INPUT else 0
         if ggml_is_view_op(t.op):
             s.node_bits[i] |= NODE_VIEW_OP
         else:
             s.compute_nodes[s.n_compute] = i
+            s.compute_refs[s.n_compute] = t.order
             s.compute_slots[s.n_compute] = h
+            s.compute_ops[s.n_compute] = <uint16_t>t.op
             s.n_compute += 1
-        s.view_slots[i] = -1
+        s.view_refs[i] = -1
         if t.view_src != NULL:
             s.node_bits[i] |= NODE_VIEW | (
                 NODE_BASE_LATER if t.op != OP_NONE and ggml_is_computed_from(graph, t.view_src, i)
                 else 0)
-            # found, not inserted: pass 4 hashes it only where ggml would
-            s.view_slots[i] = hashed_slot(s, graph, t.view_src, i)
-            if s.view_slots[i] == -1:
-                s.view_slots[i] = slot_of(s, t.view_src)
-        sources = m
+            # else pass 4 hashes it, only where ggml would
+            s.view_refs[i] = hashed_ref(graph, t.view_src, i)
+        m = sources = source_mask(t)
         s.src_begin[i] = k
         if k + GGML_MAX_SRC > s.src_capacity:
             safe_realloc(<void **>&s.srcs, 2 * (k + GGML_MAX_SRC), sizeof(split_src), _TABLES)
@@ -356,14 +372,17 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
             k += 1
             e.tensor = src
             e.j = j
-            e.slot = hashed_slot(s, graph, src, i)
+            e.ref = hashed_ref(graph, src, i)
             bits = SRC_INPUT if src.flags & GGML_TENSOR_FLAG_INPUT else 0
-            if e.slot == -1:
+            if e.ref == -1:
                 e.slot = hash_id(s, src)
                 if ggml_is_node_from(graph, src, i):
                     bits |= SRC_NOT_BEFORE
-            elif src.order == i:    # (a node reading itself)
-                bits |= SRC_NOT_BEFORE
+                    e.ref = src.order
+            else:
+                e.slot = ref_slot(s, graph, e.ref)
+                if e.ref == i:      # (a node reading itself)
+                    bits |= SRC_NOT_BEFORE
             buf = _base_buffer(s, src)
             e.buft = NULL
             if buf != NULL:
@@ -378,6 +397,7 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
         if (s.hv_tensor_backend_ids[h] == -1
                 and cur_may_choose(t, s.node_bits[i] & NODE_WEIGHTS)):
             s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, sources, &s.hv_tensor_causes[h])
+        s.dense_ids[t.order] = s.hv_tensor_backend_ids[h]
     s.src_begin[graph.n_nodes] = k
     if leaf_views:
         for i in range(graph.n_leafs):
@@ -394,15 +414,13 @@ cdef int expand(SchedCore s, ggml_cgraph * graph, bint down, bint skip_cpu) exce
     cdef int skipped = s.n_backends - 1 if skip_cpu else -1
     cdef int c = 0 if down else s.n_compute - 1
     cdef int step = 1 if down else -1
-    cdef int * ids = s.hv_tensor_backend_ids
-    cdef Py_ssize_t h
     for k in range(s.n_compute):
-        h = s.compute_slots[c]
-        b = ids[h]
+        b = s.dense_ids[s.compute_refs[c]]
         if b != -1:
             cur_backend_id = -1 if b == skipped else b
         elif cur_backend_id != -1:
-            set_if_supported(s, graph.nodes[s.compute_nodes[c]], h, cur_backend_id)
+            set_if_supported(s, graph.nodes[s.compute_nodes[c]], s.compute_ops[c],
+                             s.compute_refs[c], s.compute_slots[c], cur_backend_id)
         c += step
     return 0
 
@@ -411,16 +429,17 @@ cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
     """Pass 3: move nodes to a higher-priority backend with the same buffer type
     when it can read all their sources; give each still unassigned node the
     backend that can read most of its sources."""
-    cdef int c, i, k, b, n_supported, n_supported_best, cur
+    cdef int c, i, k, b, n_supported, n_supported_best, cur, ref
     cdef bint supported
     cdef Py_ssize_t h
     cdef ggml_tensor * node
     cdef split_src * e
     for c in range(s.n_compute):
         i = s.compute_nodes[c]
+        ref = s.compute_refs[c]
         h = s.compute_slots[c]
         node = graph.nodes[i]
-        cur = s.hv_tensor_backend_ids[h]
+        cur = s.dense_ids[ref]
         if cur == -1:
             n_supported_best = -1
             for b in range(s.n_backends):
@@ -429,14 +448,13 @@ cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
                 n_supported = 0
                 for k in range(s.src_begin[i], s.src_begin[i + 1]):
                     e = &s.srcs[k]
-                    if ((s.hv_tensor_backend_ids[e.slot] != -1
+                    if ((src_backend(s, e) != -1
                          or (e.bits & SRC_VIEW and backend_of(s, e.tensor.view_src) != -1))
                             and src_readable(s, e, b)):
                         n_supported += 1
                 if n_supported > n_supported_best:
                     n_supported_best = n_supported
-                    s.hv_tensor_backend_ids[h] = b
-                    s.hv_tensor_causes[h] = CAUSE_3_BEST
+                    set_backend(s, ref, h, b, CAUSE_3_BEST)
         else:
             for b in range(cur):
                 if s.bufts[b] != s.bufts[cur] or not backend_supports_op(s.backends[b], node):
@@ -447,8 +465,7 @@ cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
                         supported = False
                         break
                 if supported:
-                    s.hv_tensor_backend_ids[h] = b
-                    s.hv_tensor_causes[h] = CAUSE_3_UPG
+                    set_backend(s, ref, h, b, CAUSE_3_UPG)
                     break
     return 0
 
@@ -460,15 +477,15 @@ cdef inline bint _computed_input(ggml_cgraph * graph, ggml_tensor * t) noexcept:
 cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
     """Pass 4: views follow their view_src, unassigned sources follow their
     node, and a node still without a backend takes the first that supports it."""
-    cdef int i, k, b, bits
+    cdef int i, k, b, bits, ref
     cdef Py_ssize_t h
     cdef ggml_tensor * node
     cdef ggml_tensor * src
     cdef split_src * e
-    cdef int * ids = s.hv_tensor_backend_ids
-    cdef uint8_t * causes = s.hv_tensor_causes
+    cdef int * ids = s.dense_ids
     for i in range(graph.n_nodes):
         h = s.node_slots[i]
+        ref = s.node_refs[i]
         bits = s.node_bits[i]
         if bits & (NODE_INPUT | NODE_BASE_LATER | NODE_VIEW):
             node = graph.nodes[i]
@@ -482,30 +499,28 @@ cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
             # used where the view is)
             if bits & NODE_BASE_LATER:
                 raise GraphError(order_message(node, i, node.view_src))
-            if bits & NODE_VIEW and ids[h] == -1:
-                ids[h] = ids[s.view_slots[i]] if s.view_slots[i] != -1 else backend_of(s, node.view_src)
-                causes[h] = CAUSE_4_VSRC
+            if bits & NODE_VIEW and ids[ref] == -1:
+                set_backend(s, ref, h, ids[s.view_refs[i]] if s.view_refs[i] != -1
+                            else backend_of(s, node.view_src), CAUSE_4_VSRC)
         for k in range(s.src_begin[i], s.src_begin[i + 1]):
             e = &s.srcs[k]
             if bits & NODE_VIEW_OP and e.bits & SRC_NOT_BEFORE:
                 raise GraphError(order_message(graph.nodes[i], i, e.tensor))
-            if ids[e.slot] == -1:
+            if src_backend(s, e) == -1:
                 src = e.tensor
                 if ggml_views_computed_node(graph, src):
                     raise GraphError(leaf_view_message(src))
                 if e.bits & SRC_VIEW:
-                    ids[e.slot] = backend_of(s, src.view_src)
-                    causes[e.slot] = CAUSE_4_VSRC
+                    set_backend(s, e.ref, e.slot, backend_of(s, src.view_src), CAUSE_4_VSRC)
                 else:
-                    ids[e.slot] = ids[h]
-                    causes[e.slot] = CAUSE_4_CUR
-        if ids[h] == -1:
+                    set_backend(s, e.ref, e.slot, ids[ref], CAUSE_4_CUR)
+        if ids[ref] == -1:
             node = graph.nodes[i]
             b = 0
-            while b < s.n_backends and ids[h] == -1:
-                set_if_supported(s, node, h, b)
+            while b < s.n_backends and ids[ref] == -1:
+                set_if_supported(s, node, node.op, ref, h, b)
                 b += 1
-            if ids[h] == -1:
+            if ids[ref] == -1:
                 raise SchedulerError(
                     f"no backend supports node '{tensor_name(node)}' (op {_OP_NAMES_LIST[node.op]}); "
                     f"the last backend ({s.backends[s.n_backends - 1].name.decode()}) should be a "
@@ -543,7 +558,7 @@ cdef ggml_tensor * new_sched_tensor(SchedCore s, ggml_tensor * of, int kind, int
         ggml_join_name(t, s.backends[backend_id].name, b"#", of.name, suffix)   # BACKEND#name#C
     else:
         t = ggml_view_tensor(&s.arena.ctx, of)
-        t.src[0] = of
+        tensor_set_src(t, 0, of)
     if t.id >= s.infos_capacity:
         safe_realloc(<void **>&s.infos, 2 * (t.id + 1), sizeof(sched_tensor_info), _TABLES)
         s.infos_capacity = 2 * (t.id + 1)
@@ -600,7 +615,7 @@ cdef int count_new_inputs(SchedCore s, int i, int cur_backend_id) except -1:
         for prev in range(s.src_begin[i], k):
             if s.srcs[prev].tensor == e.tensor:
                 seen = True
-        if (not seen and s.hv_tensor_backend_ids[e.slot] != cur_backend_id
+        if (not seen and src_backend(s, e) != cur_backend_id
                 and copy_slot(s, e.slot, cur_backend_id, 0)[0] == NULL
                 and not src_readable(s, e, cur_backend_id)):
             n += 1
@@ -619,7 +634,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
     cdef ggml_tensor * cpy
     cdef sched_split * split
     cdef split_src * e
-    cdef int * ids = s.hv_tensor_backend_ids
+    cdef int * ids = s.dense_ids
 
     s.n_splits = 0
     new_split(s, 0, -2)
@@ -627,7 +642,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
     # the first split's backend is that of the first non-view node
     while i < graph.n_nodes:
         if not s.node_bits[i] & NODE_VIEW_OP:
-            split.backend_id = ids[s.node_slots[i]]
+            split.backend_id = ids[s.node_refs[i]]
             break
         i += 1
     cur_backend_id = split.backend_id
@@ -639,7 +654,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
                 check_view_assignment(s, node, s.node_slots[i])
             i += 1
             continue
-        node_backend_id = ids[s.node_slots[i]]
+        node_backend_id = ids[s.node_refs[i]]
 
         # a new split where a weight needs copying (its memory can then be
         # reused) or where the node's new inputs would overflow the input list
@@ -649,7 +664,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
                 for k in range(s.src_begin[i], s.src_begin[i + 1]):
                     e = &s.srcs[k]
                     if (e.bits & SRC_WEIGHTS
-                            and ids[e.slot] != cur_backend_id
+                            and src_backend(s, e) != cur_backend_id
                             and not src_readable(s, e, cur_backend_id)):
                         need_new_split = True
                         break
@@ -675,7 +690,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
             if e.bits & SRC_NOT_BEFORE:
                 raise GraphError(order_message(node, i, src))
             src_id = e.slot
-            src_backend_id = ids[src_id]
+            src_backend_id = src_backend(s, e)
             if src_backend_id == -1:
                 raise SchedulerError(f"source '{tensor_name(src)}' of node '{tensor_name(node)}' has no backend",
                                      "source-without-backend")
@@ -781,7 +796,7 @@ cdef void retire_arena(SchedCore s) noexcept:
         if s.infos[i].kind == SCHED_TENSOR_DEP:
             t = ggml_context_tensor(&arena.ctx, i)
             t.view_src = NULL
-            t.src[0] = NULL
+            tensor_set_src(t, 0, NULL)
             t.buffer = NULL
             t.data = NULL
         s.infos[i].of = NULL
@@ -848,7 +863,7 @@ cdef int build_graph_copy(SchedCore s, ggml_cgraph * graph) except -1:
             gc.nodes[n] = copy_slot(s, id, split.backend_id, s.cur_copy)[0]
             n += 1
         for j in range(split.i_start, split.i_end):
-            s.node_backend_ids[n] = s.hv_tensor_backend_ids[s.node_slots[j]]
+            s.node_backend_ids[n] = s.dense_ids[s.node_refs[j]]
             gc.nodes[n] = graph.nodes[j]
             n += 1
 
@@ -870,7 +885,7 @@ cdef int build_graph_copy(SchedCore s, ggml_cgraph * graph) except -1:
                     l += 1
 
     for i in range(graph.n_leafs):
-        s.leaf_backend_ids[l] = backend_of(s, graph.leafs[i])
+        s.leaf_backend_ids[l] = s.hv_tensor_backend_ids[s.leaf_slots[i]]
         gc.leafs[l] = graph.leafs[i]
         l += 1
     gc.n_nodes = n
@@ -1385,7 +1400,7 @@ cdef int fp_repoint(SchedCore s, Graph graph) except -1:
         s.infos[i].of = of
         if s.infos[i].kind == SCHED_TENSOR_DEP:
             t = ggml_context_tensor(&arena.ctx, i)
-            t.src[0] = of
+            tensor_set_src(t, 0, of)
             t.view_src = of.view_src if of.view_src != NULL else of
             t.view_offs = of.view_offs if of.view_src != NULL else 0
             t.buffer = NULL
@@ -1581,7 +1596,11 @@ cdef class SchedCore:
         self.infos = NULL
         self.node_slots = NULL
         self.node_bits = NULL
-        self.view_slots = NULL
+        self.view_refs = NULL
+        self.node_refs = NULL
+        self.compute_refs = NULL
+        self.compute_ops = NULL
+        self.dense_ids = NULL
         self.src_begin = NULL
         self.srcs = NULL
         memset(&self.graph, 0, sizeof(ggml_cgraph))
@@ -1714,7 +1733,11 @@ cdef class SchedCore:
         free(self.infos)
         free(self.node_slots)
         free(self.node_bits)
-        free(self.view_slots)
+        free(self.view_refs)
+        free(self.node_refs)
+        free(self.compute_refs)
+        free(self.compute_ops)
+        free(self.dense_ids)
         free(self.src_begin)
         free(self.srcs)
         free(self.rewired)

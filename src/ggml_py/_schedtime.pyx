@@ -6,7 +6,8 @@ from libc.stdlib cimport free
 from libc.string cimport memcpy
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport Graph, ggml_context, checked_calloc, int_arg, tensor_changed
+from ggml_py._core cimport (Graph, ggml_context, checked_calloc, int_arg, tensor_changed,
+                            scan_sources)
 from ggml_py._sched cimport (SchedCore, sched_reset, forget_plan, sched_split_graph,
                              sched_alloc_graph)
 
@@ -73,6 +74,7 @@ cdef class GraphSnapshot:
         cdef int i
         for i in range(self.n):
             memcpy(self.tensors[i].src, &self.srcs[i * GGML_MAX_SRC], GGML_MAX_SRC * sizeof(void *))
+            self.tensors[i].src_mask = scan_sources(self.tensors[i])
             self.tensors[i].flags = self.flags[i]
             if self.buffers[i] != NULL and self.buffers[i].released:
                 self.tensors[i].data = NULL

@@ -49,7 +49,10 @@ typedef struct __attribute__((aligned(64))) ggml_tensor {
                                                     // split last, or the graph allocator's
                                                     // record of it while planning (_alloc.pxd);
                                                     // trusted only where checked
-    int32_t               type;                     // ggml_type
+    int16_t               type;                     // ggml_type
+    uint16_t              src_mask;                 // bit j set where src[j] is not NULL,
+                                                    // kept by every write of a source slot
+                                                    // (ggml_py_set_src)
     struct ggml_tensor *  view_src;
     ggml_backend_buffer * buffer;
     char *                data;
@@ -70,24 +73,21 @@ typedef struct __attribute__((aligned(64))) ggml_tensor {
                                                     // the scheduler's graph reuse
 } ggml_tensor;
 
-// Bit j set where t->src[j] is not NULL. Most of a tensor's source slots are NULL: the
-// hot loops walk the set bits instead of testing every slot (a branch each), and the
-// slots past the first cache line's, rarely used, are tested all at once.
-static inline uint32_t ggml_py_source_mask(const ggml_tensor * t) {
-    uint32_t m = 0;
-    uintptr_t rest = 0;
-    for (int j = 0; j < GGML_PY_FIRST_SOURCES; j++) {
-        m |= (uint32_t)(t->src[j] != NULL) << j;
-    }
-    for (int j = GGML_PY_FIRST_SOURCES; j < GGML_MAX_SRC; j++) {
-        rest |= (uintptr_t)t->src[j];
-    }
-    if (rest != 0) {
-        for (int j = GGML_PY_FIRST_SOURCES; j < GGML_MAX_SRC; j++) {
-            m |= (uint32_t)(t->src[j] != NULL) << j;
-        }
+// The source mask of t, from its slots: bit j set where t->src[j] is not NULL. t->src_mask
+// holds it (the hot loops walk its set bits instead of testing every slot, and never read
+// the slots past the first cache line to learn that they are empty); the writes of source
+// slots keep it, through ggml_py_set_src or by scanning anew after a bulk write.
+static inline uint16_t ggml_py_scan_sources(const ggml_tensor * t) {
+    uint16_t m = 0;
+    for (int j = 0; j < GGML_MAX_SRC; j++) {
+        m |= (uint16_t)((t->src[j] != NULL) << j);
     }
     return m;
+}
+
+static inline void ggml_py_set_src(ggml_tensor * t, int j, ggml_tensor * src) {
+    t->src[j] = src;
+    t->src_mask = (uint16_t)((t->src_mask & ~(1u << j)) | ((unsigned)(src != NULL) << j));
 }
 
 #ifdef __cplusplus
