@@ -33,6 +33,7 @@ cdef enum:
     NODE_VIEW = 4           # has a view_src
     NODE_BASE_LATER = 8     # computes into a view_src the graph computes at its position or later
     NODE_WEIGHTS = 16       # reads a source in a weights buffer
+    NODE_USER = 32          # a view op the user assigned (passes 2 to 4 leave its backend)
 
 # ... and of each of its sources
 cdef enum:
@@ -128,6 +129,7 @@ cdef class SchedCore:
     cdef int * view_refs                        # [node_slots_capacity]: a node's view_src's
                                                 # index in dense_ids, where pass 1 found it
     cdef Py_ssize_t * leaf_slots                # [pre_capacity]: each leaf's hash slot
+    cdef int * leaf_refs                        # [pre_capacity]: and index in dense_ids
     cdef int * compute_nodes                    # [node_slots_capacity]: the positions of the
     cdef int * compute_refs                     # nodes that are not view ops (passes 2 and 3
     cdef Py_ssize_t * compute_slots             # walk them), their indexes in dense_ids,

@@ -263,6 +263,7 @@ cdef int grow_node_tables(SchedCore s, ggml_cgraph * graph) except -1:
         safe_realloc(<void **>&s.pre_offset, graph.n_leafs + graph.n_nodes + 1, sizeof(size_t), _TABLES)
         safe_realloc(<void **>&s.leaf_slots, graph.n_leafs + graph.n_nodes + 1, sizeof(Py_ssize_t), _TABLES)
         safe_realloc(<void **>&s.dense_ids, graph.n_leafs + graph.n_nodes + 1, sizeof(int), _TABLES)
+        safe_realloc(<void **>&s.leaf_refs, graph.n_leafs + graph.n_nodes + 1, sizeof(int), _TABLES)
         s.pre_capacity = graph.n_leafs + graph.n_nodes
     return 0
 
@@ -317,12 +318,12 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
         s.leaf_slots[i] = h
         if not ggml_is_node_from(graph, t, 0):
             t.order = -2 - i        # (hashed_ref)
+        s.leaf_refs[i] = graph.n_nodes + i if t.order < 0 else t.order  # (a node too)
         leaf_views |= t.view_src != NULL
         if s.hv_tensor_backend_ids[h] == -1:
             s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, source_mask(t),
                                                              &s.hv_tensor_causes[h])
-        # (a leaf that is a node too has its node's index: set there)
-        s.dense_ids[graph.n_nodes + i] = s.hv_tensor_backend_ids[h]
+        s.dense_ids[s.leaf_refs[i]] = s.hv_tensor_backend_ids[h]
     s.n_compute = 0
     for i in range(graph.n_nodes):
         if i + 2 * PREFETCH_AHEAD < graph.n_nodes:
@@ -346,6 +347,9 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
         s.node_bits[i] = NODE_INPUT if t.flags & GGML_TENSOR_FLAG_INPUT else 0
         if ggml_is_view_op(t.op):
             s.node_bits[i] |= NODE_VIEW_OP
+            if (s.hv_tensor_backend_ids[h] != -1
+                    and s.hv_tensor_causes[h] == CAUSE_USR):
+                s.node_bits[i] |= NODE_USER
         else:
             s.compute_nodes[s.n_compute] = i
             s.compute_refs[s.n_compute] = t.order
@@ -650,7 +654,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
     while i < graph.n_nodes:
         node = graph.nodes[i]
         if s.node_bits[i] & NODE_VIEW_OP:
-            if s.hv_tensor_causes[s.node_slots[i]] == CAUSE_USR:
+            if s.node_bits[i] & NODE_USER:
                 check_view_assignment(s, node, s.node_slots[i])
             i += 1
             continue
@@ -885,7 +889,7 @@ cdef int build_graph_copy(SchedCore s, ggml_cgraph * graph) except -1:
                     l += 1
 
     for i in range(graph.n_leafs):
-        s.leaf_backend_ids[l] = s.hv_tensor_backend_ids[s.leaf_slots[i]]
+        s.leaf_backend_ids[l] = s.dense_ids[s.leaf_refs[i]]
         gc.leafs[l] = graph.leafs[i]
         l += 1
     gc.n_nodes = n
@@ -1601,6 +1605,7 @@ cdef class SchedCore:
         self.compute_refs = NULL
         self.compute_ops = NULL
         self.dense_ids = NULL
+        self.leaf_refs = NULL
         self.src_begin = NULL
         self.srcs = NULL
         memset(&self.graph, 0, sizeof(ggml_cgraph))
@@ -1738,6 +1743,7 @@ cdef class SchedCore:
         free(self.compute_refs)
         free(self.compute_ops)
         free(self.dense_ids)
+        free(self.leaf_refs)
         free(self.src_begin)
         free(self.srcs)
         free(self.rewired)
