@@ -290,7 +290,28 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
     """Pass 1: assign backends to tensors with pre-allocated memory, inputs and
     ops with weights; user assignments are kept. The same sweep records what the
     later passes read of each node and source (node_slots, node_bits, srcs)."""
-    cdef int i, j, k = 0
+    cdef int i
+    cdef bint leaf_views = False
+    grow_node_tables(s, graph)
+    if not pass1_sweep(s, graph, False, &leaf_views):
+        pass1_sweep(s, graph, True, &leaf_views)
+    if leaf_views:
+        for i in range(graph.n_leafs):
+            if ggml_views_computed_node(graph, graph.leafs[i]):
+                raise GraphError(leaf_view_message(graph.leafs[i]))
+    return 0
+
+
+cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
+                      bint * leaf_views) except -1:
+    """Pass 1's sweep over the leafs, then the nodes. The order rules read where each
+    node is (its order). With exact, a first loop sets every node's; otherwise each
+    node's is set as the sweep reaches it, which is all it needs where every tensor is
+    listed once and nodes read only nodes before them and leafs (a graph in order, as
+    ggml builds them): the sweep stops, False, at the first that is not so, and the
+    caller sweeps again, exact. (At 100k nodes, a first loop is one more sweep over
+    memory as large as the tensor structs.)"""
+    cdef int i, j, p, k = 0
     cdef uint8_t bits
     cdef uint32_t m, sources
     cdef Py_ssize_t h
@@ -298,14 +319,12 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
     cdef ggml_tensor * src
     cdef ggml_backend_buffer * buf
     cdef split_src * e
-    cdef bint leaf_views = False
-    grow_node_tables(s, graph)
-    # every node's position first: the order checks below read the sources' (a loop
-    # this short asks for its lines further ahead)
-    for i in range(graph.n_nodes):
-        if i + 4 * PREFETCH_AHEAD < graph.n_nodes:
-            prefetch(graph.nodes[i + 4 * PREFETCH_AHEAD])
-        graph.nodes[i].order = i
+    if exact:
+        # (a loop this short asks for its lines further ahead)
+        for i in range(graph.n_nodes):
+            if i + 4 * PREFETCH_AHEAD < graph.n_nodes:
+                prefetch(graph.nodes[i + 4 * PREFETCH_AHEAD])
+            graph.nodes[i].order = i
     for i in range(graph.n_leafs):
         if i + PREFETCH_AHEAD < graph.n_leafs:
             prefetch(graph.leafs[i + PREFETCH_AHEAD])
@@ -316,10 +335,10 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
         s.pre_memory[i] = memory_key(s, t, &s.pre_offset[i])
         h = hash_id(s, t)
         s.leaf_slots[i] = h
-        if not ggml_is_node_from(graph, t, 0):
+        if not exact or not ggml_is_node_from(graph, t, 0):
             t.order = -2 - i        # (hashed_ref)
         s.leaf_refs[i] = graph.n_nodes + i if t.order < 0 else t.order  # (a node too)
-        leaf_views |= t.view_src != NULL
+        leaf_views[0] |= t.view_src != NULL
         if s.hv_tensor_backend_ids[h] == -1:
             s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, source_mask(t),
                                                              &s.hv_tensor_causes[h])
@@ -340,6 +359,12 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
                 prefetch_memory(t.src[lowest_bit(m)])
                 m &= m - 1
         t = graph.nodes[i]
+        if not exact:
+            p = t.order
+            if (0 <= p < i and graph.nodes[p] == t) or (
+                    p <= -2 and -2 - p < graph.n_leafs and graph.leafs[-2 - p] == t):
+                return False        # listed before, as a node or a leaf
+            t.order = i
         s.pre_memory[graph.n_leafs + i] = memory_key(s, t, &s.pre_offset[graph.n_leafs + i])
         h = hash_id(s, t)
         s.node_slots[i] = h
@@ -358,11 +383,13 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
             s.n_compute += 1
         s.view_refs[i] = -1
         if t.view_src != NULL:
+            # else pass 4 hashes it, only where ggml would
+            s.view_refs[i] = hashed_ref(graph, t.view_src, i)
+            if s.view_refs[i] == -1 and not exact:
+                return False        # a base that is a later node, or outside the graph
             s.node_bits[i] |= NODE_VIEW | (
                 NODE_BASE_LATER if t.op != OP_NONE and ggml_is_computed_from(graph, t.view_src, i)
                 else 0)
-            # else pass 4 hashes it, only where ggml would
-            s.view_refs[i] = hashed_ref(graph, t.view_src, i)
         m = sources = source_mask(t)
         s.src_begin[i] = k
         if k + GGML_MAX_SRC > s.src_capacity:
@@ -379,6 +406,8 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
             e.ref = hashed_ref(graph, src, i)
             bits = SRC_INPUT if src.flags & GGML_TENSOR_FLAG_INPUT else 0
             if e.ref == -1:
+                if not exact:
+                    return False    # a later node, or a tensor outside the graph
                 e.slot = hash_id(s, src)
                 if ggml_is_node_from(graph, src, i):
                     bits |= SRC_NOT_BEFORE
@@ -403,11 +432,7 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
             s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, sources, &s.hv_tensor_causes[h])
         s.dense_ids[t.order] = s.hv_tensor_backend_ids[h]
     s.src_begin[graph.n_nodes] = k
-    if leaf_views:
-        for i in range(graph.n_leafs):
-            if ggml_views_computed_node(graph, graph.leafs[i]):
-                raise GraphError(leaf_view_message(graph.leafs[i]))
-    return 0
+    return True
 
 
 cdef int expand(SchedCore s, ggml_cgraph * graph, bint down, bint skip_cpu) except -1:
