@@ -9,15 +9,23 @@ Every round must end in a plan or a GgmlPyError, within seconds; an unsound
 allocation counts as a wrong result.
 
     python tests/case_fuzz.py [--seed S] [--rounds N] [--seconds T] [--max-nodes M]
+                              [--outcomes]
 
 prints `round K seed S` before each round (the parent names the round that killed
 the process), one `PROBLEM {json}` line per bad round and a `SUMMARY {json}` line.
+
+With --outcomes it also prints what each round decided, `outcome K plan SHA1` (of the
+plan JSON with its alloc block) or `outcome K ErrorClass kind message`: the same seed
+run under two builds of ggml_py must print the same outcome lines wherever the change
+between them should not change what the scheduler decides (a differential test of a
+rework: `diff <(grep ^outcome A.log) <(grep ^outcome B.log)`).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
 import os
 import random
@@ -182,15 +190,17 @@ def mutate_bytes(rng, text):
 # running a case as the command line does
 
 def run_case(source):
+    """The plan JSON's SHA1."""
     from ggml_py.tools.cases import load_case
     from ggml_py.tools.planning import plan_case
     case = load_case(source)
     sched, plan = plan_case(case, alloc=True)
-    json.dumps(plan.to_dict())
+    text = json.dumps(plan.to_dict(), sort_keys=True)
     try:
         sched.validate_allocation()
     finally:
         sched.close()
+    return hashlib.sha1(text.encode()).hexdigest()
 
 
 def mutated_case(round_seed, cases, tmp):
@@ -211,12 +221,12 @@ def mutated_case(round_seed, cases, tmp):
     return name, d
 
 
-def fuzz(seed, rounds, seconds, max_nodes, replay=None):
+def fuzz(seed, rounds, seconds, max_nodes, replay=None, outcomes=False):
     from ggml_py.errors import AllocationError, GgmlPyError
     rng = random.Random(seed)
     cases = base_cases(max_nodes)
     tmp = tempfile.mkdtemp(prefix="ggml_py_fuzz_")
-    problems, outcomes = [], {"plan": 0, "error": 0}
+    problems, counts = [], {"plan": 0, "error": 0}
     start = time.perf_counter()
     for k in range(rounds):
         if time.perf_counter() - start > seconds:
@@ -226,17 +236,22 @@ def fuzz(seed, rounds, seconds, max_nodes, replay=None):
         print(f"round {k} seed {round_seed} case {name}", flush=True)
         signal.alarm(ROUND_TIMEOUT_S)
         try:
-            run_case(source)
-            outcomes["plan"] += 1
+            digest = run_case(source)
+            counts["plan"] += 1
+            if outcomes:
+                print(f"outcome {k} plan {digest}", flush=True)
         except Timeout:
             problems.append({"round": k, "seed": round_seed, "case": name, "error": "hang"})
-        except AllocationError as e:
-            outcomes["error"] += 1
-            if "invalid allocation" in str(e):         # the proof failed: a wrong plan
+        except GgmlPyError as e:
+            counts["error"] += 1
+            if outcomes:
+                message = str(e).replace(tmp, "<tmp>")     # (the files of mutated bytes)
+                print(f"outcome {k} {type(e).__name__} {getattr(e, 'kind', '')} "
+                      f"{ascii(message)[:300]}", flush=True)
+            if isinstance(e, AllocationError) and "invalid allocation" in str(e):
+                # the proof failed: a wrong plan
                 problems.append({"round": k, "seed": round_seed, "case": name,
                                  "error": f"unsound allocation: {e}"[:400]})
-        except GgmlPyError:
-            outcomes["error"] += 1
         except BaseException as e:       # noqa: BLE001 -- the point of the fuzzer
             if isinstance(e, KeyboardInterrupt):
                 raise
@@ -244,7 +259,7 @@ def fuzz(seed, rounds, seconds, max_nodes, replay=None):
                              "error": f"{type(e).__module__}.{type(e).__name__}: {e}"[:400]})
         finally:
             signal.alarm(0)
-    return problems, outcomes
+    return problems, counts
 
 
 def main(argv=None):
@@ -255,14 +270,16 @@ def main(argv=None):
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--max-nodes", type=int, default=200)
     ap.add_argument("--replay", type=int, help="run the one round of this round seed")
+    ap.add_argument("--outcomes", action="store_true",
+                    help="print each round's plan digest or error (to diff two builds)")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGALRM, _alarm)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
-    problems, outcomes = fuzz(args.seed, 1 if args.replay is not None else args.rounds,
-                              args.seconds, args.max_nodes, args.replay)
+    problems, counts = fuzz(args.seed, 1 if args.replay is not None else args.rounds,
+                            args.seconds, args.max_nodes, args.replay, args.outcomes)
     for p in problems:
         print("PROBLEM " + json.dumps(p), flush=True)
-    print("SUMMARY " + json.dumps({**outcomes, "problems": len(problems)}), flush=True)
+    print("SUMMARY " + json.dumps({**counts, "problems": len(problems)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,20 @@ def test_mutation_fuzzer_finds_nothing():
     assert summary["plan"] > 20 and summary["error"] > 20     # both ends were reached
 
 
+def test_the_fuzzers_outcomes_repeat_for_a_seed():
+    """--outcomes names what each round decided, so that two builds can be diffed on the
+    same rounds: a run again with the seed prints the same lines, plans and errors."""
+    outs = []
+    for _ in range(2):
+        rc, out = run_python([os.path.join(HERE, "case_fuzz.py"), "--seed", "7", "--rounds",
+                              "60", "--seconds", "300", "--outcomes"])
+        assert rc == 0, out[-3000:]
+        outs.append([line for line in out.splitlines() if line.startswith("outcome ")])
+    assert outs[0] == outs[1] and len(outs[0]) == 60
+    kinds = {line.split()[2] for line in outs[0]}
+    assert "plan" in kinds and len(kinds) > 2, kinds
+
+
 # ---------------------------------------------------------------------------
 # the files of the issue
 
