@@ -397,10 +397,7 @@ cdef inline bint _fits(GraphAllocator galloc, const ggml_tensor * t,
         return True
     if ta.buffer_id < 0:
         return False
-    if galloc.nbytes_sized[ta.buffer_id]:
-        return ta.size_max >= ggml_nbytes(t)
-    return ta.size_max >= _buft_alloc_size(<BufferType>galloc.bufts[ta.buffer_id],
-                                           <ggml_tensor *>t)
+    return ta.size_max >= galloc.alloc_size(ta.buffer_id, <ggml_tensor *>t)
 
 
 cdef inline int _place(GraphAllocator galloc, ggml_tensor * t, const tensor_alloc * ta,
@@ -617,6 +614,7 @@ cdef class GraphAllocator:
         renumber a shared tensor (a weight) between its record and its uses."""
         cdef int n = graph.n_nodes, total = graph.n_nodes + graph.n_leafs
         cdef int i, j, k, first, src, done
+        cdef uint32_t m
         cdef ggml_tensor * t
         if self.graph_recs_cap < total:
             safe_realloc(<void **>&self.graph_recs, total, sizeof(int),
@@ -645,9 +643,10 @@ cdef class GraphAllocator:
             while done < self.n_recs:
                 t = self.recs[done].tensor
                 first = self.n_src_refs
-                for j in range(GGML_MAX_SRC):
-                    if t.src[j] == NULL:
-                        continue
+                m = source_mask(t)
+                while m:
+                    j = lowest_bit(m)
+                    m &= m - 1
                     src = self.rec_of(t.src[j])
                     if self.n_src_refs == self.src_refs_cap:
                         safe_realloc(<void **>&self.src_refs, 2 * self.src_refs_cap + 3 * total + 64,

@@ -164,7 +164,8 @@ cdef void ggml_join_name(ggml_tensor * t, const char * a, const char * b, const 
 # ---- a tensor's sources ----
 # Most of a tensor's GGML_MAX_SRC source slots are NULL: the hot loops walk the set bits
 # of its source mask (kept in the tensor's first cache line). Every write of a source
-# slot goes through set_src, or rescans the slots after writing several (scan_sources).
+# slot goes through tensor_set_src, or rescans the slots after writing several
+# (scan_sources).
 cdef extern from *:
     int lowest_bit "__builtin_ctz" (unsigned int m) noexcept nogil   # m != 0
 cdef extern from "ggml_py/ggml-py-types.h":

@@ -160,11 +160,10 @@ cdef inline bint cur_may_choose(const ggml_tensor * t, bint reads_weights) noexc
             or t.flags & GGML_TENSOR_FLAG_INPUT or reads_weights)
 
 
-cdef int backend_id_from_cur(SchedCore s, ggml_tensor * tensor, uint32_t sources,
-                             uint8_t * cause) except -2:
-    """Pass 1 for one tensor (sources: its source_mask): the backend its current
-    location implies, or -1."""
+cdef int backend_id_from_cur(SchedCore s, ggml_tensor * tensor, uint8_t * cause) except -2:
+    """Pass 1 for one tensor: the backend its current location implies, or -1."""
     cdef ggml_backend_buffer * buf = _base_buffer(s, tensor)
+    cdef uint32_t sources = source_mask(tensor)
     cdef int cur, i, b, src_backend_id
     cdef ggml_tensor * src
     if buf != NULL or tensor.view_src != NULL:     # (most nodes have no memory yet)
@@ -311,7 +310,7 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
     ggml builds them): the sweep stops, False, at the first that is not so, and the
     caller sweeps again, exact. (At 100k nodes, a first loop is one more sweep over
     memory as large as the tensor structs.)"""
-    cdef int i, j, p, k = 0
+    cdef int i, j, k = 0
     cdef uint8_t bits
     cdef uint32_t m, sources
     cdef Py_ssize_t h
@@ -340,8 +339,7 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
         s.leaf_refs[i] = graph.n_nodes + i if t.order < 0 else t.order  # (a node too)
         leaf_views[0] |= t.view_src != NULL
         if s.hv_tensor_backend_ids[h] == -1:
-            s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, source_mask(t),
-                                                             &s.hv_tensor_causes[h])
+            s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, &s.hv_tensor_causes[h])
         s.dense_ids[s.leaf_refs[i]] = s.hv_tensor_backend_ids[h]
     s.n_compute = 0
     for i in range(graph.n_nodes):
@@ -360,9 +358,7 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
                 m &= m - 1
         t = graph.nodes[i]
         if not exact:
-            p = t.order
-            if (0 <= p < i and graph.nodes[p] == t) or (
-                    p <= -2 and -2 - p < graph.n_leafs and graph.leafs[-2 - p] == t):
+            if hashed_ref(graph, t, i - 1) != -1:
                 return False        # listed before, as a node or a leaf
             t.order = i
         s.pre_memory[graph.n_leafs + i] = memory_key(s, t, &s.pre_offset[graph.n_leafs + i])
@@ -429,7 +425,7 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
         # the backend its location implies (after its sources: whether it reads weights)
         if (s.hv_tensor_backend_ids[h] == -1
                 and cur_may_choose(t, s.node_bits[i] & NODE_WEIGHTS)):
-            s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, sources, &s.hv_tensor_causes[h])
+            s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, &s.hv_tensor_causes[h])
         s.dense_ids[t.order] = s.hv_tensor_backend_ids[h]
     s.src_begin[graph.n_nodes] = k
     return True
@@ -1262,9 +1258,8 @@ cdef inline bint fp_tensor_matches(const ggml_tensor * t, const fp_tensor * r,
             diff |= (<uint64_t>t.src[j]
                      ^ <uint64_t>table[more_srcs[j - GGML_PY_FIRST_SOURCES]])
     else:
-        # (most tensors) the other slots must be NULL: no table to read
-        for j in range(GGML_PY_FIRST_SOURCES, GGML_MAX_SRC):
-            diff |= <uint64_t>t.src[j]
+        # (most tensors) the other slots must be NULL, as t's source mask says
+        diff |= t.src_mask >> GGML_PY_FIRST_SOURCES
     diff |= <uint64_t>t.view_src ^ <uint64_t>table[r.view_src]
     diff |= (<uint64_t>t.buffer ^ <uint64_t>r.buffer) | (<uint64_t>t.data ^ <uint64_t>r.data)
     if r.view_src:
