@@ -5,7 +5,7 @@ from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 from ggml_py._ggml cimport *
 
 cdef enum:
-    CTX_BLOCK_SHIFT = 10
+    CTX_BLOCK_SHIFT = 12
     CTX_BLOCK = 1 << CTX_BLOCK_SHIFT    # tensors per arena block (pointers stay stable)
 
 cdef extern from *:

@@ -17,6 +17,20 @@ from libc.stdint cimport int32_t, int64_t, uint64_t, SIZE_MAX
 
 cdef extern from "<stdlib.h>" nogil:
     void * aligned_alloc(size_t alignment, size_t size)     # C11
+    char * getenv(const char * name)
+cdef extern from *:
+    """
+    #include <sys/mman.h>
+    /* transparent huge pages for [p, p + n), where the system has them (Linux) */
+    static void ggml_py_madvise_huge(void * p, size_t n) {
+    #ifdef MADV_HUGEPAGE
+        madvise(p, n, MADV_HUGEPAGE);
+    #else
+        (void)p; (void)n;
+    #endif
+    }
+    """
+    void madvise_huge "ggml_py_madvise_huge" (void * p, size_t n) noexcept nogil
 
 from ggml_py._ggml cimport *
 
@@ -113,6 +127,31 @@ cpdef list items_arg(object value, what, object of=None, object limit=None):
     return items
 
 
+# ---------------------------------------------------------------------------
+# large tables: 2 MiB pages
+# A split of 100k nodes walks 40 MB of tensor structs and hash slots; with 4 KiB pages
+# nearly every line it asks for is a TLB miss as well (a page walk, nested under a
+# hypervisor). Tables of several MiB and the tensor arena's blocks after its first
+# ask the kernel for transparent huge pages (where it grants them on request, as with
+# "madvise", Linux's usual setting). GGML_PY_NO_HUGE_PAGES=1 turns this off.
+
+cdef enum:
+    HUGE_PAGE = 1 << 21
+
+cdef bint want_huge_pages = getenv("GGML_PY_NO_HUGE_PAGES") == NULL
+if CTX_BLOCK * sizeof(ggml_tensor) > HUGE_PAGE:
+    raise ImportError("_core.pxd's CTX_BLOCK tensors do not fit in a huge page")
+
+
+cdef void advise_huge_pages(void * p, size_t n) noexcept nogil:
+    """Ask for huge pages in the whole 2 MiB pages of [p, p + n), when n is large
+    enough for them to matter."""
+    cdef size_t start = (<size_t>p + HUGE_PAGE - 1) & ~(<size_t>HUGE_PAGE - 1)
+    cdef size_t end = (<size_t>p + n) & ~(<size_t>HUGE_PAGE - 1)
+    if want_huge_pages and n >= 2 * HUGE_PAGE and end > start:
+        madvise_huge(<void *>start, end - start)
+
+
 cdef int safe_realloc(void ** p, size_t n, size_t size, what) except -1:
     """*p = realloc(*p, n * size), or AllocationError naming what it was for (*p is left
     as it was). scikit-learn's safe_realloc, for every growing table of ggml_py."""
@@ -122,6 +161,7 @@ cdef int safe_realloc(void ** p, size_t n, size_t size, what) except -1:
     if q == NULL:
         raise AllocationError(f"cannot grow {what} ({n} x {size} bytes)")
     p[0] = q
+    advise_huge_pages(q, n * size)
     return 0
 
 
@@ -132,6 +172,7 @@ cdef void * checked_calloc(size_t n, size_t size, what) except NULL:
         p = calloc(n if n else 1, size if size else 1)
     if p == NULL:
         raise AllocationError(f"cannot allocate {what} ({n} x {size} bytes)")
+    advise_huge_pages(p, n * size)
     return p
 
 
@@ -345,6 +386,8 @@ cdef int ggml_hash_set_init(ggml_hash_set * hs, size_t min_sz) except -1:
     if hs.size <= SIZE_MAX // sizeof(ggml_tensor *):
         hs.keys = <ggml_tensor **>malloc(hs.size * sizeof(ggml_tensor *))
         hs.used = <ggml_bitset_t *>calloc(ggml_bitset_size(hs.size), sizeof(ggml_bitset_t))
+        if hs.keys != NULL:
+            advise_huge_pages(hs.keys, hs.size * sizeof(ggml_tensor *))
     if hs.keys == NULL or hs.used == NULL:
         ggml_hash_set_free(hs)
         raise AllocationError(f"cannot allocate a hash set of {hs.size} slots")
@@ -450,8 +493,14 @@ cdef ggml_tensor * _context_alloc(ggml_context * ctx) except NULL:
     if (i >> CTX_BLOCK_SHIFT) >= ctx.n_blocks:
         safe_realloc(<void **>&ctx.blocks, ctx.n_blocks + 1, sizeof(ggml_tensor *),
                      "the tensor arena")
-        # cache-line aligned, as ggml_tensor is (ggml-py-types.h)
-        block = <ggml_tensor *>aligned_alloc(64, CTX_BLOCK * sizeof(ggml_tensor))
+        # cache-line aligned, as ggml_tensor is (ggml-py-types.h); a context that needs
+        # a second block is a large graph's: its blocks are huge pages each
+        if ctx.n_blocks == 0 or not want_huge_pages:
+            block = <ggml_tensor *>aligned_alloc(64, CTX_BLOCK * sizeof(ggml_tensor))
+        else:
+            block = <ggml_tensor *>aligned_alloc(HUGE_PAGE, HUGE_PAGE)
+            if block != NULL:
+                madvise_huge(block, HUGE_PAGE)
         if block == NULL:
             raise AllocationError("cannot grow the tensor arena")
         ctx.blocks[ctx.n_blocks] = block
