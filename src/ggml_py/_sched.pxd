@@ -41,6 +41,7 @@ cdef enum:
     SRC_INPUT = 2           # flagged INPUT
     SRC_VIEW = 4            # has a view_src
     SRC_NOT_BEFORE = 8      # a node of the graph at the reading node's position or later
+    SRC_HOST = 16           # in a weights buffer of a host buffer type (pass 1's offload rule)
 
 cdef struct split_src:
     ggml_tensor * tensor                # the source (src[j] of its node before pass 5)
@@ -130,6 +131,11 @@ cdef class SchedCore:
                                                 # index in dense_ids, where pass 1 found it
     cdef Py_ssize_t * leaf_slots                # [pre_capacity]: each leaf's hash slot
     cdef int * leaf_refs                        # [pre_capacity]: and index in dense_ids
+    cdef uint8_t * leaf_src_bits                # [pre_capacity]: what a node reading a leaf
+    cdef ggml_backend_buffer_type ** leaf_bufts # records of it (SRC_* bits, buft), from the
+                                                # leaf sweep (a weight's buffer struct, read
+                                                # there, is out of the caches by the node
+                                                # that reads it, in a large graph)
     cdef int * compute_nodes                    # [node_slots_capacity]: the positions of the
     cdef int * compute_refs                     # nodes that are not view ops (passes 2 and 3
     cdef Py_ssize_t * compute_slots             # walk them), their indexes in dense_ids,

@@ -122,16 +122,21 @@ cdef int sched_tensor_backend_id(SchedCore s, ggml_tensor * t) noexcept:
 # ---------------------------------------------------------------------------
 # assignment rules
 
-cdef int backend_for_memory(SchedCore s, ggml_backend_buffer * buf, ggml_tensor * op) except -2:
-    """Highest-priority backend that can use memory in buf and run op; -1 if none (or
-    no buf)."""
+cdef int backend_for_memory(SchedCore s, ggml_backend_buffer_type * buft,
+                            ggml_tensor * op) except -2:
+    """Highest-priority backend that can use memory of type buft and run op; -1 if none
+    (or no buft: no memory)."""
     cdef int i
-    if buf == NULL:
+    if buft == NULL:
         return -1
     for i in range(s.n_backends):
-        if backend_supports_buft(s.backends[i], buf.buft) and backend_supports_op(s.backends[i], op):
+        if backend_supports_buft(s.backends[i], buft) and backend_supports_op(s.backends[i], op):
             return i
     return -1
+
+
+cdef inline ggml_backend_buffer_type * buft_of(const ggml_backend_buffer * buf) noexcept:
+    return buf.buft if buf != NULL else NULL
 
 
 cdef object unmovable_memory_error(SchedCore s, ggml_tensor * tensor, ggml_backend_buffer * buf):
@@ -160,19 +165,19 @@ cdef inline bint cur_may_choose(const ggml_tensor * t, bint reads_weights) noexc
             or t.flags & GGML_TENSOR_FLAG_INPUT or reads_weights)
 
 
-cdef int backend_id_from_cur(SchedCore s, ggml_tensor * tensor, uint8_t * cause) except -2:
-    """Pass 1 for one tensor: the backend its current location implies, or -1."""
+cdef int backend_id_from_cur(SchedCore s, ggml_tensor * tensor, uint8_t * cause,
+                             const split_src * srcs, int n_srcs) except -2:
+    """Pass 1 for one tensor: the backend its current location implies, or -1. srcs:
+    what pass 1 recorded of its sources (describe_source)."""
     cdef ggml_backend_buffer * buf = _base_buffer(s, tensor)
-    cdef uint32_t sources = source_mask(tensor)
-    cdef int cur, i, b, src_backend_id
-    cdef ggml_tensor * src
+    cdef int cur, k, b, src_backend_id
     if buf != NULL or tensor.view_src != NULL:     # (most nodes have no memory yet)
-        cur = backend_for_memory(s, buf, tensor)
+        cur = backend_for_memory(s, buft_of(buf), tensor)
         if cur != -1:
             cause[0] = CAUSE_1_DST
             return cur
         if tensor.view_src != NULL:
-            cur = backend_for_memory(s, _base_buffer(s, tensor.view_src), tensor)
+            cur = backend_for_memory(s, buft_of(_base_buffer(s, tensor.view_src)), tensor)
             if cur != -1:
                 cause[0] = CAUSE_1_VSRC
                 return cur
@@ -185,21 +190,47 @@ cdef int backend_id_from_cur(SchedCore s, ggml_tensor * tensor, uint8_t * cause)
     # tensor is too small to choose a backend by
     if tensor.op == OP_ROPE:
         return -1
-    while sources:
-        i = lowest_bit(sources)
-        sources &= sources - 1
-        src = tensor.src[i]
-        if src.buffer != NULL and src.buffer.usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS:
-            src_backend_id = backend_for_memory(s, _base_buffer(s, src), tensor)
+    for k in range(n_srcs):
+        if srcs[k].bits & SRC_WEIGHTS:
+            src_backend_id = backend_for_memory(s, srcs[k].buft, tensor)
             # a higher-priority backend may want to offload the op anyway
-            if s.op_offload and src_backend_id == s.n_backends - 1 and src.buffer.buft.is_host:
+            if s.op_offload and src_backend_id == s.n_backends - 1 and srcs[k].bits & SRC_HOST:
                 for b in range(src_backend_id):
                     if backend_supports_op(s.backends[b], tensor) and backend_offload_op(s.backends[b], tensor):
                         cause[0] = CAUSE_1_OFF
                         return b
-            cause[0] = CAUSE_1_WGT0 + i
+            cause[0] = CAUSE_1_WGT0 + srcs[k].j
             return src_backend_id
     return -1
+
+
+cdef inline uint8_t describe_source(SchedCore s, const ggml_tensor * src,
+                                    ggml_backend_buffer_type ** buft) noexcept:
+    """What pass 1 records of a tensor a node reads: its SRC_* bits but SRC_NOT_BEFORE
+    (which depends on the reader), and the buffer type of its memory (buft)."""
+    cdef uint8_t bits = SRC_INPUT if src.flags & GGML_TENSOR_FLAG_INPUT else 0
+    buft[0] = buft_of(_base_buffer(s, src))
+    if src.buffer != NULL and src.buffer.usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS:
+        bits |= SRC_WEIGHTS
+        if src.buffer.buft.is_host:
+            bits |= SRC_HOST
+    if src.view_src != NULL:
+        bits |= SRC_VIEW
+    return bits
+
+
+cdef int describe_sources(SchedCore s, const ggml_tensor * t, split_src * out) noexcept:
+    """describe_source of each of t's sources, into out (GGML_MAX_SRC entries) in slot
+    order; how many. (The sweep over a node's sources records these and more.)"""
+    cdef int n = 0
+    cdef uint32_t m = source_mask(t)
+    while m:
+        out[n].j = lowest_bit(m)
+        m &= m - 1
+        out[n].tensor = t.src[out[n].j]
+        out[n].bits = describe_source(s, out[n].tensor, &out[n].buft)
+        n += 1
+    return n
 
 
 cdef bint memory_readable(SchedCore s, ggml_backend_buffer_type * buft, int id,
@@ -263,15 +294,18 @@ cdef int grow_node_tables(SchedCore s, ggml_cgraph * graph) except -1:
         safe_realloc(<void **>&s.leaf_slots, graph.n_leafs + graph.n_nodes + 1, sizeof(Py_ssize_t), _TABLES)
         safe_realloc(<void **>&s.dense_ids, graph.n_leafs + graph.n_nodes + 1, sizeof(int), _TABLES)
         safe_realloc(<void **>&s.leaf_refs, graph.n_leafs + graph.n_nodes + 1, sizeof(int), _TABLES)
+        safe_realloc(<void **>&s.leaf_src_bits, graph.n_leafs + graph.n_nodes + 1, sizeof(uint8_t), _TABLES)
+        safe_realloc(<void **>&s.leaf_bufts, graph.n_leafs + graph.n_nodes + 1, sizeof(void *), _TABLES)
         s.pre_capacity = graph.n_leafs + graph.n_nodes
     return 0
 
 
 cdef inline int hashed_ref(ggml_cgraph * graph, const ggml_tensor * t, int i) noexcept:
     """t's index in dense_ids where pass 1 has hashed t already, as a leaf or as a node
-    up to position i (its slot is then known without a lookup: ref_slot); -1 if it has
-    not. t.order says where t is (a leaf's is -2 - its position), trusted only where
-    the graph has t there."""
+    up to position i (its slot, and for a leaf what a reader records of it, are then
+    known without a lookup: node_slots, leaf_slots, leaf_src_bits); -1 if it has not.
+    t.order says where t is (a leaf's is -2 - its position), trusted only where the
+    graph has t there."""
     cdef int p = t.order
     if 0 <= p <= i:
         if graph.nodes[p] == t:
@@ -279,10 +313,6 @@ cdef inline int hashed_ref(ggml_cgraph * graph, const ggml_tensor * t, int i) no
     elif p <= -2 and -2 - p < graph.n_leafs and graph.leafs[-2 - p] == t:
         return graph.n_nodes - 2 - p
     return -1
-
-
-cdef inline Py_ssize_t ref_slot(SchedCore s, ggml_cgraph * graph, int ref) noexcept:
-    return s.node_slots[ref] if ref < graph.n_nodes else s.leaf_slots[ref - graph.n_nodes]
 
 
 cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
@@ -310,14 +340,14 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
     ggml builds them): the sweep stops, False, at the first that is not so, and the
     caller sweeps again, exact. (At 100k nodes, a first loop is one more sweep over
     memory as large as the tensor structs.)"""
-    cdef int i, j, k = 0
+    cdef int i, j, n, k = 0
     cdef uint8_t bits
-    cdef uint32_t m, sources
+    cdef uint32_t m
     cdef Py_ssize_t h
     cdef ggml_tensor * t
     cdef ggml_tensor * src
-    cdef ggml_backend_buffer * buf
     cdef split_src * e
+    cdef split_src leaf_srcs[GGML_MAX_SRC]
     if exact:
         # (a loop this short asks for its lines further ahead)
         for i in range(graph.n_nodes):
@@ -338,8 +368,13 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
             t.order = -2 - i        # (hashed_ref)
         s.leaf_refs[i] = graph.n_nodes + i if t.order < 0 else t.order  # (a node too)
         leaf_views[0] |= t.view_src != NULL
+        s.leaf_src_bits[i] = describe_source(s, t, &s.leaf_bufts[i])
         if s.hv_tensor_backend_ids[h] == -1:
-            s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, &s.hv_tensor_causes[h])
+            n = 0
+            if source_mask(t):      # (a leaf with sources is rare)
+                n = describe_sources(s, t, leaf_srcs)
+            s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, &s.hv_tensor_causes[h],
+                                                             leaf_srcs, n)
         s.dense_ids[s.leaf_refs[i]] = s.hv_tensor_backend_ids[h]
     s.n_compute = 0
     for i in range(graph.n_nodes):
@@ -350,12 +385,9 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
             prefetch_sources(t, source_mask(t))
             prefetch_slot(s, t)
         if i + PREFETCH_AHEAD // 2 < graph.n_nodes:
-            # then the buffer structs of the sources, whose lines are in by now
-            t = graph.nodes[i + PREFETCH_AHEAD // 2]
-            m = source_mask(t)
-            while m:
-                prefetch_memory(t.src[lowest_bit(m)])
-                m &= m - 1
+            # then its buffer struct, its line in by now (its sources' were read by now:
+            # a node's as a node, a leaf's by the leaf sweep, which recorded them)
+            prefetch_memory(graph.nodes[i + PREFETCH_AHEAD // 2])
         t = graph.nodes[i]
         if not exact:
             if hashed_ref(graph, t, i - 1) != -1:
@@ -386,7 +418,7 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
             s.node_bits[i] |= NODE_VIEW | (
                 NODE_BASE_LATER if t.op != OP_NONE and ggml_is_computed_from(graph, t.view_src, i)
                 else 0)
-        m = sources = source_mask(t)
+        m = source_mask(t)
         s.src_begin[i] = k
         if k + GGML_MAX_SRC > s.src_capacity:
             safe_realloc(<void **>&s.srcs, 2 * (k + GGML_MAX_SRC), sizeof(split_src), _TABLES)
@@ -400,32 +432,31 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
             e.tensor = src
             e.j = j
             e.ref = hashed_ref(graph, src, i)
-            bits = SRC_INPUT if src.flags & GGML_TENSOR_FLAG_INPUT else 0
-            if e.ref == -1:
-                if not exact:
-                    return False    # a later node, or a tensor outside the graph
-                e.slot = hash_id(s, src)
-                if ggml_is_node_from(graph, src, i):
-                    bits |= SRC_NOT_BEFORE
-                    e.ref = src.order
+            if e.ref >= graph.n_nodes:
+                e.slot = s.leaf_slots[e.ref - graph.n_nodes]
+                e.buft = s.leaf_bufts[e.ref - graph.n_nodes]
+                bits = s.leaf_src_bits[e.ref - graph.n_nodes]
             else:
-                e.slot = ref_slot(s, graph, e.ref)
-                if e.ref == i:      # (a node reading itself)
-                    bits |= SRC_NOT_BEFORE
-            buf = _base_buffer(s, src)
-            e.buft = NULL
-            if buf != NULL:
-                e.buft = buf.buft
-            if src.buffer != NULL and src.buffer.usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS:
-                bits |= SRC_WEIGHTS
+                bits = describe_source(s, src, &e.buft)
+                if e.ref == -1:
+                    if not exact:
+                        return False    # a later node, or a tensor outside the graph
+                    e.slot = hash_id(s, src)
+                    if ggml_is_node_from(graph, src, i):
+                        bits |= SRC_NOT_BEFORE
+                        e.ref = src.order
+                else:
+                    e.slot = s.node_slots[e.ref]
+                    if e.ref == i:      # (a node reading itself)
+                        bits |= SRC_NOT_BEFORE
+            if bits & SRC_WEIGHTS:
                 s.node_bits[i] |= NODE_WEIGHTS
-            if src.view_src != NULL:
-                bits |= SRC_VIEW
             e.bits = bits
         # the backend its location implies (after its sources: whether it reads weights)
         if (s.hv_tensor_backend_ids[h] == -1
                 and cur_may_choose(t, s.node_bits[i] & NODE_WEIGHTS)):
-            s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, &s.hv_tensor_causes[h])
+            s.hv_tensor_backend_ids[h] = backend_id_from_cur(
+                s, t, &s.hv_tensor_causes[h], &s.srcs[s.src_begin[i]], k - s.src_begin[i])
         s.dense_ids[t.order] = s.hv_tensor_backend_ids[h]
     s.src_begin[graph.n_nodes] = k
     return True
@@ -1626,6 +1657,8 @@ cdef class SchedCore:
         self.compute_ops = NULL
         self.dense_ids = NULL
         self.leaf_refs = NULL
+        self.leaf_src_bits = NULL
+        self.leaf_bufts = NULL
         self.src_begin = NULL
         self.srcs = NULL
         memset(&self.graph, 0, sizeof(ggml_cgraph))
@@ -1764,6 +1797,8 @@ cdef class SchedCore:
         free(self.compute_ops)
         free(self.dense_ids)
         free(self.leaf_refs)
+        free(self.leaf_src_bits)
+        free(self.leaf_bufts)
         free(self.src_begin)
         free(self.srcs)
         free(self.rewired)
