@@ -385,9 +385,11 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
             prefetch_sources(t, source_mask(t))
             prefetch_slot(s, t)
         if i + PREFETCH_AHEAD // 2 < graph.n_nodes:
-            # then its buffer struct, its line in by now (its sources' were read by now:
-            # a node's as a node, a leaf's by the leaf sweep, which recorded them)
-            prefetch_memory(graph.nodes[i + PREFETCH_AHEAD // 2])
+            # then the buffer struct of its memory (its view_src's: a view of a KV cache),
+            # their lines in by now (its sources' were read by now: a node's as a node, a
+            # leaf's by the leaf sweep, which recorded them)
+            t = graph.nodes[i + PREFETCH_AHEAD // 2]
+            prefetch_memory(t.view_src if t.view_src != NULL else t)
         t = graph.nodes[i]
         if not exact:
             if hashed_ref(graph, t, i - 1) != -1:
