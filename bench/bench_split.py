@@ -2,6 +2,8 @@
 synthetic llama graphs from 1k to 100k nodes (µs per node, linear scaling), with
 split + reserve + alloc and graph reuse beside: the same Graph allocated again (level
 1) and a rebuilt graph of equal structure (level 2, per node and against ggml's split).
+Beside the split's cost per node, its memory floor: the time of a bare sweep that reads
+only what any split must read of the graph (Scheduler.time_struct_sweep).
 
     python bench/bench_split.py [--cases DIR] [--random] [--sizes 1000,10000,40000,100000] [--json]
 
@@ -154,10 +156,13 @@ def _bench_size(n_nodes, as_json, server):
         # level 2: a rebuilt graph of equal structure (built in Python, untimed)
         rebuilt_us = statistics.median(sched.time_rebuilt_reuse(graph, build(), 5 if big else 21))
     reuse_us = statistics.median(sched.time_reuse(graph, 101))
+    # the memory floor: a sweep reading only what any split must read of the graph
+    sweep_us = statistics.median(sched.time_struct_sweep(graph, reps * rounds))
     ggml_split_us = None if ggml_per_node is None else ggml_per_node * graph.n_nodes
     if server is not None:
         ggml_split_us = ggml_split_again_us         # measured alongside the rebuilt graphs
     row.update(split_us_median=round(us, 1), split_us_per_node=round(us / graph.n_nodes, 4),
+               struct_sweep_us_per_node=round(sweep_us / graph.n_nodes, 4),
                ggml_split_us_per_node=None if ggml_per_node is None else round(ggml_per_node, 4),
                split_ratio=None if ggml_per_node is None else
                round(us / graph.n_nodes / ggml_per_node, 3),
@@ -177,7 +182,8 @@ def _bench_size(n_nodes, as_json, server):
          f"{row['alloc_reserve_ratio']:.2f}x ggml ({reserve_us:.0f} us)")
     vs_ggml = "" if row["reuse_ratio"] is None else f" ({row['reuse_ratio']:.2f}x ggml split)"
     print(f"{row['case']:<26} {graph.n_nodes:>7} nodes  split {row['split_us_per_node']:.4f} "
-          f"us/node, ggml {g}{ratio}{alloc}  reuse {reuse_us:.2f} us  rebuilt "
+          f"us/node (memory floor {row['struct_sweep_us_per_node']:.4f}), ggml {g}{ratio}"
+          f"{alloc}  reuse {reuse_us:.2f} us  rebuilt "
           f"{row['reuse_rebuilt_us_per_node']:.4f} us/node{vs_ggml}  "
           f"({time.perf_counter() - t0:.1f} s)", flush=True)
 

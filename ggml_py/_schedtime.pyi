@@ -16,6 +16,7 @@ TIME_SPLIT: int
 TIME_ALLOC: int
 TIME_RESERVE: int
 TIME_REUSE: int
+TIME_SWEEP: int
 
 def time_reps(s: SchedCore, graph: Graph, snap: GraphSnapshot,
               assignments: Sequence[tuple[Tensor, int]], reps: int, what: int) -> list[int]: ...

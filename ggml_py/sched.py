@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 from ggml_py._backend import Backend, BufferType
 from ggml_py._core import VIEW_OPS, Graph, Tensor, instance_arg, int_arg, items_arg
 from ggml_py._sched import SchedCore
-from ggml_py._schedtime import (TIME_ALLOC, TIME_RESERVE, TIME_REUSE, TIME_SPLIT, GraphSnapshot,
-                                time_rebuilt_reps, time_reps)
+from ggml_py._schedtime import (TIME_ALLOC, TIME_RESERVE, TIME_REUSE, TIME_SPLIT, TIME_SWEEP,
+                                GraphSnapshot, time_rebuilt_reps, time_reps)
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
                             SchedulerError)
 from ggml_py._backend import get_buffer
@@ -612,6 +612,14 @@ class Scheduler:
         re-applying `assignments` [(tensor, backend), ...]. The graph is left restored."""
         return self._time(graph, reps, assignments, TIME_SPLIT)
 
+    def time_struct_sweep(self, graph: Graph, reps: int) -> list[float]:
+        """Wall times (µs) of `reps` sweeps that read what any split of `graph` must read
+        and nothing more (each leaf's first cache line and buffer struct, each node's first
+        line and its sources'), asking ahead as the split does, each after the untimed
+        steps of `time_split`: the memory floor under the split's per-node cost, which
+        grows with the graph as its tensor structs outgrow the caches."""
+        return self._time(graph, reps, (), TIME_SWEEP)
+
     @_locked
     def _time(self, graph: Graph, reps: int, assignments: Iterable[tuple[Tensor, BackendRef]],
               what: int) -> list[float]:
@@ -628,7 +636,7 @@ class Scheduler:
         finally:
             self._core.undo_rewiring()
             snap.restore()
-            if what != TIME_SPLIT:
+            if what != TIME_SPLIT and what != TIME_SWEEP:
                 self.reset()
         return [x / 1000.0 for x in ns]
 

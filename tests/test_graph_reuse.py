@@ -14,7 +14,7 @@ from ggml_py._backend import get_buffer, set_buffer
 from ggml_py._core import mutation_epochs
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.tools.cases import load_case
-from ggml_py.errors import SchedulerError
+from ggml_py.errors import GgmlPyError, SchedulerError
 from ggml_py.tools.planning import scheduler_for_case
 from ggml_py.sched import Scheduler
 
@@ -189,6 +189,28 @@ def test_time_reps_reuse_checks_that_it_reused():
     with pytest.raises(SchedulerError, match="reused"):
         time_reps(psched._core, par.graph, GraphSnapshot(par.graph), par.assignments, 2,
                   TIME_REUSE)
+
+
+def test_time_split_and_the_struct_sweep_leave_the_graph_and_the_plan_as_they_were():
+    case = _case("llama-4L-partial-offload")
+    sched = scheduler_for_case(case)
+    sources = [list(t.src) for t in case.graph.nodes]      # (the split rewires them)
+    sched.alloc_graph(case.graph)
+    before = _state(sched, case.graph)
+    sched.reset()
+    # the memory floor's sweep reads the graph and decides nothing
+    times = sched.time_struct_sweep(case.graph, 4)
+    assert len(times) == 4 and all(t > 0 for t in times)
+    splits = sched.time_split(case.graph, 3, case.assignments)
+    assert len(splits) == 3 and all(t > 0 for t in splits)
+    assert [list(t.src) for t in case.graph.nodes] == sources
+    sched.reset()
+    for t, b in case.assignments:
+        sched.set_tensor_backend(t, b)
+    sched.alloc_graph(case.graph)
+    assert _state(sched, case.graph) == before
+    with pytest.raises(GgmlPyError, match="reps"):
+        sched.time_struct_sweep(case.graph, -1)
 
 
 # ---------------------------------------------------------------------------

@@ -1,13 +1,15 @@
 """Timing the scheduler as SCHED_CASES.md times ggml (the benchmarks' and `ggml-py
 bench`'s tooling, kept out of the scheduler core): snapshots that restore a graph
-between repeated splits, and timed repetitions of split, alloc_graph and reserve."""
+between repeated splits, and timed repetitions of split, alloc_graph and reserve, and
+of a bare sweep over what any split reads (the memory floor under its cost)."""
 
 from libc.stdlib cimport free
 from libc.string cimport memcpy
 
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (Graph, ggml_context, checked_calloc, int_arg, tensor_changed,
-                            scan_sources)
+                            scan_sources, source_mask, lowest_bit, prefetch, prefetch_memory,
+                            prefetch_sources, PREFETCH_AHEAD)
 from ggml_py._sched cimport (SchedCore, sched_reset, forget_plan, sched_split_graph,
                              sched_alloc_graph)
 
@@ -85,7 +87,42 @@ cdef class GraphSnapshot:
             tensor_changed(self.tensors[i])
 
 
-TIME_SPLIT, TIME_ALLOC, TIME_RESERVE, TIME_REUSE = 0, 1, 2, 3
+TIME_SPLIT, TIME_ALLOC, TIME_RESERVE, TIME_REUSE, TIME_SWEEP = 0, 1, 2, 3, 4
+
+cdef size_t sweep_sink = 0         # what the sweeps read, kept so that they are not elided
+
+
+cdef size_t sweep_structs(const ggml_cgraph * g) noexcept nogil:
+    """Read what any split of g must read, and nothing more: each leaf's first cache
+    line and its buffer struct (where its memory is), each node's first line and its
+    sources' (what it reads), asking for them ahead as the split's pass 1 does. Its
+    time is the memory floor under the split's per-node cost."""
+    cdef int i
+    cdef uint32_t m
+    cdef size_t sink = 0
+    cdef const ggml_tensor * t
+    for i in range(g.n_leafs):
+        if i + PREFETCH_AHEAD < g.n_leafs:
+            prefetch(g.leafs[i + PREFETCH_AHEAD])
+        if i + PREFETCH_AHEAD // 2 < g.n_leafs:
+            prefetch_memory(g.leafs[i + PREFETCH_AHEAD // 2])
+        t = g.leafs[i]
+        sink += <size_t>t.flags
+        if t.buffer != NULL:
+            sink += <size_t>t.buffer.usage
+    for i in range(g.n_nodes):
+        if i + 2 * PREFETCH_AHEAD < g.n_nodes:
+            prefetch(g.nodes[i + 2 * PREFETCH_AHEAD])
+        if i + PREFETCH_AHEAD < g.n_nodes:
+            t = g.nodes[i + PREFETCH_AHEAD]
+            prefetch_sources(t, source_mask(t))
+        t = g.nodes[i]
+        sink += <size_t>t.op
+        m = source_mask(t)
+        while m:
+            sink += <size_t>t.src[lowest_bit(m)].order
+            m &= m - 1
+    return sink
 
 
 def time_reps(SchedCore s not None, Graph graph not None, GraphSnapshot snap not None,
@@ -97,10 +134,13 @@ def time_reps(SchedCore s not None, Graph graph not None, GraphSnapshot snap not
     reused) or TIME_RESERVE (split + reserve_n + alloc_graph: a new or changed graph);
     these three never reuse a plan. TIME_REUSE times alloc_graph of the unchanged graph
     after a reset (graph reuse: the graph is allocated once first, untimed, and not
-    restored between repetitions)."""
+    restored between repetitions). TIME_SWEEP times sweep_structs, after the same
+    untimed steps as a split."""
+    global sweep_sink
     cdef list out = []
     cdef int r, n = int_arg(reps, "reps", 0, _INT32_MAX)
-    cdef int kind = int_arg(what, "what", TIME_SPLIT, TIME_REUSE)
+    cdef int kind = int_arg(what, "what", TIME_SPLIT, TIME_SWEEP)
+    cdef size_t sink = 0
     cdef bint reuse = s.graph_reuse
     cdef int reuses = s.n_graph_reuses
     clock = perf_counter_ns
@@ -126,6 +166,8 @@ def time_reps(SchedCore s not None, Graph graph not None, GraphSnapshot snap not
             t0 = clock()
             if kind == TIME_SPLIT:
                 sched_split_graph(s, graph)
+            elif kind == TIME_SWEEP:
+                sink += sweep_structs(&graph.graph)
             elif kind == TIME_ALLOC or kind == TIME_REUSE:
                 sched_alloc_graph(s, graph)
             else:
@@ -133,6 +175,7 @@ def time_reps(SchedCore s not None, Graph graph not None, GraphSnapshot snap not
                 s.galloc.c_reserve_n(&s.graph, s.node_backend_ids, s.leaf_backend_ids)
                 s.galloc.c_alloc_graph(&s.graph, (graph, s.arena), True)   # as sched_alloc_splits
             out.append(clock() - t0)
+        sweep_sink = sink
     finally:
         s.graph_reuse = reuse
         s.plan_reusable = s.plan_reusable and reuse and kind == TIME_REUSE
