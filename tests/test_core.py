@@ -397,3 +397,33 @@ def test_a_late_source_slot_is_read_by_the_split_and_its_removal_too():
     assert "far" in split_inputs()
     h.set_src(9, None)
     assert "far" not in split_inputs()
+
+
+def test_a_leaf_that_reads_weights_goes_where_they_are():
+    """ggml's pass 1 applies the weights rule to every tensor it visits, leafs included:
+    a leaf (op NONE, no memory) with a weight in slot 2 runs where the weight is, cause
+    1.wgt2 -- and a leaf whose source is a plain tensor gets no backend from it."""
+    from ggml_py import Backend, ops
+    from ggml_py.backends.sim import SimBufferType
+    from ggml_py.sched import Scheduler
+    gpu_buft = SimBufferType("GPU0", 32, None, False)
+    gpu = Backend("GPU0", gpu_buft, "gpu")
+    cpu = Backend("CPU", BufferType("CPU", 32, None, True), "cpu")
+    ctx = Context()
+    w = ctx.new_tensor("f32", (4, 16), name="w")
+    wbuf = fake_buffer(gpu_buft, 1 << 12)
+    wbuf.usage = "weights"
+    set_buffer(w, wbuf, 0)
+    plain = ctx.new_tensor("f32", (4, 16), name="plain")
+    reads_w = ctx.new_tensor("f32", (4, 16), name="reads_w")
+    reads_w.set_src(2, w)
+    reads_plain = ctx.new_tensor("f32", (4, 16), name="reads_plain")
+    reads_plain.set_src(0, plain)
+    x = ctx.new_tensor("f32", (4, 16), name="x").set_input()
+    out = ops.add(ctx, ops.add(ctx, reads_w, x), reads_plain).set_output()
+    graph = Graph(64).build_forward_expand(out)
+    assert {"reads_w", "reads_plain", "w", "plain"} <= {t.name for t in graph.leafs}
+    sched = Scheduler([gpu, cpu], graph_size=64)
+    sched.split_graph(graph)
+    assert sched.get_tensor_backend(reads_w) is gpu and sched.get_cause(reads_w) == "1.wgt2"
+    assert sched.get_cause(reads_plain) != "1.wgt0"
