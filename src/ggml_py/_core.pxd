@@ -215,6 +215,32 @@ cdef inline void prefetch_sources(const ggml_tensor * t, uint32_t sources) noexc
     if t.view_src != NULL:
         prefetch(t.view_src)
 
+cdef inline const ggml_tensor * prefetch_leaf_ahead(const ggml_cgraph * g, int i) noexcept nogil:
+    """How a sweep over g's leafs asks ahead at leaf i: for the first line of leaf
+    i + PREFETCH_AHEAD, and for the buffer struct of leaf i + PREFETCH_AHEAD / 2 (its line
+    in by then). Returns leaf i + PREFETCH_AHEAD (NULL past the end), for the caller's
+    own requests."""
+    if i + PREFETCH_AHEAD // 2 < g.n_leafs:
+        prefetch_memory(g.leafs[i + PREFETCH_AHEAD // 2])
+    if i + PREFETCH_AHEAD < g.n_leafs:
+        prefetch(g.leafs[i + PREFETCH_AHEAD])
+        return g.leafs[i + PREFETCH_AHEAD]
+    return NULL
+
+cdef inline const ggml_tensor * prefetch_node_ahead(const ggml_cgraph * g, int i) noexcept nogil:
+    """How a sweep over g's nodes asks ahead at node i: for the first line of node
+    i + 2 * PREFETCH_AHEAD, and for its sources' when it is node i + PREFETCH_AHEAD (its
+    line in by then). Returns node i + PREFETCH_AHEAD (NULL past the end), for the
+    caller's own requests."""
+    cdef const ggml_tensor * t
+    if i + 2 * PREFETCH_AHEAD < g.n_nodes:
+        prefetch(g.nodes[i + 2 * PREFETCH_AHEAD])
+    if i + PREFETCH_AHEAD < g.n_nodes:
+        t = g.nodes[i + PREFETCH_AHEAD]
+        prefetch_sources(t, source_mask(t))
+        return t
+    return NULL
+
 # ---- graph ----
 
 cdef inline bint ggml_is_node_from(const ggml_cgraph * g, const ggml_tensor * t, int i) noexcept nogil:

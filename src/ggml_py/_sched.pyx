@@ -25,7 +25,7 @@ from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handl
                             ggml_computes, OP_NONE, mutation_epoch, tensor_changed, tensor_set_src,
                             graph_unchanged_since, order_message, LAYOUT_BYTES,
                             source_mask, lowest_bit, PREFETCH_AHEAD, prefetch, prefetch_bytes,
-                            prefetch_memory, prefetch_sources,
+                            prefetch_memory, prefetch_leaf_ahead, prefetch_node_ahead,
                             checked_calloc, safe_realloc, int_arg, index_arg, OP_ROPE)
 from ggml_py._backend cimport (Backend, BufferType, backend_supports_op, backend_supports_op_of,
                                backend_supports_buft, backend_offload_op)
@@ -345,6 +345,7 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
     cdef uint32_t m
     cdef Py_ssize_t h
     cdef ggml_tensor * t
+    cdef const ggml_tensor * ahead
     cdef ggml_tensor * src
     cdef split_src * e
     cdef split_src leaf_srcs[GGML_MAX_SRC]
@@ -355,11 +356,9 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
                 prefetch(graph.nodes[i + 4 * PREFETCH_AHEAD])
             graph.nodes[i].order = i
     for i in range(graph.n_leafs):
-        if i + PREFETCH_AHEAD < graph.n_leafs:
-            prefetch(graph.leafs[i + PREFETCH_AHEAD])
-            prefetch_slot(s, graph.leafs[i + PREFETCH_AHEAD])
-        if i + PREFETCH_AHEAD // 2 < graph.n_leafs:
-            prefetch_memory(graph.leafs[i + PREFETCH_AHEAD // 2])
+        ahead = prefetch_leaf_ahead(graph, i)
+        if ahead != NULL:
+            prefetch_slot(s, ahead)
         t = graph.leafs[i]
         s.pre_memory[i] = memory_key(s, t, &s.pre_offset[i])
         h = hash_id(s, t)
@@ -378,12 +377,9 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
         s.dense_ids[s.leaf_refs[i]] = s.hv_tensor_backend_ids[h]
     s.n_compute = 0
     for i in range(graph.n_nodes):
-        if i + 2 * PREFETCH_AHEAD < graph.n_nodes:
-            prefetch(graph.nodes[i + 2 * PREFETCH_AHEAD])
-        if i + PREFETCH_AHEAD < graph.n_nodes:
-            t = graph.nodes[i + PREFETCH_AHEAD]
-            prefetch_sources(t, source_mask(t))
-            prefetch_slot(s, t)
+        ahead = prefetch_node_ahead(graph, i)
+        if ahead != NULL:
+            prefetch_slot(s, ahead)
         if i + PREFETCH_AHEAD // 2 < graph.n_nodes:
             # then the buffer struct of its memory (its view_src's: a view of a KV cache),
             # their lines in by now (its sources' were read by now: a node's as a node, a

@@ -8,8 +8,8 @@ from libc.string cimport memcpy
 
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (Graph, ggml_context, checked_calloc, int_arg, tensor_changed,
-                            scan_sources, source_mask, lowest_bit, prefetch, prefetch_memory,
-                            prefetch_sources, PREFETCH_AHEAD)
+                            scan_sources, source_mask, lowest_bit, prefetch_leaf_ahead,
+                            prefetch_node_ahead)
 from ggml_py._sched cimport (SchedCore, sched_reset, forget_plan, sched_split_graph,
                              sched_alloc_graph)
 
@@ -95,27 +95,21 @@ cdef size_t sweep_sink = 0         # what the sweeps read, kept so that they are
 cdef size_t sweep_structs(const ggml_cgraph * g) noexcept nogil:
     """Read what any split of g must read, and nothing more: each leaf's first cache
     line and its buffer struct (where its memory is), each node's first line and its
-    sources' (what it reads), asking for them ahead as the split's pass 1 does. Its
+    sources' (what it reads), asking for them ahead as the split's pass 1 does (the same
+    helpers). Its
     time is the memory floor under the split's per-node cost."""
     cdef int i
     cdef uint32_t m
     cdef size_t sink = 0
     cdef const ggml_tensor * t
     for i in range(g.n_leafs):
-        if i + PREFETCH_AHEAD < g.n_leafs:
-            prefetch(g.leafs[i + PREFETCH_AHEAD])
-        if i + PREFETCH_AHEAD // 2 < g.n_leafs:
-            prefetch_memory(g.leafs[i + PREFETCH_AHEAD // 2])
+        prefetch_leaf_ahead(g, i)
         t = g.leafs[i]
         sink += <size_t>t.flags
         if t.buffer != NULL:
             sink += <size_t>t.buffer.usage
     for i in range(g.n_nodes):
-        if i + 2 * PREFETCH_AHEAD < g.n_nodes:
-            prefetch(g.nodes[i + 2 * PREFETCH_AHEAD])
-        if i + PREFETCH_AHEAD < g.n_nodes:
-            t = g.nodes[i + PREFETCH_AHEAD]
-            prefetch_sources(t, source_mask(t))
+        prefetch_node_ahead(g, i)
         t = g.nodes[i]
         sink += <size_t>t.op
         m = source_mask(t)
