@@ -427,3 +427,28 @@ def test_a_leaf_that_reads_weights_goes_where_they_are():
     sched.split_graph(graph)
     assert sched.get_tensor_backend(reads_w) is gpu and sched.get_cause(reads_w) == "1.wgt2"
     assert sched.get_cause(reads_plain) != "1.wgt0"
+
+
+@pytest.mark.parametrize("huge_pages", ["on", "off"])
+def test_a_large_arena_keeps_its_tensors_with_huge_pages_on_or_off(huge_pages):
+    """Past its first block the tensor arena takes a 2 MiB page per block (unless
+    GGML_PY_NO_HUGE_PAGES is set): tensors stay where they were made and keep what was
+    written to them, in every block. A subprocess, as the setting is read at import."""
+    import os
+    import subprocess
+    import sys
+    code = (
+        "from ggml_py import Context, Graph\n"
+        "ctx = Context()\n"
+        "ts = [ctx.new_tensor('f32', (i % 7 + 1,), name=f't{i}') for i in range(20000)]\n"
+        "assert all(t.name == f't{i}' and t.ne[0] == i % 7 + 1 for i, t in enumerate(ts))\n"
+        "g = Graph(64).build_forward_expand(ts[-1])\n"
+        "assert g.leafs == [ts[-1]]\n"
+        "print('ok')\n")
+    env = dict(os.environ)
+    env.pop("GGML_PY_NO_HUGE_PAGES", None)
+    if huge_pages == "off":
+        env["GGML_PY_NO_HUGE_PAGES"] = "1"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env=env, cwd=os.path.dirname(os.path.abspath(__file__)))
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
