@@ -89,27 +89,34 @@ cdef class GraphSnapshot:
 
 TIME_SPLIT, TIME_ALLOC, TIME_RESERVE, TIME_REUSE, TIME_SWEEP = 0, 1, 2, 3, 4
 
-cdef size_t sweep_sink = 0         # what the sweeps read, kept so that they are not elided
+cdef extern from *:
+    """
+    static volatile size_t ggml_py_sweep_sink;
+    """
+    # what the sweeps read, stored where the compiler must keep it (a sweep whose result
+    # went unread would be optimised away)
+    size_t sweep_sink "ggml_py_sweep_sink"
 
 
 cdef size_t sweep_structs(const ggml_cgraph * g) noexcept nogil:
     """Read what any split of g must read, and nothing more: each leaf's first cache
     line and its buffer struct (where its memory is), each node's first line and its
     sources' (what it reads), asking for them ahead as the split's pass 1 does (the same
-    helpers). Its
-    time is the memory floor under the split's per-node cost."""
+    helpers). Its time is the memory floor under the split's per-node cost."""
     cdef int i
     cdef uint32_t m
     cdef size_t sink = 0
     cdef const ggml_tensor * t
+    # (the helpers' results go into the sink too: a call whose result went unused, to a
+    # function that only prefetches, would be optimised away)
     for i in range(g.n_leafs):
-        prefetch_leaf_ahead(g, i)
+        sink += <size_t>prefetch_leaf_ahead(g, i)
         t = g.leafs[i]
         sink += <size_t>t.flags
         if t.buffer != NULL:
             sink += <size_t>t.buffer.usage
     for i in range(g.n_nodes):
-        prefetch_node_ahead(g, i)
+        sink += <size_t>prefetch_node_ahead(g, i)
         t = g.nodes[i]
         sink += <size_t>t.op
         m = source_mask(t)
