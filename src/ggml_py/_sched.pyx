@@ -122,10 +122,11 @@ cdef int sched_tensor_backend_id(SchedCore s, ggml_tensor * t) noexcept:
 # ---------------------------------------------------------------------------
 # assignment rules
 
-cdef int backend_for_memory(SchedCore s, ggml_backend_buffer_type * buft,
-                            ggml_tensor * op) except -2:
+cdef inline int backend_for_memory(SchedCore s, ggml_backend_buffer_type * buft,
+                                   ggml_tensor * op) except -2:
     """Highest-priority backend that can use memory of type buft and run op; -1 if none
-    (or no buft: no memory)."""
+    (or no buft: no memory). In line: pass 1 asks it of most weights and of the nodes that
+    read them, and the call cost more than its loop."""
     cdef int i
     if buft == NULL:
         return -1
