@@ -461,23 +461,28 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
     return True
 
 
-cdef int expand(SchedCore s, ggml_cgraph * graph, bint down, bint skip_cpu) except -1:
+cdef bint expand(SchedCore s, ggml_cgraph * graph, bint down, bint skip_cpu) except -1:
     """One sweep of pass 2: give unassigned nodes the backend of the last
     assigned node before them (down) or after them (up). With skip_cpu the
-    CPU (lowest priority) is not expanded, so it is used only where needed."""
+    CPU (lowest priority) is not expanded, so it is used only where needed.
+    True where it leaves a node unassigned (a sweep changes nothing else, so once
+    none is left the sweeps after it have nothing to do)."""
     cdef int cur_backend_id = -1, k, b
     cdef int skipped = s.n_backends - 1 if skip_cpu else -1
     cdef int c = 0 if down else s.n_compute - 1
     cdef int step = 1 if down else -1
+    cdef bint left = False
     for k in range(s.n_compute):
         b = s.dense_ids[s.compute_refs[c]]
         if b != -1:
             cur_backend_id = -1 if b == skipped else b
-        elif cur_backend_id != -1:
-            set_if_supported(s, graph.nodes[s.compute_nodes[c]], s.compute_ops[c],
-                             s.compute_refs[c], s.compute_slots[c], cur_backend_id)
+        else:
+            if cur_backend_id != -1:
+                set_if_supported(s, graph.nodes[s.compute_nodes[c]], s.compute_ops[c],
+                                 s.compute_refs[c], s.compute_slots[c], cur_backend_id)
+            left |= s.dense_ids[s.compute_refs[c]] == -1
         c += step
-    return 0
+    return left
 
 
 cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
@@ -1537,11 +1542,10 @@ cdef int sched_split_graph(SchedCore s, Graph g) except -1:
         check_graph_fits(s, graph)
         pass1_preallocated(s, graph)
         # pass 2: expand the assignments to neighbouring nodes; GPUs first (down, up),
-        # then every backend (down, up)
-        expand(s, graph, True, True)
-        expand(s, graph, False, True)
-        expand(s, graph, True, False)
-        expand(s, graph, False, False)
+        # then every backend (down, up), while any node is left unassigned
+        if (expand(s, graph, True, True) and expand(s, graph, False, True)
+                and expand(s, graph, True, False)):
+            expand(s, graph, False, False)
         pass3_upgrade(s, graph)
         pass4_sources(s, graph)
         pass5_split(s, graph)
