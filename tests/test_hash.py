@@ -56,6 +56,27 @@ def _by_home_slot(tensors, size):
     return homes
 
 
+@pytest.mark.parametrize("size", [2, 3, 17, 4099, 2147483659, 2**40 + 1, 2**62 + 1, 2**63 - 1])
+def test_home_slot_is_the_remainder_at_the_extremes(size):
+    # lookups take key % size by a multiply and one correction, never a division
+    for key in (0, 1, size - 1, size, size + 1, 2 * size - 1, 2**44 + 7, 2**63 - 1,
+                (2**63 - 1) // size * size, (2**63 - 1) // size * size - 1):
+        if 0 <= key < 2**63:
+            assert HashSet.home_of_key(key, size) == key % size
+
+
+@given(st.integers(0, 2**63 - 1), st.integers(2, 2**63 - 1))
+def test_home_slot_is_the_remainder(key, size):
+    assert HashSet.home_of_key(key, size) == key % size
+
+
+def test_home_slot_rejects_what_it_cannot_compute():
+    with pytest.raises(ValueError):
+        HashSet.home_of_key(2**63, 11)
+    with pytest.raises(ValueError):
+        HashSet.home_of_key(5, 1)
+
+
 def test_size_is_hash_size():
     for n in (1, 5, 100, 3000):
         assert HashSet(n).size == hash_size(n)

@@ -96,9 +96,13 @@ cdef inline size_t ggml_hash(const ggml_tensor * p) noexcept nogil:
     # the low 4 bits are always zero (alignment)
     return (<size_t><uintptr_t>p) >> 4
 
+cdef extern from "ggml_py/ggml-py-types.h":
+    uint64_t ggml_py_mod_magic(uint64_t size) noexcept nogil
+    uint64_t ggml_py_mod(uint64_t key, uint64_t magic, uint64_t size) noexcept nogil
+
 cdef inline size_t ggml_hash_home(const ggml_hash_set * hs, const ggml_tensor * key) noexcept nogil:
-    """The slot where a lookup of key starts."""
-    return ggml_hash(key) % hs.size
+    """The slot where a lookup of key starts: ggml_hash(key) % hs.size (without dividing)."""
+    return ggml_py_mod(ggml_hash(key), hs.size_magic, hs.size)
 
 cdef inline size_t ggml_hash_find(const ggml_hash_set * hs, const ggml_tensor * key) noexcept nogil:
     """Slot of key, or where it would go; GGML_HASHSET_FULL when absent and full."""

@@ -381,6 +381,7 @@ cdef size_t ggml_hash_size(size_t min_sz) noexcept nogil:
 
 cdef int ggml_hash_set_init(ggml_hash_set * hs, size_t min_sz) except -1:
     hs.size = ggml_hash_size(min_sz)
+    hs.size_magic = ggml_py_mod_magic(hs.size)
     hs.keys = NULL
     hs.used = NULL
     if hs.size <= SIZE_MAX // sizeof(ggml_tensor *):
@@ -443,6 +444,14 @@ cdef class HashSet:
     def slot_of_hash(self, Tensor t not None):
         """The home slot of t before probing."""
         return ggml_hash_home(&self.hs, t.ptr)
+
+    @staticmethod
+    def home_of_key(key, size):
+        """The home slot of a hash key (a tensor's address / 16, below 2^63) in a set of
+        `size` slots, as lookups compute it: key % size, without a division."""
+        cdef uint64_t k = int_arg(key, "key", 0, 2**63 - 1)
+        cdef uint64_t n = int_arg(size, "size", 2, 2**63 - 1)
+        return ggml_py_mod(k, ggml_py_mod_magic(n), n)
 
     def reset(self):
         ggml_hash_set_reset(&self.hs)

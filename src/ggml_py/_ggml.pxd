@@ -92,6 +92,7 @@ ctypedef uint32_t ggml_bitset_t
 
 cdef struct ggml_hash_set:
     size_t size
+    uint64_t size_magic         # ggml_py_mod_magic(size): slots without a division
     ggml_bitset_t * used        # [bitset_size(size)]
     ggml_tensor ** keys         # [size], valid where used
 

@@ -90,6 +90,21 @@ static inline void ggml_py_set_src(ggml_tensor * t, int j, ggml_tensor * src) {
     t->src_mask = (uint16_t)((t->src_mask & ~(1u << j)) | ((unsigned)(src != NULL) << j));
 }
 
+// A hash set's slot for a key: key % size without a division, which is the slowest step
+// of a lookup and on its critical path (about 20 cycles, against 4 for this). With
+// magic = floor(2^64 / size) + 1, the high half of key * magic is key / size or one more,
+// for any key < 2^63 (a tensor address / 16) and size >= 2, so one correction gives the
+// remainder exactly: the slots are ggml's.
+static inline uint64_t ggml_py_mod_magic(uint64_t size) {
+    return (uint64_t)(((unsigned __int128)1 << 64) / size) + 1;
+}
+
+static inline uint64_t ggml_py_mod(uint64_t key, uint64_t magic, uint64_t size) {
+    uint64_t q = (uint64_t)(((unsigned __int128)key * magic) >> 64);
+    int64_t r = (int64_t)(key - q * size);
+    return (uint64_t)(r < 0 ? r + (int64_t)size : r);
+}
+
 #ifdef __cplusplus
 }
 #endif
