@@ -107,7 +107,8 @@ cdef inline Py_ssize_t slot_of(SchedCore s, const ggml_tensor * t) noexcept:
 cdef inline void prefetch_slot(SchedCore s, const ggml_tensor * t) noexcept:
     """Ask for the hash set's lines at t's home slot, where a lookup of t starts (and,
     the set being at most half full, mostly ends): in a large graph they are misses.
-    (The used bits are dense enough to stay in the caches; the causes are only written.)"""
+    (The used bits are dense enough to stay in the caches; the causes are only written:
+    asking for their line too made a split of 100k nodes 1.7x slower.)"""
     cdef size_t h = ggml_hash_home(&s.hash_set, t)
     prefetch(&s.hash_set.keys[h])
     prefetch(&s.hv_tensor_backend_ids[h])
