@@ -473,7 +473,29 @@ def allowed(exc):
     return type(exc) in (TypeError, ValueError)
 
 
+# A hostile size that a device could really give (PoCL here: up to 4 GiB at once) takes
+# seconds to allocate and zero on a small machine, more under load, and the alarm takes
+# that for a hang: every call runs with the OpenCL devices capped, so that such a size
+# is refused at once. (Before each call: the sweep of set_memory_limit moves the cap.)
+SWEEP_DEVICE_MEMORY = 1 << 26
+_n_devices = None
+
+
+def _cap_device_memory():
+    global _n_devices
+    try:
+        from ggml_py import _opencl
+        if _n_devices is None:
+            _n_devices = _opencl.device_count()
+    except Exception:                   # noqa: BLE001 -- no OpenCL: nothing to cap
+        _n_devices = 0
+        return
+    for i in range(_n_devices):
+        _opencl.set_memory_limit(i, SWEEP_DEVICE_MEMORY)
+
+
 def call(fn, args, kwargs):
+    _cap_device_memory()
     signal.alarm(CALL_TIMEOUT_S)
     try:
         fn(*args, **kwargs)
