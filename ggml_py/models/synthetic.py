@@ -22,6 +22,23 @@ def synthetic_llama(n_layers: int, n_gpus: int = 1, gpu_unsupported=(), offload:
     return backends, build(), keep
 
 
+def _weights_buffer(buft, tensors):
+    """One weights buffer of type buft holding `tensors` side by side, aligned: as a
+    model loader allocates a context's weights (ggml_backend_alloc_ctx_tensors_from_buft),
+    so that a large graph's weights share a few buffer structs, as in llama.cpp (and in
+    the ggml mirror bench/ggml_sched_ref.py builds), not one each."""
+    offsets, end = [], 0
+    for t in tensors:
+        end = -(-end // buft.alignment) * buft.alignment
+        offsets.append(end)
+        end += t.nbytes
+    buf = fake_buffer(buft, max(end, 1))
+    buf.usage = "weights"
+    for t, offset in zip(tensors, offsets):
+        set_buffer(t, buf, offset)
+    return buf
+
+
 def synthetic_llama_builder(n_layers: int, n_gpus: int = 1, gpu_unsupported=(),
                             offload: bool = True):
     """As synthetic_llama, but returns (backends, build, buffers to keep alive): each
@@ -36,14 +53,11 @@ def synthetic_llama_builder(n_layers: int, n_gpus: int = 1, gpu_unsupported=(),
             for i, b in enumerate(gpu_bufts)]
     cpu = Backend("CPU", host, "cpu")
     weights_ctx = Context("synthetic")
-    keep = []       # the weight buffers
+    placements = {}     # buffer type -> its weights, placed once all are made
 
     def weight(name, shape, buft):
         t = weights_ctx.new_tensor("f16", shape, name=name)
-        buf = fake_buffer(buft, t.nbytes)
-        buf.usage = "weights"
-        set_buffer(t, buf)
-        keep.append(buf)
+        placements.setdefault(buft, []).append(t)
         return t
 
     E, T = 64, 8
@@ -58,6 +72,7 @@ def synthetic_llama_builder(n_layers: int, n_gpus: int = 1, gpu_unsupported=(),
         w["vc"] = weight(f"cache_v_l{il}", (T, E), wbuft)
         layers.append(w)
     w_out = weight("output", (512, E), gpu_bufts[-1] if offload and n_gpus else host)
+    keep = [_weights_buffer(buft, tensors) for buft, tensors in placements.items()]
 
     def build():
         ctx = Context("synthetic-graph")
