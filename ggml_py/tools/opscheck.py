@@ -255,6 +255,15 @@ def _make_input(ctx, backend, alloc, spec, stored):
     return t
 
 
+def build_case(ctx, case, backend, alloc):
+    """An op case's result tensor, built in ctx by ggml_py's op builders from its
+    inputs, which are placed by `alloc` and written first; and the stored inputs
+    {name: (tensor, spec)}."""
+    stored = {}
+    inputs = [_make_input(ctx, backend, alloc, s, stored) for s in case["inputs"]]
+    return _call(ctx, case["call"], inputs, case.get("args", {})), stored
+
+
 @contextlib.contextmanager
 def _case_outcome(res):
     """How a case ends, into `res`: an op without a builder skips it, a malformed case or
@@ -276,9 +285,7 @@ def run_case(case, backend, time_reps=0):
     with _case_outcome(res):
         ctx = Context(name)
         alloc = HostAllocation(backend)
-        stored = {}
-        inputs = [_make_input(ctx, backend, alloc, s, stored) for s in case["inputs"]]
-        out = _call(ctx, case["call"], inputs, case.get("args", {}))
+        out, stored = build_case(ctx, case, backend, alloc)
         o = case["output"]
         _check_meta(out, o["type"], o["ne"], "output")
         if out.op != o["op"]:
