@@ -23,7 +23,7 @@ from ggml_py._core import Context, Graph, OP_NAMES_LIST, TYPE_NAMES
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.backends.rpc import RPCBackend
 from ggml_py.models.placement import place_model
-from ggml_py.errors import AllocationError, ArgumentError, BackendError, RPCError
+from ggml_py.errors import AllocationError, ArgumentError, BackendError, ModelError, RPCError
 from ggml_py.models.transformer import Model as LlamaModel, Session, llama_config, moe_config
 from ggml_py.rpc_server import GgmlLibraryError, library_dir, load_libraries
 from ggml_py.sched import Scheduler
@@ -405,6 +405,43 @@ def test_demo_models_over_two_servers(rpc, kind):
         got, want = sess.forward(tokens), ref.forward(tokens)
         assert opscheck.nmse(want, got)[0] < 2e-3          # the model files' tolerance
     assert {s.backend for s in sess.history[-1].splits} >= used
+
+
+def random_model_configs(n, seed):
+    """n model configurations drawn at random: head counts and sizes (GQA ratios 1 to 4,
+    heads of 8 to 64), partial rope, both rope types and their frequencies, every
+    weight type, f16 or f32 cache cells, dense and MoE FFNs, 1 to 3 layers."""
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < n:
+        n_head_kv = int(rng.choice([1, 2, 4]))
+        n_head = n_head_kv * int(rng.choice([1, 2, 4]))
+        head = int(rng.choice([8, 16, 32, 64]))
+        kw = dict(n_embd=head * n_head, n_head=n_head, n_head_kv=n_head_kv,
+                  n_layer=int(rng.integers(1, 4)), n_ff=int(rng.choice([32, 64, 96, 160])),
+                  n_vocab=int(rng.choice([64, 200, 256])), rope_mode=str(rng.choice(["NORMAL", "NEOX"])),
+                  n_rot=int(rng.choice([head, head // 2])), rope_freq_base=float(rng.choice([1e4, 5e5])),
+                  rope_freq_scale=float(rng.choice([1.0, 0.5])), eps=float(rng.choice([1e-5, 1e-6])),
+                  wtype=str(rng.choice(["f32", "f16", "q8_0", "q4_0"])),
+                  cache_type=str(rng.choice(["f16", "f32"])))
+        ffn = str(rng.choice(["dense", "moe_topk", "moe_shared"]))
+        try:
+            out.append(llama_config(**kw) if ffn == "dense" else moe_config(ffn, **kw, n_ff_exp=64))
+        except ModelError:
+            continue                        # e.g. a quant type with rows of 8 or 16 values
+    return out
+
+
+@pytest.mark.parametrize("cfg", random_model_configs(6, seed=11), ids=lambda c: c.name)
+def test_random_models_on_a_server_match_the_cpu(rpc, cfg):
+    """Models of other shapes than the model files: the whole model computed by ggml's
+    kernels on a server and by ggml_py's CPU backend, a prompt then decode steps."""
+    cpu = CPUBackend()
+    sess = Session(LlamaModel.random(cfg, seed=2).place(rpc[0]), [rpc[0], cpu])
+    ref = Session(LlamaModel.random(cfg, seed=2).place(cpu), [cpu])
+    for tokens in ([3, 1, 4, 1, 5, 9, 2], [6], [5]):
+        got, want = sess.forward(tokens), ref.forward(tokens)
+        assert opscheck.nmse(want, got)[0] < 2e-3, cfg
 
 
 # ---------------------------------------------------------------------------
