@@ -9,13 +9,15 @@ the held-out set has others. `variants(case, rng)` derives cases of the same op 
   (multiples of 32, a quant block, stay multiples of 32), or twice itself (which keeps
   every multiple a multiple), the same size everywhere in the case, so that
   broadcasting and matching dimensions stay consistent;
-- its inputs redrawn from the case's own `init` rule.
+- its inputs redrawn from the case's own `init` rule (row ids within the remapped rows,
+  sort keys without ties, causal masks and masks with -inf holes as the files make them).
 
 A variant has no reference output: `with_reference` computes it with ggml's own CPU
-kernels (an RPC server), for test_op_variants.py to compare ggml_py's CPU backend with.
-Only what can be redrawn is varied: a case whose inputs are views, index lists
-(permutations, row ids) or masks keeps its shapes and those inputs, and only its
-arguments move.
+kernels (an RPC server), for test_op_variants.py to compare ggml_py's backends with.
+A view input is remapped with what it views: its view ops' sizes, and their strides and
+offsets re-expressed in the new shape's strides. Only what can be redrawn is varied: a
+case with inputs of another init rule (MUL_MAT_ID's expert lists, SET_ROWS' row lists)
+or arguments in bytes (ACC) keeps its shapes, and only its arguments and data move.
 """
 
 from __future__ import annotations
@@ -53,21 +55,68 @@ _UNIFORM = re.compile(r"uniform\((-?[\d.]+), *(-?[\d.]+)\)$")
 _INTEGERS = re.compile(r"integers in \[(-?\d+), *(-?\d+)\)$")
 _PERMUTED_ROWS = "each row a random permutation of 0..ne0-1 (as floats, no ties)"
 _CAUSAL = "causal: 0 if key <= query + (ne0-ne1) else -inf"
+_HOLES = "uniform(-1,1) with ~25% -inf (first key of every row finite)"
 
 
 def _redrawable(spec):
     """Can this input be drawn anew, at another shape? (Row ids are, their range
-    [0, N) remapped with the shapes; see variants.)"""
+    [0, N) remapped with the shapes; see variants. Views are, where what they view is:
+    _remap_view says how.)"""
     if spec is None:
         return True
     init = spec.get("init", "")
-    return "view" not in spec and (_UNIFORM.match(init) is not None or init in (
-        _PERMUTED_ROWS, _CAUSAL) or _INTEGERS.match(init) is not None)
+    return (_UNIFORM.match(init) is not None or init in (_PERMUTED_ROWS, _CAUSAL, _HOLES)
+            or _INTEGERS.match(init) is not None)
+
+
+def _stored_ne(spec):
+    return spec["view"]["stored_ne"] if "view" in spec else spec["ne"]
+
+
+def _strides(type_name, ne):
+    """The byte strides of a contiguous tensor, finest first: an element's (none for a
+    block type, whose rows are the finest unit), then a row's, a matrix's, ..."""
+    row = quants.row_bytes(type_name, ne[0])
+    out = [] if quants.is_quantized(type_name) else [quants.PLAIN_DTYPES[type_name].itemsize]
+    for d in [row, row * ne[1], row * ne[1] * ne[2]]:
+        out.append(d)
+    return out
+
+
+def _restride(value, old, new):
+    """A byte stride or offset of a view, written in the viewed tensor's strides `old`
+    (coarsest first), in the same terms of `new`; None where it is not such a sum."""
+    out = 0
+    for o, n in reversed(list(zip(old, new))):
+        out += (value // o) * n
+        value %= o
+    return out if value == 0 else None
+
+
+def _remap_view(spec, remap):
+    """Remap a view input: what it views, the sizes of its view ops, and their strides
+    and offsets, re-expressed in the new shape's strides. False where they are not."""
+    view = spec["view"]
+    ne = [remap.get(d, d) for d in view["stored_ne"]]
+    old = _strides(spec["type"], list(view["stored_ne"]) + [1] * (4 - len(view["stored_ne"])))
+    new = _strides(spec["type"], ne + [1] * (4 - len(ne)))
+    for o in view["ops"]:
+        for k, a in o.get("args", {}).items():
+            if k.startswith("ne"):
+                o["args"][k] = remap.get(a, a)
+            elif k.startswith("nb") or k == "offset":
+                o["args"][k] = _restride(a, old, new)
+                if o["args"][k] is None:
+                    return False
+    view["stored_ne"] = ne
+    view.pop("nb", None)            # the view's strides and offset are checked against these
+    view.pop("offset", None)
+    return True
 
 
 def _draw(spec, rng):
-    """Stored data for an input from its init rule, at its ne, in its type."""
-    ne = list(spec["ne"]) + [1] * (4 - len(spec["ne"]))
+    """Stored data for an input from its init rule, at its (stored) ne, in its type."""
+    ne = list(_stored_ne(spec)) + [1] * (4 - len(_stored_ne(spec)))
     shape = (ne[3], ne[2], ne[1], ne[0])
     init = spec["init"]
     m = _UNIFORM.match(init)
@@ -75,6 +124,10 @@ def _draw(spec, rng):
         x = rng.uniform(float(m.group(1)), float(m.group(2)), size=shape).astype(np.float32)
     elif init == _PERMUTED_ROWS:
         x = rng.permuted(np.broadcast_to(np.arange(ne[0], dtype=np.float32), shape), axis=-1)
+    elif init == _HOLES:
+        x = rng.uniform(-1, 1, size=shape).astype(np.float32)
+        x[rng.random(shape) < 0.25] = -np.inf
+        x[..., 0] = rng.uniform(-1, 1, size=shape[:-1])
     elif init == _CAUSAL:
         # (no row all -inf where the remapped mask has more rows than keys)
         key, query = np.arange(ne[0]), np.arange(ne[1])[:, None]
@@ -96,7 +149,7 @@ def _other_size(v, rng):
 
 
 def _largest(inputs):
-    return max((int(np.prod(s["ne"])) for s in inputs if s), default=0)
+    return max((int(np.prod(_stored_ne(s))) for s in inputs if s), default=0)
 
 
 def _move_args(args, rng):
@@ -117,6 +170,21 @@ def _move_args(args, rng):
     return out
 
 
+def _remapped_inputs(inputs, remap):
+    """The inputs with every dimension size remapped (None where a view cannot be)."""
+    out = copy.deepcopy(inputs)
+    for s in out:
+        if s is None:
+            continue
+        if "view" in s and not _remap_view(s, remap):
+            return None
+        s["ne"] = [remap.get(d, d) for d in s["ne"]]
+        m = _INTEGERS.match(s.get("init", ""))
+        if m and int(m.group(1)) == 0 and int(m.group(2)) in remap:
+            s["init"] = f"integers in [0, {remap[int(m.group(2))]})"     # row ids
+    return out
+
+
 def variants(case, rng, n):
     """n variants of an op case (dicts in the case format, no output data)."""
     inputs = case["inputs"]
@@ -126,20 +194,17 @@ def variants(case, rng, n):
         v = copy.deepcopy(case)
         v["args"] = _move_args(case.get("args", {}), rng)
         if remap_ok and rng.random() < 0.75:
-            sizes = sorted({d for s in inputs if s for d in s["ne"] if d > 1})
+            sizes = sorted({d for s in inputs if s for d in s["ne"] + _stored_ne(s) if d > 1})
             if rng.random() < 0.5 and _largest(inputs) <= MAX_SCALED_ELEMENTS:
                 remap = {d: 2 * d for d in sizes}   # keeps every multiple a multiple (REPEAT)
             else:
                 remap = {d: _other_size(d, rng) for d in sizes}
-            for s in v["inputs"]:
-                if s is not None:
-                    s["ne"] = [remap.get(d, d) for d in s["ne"]]
-                    m = _INTEGERS.match(s.get("init", ""))
-                    if m and int(m.group(1)) == 0 and int(m.group(2)) in remap:
-                        s["init"] = f"integers in [0, {remap[int(m.group(2))]})"     # row ids
-            for k, a in v["args"].items():
-                if (case["call"], k) in SIZE_ARGS:
-                    v["args"][k] = remap.get(a, a)
+            remapped = _remapped_inputs(v["inputs"], remap)
+            if remapped is not None:
+                v["inputs"] = remapped
+                for k, a in v["args"].items():
+                    if (case["call"], k) in SIZE_ARGS:
+                        v["args"][k] = remap.get(a, a)
         for s in v["inputs"]:
             if s is not None and _redrawable(s):
                 s["data"] = _draw(s, rng)
