@@ -10,14 +10,14 @@ the held-out set has others. `variants(case, rng)` derives cases of the same op 
   every multiple a multiple), the same size everywhere in the case, so that
   broadcasting and matching dimensions stay consistent;
 - its inputs redrawn from the case's own `init` rule (row ids within the remapped rows,
-  sort keys without ties, causal masks and masks with -inf holes as the files make them).
+  rows of distinct row or expert indices, sort keys without ties, causal masks and masks
+  with -inf holes, as the files make them).
 
 A variant has no reference output: `with_reference` computes it with ggml's own CPU
 kernels (an RPC server), for test_op_variants.py to compare ggml_py's backends with.
 A view input is remapped with what it views: its view ops' sizes, and their strides and
-offsets re-expressed in the new shape's strides. Only what can be redrawn is varied: a
-case with inputs of another init rule (MUL_MAT_ID's expert lists, SET_ROWS' row lists)
-or arguments in bytes (ACC) keeps its shapes, and only its arguments and data move.
+offsets re-expressed in the new shape's strides. A case with arguments in bytes (ACC)
+keeps its shapes, and only its arguments and data move.
 """
 
 from __future__ import annotations
@@ -56,6 +56,9 @@ _INTEGERS = re.compile(r"integers in \[(-?\d+), *(-?\d+)\)$")
 _PERMUTED_ROWS = "each row a random permutation of 0..ne0-1 (as floats, no ties)"
 _CAUSAL = "causal: 0 if key <= query + (ne0-ne1) else -inf"
 _HOLES = "uniform(-1,1) with ~25% -inf (first key of every row finite)"
+# rows of distinct indices into N = M + 1 rows or experts (SET_ROWS, MUL_MAT_ID)
+_DISTINCT = re.compile(r"(each row a random permutation of|per index row: first r of a "
+                       r"random permutation of) 0\.\.(\d+)$")
 
 
 def _redrawable(spec):
@@ -66,7 +69,7 @@ def _redrawable(spec):
         return True
     init = spec.get("init", "")
     return (_UNIFORM.match(init) is not None or init in (_PERMUTED_ROWS, _CAUSAL, _HOLES)
-            or _INTEGERS.match(init) is not None)
+            or _INTEGERS.match(init) is not None or _DISTINCT.match(init) is not None)
 
 
 def _stored_ne(spec):
@@ -124,6 +127,10 @@ def _draw(spec, rng):
         x = rng.uniform(float(m.group(1)), float(m.group(2)), size=shape).astype(np.float32)
     elif init == _PERMUTED_ROWS:
         x = rng.permuted(np.broadcast_to(np.arange(ne[0], dtype=np.float32), shape), axis=-1)
+    elif _DISTINCT.match(init):
+        n = int(_DISTINCT.match(init).group(2)) + 1
+        x = np.array([rng.permutation(n)[:ne[0]] for _ in range(int(np.prod(shape[:-1])))])
+        x = x.reshape(shape)
     elif init == _HOLES:
         x = rng.uniform(-1, 1, size=shape).astype(np.float32)
         x[rng.random(shape) < 0.25] = -np.inf
@@ -182,6 +189,12 @@ def _remapped_inputs(inputs, remap):
         m = _INTEGERS.match(s.get("init", ""))
         if m and int(m.group(1)) == 0 and int(m.group(2)) in remap:
             s["init"] = f"integers in [0, {remap[int(m.group(2))]})"     # row ids
+        m = _DISTINCT.match(s.get("init", ""))
+        if m:
+            n = remap.get(int(m.group(2)) + 1, int(m.group(2)) + 1)
+            if _stored_ne(s)[0] > n:
+                return None                 # more distinct indices a row than there are
+            s["init"] = f"{m.group(1)} 0..{n - 1}"
     return out
 
 
