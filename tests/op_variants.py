@@ -16,8 +16,7 @@ the held-out set has others. `variants(case, rng)` derives cases of the same op 
 A variant has no reference output: `with_reference` computes it with ggml's own CPU
 kernels (an RPC server), for test_op_variants.py to compare ggml_py's backends with.
 A view input is remapped with what it views: its view ops' sizes, and their strides and
-offsets re-expressed in the new shape's strides. A case with arguments in bytes (ACC)
-keeps its shapes, and only its arguments and data move.
+offsets re-expressed in the new shape's strides; so are arguments in bytes (ACC's).
 """
 
 from __future__ import annotations
@@ -47,7 +46,7 @@ SHIFTED = {"b", "min", "max", "start", "stop"}
 # integer arguments that are sizes of the case's dimensions (remapped with them)
 SIZE_ARGS = {("ggml_rope_ext", "n_dims"), ("ggml_top_k", "k"), ("ggml_diag_mask_inf", "n_past"),
              ("ggml_timestep_embedding", "dim")}
-# arguments in bytes: a case with them keeps its shapes
+# arguments in bytes (ACC's: strides and an offset in its first input)
 BYTE_ARGS = {"nb1", "nb2", "nb3", "offset"}
 MAX_SCALED_ELEMENTS = 1 << 14   # doubling every size multiplies a tensor by up to 16
 
@@ -96,13 +95,16 @@ def _restride(value, old, new):
     return out if value == 0 else None
 
 
+def _padded(ne):
+    return list(ne) + [1] * (4 - len(ne))
+
+
 def _remap_view(spec, remap):
     """Remap a view input: what it views, the sizes of its view ops, and their strides
     and offsets, re-expressed in the new shape's strides. False where they are not."""
     view = spec["view"]
     ne = [remap.get(d, d) for d in view["stored_ne"]]
-    old = _strides(spec["type"], list(view["stored_ne"]) + [1] * (4 - len(view["stored_ne"])))
-    new = _strides(spec["type"], ne + [1] * (4 - len(ne)))
+    old, new = _strides(spec["type"], _padded(view["stored_ne"])), _strides(spec["type"], _padded(ne))
     for o in view["ops"]:
         for k, a in o.get("args", {}).items():
             if k.startswith("ne"):
@@ -119,7 +121,7 @@ def _remap_view(spec, remap):
 
 def _draw(spec, rng):
     """Stored data for an input from its init rule, at its (stored) ne, in its type."""
-    ne = list(_stored_ne(spec)) + [1] * (4 - len(_stored_ne(spec)))
+    ne = _padded(_stored_ne(spec))
     shape = (ne[3], ne[2], ne[1], ne[0])
     init = spec["init"]
     m = _UNIFORM.match(init)
@@ -198,11 +200,35 @@ def _remapped_inputs(inputs, remap):
     return out
 
 
+def _remapped_args(case, args, remap, inputs):
+    """The arguments with the sizes remapped, and those in bytes (ACC's, in the strides
+    of its first input) re-expressed in the remapped strides; None where they are not."""
+    out = dict(args)
+    for k, a in args.items():
+        if (case["call"], k) in SIZE_ARGS:
+            out[k] = remap.get(a, a)
+        elif k in BYTE_ARGS and inputs is not None:
+            a0, b0 = case["inputs"][0], inputs[0]
+            out[k] = _restride(a, _strides(a0["type"], _padded(_stored_ne(a0))),
+                               _strides(b0["type"], _padded(_stored_ne(b0))))
+            if out[k] is None:
+                return None
+    if BYTE_ARGS <= set(out) and inputs is not None and not _acc_fits(out, *inputs[:2]):
+        return None                         # ggml's CPU kernel aborts (the server with it)
+    return out
+
+
+def _acc_fits(args, a, b):
+    """Does ACC's region of b lie inside a, as ggml's CPU kernel asserts?"""
+    last = args["offset"] + sum((n - 1) * s for n, s in zip(
+        _padded(b["ne"]), (4, args["nb1"], args["nb2"], args["nb3"])))
+    return last + 4 <= 4 * int(np.prod(_stored_ne(a)))
+
+
 def variants(case, rng, n):
     """n variants of an op case (dicts in the case format, no output data)."""
     inputs = case["inputs"]
-    remap_ok = (all(_redrawable(s) for s in inputs)
-                and not BYTE_ARGS & set(case.get("args", {})))
+    remap_ok = all(_redrawable(s) for s in inputs)
     for _ in range(n):
         v = copy.deepcopy(case)
         v["args"] = _move_args(case.get("args", {}), rng)
@@ -213,11 +239,9 @@ def variants(case, rng, n):
             else:
                 remap = {d: _other_size(d, rng) for d in sizes}
             remapped = _remapped_inputs(v["inputs"], remap)
-            if remapped is not None:
-                v["inputs"] = remapped
-                for k, a in v["args"].items():
-                    if (case["call"], k) in SIZE_ARGS:
-                        v["args"][k] = remap.get(a, a)
+            args = _remapped_args(case, v["args"], remap, remapped)
+            if remapped is not None and args is not None:
+                v["inputs"], v["args"] = remapped, args
         for s in v["inputs"]:
             if s is not None and _redrawable(s):
                 s["data"] = _draw(s, rng)

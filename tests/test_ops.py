@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 
 from conftest import ops_dir
 from ggml_py._core import Context
-from ggml_py.errors import GraphError
+from ggml_py.errors import GgmlPyError, GraphError
 from ggml_py import ops, quants
 from ggml_py.tools import opscheck
 from ggml_py.backends.cpu import CPUBackend, tensor_array, SUPPORTED_OPS, rope_cache
@@ -379,3 +379,29 @@ def test_soft_max_sinks_and_swiglu_oai(cpu):
     xx = np.minimum(x, 1.5)
     ref = xx / (1 + np.exp(-1.702 * xx)) * (np.clip(-x, -1.5, 1.5) + 1)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["cpu", "numpy_device"])
+def test_acc_past_its_tensor_is_a_clear_error(name):
+    """ggml's CPU kernel asserts that b's region fits in a (and aborts); here the compute
+    raises, naming the op, both tensors and the bytes (found by test_op_variants.py: a
+    variant that ggml's RPC server aborted on)."""
+    backend = opscheck.make_backend(name)
+    ctx = Context()
+    a, b = ops.new_tensor(ctx, "f32", (18, 5, 8, 9), name="a"), ops.new_tensor(ctx, "f32", (6, 8, 8, 9), name="b")
+    out = ops.acc(ctx, a, b, 72, 360, 2880, 80)
+    g, _alloc = opscheck.prepare(backend, out, [(a, np.zeros((9, 8, 5, 18), np.float32)),
+                                                 (b, np.ones((9, 8, 8, 6), np.float32))])
+    with pytest.raises(GgmlPyError, match=r"ACC .*'b' \[6, 8, 8, 9\] added at byte offset 80 .*"
+                                          r"reaches byte 26168 of 'a', which has 25920"):
+        backend.graph_compute(g)
+        backend.synchronize()
+    # within a, the same strides add b where ggml does
+    small = ops.new_tensor(ctx, "f32", (6, 4, 8, 9), name="small")
+    out = ops.acc(ctx, a, small, 72, 360, 2880, 80)
+    g, _alloc = opscheck.prepare(backend, out, [(a, np.zeros((9, 8, 5, 18), np.float32)),
+                                                 (small, np.ones((9, 8, 4, 6), np.float32))])
+    backend.graph_compute(g)
+    backend.synchronize()
+    got = opscheck.read_tensor(backend, out).reshape(-1)
+    assert got.sum() == small.nelements and got[20:26].tolist() == [1.0] * 6 and got[19] == 0
