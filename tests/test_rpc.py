@@ -295,6 +295,13 @@ def test_graph_checks_before_sending(rpc):
     (lambda c: ops.rms_norm(c, ops.new_tensor(c, "f16", (4,)), 1e-5), False),
     (lambda c: ops.get_rows(c, ops.new_tensor(c, "q4_0", (32, 4)), ops.new_tensor(c, "i32", (2,))), True),
     (lambda c: ops.reshape_2d(c, ops.new_tensor(c, "f16", (4,)), 2, 2), True),
+    # ACC: the kernel asserts b's region inside a (the server would abort), and packed rows
+    (lambda c: ops.acc(c, ops.new_tensor(c, "f32", (18, 5, 8, 9)), ops.new_tensor(c, "f32", (6, 4, 8, 9)),
+                       72, 360, 2880, 80), True),
+    (lambda c: ops.acc(c, ops.new_tensor(c, "f32", (18, 5, 8, 9)), ops.new_tensor(c, "f32", (6, 8, 8, 9)),
+                       72, 360, 2880, 80), False),
+    (lambda c: ops.acc(c, ops.new_tensor(c, "f32", (8, 8)), ops.transpose(c, ops.new_tensor(c, "f32", (4, 4))),
+                       32, 256, 256, 0), False),
 ], ids=lambda c: "" if callable(c) else str(c))
 def test_supports_op_follows_the_cpu_kernels(rpc, case):
     build, expected = case

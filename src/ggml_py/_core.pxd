@@ -1,7 +1,7 @@
 # Tensor and graph core: type traits, op names, the hash set, the tensor arena
 # and the graph. See _core.pyx for details.
 
-from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t, UINT64_MAX
 from ggml_py._ggml cimport *
 
 cdef enum:
@@ -46,6 +46,27 @@ cdef inline size_t ggml_nbytes(const ggml_tensor * t) noexcept nogil:
     return nbytes
 cdef size_t ggml_row_size(int type, int64_t ne) noexcept nogil
 cdef int64_t ggml_nelements(const ggml_tensor * t) noexcept nogil
+
+cdef inline uint64_t ggml_acc_region_end(const ggml_tensor * t) noexcept nogil:
+    """One past the last byte of a (t.src[0]) that ACC t adds its b (t.src[1]) to, with
+    the strides and offset of its op_params (32-bit words, nb0 a's element size): ggml's
+    CPU kernel asserts that it is within a, and aborts. 0 for an empty b; saturates."""
+    cdef const ggml_tensor * b = t.src[1]
+    cdef uint64_t stride[4]
+    cdef uint64_t end
+    cdef int i
+    if b == NULL or ggml_nelements(b) == 0:
+        return 0
+    stride[0] = TYPE_TRAITS[t.src[0].type].type_size
+    for i in range(3):
+        stride[i + 1] = <uint32_t>t.op_params[i]
+    end = <uint64_t><uint32_t>t.op_params[3] + stride[0]
+    for i in range(GGML_MAX_DIMS):
+        if b.ne[i] > 1 and stride[i] != 0:
+            if <uint64_t>(b.ne[i] - 1) > (UINT64_MAX - end) // stride[i]:
+                return UINT64_MAX
+            end += <uint64_t>(b.ne[i] - 1) * stride[i]
+    return end
 cdef int64_t ggml_nrows(const ggml_tensor * t) noexcept nogil
 cdef bint ggml_is_contiguous(const ggml_tensor * t) noexcept nogil
 

@@ -909,6 +909,14 @@ def _shape_to_ne(shape):
     return ne + [1] * (GGML_MAX_DIMS - len(ne))
 
 
+def acc_region_end(Tensor tensor not None):
+    """One past the last byte of its a that the ACC `tensor` adds its b to (0 for an
+    empty b): ggml's CPU kernel asserts that it is within a (ggml_nbytes), and aborts."""
+    if tensor.ptr.op != op_id("ACC") or tensor.ptr.src[1] == NULL:
+        raise ArgumentError(f"acc_region_end: '{tensor.name}' is not an ACC with a b")
+    return ggml_acc_region_end(tensor.ptr)
+
+
 def check_extent(type, ne, nb, what="tensor"):
     """Refuse strides whose byte extent (ggml_nbytes) would not fit the C sizes: every
     size computed from it would wrap. Returns the extent."""

@@ -6,7 +6,8 @@
 from libc.stdint cimport int64_t, uint32_t
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport Tensor, TYPE_TRAITS, ggml_nelements, ggml_is_view_op
+from ggml_py._core cimport (Tensor, TYPE_TRAITS, ggml_nelements, ggml_nbytes, ggml_is_view_op,
+                            ggml_acc_region_end)
 from ggml_py._backend cimport Backend
 
 from ggml_py._core import OP_IDS as _OP_IDS, TYPE_IDS as _TYPE_IDS
@@ -74,10 +75,7 @@ cdef bint acc_region(const ggml_tensor * t, int64_t r[4]) noexcept nogil:
         if r[i] % 4:
             return False
         r[i] //= 4
-    cdef int64_t last = r[0] + (b.ne[0] - 1)
-    for i in range(1, 4):
-        last += (b.ne[i] - 1) * r[i]
-    return ggml_nelements(b) == 0 or last < ggml_nelements(t)
+    return ggml_acc_region_end(t) <= ggml_nbytes(t)
 
 
 cdef bint _flash_attn_ok(const ggml_tensor * t) noexcept nogil:

@@ -25,7 +25,7 @@ from libc.string cimport memset, memcpy, strncpy
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (Tensor, Graph, TYPE_TRAITS, ggml_nbytes, ggml_is_view_op,
                             ggml_hash_set_init, ggml_hash_set_free, ggml_hash_insert,
-                            ggml_hash_contains, safe_realloc)
+                            ggml_hash_contains, safe_realloc, ggml_acc_region_end)
 from ggml_py._backend cimport Backend, BufferType, Buffer, backend_supports_op
 
 import _socket
@@ -329,8 +329,9 @@ cdef int cpu_server_supports_op(const ggml_backend * backend, const ggml_tensor 
         return s1 != NULL and s1.type == a and d == a
     if op == O_CLAMP or op == O_LEAKY_RELU:
         return (a == T_F32 or a == T_F16) and d == a
-    if op == O_ACC:
-        return a == T_F32 and _type_is(s1, T_F32) and d == T_F32
+    if op == O_ACC:     # (the kernel asserts a packed b, and b's region inside a)
+        return (a == T_F32 and _type_is(s1, T_F32) and d == T_F32 and s1.nb[0] == 4
+                and ggml_acc_region_end(t) <= ggml_nbytes(s0))
     if op == O_ARGSORT or op == O_TOP_K or op == O_ARGMAX:
         return a == T_F32 and d == T_I32
     if (op == O_SCALE or op == O_NORM or op == O_RMS_NORM or op == O_DIAG_MASK_INF

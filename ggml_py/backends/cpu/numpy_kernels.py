@@ -24,6 +24,7 @@ from ggml_py.errors import BackendError
 from ggml_py import quants
 from ggml_py.ops import (bits_f32, alibi_bases, rope_yarn_corr_dims, UNARY_OPS, GLU_OPS,
                          ROPE_TYPES)
+from ggml_py._core import acc_region_end
 from ggml_py.backends.cpu.memory import tensor_array
 
 
@@ -105,14 +106,12 @@ def _k_acc(t):
     a, b = t.src[0], t.src[1]
     p = t.op_params
     nb1, nb2, nb3, offset = (x & 0xFFFFFFFF for x in p[:4])
-    if b.nelements:
-        # ggml's CPU kernel asserts the same bound (and aborts)
-        last = offset + sum((n - 1) * s for n, s in zip(b.ne, (4, nb1, nb2, nb3)))
-        if last + 4 > a.nbytes:
-            raise BackendError(
-                f"ACC '{t.name}': '{b.name}' {list(b.ne)} added at byte offset {offset} with "
-                f"strides {nb1}, {nb2}, {nb3} reaches byte {last + 4} of '{a.name}', which has "
-                f"{a.nbytes}")
+    end = acc_region_end(t)
+    if end > a.nbytes:
+        raise BackendError(
+            f"ACC '{t.name}': '{b.name}' {list(b.ne)} added at byte offset {offset} with "
+            f"strides {nb1}, {nb2}, {nb3} reaches byte {end} of '{a.name}', which has "
+            f"{a.nbytes}")
     out = values(a).reshape(-1).copy()
     bv = values(b)
     region = np.ndarray(bv.shape, dtype=F32, buffer=out, offset=offset,
