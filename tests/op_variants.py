@@ -49,6 +49,7 @@ SIZE_ARGS = {("ggml_rope_ext", "n_dims"), ("ggml_top_k", "k"), ("ggml_diag_mask_
 # arguments in bytes (ACC's: strides and an offset in its first input)
 BYTE_ARGS = {"nb1", "nb2", "nb3", "offset"}
 MAX_SCALED_ELEMENTS = 1 << 14   # doubling every size multiplies a tensor by up to 16
+RELAYOUT_RATE = 0.2             # of the plain float inputs: seen through a view instead
 
 _UNIFORM = re.compile(r"uniform\((-?[\d.]+), *(-?[\d.]+)\)$")
 _INTEGERS = re.compile(r"integers in \[(-?\d+), *(-?\d+)\)$")
@@ -225,6 +226,33 @@ def _acc_fits(args, a, b):
     return last + 4 <= 4 * int(np.prod(_stored_ne(a)))
 
 
+# a stored tensor seen with the input's shape through a view op: ne -> (stored_ne, ops)
+RELAYOUTS = {
+    "transposed": lambda ne: ([ne[1], ne[0], ne[2], ne[3]], [{"call": "ggml_transpose", "args": {}}]),
+    "permuted_0213": lambda ne: ([ne[0], ne[2], ne[1], ne[3]], [{"call": "ggml_permute", "args": {
+        "axis0": 0, "axis1": 2, "axis2": 1, "axis3": 3}}]),
+}
+
+
+def _relayout(spec, rng):
+    """A plain f32/f16 input as a view of another layout with the same logical shape:
+    transposed, dims 1 and 2 swapped, or rows of a wider tensor (strided rows); the op
+    then reads it non-contiguously. ggml computes the same graph, so any layout its
+    builders and the CPU-server rule accept must agree."""
+    ne = _padded(spec["ne"])
+    kind = str(rng.choice(["transposed", "permuted_0213", "sliced"]))
+    if kind == "sliced":
+        es = quants.PLAIN_DTYPES[spec["type"]].itemsize
+        stored = [ne[0] + int(rng.integers(1, 4)), ne[1], ne[2], ne[3]]
+        ops = [{"call": "ggml_view_4d", "args": {
+            "ne0": ne[0], "ne1": ne[1], "ne2": ne[2], "ne3": ne[3], "nb1": es * stored[0],
+            "nb2": es * stored[0] * ne[1], "nb3": es * stored[0] * ne[1] * ne[2],
+            "offset": es * (stored[0] - ne[0])}}]
+    else:
+        stored, ops = RELAYOUTS[kind](ne)
+    spec["view"] = {"of": f"{spec['name']}_{kind}"[:63], "stored_ne": stored, "ops": ops}
+
+
 def variants(case, rng, n):
     """n variants of an op case (dicts in the case format, no output data)."""
     inputs = case["inputs"]
@@ -242,6 +270,11 @@ def variants(case, rng, n):
             args = _remapped_args(case, v["args"], remap, remapped)
             if remapped is not None and args is not None:
                 v["inputs"], v["args"] = remapped, args
+        for s in v["inputs"]:
+            if (s is not None and "view" not in s and s["type"] in ("f32", "f16")
+                    and s["name"] not in case.get("after", {})       # (compared after)
+                    and _UNIFORM.match(s.get("init", "")) and rng.random() < RELAYOUT_RATE):
+                _relayout(s, rng)
         for s in v["inputs"]:
             if s is not None and _redrawable(s):
                 s["data"] = _draw(s, rng)

@@ -302,6 +302,17 @@ def test_graph_checks_before_sending(rpc):
                        72, 360, 2880, 80), False),
     (lambda c: ops.acc(c, ops.new_tensor(c, "f32", (8, 8)), ops.transpose(c, ops.new_tensor(c, "f32", (4, 4))),
                        32, 256, 256, 0), False),
+    # layouts: most kernels assert packed rows (the server aborts), some assume more
+    (lambda c: ops.add(c, ops.transpose(c, ops.new_tensor(c, "f32", (4, 6))), ops.new_tensor(c, "f32", (6, 4))), False),
+    (lambda c: ops.add(c, ops.permute(c, ops.new_tensor(c, "f32", (4, 6, 2)), 0, 2, 1, 3),
+                       ops.new_tensor(c, "f32", (4, 2, 6))), True),
+    (lambda c: ops.scale(c, ops.view_2d(c, ops.new_tensor(c, "f32", (8, 4)), 6, 4, 32, 0), 2.0), False),
+    (lambda c: ops.unary(c, ops.permute(c, ops.new_tensor(c, "f32", (4, 6, 2)), 0, 2, 1, 3), "GELU"), True),
+    (lambda c: ops.unary(c, ops.view_2d(c, ops.new_tensor(c, "f32", (8, 4)), 6, 4, 32, 0), "GELU"), True),
+    (lambda c: ops.sqr(c, ops.transpose(c, ops.new_tensor(c, "f32", (4, 6)))), False),
+    (lambda c: ops.rms_norm(c, ops.transpose(c, ops.new_tensor(c, "f32", (4, 6))), 1e-5), False),
+    (lambda c: ops.cpy(c, ops.transpose(c, ops.new_tensor(c, "f32", (32, 32))), ops.new_tensor(c, "q8_0", (32, 32))), False),
+    (lambda c: ops.cpy(c, ops.transpose(c, ops.new_tensor(c, "f32", (32, 32))), ops.new_tensor(c, "f16", (32, 32))), True),
 ], ids=lambda c: "" if callable(c) else str(c))
 def test_supports_op_follows_the_cpu_kernels(rpc, case):
     build, expected = case

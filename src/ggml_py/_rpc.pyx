@@ -23,7 +23,7 @@ from libc.stdlib cimport malloc, free
 from libc.string cimport memset, memcpy, strncpy
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (Tensor, Graph, TYPE_TRAITS, ggml_nbytes, ggml_is_view_op,
+from ggml_py._core cimport (Tensor, Graph, TYPE_TRAITS, ggml_nbytes, ggml_is_view_op, ggml_is_contiguous,
                             ggml_hash_set_init, ggml_hash_set_free, ggml_hash_insert,
                             ggml_hash_contains, safe_realloc, ggml_acc_region_end)
 from ggml_py._backend cimport Backend, BufferType, Buffer, backend_supports_op
@@ -265,11 +265,70 @@ cdef bint _flash_attn_ok(const ggml_tensor * t) noexcept nogil:
             and v.nb[0] == TYPE_TRAITS[v.type].type_size)
 
 
+cdef inline bint _packed(const ggml_tensor * t) noexcept nogil:
+    """Are t's rows packed (nb[0] its element size)? Most ggml-cpu kernels assert it."""
+    return t == NULL or t.nb[0] == TYPE_TRAITS[t.type].type_size
+
+
+cdef bint _contiguous_1(const ggml_tensor * t) noexcept nogil:
+    """ggml_is_contiguous_1: packed rows, and dims 2 and 3 packed over dim 1's extent."""
+    cdef int i
+    cdef size_t next_nb
+    if t == NULL:
+        return True
+    if t.ne[0] != TYPE_TRAITS[t.type].blck_size and not _packed(t):
+        return False
+    next_nb = t.ne[1] * t.nb[1]
+    for i in range(2, GGML_MAX_DIMS):
+        if t.ne[i] != 1 and t.nb[i] != next_nb:
+            return False
+        next_nb *= t.ne[i]
+    return True
+
+
+cdef bint _cpu_layout_ok(const ggml_tensor * t) noexcept nogil:
+    """The layouts ggml-cpu's kernel for t asserts (it aborts on the others, taking the
+    server down) or silently assumes (it would compute garbage): mostly packed rows,
+    for some ops whole contiguity. ggml_py's own kernels take any strides."""
+    cdef int op = t.op
+    cdef const ggml_tensor * s0 = t.src[0]
+    cdef const ggml_tensor * s1 = t.src[1]
+    if op == O_DUP or op == O_CONT or op == O_CPY:
+        if TYPE_TRAITS[t.type].is_quantized and s0.type != t.type:      # dup_to_q
+            return ggml_is_contiguous(t) and _packed(s0)
+        if TYPE_TRAITS[s0.type].is_quantized and s0.type != t.type:     # dup_from_q
+            return _packed(t) and (t.ne[0] % TYPE_TRAITS[s0.type].blck_size == 0
+                                   or ggml_is_contiguous(t))
+        return True
+    if op == O_GLU or op == O_LEAKY_RELU:
+        return _contiguous_1(s0) and _contiguous_1(s1) and _contiguous_1(t)
+    if op == O_SCALE or op == O_DIAG_MASK_INF or op == O_ACC:
+        return ggml_is_contiguous(s0) and ggml_is_contiguous(t)
+    if op == O_ROPE:
+        return _packed(t) and s0.nb[0] == t.nb[0]
+    if op == O_SOFT_MAX:
+        return _packed(s0) and _packed(s1) and _packed(t)
+    if op == O_GET_ROWS or op == O_SET_ROWS:
+        return _packed(s0) and _packed(t)
+    if (op == O_UNARY or op == O_ADD or op == O_SUB or op == O_MUL or op == O_DIV or op == O_SQR
+            or op == O_SQRT or op == O_LOG or op == O_SIN or op == O_COS or op == O_CLAMP
+            or op == O_REPEAT or op == O_NORM or op == O_RMS_NORM or op == O_SUM_ROWS
+            or op == O_CUMSUM or op == O_SUM or op == O_MEAN or op == O_ARGMAX
+            or op == O_ARGSORT or op == O_TOP_K or op == O_TIMESTEP_EMBEDDING):
+        return _packed(s0) and _packed(t)
+    return True
+
+
 cdef int cpu_server_supports_op(const ggml_backend * backend, const ggml_tensor * t) noexcept nogil:
     """Can a ggml 0.10.1 CPU server compute `t`? ggml-cpu's supports_op answers yes to
     nearly everything and its kernels abort on the rest; this answers from the kernels'
-    dispatch (ops.cpp, unary-ops.cpp, binary-ops.cpp, ggml-cpu.c) for the ops it knows,
-    and no for ops it has not been checked against."""
+    dispatch and asserts (ops.cpp, unary-ops.cpp, binary-ops.cpp, ggml-cpu.c) for the ops
+    it knows, and no for ops it has not been checked against."""
+    return _cpu_types_ok(t) and (t.src[0] == NULL or _cpu_layout_ok(t))
+
+
+cdef bint _cpu_types_ok(const ggml_tensor * t) noexcept nogil:
+    """The types ggml-cpu's kernels take for t's op."""
     cdef int op = t.op, d = t.type, a, u
     cdef const ggml_tensor * s0 = t.src[0]
     cdef const ggml_tensor * s1 = t.src[1]
