@@ -450,12 +450,23 @@ def random_model_configs(n, seed):
     return out
 
 
+@pytest.mark.parametrize("where", ["one server", "two servers and the CPU"])
 @pytest.mark.parametrize("cfg", random_model_configs(6, seed=11), ids=lambda c: c.name)
-def test_random_models_on_a_server_match_the_cpu(rpc, cfg):
+def test_random_models_on_servers_match_the_cpu(rpc, cfg, where):
     """Models of other shapes than the model files: the whole model computed by ggml's
-    kernels on a server and by ggml_py's CPU backend, a prompt then decode steps."""
+    kernels on a server, or its layers split over two servers and the CPU (llama.cpp's
+    -ngl with a tensor split; the scheduler copies between them), and by ggml_py's CPU
+    backend alone: a prompt, then decode steps."""
     cpu = CPUBackend()
-    sess = Session(LlamaModel.random(cfg, seed=2).place(rpc[0]), [rpc[0], cpu])
+    model = LlamaModel.random(cfg, seed=2)
+    if where == "one server":
+        backends = [rpc[0], cpu]
+        model = model.place(rpc[0])
+    else:
+        backends = [*rpc, cpu]
+        model = place_model(model, backends, n_gpu_layers=max(cfg.n_layer - 1, 1),
+                            tensor_split=[1, 1])
+    sess = Session(model, backends)
     ref = Session(LlamaModel.random(cfg, seed=2).place(cpu), [cpu])
     for tokens in ([3, 1, 4, 1, 5, 9, 2], [6], [5]):
         got, want = sess.forward(tokens), ref.forward(tokens)
