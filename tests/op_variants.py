@@ -235,19 +235,23 @@ RELAYOUTS = {
 
 
 def _relayout(spec, rng):
-    """A plain f32/f16 input as a view of another layout with the same logical shape:
-    transposed, dims 1 and 2 swapped, or rows of a wider tensor (strided rows); the op
-    then reads it non-contiguously. ggml computes the same graph, so any layout its
-    builders and the CPU-server rule accept must agree."""
+    """A plain input as a view of another layout with the same logical shape:
+    transposed, dims 1 and 2 swapped, or rows of a wider tensor (strided rows; for a
+    block type, wider by whole blocks); the op then reads it non-contiguously. ggml
+    computes the same graph, so any layout its builders and the CPU-server rule accept
+    must agree."""
     ne = _padded(spec["ne"])
-    kind = str(rng.choice(["transposed", "permuted_0213", "sliced"]))
+    blocks = quants.is_quantized(spec["type"])
+    kind = str(rng.choice(["permuted_0213", "sliced"] if blocks else
+                          ["transposed", "permuted_0213", "sliced"]))
     if kind == "sliced":
-        es = quants.PLAIN_DTYPES[spec["type"]].itemsize
-        stored = [ne[0] + int(rng.integers(1, 4)), ne[1], ne[2], ne[3]]
+        unit = 32 if blocks else 1
+        stored = [ne[0] + unit * int(rng.integers(1, 4)), ne[1], ne[2], ne[3]]
+        row = quants.row_bytes(spec["type"], stored[0])
         ops = [{"call": "ggml_view_4d", "args": {
-            "ne0": ne[0], "ne1": ne[1], "ne2": ne[2], "ne3": ne[3], "nb1": es * stored[0],
-            "nb2": es * stored[0] * ne[1], "nb3": es * stored[0] * ne[1] * ne[2],
-            "offset": es * (stored[0] - ne[0])}}]
+            "ne0": ne[0], "ne1": ne[1], "ne2": ne[2], "ne3": ne[3], "nb1": row,
+            "nb2": row * ne[1], "nb3": row * ne[1] * ne[2],
+            "offset": quants.row_bytes(spec["type"], stored[0] - ne[0])}}]
     else:
         stored, ops = RELAYOUTS[kind](ne)
     spec["view"] = {"of": f"{spec['name']}_{kind}"[:63], "stored_ne": stored, "ops": ops}
@@ -271,7 +275,7 @@ def variants(case, rng, n):
             if remapped is not None and args is not None:
                 v["inputs"], v["args"] = remapped, args
         for s in v["inputs"]:
-            if (s is not None and "view" not in s and s["type"] in ("f32", "f16")
+            if (s is not None and "view" not in s and s["type"] in ("f32", "f16", "q8_0")
                     and s["name"] not in case.get("after", {})       # (compared after)
                     and _UNIFORM.match(s.get("init", "")) and rng.random() < RELAYOUT_RATE):
                 _relayout(s, rng)
