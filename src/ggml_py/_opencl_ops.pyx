@@ -66,7 +66,6 @@ cdef inline bint _absent_or(const ggml_tensor * t, int type) noexcept nogil:
 cdef bint acc_region(const ggml_tensor * t, int64_t r[4]) noexcept nogil:
     """ACC's (offset, nb1, nb2, nb3) in f32 elements of dst's flat order; False when they
     are not whole elements or the region of src1 reaches past dst."""
-    cdef const ggml_tensor * b = t.src[1]
     cdef int i
     r[0] = <uint32_t>t.op_params[3]
     for i in range(3):
