@@ -5,7 +5,7 @@ that scheduling depends on; they are not meant to be computed."""
 from __future__ import annotations
 
 from ggml_py import Backend, Context, Graph
-from ggml_py._backend import fake_buffer, set_buffer
+from ggml_py.alloc import alloc_ctx_tensors_from_buft
 from ggml_py._core import int_arg
 from ggml_py.backends.sim import SimBufferType
 
@@ -22,23 +22,6 @@ def synthetic_llama(n_layers: int, n_gpus: int = 1, gpu_unsupported=(), offload:
     return backends, build(), keep
 
 
-def _weights_buffer(buft, tensors):
-    """One weights buffer of type buft holding `tensors` side by side, aligned: as a
-    model loader allocates a context's weights (ggml_backend_alloc_ctx_tensors_from_buft),
-    so that a large graph's weights share a few buffer structs, as in llama.cpp (and in
-    the ggml mirror bench/ggml_sched_ref.py builds), not one each."""
-    offsets, end = [], 0
-    for t in tensors:
-        end = -(-end // buft.alignment) * buft.alignment
-        offsets.append(end)
-        end += t.nbytes
-    buf = fake_buffer(buft, max(end, 1))
-    buf.usage = "weights"
-    for t, offset in zip(tensors, offsets):
-        set_buffer(t, buf, offset)
-    return buf
-
-
 def synthetic_llama_builder(n_layers: int, n_gpus: int = 1, gpu_unsupported=(),
                             offload: bool = True):
     """As synthetic_llama, but returns (backends, build, buffers to keep alive): each
@@ -53,7 +36,11 @@ def synthetic_llama_builder(n_layers: int, n_gpus: int = 1, gpu_unsupported=(),
             for i, b in enumerate(gpu_bufts)]
     cpu = Backend("CPU", host, "cpu")
     weights_ctx = Context("synthetic")
-    placements = {}     # buffer type -> its weights, placed once all are made
+    # buffer type -> its weights, placed once all are made: side by side in one buffer
+    # of the type, as a model loader allocates them, so that a large graph's weights
+    # share a few buffer structs as in llama.cpp (and in the ggml mirror of the graph,
+    # bench/ggml_sched_ref.py), not one each
+    placements = {}
 
     def weight(name, shape, buft):
         t = weights_ctx.new_tensor("f16", shape, name=name)
@@ -72,7 +59,8 @@ def synthetic_llama_builder(n_layers: int, n_gpus: int = 1, gpu_unsupported=(),
         w["vc"] = weight(f"cache_v_l{il}", (T, E), wbuft)
         layers.append(w)
     w_out = weight("output", (512, E), gpu_bufts[-1] if offload and n_gpus else host)
-    keep = [_weights_buffer(buft, tensors) for buft, tensors in placements.items()]
+    keep = [buf for buft, tensors in placements.items()
+            for buf in alloc_ctx_tensors_from_buft(tensors, buft, usage="weights")]
 
     def build():
         ctx = Context("synthetic-graph")
