@@ -68,7 +68,9 @@ cdef inline uint64_t ggml_acc_region_end(const ggml_tensor * t) noexcept nogil:
             end += <uint64_t>(b.ne[i] - 1) * stride[i]
     return end
 cdef int64_t ggml_nrows(const ggml_tensor * t) noexcept nogil
+cdef bint ggml_is_contiguous_n(const ggml_tensor * t, int n) noexcept nogil
 cdef bint ggml_is_contiguous(const ggml_tensor * t) noexcept nogil
+cdef bint ggml_is_contiguous_1(const ggml_tensor * t) noexcept nogil
 
 # ---- argument checks of the public API (they raise ArgumentError and friends) ----
 cpdef size_t size_arg(object value, what) except? 0

@@ -317,19 +317,30 @@ cdef int64_t ggml_nrows(const ggml_tensor * t) noexcept nogil:
     return t.ne[1] * t.ne[2] * t.ne[3]
 
 
-cdef bint ggml_is_contiguous(const ggml_tensor * t) noexcept nogil:
-    # ggml_is_contiguous_n(t, 0): dims of size 1 may have any stride
+cdef bint ggml_is_contiguous_n(const ggml_tensor * t, int n) noexcept nogil:
+    """Packed rows, and dims above n packed over the extent of the dims up to n (dims of
+    size 1 may have any stride)."""
     cdef size_t next_nb = TYPE_TRAITS[t.type].type_size
     cdef int i
     if t.ne[0] != TYPE_TRAITS[t.type].blck_size and t.nb[0] != next_nb:
         return False
     next_nb *= t.ne[0] // TYPE_TRAITS[t.type].blck_size
     for i in range(1, GGML_MAX_DIMS):
-        if t.ne[i] != 1:
-            if t.nb[i] != next_nb:
+        if i > n:
+            if t.ne[i] != 1 and t.nb[i] != next_nb:
                 return False
             next_nb *= t.ne[i]
+        else:
+            next_nb = t.ne[i] * t.nb[i]     # this dim need not be contiguous
     return True
+
+
+cdef bint ggml_is_contiguous(const ggml_tensor * t) noexcept nogil:
+    return ggml_is_contiguous_n(t, 0)
+
+
+cdef bint ggml_is_contiguous_1(const ggml_tensor * t) noexcept nogil:
+    return ggml_is_contiguous_n(t, 1)
 
 
 cdef void ggml_set_name(ggml_tensor * t, const char * name) noexcept nogil:

@@ -23,7 +23,8 @@ from libc.stdlib cimport malloc, free
 from libc.string cimport memset, memcpy, strncpy
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (Tensor, Graph, TYPE_TRAITS, ggml_nbytes, ggml_is_view_op, ggml_is_contiguous,
+from ggml_py._core cimport (Tensor, Graph, TYPE_TRAITS, ggml_nbytes, ggml_is_view_op,
+                            ggml_is_contiguous, ggml_is_contiguous_1,
                             ggml_hash_set_init, ggml_hash_set_free, ggml_hash_insert,
                             ggml_hash_contains, safe_realloc, ggml_acc_region_end)
 from ggml_py._backend cimport Backend, BufferType, Buffer, backend_supports_op
@@ -270,22 +271,6 @@ cdef inline bint _packed(const ggml_tensor * t) noexcept nogil:
     return t == NULL or t.nb[0] == TYPE_TRAITS[t.type].type_size
 
 
-cdef bint _contiguous_1(const ggml_tensor * t) noexcept nogil:
-    """ggml_is_contiguous_1: packed rows, and dims 2 and 3 packed over dim 1's extent."""
-    cdef int i
-    cdef size_t next_nb
-    if t == NULL:
-        return True
-    if t.ne[0] != TYPE_TRAITS[t.type].blck_size and not _packed(t):
-        return False
-    next_nb = t.ne[1] * t.nb[1]
-    for i in range(2, GGML_MAX_DIMS):
-        if t.ne[i] != 1 and t.nb[i] != next_nb:
-            return False
-        next_nb *= t.ne[i]
-    return True
-
-
 cdef bint _cpu_layout_ok(const ggml_tensor * t) noexcept nogil:
     """The layouts ggml-cpu's kernel for t asserts (it aborts on the others, taking the
     server down) or silently assumes (it would compute garbage): mostly packed rows,
@@ -301,7 +286,8 @@ cdef bint _cpu_layout_ok(const ggml_tensor * t) noexcept nogil:
                                    or ggml_is_contiguous(t))
         return True
     if op == O_GLU or op == O_LEAKY_RELU:
-        return _contiguous_1(s0) and _contiguous_1(s1) and _contiguous_1(t)
+        return (ggml_is_contiguous_1(s0) and (s1 == NULL or ggml_is_contiguous_1(s1))
+                and ggml_is_contiguous_1(t))
     if op == O_SCALE or op == O_DIAG_MASK_INF or op == O_ACC:
         return ggml_is_contiguous(s0) and ggml_is_contiguous(t)
     if op == O_ROPE:
