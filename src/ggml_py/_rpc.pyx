@@ -238,6 +238,11 @@ cdef inline bint _absent_or(const ggml_tensor * t, int type) noexcept nogil:
     return t == NULL or t.type == type
 
 
+cdef inline bint _packed(const ggml_tensor * t) noexcept nogil:
+    """Are t's rows packed (nb[0] its element size)? Most ggml-cpu kernels assert it."""
+    return t == NULL or t.nb[0] == TYPE_TRAITS[t.type].type_size
+
+
 cdef bint _matmul_ok(const ggml_tensor * t, const ggml_tensor * a, const ggml_tensor * b) noexcept nogil:
     """MUL_MAT / MUL_MAT_ID on the CPU: src1 is f32 or already src0's vec_dot_type, the
     rows are packed, the result is f32 with growing strides (ggml-cpu asserts these)."""
@@ -245,8 +250,7 @@ cdef bint _matmul_ok(const ggml_tensor * t, const ggml_tensor * a, const ggml_te
         return False
     if b.type != T_F32 and b.type != VEC_DOT_TYPE[a.type]:
         return False
-    return (t.type == T_F32 and a.nb[0] == TYPE_TRAITS[a.type].type_size
-            and b.nb[0] == TYPE_TRAITS[b.type].type_size and t.nb[0] == 4
+    return (t.type == T_F32 and _packed(a) and _packed(b) and _packed(t)
             and t.nb[0] <= t.nb[1] and t.nb[1] <= t.nb[2] and t.nb[2] <= t.nb[3])
 
 
@@ -262,13 +266,7 @@ cdef bint _flash_attn_ok(const ggml_tensor * t) noexcept nogil:
         return False
     return (_absent_or(t.src[3], T_F16) and _absent_or(t.src[4], T_F32)
             and (t.op_params[3] == GGML_PREC_DEFAULT or t.op_params[3] == GGML_PREC_F32)
-            and q.nb[0] == 4 and k.nb[0] == TYPE_TRAITS[k.type].type_size
-            and v.nb[0] == TYPE_TRAITS[v.type].type_size)
-
-
-cdef inline bint _packed(const ggml_tensor * t) noexcept nogil:
-    """Are t's rows packed (nb[0] its element size)? Most ggml-cpu kernels assert it."""
-    return t == NULL or t.nb[0] == TYPE_TRAITS[t.type].type_size
+            and _packed(q) and _packed(k) and _packed(v))
 
 
 cdef bint _cpu_layout_ok(const ggml_tensor * t) noexcept nogil:
@@ -288,8 +286,11 @@ cdef bint _cpu_layout_ok(const ggml_tensor * t) noexcept nogil:
     if op == O_GLU or op == O_LEAKY_RELU:
         return (ggml_is_contiguous_1(s0) and (s1 == NULL or ggml_is_contiguous_1(s1))
                 and ggml_is_contiguous_1(t))
-    if op == O_SCALE or op == O_DIAG_MASK_INF or op == O_ACC:
+    if op == O_SCALE or op == O_DIAG_MASK_INF:
         return ggml_is_contiguous(s0) and ggml_is_contiguous(t)
+    if op == O_ACC:     # and b's region inside a
+        return (ggml_is_contiguous(s0) and ggml_is_contiguous(t) and _packed(s1)
+                and ggml_acc_region_end(t) <= ggml_nbytes(s0))
     if op == O_ROPE:
         return _packed(t) and s0.nb[0] == t.nb[0]
     if op == O_SOFT_MAX:
@@ -374,9 +375,8 @@ cdef bint _cpu_types_ok(const ggml_tensor * t) noexcept nogil:
         return s1 != NULL and s1.type == a and d == a
     if op == O_CLAMP or op == O_LEAKY_RELU:
         return (a == T_F32 or a == T_F16) and d == a
-    if op == O_ACC:     # (the kernel asserts a packed b, and b's region inside a)
-        return (a == T_F32 and _type_is(s1, T_F32) and d == T_F32 and s1.nb[0] == 4
-                and ggml_acc_region_end(t) <= ggml_nbytes(s0))
+    if op == O_ACC:
+        return a == T_F32 and _type_is(s1, T_F32) and d == T_F32
     if op == O_ARGSORT or op == O_TOP_K or op == O_ARGMAX:
         return a == T_F32 and d == T_I32
     if (op == O_SCALE or op == O_NORM or op == O_RMS_NORM or op == O_DIAG_MASK_INF
