@@ -129,13 +129,14 @@ cdef class SchedCore:
     cdef uint8_t * node_bits                    # [node_slots_capacity]
     cdef int * view_refs                        # [node_slots_capacity]: a node's view_src's
                                                 # index in dense_ids, where pass 1 found it
-    cdef Py_ssize_t * leaf_slots                # [pre_capacity]: each leaf's hash slot
-    cdef int * leaf_refs                        # [pre_capacity]: and index in dense_ids
-    cdef uint8_t * leaf_src_bits                # [pre_capacity]: what a node reading a leaf
-    cdef ggml_backend_buffer_type ** leaf_bufts # records of it (SRC_* bits, buft), from the
-                                                # leaf sweep (a weight's buffer struct, read
-                                                # there, is out of the caches by the node
-                                                # that reads it, in a large graph)
+    cdef split_src * leaf_srcs                  # [pre_capacity]: what a node reading leaf i
+                                                # records of it, from the leaf sweep: the
+                                                # leaf (hashed_ref's check), its hash slot,
+                                                # index in dense_ids, SRC_* bits and buft,
+                                                # one record a reader copies (a weight's
+                                                # buffer struct, read there, is out of the
+                                                # caches by the node that reads it, in a
+                                                # large graph)
     cdef int * compute_nodes                    # [node_slots_capacity]: the positions of the
     cdef int * compute_refs                     # nodes that are not view ops (passes 2 and 3
     cdef Py_ssize_t * compute_slots             # walk them), their indexes in dense_ids,

@@ -293,26 +293,24 @@ cdef int grow_node_tables(SchedCore s, ggml_cgraph * graph) except -1:
     if graph.n_leafs + graph.n_nodes > s.pre_capacity or s.pre_memory == NULL:
         safe_realloc(<void **>&s.pre_memory, graph.n_leafs + graph.n_nodes + 1, sizeof(void *), _TABLES)
         safe_realloc(<void **>&s.pre_offset, graph.n_leafs + graph.n_nodes + 1, sizeof(size_t), _TABLES)
-        safe_realloc(<void **>&s.leaf_slots, graph.n_leafs + graph.n_nodes + 1, sizeof(Py_ssize_t), _TABLES)
+        safe_realloc(<void **>&s.leaf_srcs, graph.n_leafs + graph.n_nodes + 1, sizeof(split_src), _TABLES)
         safe_realloc(<void **>&s.dense_ids, graph.n_leafs + graph.n_nodes + 1, sizeof(int), _TABLES)
-        safe_realloc(<void **>&s.leaf_refs, graph.n_leafs + graph.n_nodes + 1, sizeof(int), _TABLES)
-        safe_realloc(<void **>&s.leaf_src_bits, graph.n_leafs + graph.n_nodes + 1, sizeof(uint8_t), _TABLES)
-        safe_realloc(<void **>&s.leaf_bufts, graph.n_leafs + graph.n_nodes + 1, sizeof(void *), _TABLES)
         s.pre_capacity = graph.n_leafs + graph.n_nodes
     return 0
 
 
-cdef inline int hashed_ref(ggml_cgraph * graph, const ggml_tensor * t, int i) noexcept:
-    """t's index in dense_ids where pass 1 has hashed t already, as a leaf or as a node
-    up to position i (its slot, and for a leaf what a reader records of it, are then
-    known without a lookup: node_slots, leaf_slots, leaf_src_bits); -1 if it has not.
-    t.order says where t is (a leaf's is -2 - its position), trusted only where the
-    graph has t there."""
+cdef inline int hashed_ref(SchedCore s, ggml_cgraph * graph, const ggml_tensor * t,
+                           int i) noexcept:
+    """t's index in dense_ids where pass 1 has hashed t already, as a leaf (after the
+    leaf sweep) or as a node up to position i (its slot, and for a leaf what a reader
+    records of it, are then known without a lookup: node_slots, leaf_srcs); -1 if it
+    has not. t.order says where t is (a leaf's is -2 - its position), trusted only where
+    the graph has t there (for a leaf, its record: the line the reader copies)."""
     cdef int p = t.order
     if 0 <= p <= i:
         if graph.nodes[p] == t:
             return p
-    elif p <= -2 and -2 - p < graph.n_leafs and graph.leafs[-2 - p] == t:
+    elif p <= -2 and -2 - p < graph.n_leafs and s.leaf_srcs[-2 - p].tensor == t:
         return graph.n_nodes - 2 - p
     return -1
 
@@ -342,7 +340,7 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
     ggml builds them): the sweep stops, False, at the first that is not so, and the
     caller sweeps again, exact. (At 100k nodes, a first loop is one more sweep over
     memory as large as the tensor structs.)"""
-    cdef int i, j, n, k = 0
+    cdef int i, j, n, ref, k = 0
     cdef uint8_t bits
     cdef uint32_t m
     cdef Py_ssize_t h
@@ -350,7 +348,7 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
     cdef const ggml_tensor * ahead
     cdef ggml_tensor * src
     cdef split_src * e
-    cdef split_src leaf_srcs[GGML_MAX_SRC]
+    cdef split_src srcs_of_leaf[GGML_MAX_SRC]
     if exact:
         # (a loop this short asks for its lines further ahead)
         for i in range(graph.n_nodes):
@@ -364,19 +362,21 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
         t = graph.leafs[i]
         s.pre_memory[i] = memory_key(s, t, &s.pre_offset[i])
         h = hash_id(s, t)
-        s.leaf_slots[i] = h
+        e = &s.leaf_srcs[i]
+        e.tensor = t
+        e.slot = h
         if not exact or not ggml_is_node_from(graph, t, 0):
             t.order = -2 - i        # (hashed_ref)
-        s.leaf_refs[i] = graph.n_nodes + i if t.order < 0 else t.order  # (a node too)
+        e.ref = graph.n_nodes + i if t.order < 0 else t.order  # (a node too)
         leaf_views[0] |= t.view_src != NULL
-        s.leaf_src_bits[i] = describe_source(s, t, &s.leaf_bufts[i])
+        e.bits = describe_source(s, t, &e.buft)
         if s.hv_tensor_backend_ids[h] == -1:
             n = 0
             if source_mask(t):      # (a leaf with sources is rare)
-                n = describe_sources(s, t, leaf_srcs)
+                n = describe_sources(s, t, srcs_of_leaf)
             s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, &s.hv_tensor_causes[h],
-                                                             leaf_srcs, n)
-        s.dense_ids[s.leaf_refs[i]] = s.hv_tensor_backend_ids[h]
+                                                             srcs_of_leaf, n)
+        s.dense_ids[e.ref] = s.hv_tensor_backend_ids[h]
     s.n_compute = 0
     for i in range(graph.n_nodes):
         ahead = prefetch_node_ahead(graph, i)
@@ -390,7 +390,7 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
             prefetch_memory(t.view_src if t.view_src != NULL else t)
         t = graph.nodes[i]
         if not exact:
-            if hashed_ref(graph, t, i - 1) != -1:
+            if hashed_ref(s, graph, t, i - 1) != -1:
                 return False        # listed before, as a node or a leaf
             t.order = i
         s.pre_memory[graph.n_leafs + i] = memory_key(s, t, &s.pre_offset[graph.n_leafs + i])
@@ -412,7 +412,7 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
         s.view_refs[i] = -1
         if t.view_src != NULL:
             # else pass 4 hashes it, only where ggml would
-            s.view_refs[i] = hashed_ref(graph, t.view_src, i)
+            s.view_refs[i] = hashed_ref(s, graph, t.view_src, i)
             if s.view_refs[i] == -1 and not exact:
                 return False        # a base that is a later node, or outside the graph
             s.node_bits[i] |= NODE_VIEW | (
@@ -429,14 +429,13 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
             src = t.src[j]
             e = &s.srcs[k]
             k += 1
-            e.tensor = src
-            e.j = j
-            e.ref = hashed_ref(graph, src, i)
-            if e.ref >= graph.n_nodes:
-                e.slot = s.leaf_slots[e.ref - graph.n_nodes]
-                e.buft = s.leaf_bufts[e.ref - graph.n_nodes]
-                bits = s.leaf_src_bits[e.ref - graph.n_nodes]
+            ref = hashed_ref(s, graph, src, i)
+            if ref >= graph.n_nodes:
+                e[0] = s.leaf_srcs[ref - graph.n_nodes]
+                bits = e.bits
             else:
+                e.tensor = src
+                e.ref = ref
                 bits = describe_source(s, src, &e.buft)
                 if e.ref == -1:
                     if not exact:
@@ -451,6 +450,7 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
                         bits |= SRC_NOT_BEFORE
             if bits & SRC_WEIGHTS:
                 s.node_bits[i] |= NODE_WEIGHTS
+            e.j = j
             e.bits = bits
         # the backend its location implies (after its sources: whether it reads weights)
         if (s.hv_tensor_backend_ids[h] == -1
@@ -946,7 +946,7 @@ cdef int build_graph_copy(SchedCore s, ggml_cgraph * graph) except -1:
                     l += 1
 
     for i in range(graph.n_leafs):
-        s.leaf_backend_ids[l] = s.dense_ids[s.leaf_refs[i]]
+        s.leaf_backend_ids[l] = s.dense_ids[s.leaf_srcs[i].ref]
         gc.leafs[l] = graph.leafs[i]
         l += 1
     gc.n_nodes = n
@@ -1660,9 +1660,6 @@ cdef class SchedCore:
         self.compute_refs = NULL
         self.compute_ops = NULL
         self.dense_ids = NULL
-        self.leaf_refs = NULL
-        self.leaf_src_bits = NULL
-        self.leaf_bufts = NULL
         self.src_begin = NULL
         self.srcs = NULL
         memset(&self.graph, 0, sizeof(ggml_cgraph))
@@ -1686,7 +1683,7 @@ cdef class SchedCore:
         self.fp_cur_table = NULL
         self.pre_memory = NULL
         self.pre_offset = NULL
-        self.leaf_slots = NULL
+        self.leaf_srcs = NULL
         self.compute_nodes = NULL
         self.compute_slots = NULL
 
@@ -1800,9 +1797,6 @@ cdef class SchedCore:
         free(self.compute_refs)
         free(self.compute_ops)
         free(self.dense_ids)
-        free(self.leaf_refs)
-        free(self.leaf_src_bits)
-        free(self.leaf_bufts)
         free(self.src_begin)
         free(self.srcs)
         free(self.rewired)
@@ -1826,7 +1820,7 @@ cdef class SchedCore:
         free(self.fp_cur_table)
         free(self.pre_memory)
         free(self.pre_offset)
-        free(self.leaf_slots)
+        free(self.leaf_srcs)
         free(self.compute_nodes)
         free(self.compute_slots)
 
