@@ -26,7 +26,7 @@ follow ggml's x86 code (see quants.c).
 from libc.stdint cimport uint8_t, uint16_t, int64_t
 
 from ggml_py._cpu cimport (conversions, get_conversions, u16_to_f32_row, f32_to_u16_row,
-                           f32_to_f32_row)
+                           f32_to_f32_row, f32_to_blocks, blocks_to_f32)
 
 import sys
 
@@ -126,13 +126,16 @@ cdef object _narrow(x, out, str what, f32_to_u16_row row, dtype, alt_dtype=None)
     return r
 
 
-cdef object _round_trip(x, out, str what, f32_to_f32_row row):
-    """float32 -> float32 through a narrower type, the GIL released."""
+cdef object _round_trip(x, out, str what, f32_to_f32_row row, Py_ssize_t unit=1):
+    """float32 -> float32 through a narrower type, the GIL released; row counts in
+    units of `unit` values (a block of a quantised type: the rows must hold whole ones)."""
     a = _f32_in(x)
+    if unit > 1:
+        _blocks_shape(a.shape, unit, unit, what, "values")
     r = _out(out, a.shape, _F32, what)
     cdef const float[::1] src = a.reshape(-1)
     cdef float[::1] dst = r.reshape(-1)
-    cdef Py_ssize_t n = src.shape[0]
+    cdef Py_ssize_t n = src.shape[0] // unit
     if n:
         with nogil:
             row(&src[0], &dst[0], n)
@@ -181,75 +184,60 @@ cdef tuple _blocks_shape(tuple shape, Py_ssize_t unit, Py_ssize_t per, str what,
     return shape[:nd - 1] + (last // unit * per,)
 
 
+cdef object _quantize_blocks(x, out, str what, f32_to_blocks fn, Py_ssize_t block_bytes,
+                             int cpu):
+    """Rows of float32 (last axis a multiple of 32) -> blocks of block_bytes through fn,
+    the GIL released."""
+    a = _f32_in(x)
+    shape = _blocks_shape(a.shape, QK, block_bytes, what, "values")
+    r = _out(out, shape, _U8, what)
+    cdef const float[::1] src = a.reshape(-1)
+    cdef uint8_t[::1] dst = r.reshape(-1)
+    cdef Py_ssize_t nb = src.shape[0] // QK
+    if nb:
+        with nogil:
+            fn(&src[0], &dst[0], nb, cpu)
+    return r
+
+
+cdef object _dequantize_blocks(raw, out, str what, blocks_to_f32 fn, Py_ssize_t block_bytes):
+    """Blocks of block_bytes (last axis = row bytes) -> float32 rows through fn, the GIL
+    released."""
+    a = _u8_in(raw, what)
+    shape = _blocks_shape(a.shape, block_bytes, QK, what, "bytes")
+    r = _out(out, shape, _F32, what)
+    cdef const uint8_t[::1] src = a.reshape(-1)
+    cdef float[::1] dst = r.reshape(-1)
+    cdef Py_ssize_t nb = src.shape[0] // block_bytes
+    if nb:
+        with nogil:
+            fn(&src[0], &dst[0], nb)
+    return r
+
+
 def quantize_q8_0(x, cpu=False, out=None):
     """Rows of float32 (last axis a multiple of 32) -> q8_0 bytes (last axis = row bytes).
 
     cpu=False: ggml's reference quantiser; cpu=True: the CPU backend's."""
-    a = _f32_in(x)
-    shape = _blocks_shape(a.shape, QK, B8, "quantize_q8_0", "values")
-    r = _out(out, shape, _U8, "quantize_q8_0")
-    cdef const float[::1] src = a.reshape(-1)
-    cdef uint8_t[::1] dst = r.reshape(-1)
-    cdef Py_ssize_t nb = src.shape[0] // QK
-    cdef bint c = bool(cpu)
-    if nb:
-        with nogil:
-            C.quantize_q8_0(&src[0], &dst[0], nb, c)
-    return r
+    return _quantize_blocks(x, out, "quantize_q8_0", C.quantize_q8_0, B8, bool(cpu))
 
 
 def dequantize_q8_0(raw, out=None):
     """q8_0 bytes (last axis = row bytes, a multiple of 34) -> float32 rows."""
-    a = _u8_in(raw, "dequantize_q8_0")
-    shape = _blocks_shape(a.shape, B8, QK, "dequantize_q8_0", "bytes")
-    r = _out(out, shape, _F32, "dequantize_q8_0")
-    cdef const uint8_t[::1] src = a.reshape(-1)
-    cdef float[::1] dst = r.reshape(-1)
-    cdef Py_ssize_t nb = src.shape[0] // B8
-    if nb:
-        with nogil:
-            C.dequantize_q8_0(&src[0], &dst[0], nb)
-    return r
+    return _dequantize_blocks(raw, out, "dequantize_q8_0", C.dequantize_q8_0, B8)
 
 
 def round_q8_0(x, out=None):
     """float32 rows through the CPU q8_0 quantiser and back (src1 of a quantised MUL_MAT);
     equal to dequantize_q8_0(quantize_q8_0(x, cpu=True))."""
-    a = _f32_in(x)
-    _blocks_shape(a.shape, QK, QK, "round_q8_0", "values")
-    r = _out(out, a.shape, _F32, "round_q8_0")
-    cdef const float[::1] src = a.reshape(-1)
-    cdef float[::1] dst = r.reshape(-1)
-    cdef Py_ssize_t nb = src.shape[0] // QK
-    if nb:
-        with nogil:
-            C.round_q8_0(&src[0], &dst[0], nb)
-    return r
+    return _round_trip(x, out, "round_q8_0", C.round_q8_0, QK)
 
 
 def quantize_q4_0(x, out=None):
     """Rows of float32 (last axis a multiple of 32) -> q4_0 bytes (quantize_row_q4_0_ref)."""
-    a = _f32_in(x)
-    shape = _blocks_shape(a.shape, QK, B4, "quantize_q4_0", "values")
-    r = _out(out, shape, _U8, "quantize_q4_0")
-    cdef const float[::1] src = a.reshape(-1)
-    cdef uint8_t[::1] dst = r.reshape(-1)
-    cdef Py_ssize_t nb = src.shape[0] // QK
-    if nb:
-        with nogil:
-            C.quantize_q4_0(&src[0], &dst[0], nb, 0)
-    return r
+    return _quantize_blocks(x, out, "quantize_q4_0", C.quantize_q4_0, B4, 0)
 
 
 def dequantize_q4_0(raw, out=None):
     """q4_0 bytes (last axis = row bytes, a multiple of 18) -> float32 rows."""
-    a = _u8_in(raw, "dequantize_q4_0")
-    shape = _blocks_shape(a.shape, B4, QK, "dequantize_q4_0", "bytes")
-    r = _out(out, shape, _F32, "dequantize_q4_0")
-    cdef const uint8_t[::1] src = a.reshape(-1)
-    cdef float[::1] dst = r.reshape(-1)
-    cdef Py_ssize_t nb = src.shape[0] // B4
-    if nb:
-        with nogil:
-            C.dequantize_q4_0(&src[0], &dst[0], nb)
-    return r
+    return _dequantize_blocks(raw, out, "dequantize_q4_0", C.dequantize_q4_0, B4)
