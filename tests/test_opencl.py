@@ -377,11 +377,21 @@ def test_supports_op_refuses_what_it_cannot_run(ocl):
 
 
 def test_graph_compute_rejects_unsupported_node(ocl):
+    """Run directly (not through a scheduler), a node the rule refuses is a clear error
+    naming the node, its sources' types, shapes and layouts, and for ACC the region."""
     ctx = Context()
-    a = _tensor(ctx, "f32", [opencl.K.SORT_MAX + 1, 2])
+    a = _tensor(ctx, "f32", [opencl.K.SORT_MAX + 1, 2], "long")
     s = ops.argsort(ctx, a, "ASC")
-    with pytest.raises(BackendError, match="ARGSORT"):
+    with pytest.raises(BackendError, match=rf"ARGSORT .*src0 'long' f32 \[{opencl.K.SORT_MAX + 1}, 2"):
         ocl.graph_compute([s])
+    t = ops.sqr(ctx, ops.transpose(ctx, _tensor(ctx, "i32", [8, 4], "ids")))
+    with pytest.raises(BackendError, match=r"SQR .*i32 \[4, 8, 1, 1\] \(not contiguous\)"):
+        ocl.graph_compute([t])
+    f32, small = _tensor(ctx, "f32", [64, 4], "f32"), _tensor(ctx, "f32", [8, 2], "small")
+    with pytest.raises(BackendError, match="bytes up to 1056, past the 1024 of src0"):
+        ocl.graph_compute([ops.acc(ctx, f32, small, 256, 1024, 1024, 768)])
+    with pytest.raises(BackendError, match="not whole f32 elements"):
+        ocl.graph_compute([ops.acc(ctx, f32, small, 256, 1024, 1024, 2)])
 
 
 def test_missing_library_override_is_unavailable():

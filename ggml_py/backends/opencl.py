@@ -23,7 +23,7 @@ import numpy as np
 
 from ggml_py._backend import (Backend, Buffer, BufferType, allocated_buffer, byte_value,
                               fake_address, get_buffer, graph_nodes, host_bytes, tensor_span)
-from ggml_py._core import Tensor, instance_arg, size_arg, type_id, type_size
+from ggml_py._core import Tensor, acc_region_end, instance_arg, size_arg, type_id, type_size
 from ggml_py.errors import ArgumentTypeError, BackendError
 from ggml_py.ops import EMPTY_OPS, bits_f32, alibi_bases, rope_yarn_corr_dims, ROPE_TYPES
 from ggml_py.backends import opencl_kernels as K
@@ -271,6 +271,20 @@ class OpenCLEvent:
         self.marker = None
 
 
+def _refused(t: Tensor) -> str:
+    """What graph_compute was asked to run: the node and the types, shapes and layouts
+    of its sources, which the OpenCL rule (_opencl_ops.pyx) refused."""
+    def one(x):
+        return f"{x.type} {list(x.ne)}" + ("" if x.is_contiguous else " (not contiguous)")
+    srcs = ", ".join(f"src{j} '{x.name}' {one(x)}" for j, x in enumerate(t.src) if x is not None)
+    why = ""
+    if t.op == "ACC" and t.src[1] is not None and acc_offsets(t) is None:
+        end = acc_region_end(t)
+        why = (f"; src1 lands on bytes up to {end}, past the {t.nbytes} of src0" if end > t.nbytes
+               else "; its offset and strides are not whole f32 elements")
+    return f"op {t.op} '{t.name}' ({one(t)}) from {srcs or 'no sources'}{why}"
+
+
 class OpenCLBackend(Backend):
     """ggml's OpenCL backend on one device: OpenCLBackend(0) or OpenCLBackend('pthread')."""
 
@@ -372,8 +386,9 @@ class OpenCLBackend(Backend):
             if t.op in EMPTY_OPS:
                 continue
             if not self.supports_op(t):
-                raise BackendError(f"{self.name}: op {t.op} ('{t.name}') with these types / "
-                                   "layouts is not supported")
+                raise BackendError(f"{self.name}: no kernel here runs {_refused(t)} "
+                                   "(supports_op is False: run it on a CPU backend, or through "
+                                   "a Scheduler, which sends it to one)")
             self._compute_node(t)
         return True
 
