@@ -2,6 +2,7 @@
 the MoE forms, GGUF round trips, determinism, placement and the demo."""
 
 import dataclasses
+import time
 
 import numpy as np
 import pytest
@@ -250,6 +251,49 @@ def test_gguf_rejects_unsupported_type_and_arch(tmp_path):
     w.close()
     with pytest.raises(GGUFError, match="gpt2"):
         load_gguf(other)
+
+
+def test_gguf_damaged_files_are_clear_errors(tmp_path):
+    """A file that says more than it holds (billions of blocks, a tensor gone) is a
+    GGUFError naming the file, at once; bytes damaged anywhere in the header or cut off
+    anywhere load or raise GGUFError, never another error, never a long wait."""
+    gguf = pytest.importorskip("gguf")
+    from ggml_py.models.gguf import GGUFError, load_gguf
+    cfg = ModelConfig(**SMALL, wtype="q8_0")
+    weights = dict(Model.random(cfg).weights)
+    huge = str(tmp_path / "huge.gguf")
+    _write(gguf, huge, dataclasses.replace(cfg, n_layer=2**31), weights)
+    t0 = time.perf_counter()
+    with pytest.raises(GGUFError, match=r"huge\.gguf: declares 2147483648 blocks .* holds only"):
+        load_gguf(huge)
+    assert time.perf_counter() - t0 < 2
+    gone = str(tmp_path / "gone.gguf")
+    _write(gguf, gone, cfg, {k: v for k, v in weights.items() if k != "blk.1.ffn_up.weight"})
+    with pytest.raises(GGUFError, match=r"gone\.gguf: has no tensor 'blk\.1\.ffn_up\.weight'"):
+        load_gguf(gone)
+    good = str(tmp_path / "good.gguf")
+    _write(gguf, good, cfg, weights)
+    data = open(good, "rb").read()
+    rng = np.random.default_rng(3)
+    damaged, outcomes = str(tmp_path / "damaged.gguf"), {"loaded": 0, "GGUFError": 0}
+    for _ in range(200):
+        b = bytearray(data)
+        if rng.random() < 0.25:
+            b = b[:rng.integers(len(b))]
+        else:                       # bytes, or 8-byte counts and offsets, in the header
+            for _ in range(rng.integers(1, 4)):
+                p = int(rng.integers(min(len(b), 2000))) & ~7
+                values = [2**63 - 1, 2**64 - 1, 2**32, 2**31, 0, 1, int(rng.integers(2**32))]
+                b[p:p + 8] = values[rng.integers(len(values))].to_bytes(8, "little")
+        open(damaged, "wb").write(b)
+        t0 = time.perf_counter()
+        try:
+            load_gguf(damaged)
+            outcomes["loaded"] += 1
+        except GGUFError:
+            outcomes["GGUFError"] += 1
+        assert time.perf_counter() - t0 < 2
+    assert outcomes["GGUFError"] > 100, outcomes
 
 
 def _write(gguf, path, cfg, weights):

@@ -119,7 +119,8 @@ def _reader(path):
         raise ArgumentTypeError(f"a GGUF file is given by its path, got {type(path).__name__}")
     gguf = _gguf()
     try:
-        return gguf.GGUFReader(os.fspath(path))
+        with np.errstate(all="raise"):      # sizes that overflow: damage, not a warning
+            return gguf.GGUFReader(os.fspath(path))
     except OSError as e:
         raise GGUFError(f"{path}: cannot read it: {e.strerror or e}") from None
     except Exception as e:          # the gguf package's parser reports damage in many ways
@@ -144,6 +145,9 @@ def load_gguf(path, n_ctx: int | None = None) -> Model:
     """A Model from a llama GGUF file (weights copied out of the file; not yet placed)."""
     reader = _reader(path)
     cfg = _config(reader, path, n_ctx)
+    if cfg.n_layer > len(reader.tensors):       # (before listing that many layers' weights)
+        raise GGUFError(f"{path}: declares {cfg.n_layer} blocks ({ARCH}.block_count) but "
+                        f"holds only {len(reader.tensors)} tensors")
     want = weight_shapes(cfg)
     weights = {}
     for t in reader.tensors:
@@ -156,6 +160,11 @@ def load_gguf(path, n_ctx: int | None = None) -> Model:
         weights[t.name] = (_type_name(t), np.array(t.data))
     if "output.weight" not in weights and "token_embd.weight" in weights:
         weights["output.weight"] = weights["token_embd.weight"]     # tied embeddings
+    missing = [name for name in want if name not in weights]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise GGUFError(f"{path}: has no tensor {missing[0]!r}{more}, which its metadata "
+                        "implies")
     return Model(cfg, weights)
 
 
