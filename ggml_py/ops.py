@@ -989,8 +989,12 @@ def top_k(ctx: Context, a: Tensor, k: int) -> Tensor:
 def arange(ctx: Context, start: float, stop: float, step: float) -> Tensor:
     if not stop > start:
         raise GraphError(f"ARANGE: stop ({stop}) must be greater than start ({start})")
-    import numpy as np
-    steps = int(np.ceil(np.float32(np.float32(stop) - np.float32(start)) / np.float32(step)))
+    with np.errstate(all="ignore"):     # (ggml's float32 arithmetic; checked below)
+        count = np.float32(np.float32(stop) - np.float32(start)) / np.float32(step)
+    if not (np.isfinite(count) and count > 0):
+        raise GraphError(f"ARANGE: from {start} to {stop} by {step} is not a finite, "
+                         "positive number of values")
+    steps = int(np.ceil(count))
     return _new(ctx, "ARANGE", [], "f32", [steps],
                 [f32_bits(start), f32_bits(stop), f32_bits(step)])
 

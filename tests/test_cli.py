@@ -189,6 +189,20 @@ def test_ops_check_failed_case_is_exit_1(capsys, tmp_path):
     assert capsys.readouterr().out.strip().endswith("0 passed, 1 failed, 0 skipped")
 
 
+def test_ops_check_case_too_large_to_allocate_fails_alone(capsys, tmp_path):
+    """A case whose input cannot be allocated (256 TiB) fails with the reason, and the
+    next case of the file still runs."""
+    cases = json.loads((shared_path() / "ops" / "scale.json").read_text())[:1] * 2
+    cases[0] = json.loads(json.dumps(cases[0]))
+    cases[0]["inputs"][0]["ne"] = [2**20, 2**20, 64, 1]
+    f = tmp_path / "huge.json"
+    f.write_text(json.dumps(cases))
+    assert main(["ops-check", str(f)]) == 1
+    out = capsys.readouterr().out
+    assert "AllocationError" in out and "cannot allocate" in out, out
+    assert out.strip().endswith("1 passed, 1 failed, 0 skipped"), out
+
+
 @pytest.mark.parametrize("argv,words", [
     (["ops-check", OPS_FILE, "--backend", "nope"], ["invalid choice: 'nope'", "cpu",
                                                     "numpy_device", "opencl"]),

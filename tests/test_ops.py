@@ -304,6 +304,10 @@ def test_shapes_and_params():
                             ops.new_tensor(ctx, "f16", [32, 16, 2]), None, 0.125)
     assert fa.ne == (32, 4, 5, 1)
     assert ops.arange(ctx, 0.0, 1.0, 0.1).ne == (10, 1, 1, 1)
+    for start, stop, step in [(0, 10, 0.0), (0, 10, -1.0), (0, 10, float("nan")),
+                              (-3e38, 3e38, 1.0), (0, 10, 1e-45)]:     # ggml: a cast of inf
+        with pytest.raises(GraphError, match="not a finite, positive number of values"):
+            ops.arange(ctx, start, stop, step)
 
 
 def test_supports_op_table():

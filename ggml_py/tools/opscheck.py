@@ -27,13 +27,12 @@ from ggml_py._backend import Backend, tensor_get, tensor_set
 from ggml_py.alloc import alloc_ctx_tensors_from_buft
 from ggml_py.runtime import time_graph_compute
 from ggml_py._core import Context, Graph
-from ggml_py.errors import CaseFormatError, BackendError, GraphError
+from ggml_py.errors import BackendError, CaseFormatError, GgmlPyError, GraphError
 
 FLT_MAX = float(np.finfo(np.float32).max)
-# what a malformed case or an op the backend gets wrong raises: that case fails, the
-# run goes on
-CASE_ERRORS = (GraphError, BackendError, CaseFormatError, KeyError, ValueError, TypeError,
-               AttributeError, IndexError)
+# what a malformed case, one too large to allocate, or an op the backend gets wrong
+# raises: that case fails, the run goes on
+CASE_ERRORS = (GgmlPyError, KeyError, ValueError, TypeError, AttributeError, IndexError)
 
 
 # ---------------------------------------------------------------------------
