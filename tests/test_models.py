@@ -3,6 +3,7 @@ the MoE forms, GGUF round trips, determinism, placement and the demo."""
 
 import dataclasses
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from ggml_py import Backend
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.backends.sim import SimBufferType
-from ggml_py.errors import BackendError
+from ggml_py.errors import BackendError, ModelError
 from ggml_py.models.reference import reference_logits
 from ggml_py.models.transformer import (KVCache, Model, ModelConfig, Session, build_forward,
                                         moe_config)
@@ -144,6 +145,26 @@ def test_config_checks():
     assert moe_config("moe_dense", n_expert=6).n_expert_used == 6
 
 
+@pytest.mark.parametrize("field,value", [
+    ("n_head", 0), ("n_head_kv", 0), ("n_vocab", 0), ("n_embd", -64), ("n_ctx", 2**31),
+    ("n_layer", 0), ("n_layer", 2**31), ("kv_pad", 0), ("n_ff", 1.5), ("n_ctx", True),
+    ("n_vocab", None), ("n_rot", 0), ("n_expert", -1), ("rope_freq_base", 0.0),
+    ("rope_freq_base", float("inf")), ("rope_freq_scale", float("nan")), ("eps", -1e-5),
+    ("eps", "1e-5"), ("cache_type", "i32"), ("cache_type", "q8_0"), ("rope_mode", "MROPE"),
+    ("rope_mode", 2), ("name", None)])
+def test_config_refuses_each_bad_field(field, value):
+    """Each field on its own: a ModelError naming it, before anything is built (ZeroDivision
+    at n_head 0, minutes of listing at 2^31 layers, an i32 cache computing garbage)."""
+    with pytest.raises(ModelError, match=rf"ModelConfig\.{field} must be"):
+        ModelConfig(**{**SMALL, field: value})
+
+
+def test_config_rope_spellings():
+    for mode, neox in [("NORMAL", False), ("neox", True), ("GGML_ROPE_TYPE_NEOX", True),
+                       ("GGML_ROPE_TYPE_NORMAL", False)]:
+        assert ModelConfig(**SMALL, rope_mode=mode).rope_neox is neox
+
+
 def test_layers_offloaded_to_a_simulated_gpu_split_like_llama_cpp():
     """Weights and cache per layer on a device: the scheduler keeps the input layer on
     the CPU and runs the offloaded layers on the device."""
@@ -254,19 +275,22 @@ def test_gguf_rejects_unsupported_type_and_arch(tmp_path):
 
 
 def test_gguf_damaged_files_are_clear_errors(tmp_path):
-    """A file that says more than it holds (billions of blocks, a tensor gone) is a
-    GGUFError naming the file, at once; bytes damaged anywhere in the header or cut off
+    """A file that says more than it holds (billions of blocks, hundreds, a tensor gone)
+    is a GGUFError naming the file, at once; bytes damaged anywhere in the header or cut off
     anywhere load or raise GGUFError, never another error, never a long wait."""
     gguf = pytest.importorskip("gguf")
     from ggml_py.models.gguf import GGUFError, load_gguf
     cfg = ModelConfig(**SMALL, wtype="q8_0")
     weights = dict(Model.random(cfg).weights)
-    huge = str(tmp_path / "huge.gguf")
-    _write(gguf, huge, dataclasses.replace(cfg, n_layer=2**31), weights)
-    t0 = time.perf_counter()
-    with pytest.raises(GGUFError, match=r"huge\.gguf: declares 2147483648 blocks .* holds only"):
-        load_gguf(huge)
-    assert time.perf_counter() - t0 < 2
+    for n_layer, match in [(2**31, r"ModelConfig\.n_layer must be an integer in \[1, 512\]"),
+                           (400, r"has no tensor 'blk\.2\.attn_norm\.weight' \(and 3581 more\)")]:
+        many = str(tmp_path / f"blocks{n_layer}.gguf")
+        _write(gguf, many, SimpleNamespace(**{**dataclasses.asdict(cfg), "n_layer": n_layer}),
+               weights)
+        t0 = time.perf_counter()
+        with pytest.raises(GGUFError, match=rf"blocks{n_layer}\.gguf: .*{match}"):
+            load_gguf(many)
+        assert time.perf_counter() - t0 < 2
     gone = str(tmp_path / "gone.gguf")
     _write(gguf, gone, cfg, {k: v for k, v in weights.items() if k != "blk.1.ffn_up.weight"})
     with pytest.raises(GGUFError, match=r"gone\.gguf: has no tensor 'blk\.1\.ffn_up\.weight'"):

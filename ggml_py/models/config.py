@@ -3,6 +3,7 @@ layer a weight belongs to, and how large a forward graph can get."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,21 @@ from ggml_py.errors import ModelError, UnknownNameError
 
 FFN_KINDS = ("dense", "moe_dense", "moe_topk", "moe_shared")
 WEIGHT_TYPES = ("f32", "f16", "q8_0", "q4_0")
+CACHE_TYPES = ("f16", "f32")
+ROPE_MODES = ("NORMAL", "NEOX")     # (GGML_ROPE_TYPE_ spellings and any case too)
+MAX_LAYERS = 512                    # llama.cpp's LLAMA_MAX_LAYERS
+_INT32_MAX = (1 << 31) - 1
+
+# the integer fields: (smallest, largest); n_rot and n_ff_exp may also be None
+_INT_FIELDS = {
+    "n_vocab": (1, _INT32_MAX), "n_ctx": (1, _INT32_MAX), "n_embd": (1, _INT32_MAX),
+    "n_head": (1, _INT32_MAX), "n_head_kv": (1, _INT32_MAX), "n_layer": (1, MAX_LAYERS),
+    "n_ff": (1, _INT32_MAX), "n_rot": (2, _INT32_MAX), "n_expert": (0, _INT32_MAX),
+    "n_expert_used": (0, _INT32_MAX), "n_ff_exp": (1, _INT32_MAX),
+    "n_expert_shared": (0, _INT32_MAX), "kv_pad": (1, _INT32_MAX),
+}
+# the float fields: whether 0 is allowed (they are finite and not negative)
+_FLOAT_FIELDS = {"rope_freq_base": False, "rope_freq_scale": False, "eps": True}
 
 
 # ---------------------------------------------------------------------------
@@ -43,6 +59,7 @@ class ModelConfig:
     name: str = "llama"
 
     def __post_init__(self):
+        self._check_fields()
         if self.ffn not in FFN_KINDS:
             raise ModelError(f"ffn must be one of {FFN_KINDS}, got {self.ffn!r}")
         if self.wtype not in WEIGHT_TYPES:
@@ -61,6 +78,38 @@ class ModelConfig:
             widths = {self.n_embd, self.n_ff, self.ff_exp}
             if any(w % qk for w in widths):
                 raise ModelError(f"{self.wtype} weights need row lengths that are multiples of {qk}")
+
+    def _check_fields(self) -> None:
+        """Each field's type and range on its own (before the rules that combine them):
+        a ModelError naming the field, never a model that computes garbage or a loop
+        over billions of layers."""
+        for field, (lo, hi) in _INT_FIELDS.items():
+            v = getattr(self, field)
+            if v is None and field in ("n_rot", "n_ff_exp"):
+                continue
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ModelError(f"ModelConfig.{field} must be an integer in [{lo}, {hi}], "
+                                 f"got {v!r}")
+        for field, zero_ok in _FLOAT_FIELDS.items():
+            v = getattr(self, field)
+            if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                    or v < 0 or (v == 0 and not zero_ok)):
+                raise ModelError(f"ModelConfig.{field} must be a finite number "
+                                 f"{'>= 0' if zero_ok else '> 0'}, got {v!r}")
+        if self.cache_type not in CACHE_TYPES:
+            raise ModelError(f"ModelConfig.cache_type must be one of {CACHE_TYPES}, got "
+                             f"{self.cache_type!r}")
+        mode = self.rope_mode.upper() if isinstance(self.rope_mode, str) else None
+        if mode is None or mode.removeprefix("GGML_ROPE_TYPE_") not in ROPE_MODES:
+            raise ModelError(f"ModelConfig.rope_mode must be one of {ROPE_MODES} (the rope "
+                             f"of llama models), got {self.rope_mode!r}")
+        if not isinstance(self.name, str):
+            raise ModelError(f"ModelConfig.name must be a string, got {self.name!r}")
+
+    @property
+    def rope_neox(self) -> bool:
+        """NEOX rope (rotating the halves of each head) rather than NORMAL (adjacent pairs)."""
+        return self.rope_mode.upper().removeprefix("GGML_ROPE_TYPE_") == "NEOX"
 
     @property
     def head_dim(self) -> int:

@@ -12,7 +12,7 @@ from ggml_py import ops, quants
 from ggml_py._backend import Backend, get_buffer, host_bytes, tensor_get, tensor_set
 from ggml_py._core import Context, Tensor, instance_arg, row_size
 from ggml_py.alloc import alloc_ctx_tensors_from_buft
-from ggml_py.errors import GraphError, ModelError, UnknownNameError
+from ggml_py.errors import AllocationError, GraphError, ModelError, UnknownNameError
 from ggml_py.models.config import WEIGHT_TYPES, ModelConfig, layer_of, weight_shapes
 
 def to_stored(type_name: str, values: np.ndarray) -> np.ndarray:
@@ -28,13 +28,17 @@ def random_weights(cfg: ModelConfig, seed: int = 0) -> dict:
     out = {}
     for name, (t, ne) in weight_shapes(cfg).items():
         shape = tuple(reversed(ne))
-        if len(ne) == 1:
-            x = 1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)
-        elif name == "token_embd.weight":
-            x = rng.standard_normal(shape, dtype=np.float32)
-        else:
-            x = rng.standard_normal(shape, dtype=np.float32) / np.float32(math.sqrt(ne[0]))
-        out[name] = (t, to_stored(t, x.astype(np.float32)))
+        try:
+            if len(ne) == 1:
+                x = 1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)
+            elif name == "token_embd.weight":
+                x = rng.standard_normal(shape, dtype=np.float32)
+            else:
+                x = rng.standard_normal(shape, dtype=np.float32) / np.float32(math.sqrt(ne[0]))
+            out[name] = (t, to_stored(t, x.astype(np.float32)))
+        except (MemoryError, ValueError) as e:     # (numpy: past its largest array)
+            raise AllocationError(f"model {cfg.name}: cannot make weight {name} {list(ne)} "
+                                  f"({type(e).__name__}: {e})") from None
     return out
 
 

@@ -74,7 +74,7 @@ def reference_logits(model: Model, tokens) -> np.ndarray:
     T, H, Hkv, D = tokens.size, cfg.n_head, cfg.n_head_kv, cfg.head_dim
     V = {name: model.values(name).astype(np.float64) for name in model.weights}
     pos = np.arange(T, dtype=np.float64)
-    neox = cfg.rope_mode.upper().endswith("NEOX")
+    neox = cfg.rope_neox
     x = V["token_embd.weight"][tokens]
     causal = np.tril(np.ones((T, T), dtype=bool))
     for il in range(cfg.n_layer):
