@@ -209,6 +209,8 @@ def test_ops_check_case_too_large_to_allocate_fails_alone(capsys, tmp_path):
     (["ops-check", OPS_FILE, "--backend", "sim"], ["invalid choice: 'sim'"]),
     (["demo", "--device", "nope"], ["invalid choice: 'nope'", "auto", "numpy_device"]),
     (["demo", "--wtype", "q5_k"], ["invalid choice: 'q5_k'"]),
+    (["demo", "--layers", "513"], ["--layers: must be at most 512, got 513"]),
+    (["demo", "--plan-layers", "100001"], ["--plan-layers: must be at most 100000"]),
     (["nope"], ["invalid choice: 'nope'"]),
     ([], ["required: COMMAND"]),
 ])

@@ -50,8 +50,9 @@ class Parser(argparse.ArgumentParser):
 # ---------------------------------------------------------------------------
 # argument types: each checks its value up front and says what is wrong
 
-def count(minimum: int = 1) -> Callable[[str], int]:
-    """An int >= minimum (1: a positive count, 0: a count that may be zero)."""
+def count(minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:
+    """An int >= minimum (1: a positive count, 0: a count that may be zero), and at most
+    `maximum` where there is one."""
     def parse(text: str) -> int:
         try:
             n = int(text)
@@ -60,6 +61,8 @@ def count(minimum: int = 1) -> Callable[[str], int]:
         if n < minimum:
             what = "positive" if minimum == 1 else f"at least {minimum}"
             raise argparse.ArgumentTypeError(f"must be {what}, got {n}")
+        if maximum is not None and n > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {n}")
         return n
     return parse
 

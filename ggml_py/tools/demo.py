@@ -30,7 +30,8 @@ import numpy as np
 
 from ggml_py import backends as backend_registry
 from ggml_py.tools import cli
-from ggml_py.models.synthetic import synthetic_llama
+from ggml_py.models.config import MAX_LAYERS
+from ggml_py.models.synthetic import MAX_LAYERS as MAX_PLAN_LAYERS, synthetic_llama
 from ggml_py.tools.planning import split_reasons
 from ggml_py.sched import Scheduler
 from ggml_py.tools.splitmap import SplitMap, fmt_bytes
@@ -343,7 +344,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-layers", type=cli.count(0), metavar="N",
                    help="offload the last N layers, and the output head when N exceeds the "
                         "layer count (llama.cpp's -ngl; default: everything)")
-    p.add_argument("--layers", type=cli.count(1), metavar="N",
+    p.add_argument("--layers", type=cli.count(1, MAX_LAYERS), metavar="N",
                    help=f"layers of the random models (default {d['layers']})")
     p.add_argument("--wtype", choices=("f32", "f16", "q8_0", "q4_0"),
                    help=f"weight type of the random models: f32, f16, q8_0 or q4_0 "
@@ -356,7 +357,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"greedy decode steps (default {d['steps']})")
     p.add_argument("--seed", type=cli.count(0), metavar="N",
                    help=f"seed of the random weights and the prompt (default {d['seed']})")
-    p.add_argument("--plan-layers", type=cli.count(1), metavar="N",
+    p.add_argument("--plan-layers", type=cli.count(1, MAX_PLAN_LAYERS), metavar="N",
                    help=f"depth of the what-if planning graphs (default {d['plan_layers']})")
     p.add_argument("--maps", metavar="DIR", type=cli.output_folder,
                    help="write a split map per model and per what-if plan into DIR, as PNG "
