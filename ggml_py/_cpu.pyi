@@ -5,6 +5,7 @@ from typing_extensions import disjoint_base
 from ggml_py._core import Graph, Tensor
 
 C_KERNEL_OPS: frozenset[str]
+MAX_THREADS: int
 
 def isa() -> str: ...
 def isa_supported(name: str) -> bool: ...

@@ -20,7 +20,7 @@ from ggml_py.backends.cpu import (CPUBackend, KERNELS, NUMPY_KERNELS, isa, isa_s
                                   set_isa, tensor_array)
 from ggml_py.runtime import time_graph_compute
 from ggml_py.backends.cpu import blas
-from ggml_py.errors import AllocationError
+from ggml_py.errors import AllocationError, ArgumentError, ArgumentTypeError
 from ggml_py.runtime import ComputeError, Status
 from ggml_py.sched import Scheduler
 
@@ -474,8 +474,14 @@ def test_default_threads_and_setter():
     assert cpu.n_threads >= 1
     cpu.n_threads = 3
     assert cpu.n_threads == 3
-    with pytest.raises(ValueError):
-        cpu.n_threads = 0
+    for bad in (0, 513, 2**31, 2**63):     # ggml's GGML_MAX_N_THREADS is 512
+        with pytest.raises(ArgumentError, match=rf"n_threads must be in \[1, 512\], got {bad}"):
+            cpu.n_threads = bad
+        with pytest.raises(ArgumentError, match="n_threads"):
+            CPUBackend(n_threads=bad)
+    with pytest.raises(ArgumentTypeError, match="n_threads"):
+        cpu.n_threads = 1.5                 # (it was truncated to 1)
+    assert cpu.n_threads == 3
 
 
 def _small_mixed(cpu, which):

@@ -19,7 +19,7 @@ from libc.stdlib cimport malloc, free
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 
 from ggml_py._ggml cimport ggml_tensor, ggml_backend_buffer, GGML_MAX_SRC
-from ggml_py._core cimport Graph, Tensor, tensor_handle, tensor_ptr
+from ggml_py._core cimport Graph, Tensor, tensor_handle, tensor_ptr, int_arg
 
 import collections
 import threading
@@ -28,6 +28,9 @@ from time import perf_counter_ns
 from ggml_py._core import (EMPTY_OPS as _EMPTY_OPS, OP_IDS as _OP_IDS,
                            OP_NAMES_LIST as _OP_NAMES_LIST, type_id)
 from ggml_py.errors import BackendError
+
+MAX_THREADS = 512               # ggml's GGML_MAX_N_THREADS
+_INT32_MAX = (1 << 31) - 1
 
 # ---------------------------------------------------------------------------
 # the C library must see ggml_py's structs and enums as Cython does
@@ -221,11 +224,8 @@ cdef class Executor:
     def __cinit__(self):
         self.pool = NULL
 
-    def __init__(self, name, policy, int n_threads=1, int max_plans=8):
-        if n_threads < 1:
-            raise ValueError(f"n_threads must be at least 1, got {n_threads}")
-        if max_plans < 1:
-            raise ValueError(f"max_plans must be at least 1, got {max_plans}")
+    def __init__(self, name, policy, n_threads=1, max_plans=8):
+        max_plans = int_arg(max_plans, "max_plans", 1, _INT32_MAX)
         self.name = str(name)
         self.policy = policy
         self.plans = collections.OrderedDict()
@@ -237,21 +237,21 @@ cdef class Executor:
     def __dealloc__(self):
         gp_threadpool_free(self.pool)
 
-    def set_threads(self, int n_threads):
-        """Share nodes between n_threads threads from the next compute on."""
-        if n_threads < 1:
-            raise ValueError(f"n_threads must be at least 1, got {n_threads}")
+    def set_threads(self, n_threads):
+        """Share nodes between n_threads threads from the next compute on (at most ggml's
+        GGML_MAX_N_THREADS, 512)."""
+        cdef int n = int_arg(n_threads, "n_threads", 1, MAX_THREADS)
         cdef gp_threadpool * pool = NULL
         with self.lock:
-            if n_threads == self.n_threads and (n_threads == 1 or self.pool != NULL):
+            if n == self.n_threads and (n == 1 or self.pool != NULL):
                 return
-            if n_threads > 1:
-                pool = gp_threadpool_new(n_threads)
+            if n > 1:
+                pool = gp_threadpool_new(n)
                 if pool == NULL:
-                    raise BackendError(f"backend {self.name}: cannot start {n_threads} threads")
+                    raise BackendError(f"backend {self.name}: cannot start {n} threads")
             gp_threadpool_free(self.pool)
             self.pool = pool
-            self.n_threads = n_threads
+            self.n_threads = n
             self.plans.clear()
 
     def clear(self):

@@ -20,7 +20,7 @@ from typing import Any
 
 from ggml_py._backend import Backend, BufferType
 from ggml_py._core import OP_IDS, Graph
-from ggml_py._cpu import Executor, C_KERNEL_OPS
+from ggml_py._cpu import Executor, C_KERNEL_OPS, MAX_THREADS
 from ggml_py.backends.cpu import blas
 from ggml_py.backends.cpu.memory import memory_of
 from ggml_py.backends.cpu.numpy_kernels import NUMPY_KERNELS
@@ -89,9 +89,9 @@ KERNELS = KernelTable(NUMPY_KERNELS)
 def default_threads():
     """The cores this process may run on (os.sched_getaffinity where there is one)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        return min(MAX_THREADS, max(1, len(os.sched_getaffinity(0))))
     except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+        return min(MAX_THREADS, max(1, os.cpu_count() or 1))
 
 
 class KernelPolicy:
@@ -152,7 +152,7 @@ class CPUBackend(Backend):
         self.supports_host_buffer_types = True
         self.policy = KernelPolicy(compiled, blas_min_batch)
         self.executor = Executor(name, self.policy, default_threads() if n_threads is None
-                                 else int(n_threads))
+                                 else n_threads)
 
     @property
     def n_threads(self) -> int:
@@ -160,7 +160,7 @@ class CPUBackend(Backend):
 
     @n_threads.setter
     def n_threads(self, n: int) -> None:
-        self.executor.set_threads(int(n))
+        self.executor.set_threads(n)
 
     def graph_compute(self, graph: Any) -> bool:
         """Compute every node of `graph` in order (ggml_backend_graph_compute)."""
