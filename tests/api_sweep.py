@@ -42,9 +42,11 @@ MODULES = [
     "ggml_py.errors", "ggml_py.sched", "ggml_py.plan", "ggml_py.runtime", "ggml_py.tools.cases",
     "ggml_py.alloc", "ggml_py._validate", "ggml_py.ops", "ggml_py.quants", "ggml_py.backends",
     "ggml_py.backends.sim", "ggml_py.backends.numpy_device", "ggml_py.backends.cpu",
-    "ggml_py.backends.opencl", "ggml_py.models.config", "ggml_py.models.model",
+    "ggml_py.backends.cpu.backend", "ggml_py._cpu", "ggml_py.backends.opencl",
+    "ggml_py.backends.rpc", "ggml_py._rpc", "ggml_py.models.config", "ggml_py.models.model",
     "ggml_py.models.graph", "ggml_py.models.session", "ggml_py.models.reference",
-    "ggml_py.models.gguf", "ggml_py.models.synthetic",
+    "ggml_py.models.gguf", "ggml_py.models.synthetic", "ggml_py.models.decode_graph",
+    "ggml_py.models.placement",
 ]
 
 CLASSES_ONLY = {"ggml_py.backends.cpu"}
@@ -405,7 +407,8 @@ def public_callables():
     return out
 
 
-# instance of each class to call methods on
+# instance of each class to call methods on (by name, or by module and name where two
+# classes share one)
 INSTANCES = {
     "Context": "ctx", "Tensor": "a", "Graph": "graph", "HashSet": "hashset",
     "BufferType": "buft", "Buffer": "buf", "Backend": "backend", "SchedCore": "=env.sched._core",
@@ -420,6 +423,8 @@ INSTANCES = {
     "OpenCLBuffer": "=env.ocl.buffer_type.alloc_buffer(64)", "OpenCLBufferType": "=env.ocl.buffer_type",
     "OpenCLEvent": "=env.ocl.event_new()", "OpenCLBackend": "ocl", "ModelConfig": "config",
     "Model": "model", "KVCache": "kv", "Forward": "forward", "Session": "session",
+    "Executor": "=env.cpu.executor", "ggml_py._cpu.Plan": "=env.cpu.executor.plan_of(env.graph)",
+    "KernelPolicy": "=env.cpu.policy",
 }
 
 # calls not to make (--skip adds to it)
@@ -433,7 +438,7 @@ def target_and_params(env, qual, cls, attr):
         return fn, _params(fn)
     if attr == "__init__":
         return cls, _params(cls.__init__)
-    spec = INSTANCES.get(cls.__name__)
+    spec = INSTANCES.get(f"{cls.__module__}.{cls.__name__}", INSTANCES.get(cls.__name__))
     if spec is None:
         return None
     inst = resolve(env, spec)

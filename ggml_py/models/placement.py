@@ -8,11 +8,12 @@ The token embeddings stay on the CPU, as llama.cpp keeps its input layer there.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
-if TYPE_CHECKING:
-    from ggml_py._backend import Backend
-    from ggml_py.models.transformer import Model
+from ggml_py._backend import Backend
+from ggml_py._core import instance_arg, items_arg
+from ggml_py.errors import ArgumentError
+from ggml_py.models.model import Model
 
 __all__ = ["split_layers", "place_model"]
 
@@ -60,9 +61,10 @@ def place_model(model: Model, backends: Sequence[Backend], n_gpu_layers: int | N
                 tensor_split: Sequence[float] | None = None) -> Model:
     """Place a Model's weights over `backends` ([dev0, dev1, ..., cpu], the CPU last) with
     split_layers; the token embeddings stay on the CPU (llama.cpp's input layer)."""
-    backends = list(backends)
+    model = instance_arg(model, Model, "model")
+    backends = items_arg(backends, "backends", Backend)
     if not backends:
-        raise ValueError("place_model needs at least the CPU backend")
+        raise ArgumentError("place_model needs at least the CPU backend")
     cpu = backends[-1]
     layers, output = split_layers(model.config.n_layer, backends[:-1], cpu, n_gpu_layers,
                                   tensor_split)

@@ -608,6 +608,15 @@ def graph_nodes(graph):
                      Tensor)
 
 
+def node_range(Graph graph not None, i0, i1):
+    """graph_compute_range's [i0, i1) as positions (i0, i1) with i0 <= i1: indexes into
+    the graph's n_nodes + 1 boundaries, negative ones counting from the end as in Python
+    (-1: the end); OutOfRangeError past them."""
+    cdef Py_ssize_t a = index_arg(i0, "i0", graph.n_nodes + 1)
+    cdef Py_ssize_t b = index_arg(i1, "i1", graph.n_nodes + 1)
+    return a, max(a, b)
+
+
 def get_buffer(Tensor tensor not None):
     """The buffer holding the tensor's data (None if not allocated)."""
     cdef ggml_backend_buffer * b = tensor.ptr.buffer
@@ -763,9 +772,8 @@ cdef class Backend:
     def graph_compute_range(self, Graph graph not None, i0, i1):
         """Compute nodes [i0, i1) of `graph` (the scheduler's splits). The default hands
         graph_compute a GraphView of those nodes; a backend that computes in C takes the
-        range itself and makes no node handles."""
-        cdef Py_ssize_t a = index_arg(i0, "i0", graph.n_nodes + 1)
-        cdef Py_ssize_t b = index_arg(i1, "i1", graph.n_nodes + 1)
+        range itself (node_range) and makes no node handles."""
+        a, b = node_range(graph, i0, i1)
         return self.graph_compute(GraphView([graph.node(i) for i in range(a, b)]))
 
     def synchronize(self):

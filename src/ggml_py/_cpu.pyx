@@ -27,7 +27,7 @@ from time import perf_counter_ns
 
 from ggml_py._core import (EMPTY_OPS as _EMPTY_OPS, OP_IDS as _OP_IDS,
                            OP_NAMES_LIST as _OP_NAMES_LIST, type_id)
-from ggml_py.errors import BackendError
+from ggml_py.errors import BackendError, OutOfRangeError
 
 MAX_THREADS = 512               # ggml's GGML_MAX_N_THREADS
 _INT32_MAX = (1 << 31) - 1
@@ -193,6 +193,19 @@ cdef str _describe(ggml_tensor * t):
     return f"'{name}' ({op})"
 
 
+cdef tuple _node_range(Graph graph, i0, i1):
+    """(i0, i1) checked against graph's nodes: 0 <= i0 <= i1 <= n_nodes, i1 -1 meaning
+    n_nodes (OutOfRangeError otherwise: the plan reads the node array there)."""
+    cdef int n = graph.graph.n_nodes
+    cdef int64_t a = int_arg(i0, "i0", -(1 << 62), 1 << 62)
+    cdef int64_t b = int_arg(i1, "i1", -(1 << 62), 1 << 62)
+    if b == -1:
+        b = n
+    if not 0 <= a <= b <= n:
+        raise OutOfRangeError(f"node range [{i0}, {i1}) outside the graph's {n} nodes")
+    return a, b
+
+
 cdef class Executor:
     """Runs nodes of graphs on the CPU: plans, their cache and the thread pool.
 
@@ -280,16 +293,13 @@ cdef class Executor:
 
     # --- entry points ---
 
-    def compute_graph(self, Graph graph, int i0=0, int i1=-1):
-        """Compute nodes [i0, i1) of `graph` (all of them by default)."""
-        cdef int n = graph.graph.n_nodes
-        if i1 < 0:
-            i1 = n
-        if not 0 <= i0 <= i1 <= n:
-            raise IndexError(f"node range [{i0}, {i1}) outside the graph's {n} nodes")
+    def compute_graph(self, Graph graph not None, i0=0, i1=-1):
+        """Compute nodes [i0, i1) of `graph` (all of them by default: i1 -1 is the end)."""
+        cdef int a, b
+        a, b = _node_range(graph, i0, i1)
         with self.lock:
-            self._run(self._plan_for((id(graph), i0, i1), <gp_tensor **>(graph.graph.nodes + i0),
-                                     i1 - i0))
+            self._run(self._plan_for((id(graph), a, b), <gp_tensor **>(graph.graph.nodes + a),
+                                     b - a))
 
     def compute_nodes(self, nodes):
         """Compute a list of Tensors in order (a graph view)."""
@@ -309,12 +319,12 @@ cdef class Executor:
         finally:
             free(arr)
 
-    def plan_of(self, Graph graph, int i0=0, int i1=-1):
+    def plan_of(self, Graph graph not None, i0=0, i1=-1):
         """The plan compute_graph would run (made now if needed)."""
-        if i1 < 0:
-            i1 = graph.graph.n_nodes
+        cdef int a, b
+        a, b = _node_range(graph, i0, i1)
         with self.lock:
-            return self._plan_for((id(graph), i0, i1), <gp_tensor **>(graph.graph.nodes + i0), i1 - i0)
+            return self._plan_for((id(graph), a, b), <gp_tensor **>(graph.graph.nodes + a), b - a)
 
     # --- plans ---
 

@@ -26,7 +26,7 @@ from ggml_py._ggml cimport *
 from ggml_py._core cimport (Tensor, Graph, TYPE_TRAITS, ggml_nbytes, ggml_is_view_op,
                             ggml_is_contiguous, ggml_is_contiguous_1,
                             ggml_hash_set_init, ggml_hash_set_free, ggml_hash_insert,
-                            ggml_hash_contains, safe_realloc, ggml_acc_region_end)
+                            ggml_hash_contains, safe_realloc, ggml_acc_region_end, int_arg)
 from ggml_py._backend cimport Backend, BufferType, Buffer, backend_supports_op
 
 import _socket
@@ -584,7 +584,7 @@ cdef int _check_operand(const ggml_tensor * t, const ggml_tensor * node, Connect
                        f"device's memory")
 
 
-def serialize_graph(Backend backend, uint32_t device, nodes, Connection conn):
+def serialize_graph(Backend backend, device, nodes, Connection conn):
     """GRAPH_COMPUTE's payload for `nodes` (a Graph or a sequence of Tensors), checked
     first: every node supported by `backend` and in its memory with what it reads, every
     tensor rebuildable by the server. Format (ggml-rpc.cpp serialize_graph):
@@ -597,6 +597,7 @@ def serialize_graph(Backend backend, uint32_t device, nodes, Connection conn):
     cdef int n_nodes, i, j
     cdef size_t hash_min, k
     cdef uint32_t n32
+    cdef uint32_t device32 = int_arg(device, "device", 0, 0xFFFFFFFF)
     cdef uint64_t id64, remote
     cdef char * p
     cdef rpc_tensor * r
@@ -646,7 +647,7 @@ def serialize_graph(Backend backend, uint32_t device, nodes, Connection conn):
         out = PyBytes_FromStringAndSize(NULL, 12 + 8 * <size_t>n_nodes
                                         + tensors.n * sizeof(rpc_tensor))
         p = PyBytes_AS_STRING(out)
-        memcpy(p, &device, 4)
+        memcpy(p, &device32, 4)
         n32 = n_nodes
         memcpy(p + 4, &n32, 4)
         p += 8

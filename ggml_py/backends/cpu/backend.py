@@ -16,10 +16,12 @@ from __future__ import annotations
 import os
 import threading
 import types
+from collections.abc import Mapping
 from typing import Any
 
-from ggml_py._backend import Backend, BufferType
-from ggml_py._core import OP_IDS, Graph
+from ggml_py._backend import Backend, BufferType, graph_nodes, node_range
+from ggml_py._core import OP_IDS, Graph, Tensor, instance_arg, int_arg
+from ggml_py.errors import ArgumentTypeError, UnknownNameError
 from ggml_py._cpu import Executor, C_KERNEL_OPS, MAX_THREADS
 from ggml_py.backends.cpu import blas
 from ggml_py.backends.cpu.memory import memory_of
@@ -93,6 +95,8 @@ def default_threads():
     except (AttributeError, OSError):
         return min(MAX_THREADS, max(1, os.cpu_count() or 1))
 
+INT64_MAX = (1 << 63) - 1
+
 
 class KernelPolicy:
     """Which kernel runs a node (the Executor asks while it makes a plan). Fixed for a
@@ -101,11 +105,16 @@ class KernelPolicy:
     def __init__(self, compiled=True, blas_min_batch=None):
         self.compiled = bool(compiled)
         table = blas.BLAS_MIN_BATCH if blas_min_batch is None else blas_min_batch
+        if not isinstance(table, Mapping):
+            raise ArgumentTypeError(f"blas_min_batch must be a dict {{weight type: src1 rows}}, "
+                                    f"got {type(table).__name__}")
+        checked = {}
         for type_name, rows in table.items():
-            if type_name not in blas.BLAS_MIN_BATCH or int(rows) < 1:
-                raise ValueError(f"blas_min_batch: {type_name!r}: {rows!r} (types "
-                                 f"{', '.join(blas.BLAS_MIN_BATCH)}, rows >= 1)")
-        self.blas_min_batch = types.MappingProxyType({k: int(v) for k, v in table.items()})
+            if type_name not in blas.BLAS_MIN_BATCH:
+                raise UnknownNameError(f"blas_min_batch: {type_name!r} is no weight type BLAS "
+                                       f"takes ({', '.join(blas.BLAS_MIN_BATCH)})")
+            checked[type_name] = int_arg(rows, f"blas_min_batch[{type_name!r}]", 1, INT64_MAX)
+        self.blas_min_batch = types.MappingProxyType(checked)
 
     @property
     def generation(self):
@@ -124,7 +133,8 @@ class KernelPolicy:
         return blas.mul_mat if self.compiled and self.blas_min_batch else None
 
     def kernel_for(self, t, compiled):
-        op = t.op
+        """The Python kernel of node t (None: its C kernel runs, or none is left)."""
+        op = instance_arg(t, Tensor, "tensor").op
         fn = KERNELS.get(op)
         if fn is not NUMPY_KERNELS.get(op) or not self.compiled:
             return fn                           # the user's kernel (None: removed)
@@ -163,16 +173,18 @@ class CPUBackend(Backend):
         self.executor.set_threads(n)
 
     def graph_compute(self, graph: Any) -> bool:
-        """Compute every node of `graph` in order (ggml_backend_graph_compute)."""
+        """Compute every node of `graph` in order (ggml_backend_graph_compute): a Graph,
+        a GraphView or a list of nodes."""
         if isinstance(graph, Graph):
             self.executor.compute_graph(graph)
         else:
-            self.executor.compute_nodes(graph.nodes)
+            self.executor.compute_nodes(graph_nodes(graph))
         return True
 
     def graph_compute_range(self, graph: Graph, i0: int, i1: int) -> bool:
         """Compute nodes [i0, i1) of `graph` (the scheduler's splits: no node handles)."""
-        self.executor.compute_graph(graph, i0, i1)
+        a, b = node_range(graph, i0, i1)
+        self.executor.compute_graph(graph, a, b)
         return True
 
 

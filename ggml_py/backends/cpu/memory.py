@@ -11,7 +11,8 @@ import threading
 
 import numpy as np
 
-from ggml_py._backend import get_buffer, tensor_ndarray
+from ggml_py._backend import Buffer, get_buffer, tensor_ndarray
+from ggml_py._core import instance_arg
 from ggml_py.errors import BackendError
 from ggml_py import quants
 
@@ -25,6 +26,7 @@ def open_device_memory(buffer_type):
 
 def memory_of(buf):
     """The numpy bytes behind `buf` that the calling thread may use, or None."""
+    instance_arg(buf, Buffer, "buffer")
     if buf.memory is not None:
         return buf.memory
     if getattr(_thread, "device_buft", None) is buf.buffer_type:
