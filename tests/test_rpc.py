@@ -23,7 +23,8 @@ from ggml_py._core import Context, Graph, OP_NAMES_LIST, TYPE_NAMES
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.backends.rpc import RPCBackend
 from ggml_py.models.placement import place_model
-from ggml_py.errors import AllocationError, ArgumentError, BackendError, ModelError, RPCError
+from ggml_py.errors import (AllocationError, ArgumentError, BackendError, GgmlPyError, ModelError,
+                            RPCError)
 from ggml_py.models.transformer import Model as LlamaModel, Session, llama_config, moe_config
 from ggml_py.rpc_server import GgmlLibraryError, library_dir, load_libraries
 from ggml_py.sched import Scheduler
@@ -151,6 +152,26 @@ def test_buffers_tensors_and_copies(rpc):
     other = r.buffer_type.alloc_buffer(64)
     other.free()
     assert r.conn.stats["FREE_BUFFER"][0] == n + 2
+
+
+def test_buffer_arguments_past_their_ranges(rpc):
+    """An RPC buffer's offsets, sizes and byte values are checked as every buffer's are:
+    ArgumentErrors (a negative offset was the typed C argument's OverflowError), the
+    connection still usable after."""
+    r = rpc[0]
+    ctx = Context()
+    a = f32(ctx, (8,), "a")
+    buf = put(r, a, np.arange(8, dtype=np.float32))
+    for call in (lambda: buf.set_tensor(a, b"\0\0\0\0", -1),
+                 lambda: buf.get_tensor(a, 2**64),
+                 lambda: buf.get_tensor(a, 0, -1),
+                 lambda: buf.memset_tensor(a, 256),
+                 lambda: buf.memset_tensor(a, 0, 1.5),
+                 lambda: buf.clear(-1)):
+        with pytest.raises(GgmlPyError):
+            call()
+    buf.memset_tensor(a, 0, 4, 8)
+    assert np.array_equal(values(r, a), [0, 0, 0, 3, 4, 5, 6, 7])
 
 
 def test_copy_between_servers(rpc):

@@ -18,7 +18,7 @@
 
 cimport cython
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
-from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, UINT32_MAX
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int32_t, UINT32_MAX, INT64_MAX
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset, memcpy, strncpy
 
@@ -40,6 +40,7 @@ import numpy as np
 
 from ggml_py._core import (OP_IDS as _OP_IDS, TYPE_IDS as _TYPE_IDS,
                            OP_NAMES_LIST as _OP_NAMES_LIST, TYPE_NAMES as _TYPE_NAMES)
+from ggml_py._backend import byte_value
 from ggml_py.errors import AllocationError, BackendError, RPCError
 from ggml_py.ops import GLU_OPS as _GLU_OPS, UNARY_OPS as _UNARY_OPS
 
@@ -1080,8 +1081,11 @@ cdef class RPCBuffer(Buffer):
                 and self.conn.broken is None):
             self.conn.free_later.append(self.remote)
 
-    cdef Py_ssize_t _region(self, Tensor tensor, size_t offset, size) except -1:
+    cdef Py_ssize_t _region(self, Tensor tensor, offset, size) except -1:
         """Bytes [offset, offset + size) of a tensor of this buffer; ggml asserts this."""
+        offset = int_arg(offset, "offset", 0, INT64_MAX)
+        if size is not None:
+            size = int_arg(size, "size", 0, INT64_MAX)
         if tensor.ptr.buffer != &self.c:
             raise BackendError(f"tensor '{tensor.name}' is not in this {self.buffer_type.name} buffer")
         n = ggml_nbytes(tensor.ptr)
@@ -1091,7 +1095,7 @@ cdef class RPCBuffer(Buffer):
                                f"its {n} bytes")
         return want
 
-    def set_tensor(self, Tensor tensor, data, size_t offset=0):
+    def set_tensor(self, Tensor tensor, data, offset=0):
         view = memoryview(data)
         if not view.c_contiguous:
             raise BackendError(f"tensor '{tensor.name}': set_tensor needs contiguous data")
@@ -1099,7 +1103,7 @@ cdef class RPCBuffer(Buffer):
         self._region(tensor, offset, view.nbytes)
         self.conn.set_tensor(tensor, offset, view)
 
-    def get_tensor(self, Tensor tensor, size_t offset=0, size=None):
+    def get_tensor(self, Tensor tensor, offset=0, size=None):
         """The bytes [offset, offset + size) of the tensor (a bytearray)."""
         cdef Py_ssize_t n = self._region(tensor, offset, size)
         return self.conn.get_tensor(tensor, offset, n)
@@ -1115,14 +1119,15 @@ cdef class RPCBuffer(Buffer):
             return False
         return self.conn.copy_tensor(src, dst)
 
-    def memset_tensor(self, Tensor tensor, value, size_t offset=0, size=None):
+    def memset_tensor(self, Tensor tensor, value, offset=0, size=None):
         """ggml's RPC buffer has no memset_tensor: the bytes are sent (SET_TENSOR)."""
+        cdef int v = byte_value(value)
         cdef Py_ssize_t n = self._region(tensor, offset, size)
-        self.conn.set_tensor(tensor, offset, memoryview(bytes([value]) * n))
+        self.conn.set_tensor(tensor, offset, memoryview(bytes([v]) * n))
 
-    def clear(self, uint8_t value=0):
+    def clear(self, value=0):
         """Set every byte of the buffer to `value` (BUFFER_CLEAR)."""
-        self.conn.buffer_clear(self.remote, value)
+        self.conn.buffer_clear(self.remote, byte_value(value))
 
     def init_tensor(self, Tensor tensor):
         """ggml's RPC init_tensor: quantized tensors with rows not a multiple of 512 are
