@@ -11,6 +11,7 @@ HASH_THRESHOLD: int
 CONN_CAPS_SIZE: int
 DEFAULT_TIMEOUT: float
 DEFAULT_CONNECT_TIMEOUT: float
+MAX_TIMEOUT: float
 COMMANDS: tuple[str, ...]
 CMD: dict[str, int]
 RPC_TENSOR_SIZE: int

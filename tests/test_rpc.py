@@ -172,6 +172,15 @@ def test_buffer_arguments_past_their_ranges(rpc):
             call()
     buf.memset_tensor(a, 0, 4, 8)
     assert np.array_equal(values(r, a), [0, 0, 0, 3, 4, 5, 6, 7])
+    conn = r.conn                   # the protocol's own: devices, handles, timeouts
+    for call in (lambda: conn.get_device_memory(-1), lambda: conn.alloc_buffer(0, -1),
+                 lambda: conn.free_buffer(2**64), lambda: conn.buffer_type(2**32),
+                 lambda: r.buffer_type.alloc_buffer(-1), lambda: conn.buffer_clear(1, 256),
+                 lambda: setattr(conn, "timeout", float("nan")),
+                 lambda: setattr(conn, "timeout", 2**64)):
+        with pytest.raises(GgmlPyError):
+            call()
+    assert conn.broken is None and conn.device_count() >= 1
 
 
 def test_copy_between_servers(rpc):

@@ -41,7 +41,8 @@ import numpy as np
 from ggml_py._core import (OP_IDS as _OP_IDS, TYPE_IDS as _TYPE_IDS,
                            OP_NAMES_LIST as _OP_NAMES_LIST, TYPE_NAMES as _TYPE_NAMES)
 from ggml_py._backend import byte_value
-from ggml_py.errors import AllocationError, BackendError, RPCError
+from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
+                            RPCError)
 from ggml_py.ops import GLU_OPS as _GLU_OPS, UNARY_OPS as _UNARY_OPS
 
 # ---------------------------------------------------------------------------
@@ -52,6 +53,7 @@ HASH_THRESHOLD = 10 * 1024 * 1024       # SET_TENSOR_HASH first above this many 
 CONN_CAPS_SIZE = 24                     # HELLO's transport capabilities (zeros: plain TCP)
 DEFAULT_TIMEOUT = 60.0                  # seconds per socket call, a graph compute included
 DEFAULT_CONNECT_TIMEOUT = 5.0
+MAX_TIMEOUT = 1e9                       # (31 years: a socket's limit is not far above)
 
 COMMANDS = ("ALLOC_BUFFER", "GET_ALIGNMENT", "GET_MAX_SIZE", "BUFFER_GET_BASE", "FREE_BUFFER",
             "BUFFER_CLEAR", "SET_TENSOR", "SET_TENSOR_HASH", "GET_TENSOR", "COPY_TENSOR",
@@ -711,6 +713,28 @@ def connect(endpoint, timeout=DEFAULT_TIMEOUT, connect_timeout=DEFAULT_CONNECT_T
     return conn
 
 
+cdef object _device(value):
+    """A server device index (a u32 on the wire)."""
+    return int_arg(value, "device", 0, UINT32_MAX)
+
+
+cdef object _handle(value):
+    """A server buffer handle (a u64 on the wire; the server's address of its buffer)."""
+    return int_arg(value, "remote", 0, INT64_MAX)
+
+
+cdef object _seconds(value, what):
+    """A timeout in seconds: positive, and at most MAX_TIMEOUT (a socket's limit is near)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ArgumentTypeError(f"RPC {what} must be a number of seconds, got "
+                                f"{type(value).__name__}")
+    seconds = float(value) if -1e300 < value < 1e300 else float("inf")
+    if not 0 < seconds <= MAX_TIMEOUT:
+        raise ArgumentError(f"RPC {what} must be a number of seconds in (0, {MAX_TIMEOUT:g}], "
+                            f"got {value!r}")
+    return seconds
+
+
 @cython.final
 @cython.no_gc_clear
 cdef class Connection:
@@ -737,12 +761,12 @@ cdef class Connection:
     cdef dict bufts                     # device -> RPCBufferType
     cdef object __weakref__
 
-    def __init__(self, str endpoint, double timeout=DEFAULT_TIMEOUT,
-                 double connect_timeout=DEFAULT_CONNECT_TIMEOUT):
+    def __init__(self, str endpoint, timeout=DEFAULT_TIMEOUT,
+                 connect_timeout=DEFAULT_CONNECT_TIMEOUT):
         self.host, self.port = parse_endpoint(endpoint)
         self.endpoint = format_endpoint(self.host, self.port)
-        if timeout <= 0 or connect_timeout <= 0:
-            raise ValueError("RPC timeouts must be positive")
+        timeout = _seconds(timeout, "timeout")
+        connect_timeout = _seconds(connect_timeout, "connect_timeout")
         self._timeout = timeout
         self.stats = {}
         self.lock = threading.RLock()
@@ -780,9 +804,8 @@ cdef class Connection:
         return self._timeout
 
     @timeout.setter
-    def timeout(self, double value):
-        if value <= 0:
-            raise ValueError("RPC timeouts must be positive")
+    def timeout(self, value):
+        value = _seconds(value, "timeout")
         self._timeout = value
         if self.broken is None:
             self.sock.settimeout(value)
@@ -883,23 +906,27 @@ cdef class Connection:
     def device_count(self):
         return struct.unpack("<I", self._call("DEVICE_COUNT", b"", 4))[0]
 
-    def get_device_memory(self, uint32_t device):
+    def get_device_memory(self, device):
         """(free, total) bytes of a server device."""
-        return struct.unpack("<QQ", self._call("GET_DEVICE_MEMORY", struct.pack("<I", device), 16))
+        return struct.unpack("<QQ", self._call("GET_DEVICE_MEMORY",
+                                               struct.pack("<I", _device(device)), 16))
 
-    def get_alignment(self, uint32_t device):
-        return struct.unpack("<Q", self._call("GET_ALIGNMENT", struct.pack("<I", device), 8))[0]
+    def get_alignment(self, device):
+        return struct.unpack("<Q", self._call("GET_ALIGNMENT", struct.pack("<I", _device(device)),
+                                              8))[0]
 
-    def get_max_size(self, uint32_t device):
-        return struct.unpack("<Q", self._call("GET_MAX_SIZE", struct.pack("<I", device), 8))[0]
+    def get_max_size(self, device):
+        return struct.unpack("<Q", self._call("GET_MAX_SIZE", struct.pack("<I", _device(device)),
+                                              8))[0]
 
-    def get_alloc_size(self, uint32_t device, Tensor tensor):
+    def get_alloc_size(self, device, Tensor tensor):
         """What the server's buffer type needs for `tensor` (its sources go along)."""
         cdef bytearray req = bytearray(4 + (1 + GGML_MAX_SRC) * sizeof(rpc_tensor))
         cdef char * p = req
         cdef const ggml_tensor * t = tensor.ptr
         cdef int i
-        memcpy(p, &device, 4)
+        cdef uint32_t dev = _device(device)
+        memcpy(p, &dev, 4)
         _fill(<rpc_tensor *>(p + 4), t, _remote_buffer(t, self))
         for i in range(GGML_MAX_SRC):
             if t.src[i] != NULL:
@@ -907,26 +934,29 @@ cdef class Connection:
                       _remote_buffer(t.src[i], self))
         return struct.unpack("<Q", self._call("GET_ALLOC_SIZE", req, 8))[0]
 
-    def alloc_buffer(self, uint32_t device, uint64_t size):
+    def alloc_buffer(self, device, size):
         """(server handle, size) of a new buffer; handle 0 when the server has no memory."""
-        return struct.unpack("<QQ", self._call("ALLOC_BUFFER", struct.pack("<IQ", device, size), 16))
+        return struct.unpack("<QQ", self._call("ALLOC_BUFFER", struct.pack(
+            "<IQ", _device(device), int_arg(size, "size", 0, INT64_MAX)), 16))
 
-    def buffer_get_base(self, uint64_t remote):
-        return struct.unpack("<Q", self._call("BUFFER_GET_BASE", struct.pack("<Q", remote), 8))[0]
+    def buffer_get_base(self, remote):
+        return struct.unpack("<Q", self._call("BUFFER_GET_BASE", struct.pack("<Q", _handle(remote)),
+                                              8))[0]
 
-    def free_buffer(self, uint64_t remote):
-        self._call("FREE_BUFFER", struct.pack("<Q", remote), 0)
+    def free_buffer(self, remote):
+        self._call("FREE_BUFFER", struct.pack("<Q", _handle(remote)), 0)
         self.last_graph.clear()
 
-    def buffer_clear(self, uint64_t remote, uint8_t value):
-        self._call("BUFFER_CLEAR", struct.pack("<QB", remote, value), 0)
+    def buffer_clear(self, remote, value):
+        self._call("BUFFER_CLEAR", struct.pack("<QB", _handle(remote), byte_value(value)), 0)
 
     def init_tensor(self, Tensor tensor):
         self._call("INIT_TENSOR", _tensor_wire(tensor, self), 0)
 
-    def set_tensor(self, Tensor tensor, uint64_t offset, data):
+    def set_tensor(self, Tensor tensor, offset, data):
         """Write `data` (bytes-like) at `offset` in the tensor; above HASH_THRESHOLD bytes
         the server is first asked whether its cache has them (SET_TENSOR_HASH)."""
+        offset = int_arg(offset, "offset", 0, INT64_MAX)
         head = _tensor_wire(tensor, self)
         view = memoryview(data).cast("B")
         if view.nbytes > HASH_THRESHOLD:
@@ -935,7 +965,9 @@ cdef class Connection:
                 return
         self._call("SET_TENSOR", head + struct.pack("<Q", offset), NO_REPLY, view)
 
-    def get_tensor(self, Tensor tensor, uint64_t offset, uint64_t size):
+    def get_tensor(self, Tensor tensor, offset, size):
+        offset = int_arg(offset, "offset", 0, INT64_MAX)
+        size = int_arg(size, "size", 0, INT64_MAX)
         return self._call("GET_TENSOR", _tensor_wire(tensor, self) + struct.pack("<QQ", offset, size),
                           size)
 
@@ -943,10 +975,11 @@ cdef class Connection:
         """A copy on the server; False when its buffer cannot copy from src's."""
         return bool(self._call("COPY_TENSOR", _tensor_wire(src, self) + _tensor_wire(dst, self), 1)[0])
 
-    def graph_compute(self, uint32_t device, bytes payload):
+    def graph_compute(self, device, bytes payload):
         """Run a serialised graph (serialize_graph) on a device, without waiting. The same
         payload as the device's last one only asks the server to run its stored graph
         again (GRAPH_RECOMPUTE); returns True then."""
+        device = _device(device)
         with self.lock:
             again = self.last_graph.get(device) == payload
             if again:
@@ -971,19 +1004,20 @@ cdef class Connection:
         """Was a graph compute sent with nothing answered since?"""
         return bool(self.pending)
 
-    def buffer_type(self, uint32_t device):
+    def buffer_type(self, device):
         """The buffer type of a server device (made once per connection and device)."""
+        device = _device(device)
         with self.lock:
             buft = self.bufts.get(device)
             if buft is None:
-                if device >= <uint32_t>self.n_devices:
+                if device >= self.n_devices:
                     raise _error(self.endpoint, "DEVICE_COUNT", f"no device {device}: the server "
                                  f"has {self.n_devices}")
                 cls = RPCBufferType if self._sizes_are_nbytes(device) else RPCPaddedBufferType
                 buft = self.bufts[device] = cls(self, device)
             return buft
 
-    def _sizes_are_nbytes(self, uint32_t device):
+    def _sizes_are_nbytes(self, device):
         """Does the device's buffer type need just ggml_nbytes for the tensors ggml's client
         asks about (a short quantized row, FLASH_ATTN_EXT, MUL_MAT_ID)? A CPU server's does;
         a CUDA server pads. Decides whether the allocator may size tensors in C."""
@@ -1019,7 +1053,8 @@ cdef class RPCBufferType(BufferType):
     cdef readonly Connection conn
     cdef readonly uint32_t device
 
-    def __init__(self, Connection conn, uint32_t device):
+    def __init__(self, Connection conn, device):
+        device = _device(device)
         align = conn.get_alignment(device)
         max_size = conn.get_max_size(device)
         if align == 0 or align & (align - 1):
@@ -1030,9 +1065,9 @@ cdef class RPCBufferType(BufferType):
         self.conn = conn
         self.device = device
 
-    def alloc_buffer(self, size_t size):
+    def alloc_buffer(self, size):
         """A new buffer on the server (ALLOC_BUFFER, then BUFFER_GET_BASE)."""
-        size = max(size, 1)             # a server's 0-byte buffer has no base
+        size = max(int_arg(size, "size", 0, INT64_MAX), 1)     # (a 0-byte one has no base)
         remote, got = self.conn.alloc_buffer(self.device, size)
         if remote == 0:
             free_mem, total = self.conn.get_device_memory(self.device)
