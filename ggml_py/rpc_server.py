@@ -28,9 +28,11 @@ import tempfile
 import time
 import weakref
 
-from ggml_py.errors import BackendError
+from ggml_py._core import int_arg
+from ggml_py.errors import BackendError, GgmlPyError
 
 DEFAULT_PORT = 50052            # rpc-server's default
+MAX_THREADS = 512               # ggml's GGML_MAX_N_THREADS
 LIBRARIES = ("libggml-base.so", "libggml.so", "libggml-rpc.so")    # load order
 GGML_BACKEND_DEVICE_TYPE_CPU = 0
 
@@ -82,15 +84,24 @@ def load_libraries(path: str | None = None) -> dict:
     return libs
 
 
+def _server_args(port, threads):
+    """(port, threads) checked before they reach ggml, which aborts (or tries a million
+    threads) on what it does not expect; threads None: this machine's cores."""
+    port = int_arg(port, "port", 1, 65535)
+    if threads is None:
+        threads = min(os.cpu_count() or 1, MAX_THREADS)
+    return port, int_arg(threads, "threads", 1, MAX_THREADS)
+
+
 def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, threads: int | None = None,
           cache_dir: str | None = None) -> None:
     """Run ggml's RPC server on the CPU device in this process; returns only if the server
     cannot start (it serves until the process is killed)."""
+    port, threads = _server_args(port, threads)
     libs = load_libraries()
     dev = libs["libggml.so"].ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU)
     if not dev:
         raise GgmlLibraryError("ggml found no CPU device")
-    threads = threads or os.cpu_count() or 1
     devices = (ctypes.c_void_p * 1)(dev)
     endpoint = f"{host}:{port}".encode()
     cache = os.fsencode(cache_dir) if cache_dir else None
@@ -179,6 +190,7 @@ def start_server(port: int | None = None, host: str = "127.0.0.1", threads: int 
     None) and wait until it accepts connections. GgmlLibraryError when ggml's libraries
     are missing; BackendError (with the server's output) when it does not come up."""
     library_dir()                          # fail here, not in the child
+    _server_args(port or DEFAULT_PORT, threads)
     for attempt in range(3):
         p = port or free_port(host)
         fd, log_path = tempfile.mkstemp(prefix="ggml-rpc-", suffix=".log")
@@ -216,7 +228,7 @@ def main(argv=None) -> int:
         os.makedirs(a.cache, exist_ok=True)
     try:
         serve(a.host, a.port, a.threads, a.cache)
-    except BackendError as e:
+    except GgmlPyError as e:
         print(f"rpc_server: {e}", file=sys.stderr)
         return 1
     return 0

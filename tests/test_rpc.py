@@ -95,6 +95,14 @@ def test_server_process_starts_and_stops(rpc_server_factory):
     helptext = subprocess.run([sys.executable, "-m", "ggml_py.rpc_server", "--help"],
                               capture_output=True, text=True, check=True).stdout
     assert "--port" in helptext and "--threads" in helptext
+    from ggml_py.rpc_server import start_server
+    for kw, match in [({"threads": 0}, "threads must be in"), ({"threads": 10**6}, "threads"),
+                      ({"port": 70000}, "port must be in")]:       # before ggml sees them
+        with pytest.raises(ArgumentError, match=match):
+            start_server(**kw)
+    bad = subprocess.run([sys.executable, "-m", "ggml_py.rpc_server", "--threads", "0"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and bad.stderr.startswith("rpc_server: threads must be in")
 
 
 # ---------------------------------------------------------------------------
