@@ -11,7 +11,7 @@ import pytest
 from ggml_py import Backend
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.backends.sim import SimBufferType
-from ggml_py.errors import BackendError, ModelError
+from ggml_py.errors import AllocationError, BackendError, ModelError
 from ggml_py.models.reference import reference_logits
 from ggml_py.models.transformer import (KVCache, Model, ModelConfig, Session, build_forward,
                                         moe_config)
@@ -157,6 +157,15 @@ def test_config_refuses_each_bad_field(field, value):
     at n_head 0, minutes of listing at 2^31 layers, an i32 cache computing garbage)."""
     with pytest.raises(ModelError, match=rf"ModelConfig\.{field} must be"):
         ModelConfig(**{**SMALL, field: value})
+
+
+def test_random_weights_past_the_machines_memory_are_refused_first():
+    """(Filled one by one, they would end in the out-of-memory killer, not an error.)"""
+    t0 = time.perf_counter()
+    huge = {**SMALL, "n_vocab": 2**31 - 1, "n_embd": 2**16, "n_head": 64, "n_head_kv": 64}
+    with pytest.raises(AllocationError, match=r"weights need \d+\.\d GiB, more than this machine"):
+        Model.random(ModelConfig(**huge))          # (petabytes)
+    assert time.perf_counter() - t0 < 1
 
 
 def test_config_rope_spellings():

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Sequence
 
 import numpy as np
@@ -21,12 +22,29 @@ def to_stored(type_name: str, values: np.ndarray) -> np.ndarray:
     return quants.from_f32(type_name, values, cpu=False)
 
 
+def _check_fits_in_memory(cfg: ModelConfig, shapes: dict) -> None:
+    """AllocationError when the weights (stored, and the largest one's float32 values while
+    it is made) exceed this machine's memory: refused before any is made, rather than
+    filled until the kernel's out-of-memory killer ends the process."""
+    need = sum(row_size(t, ne[0]) * math.prod(ne[1:]) for t, ne in shapes.values())
+    need += max(4 * math.prod(ne) for _, ne in shapes.values())
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return                      # (no figure to compare with)
+    if need > have:
+        raise AllocationError(f"model {cfg.name}: its weights need {need / 2**30:.1f} GiB, "
+                              f"more than this machine's {have / 2**30:.1f} GiB of memory")
+
+
 def random_weights(cfg: ModelConfig, seed: int = 0) -> dict:
     """Seeded random weights in stored form: matrices ~ N(0, 1/fan_in) so activations keep
     their scale through the layers, norms ~ 1, embeddings ~ N(0, 1)."""
+    shapes = weight_shapes(cfg)
+    _check_fits_in_memory(cfg, shapes)
     rng = np.random.default_rng(seed)
     out = {}
-    for name, (t, ne) in weight_shapes(cfg).items():
+    for name, (t, ne) in shapes.items():
         shape = tuple(reversed(ne))
         try:
             if len(ne) == 1:
