@@ -29,10 +29,10 @@ import time
 import weakref
 
 from ggml_py._core import int_arg
+from ggml_py._cpu import MAX_THREADS, default_threads
 from ggml_py.errors import BackendError, GgmlPyError
 
 DEFAULT_PORT = 50052            # rpc-server's default
-MAX_THREADS = 512               # ggml's GGML_MAX_N_THREADS
 LIBRARIES = ("libggml-base.so", "libggml.so", "libggml-rpc.so")    # load order
 GGML_BACKEND_DEVICE_TYPE_CPU = 0
 
@@ -86,11 +86,10 @@ def load_libraries(path: str | None = None) -> dict:
 
 def _server_args(port, threads):
     """(port, threads) checked before they reach ggml, which aborts (or tries a million
-    threads) on what it does not expect; threads None: this machine's cores."""
+    threads) on what it does not expect; threads None: default_threads()."""
     port = int_arg(port, "port", 1, 65535)
-    if threads is None:
-        threads = min(os.cpu_count() or 1, MAX_THREADS)
-    return port, int_arg(threads, "threads", 1, MAX_THREADS)
+    return port, int_arg(default_threads() if threads is None else threads, "threads", 1,
+                         MAX_THREADS)
 
 
 def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, threads: int | None = None,

@@ -22,6 +22,7 @@ from ggml_py._ggml cimport ggml_tensor, ggml_backend_buffer, GGML_MAX_SRC
 from ggml_py._core cimport Graph, Tensor, tensor_handle, tensor_ptr, int_arg
 
 import collections
+import os
 import threading
 from time import perf_counter_ns
 
@@ -31,6 +32,15 @@ from ggml_py.errors import BackendError, OutOfRangeError
 
 MAX_THREADS = 512               # ggml's GGML_MAX_N_THREADS
 _INT32_MAX = (1 << 31) - 1
+
+
+def default_threads():
+    """The cores this process may run on (os.sched_getaffinity where there is one), at
+    most MAX_THREADS: a CPU backend's threads, and an RPC server's, by default."""
+    try:
+        return min(MAX_THREADS, max(1, len(os.sched_getaffinity(0))))
+    except (AttributeError, OSError):
+        return min(MAX_THREADS, max(1, os.cpu_count() or 1))
 
 # ---------------------------------------------------------------------------
 # the C library must see ggml_py's structs and enums as Cython does

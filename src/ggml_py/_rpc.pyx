@@ -600,7 +600,7 @@ def serialize_graph(Backend backend, device, nodes, Connection conn):
     cdef int n_nodes, i, j
     cdef size_t hash_min, k
     cdef uint32_t n32
-    cdef uint32_t device32 = int_arg(device, "device", 0, 0xFFFFFFFF)
+    cdef uint32_t device32 = _device(device)
     cdef uint64_t id64, remote
     cdef char * p
     cdef rpc_tensor * r

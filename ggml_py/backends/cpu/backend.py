@@ -13,7 +13,6 @@ With compiled=False every node runs its numpy kernel (the reference numerics).
 
 from __future__ import annotations
 
-import os
 import threading
 import types
 from collections.abc import Mapping
@@ -22,13 +21,14 @@ from typing import Any
 from ggml_py._backend import Backend, BufferType, graph_nodes, node_range
 from ggml_py._core import OP_IDS, Graph, Tensor, instance_arg, int_arg
 from ggml_py.errors import ArgumentTypeError, UnknownNameError
-from ggml_py._cpu import Executor, C_KERNEL_OPS, MAX_THREADS
+from ggml_py._cpu import Executor, C_KERNEL_OPS, default_threads
 from ggml_py.backends.cpu import blas
 from ggml_py.backends.cpu.memory import memory_of
 from ggml_py.backends.cpu.numpy_kernels import NUMPY_KERNELS
 from ggml_py.ops import EMPTY_OPS
 
 CPU_ALIGNMENT = 32          # ggml-impl.h TENSOR_ALIGNMENT, the CPU buffer type's alignment
+INT64_MAX = (1 << 63) - 1
 
 # ops with a kernel (plus the empty ops, which need none)
 SUPPORTED_OPS = EMPTY_OPS + tuple(NUMPY_KERNELS)
@@ -86,16 +86,6 @@ class KernelTable(dict):
 
 
 KERNELS = KernelTable(NUMPY_KERNELS)
-
-
-def default_threads():
-    """The cores this process may run on (os.sched_getaffinity where there is one)."""
-    try:
-        return min(MAX_THREADS, max(1, len(os.sched_getaffinity(0))))
-    except (AttributeError, OSError):
-        return min(MAX_THREADS, max(1, os.cpu_count() or 1))
-
-INT64_MAX = (1 << 63) - 1
 
 
 class KernelPolicy:
