@@ -1097,6 +1097,21 @@ globals().update({k: _checked(f) for k, f in list(globals().items())
 # ---------------------------------------------------------------------------
 # numerics every backend shares (ggml.c), in f32 as ggml computes them
 
+def powf(x, y):
+    """C's powf on float32 arguments, as ggml computes it. numpy's float32 scalar power is
+    libm's powf; its power ufunc is a SIMD kernel (numpy 2.4) that is one unit in the last
+    place off for one pair in five, and rope's theta_scale, raised to the pair index, spreads
+    that over a whole row."""
+    with np.errstate(all="ignore"):       # NaN and inf as powf gives them
+        return np.float32(float(x)) ** np.float32(float(y))
+
+
+def rope_theta_scale(freq_base, n_dims):
+    """ggml's theta_scale, powf(freq_base, -2.0f / n_dims): each rope pair's rotation
+    rate is the previous pair's times this."""
+    return powf(freq_base, np.float32(-2.0) / np.float32(n_dims))
+
+
 def rope_yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow):
     """ggml_rope_yarn_corr_dims: the first and last dimension of YaRN's ramp (f32)."""
     f32 = np.float32
@@ -1115,6 +1130,6 @@ def alibi_bases(n_head, max_bias):
     gets m0 ** (h + 1) below n_head_log2, m1 ** (2 (h - n_head_log2) + 1) above."""
     f32 = np.float32
     n_head_log2 = 1 << int(math.floor(math.log2(n_head))) if n_head > 0 else 1
-    m0 = f32(2.0) ** (f32(-max_bias) / f32(n_head_log2))
-    m1 = f32(2.0) ** (f32(-max_bias / 2.0) / f32(n_head_log2))
+    m0 = powf(2.0, f32(-max_bias) / f32(n_head_log2))
+    m1 = powf(2.0, f32(-max_bias / 2.0) / f32(n_head_log2))
     return m0, m1, n_head_log2

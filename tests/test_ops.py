@@ -1,5 +1,7 @@
 """Op builders, the numpy CPU backend and ops-check against ggml's reference cases."""
 
+import ctypes
+import ctypes.util
 import glob
 import json
 import math
@@ -238,13 +240,27 @@ def test_binary_broadcast_and_get_rows(cpu, data, n, rows):
     np.testing.assert_array_equal(got.reshape(2, -1), w[ids])
 
 
-def test_rope_cache_theta_is_float32_product():
-    cos, sin = rope_cache(np.array([5], np.int32), 8, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0, 0)
+def _libm_powf(x, y):
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))
+    libm.powf.restype, libm.powf.argtypes = ctypes.c_float, [ctypes.c_float, ctypes.c_float]
+    return np.float32(libm.powf(x, y))
+
+
+@pytest.mark.parametrize("n_dims", [8, 64, 128])
+def test_rope_cache_theta_is_float32_product(n_dims):
+    # theta_scale is C's powf (numpy 2.4's float32 power ufunc is one ulp off at n_dims 64)
+    cos, sin = rope_cache(np.array([5], np.int32), n_dims, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0, 0)
     theta = np.float32(5)
-    scale = np.float32(np.power(np.float32(10000.0), np.float32(-2.0) / np.float32(8)))
-    for i in range(4):
+    scale = _libm_powf(10000.0, np.float32(-2.0) / np.float32(n_dims))
+    assert ops.rope_theta_scale(10000.0, n_dims) == scale
+    for i in range(n_dims // 2):
         assert cos[0, i] == np.cos(theta) and sin[0, i] == np.sin(theta)
         theta = np.float32(theta * scale)
+
+
+@given(st.floats(2.0 ** -10, 2.0 ** 20, width=32), st.floats(-8, 8, width=32))
+def test_powf_is_libm_powf(x, y):
+    assert ops.powf(x, y) == _libm_powf(x, y)
 
 
 def test_cpy_into_view_writes_destination(cpu):

@@ -25,7 +25,8 @@ from ggml_py._backend import (Backend, Buffer, BufferType, allocated_buffer, byt
                               fake_address, get_buffer, graph_nodes, host_bytes, tensor_span)
 from ggml_py._core import Tensor, acc_region_end, instance_arg, size_arg, type_id, type_size
 from ggml_py.errors import ArgumentTypeError, BackendError
-from ggml_py.ops import EMPTY_OPS, bits_f32, alibi_bases, rope_yarn_corr_dims, ROPE_TYPES
+from ggml_py.ops import (EMPTY_OPS, bits_f32, alibi_bases, rope_theta_scale,
+                         rope_yarn_corr_dims, ROPE_TYPES)
 from ggml_py.backends import opencl_kernels as K
 from ggml_py._opencl_ops import acc_offsets, use_opencl_rules
 
@@ -535,7 +536,7 @@ class OpenCLBackend(Backend):
         n_dims, mode, n_ctx_orig = p[1], p[2], p[4]
         fb, fs, ef, af, bf, bs = (bits_f32(p[i]) for i in range(5, 11))
         F = np.float32
-        theta_scale = np.power(F(fb), F(-2.0) / F(n_dims), dtype=F)
+        theta_scale = rope_theta_scale(fb, n_dims)
         lo, hi = rope_yarn_corr_dims(n_dims, n_ctx_orig, fb, bf, bs)
         mscale = F(af)
         if ef != 0.0:

@@ -22,8 +22,8 @@ import numpy as np
 
 from ggml_py.errors import BackendError
 from ggml_py import quants
-from ggml_py.ops import (bits_f32, alibi_bases, rope_yarn_corr_dims, UNARY_OPS, GLU_OPS,
-                         ROPE_TYPES)
+from ggml_py.ops import (bits_f32, alibi_bases, rope_theta_scale, rope_yarn_corr_dims, UNARY_OPS,
+                         GLU_OPS, ROPE_TYPES)
 from ggml_py._core import acc_region_end
 from ggml_py.backends.cpu.memory import tensor_array
 
@@ -310,7 +310,7 @@ def rope_cache(pos, n_dims, freq_base, freq_scale, ext_factor, attn_factor, beta
     pos is (n_pos,) for the plain modes and (4, n_pos) for the multi-section ones
     (MROPE / IMROPE / VISION: t, h, w, e positions)."""
     n_pairs = n_dims // 2 if n_pairs is None else n_pairs
-    theta_scale = F32(np.power(F32(freq_base), F32(-2.0) / F32(n_dims), dtype=F32))
+    theta_scale = rope_theta_scale(freq_base, n_dims)
     lo, hi = rope_yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow)
     multi = bool(mode & ROPE_TYPES["MROPE"])
     pos = np.asarray(pos)
