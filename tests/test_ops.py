@@ -263,6 +263,17 @@ def test_powf_is_libm_powf(x, y):
     assert ops.powf(x, y) == _libm_powf(x, y)
 
 
+@given(st.integers(1, 64), st.floats(0.125, 16, width=32))
+def test_alibi_slopes_are_ggmls(n_head, max_bias):
+    # ggml_compute_forward_soft_max_f32's slopes, powf by powf
+    from ggml_py.backends.cpu.numpy_kernels import _alibi_slopes
+    m0, m1, n_head_log2 = ops.alibi_bases(n_head, max_bias)
+    assert m0 == _libm_powf(2.0, np.float32(-max_bias) / np.float32(n_head_log2))
+    want = [_libm_powf(m0, h + 1) if h < n_head_log2 else _libm_powf(m1, 2 * (h - n_head_log2) + 1)
+            for h in range(n_head)]
+    np.testing.assert_array_equal(_alibi_slopes(n_head, max_bias), np.array(want, np.float32))
+
+
 def test_cpy_into_view_writes_destination(cpu):
     ctx = Context()
     cache = ops.new_tensor(ctx, "f16", [8, 4], name="cache")

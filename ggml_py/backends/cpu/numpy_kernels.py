@@ -22,8 +22,8 @@ import numpy as np
 
 from ggml_py.errors import BackendError
 from ggml_py import quants
-from ggml_py.ops import (bits_f32, alibi_bases, rope_theta_scale, rope_yarn_corr_dims, UNARY_OPS,
-                         GLU_OPS, ROPE_TYPES)
+from ggml_py.ops import (bits_f32, alibi_bases, powf, rope_theta_scale, rope_yarn_corr_dims,
+                         UNARY_OPS, GLU_OPS, ROPE_TYPES)
 from ggml_py._core import acc_region_end
 from ggml_py.backends.cpu.memory import tensor_array
 
@@ -267,9 +267,9 @@ def _alibi_slopes(n_head, max_bias):
     if max_bias <= 0.0:
         return np.ones(n_head, dtype=F32)
     m0, m1, n_head_log2 = alibi_bases(n_head, max_bias)
-    h = np.arange(n_head)
-    return np.where(h < n_head_log2, m0 ** (h + 1).astype(F32),
-                    m1 ** (2 * (h - n_head_log2) + 1).astype(F32)).astype(F32)
+    # powf per head, as ggml: numpy's float32 power ufunc is an ulp off for one in five
+    return np.array([powf(m0, h + 1) if h < n_head_log2 else powf(m1, 2 * (h - n_head_log2) + 1)
+                     for h in range(n_head)], dtype=F32)
 
 
 def _mask_rows(mask, shape):
