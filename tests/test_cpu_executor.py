@@ -514,6 +514,8 @@ def test_concurrent_computes_on_one_backend():
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() here")
+# (Python 3.12 and newer warn of fork() in a process with threads: the point of the test)
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_forked_child_computes_without_the_parents_threads():
     cpu = CPUBackend(n_threads=2)
     g, out, want, alloc = _small_mixed(cpu, 2)
