@@ -1,7 +1,7 @@
 # Scheduler core: port of ggml_backend_sched's state and split (ggml-backend.cpp).
 # See _sched.pyx for details.
 
-from libc.stdint cimport uint8_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t
+from libc.stdint cimport int8_t, uint8_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t
 from ggml_py._ggml cimport *
 from ggml_py._core cimport Context, Graph
 from ggml_py._alloc cimport GraphAllocator, recorded_place
@@ -118,7 +118,9 @@ cdef class SchedCore:
 
     # hash map of the nodes in the graph
     cdef ggml_hash_set hash_set
-    cdef int * hv_tensor_backend_ids            # [hash_set.size]
+    cdef int8_t * hv_tensor_backend_ids         # [hash_set.size]; -1: none (at most 64
+                                                # backends: a byte keeps the slots the
+                                                # split writes 4x denser than ggml's int)
     cdef uint8_t * hv_tensor_causes             # [hash_set.size]
     cdef ggml_tensor ** hv_tensor_copies        # [hash_set.size][n_backends][n_copies]
 

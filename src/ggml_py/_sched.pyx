@@ -970,7 +970,7 @@ def _physical_memory():
 cdef void clear_tables(SchedCore s) noexcept:
     """Forget every assignment, cause and copy of the hash set's tensors."""
     ggml_hash_set_reset(&s.hash_set)
-    memset(s.hv_tensor_backend_ids, -1, s.hash_set.size * sizeof(int))
+    memset(s.hv_tensor_backend_ids, -1, s.hash_set.size * sizeof(int8_t))
     memset(s.hv_tensor_causes, 0, s.hash_set.size * sizeof(uint8_t))
     memset(s.hv_tensor_copies, 0,
            s.hash_set.size * s.n_backends * s.n_copies * sizeof(ggml_tensor *))
@@ -1728,7 +1728,7 @@ cdef class SchedCore:
             self.backends[b] = &(<Backend>backends[b]).c
             self.bufts[b] = &(<BufferType>bufts[b]).c
         ggml_hash_set_init(&self.hash_set, self.graph_size)
-        self.hv_tensor_backend_ids = <int *>checked_calloc(n, sizeof(int), "scheduler tables")
+        self.hv_tensor_backend_ids = <int8_t *>checked_calloc(n, sizeof(int8_t), "scheduler tables")
         self.hv_tensor_causes = <uint8_t *>checked_calloc(n, 1, "scheduler tables")
         self.hv_tensor_copies = <ggml_tensor **>checked_calloc(
             n * self.n_backends * self.n_copies, sizeof(void *), "scheduler tables")
