@@ -44,12 +44,14 @@ cdef enum:
     SRC_HOST = 16           # in a weights buffer of a host buffer type (pass 1's offload rule)
 
 cdef struct split_src:
+    # 24 bytes: a large graph's srcs outgrow the caches, and pass 1 writes one per source
     ggml_tensor * tensor                # the source (src[j] of its node before pass 5)
     ggml_backend_buffer_type * buft     # the buffer type of its memory; NULL: not allocated
-    Py_ssize_t slot                     # its hash slot
+    int ref                             # its index in dense_ids; for a tensor that is
+                                        # neither node nor leaf, -2 - its index in
+                                        # outside_slots (src_slot finds its hash slot)
     uint8_t j
     uint8_t bits                        # SRC_*
-    int ref                             # its index in dense_ids; -1: neither node nor leaf
 
 cdef struct sched_split:
     int backend_id
@@ -127,14 +129,17 @@ cdef class SchedCore:
     # the graph being split as passes 2 to 5 read it, built in one sweep by pass 1 so
     # that they walk compact arrays instead of the tensor structs: each node's hash slot
     # and NODE_* bits, and its sources, node i's being srcs[src_begin[i]:src_begin[i + 1]]
-    cdef Py_ssize_t * node_slots                # [node_slots_capacity]
+    cdef Py_ssize_t * node_slots                # [pre_capacity]: by index in dense_ids
+                                                # (a node's position, n_nodes + a leaf's)
+    cdef Py_ssize_t * outside_slots             # [outside_capacity]: the hash slots of
+    cdef int n_outside, outside_capacity        # sources outside the graph (split_src.ref)
     cdef uint8_t * node_bits                    # [node_slots_capacity]
     cdef int * view_refs                        # [node_slots_capacity]: a node's view_src's
                                                 # index in dense_ids, where pass 1 found it
     cdef split_src * leaf_srcs                  # [pre_capacity]: what a node reading leaf i
                                                 # records of it, from the leaf sweep: the
-                                                # leaf (hashed_ref's check), its hash slot,
-                                                # index in dense_ids, SRC_* bits and buft,
+                                                # leaf (hashed_ref's check), its index in
+                                                # dense_ids, SRC_* bits and buft,
                                                 # one record a reader copies (a weight's
                                                 # buffer struct, read there, is out of the
                                                 # caches by the node that reads it, in a

@@ -249,9 +249,14 @@ cdef bint memory_readable(SchedCore s, ggml_backend_buffer_type * buft, int id,
     return backend_supports_buft(s.backends[backend_id], buft)
 
 
+cdef inline Py_ssize_t src_slot(SchedCore s, const split_src * e) noexcept:
+    """The hash slot of a node source (passes 4 and 5: where it gets a backend or copies)."""
+    return s.node_slots[e.ref] if e.ref >= 0 else s.outside_slots[-2 - e.ref]
+
+
 cdef inline int src_backend(SchedCore s, const split_src * e) noexcept:
     """The backend id of a node source (passes 2 to 5)."""
-    return s.dense_ids[e.ref] if e.ref >= 0 else s.hv_tensor_backend_ids[e.slot]
+    return s.dense_ids[e.ref] if e.ref >= 0 else s.hv_tensor_backend_ids[src_slot(s, e)]
 
 
 cdef inline void set_backend(SchedCore s, int ref, Py_ssize_t h, int backend_id,
@@ -281,7 +286,6 @@ cdef inline int set_if_supported(SchedCore s, ggml_tensor * node, int op, int re
 cdef int grow_node_tables(SchedCore s, ggml_cgraph * graph) except -1:
     if graph.n_nodes > s.node_slots_capacity or s.src_begin == NULL:
         safe_realloc(<void **>&s.src_begin, graph.n_nodes + 1, sizeof(int), _TABLES)
-        safe_realloc(<void **>&s.node_slots, graph.n_nodes, sizeof(Py_ssize_t), _TABLES)
         safe_realloc(<void **>&s.node_bits, graph.n_nodes, sizeof(uint8_t), _TABLES)
         safe_realloc(<void **>&s.view_refs, graph.n_nodes, sizeof(int), _TABLES)
         safe_realloc(<void **>&s.compute_nodes, graph.n_nodes, sizeof(int), _TABLES)
@@ -294,6 +298,7 @@ cdef int grow_node_tables(SchedCore s, ggml_cgraph * graph) except -1:
         safe_realloc(<void **>&s.pre_memory, graph.n_leafs + graph.n_nodes + 1, sizeof(void *), _TABLES)
         safe_realloc(<void **>&s.pre_offset, graph.n_leafs + graph.n_nodes + 1, sizeof(size_t), _TABLES)
         safe_realloc(<void **>&s.leaf_srcs, graph.n_leafs + graph.n_nodes + 1, sizeof(split_src), _TABLES)
+        safe_realloc(<void **>&s.node_slots, graph.n_leafs + graph.n_nodes + 1, sizeof(Py_ssize_t), _TABLES)
         safe_realloc(<void **>&s.dense_ids, graph.n_leafs + graph.n_nodes + 1, sizeof(int), _TABLES)
         s.pre_capacity = graph.n_leafs + graph.n_nodes
     return 0
@@ -331,6 +336,17 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
     return 0
 
 
+cdef int add_outside_slot(SchedCore s, Py_ssize_t slot) except? -1:
+    """Keep the hash slot of a source outside the graph; its split_src.ref."""
+    if s.n_outside == s.outside_capacity:
+        safe_realloc(<void **>&s.outside_slots, 2 * s.outside_capacity + 16, sizeof(Py_ssize_t),
+                     _TABLES)
+        s.outside_capacity = 2 * s.outside_capacity + 16
+    s.outside_slots[s.n_outside] = slot
+    s.n_outside += 1
+    return -1 - s.n_outside        # -2 - its index
+
+
 cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
                       bint * leaf_views) except -1:
     """Pass 1's sweep over the leafs, then the nodes. The order rules read where each
@@ -343,12 +359,13 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
     cdef int i, j, n, ref, k = 0
     cdef uint8_t bits
     cdef uint32_t m
-    cdef Py_ssize_t h
+    cdef Py_ssize_t h, src_h
     cdef ggml_tensor * t
     cdef const ggml_tensor * ahead
     cdef ggml_tensor * src
     cdef split_src * e
     cdef split_src srcs_of_leaf[GGML_MAX_SRC]
+    s.n_outside = 0
     if exact:
         # (a loop this short asks for its lines further ahead)
         for i in range(graph.n_nodes):
@@ -364,7 +381,7 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
         h = hash_id(s, t)
         e = &s.leaf_srcs[i]
         e.tensor = t
-        e.slot = h
+        s.node_slots[graph.n_nodes + i] = h
         if not exact or not ggml_is_node_from(graph, t, 0):
             t.order = -2 - i        # (hashed_ref)
         e.ref = graph.n_nodes + i if t.order < 0 else t.order  # (a node too)
@@ -440,14 +457,14 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
                 if e.ref == -1:
                     if not exact:
                         return False    # a later node, or a tensor outside the graph
-                    e.slot = hash_id(s, src)
+                    src_h = hash_id(s, src)
                     if ggml_is_node_from(graph, src, i):
                         bits |= SRC_NOT_BEFORE
                         e.ref = src.order
-                else:
-                    e.slot = s.node_slots[e.ref]
-                    if e.ref == i:      # (a node reading itself)
-                        bits |= SRC_NOT_BEFORE
+                    else:
+                        e.ref = add_outside_slot(s, src_h)
+                elif e.ref == i:        # (a node reading itself)
+                    bits |= SRC_NOT_BEFORE
             if bits & SRC_WEIGHTS:
                 s.node_bits[i] |= NODE_WEIGHTS
             e.j = j
@@ -572,9 +589,10 @@ cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
                 if ggml_views_computed_node(graph, src):
                     raise GraphError(leaf_view_message(src))
                 if e.bits & SRC_VIEW:
-                    set_backend(s, e.ref, e.slot, backend_of(s, src.view_src), CAUSE_4_VSRC)
+                    set_backend(s, e.ref, src_slot(s, e), backend_of(s, src.view_src),
+                                CAUSE_4_VSRC)
                 else:
-                    set_backend(s, e.ref, e.slot, ids[ref], CAUSE_4_CUR)
+                    set_backend(s, e.ref, src_slot(s, e), ids[ref], CAUSE_4_CUR)
         if ids[ref] == -1:
             node = graph.nodes[i]
             b = 0
@@ -677,7 +695,7 @@ cdef int count_new_inputs(SchedCore s, int i, int cur_backend_id) except -1:
             if s.srcs[prev].tensor == e.tensor:
                 seen = True
         if (not seen and src_backend(s, e) != cur_backend_id
-                and copy_slot(s, e.slot, cur_backend_id, 0)[0] == NULL
+                and copy_slot(s, src_slot(s, e), cur_backend_id, 0)[0] == NULL
                 and not src_readable(s, e, cur_backend_id)):
             n += 1
     return n
@@ -750,7 +768,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
             # would compute garbage
             if e.bits & SRC_NOT_BEFORE:
                 raise GraphError(order_message(node, i, src))
-            src_id = e.slot
+            src_id = src_slot(s, e)
             src_backend_id = src_backend(s, e)
             if src_backend_id == -1:
                 raise SchedulerError(f"source '{tensor_name(src)}' of node '{tensor_name(node)}' has no backend",
@@ -1654,6 +1672,8 @@ cdef class SchedCore:
         self.graph_inputs = NULL
         self.infos = NULL
         self.node_slots = NULL
+        self.outside_slots = NULL
+        self.n_outside = self.outside_capacity = 0
         self.node_bits = NULL
         self.view_refs = NULL
         self.node_refs = NULL
@@ -1791,6 +1811,7 @@ cdef class SchedCore:
         free(self.graph_inputs)
         free(self.infos)
         free(self.node_slots)
+        free(self.outside_slots)
         free(self.node_bits)
         free(self.view_refs)
         free(self.node_refs)
