@@ -43,6 +43,11 @@ cdef enum:
     SRC_NOT_BEFORE = 8      # a node of the graph at the reading node's position or later
     SRC_HOST = 16           # in a weights buffer of a host buffer type (pass 1's offload rule)
 
+cdef struct pre_memory_entry:
+    int index                           # the tensor's: a leaf's position, n_leafs + a node's
+    ggml_backend_buffer * memory        # memory_key's buffer and offset
+    size_t offset
+
 cdef struct split_src:
     # 24 bytes: a large graph's srcs outgrow the caches, and pass 1 writes one per source
     ggml_tensor * tensor                # the source (src[j] of its node before pass 5)
@@ -276,7 +281,11 @@ cdef class SchedCore:
     # keys_stale, its keys are an earlier graph's, fp_entries say where each entry is,
     # and fp_cur_table names the tensors of the graph re-pointed to last
     cdef bint keys_stale
-    # the memory of each leaf, then node, as pass 1 saw it (before the allocation)
+    # the memory of each leaf, then node, as pass 1 saw it (before the allocation): pass 1
+    # lists the tensors that have any (most nodes have none, and a split of 100k nodes
+    # wrote 2 MB of zeros), fp_build spreads the list over the two dense arrays
+    cdef pre_memory_entry * pre_entries         # [pre_capacity]
+    cdef int n_pre_entries
     cdef ggml_backend_buffer ** pre_memory      # [pre_capacity]
     cdef size_t * pre_offset                    # [pre_capacity]
     cdef int pre_capacity

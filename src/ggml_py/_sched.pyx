@@ -297,6 +297,8 @@ cdef int grow_node_tables(SchedCore s, ggml_cgraph * graph) except -1:
     if graph.n_leafs + graph.n_nodes > s.pre_capacity or s.pre_memory == NULL:
         safe_realloc(<void **>&s.pre_memory, graph.n_leafs + graph.n_nodes + 1, sizeof(void *), _TABLES)
         safe_realloc(<void **>&s.pre_offset, graph.n_leafs + graph.n_nodes + 1, sizeof(size_t), _TABLES)
+        safe_realloc(<void **>&s.pre_entries, graph.n_leafs + graph.n_nodes + 1,
+                     sizeof(pre_memory_entry), _TABLES)
         safe_realloc(<void **>&s.leaf_srcs, graph.n_leafs + graph.n_nodes + 1, sizeof(split_src), _TABLES)
         safe_realloc(<void **>&s.node_slots, graph.n_leafs + graph.n_nodes + 1, sizeof(Py_ssize_t), _TABLES)
         safe_realloc(<void **>&s.dense_ids, graph.n_leafs + graph.n_nodes + 1, sizeof(int), _TABLES)
@@ -336,6 +338,29 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
     return 0
 
 
+cdef inline void note_memory(SchedCore s, int index, const ggml_tensor * t) noexcept:
+    """List t's memory before the allocation (memory_key) where it has any."""
+    cdef size_t offset
+    cdef ggml_backend_buffer * b = memory_key(s, t, &offset)
+    cdef pre_memory_entry * e
+    if b != NULL or offset != 0:
+        e = &s.pre_entries[s.n_pre_entries]
+        e.index = index
+        e.memory = b
+        e.offset = offset
+        s.n_pre_entries += 1
+
+
+cdef void spread_pre_memory(SchedCore s, int n) noexcept:
+    """pre_memory and pre_offset of the n tensors of the last split, from pass 1's list."""
+    cdef int k
+    memset(s.pre_memory, 0, n * sizeof(void *))
+    memset(s.pre_offset, 0, n * sizeof(size_t))
+    for k in range(s.n_pre_entries):
+        s.pre_memory[s.pre_entries[k].index] = s.pre_entries[k].memory
+        s.pre_offset[s.pre_entries[k].index] = s.pre_entries[k].offset
+
+
 cdef int add_outside_slot(SchedCore s, Py_ssize_t slot) except? -1:
     """Keep the hash slot of a source outside the graph; its split_src.ref."""
     if s.n_outside == s.outside_capacity:
@@ -366,6 +391,7 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
     cdef split_src * e
     cdef split_src srcs_of_leaf[GGML_MAX_SRC]
     s.n_outside = 0
+    s.n_pre_entries = 0
     if exact:
         # (a loop this short asks for its lines further ahead)
         for i in range(graph.n_nodes):
@@ -377,7 +403,7 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
         if ahead != NULL:
             prefetch_slot(s, ahead)
         t = graph.leafs[i]
-        s.pre_memory[i] = memory_key(s, t, &s.pre_offset[i])
+        note_memory(s, i, t)
         h = hash_id(s, t)
         e = &s.leaf_srcs[i]
         e.tensor = t
@@ -410,7 +436,7 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
             if hashed_ref(s, graph, t, i - 1) != -1:
                 return False        # listed before, as a node or a leaf
             t.order = i
-        s.pre_memory[graph.n_leafs + i] = memory_key(s, t, &s.pre_offset[graph.n_leafs + i])
+        note_memory(s, graph.n_leafs + i, t)
         h = hash_id(s, t)
         s.node_slots[i] = h
         s.node_refs[i] = t.order        # i, or its last position (the order sweep's)
@@ -1210,6 +1236,7 @@ cdef int fp_build(SchedCore s) except -1:
         s.fp_n_layouts = 0
         s.fp_n_more = 0
         safe_realloc(<void **>&s.fp_tensors, nn + nl + 1, sizeof(fp_tensor), _TABLES)
+        spread_pre_memory(s, nl + nn)
         for i in range(nn):
             fp_record(s, refs, cg.nodes[i], &s.fp_tensors[i], nl + i, layouts)
         for k in range(nl):
@@ -1702,6 +1729,8 @@ cdef class SchedCore:
         self.fp_table = NULL
         self.fp_cur_table = NULL
         self.pre_memory = NULL
+        self.pre_entries = NULL
+        self.n_pre_entries = 0
         self.pre_offset = NULL
         self.leaf_srcs = NULL
         self.compute_nodes = NULL
@@ -1840,6 +1869,7 @@ cdef class SchedCore:
         free(self.fp_table)
         free(self.fp_cur_table)
         free(self.pre_memory)
+        free(self.pre_entries)
         free(self.pre_offset)
         free(self.leaf_srcs)
         free(self.compute_nodes)
