@@ -11,7 +11,7 @@ scheduler stays usable.
 
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset, memcpy, memcmp, strncmp
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int8_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handle, tensor_name,
@@ -1762,7 +1762,7 @@ cdef class SchedCore:
         # the tables hold a slot per hash slot: refuse what this machine cannot hold
         # before touching any (the reset writes them all)
         cdef size_t n = ggml_hash_size(self.graph_size)
-        table_bytes = n * (sizeof(void *) + sizeof(int) + 1 +
+        table_bytes = n * (sizeof(void *) + sizeof(int8_t) + 1 +
                            self.n_backends * self.n_copies * sizeof(void *))
         if table_bytes > _physical_memory():
             raise AllocationError(
