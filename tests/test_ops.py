@@ -2,6 +2,7 @@
 
 import ctypes
 import ctypes.util
+import functools
 import glob
 import json
 import math
@@ -240,10 +241,16 @@ def test_binary_broadcast_and_get_rows(cpu, data, n, rows):
     np.testing.assert_array_equal(got.reshape(2, -1), w[ids])
 
 
-def _libm_powf(x, y):
+@functools.cache
+def _libm():
+    # (find_library runs ldconfig: once, not per call of a hypothesis test)
     libm = ctypes.CDLL(ctypes.util.find_library("m"))
     libm.powf.restype, libm.powf.argtypes = ctypes.c_float, [ctypes.c_float, ctypes.c_float]
-    return np.float32(libm.powf(x, y))
+    return libm
+
+
+def _libm_powf(x, y):
+    return np.float32(_libm().powf(x, y))
 
 
 @pytest.mark.parametrize("n_dims", [8, 64, 128])
