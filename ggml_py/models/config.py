@@ -9,7 +9,8 @@ from typing import Any
 
 from ggml_py import quants
 from ggml_py._core import instance_arg
-from ggml_py.errors import ModelError, UnknownNameError
+from ggml_py.errors import GraphError, ModelError, UnknownNameError
+from ggml_py.ops import ROPE_TYPES, rope_mode_id
 
 FFN_KINDS = ("dense", "moe_dense", "moe_topk", "moe_shared")
 WEIGHT_TYPES = ("f32", "f16", "q8_0", "q4_0")
@@ -99,8 +100,11 @@ class ModelConfig:
         if self.cache_type not in CACHE_TYPES:
             raise ModelError(f"ModelConfig.cache_type must be one of {CACHE_TYPES}, got "
                              f"{self.cache_type!r}")
-        mode = self.rope_mode.upper() if isinstance(self.rope_mode, str) else None
-        if mode is None or mode.removeprefix("GGML_ROPE_TYPE_") not in ROPE_MODES:
+        try:        # (ops.rope_mode_id reads the spellings rope_ext takes)
+            mode = rope_mode_id(self.rope_mode) if isinstance(self.rope_mode, str) else None
+        except GraphError:
+            mode = None
+        if mode not in (ROPE_TYPES[m] for m in ROPE_MODES):
             raise ModelError(f"ModelConfig.rope_mode must be one of {ROPE_MODES} (the rope "
                              f"of llama models), got {self.rope_mode!r}")
         if not isinstance(self.name, str):
@@ -109,7 +113,7 @@ class ModelConfig:
     @property
     def rope_neox(self) -> bool:
         """NEOX rope (rotating the halves of each head) rather than NORMAL (adjacent pairs)."""
-        return self.rope_mode.upper().removeprefix("GGML_ROPE_TYPE_") == "NEOX"
+        return rope_mode_id(self.rope_mode) == ROPE_TYPES["NEOX"]
 
     @property
     def head_dim(self) -> int:
