@@ -1162,7 +1162,7 @@ cdef class RPCBuffer(Buffer):
 
     def clear(self, value=0):
         """Set every byte of the buffer to `value` (BUFFER_CLEAR)."""
-        self.conn.buffer_clear(self.remote, byte_value(value))
+        self.conn.buffer_clear(self.remote, value)        # (which checks the byte)
 
     def init_tensor(self, Tensor tensor):
         """ggml's RPC init_tensor: quantized tensors with rows not a multiple of 512 are
