@@ -42,6 +42,7 @@ cdef enum:
     SRC_VIEW = 4            # has a view_src
     SRC_NOT_BEFORE = 8      # a node of the graph at the reading node's position or later
     SRC_HOST = 16           # in a weights buffer of a host buffer type (pass 1's offload rule)
+    SRC_MEMORY = 32         # has memory (its buft is kept: dense_bufts, outside_source.buft)
 
 cdef struct pre_memory_entry:
     int index                           # the tensor's: a leaf's position, n_leafs + a node's
@@ -49,14 +50,27 @@ cdef struct pre_memory_entry:
     size_t offset
 
 cdef struct split_src:
-    # 24 bytes: a large graph's srcs outgrow the caches, and pass 1 writes one per source
-    ggml_tensor * tensor                # the source (src[j] of its node before pass 5)
-    ggml_backend_buffer_type * buft     # the buffer type of its memory; NULL: not allocated
+    # 8 bytes: a large graph's srcs outgrow the caches, and pass 1 writes one per source.
+    # What the passes read of the source tensor itself is kept once per tensor, by its
+    # ref (dense_bufts, dense_bits; src_tensor finds the tensor in the graph's lists)
     int ref                             # its index in dense_ids; for a tensor that is
                                         # neither node nor leaf, -2 - its index in
-                                        # outside_slots (src_slot finds its hash slot)
-    uint8_t j
+                                        # outside (src_slot finds its hash slot)
+    uint8_t j                           # the node's source slot it is in
     uint8_t bits                        # SRC_*
+
+# a source that is neither node nor leaf of the graph being split (split_src.ref < 0)
+cdef struct outside_source:
+    ggml_tensor * tensor
+    ggml_backend_buffer_type * buft     # the buffer type of its memory; NULL: none
+    Py_ssize_t slot                     # its hash slot
+
+# the first source of a tensor in a weights buffer: the rule that runs an op where its
+# weights are (backend_id_from_cur) reads it
+cdef struct weights_source:
+    int j                               # its source slot; -1: the tensor reads no weights
+    bint host                           # of a host buffer type (SRC_HOST)
+    ggml_backend_buffer_type * buft
 
 cdef struct sched_split:
     int backend_id
@@ -136,19 +150,20 @@ cdef class SchedCore:
     # and NODE_* bits, and its sources, node i's being srcs[src_begin[i]:src_begin[i + 1]]
     cdef Py_ssize_t * node_slots                # [pre_capacity]: by index in dense_ids
                                                 # (a node's position, n_nodes + a leaf's)
-    cdef Py_ssize_t * outside_slots             # [outside_capacity]: the hash slots of
-    cdef int n_outside, outside_capacity        # sources outside the graph (split_src.ref)
+    cdef outside_source * outside               # [outside_capacity]: sources outside the
+    cdef int n_outside, outside_capacity        # graph (split_src.ref < 0)
     cdef uint8_t * node_bits                    # [node_slots_capacity]
-    cdef int * view_refs                        # [node_slots_capacity]: a node's view_src's
+    cdef int * view_refs                        # [node_slots_capacity]: a view's view_src's
                                                 # index in dense_ids, where pass 1 found it
-    cdef split_src * leaf_srcs                  # [pre_capacity]: what a node reading leaf i
-                                                # records of it, from the leaf sweep: the
-                                                # leaf (hashed_ref's check), its index in
-                                                # dense_ids, SRC_* bits and buft,
-                                                # one record a reader copies (a weight's
-                                                # buffer struct, read there, is out of the
-                                                # caches by the node that reads it, in a
-                                                # large graph)
+                                                # (-1: not yet hashed; set for NODE_VIEW only)
+    # what a node reading a tensor of the graph records of it, by the tensor's index in
+    # dense_ids, from the tensor's own sweep (a weight's buffer struct, read there, is
+    # out of the caches by the node that reads it, in a large graph): the buffer type of
+    # its memory (set only with SRC_MEMORY) and its SRC_* bits but SRC_NOT_BEFORE
+    cdef ggml_backend_buffer_type ** dense_bufts    # [pre_capacity]
+    cdef uint8_t * dense_bits                   # [pre_capacity]
+    cdef int * leaf_refs                        # [pre_capacity]: each leaf's index in
+                                                # dense_ids (its node position, if a node)
     cdef int * compute_nodes                    # [node_slots_capacity]: the positions of the
     cdef int * compute_refs                     # nodes that are not view ops (passes 2 and 3
     cdef Py_ssize_t * compute_slots             # walk them), their indexes in dense_ids,

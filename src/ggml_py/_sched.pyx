@@ -168,11 +168,11 @@ cdef inline bint cur_may_choose(const ggml_tensor * t, bint reads_weights) noexc
 
 
 cdef int backend_id_from_cur(SchedCore s, ggml_tensor * tensor, uint8_t * cause,
-                             const split_src * srcs, int n_srcs) except -2:
-    """Pass 1 for one tensor: the backend its current location implies, or -1. srcs:
-    what pass 1 recorded of its sources (describe_source)."""
+                             const weights_source * weights) except -2:
+    """Pass 1 for one tensor: the backend its current location implies, or -1. weights:
+    its first source in a weights buffer, as pass 1 recorded it."""
     cdef ggml_backend_buffer * buf = _base_buffer(s, tensor)
-    cdef int cur, k, b, src_backend_id
+    cdef int cur, b, src_backend_id
     if buf != NULL or tensor.view_src != NULL:     # (most nodes have no memory yet)
         cur = backend_for_memory(s, buft_of(buf), tensor)
         if cur != -1:
@@ -192,17 +192,16 @@ cdef int backend_id_from_cur(SchedCore s, ggml_tensor * tensor, uint8_t * cause,
     # tensor is too small to choose a backend by
     if tensor.op == OP_ROPE:
         return -1
-    for k in range(n_srcs):
-        if srcs[k].bits & SRC_WEIGHTS:
-            src_backend_id = backend_for_memory(s, srcs[k].buft, tensor)
-            # a higher-priority backend may want to offload the op anyway
-            if s.op_offload and src_backend_id == s.n_backends - 1 and srcs[k].bits & SRC_HOST:
-                for b in range(src_backend_id):
-                    if backend_supports_op(s.backends[b], tensor) and backend_offload_op(s.backends[b], tensor):
-                        cause[0] = CAUSE_1_OFF
-                        return b
-            cause[0] = CAUSE_1_WGT0 + srcs[k].j
-            return src_backend_id
+    if weights.j != -1:
+        src_backend_id = backend_for_memory(s, weights.buft, tensor)
+        # a higher-priority backend may want to offload the op anyway
+        if s.op_offload and src_backend_id == s.n_backends - 1 and weights.host:
+            for b in range(src_backend_id):
+                if backend_supports_op(s.backends[b], tensor) and backend_offload_op(s.backends[b], tensor):
+                    cause[0] = CAUSE_1_OFF
+                    return b
+        cause[0] = CAUSE_1_WGT0 + weights.j
+        return src_backend_id
     return -1
 
 
@@ -212,6 +211,8 @@ cdef inline uint8_t describe_source(SchedCore s, const ggml_tensor * src,
     (which depends on the reader), and the buffer type of its memory (buft)."""
     cdef uint8_t bits = SRC_INPUT if src.flags & GGML_TENSOR_FLAG_INPUT else 0
     buft[0] = buft_of(_base_buffer(s, src))
+    if buft[0] != NULL:
+        bits |= SRC_MEMORY
     if src.buffer != NULL and src.buffer.usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS:
         bits |= SRC_WEIGHTS
         if src.buffer.buft.is_host:
@@ -221,37 +222,58 @@ cdef inline uint8_t describe_source(SchedCore s, const ggml_tensor * src,
     return bits
 
 
-cdef int describe_sources(SchedCore s, const ggml_tensor * t, split_src * out) noexcept:
-    """describe_source of each of t's sources, into out (GGML_MAX_SRC entries) in slot
-    order; how many. (The sweep over a node's sources records these and more.)"""
-    cdef int n = 0
+cdef inline void record_tensor(SchedCore s, int ref, const ggml_tensor * t) noexcept:
+    """What a node reading t records of it, for t's index ref in dense_ids (the buffer
+    type only for a tensor with memory: most nodes have none, and their readers read
+    SRC_MEMORY)."""
+    cdef ggml_backend_buffer_type * buft
+    s.dense_bits[ref] = describe_source(s, t, &buft)
+    if buft != NULL:
+        s.dense_bufts[ref] = buft
+
+
+cdef inline void note_weights(weights_source * weights, int j, uint8_t bits,
+                              ggml_backend_buffer_type * buft) noexcept:
+    """Keep a source (slot j, SRC_* bits, buft) as the tensor's weights_source if it is
+    the first in a weights buffer."""
+    if bits & SRC_WEIGHTS and weights.j == -1:
+        weights.j = j
+        weights.host = bits & SRC_HOST != 0
+        weights.buft = buft
+
+
+cdef void find_weights(SchedCore s, const ggml_tensor * t, weights_source * weights) noexcept:
+    """t's weights_source, from its sources' structs (a leaf's: few have sources)."""
+    cdef ggml_backend_buffer_type * buft
+    cdef uint8_t bits
+    cdef int j
     cdef uint32_t m = source_mask(t)
-    while m:
-        out[n].j = lowest_bit(m)
+    weights.j = -1
+    while m and weights.j == -1:
+        j = lowest_bit(m)
         m &= m - 1
-        out[n].tensor = t.src[out[n].j]
-        out[n].bits = describe_source(s, out[n].tensor, &out[n].buft)
-        n += 1
-    return n
+        bits = describe_source(s, t.src[j], &buft)
+        note_weights(weights, j, bits, buft)
 
 
-cdef bint memory_readable(SchedCore s, ggml_backend_buffer_type * buft, int id,
-                          ggml_tensor * t, int backend_id) except -1:
-    """Can backend_id read t (assigned to backend id) where it is or will be? buft is the
-    buffer type of t's memory, NULL when it has none yet: then it will live in the
-    buffer type of its backend (or of its view_src's)."""
-    if buft == NULL:
-        if id == -1 and t.view_src != NULL:
-            id = backend_of(s, t.view_src)
-        if id == -1:
-            return False
-        buft = s.bufts[id]
-    return backend_supports_buft(s.backends[backend_id], buft)
+cdef inline ggml_tensor * src_tensor(SchedCore s, ggml_cgraph * graph,
+                                     const split_src * e) noexcept:
+    """The tensor a node source is (the node's src[j] before pass 5 rewires it)."""
+    if e.ref < 0:
+        return s.outside[-2 - e.ref].tensor
+    return graph.nodes[e.ref] if e.ref < graph.n_nodes else graph.leafs[e.ref - graph.n_nodes]
+
+
+cdef inline ggml_backend_buffer_type * src_buft(SchedCore s, const split_src * e) noexcept:
+    """The buffer type of a node source's memory; NULL: it has none yet."""
+    if not e.bits & SRC_MEMORY:
+        return NULL
+    return s.dense_bufts[e.ref] if e.ref >= 0 else s.outside[-2 - e.ref].buft
 
 
 cdef inline Py_ssize_t src_slot(SchedCore s, const split_src * e) noexcept:
     """The hash slot of a node source (passes 4 and 5: where it gets a backend or copies)."""
-    return s.node_slots[e.ref] if e.ref >= 0 else s.outside_slots[-2 - e.ref]
+    return s.node_slots[e.ref] if e.ref >= 0 else s.outside[-2 - e.ref].slot
 
 
 cdef inline int src_backend(SchedCore s, const split_src * e) noexcept:
@@ -268,9 +290,20 @@ cdef inline void set_backend(SchedCore s, int ref, Py_ssize_t h, int backend_id,
         s.dense_ids[ref] = backend_id
 
 
-cdef inline bint src_readable(SchedCore s, const split_src * e, int backend_id) except -1:
-    """memory_readable for a node source, from what pass 1 recorded of it."""
-    return memory_readable(s, e.buft, src_backend(s, e), e.tensor, backend_id)
+cdef bint src_readable(SchedCore s, ggml_cgraph * graph, const split_src * e,
+                       int backend_id) except -1:
+    """Can backend_id read a node source where it is or will be? A source without memory
+    yet will live in the buffer type of its backend (or of its view_src's)."""
+    cdef ggml_backend_buffer_type * buft = src_buft(s, e)
+    cdef int id
+    if buft == NULL:
+        id = src_backend(s, e)
+        if id == -1 and e.bits & SRC_VIEW:
+            id = backend_of(s, src_tensor(s, graph, e).view_src)
+        if id == -1:
+            return False
+        buft = s.bufts[id]
+    return backend_supports_buft(s.backends[backend_id], buft)
 
 
 cdef inline int set_if_supported(SchedCore s, ggml_tensor * node, int op, int ref,
@@ -299,7 +332,9 @@ cdef int grow_node_tables(SchedCore s, ggml_cgraph * graph) except -1:
         safe_realloc(<void **>&s.pre_offset, graph.n_leafs + graph.n_nodes + 1, sizeof(size_t), _TABLES)
         safe_realloc(<void **>&s.pre_entries, graph.n_leafs + graph.n_nodes + 1,
                      sizeof(pre_memory_entry), _TABLES)
-        safe_realloc(<void **>&s.leaf_srcs, graph.n_leafs + graph.n_nodes + 1, sizeof(split_src), _TABLES)
+        safe_realloc(<void **>&s.dense_bufts, graph.n_leafs + graph.n_nodes + 1, sizeof(void *), _TABLES)
+        safe_realloc(<void **>&s.dense_bits, graph.n_leafs + graph.n_nodes + 1, sizeof(uint8_t), _TABLES)
+        safe_realloc(<void **>&s.leaf_refs, graph.n_leafs + graph.n_nodes + 1, sizeof(int), _TABLES)
         safe_realloc(<void **>&s.node_slots, graph.n_leafs + graph.n_nodes + 1, sizeof(Py_ssize_t), _TABLES)
         safe_realloc(<void **>&s.dense_ids, graph.n_leafs + graph.n_nodes + 1, sizeof(int), _TABLES)
         s.pre_capacity = graph.n_leafs + graph.n_nodes
@@ -309,15 +344,15 @@ cdef int grow_node_tables(SchedCore s, ggml_cgraph * graph) except -1:
 cdef inline int hashed_ref(SchedCore s, ggml_cgraph * graph, const ggml_tensor * t,
                            int i) noexcept:
     """t's index in dense_ids where pass 1 has hashed t already, as a leaf (after the
-    leaf sweep) or as a node up to position i (its slot, and for a leaf what a reader
-    records of it, are then known without a lookup: node_slots, leaf_srcs); -1 if it
+    leaf sweep) or as a node up to position i (its slot, and what a reader records of
+    it, are then known without a lookup: node_slots, dense_bufts, dense_bits); -1 if it
     has not. t.order says where t is (a leaf's is -2 - its position), trusted only where
-    the graph has t there (for a leaf, its record: the line the reader copies)."""
+    the graph has t there."""
     cdef int p = t.order
     if 0 <= p <= i:
         if graph.nodes[p] == t:
             return p
-    elif p <= -2 and -2 - p < graph.n_leafs and s.leaf_srcs[-2 - p].tensor == t:
+    elif p <= -2 and -2 - p < graph.n_leafs and graph.leafs[-2 - p] == t:
         return graph.n_nodes - 2 - p
     return -1
 
@@ -361,13 +396,18 @@ cdef void spread_pre_memory(SchedCore s, int n) noexcept:
         s.pre_offset[s.pre_entries[k].index] = s.pre_entries[k].offset
 
 
-cdef int add_outside_slot(SchedCore s, Py_ssize_t slot) except? -1:
-    """Keep the hash slot of a source outside the graph; its split_src.ref."""
+cdef int add_outside(SchedCore s, ggml_tensor * t, ggml_backend_buffer_type * buft,
+                     Py_ssize_t slot) except? -1:
+    """Keep a source outside the graph (its buft and hash slot); its split_src.ref."""
+    cdef outside_source * o
     if s.n_outside == s.outside_capacity:
-        safe_realloc(<void **>&s.outside_slots, 2 * s.outside_capacity + 16, sizeof(Py_ssize_t),
+        safe_realloc(<void **>&s.outside, 2 * s.outside_capacity + 16, sizeof(outside_source),
                      _TABLES)
         s.outside_capacity = 2 * s.outside_capacity + 16
-    s.outside_slots[s.n_outside] = slot
+    o = &s.outside[s.n_outside]
+    o.tensor = t
+    o.buft = buft
+    o.slot = slot
     s.n_outside += 1
     return -1 - s.n_outside        # -2 - its index
 
@@ -381,15 +421,16 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
     ggml builds them): the sweep stops, False, at the first that is not so, and the
     caller sweeps again, exact. (At 100k nodes, a first loop is one more sweep over
     memory as large as the tensor structs.)"""
-    cdef int i, j, n, ref, k = 0
+    cdef int i, j, ref, k = 0
     cdef uint8_t bits
     cdef uint32_t m
     cdef Py_ssize_t h, src_h
     cdef ggml_tensor * t
     cdef const ggml_tensor * ahead
     cdef ggml_tensor * src
+    cdef ggml_backend_buffer_type * buft
     cdef split_src * e
-    cdef split_src srcs_of_leaf[GGML_MAX_SRC]
+    cdef weights_source weights
     s.n_outside = 0
     s.n_pre_entries = 0
     if exact:
@@ -405,21 +446,18 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
         t = graph.leafs[i]
         note_memory(s, i, t)
         h = hash_id(s, t)
-        e = &s.leaf_srcs[i]
-        e.tensor = t
         s.node_slots[graph.n_nodes + i] = h
         if not exact or not ggml_is_node_from(graph, t, 0):
             t.order = -2 - i        # (hashed_ref)
-        e.ref = graph.n_nodes + i if t.order < 0 else t.order  # (a node too)
+        ref = graph.n_nodes + i if t.order < 0 else t.order  # (a node too)
+        s.leaf_refs[i] = ref
         leaf_views[0] |= t.view_src != NULL
-        e.bits = describe_source(s, t, &e.buft)
+        record_tensor(s, ref, t)
         if s.hv_tensor_backend_ids[h] == -1:
-            n = 0
-            if source_mask(t):      # (a leaf with sources is rare)
-                n = describe_sources(s, t, srcs_of_leaf)
+            find_weights(s, t, &weights)
             s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, &s.hv_tensor_causes[h],
-                                                             srcs_of_leaf, n)
-        s.dense_ids[e.ref] = s.hv_tensor_backend_ids[h]
+                                                             &weights)
+        s.dense_ids[ref] = s.hv_tensor_backend_ids[h]
     s.n_compute = 0
     for i in range(graph.n_nodes):
         ahead = prefetch_node_ahead(graph, i)
@@ -440,6 +478,8 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
         h = hash_id(s, t)
         s.node_slots[i] = h
         s.node_refs[i] = t.order        # i, or its last position (the order sweep's)
+        # what its readers record of it (before its sources: a node may read itself)
+        record_tensor(s, t.order, t)
         s.node_bits[i] = NODE_INPUT if t.flags & GGML_TENSOR_FLAG_INPUT else 0
         if ggml_is_view_op(t.op):
             s.node_bits[i] |= NODE_VIEW_OP
@@ -452,9 +492,8 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
             s.compute_slots[s.n_compute] = h
             s.compute_ops[s.n_compute] = <uint16_t>t.op
             s.n_compute += 1
-        s.view_refs[i] = -1
         if t.view_src != NULL:
-            # else pass 4 hashes it, only where ggml would
+            # else pass 4 hashes it, only where ggml would (read only for NODE_VIEW)
             s.view_refs[i] = hashed_ref(s, graph, t.view_src, i)
             if s.view_refs[i] == -1 and not exact:
                 return False        # a base that is a later node, or outside the graph
@@ -466,40 +505,42 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
         if k + GGML_MAX_SRC > s.src_capacity:
             safe_realloc(<void **>&s.srcs, 2 * (k + GGML_MAX_SRC), sizeof(split_src), _TABLES)
             s.src_capacity = 2 * (k + GGML_MAX_SRC)
+        weights.j = -1
         while m:
             j = lowest_bit(m)
             m &= m - 1
             src = t.src[j]
-            e = &s.srcs[k]
-            k += 1
             ref = hashed_ref(s, graph, src, i)
-            if ref >= graph.n_nodes:
-                e[0] = s.leaf_srcs[ref - graph.n_nodes]
-                bits = e.bits
-            else:
-                e.tensor = src
-                e.ref = ref
-                bits = describe_source(s, src, &e.buft)
-                if e.ref == -1:
-                    if not exact:
-                        return False    # a later node, or a tensor outside the graph
-                    src_h = hash_id(s, src)
-                    if ggml_is_node_from(graph, src, i):
-                        bits |= SRC_NOT_BEFORE
-                        e.ref = src.order
-                    else:
-                        e.ref = add_outside_slot(s, src_h)
-                elif e.ref == i:        # (a node reading itself)
+            if ref != -1:
+                bits = s.dense_bits[ref]
+                if ref == i:            # (a node reading itself)
                     bits |= SRC_NOT_BEFORE
+                buft = NULL
+                if bits & SRC_WEIGHTS and bits & SRC_MEMORY:
+                    buft = s.dense_bufts[ref]
+            else:
+                if not exact:
+                    return False        # a later node, or a tensor outside the graph
+                bits = describe_source(s, src, &buft)
+                src_h = hash_id(s, src)
+                if ggml_is_node_from(graph, src, i):
+                    bits |= SRC_NOT_BEFORE
+                    ref = src.order
+                else:
+                    ref = add_outside(s, src, buft, src_h)
             if bits & SRC_WEIGHTS:
                 s.node_bits[i] |= NODE_WEIGHTS
+                note_weights(&weights, j, bits, buft)
+            e = &s.srcs[k]
+            k += 1
+            e.ref = ref
             e.j = j
             e.bits = bits
         # the backend its location implies (after its sources: whether it reads weights)
         if (s.hv_tensor_backend_ids[h] == -1
                 and cur_may_choose(t, s.node_bits[i] & NODE_WEIGHTS)):
-            s.hv_tensor_backend_ids[h] = backend_id_from_cur(
-                s, t, &s.hv_tensor_causes[h], &s.srcs[s.src_begin[i]], k - s.src_begin[i])
+            s.hv_tensor_backend_ids[h] = backend_id_from_cur(s, t, &s.hv_tensor_causes[h],
+                                                             &weights)
         s.dense_ids[t.order] = s.hv_tensor_backend_ids[h]
     s.src_begin[graph.n_nodes] = k
     return True
@@ -553,8 +594,8 @@ cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
                 for k in range(s.src_begin[i], s.src_begin[i + 1]):
                     e = &s.srcs[k]
                     if ((src_backend(s, e) != -1
-                         or (e.bits & SRC_VIEW and backend_of(s, e.tensor.view_src) != -1))
-                            and src_readable(s, e, b)):
+                         or (e.bits & SRC_VIEW and backend_of(s, src_tensor(s, graph, e).view_src) != -1))
+                            and src_readable(s, graph, e, b)):
                         n_supported += 1
                 if n_supported > n_supported_best:
                     n_supported_best = n_supported
@@ -565,7 +606,7 @@ cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
                     continue
                 supported = True
                 for k in range(s.src_begin[i], s.src_begin[i + 1]):
-                    if not src_readable(s, &s.srcs[k], b):
+                    if not src_readable(s, graph, &s.srcs[k], b):
                         supported = False
                         break
                 if supported:
@@ -609,9 +650,9 @@ cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
         for k in range(s.src_begin[i], s.src_begin[i + 1]):
             e = &s.srcs[k]
             if bits & NODE_VIEW_OP and e.bits & SRC_NOT_BEFORE:
-                raise GraphError(order_message(graph.nodes[i], i, e.tensor))
+                raise GraphError(order_message(graph.nodes[i], i, src_tensor(s, graph, e)))
             if src_backend(s, e) == -1:
-                src = e.tensor
+                src = src_tensor(s, graph, e)
                 if ggml_views_computed_node(graph, src):
                     raise GraphError(leaf_view_message(src))
                 if e.bits & SRC_VIEW:
@@ -709,7 +750,7 @@ cdef int check_view_assignment(SchedCore s, ggml_tensor * view, Py_ssize_t h) ex
     return 0
 
 
-cdef int count_new_inputs(SchedCore s, int i, int cur_backend_id) except -1:
+cdef int count_new_inputs(SchedCore s, ggml_cgraph * graph, int i, int cur_backend_id) except -1:
     """How many inputs node i would add to a split on cur_backend_id."""
     cdef int k, prev, n = 0
     cdef bint seen
@@ -718,11 +759,11 @@ cdef int count_new_inputs(SchedCore s, int i, int cur_backend_id) except -1:
         e = &s.srcs[k]
         seen = False
         for prev in range(s.src_begin[i], k):
-            if s.srcs[prev].tensor == e.tensor:
+            if src_tensor(s, graph, &s.srcs[prev]) == src_tensor(s, graph, e):
                 seen = True
         if (not seen and src_backend(s, e) != cur_backend_id
                 and copy_slot(s, src_slot(s, e), cur_backend_id, 0)[0] == NULL
-                and not src_readable(s, e, cur_backend_id)):
+                and not src_readable(s, graph, e, cur_backend_id)):
             n += 1
     return n
 
@@ -770,14 +811,14 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
                     e = &s.srcs[k]
                     if (e.bits & SRC_WEIGHTS
                             and src_backend(s, e) != cur_backend_id
-                            and not src_readable(s, e, cur_backend_id)):
+                            and not src_readable(s, graph, e, cur_backend_id)):
                         need_new_split = True
                         break
             if not need_new_split and split.n_inputs + GGML_MAX_SRC > s.max_split_inputs:
                 # ggml checks only a full list and aborts when a node brings two
                 # inputs to 29; counting gives the same splits where ggml works
                 # (and is needed only when the node's sources could overflow it)
-                n_new = count_new_inputs(s, i, cur_backend_id)
+                n_new = count_new_inputs(s, graph, i, cur_backend_id)
                 need_new_split = n_new > 0 and split.n_inputs + n_new > s.max_split_inputs
 
         if node_backend_id != cur_backend_id or need_new_split:
@@ -789,7 +830,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
         # find the inputs that are not on the split's backend
         for k in range(s.src_begin[i], s.src_begin[i + 1]):
             e = &s.srcs[k]
-            src = e.tensor
+            src = src_tensor(s, graph, e)
             # ggml assumes nodes come after what they read; a graph that does not
             # would compute garbage
             if e.bits & SRC_NOT_BEFORE:
@@ -818,7 +859,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
                     s.graph_inputs[s.n_graph_inputs] = src
                     s.n_graph_inputs += 1
 
-            if src_backend_id != cur_backend_id and not src_readable(s, e, cur_backend_id):
+            if src_backend_id != cur_backend_id and not src_readable(s, graph, e, cur_backend_id):
                 if copy_slot(s, src_id, cur_backend_id, 0)[0] == NULL:
                     if split.n_inputs == s.max_split_inputs:
                         raise SchedulerError(
@@ -990,7 +1031,7 @@ cdef int build_graph_copy(SchedCore s, ggml_cgraph * graph) except -1:
                     l += 1
 
     for i in range(graph.n_leafs):
-        s.leaf_backend_ids[l] = s.dense_ids[s.leaf_srcs[i].ref]
+        s.leaf_backend_ids[l] = s.dense_ids[s.leaf_refs[i]]
         gc.leafs[l] = graph.leafs[i]
         l += 1
     gc.n_nodes = n
@@ -1699,7 +1740,7 @@ cdef class SchedCore:
         self.graph_inputs = NULL
         self.infos = NULL
         self.node_slots = NULL
-        self.outside_slots = NULL
+        self.outside = NULL
         self.n_outside = self.outside_capacity = 0
         self.node_bits = NULL
         self.view_refs = NULL
@@ -1732,7 +1773,9 @@ cdef class SchedCore:
         self.pre_entries = NULL
         self.n_pre_entries = 0
         self.pre_offset = NULL
-        self.leaf_srcs = NULL
+        self.dense_bufts = NULL
+        self.dense_bits = NULL
+        self.leaf_refs = NULL
         self.compute_nodes = NULL
         self.compute_slots = NULL
 
@@ -1840,7 +1883,7 @@ cdef class SchedCore:
         free(self.graph_inputs)
         free(self.infos)
         free(self.node_slots)
-        free(self.outside_slots)
+        free(self.outside)
         free(self.node_bits)
         free(self.view_refs)
         free(self.node_refs)
@@ -1871,7 +1914,9 @@ cdef class SchedCore:
         free(self.pre_memory)
         free(self.pre_entries)
         free(self.pre_offset)
-        free(self.leaf_srcs)
+        free(self.dense_bufts)
+        free(self.dense_bits)
+        free(self.leaf_refs)
         free(self.compute_nodes)
         free(self.compute_slots)
 
