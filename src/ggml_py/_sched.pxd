@@ -148,8 +148,9 @@ cdef class SchedCore:
     # the graph being split as passes 2 to 5 read it, built in one sweep by pass 1 so
     # that they walk compact arrays instead of the tensor structs: each node's hash slot
     # and NODE_* bits, and its sources, node i's being srcs[src_begin[i]:src_begin[i + 1]]
-    cdef Py_ssize_t * node_slots                # [pre_capacity]: by index in dense_ids
-                                                # (a node's position, n_nodes + a leaf's)
+    cdef uint32_t * node_slots                  # [pre_capacity]: by index in dense_ids
+                                                # (a node's position, n_nodes + a leaf's;
+                                                # a slot fits: graph_size <= INT32_MAX)
     cdef outside_source * outside               # [outside_capacity]: sources outside the
     cdef int n_outside, outside_capacity        # graph (split_src.ref < 0)
     cdef uint8_t * node_bits                    # [node_slots_capacity]
@@ -166,7 +167,7 @@ cdef class SchedCore:
                                                 # dense_ids (its node position, if a node)
     cdef int * compute_nodes                    # [node_slots_capacity]: the positions of the
     cdef int * compute_refs                     # nodes that are not view ops (passes 2 and 3
-    cdef Py_ssize_t * compute_slots             # walk them), their indexes in dense_ids,
+    cdef uint32_t * compute_slots               # walk them), their indexes in dense_ids,
     cdef uint16_t * compute_ops                 # their hash slots and ops
     cdef int n_compute
     # The backend ids of the graph's nodes and leafs in graph order, [nodes, leafs]: what

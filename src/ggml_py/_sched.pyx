@@ -323,7 +323,7 @@ cdef int grow_node_tables(SchedCore s, ggml_cgraph * graph) except -1:
         safe_realloc(<void **>&s.view_refs, graph.n_nodes, sizeof(int), _TABLES)
         safe_realloc(<void **>&s.compute_nodes, graph.n_nodes, sizeof(int), _TABLES)
         safe_realloc(<void **>&s.compute_refs, graph.n_nodes, sizeof(int), _TABLES)
-        safe_realloc(<void **>&s.compute_slots, graph.n_nodes, sizeof(Py_ssize_t), _TABLES)
+        safe_realloc(<void **>&s.compute_slots, graph.n_nodes, sizeof(uint32_t), _TABLES)
         safe_realloc(<void **>&s.compute_ops, graph.n_nodes, sizeof(uint16_t), _TABLES)
         safe_realloc(<void **>&s.node_refs, graph.n_nodes, sizeof(int), _TABLES)
         s.node_slots_capacity = graph.n_nodes
@@ -335,7 +335,7 @@ cdef int grow_node_tables(SchedCore s, ggml_cgraph * graph) except -1:
         safe_realloc(<void **>&s.dense_bufts, graph.n_leafs + graph.n_nodes + 1, sizeof(void *), _TABLES)
         safe_realloc(<void **>&s.dense_bits, graph.n_leafs + graph.n_nodes + 1, sizeof(uint8_t), _TABLES)
         safe_realloc(<void **>&s.leaf_refs, graph.n_leafs + graph.n_nodes + 1, sizeof(int), _TABLES)
-        safe_realloc(<void **>&s.node_slots, graph.n_leafs + graph.n_nodes + 1, sizeof(Py_ssize_t), _TABLES)
+        safe_realloc(<void **>&s.node_slots, graph.n_leafs + graph.n_nodes + 1, sizeof(uint32_t), _TABLES)
         safe_realloc(<void **>&s.dense_ids, graph.n_leafs + graph.n_nodes + 1, sizeof(int), _TABLES)
         s.pre_capacity = graph.n_leafs + graph.n_nodes
     return 0
