@@ -44,11 +44,6 @@ cdef enum:
     SRC_HOST = 16           # in a weights buffer of a host buffer type (pass 1's offload rule)
     SRC_MEMORY = 32         # has memory (its buft is kept: dense_bufts, outside_source.buft)
 
-cdef struct pre_memory_entry:
-    int index                           # the tensor's: a leaf's position, n_leafs + a node's
-    ggml_backend_buffer * memory        # memory_key's buffer and offset
-    size_t offset
-
 cdef struct split_src:
     # 8 bytes: a large graph's srcs outgrow the caches, and pass 1 writes one per source.
     # What the passes read of the source tensor itself is kept once per tensor, by its
@@ -299,9 +294,11 @@ cdef class SchedCore:
     cdef bint keys_stale
     # the memory of each leaf, then node, as pass 1 saw it (before the allocation): pass 1
     # lists the tensors that have any (most nodes have none, and a split of 100k nodes
-    # wrote 2 MB of zeros), fp_build spreads the list over the two dense arrays
-    cdef pre_memory_entry * pre_entries         # [pre_capacity]
-    cdef int n_pre_entries
+    # wrote 2 MB of zeros), by index (a leaf's position, n_leafs + a node's); fp_build
+    # reads their memory, which the allocation left as it was (it places only tensors
+    # without), into the two dense arrays
+    cdef int * pre_indexes                      # [pre_capacity]
+    cdef int n_pre_indexes
     cdef ggml_backend_buffer ** pre_memory      # [pre_capacity]
     cdef size_t * pre_offset                    # [pre_capacity]
     cdef int pre_capacity

@@ -330,8 +330,7 @@ cdef int grow_node_tables(SchedCore s, ggml_cgraph * graph) except -1:
     if graph.n_leafs + graph.n_nodes > s.pre_capacity or s.pre_memory == NULL:
         safe_realloc(<void **>&s.pre_memory, graph.n_leafs + graph.n_nodes + 1, sizeof(void *), _TABLES)
         safe_realloc(<void **>&s.pre_offset, graph.n_leafs + graph.n_nodes + 1, sizeof(size_t), _TABLES)
-        safe_realloc(<void **>&s.pre_entries, graph.n_leafs + graph.n_nodes + 1,
-                     sizeof(pre_memory_entry), _TABLES)
+        safe_realloc(<void **>&s.pre_indexes, graph.n_leafs + graph.n_nodes + 1, sizeof(int), _TABLES)
         safe_realloc(<void **>&s.dense_bufts, graph.n_leafs + graph.n_nodes + 1, sizeof(void *), _TABLES)
         safe_realloc(<void **>&s.dense_bits, graph.n_leafs + graph.n_nodes + 1, sizeof(uint8_t), _TABLES)
         safe_realloc(<void **>&s.leaf_refs, graph.n_leafs + graph.n_nodes + 1, sizeof(int), _TABLES)
@@ -374,26 +373,25 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
 
 
 cdef inline void note_memory(SchedCore s, int index, const ggml_tensor * t) noexcept:
-    """List t's memory before the allocation (memory_key) where it has any."""
+    """List t (its index) where it has memory before the allocation (memory_key)."""
     cdef size_t offset
-    cdef ggml_backend_buffer * b = memory_key(s, t, &offset)
-    cdef pre_memory_entry * e
-    if b != NULL or offset != 0:
-        e = &s.pre_entries[s.n_pre_entries]
-        e.index = index
-        e.memory = b
-        e.offset = offset
-        s.n_pre_entries += 1
+    if memory_key(s, t, &offset) != NULL or offset != 0:
+        s.pre_indexes[s.n_pre_indexes] = index
+        s.n_pre_indexes += 1
 
 
-cdef void spread_pre_memory(SchedCore s, int n) noexcept:
-    """pre_memory and pre_offset of the n tensors of the last split, from pass 1's list."""
-    cdef int k
+cdef void spread_pre_memory(SchedCore s, ggml_cgraph * graph) noexcept:
+    """pre_memory and pre_offset of the tensors of graph, split last and allocated since
+    (unchanged since: fp_build's condition), from pass 1's list."""
+    cdef int k, index
+    cdef int n = graph.n_leafs + graph.n_nodes
+    cdef const ggml_tensor * t
     memset(s.pre_memory, 0, n * sizeof(void *))
     memset(s.pre_offset, 0, n * sizeof(size_t))
-    for k in range(s.n_pre_entries):
-        s.pre_memory[s.pre_entries[k].index] = s.pre_entries[k].memory
-        s.pre_offset[s.pre_entries[k].index] = s.pre_entries[k].offset
+    for k in range(s.n_pre_indexes):
+        index = s.pre_indexes[k]
+        t = graph.leafs[index] if index < graph.n_leafs else graph.nodes[index - graph.n_leafs]
+        s.pre_memory[index] = memory_key(s, t, &s.pre_offset[index])
 
 
 cdef int add_outside(SchedCore s, ggml_tensor * t, ggml_backend_buffer_type * buft,
@@ -432,7 +430,7 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
     cdef split_src * e
     cdef weights_source weights
     s.n_outside = 0
-    s.n_pre_entries = 0
+    s.n_pre_indexes = 0
     if exact:
         # (a loop this short asks for its lines further ahead)
         for i in range(graph.n_nodes):
@@ -1277,7 +1275,7 @@ cdef int fp_build(SchedCore s) except -1:
         s.fp_n_layouts = 0
         s.fp_n_more = 0
         safe_realloc(<void **>&s.fp_tensors, nn + nl + 1, sizeof(fp_tensor), _TABLES)
-        spread_pre_memory(s, nl + nn)
+        spread_pre_memory(s, cg)
         for i in range(nn):
             fp_record(s, refs, cg.nodes[i], &s.fp_tensors[i], nl + i, layouts)
         for k in range(nl):
@@ -1770,8 +1768,8 @@ cdef class SchedCore:
         self.fp_table = NULL
         self.fp_cur_table = NULL
         self.pre_memory = NULL
-        self.pre_entries = NULL
-        self.n_pre_entries = 0
+        self.pre_indexes = NULL
+        self.n_pre_indexes = 0
         self.pre_offset = NULL
         self.dense_bufts = NULL
         self.dense_bits = NULL
@@ -1912,7 +1910,7 @@ cdef class SchedCore:
         free(self.fp_table)
         free(self.fp_cur_table)
         free(self.pre_memory)
-        free(self.pre_entries)
+        free(self.pre_indexes)
         free(self.pre_offset)
         free(self.dense_bufts)
         free(self.dense_bits)
