@@ -170,7 +170,7 @@ cdef class SchedCore:
     # an array too large for the caches in a large graph. Every write goes to both
     # (set_backend). A node's index is its position (its last, in a graph that lists it
     # twice: node_refs), a leaf's n_nodes + its position (unless it is a node too).
-    cdef int * dense_ids                        # [pre_capacity]
+    cdef int8_t * dense_ids                     # [pre_capacity] (a byte, as hv_tensor_backend_ids)
     cdef int * node_refs                        # [node_slots_capacity]
     cdef int node_slots_capacity
     cdef int * src_begin                        # [node_slots_capacity + 1]

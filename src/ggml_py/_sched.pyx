@@ -335,7 +335,7 @@ cdef int grow_node_tables(SchedCore s, ggml_cgraph * graph) except -1:
         safe_realloc(<void **>&s.dense_bits, graph.n_leafs + graph.n_nodes + 1, sizeof(uint8_t), _TABLES)
         safe_realloc(<void **>&s.leaf_refs, graph.n_leafs + graph.n_nodes + 1, sizeof(int), _TABLES)
         safe_realloc(<void **>&s.node_slots, graph.n_leafs + graph.n_nodes + 1, sizeof(uint32_t), _TABLES)
-        safe_realloc(<void **>&s.dense_ids, graph.n_leafs + graph.n_nodes + 1, sizeof(int), _TABLES)
+        safe_realloc(<void **>&s.dense_ids, graph.n_leafs + graph.n_nodes + 1, sizeof(int8_t), _TABLES)
         s.pre_capacity = graph.n_leafs + graph.n_nodes
     return 0
 
@@ -625,7 +625,7 @@ cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
     cdef ggml_tensor * node
     cdef ggml_tensor * src
     cdef split_src * e
-    cdef int * ids = s.dense_ids
+    cdef int8_t * ids = s.dense_ids
     for i in range(graph.n_nodes):
         h = s.node_slots[i]
         ref = s.node_refs[i]
@@ -778,7 +778,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
     cdef ggml_tensor * cpy
     cdef sched_split * split
     cdef split_src * e
-    cdef int * ids = s.dense_ids
+    cdef int8_t * ids = s.dense_ids
 
     s.n_splits = 0
     new_split(s, 0, -2)
