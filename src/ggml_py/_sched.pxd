@@ -171,7 +171,9 @@ cdef class SchedCore:
     # (set_backend). A node's index is its position (its last, in a graph that lists it
     # twice: node_refs), a leaf's n_nodes + its position (unless it is a node too).
     cdef int8_t * dense_ids                     # [pre_capacity] (a byte, as hv_tensor_backend_ids)
-    cdef int * node_refs                        # [node_slots_capacity]
+    cdef int * node_refs                        # [node_slots_capacity], and compute_refs: made
+    cdef bint refs_are_positions                # only by an exact sweep; else every node's
+                                                # index is its position (node_ref, compute_ref)
     cdef int node_slots_capacity
     cdef int * src_begin                        # [node_slots_capacity + 1]
     cdef split_src * srcs                       # [src_capacity]

@@ -281,6 +281,22 @@ cdef inline int src_backend(SchedCore s, const split_src * e) noexcept:
     return s.dense_ids[e.ref] if e.ref >= 0 else s.hv_tensor_backend_ids[src_slot(s, e)]
 
 
+cdef inline const int * node_refs_of(SchedCore s) noexcept:
+    """Each node's index in dense_ids (passes 2 to 5), or NULL where it is its position."""
+    return NULL if s.refs_are_positions else s.node_refs
+
+
+cdef inline int node_ref(const int * refs, int i) noexcept:
+    """Node i's index in dense_ids, from node_refs_of."""
+    return i if refs == NULL else refs[i]
+
+
+cdef inline const int * compute_refs_of(SchedCore s) noexcept:
+    """The index in dense_ids of each node that is not a view op (compute_nodes: the
+    positions of those nodes, where they are their indexes)."""
+    return s.compute_nodes if s.refs_are_positions else s.compute_refs
+
+
 cdef inline void set_backend(SchedCore s, int ref, Py_ssize_t h, int backend_id,
                              uint8_t cause) noexcept:
     """Assign a tensor (hash slot h, index ref in dense_ids or -1) in passes 2 to 5."""
@@ -363,7 +379,8 @@ cdef int pass1_preallocated(SchedCore s, ggml_cgraph * graph) except -1:
     cdef int i
     cdef bint leaf_views = False
     grow_node_tables(s, graph)
-    if not pass1_sweep(s, graph, False, &leaf_views):
+    s.refs_are_positions = pass1_sweep(s, graph, False, &leaf_views)
+    if not s.refs_are_positions:
         pass1_sweep(s, graph, True, &leaf_views)
     if leaf_views:
         for i in range(graph.n_leafs):
@@ -475,7 +492,8 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
         note_memory(s, graph.n_leafs + i, t)
         h = hash_id(s, t)
         s.node_slots[i] = h
-        s.node_refs[i] = t.order        # i, or its last position (the order sweep's)
+        if exact:
+            s.node_refs[i] = t.order    # i, or its last position (the order sweep's)
         # what its readers record of it (before its sources: a node may read itself)
         record_tensor(s, t.order, t)
         s.node_bits[i] = NODE_INPUT if t.flags & GGML_TENSOR_FLAG_INPUT else 0
@@ -486,7 +504,8 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
                 s.node_bits[i] |= NODE_USER
         else:
             s.compute_nodes[s.n_compute] = i
-            s.compute_refs[s.n_compute] = t.order
+            if exact:
+                s.compute_refs[s.n_compute] = t.order
             s.compute_slots[s.n_compute] = h
             s.compute_ops[s.n_compute] = <uint16_t>t.op
             s.n_compute += 1
@@ -555,15 +574,18 @@ cdef bint expand(SchedCore s, ggml_cgraph * graph, bint down, bint skip_cpu) exc
     cdef int c = 0 if down else s.n_compute - 1
     cdef int step = 1 if down else -1
     cdef bint left = False
+    cdef int ref
+    cdef const int * refs = compute_refs_of(s)
     for k in range(s.n_compute):
-        b = s.dense_ids[s.compute_refs[c]]
+        ref = refs[c]
+        b = s.dense_ids[ref]
         if b != -1:
             cur_backend_id = -1 if b == skipped else b
         else:
             if cur_backend_id != -1:
                 set_if_supported(s, graph.nodes[s.compute_nodes[c]], s.compute_ops[c],
-                                 s.compute_refs[c], s.compute_slots[c], cur_backend_id)
-            left |= s.dense_ids[s.compute_refs[c]] == -1
+                                 ref, s.compute_slots[c], cur_backend_id)
+            left |= s.dense_ids[ref] == -1
         c += step
     return left
 
@@ -577,9 +599,10 @@ cdef int pass3_upgrade(SchedCore s, ggml_cgraph * graph) except -1:
     cdef Py_ssize_t h
     cdef ggml_tensor * node
     cdef split_src * e
+    cdef const int * refs = compute_refs_of(s)
     for c in range(s.n_compute):
         i = s.compute_nodes[c]
-        ref = s.compute_refs[c]
+        ref = refs[c]
         h = s.compute_slots[c]
         node = graph.nodes[i]
         cur = s.dense_ids[ref]
@@ -626,9 +649,10 @@ cdef int pass4_sources(SchedCore s, ggml_cgraph * graph) except -1:
     cdef ggml_tensor * src
     cdef split_src * e
     cdef int8_t * ids = s.dense_ids
+    cdef const int * refs = node_refs_of(s)
     for i in range(graph.n_nodes):
         h = s.node_slots[i]
-        ref = s.node_refs[i]
+        ref = node_ref(refs, i)
         bits = s.node_bits[i]
         if bits & (NODE_INPUT | NODE_BASE_LATER | NODE_VIEW):
             node = graph.nodes[i]
@@ -779,6 +803,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
     cdef sched_split * split
     cdef split_src * e
     cdef int8_t * ids = s.dense_ids
+    cdef const int * refs = node_refs_of(s)
 
     s.n_splits = 0
     new_split(s, 0, -2)
@@ -786,7 +811,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
     # the first split's backend is that of the first non-view node
     while i < graph.n_nodes:
         if not s.node_bits[i] & NODE_VIEW_OP:
-            split.backend_id = ids[s.node_refs[i]]
+            split.backend_id = ids[node_ref(refs, i)]
             break
         i += 1
     cur_backend_id = split.backend_id
@@ -798,7 +823,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
                 check_view_assignment(s, node, s.node_slots[i])
             i += 1
             continue
-        node_backend_id = ids[s.node_refs[i]]
+        node_backend_id = ids[node_ref(refs, i)]
 
         # a new split where a weight needs copying (its memory can then be
         # reused) or where the node's new inputs would overflow the input list
@@ -975,6 +1000,7 @@ cdef int build_graph_copy(SchedCore s, ggml_cgraph * graph) except -1:
     cdef ggml_tensor * input
     cdef ggml_tensor * dep
     cdef ggml_cgraph * gc = &s.graph
+    cdef const int * refs = node_refs_of(s)
 
     # the previous ids stay for the change check of alloc_graph
     tmp_ids = s.node_backend_ids
@@ -1007,7 +1033,7 @@ cdef int build_graph_copy(SchedCore s, ggml_cgraph * graph) except -1:
             gc.nodes[n] = copy_slot(s, id, split.backend_id, s.cur_copy)[0]
             n += 1
         for j in range(split.i_start, split.i_end):
-            s.node_backend_ids[n] = s.dense_ids[s.node_refs[j]]
+            s.node_backend_ids[n] = s.dense_ids[node_ref(refs, j)]
             gc.nodes[n] = graph.nodes[j]
             n += 1
 
