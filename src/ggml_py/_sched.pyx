@@ -790,16 +790,61 @@ cdef int count_new_inputs(SchedCore s, ggml_cgraph * graph, int i, int cur_backe
     return n
 
 
+cdef int add_graph_input(SchedCore s, ggml_tensor * src, Py_ssize_t src_id,
+                         int src_backend_id) except -1:
+    """Pass 5, parallel mode: an input of the graph gets a copy in every copy slot (the
+    current slot's is the input itself), once."""
+    cdef int c
+    cdef ggml_tensor * cpy
+    if copy_slot(s, src_id, src_backend_id, 0)[0] != NULL:
+        return 0
+    if s.n_graph_inputs == s.max_graph_inputs:
+        raise SchedulerError(
+            f"graph input '{tensor_name(src)}' is more than the {s.max_graph_inputs} "
+            f"graph inputs a parallel scheduler holds (max_graph_inputs)",
+            "too-many-graph-inputs")
+    for c in range(s.n_copies):
+        if c == s.cur_copy:
+            cpy = src       # the original is the current copy
+        else:
+            cpy = new_sched_tensor(s, src, SCHED_TENSOR_COPY, src_backend_id, c)
+        # inputs and outputs: ggml-alloc must not overwrite them
+        cpy.flags |= GGML_TENSOR_FLAG_INPUT | GGML_TENSOR_FLAG_OUTPUT
+        copy_slot(s, src_id, src_backend_id, c)[0] = cpy
+    s.graph_inputs[s.n_graph_inputs] = src
+    s.n_graph_inputs += 1
+    return 0
+
+
+cdef int add_split_input(SchedCore s, sched_split * split, ggml_tensor * node, int i, int j,
+                         ggml_tensor * src, Py_ssize_t src_id, int backend_id) except -1:
+    """Pass 5: source j of node (the i-th), src, which the split's backend cannot read,
+    is read from its copy on that backend, made (and listed as the split's input) the
+    first time."""
+    cdef int c
+    cdef ggml_tensor * cpy
+    if copy_slot(s, src_id, backend_id, 0)[0] == NULL:
+        if split.n_inputs == s.max_split_inputs:
+            raise SchedulerError(
+                f"node '{tensor_name(node)}' alone needs more than the {s.max_split_inputs} "
+                f"inputs a split holds (max_split_inputs)", "too-many-split-inputs")
+        for c in range(s.n_copies):
+            cpy = new_sched_tensor(s, src, SCHED_TENSOR_COPY, backend_id, c)
+            if s.n_copies > 1:
+                cpy.flags |= GGML_TENSOR_FLAG_INPUT | GGML_TENSOR_FLAG_OUTPUT
+            copy_slot(s, src_id, backend_id, c)[0] = cpy
+        split.inputs[split.n_inputs] = src
+        split.n_inputs += 1
+    return record_rewiring(s, node, i, j, src, copy_slot(s, src_id, backend_id, s.cur_copy)[0])
+
+
 cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
     """Pass 5: cut the graph where the backend changes and replace every source
     that the split's backend cannot read by a copy on that backend."""
-    cdef int i = 0, k, c, n_new
+    cdef int i = 0, k, n_new
     cdef int cur_backend_id, node_backend_id, src_backend_id
     cdef bint need_new_split
-    cdef Py_ssize_t src_id
     cdef ggml_tensor * node
-    cdef ggml_tensor * src
-    cdef ggml_tensor * cpy
     cdef sched_split * split
     cdef split_src * e
     cdef int8_t * ids = s.dense_ids
@@ -853,50 +898,19 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
         # find the inputs that are not on the split's backend
         for k in range(s.src_begin[i], s.src_begin[i + 1]):
             e = &s.srcs[k]
-            src = src_tensor(s, graph, e)
             # ggml assumes nodes come after what they read; a graph that does not
             # would compute garbage
             if e.bits & SRC_NOT_BEFORE:
-                raise GraphError(order_message(node, i, src))
-            src_id = src_slot(s, e)
+                raise GraphError(order_message(node, i, src_tensor(s, graph, e)))
             src_backend_id = src_backend(s, e)
             if src_backend_id == -1:
-                raise SchedulerError(f"source '{tensor_name(src)}' of node '{tensor_name(node)}' has no backend",
-                                     "source-without-backend")
-
+                raise SchedulerError(f"source '{tensor_name(src_tensor(s, graph, e))}' of node "
+                                     f"'{tensor_name(node)}' has no backend", "source-without-backend")
             if e.bits & SRC_INPUT and s.n_copies > 1:
-                if copy_slot(s, src_id, src_backend_id, 0)[0] == NULL:
-                    if s.n_graph_inputs == s.max_graph_inputs:
-                        raise SchedulerError(
-                            f"graph input '{tensor_name(src)}' is more than the {s.max_graph_inputs} "
-                            f"graph inputs a parallel scheduler holds (max_graph_inputs)",
-                            "too-many-graph-inputs")
-                    for c in range(s.n_copies):
-                        if c == s.cur_copy:
-                            cpy = src       # the original is the current copy
-                        else:
-                            cpy = new_sched_tensor(s, src, SCHED_TENSOR_COPY, src_backend_id, c)
-                        # inputs and outputs: ggml-alloc must not overwrite them
-                        cpy.flags |= GGML_TENSOR_FLAG_INPUT | GGML_TENSOR_FLAG_OUTPUT
-                        copy_slot(s, src_id, src_backend_id, c)[0] = cpy
-                    s.graph_inputs[s.n_graph_inputs] = src
-                    s.n_graph_inputs += 1
-
+                add_graph_input(s, src_tensor(s, graph, e), src_slot(s, e), src_backend_id)
             if src_backend_id != cur_backend_id and not src_readable(s, graph, e, cur_backend_id):
-                if copy_slot(s, src_id, cur_backend_id, 0)[0] == NULL:
-                    if split.n_inputs == s.max_split_inputs:
-                        raise SchedulerError(
-                            f"node '{tensor_name(node)}' alone needs more than the {s.max_split_inputs} "
-                            f"inputs a split holds (max_split_inputs)", "too-many-split-inputs")
-                    for c in range(s.n_copies):
-                        cpy = new_sched_tensor(s, src, SCHED_TENSOR_COPY, cur_backend_id, c)
-                        if s.n_copies > 1:
-                            cpy.flags |= GGML_TENSOR_FLAG_INPUT | GGML_TENSOR_FLAG_OUTPUT
-                        copy_slot(s, src_id, cur_backend_id, c)[0] = cpy
-                    split.inputs[split.n_inputs] = src
-                    split.n_inputs += 1
-                record_rewiring(s, node, i, e.j, src,
-                                copy_slot(s, src_id, cur_backend_id, s.cur_copy)[0])
+                add_split_input(s, split, node, i, e.j, src_tensor(s, graph, e), src_slot(s, e),
+                                cur_backend_id)
         i += 1
     split.i_end = graph.n_nodes
     apply_rewirings(s)
