@@ -212,9 +212,10 @@ cdef extern from *:
 
 cdef enum:
     # tensors a pass asks for before it reads them: at 42k-106k nodes 32 made the split
-    # 6-7% faster than 16 and graph reuse's fingerprint 15-25% (64 was no better); graphs
-    # that fit in the caches paid 2% at 1k nodes
-    PREFETCH_AHEAD = 32
+    # 6-7% faster than 16 and graph reuse's fingerprint 15-25%; once the split's tables
+    # shrank, 48 made it 4-10% faster again than 32 (64 no better; the fingerprint and
+    # graphs that fit in the caches the same)
+    PREFETCH_AHEAD = 48
 
 cdef inline void prefetch_bytes(const void * p, size_t n) noexcept nogil:
     """Ask for the cache lines of [p, p + n) (n > 0) ahead of reading them."""
