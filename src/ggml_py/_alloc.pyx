@@ -28,7 +28,8 @@ from ggml_py._core cimport (prefetch, prefetch_sources, prefetch_placement, PREF
                             source_mask, lowest_bit,
                             size_arg, index_arg, items_arg, tensor_name,
                             ggml_graph_check_order, GGML_PY_MAX_BYTES, ggml_nbytes,
-                            tensor_handle, Tensor, Graph, safe_realloc, new_epoch)
+                            tensor_handle, Tensor, Graph, safe_realloc, new_epoch,
+                            graph_tensor)
 from ggml_py._backend cimport (BufferType, Buffer, _live, buffer_reset, tensor_alloc_at,
                                view_init_c)
 
@@ -630,11 +631,11 @@ cdef class GraphAllocator:
         for i in range(total):
             # two stages ahead: a tensor's struct, then (once it is in) its sources'
             if i + 2 * PREFETCH_AHEAD < total:
-                _prefetch_tensor(_graph_tensor(graph, i + 2 * PREFETCH_AHEAD))
+                _prefetch_tensor(graph_tensor(graph, i + 2 * PREFETCH_AHEAD))
             if i + PREFETCH_AHEAD < total:
-                t = _graph_tensor(graph, i + PREFETCH_AHEAD)
+                t = graph_tensor(graph, i + PREFETCH_AHEAD)
                 prefetch_sources(t, source_mask(t))
-            k = self.rec_of(_graph_tensor(graph, i))
+            k = self.rec_of(graph_tensor(graph, i))
             self.graph_recs[i] = k
             if self.recs[k].pos < 0:
                 self.recs[k].pos = i
@@ -1014,7 +1015,7 @@ cdef class GraphAllocator:
                 m &= m - 1
                 t = node.src[j]
                 src = na.src[j]
-                if src >= 0 and _graph_tensor(graph, src) == t:
+                if src >= 0 and graph_tensor(graph, src) == t:
                     # at the graph position whose plan it shares: checked there, and
                     # placed there when that comes first
                     if src < i or src >= n:
@@ -1323,11 +1324,6 @@ cdef inline void _prefetch_tensor(const ggml_tensor * t) noexcept nogil:
     prefetch(t)
     prefetch(&t.ne[0])
     prefetch(&t.nb[GGML_MAX_DIMS - 1])
-
-
-cdef inline ggml_tensor * _graph_tensor(const ggml_cgraph * graph, int pos) noexcept nogil:
-    """The tensor at a graph position: node pos, or leaf pos - n_nodes."""
-    return graph.nodes[pos] if pos < graph.n_nodes else graph.leafs[pos - graph.n_nodes]
 
 
 cdef inline bint _same_layout(const ggml_tensor * a, const ggml_tensor * b) noexcept nogil:

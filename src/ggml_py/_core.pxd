@@ -276,6 +276,11 @@ cdef inline const ggml_tensor * prefetch_node_ahead(const ggml_cgraph * g, int i
 
 # ---- graph ----
 
+cdef inline ggml_tensor * graph_tensor(const ggml_cgraph * g, int pos) noexcept nogil:
+    """The tensor at a position of g's tensors in [nodes, leafs] order: node pos, or leaf
+    pos - n_nodes."""
+    return g.nodes[pos] if pos < g.n_nodes else g.leafs[pos - g.n_nodes]
+
 cdef inline bint ggml_is_node_from(const ggml_cgraph * g, const ggml_tensor * t, int i) noexcept nogil:
     """Is t a node of g at position i or later? t.order says where the last pass over
     g put it; it is trusted only where g.nodes[t.order] is t."""

@@ -173,7 +173,8 @@ cdef class SchedCore:
     cdef int8_t * dense_ids                     # [pre_capacity] (a byte, as hv_tensor_backend_ids)
     cdef int * node_refs                        # [node_slots_capacity], and compute_refs: made
     cdef bint refs_are_positions                # only by an exact sweep; else every node's
-                                                # index is its position (node_ref, compute_ref)
+                                                # index is its position (node_refs_of,
+                                                # compute_refs_of)
     cdef int node_slots_capacity
     cdef int * src_begin                        # [node_slots_capacity + 1]
     cdef split_src * srcs                       # [src_capacity]

@@ -26,7 +26,8 @@ from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handl
                             graph_unchanged_since, order_message, LAYOUT_BYTES,
                             source_mask, lowest_bit, PREFETCH_AHEAD, prefetch, prefetch_bytes,
                             prefetch_memory, prefetch_leaf_ahead, prefetch_node_ahead,
-                            checked_calloc, safe_realloc, int_arg, index_arg, OP_ROPE)
+                            checked_calloc, safe_realloc, int_arg, index_arg, OP_ROPE,
+                            graph_tensor)
 from ggml_py._backend cimport (Backend, BufferType, backend_supports_op, backend_supports_op_of,
                                backend_supports_buft, backend_offload_op)
 
@@ -261,7 +262,7 @@ cdef inline ggml_tensor * src_tensor(SchedCore s, ggml_cgraph * graph,
     """The tensor a node source is (the node's src[j] before pass 5 rewires it)."""
     if e.ref < 0:
         return s.outside[-2 - e.ref].tensor
-    return graph.nodes[e.ref] if e.ref < graph.n_nodes else graph.leafs[e.ref - graph.n_nodes]
+    return graph_tensor(graph, e.ref)
 
 
 cdef inline ggml_backend_buffer_type * src_buft(SchedCore s, const split_src * e) noexcept:

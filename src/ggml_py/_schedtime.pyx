@@ -9,7 +9,7 @@ from libc.string cimport memcpy
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (Graph, ggml_context, checked_calloc, int_arg, tensor_changed,
                             scan_sources, source_mask, lowest_bit, prefetch_leaf_ahead,
-                            prefetch_node_ahead)
+                            prefetch_node_ahead, graph_tensor)
 from ggml_py._sched cimport (SchedCore, sched_reset, forget_plan, sched_split_graph,
                              sched_alloc_graph)
 
@@ -52,7 +52,7 @@ cdef class GraphSnapshot:
         self.buffers = <ggml_backend_buffer **>checked_calloc(self.n, sizeof(void *),
                                                               "a graph snapshot")
         for i in range(self.n):
-            self.tensors[i] = g.nodes[i] if i < g.n_nodes else g.leafs[i - g.n_nodes]
+            self.tensors[i] = graph_tensor(g, i)
             memcpy(&self.srcs[i * GGML_MAX_SRC], self.tensors[i].src, GGML_MAX_SRC * sizeof(void *))
             self.flags[i] = self.tensors[i].flags
             self.data[i] = self.tensors[i].data
