@@ -3,7 +3,8 @@
 __version__ = "0.1.0"
 
 try:
-    from ggml_py._core import Context, Graph, Tensor, HashSet, hash_size, type_id, op_id
+    from ggml_py._core import (Context, Graph, Tensor, HashSet, hash_size, type_id, op_id,
+                               memory_available)
 except ModuleNotFoundError as _e:
     if _e.name != "ggml_py._core":
         raise
@@ -32,7 +33,7 @@ __all__ = [
     "Context", "Graph", "Tensor", "HashSet", "hash_size", "type_id", "op_id",
     # buffers and backends
     "Backend", "BufferType", "Buffer", "fake_buffer", "host_buffer", "set_buffer",
-    "get_buffer", "view_init",
+    "get_buffer", "view_init", "memory_available",
     # errors
     "GgmlPyError", "GraphError", "CaseFormatError", "BackendError", "SchedulerError",
     "AllocationError",

@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import signal
 import sys
 import tempfile
@@ -246,6 +247,9 @@ def fuzz(seed, rounds, seconds, max_nodes, replay=None, outcomes=False):
             counts["error"] += 1
             if outcomes:
                 message = str(e).replace(tmp, "<tmp>")     # (the files of mutated bytes)
+                # (what the machine has free is no decision of the scheduler's)
+                message = re.sub(r"the \d+ bytes \([\d.]+ GiB\) of memory available",
+                                 "the memory available", message)
                 print(f"outcome {k} {type(e).__name__} {getattr(e, 'kind', '')} "
                       f"{ascii(message)[:300]}", flush=True)
             if isinstance(e, AllocationError) and "invalid allocation" in str(e):

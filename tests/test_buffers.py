@@ -1,10 +1,16 @@
 """The buffer interface: ggml's memory slots (set/get/memset/cpy/clear/init_tensor),
 the public wrappers that check and dispatch them, and alloc_ctx_tensors_from_buft."""
 
+import os
+import re
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 from ggml_py import Context, ops
+from ggml_py._core import memory_available
 from ggml_py._backend import (Buffer, BufferType, fake_buffer, get_buffer, host_buffer,
                               tensor_copy, tensor_get, tensor_memset, tensor_set)
 from ggml_py.alloc import alloc_ctx_tensors_from_buft
@@ -134,3 +140,84 @@ def test_graph_allocator_resets_buffers_that_have_the_slot():
     assert resets == []
     assert ga.alloc_graph(g) and len(resets) == 1          # ggml_gallocr_alloc_graph resets
     assert ga.alloc_graph(g) and len(resets) == 2
+
+
+# ---------------------------------------------------------------------------
+# memory the process can still take: Linux hands out memory it does not have and kills
+# the process that fills it; host buffers are checked and taken when they are made
+
+def _write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_memory_available_is_the_systems_or_the_tightest_cgroups(tmp_path):
+    proc, cgroup = tmp_path / "proc", tmp_path / "cgroup"
+    _write(proc / "meminfo", "MemTotal:  4000 kB\nMemFree:  100 kB\n"
+                             "MemAvailable:    1000 kB\nSwapFree:  24 kB\n")
+    assert memory_available(str(proc), str(cgroup)) == 1024 * 1024       # no cgroup files
+    # cgroup v2: the process's own group has no limit, its parent does; the parent's
+    # inactive page cache does not count as used (the kernel reclaims it first)
+    _write(proc / "self" / "cgroup", "0::/a/b\n")
+    _write(cgroup / "a" / "b" / "memory.max", "max\n")
+    _write(cgroup / "a" / "b" / "memory.current", "1\n")
+    _write(cgroup / "a" / "memory.max", "500000\n")
+    _write(cgroup / "a" / "memory.current", "100000\n")
+    _write(cgroup / "a" / "memory.stat", "anon 50000\ninactive_file 50000\n")
+    assert memory_available(str(proc), str(cgroup)) == 450000
+    # cgroup v1 (its "no limit" is a huge number), the group's own limit binding
+    _write(proc / "self" / "cgroup", "5:cpu:/x\n4:memory:/x\n")
+    _write(cgroup / "memory" / "memory.limit_in_bytes", "9223372036854771712\n")
+    _write(cgroup / "memory" / "memory.usage_in_bytes", "900000\n")
+    _write(cgroup / "memory" / "x" / "memory.limit_in_bytes", "300000\n")
+    _write(cgroup / "memory" / "x" / "memory.usage_in_bytes", "250000\n")
+    _write(cgroup / "memory" / "x" / "memory.stat", "total_inactive_file 10000\n")
+    assert memory_available(str(proc), str(cgroup)) == 60000
+    # a limit already passed leaves nothing; no /proc: nothing to say
+    _write(cgroup / "memory" / "x" / "memory.usage_in_bytes", "400000\n")
+    assert memory_available(str(proc), str(cgroup)) == 0
+    assert memory_available(str(tmp_path / "none"), str(cgroup)) is None
+
+
+def test_memory_available_here_is_below_the_machines_memory():
+    room = memory_available()
+    assert room is not None and 0 < room
+    assert room <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") + 2**40
+
+
+def test_buffers_past_the_memory_available_are_refused_before_they_are_filled():
+    """In a child process: were one filled, the out-of-memory killer would end it."""
+    code = """if 1:
+        from ggml_py._core import memory_available
+        from ggml_py.backends.cpu import CPUBackend
+        from ggml_py.backends.numpy_device import NumpyDeviceBackend
+        from ggml_py.errors import AllocationError
+        with NumpyDeviceBackend() as dev:
+            for buft in (CPUBackend().buffer_type, dev.buffer_type):
+                try:
+                    buft.alloc_buffer(memory_available() + 2**26)
+                except AllocationError as e:
+                    print(e)
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2, out.stdout
+    for line, name in zip(lines, ("CPU", "NUMPY_DEV")):
+        assert re.fullmatch(rf"buffer type '{name}': a buffer: cannot allocate \d+ bytes "
+                            r"\(\d+\.\d GiB\), more than the \d+ bytes \(\d+\.\d GiB\) of "
+                            r"memory available .*", line), line
+
+
+def _resident_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_a_host_buffer_takes_its_memory_when_it_is_made():
+    """So that the next check sees it gone (a lazily given buffer would not count)."""
+    before = _resident_bytes()
+    buf = CPUBackend().buffer_type.alloc_buffer(2**28)
+    assert _resident_bytes() - before >= 2**28 * 0.95
+    assert not buf.memory.any()

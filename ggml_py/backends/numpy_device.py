@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, Iterable
 import numpy as np
 
 from ggml_py._backend import (Backend, Buffer, BufferType, allocated_buffer, byte_value,
-                              get_buffer, graph_nodes, host_bytes, tensor_span)
+                              get_buffer, graph_nodes, host_bytes, host_memory, tensor_span)
 from ggml_py._core import size_arg
 from ggml_py.backends import cpu
-from ggml_py.errors import AllocationError, ArgumentTypeError, BackendError
+from ggml_py.errors import ArgumentTypeError, BackendError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -106,13 +106,9 @@ class NumpyDeviceBufferType(BufferType):
 
     def alloc_buffer(self, size):
         size = size_arg(size, f"buffer type '{self.name}': size")
-        try:
-            raw = np.zeros(size + self.alignment, dtype=np.uint8)
-        except (MemoryError, ValueError):
-            raise AllocationError(f"buffer type '{self.name}': cannot allocate {size} bytes") from None
-        pad = (-raw.ctypes.data) % self.alignment
-        buf = DeviceBuffer(self, size, raw.ctypes.data + pad)
-        buf.device_memory = raw[pad:pad + size]
+        memory, address = host_memory(size, self.alignment, f"buffer type '{self.name}': a buffer")
+        buf = DeviceBuffer(self, size, address)
+        buf.device_memory = memory
         return buf
 
 

@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import math
-import os
 from typing import Sequence
 
 import numpy as np
 
 from ggml_py import ops, quants
 from ggml_py._backend import Backend, get_buffer, host_bytes, tensor_get, tensor_set
-from ggml_py._core import Context, Tensor, instance_arg, row_size
+from ggml_py._core import Context, Tensor, check_memory_available, instance_arg, row_size
 from ggml_py.alloc import alloc_ctx_tensors_from_buft
 from ggml_py.errors import AllocationError, GraphError, ModelError, UnknownNameError
 from ggml_py.models.config import WEIGHT_TYPES, ModelConfig, layer_of, weight_shapes
@@ -24,17 +23,11 @@ def to_stored(type_name: str, values: np.ndarray) -> np.ndarray:
 
 def _check_fits_in_memory(cfg: ModelConfig, shapes: dict) -> None:
     """AllocationError when the weights (stored, and the largest one's float32 values while
-    it is made) exceed this machine's memory: refused before any is made, rather than
+    it is made) exceed the memory available: refused before any is made, rather than
     filled until the kernel's out-of-memory killer ends the process."""
     need = sum(row_size(t, ne[0]) * math.prod(ne[1:]) for t, ne in shapes.values())
     need += max(4 * math.prod(ne) for _, ne in shapes.values())
-    try:
-        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return                      # (no figure to compare with)
-    if need > have:
-        raise AllocationError(f"model {cfg.name}: its weights need {need / 2**30:.1f} GiB, "
-                              f"more than this machine's {have / 2**30:.1f} GiB of memory")
+    check_memory_available(need, f"model {cfg.name}: its weights")
 
 
 def random_weights(cfg: ModelConfig, seed: int = 0) -> dict:

@@ -24,7 +24,8 @@ from ggml_py._core cimport (Tensor, Graph, tensor_handle, tensor_name, ggml_nbyt
 
 import numpy as np
 
-from ggml_py._core import OP_IDS, OP_NAMES_LIST, MAX_BYTES as _MAX_BYTES
+from ggml_py._core import (OP_IDS, OP_NAMES_LIST, MAX_BYTES as _MAX_BYTES,
+                           check_memory_available)
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
                             GraphError, NotSupportedError, ReleasedMemoryError, UnknownNameError)
 
@@ -138,18 +139,37 @@ cdef BufferType _buffer_type(BufferType buft):
 def host_buffer(BufferType buft not None, size):
     """A buffer of real host memory: a numpy byte array, aligned to the type."""
     cdef size_t n = size_arg(size, f"host_buffer({_buffer_type(buft).name!r}): size")
-    cdef size_t align = buft.c.alignment
-    if n > _MAX_BYTES or align > _MAX_BYTES:
-        raise AllocationError(f"buffer type '{buft.name}': cannot allocate {n} bytes "
-                              f"(alignment {align})")
+    mem, addr = host_memory(n, buft.c.alignment, f"buffer type '{buft.name}': a buffer")
+    return Buffer(buft, n, addr, memory=mem)
+
+
+cdef void touch_pages(char * p, size_t n) noexcept nogil:
+    """Write every page of [p, p + n) once, with the zero it holds."""
+    cdef size_t i
+    for i in range(0, n, 4096):
+        p[i] = 0
+
+
+def host_memory(size, alignment, what):
+    """size zeroed bytes of host memory at an address aligned to alignment: (a numpy
+    uint8 array, its address). Linux gives memory lazily and kills the process that
+    fills more than there is, so these bytes are checked against the memory available
+    and written once now: too large a buffer is an AllocationError naming what it is
+    for, here, and not the out-of-memory killer when a kernel writes it."""
+    cdef size_t n = size_arg(size, f"{what}: size")
+    cdef size_t align = size_arg(alignment, f"{what}: alignment")
+    if n > _MAX_BYTES or align > _MAX_BYTES or align == 0:
+        raise AllocationError(f"{what}: cannot allocate {n} bytes (alignment {align})")
+    check_memory_available(n + align, what)
     try:
         raw = np.zeros(n + align, dtype=np.uint8)
     except (MemoryError, ValueError):
-        raise AllocationError(f"buffer type '{buft.name}': cannot allocate {n} bytes") from None
+        raise AllocationError(f"{what}: cannot allocate {n} bytes") from None
     cdef size_t addr = raw.ctypes.data
     cdef size_t pad = (-addr) % align
-    mem = raw[pad:pad + n]
-    return Buffer(buft, n, addr + pad, memory=mem)
+    with nogil:
+        touch_pages(<char *>addr, n + align)
+    return raw[pad:pad + n], addr + pad
 
 
 def fake_address(size, alignment):

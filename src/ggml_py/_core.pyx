@@ -177,6 +177,109 @@ cdef void * checked_calloc(size_t n, size_t size, what) except NULL:
 
 
 # ---------------------------------------------------------------------------
+# memory the process can still take
+# Linux hands out memory it does not have (overcommit) and kills the process that
+# touches it when none is left. ggml_py checks what it is about to fill (host buffers,
+# the scheduler's tables, a random model's weights) against what is available, and
+# raises AllocationError instead.
+
+def _read_text(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _cgroup_dirs(proc, cgroup_root):
+    """The memory cgroup folders of this process, innermost first, with the files that
+    say its limit: (folder, v2), for cgroup v2 (memory.max) or v1 (memory.limit_in_bytes)."""
+    text = _read_text(f"{proc}/self/cgroup") or ""
+    dirs = []
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        v2 = parts[0] == "0" and parts[1] == ""
+        if not v2 and "memory" not in parts[1].split(","):
+            continue
+        base = cgroup_root if v2 else f"{cgroup_root}/memory"
+        path = parts[2].strip("/")
+        # from the process's own cgroup up to the root (a parent's limit binds as well);
+        # inside a cgroup namespace the path is relative to a root mounted at base
+        while True:
+            folder = f"{base}/{path}" if path else base
+            limit_file = "memory.max" if v2 else "memory.limit_in_bytes"
+            if _read_text(f"{folder}/{limit_file}") is not None:
+                dirs.append((folder, v2))
+            if not path:
+                break
+            path = path.rpartition("/")[0]
+    return dirs
+
+
+def _stat_field(text, key):
+    for line in (text or "").splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            return int(value)
+    return 0
+
+
+def _cgroup_room(folder, v2):
+    """What the cgroup in folder can still take: its limit less its working set (usage
+    less the inactive page cache, which the kernel reclaims first); None: no limit."""
+    if v2:
+        limit, usage = _read_text(f"{folder}/memory.max"), _read_text(f"{folder}/memory.current")
+        inactive = _stat_field(_read_text(f"{folder}/memory.stat"), "inactive_file")
+    else:
+        limit, usage = (_read_text(f"{folder}/memory.limit_in_bytes"),
+                        _read_text(f"{folder}/memory.usage_in_bytes"))
+        inactive = _stat_field(_read_text(f"{folder}/memory.stat"), "total_inactive_file")
+    try:
+        limit, usage = int(limit), int(usage)
+    except (TypeError, ValueError):     # "max", or unreadable
+        return None
+    if limit >= 1 << 62:                # v1 spells "no limit" as a huge number
+        return None
+    return max(0, limit - max(0, usage - inactive))
+
+
+def memory_available(proc="/proc", cgroup_root="/sys/fs/cgroup"):
+    """Bytes of memory this process can still fill before the kernel's out-of-memory
+    killer stops it: the system's available memory and free swap (/proc/meminfo), or
+    less where its cgroup (v2 or v1, or a parent) is limited; None where /proc does not
+    say (not Linux)."""
+    text = _read_text(f"{proc}/meminfo")
+    if text is None:
+        return None
+    kib = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        fields = value.split()
+        if fields and fields[0].isdigit():
+            kib[name] = int(fields[0])
+    if "MemAvailable" not in kib and "MemFree" not in kib:
+        return None
+    room = 1024 * (kib.get("MemAvailable", kib.get("MemFree")) + kib.get("SwapFree", 0))
+    for folder, v2 in _cgroup_dirs(proc, cgroup_root):
+        cg = _cgroup_room(folder, v2)
+        if cg is not None:
+            room = min(room, cg)
+    return room
+
+
+def check_memory_available(n, what):
+    """AllocationError unless n bytes can be filled (memory_available), naming what
+    they are for."""
+    room = memory_available()
+    if room is not None and n > room:
+        raise AllocationError(f"{what}: cannot allocate {n} bytes ({n / 2**30:.1f} GiB), more "
+                              f"than the {room} bytes ({room / 2**30:.1f} GiB) of memory "
+                              f"available (the system's, or its cgroup's limit)")
+
+
+# ---------------------------------------------------------------------------
 # type traits and op names (ggml 0.10.1 enums)
 
 TYPE_NAMES = (

@@ -33,7 +33,7 @@ from ggml_py._backend cimport (Backend, BufferType, backend_supports_op, backend
 
 from ggml_py._alloc cimport GraphAllocator, recorded_place, GGML_VBUFFER_MAX_CHUNKS
 
-from ggml_py._core import OP_NAMES_LIST as _OP_NAMES_LIST
+from ggml_py._core import OP_NAMES_LIST as _OP_NAMES_LIST, check_memory_available
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, GraphError,
                             SchedulerError)
 
@@ -1083,14 +1083,6 @@ _MAX_LIMIT = 1 << 16         # split inputs, graph inputs and copies
 _INT32_MAX = (1 << 31) - 1
 
 
-def _physical_memory():
-    import os
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 62
-
-
 cdef void clear_tables(SchedCore s) noexcept:
     """Forget every assignment, cause and copy of the hash set's tensors."""
     ggml_hash_set_reset(&s.hash_set)
@@ -1844,13 +1836,10 @@ cdef class SchedCore:
         # the tables hold a slot per hash slot: refuse what this machine cannot hold
         # before touching any (the reset writes them all)
         cdef size_t n = ggml_hash_size(self.graph_size)
-        table_bytes = n * (sizeof(void *) + sizeof(int8_t) + 1 +
-                           self.n_backends * self.n_copies * sizeof(void *))
-        if table_bytes > _physical_memory():
-            raise AllocationError(
-                f"a scheduler with graph_size {self.graph_size}, {self.n_backends} backends and "
-                f"{self.n_copies} copies needs {table_bytes} bytes of tables, more than this "
-                f"machine's {_physical_memory()} bytes of memory")
+        check_memory_available(
+            n * (sizeof(void *) + sizeof(int8_t) + 1 + self.n_backends * self.n_copies * sizeof(void *)),
+            f"a scheduler with graph_size {self.graph_size}, {self.n_backends} backends and "
+            f"{self.n_copies} copies: its tables")
         self.backends = <ggml_backend **>checked_calloc(self.n_backends, sizeof(ggml_backend *),
                                                         "the scheduler's backend table")
         self.bufts = <ggml_backend_buffer_type **>checked_calloc(
