@@ -9,7 +9,7 @@ CPU-only machine:
   * it runs asynchronously: one worker thread per device executes a FIFO queue (a CUDA
     stream); graph_compute, async copies, async sets and event records only enqueue,
     synchronize waits for the queue and re-raises the first error of the worker;
-  * events are threading.Events recorded in the queue (event_record), waited for by a
+  * events are generations recorded in the queue (event_record), waited for by a
     queue (event_wait) or by the caller (event_synchronize).
 
 Kernels are the CPU backend's (`cpu.compute_nodes`); the worker opens its own buffer
@@ -112,6 +112,19 @@ class NumpyDeviceBufferType(BufferType):
         return buf
 
 
+def _gate():
+    """A closed gate: a C lock, acquired. Waiting on it is acquiring it; opening it is
+    releasing it.
+
+    The caller's thread waits only on such gates. threading's Condition and Event are
+    Python: a KeyboardInterrupt inside them can leave their lock held (the worker then
+    blocks forever) or raise RuntimeError ('release unlocked lock') instead. A C lock's
+    acquire is interrupted cleanly, and nothing is left to undo."""
+    gate = threading.Lock()
+    gate.acquire()
+    return gate
+
+
 class DeviceEvent:
     """An event of a numpy device (ggml_backend_event). Each record is a new generation;
     a wait or a synchronize waits for the generation recorded last when it was called
@@ -120,23 +133,26 @@ class DeviceEvent:
 
     def __init__(self, device):
         self._device = weakref.ref(device)     # queued work holds events: never the device
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._recorded = 0          # generations handed out by record (caller's thread)
         self._reached = 0           # the last generation the queue got to
-
-    def _record(self):
-        with self._cond:
-            self._recorded += 1
-            return self._recorded
+        self._waiting = []          # (generation, gate) of the waits not yet reached
 
     def _reach(self, generation):
-        with self._cond:
+        with self._lock:
             self._reached = max(self._reached, generation)
-            self._cond.notify_all()
+            ready = [gate for g, gate in self._waiting if g <= self._reached]
+            self._waiting = [(g, gate) for g, gate in self._waiting if g > self._reached]
+        for gate in ready:
+            gate.release()
 
     def _wait(self, generation):
-        with self._cond:
-            self._cond.wait_for(lambda: self._reached >= generation)
+        gate = _gate()
+        with self._lock:
+            if self._reached >= generation:
+                return
+            self._waiting.append((generation, gate))
+        gate.acquire()
 
     @property
     def device(self):
@@ -146,18 +162,26 @@ class DeviceEvent:
     @property
     def reached(self):
         """Has the queue got to the last record?"""
-        with self._cond:
+        with self._lock:
             return self._reached >= self._recorded
 
 
 class _Queue:
     """The device's in-order work queue and its worker thread. Holds no reference to the
-    backend, so a dropped backend is collected and its finalizer stops the thread."""
+    backend, so a dropped backend is collected and its finalizer stops the thread.
+
+    The caller's side is interrupt-safe: work goes in with one C call (SimpleQueue.put),
+    so a KeyboardInterrupt on the caller's thread lands before or after it, never inside.
+    (queue.Queue's put is Python: cut between queuing the work and waking the worker, it
+    left the worker asleep beside the work, and the next synchronize waited forever.)
+    Whether the queue is open is its own flag, set by stop."""
 
     def __init__(self, name, buffer_type):
         self.name = name
-        self.items = queue.Queue()
+        self.items = queue.SimpleQueue()
         self.error = None               # first exception of the worker, until synchronize
+        # (not thread.is_alive(): interrupted, it can mark a running thread as stopped)
+        self.closed = False
         self.thread = threading.Thread(target=self._run, args=(buffer_type,),
                                        name=f"ggml_py-{name}", daemon=True)
         self.thread.start()
@@ -166,33 +190,36 @@ class _Queue:
         cpu.open_device_memory(buffer_type)
         while True:
             item = self.items.get()
-            try:
-                if item is None:
-                    return
-                work, always = item
-                # after an error the queue drains without working, except for event
-                # records, so that nobody waits forever on an event of a failed queue
-                if self.error is None or always:
-                    try:
-                        work()
-                    except BaseException as e:      # re-raised on the caller's thread
-                        if self.error is None:
-                            self.error = e
-            finally:
-                # drop the work before waiting for more: what it holds (tensors, events,
-                # staged bytes) must not live on while the queue is idle
-                item = work = None
-                self.items.task_done()
+            if item is None:
+                return
+            work, always = item
+            # after an error the queue drains without working, except for event
+            # records, so that nobody waits forever on an event of a failed queue
+            if self.error is None or always:
+                try:
+                    work()
+                except BaseException as e:      # re-raised on the caller's thread
+                    if self.error is None:
+                        self.error = e
+            # drop the work before waiting for more: what it holds (tensors, events,
+            # staged bytes) must not live on while the queue is idle
+            item = work = None
+
+    def open_items(self):
+        """The queue to put (work, always) in; BackendError once the device is closed."""
+        if self.closed:
+            raise BackendError(f"backend {self.name} is closed")
+        return self.items
 
     def put(self, work, always=False):
-        if not self.thread.is_alive():
-            raise BackendError(f"backend {self.name} is closed")
-        self.items.put((work, always))
+        self.open_items().put((work, always))
 
     def join(self):
-        """Wait until the queue is empty; raise (once) what the worker raised."""
-        if self.thread.is_alive():
-            self.items.join()
+        """Wait until the work queued so far is done; raise (once) what the worker raised."""
+        if not self.closed:
+            drained = _gate()
+            self.items.put((drained.release, True))
+            drained.acquire()
         err, self.error = self.error, None
         if err is not None:
             if isinstance(err, BackendError):
@@ -200,7 +227,8 @@ class _Queue:
             raise BackendError(f"backend {self.name}: {type(err).__name__}: {err}") from err
 
     def stop(self):
-        if self.thread.is_alive():
+        if not self.closed:
+            self.closed = True
             self.items.put(None)
             if threading.current_thread() is not self.thread:
                 self.thread.join()
@@ -320,8 +348,12 @@ class NumpyDeviceBackend(Backend):
 
     def event_record(self, event):
         """Mark `event` as reached when the queue gets to this point."""
-        generation = _event(event)._record()
-        self._queue.put(lambda: event._reach(generation), always=True)
+        ev = _event(event)
+        items = self._queue.open_items()
+        # counted and queued with no Python call between (an interrupt lands before both
+        # or after both): a count never queued would be waited for forever
+        generation = ev._recorded = ev._recorded + 1
+        items.put((lambda: ev._reach(generation), True))
         self.stats["event_records"] += 1
 
     def event_wait(self, event):

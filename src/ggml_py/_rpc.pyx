@@ -816,14 +816,19 @@ cdef class Connection:
 
     # --- the wire ---
 
-    def _break(self, str command, str reason):
-        """Close the connection for good and raise RPCError: after a failed command the
-        stream is out of step, and the server has freed this client's buffers."""
+    def _close_broken(self, str command, str reason):
+        """Close the connection for good: after a failed or cut command the stream is out
+        of step (the next reply read would be this one's), and the server frees this
+        client's buffers."""
         self.broken = f"{command}: {reason}"
         try:
             self.sock.close()
         except OSError:
             pass
+
+    def _break(self, str command, str reason):
+        """_close_broken, and raise RPCError."""
+        self._close_broken(command, reason)
         raise _error(self.endpoint, command, reason)
 
     cdef bytearray _recv(self, size_t n):
@@ -880,6 +885,9 @@ cdef class Connection:
             self._break(command, f"no answer within {self.sock.gettimeout():g} s")
         except OSError as e:
             self._break(command, f"connection failed: {e.strerror or e}")
+        except BaseException as e:      # cut mid-command: a KeyboardInterrupt
+            self._close_broken(command, f"interrupted ({type(e).__name__})")
+            raise
         s = self.stats.get(command)
         if s is None:
             s = self.stats[command] = [0, 0, 0, 0.0]
