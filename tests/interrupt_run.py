@@ -2,12 +2,12 @@
 
 Run as a script, in a subprocess, so that a hang or a crash fails the test instead of
 the test run: a timer raises KeyboardInterrupt at a seeded random moment of
-`Session.generate` over the numpy device (its worker thread, queue and events) or over
-a ggml RPC server, round after round. A round that is not cut must give the reference
+`Session.generate` over the numpy device (its worker thread, queue and events), OpenCL
+or a ggml RPC server, round after round. A round that is not cut must give the reference
 tokens; after a cut one, a new session on the same backends must give them too, or raise
 a GgmlPyError (an RPC connection cut mid-command is lost), after which new backends must.
 
-    python tests/interrupt_run.py device|rpc [--endpoint HOST:PORT] [--rounds N] [--seed S]
+    python tests/interrupt_run.py device|opencl|rpc [--endpoint HOST:PORT] [--rounds N] [--seed S]
 
 prints one `SUMMARY {json}` line (rounds, interrupted, clean_errors, the distinct errors)
 and exits 1 on a
@@ -36,7 +36,7 @@ def interrupt(signum, frame):
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("kind", choices=["device", "rpc"])
+    ap.add_argument("kind", choices=["device", "opencl", "rpc"])
     ap.add_argument("--endpoint")
     ap.add_argument("--rounds", type=int, default=25)
     ap.add_argument("--seed", type=int, default=0)
@@ -49,6 +49,9 @@ def main(argv=None):
         if args.kind == "device":
             from ggml_py.backends.numpy_device import NumpyDeviceBackend
             devices = [NumpyDeviceBackend()]
+        elif args.kind == "opencl":
+            from ggml_py.backends.opencl import OpenCLBackend
+            devices = [OpenCLBackend()]
         else:
             from ggml_py.backends.rpc import rpc_backends
             devices = rpc_backends(args.endpoint)

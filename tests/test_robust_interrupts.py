@@ -1,5 +1,5 @@
 """KeyboardInterrupt at any moment of a decode leaves the backends usable: no hang (the
-numpy device's queue), no stream out of step (an RPC connection cut mid-command is
+numpy device's queue), no OpenCL state left half-made, no stream out of step (an RPC connection cut mid-command is
 closed and says so), and right tokens after (tests/interrupt_run.py, in a subprocess)."""
 
 import json
@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from conftest import require_ggml_rpc
+from conftest import require_ggml_rpc, require_opencl
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -24,6 +24,11 @@ def run_interrupts(*args):
 
 def test_interrupted_decodes_on_the_numpy_device():
     run_interrupts("device", "--rounds", "300", "--seed", "1")
+
+
+def test_interrupted_decodes_on_opencl():
+    require_opencl()
+    run_interrupts("opencl", "--rounds", "100", "--seed", "3")
 
 
 def test_interrupted_decodes_over_rpc(rpc_servers):
