@@ -77,7 +77,7 @@ def main(argv=None):
                 tokens = generate(backends, model)
             except GgmlPyError as e:
                 counts["clean_errors"] += 1
-                error = f"{type(e).__name__}: {e}"[:160]
+                error = f"{type(e).__name__}: {e}"[:300]
                 if error not in counts["errors"]:
                     counts["errors"].append(error)
                 backends, model = new_backends()
