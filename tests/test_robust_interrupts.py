@@ -1,6 +1,7 @@
 """KeyboardInterrupt at any moment of a decode leaves the backends usable: no hang (the
-numpy device's queue), no OpenCL state left half-made, no stream out of step (an RPC connection cut mid-command is
-closed and says so), and right tokens after (tests/interrupt_run.py, in a subprocess)."""
+numpy device's queue), no OpenCL state left half-made, no stream out of step (an RPC
+connection cut mid-command is closed and says so), and right tokens after
+(tests/interrupt_run.py, in a subprocess)."""
 
 import json
 import os

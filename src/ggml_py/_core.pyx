@@ -191,9 +191,15 @@ def _read_text(path):
         return None
 
 
+# what a memory cgroup's folder says, by version: its limit, its usage, and the
+# memory.stat line of its inactive page cache
+_CGROUP_FILES = {True: ("memory.max", "memory.current", "inactive_file"),
+                 False: ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")}
+
+
 def _cgroup_dirs(proc, cgroup_root):
-    """The memory cgroup folders of this process, innermost first, with the files that
-    say its limit: (folder, v2), for cgroup v2 (memory.max) or v1 (memory.limit_in_bytes)."""
+    """The memory cgroup folders of this process, innermost first, up to the root (a
+    parent's limit binds as well): (folder, v2) for cgroup v2 or v1."""
     text = _read_text(f"{proc}/self/cgroup") or ""
     dirs = []
     for line in text.splitlines():
@@ -204,14 +210,10 @@ def _cgroup_dirs(proc, cgroup_root):
         if not v2 and "memory" not in parts[1].split(","):
             continue
         base = cgroup_root if v2 else f"{cgroup_root}/memory"
-        path = parts[2].strip("/")
-        # from the process's own cgroup up to the root (a parent's limit binds as well);
         # inside a cgroup namespace the path is relative to a root mounted at base
+        path = parts[2].strip("/")
         while True:
-            folder = f"{base}/{path}" if path else base
-            limit_file = "memory.max" if v2 else "memory.limit_in_bytes"
-            if _read_text(f"{folder}/{limit_file}") is not None:
-                dirs.append((folder, v2))
+            dirs.append((f"{base}/{path}" if path else base, v2))
             if not path:
                 break
             path = path.rpartition("/")[0]
@@ -228,20 +230,17 @@ def _stat_field(text, key):
 
 def _cgroup_room(folder, v2):
     """What the cgroup in folder can still take: its limit less its working set (usage
-    less the inactive page cache, which the kernel reclaims first); None: no limit."""
-    if v2:
-        limit, usage = _read_text(f"{folder}/memory.max"), _read_text(f"{folder}/memory.current")
-        inactive = _stat_field(_read_text(f"{folder}/memory.stat"), "inactive_file")
-    else:
-        limit, usage = (_read_text(f"{folder}/memory.limit_in_bytes"),
-                        _read_text(f"{folder}/memory.usage_in_bytes"))
-        inactive = _stat_field(_read_text(f"{folder}/memory.stat"), "total_inactive_file")
+    less the inactive page cache, which the kernel reclaims first); None: no limit (or
+    no such folder)."""
+    limit_file, usage_file, inactive_key = _CGROUP_FILES[v2]
     try:
-        limit, usage = int(limit), int(usage)
+        limit = int(_read_text(f"{folder}/{limit_file}"))
+        usage = int(_read_text(f"{folder}/{usage_file}"))
     except (TypeError, ValueError):     # "max", or unreadable
         return None
     if limit >= 1 << 62:                # v1 spells "no limit" as a huge number
         return None
+    inactive = _stat_field(_read_text(f"{folder}/memory.stat"), inactive_key)
     return max(0, limit - max(0, usage - inactive))
 
 

@@ -1836,10 +1836,10 @@ cdef class SchedCore:
         # the tables hold a slot per hash slot: refuse what this machine cannot hold
         # before touching any (the reset writes them all)
         cdef size_t n = ggml_hash_size(self.graph_size)
-        check_memory_available(
-            n * (sizeof(void *) + sizeof(int8_t) + 1 + self.n_backends * self.n_copies * sizeof(void *)),
-            f"a scheduler with graph_size {self.graph_size}, {self.n_backends} backends and "
-            f"{self.n_copies} copies: its tables")
+        table_bytes = n * (sizeof(void *) + sizeof(int8_t) + 1 +
+                           self.n_backends * self.n_copies * sizeof(void *))
+        check_memory_available(table_bytes, f"a scheduler with graph_size {self.graph_size}, "
+                               f"{self.n_backends} backends and {self.n_copies} copies: its tables")
         self.backends = <ggml_backend **>checked_calloc(self.n_backends, sizeof(ggml_backend *),
                                                         "the scheduler's backend table")
         self.bufts = <ggml_backend_buffer_type **>checked_calloc(
