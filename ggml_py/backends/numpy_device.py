@@ -350,10 +350,11 @@ class NumpyDeviceBackend(Backend):
         """Mark `event` as reached when the queue gets to this point."""
         ev = _event(event)
         items = self._queue.open_items()
-        # counted and queued with no Python call between (an interrupt lands before both
-        # or after both): a count never queued would be waited for forever
-        generation = ev._recorded = ev._recorded + 1
+        # queued before it is counted: an interrupt between the two leaves a generation
+        # the queue reaches and no one waits for, never one waited for and never queued
+        generation = ev._recorded + 1
         items.put((lambda: ev._reach(generation), True))
+        ev._recorded = generation
         self.stats["event_records"] += 1
 
     def event_wait(self, event):

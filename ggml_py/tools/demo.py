@@ -289,7 +289,8 @@ def run_scenario(title: str, n_layers: int, n_gpus: int = 1,
     sched.split_graph(graph)
     out(f"\n== {title}: {graph.n_nodes} nodes, {graph.n_leafs} leafs on "
         f"{', '.join(b.name for b in backends)}")
-    out(f"   {sched.n_splits} splits, {sched.n_copies} copy slot(s), "
+    out(f"   {sched.n_splits} split{'s' if sched.n_splits != 1 else ''}, "
+        f"{sched.n_copies} copy slot{'s' if sched.n_copies != 1 else ''}, "
         f"split time {statistics.median(times):.1f} us (median of {len(times)})")
     out(f"   {'split':>5}  {'backend':<8} {'nodes':>11}  {'inputs':>6}  {'copied':>10}  first inputs")
     shown = 0
