@@ -57,18 +57,23 @@ def _enum(value: str | int, table: Sequence[str] | dict[str, int], prefix: str,
 
 
 def unary_op_id(op: str | int) -> int:
+    """A unary op ('SILU', 'GGML_UNARY_OP_SILU' or its int) as its ggml enum value."""
     return _enum(op, UNARY_OPS, "GGML_UNARY_OP_", "unary op")
 
 
 def glu_op_id(op: str | int) -> int:
+    """A GLU op ('SWIGLU', 'GGML_GLU_OP_SWIGLU' or its int) as its ggml enum value."""
     return _enum(op, GLU_OPS, "GGML_GLU_OP_", "glu op")
 
 
 def sort_order_id(order: str | int) -> int:
+    """A sort order ('ASC', 'DESC', 'GGML_SORT_ORDER_DESC' or its int) as its ggml enum value."""
     return _enum(order, SORT_ORDERS, "GGML_SORT_ORDER_", "sort order")
 
 
 def rope_mode_id(mode: str | int) -> int:
+    """A rope mode ('NORMAL', 'NEOX', 'MROPE', 'IMROPE', 'VISION', 'GGML_ROPE_TYPE_NEOX' or its int)
+    as its ggml value."""
     return _enum(mode, ROPE_TYPES, "GGML_ROPE_TYPE_", "rope mode")
 
 
@@ -117,6 +122,8 @@ def _fail(op: str, t: Tensor, msg: str) -> NoReturn:
 
 
 def is_contiguous_n(t: Tensor, n: int) -> bool:
+    """ggml_is_contiguous_n: rows packed, and dims above n packed on the ones below (dims 1..n may
+    have gaps)."""
     ne, nb = t.ne, t.nb
     bs = blck_size(t.type)
     next_nb = type_size(t.type)
@@ -135,26 +142,32 @@ def is_contiguous_n(t: Tensor, n: int) -> bool:
 
 
 def is_contiguous(t: Tensor) -> bool:
+    """ggml_is_contiguous: every element packed, in ne order, without gaps."""
     return is_contiguous_n(t, 0)
 
 
 def is_contiguous_1(t: Tensor) -> bool:
+    """ggml_is_contiguous_1: rows packed, dims 2 and 3 packed on dim 1 (rows may be padded)."""
     return is_contiguous_n(t, 1)
 
 
 def is_contiguous_rows(t: Tensor) -> bool:
+    """ggml_is_contiguous_rows: the elements of each row (dim 0) are packed."""
     return t.ne[0] == blck_size(t.type) or t.nb[0] == type_size(t.type)
 
 
 def is_transposed(t: Tensor) -> bool:
+    """ggml_is_transposed: dim 0's stride is larger than dim 1's."""
     return t.nb[0] > t.nb[1]
 
 
 def is_empty(t: Tensor) -> bool:
+    """ggml_is_empty: some dimension is 0."""
     return any(x == 0 for x in t.ne)
 
 
 def nelements(t: Tensor) -> int:
+    """ggml_nelements: the number of elements."""
     n = 1
     for x in t.ne:
         n *= x
@@ -167,10 +180,12 @@ def can_repeat(t0: Tensor, t1: Tensor) -> bool:
 
 
 def are_same_shape(a: Tensor, b: Tensor) -> bool:
+    """ggml_are_same_shape: equal ne in all four dims."""
     return tuple(a.ne) == tuple(b.ne)
 
 
 def is_vector(t: Tensor) -> bool:
+    """ggml_is_vector: dims 1 to 3 are all 1."""
     return t.ne[1] == 1 and t.ne[2] == 1 and t.ne[3] == 1
 
 
@@ -200,21 +215,25 @@ def new_tensor(ctx: Context, type: str, ne: Sequence[int], name: str | None = No
 
 
 def new_tensor_1d(ctx: Context, type: str, ne0: int, name: str | None = None) -> Tensor:
+    """ggml_new_tensor_1d: a new tensor of `type` with ne0 elements."""
     return new_tensor(ctx, type, [ne0], name)
 
 
 def new_tensor_2d(ctx: Context, type: str, ne0: int, ne1: int,
                   name: str | None = None) -> Tensor:
+    """ggml_new_tensor_2d: a new tensor of `type`, shape [ne0, ne1] (ggml order)."""
     return new_tensor(ctx, type, [ne0, ne1], name)
 
 
 def new_tensor_3d(ctx: Context, type: str, ne0: int, ne1: int, ne2: int,
                   name: str | None = None) -> Tensor:
+    """ggml_new_tensor_3d: a new tensor of `type`, shape [ne0, ne1, ne2] (ggml order)."""
     return new_tensor(ctx, type, [ne0, ne1, ne2], name)
 
 
 def new_tensor_4d(ctx: Context, type: str, ne0: int, ne1: int, ne2: int, ne3: int,
                   name: str | None = None) -> Tensor:
+    """ggml_new_tensor_4d: a new tensor of `type`, shape [ne0, ne1, ne2, ne3] (ggml order)."""
     return new_tensor(ctx, type, [ne0, ne1, ne2, ne3], name)
 
 
@@ -258,24 +277,30 @@ def _view_impl(ctx: Context, a: Tensor, ne: Sequence[int], nb: Sequence[int],
 
 
 def view_1d(ctx: Context, a: Tensor, ne0: int, offset: int = 0) -> Tensor:
+    """ggml_view_1d: ne0 elements of a from byte `offset`, sharing a's memory."""
     es = type_size(a.type)
     n1 = ne0 // blck_size(a.type) * es
     return _view_impl(ctx, a, [ne0], [es, n1, n1, n1], offset)
 
 
 def view_2d(ctx: Context, a: Tensor, ne0: int, ne1: int, nb1: int, offset: int = 0) -> Tensor:
+    """ggml_view_2d: an [ne0, ne1] view of a from byte `offset`, rows nb1 bytes apart."""
     es = type_size(a.type)
     return _view_impl(ctx, a, [ne0, ne1], [es, nb1, nb1 * ne1, nb1 * ne1], offset)
 
 
 def view_3d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, nb1: int, nb2: int,
             offset: int = 0) -> Tensor:
+    """ggml_view_3d: an [ne0, ne1, ne2] view of a from byte `offset`, strides nb1 and nb2 (bytes).
+    ggml_view_3d: an [ne0, ne1, ne2] view of a from byte `offset`, strides nb1 and nb2 (bytes)."""
     es = type_size(a.type)
     return _view_impl(ctx, a, [ne0, ne1, ne2], [es, nb1, nb2, nb2 * ne2], offset)
 
 
 def view_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int, nb1: int, nb2: int,
             nb3: int, offset: int = 0) -> Tensor:
+    """ggml_view_4d: an [ne0, ne1, ne2, ne3] view of a from byte `offset`, strides nb1, nb2, nb3
+    (bytes)."""
     es = type_size(a.type)
     return _view_impl(ctx, a, [ne0, ne1, ne2, ne3], [es, nb1, nb2, nb3], offset)
 
@@ -299,18 +324,22 @@ def _reshape(ctx: Context, a: Tensor, ne: Sequence[int]) -> Tensor:
 
 
 def reshape_1d(ctx: Context, a: Tensor, ne0: int) -> Tensor:
+    """ggml_reshape_1d: contiguous a's elements as one row of ne0 (a view)."""
     return _reshape(ctx, a, [ne0])
 
 
 def reshape_2d(ctx: Context, a: Tensor, ne0: int, ne1: int) -> Tensor:
+    """ggml_reshape_2d: contiguous a's elements with shape [ne0, ne1] (a view)."""
     return _reshape(ctx, a, [ne0, ne1])
 
 
 def reshape_3d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int) -> Tensor:
+    """ggml_reshape_3d: contiguous a's elements with shape [ne0, ne1, ne2] (a view)."""
     return _reshape(ctx, a, [ne0, ne1, ne2])
 
 
 def reshape_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
+    """ggml_reshape_4d: contiguous a's elements with shape [ne0, ne1, ne2, ne3] (a view)."""
     return _reshape(ctx, a, [ne0, ne1, ne2, ne3])
 
 
@@ -325,6 +354,7 @@ def permute(ctx: Context, a: Tensor, axis0: int = 0, axis1: int = 1, axis2: int 
 
 
 def transpose(ctx: Context, a: Tensor) -> Tensor:
+    """ggml_transpose: a with dims 0 and 1 swapped (a view: permute(a, 1, 0, 2, 3))."""
     _check_tensor(a, "TRANSPOSE", "a")
     return ctx.transpose(a)
 
@@ -333,10 +363,12 @@ def transpose(ctx: Context, a: Tensor) -> Tensor:
 # copies
 
 def dup(ctx: Context, a: Tensor) -> Tensor:
+    """ggml_dup: a contiguous copy of a (op DUP)."""
     return _un(ctx, "DUP", a)
 
 
 def dup_inplace(ctx: Context, a: Tensor) -> Tensor:
+    """ggml_dup_inplace: DUP as a view of a."""
     return _un(ctx, "DUP", a, inplace=True)
 
 
@@ -353,6 +385,7 @@ def cpy(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 
 
 def cast(ctx: Context, a: Tensor, type: str) -> Tensor:
+    """ggml_cast: a's elements converted to `type` in a new tensor (op CPY, its own destination)."""
     _check_tensor(a, "CPY", "a")
     t = _new(ctx, "CPY", [a], type, a.ne)
     t.set_src(1, t)
@@ -360,6 +393,7 @@ def cast(ctx: Context, a: Tensor, type: str) -> Tensor:
 
 
 def cont(ctx: Context, a: Tensor) -> Tensor:
+    """ggml_cont: a contiguous copy of a (of a view, a permutation or a transpose)."""
     _check_tensor(a, "CONT", "a")
     t = _dup_tensor(ctx, "CONT", a, [a])
     t.name = f"{a.name} (cont)".encode()[:63].decode(errors="ignore")
@@ -367,6 +401,8 @@ def cont(ctx: Context, a: Tensor) -> Tensor:
 
 
 def cont_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
+    """ggml_cont_4d: a's elements, in order, copied into a contiguous [ne0, ne1, ne2, ne3] tensor.
+    ggml_cont_4d: a's elements, in order, copied into a contiguous [ne0, ne1, ne2, ne3] tensor."""
     _check_tensor(a, "CONT", "a")
     if ne0 * ne1 * ne2 * ne3 != nelements(a):
         _fail("CONT", a, f"{nelements(a)} elements cannot take shape {[ne0, ne1, ne2, ne3]}")
@@ -376,14 +412,17 @@ def cont_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -> 
 
 
 def cont_1d(ctx: Context, a: Tensor, ne0: int) -> Tensor:
+    """ggml_cont_1d: a's elements, in order, copied into a contiguous row of ne0."""
     return cont_4d(ctx, a, ne0, 1, 1, 1)
 
 
 def cont_2d(ctx: Context, a: Tensor, ne0: int, ne1: int) -> Tensor:
+    """ggml_cont_2d: a's elements, in order, copied into a contiguous [ne0, ne1] tensor."""
     return cont_4d(ctx, a, ne0, ne1, 1, 1)
 
 
 def cont_3d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int) -> Tensor:
+    """ggml_cont_3d: a's elements, in order, copied into a contiguous [ne0, ne1, ne2] tensor."""
     return cont_4d(ctx, a, ne0, ne1, ne2, 1)
 
 
@@ -401,39 +440,49 @@ def _binary(ctx: Context, op: str, a: Tensor, b: Tensor, inplace: bool = False) 
 
 
 def add(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
+    """ggml_add: a + b element-wise, b repeated to a's shape; the result has a's shape and type."""
     return _binary(ctx, "ADD", a, b)
 
 
 def add_inplace(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
+    """ggml_add_inplace: a + b (b repeated to a's shape), written into a: a view of a."""
     return _binary(ctx, "ADD", a, b, inplace=True)
 
 
 def sub(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
+    """ggml_sub: a - b element-wise, b repeated to a's shape; the result has a's shape and type."""
     return _binary(ctx, "SUB", a, b)
 
 
 def sub_inplace(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
+    """ggml_sub_inplace: a - b (b repeated to a's shape), written into a: a view of a."""
     return _binary(ctx, "SUB", a, b, inplace=True)
 
 
 def mul(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
+    """ggml_mul: a * b element-wise, b repeated to a's shape; the result has a's shape and type."""
     return _binary(ctx, "MUL", a, b)
 
 
 def mul_inplace(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
+    """ggml_mul_inplace: a * b (b repeated to a's shape), written into a: a view of a."""
     return _binary(ctx, "MUL", a, b, inplace=True)
 
 
 def div(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
+    """ggml_div: a / b element-wise, b repeated to a's shape; the result has a's shape and type."""
     return _binary(ctx, "DIV", a, b)
 
 
 def div_inplace(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
+    """ggml_div_inplace: a / b (b repeated to a's shape), written into a: a view of a."""
     return _binary(ctx, "DIV", a, b, inplace=True)
 
 
 def acc(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset: int,
         inplace: bool = False) -> Tensor:
+    """ggml_acc: a copy of a (f32) with b added into its view of strides nb1, nb2, nb3 at byte
+    `offset`; inplace writes into a."""
     op = "ACC"
     _check_tensor(a, op, "a")
     _check_tensor(b, op, "b")
@@ -451,6 +500,7 @@ def acc(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset
 
 def acc_inplace(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int,
                 offset: int) -> Tensor:
+    """ggml_acc_inplace: acc written into a (a view of a)."""
     return acc(ctx, a, b, nb1, nb2, nb3, offset, inplace=True)
 
 
@@ -458,22 +508,27 @@ def acc_inplace(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int
 # element-wise unary and friends
 
 def sqr(ctx: Context, a: Tensor) -> Tensor:
+    """ggml_sqr: a * a element-wise."""
     return _un(ctx, "SQR", a)
 
 
 def sqrt(ctx: Context, a: Tensor) -> Tensor:
+    """ggml_sqrt: the square root of each element."""
     return _un(ctx, "SQRT", a)
 
 
 def scale(ctx: Context, a: Tensor, s: float) -> Tensor:
+    """ggml_scale: a * s (s a float)."""
     return scale_bias(ctx, a, s, 0.0)
 
 
 def scale_inplace(ctx: Context, a: Tensor, s: float) -> Tensor:
+    """ggml_scale_inplace: a * s written into a (a view of a)."""
     return scale_bias(ctx, a, s, 0.0, inplace=True)
 
 
 def scale_bias(ctx: Context, a: Tensor, s: float, b: float, inplace: bool = False) -> Tensor:
+    """ggml_scale_bias: a * s + b (floats); inplace writes into a."""
     _check_tensor(a, "SCALE", "a")
     ne, nb = a.ne, a.nb
     if not (nb[0] == type_size(a.type) and nb[2] == nb[1] * ne[1] and nb[3] == nb[2] * ne[2]):
@@ -488,6 +543,8 @@ def clamp(ctx: Context, a: Tensor, min: float, max: float) -> Tensor:
 
 
 def unary(ctx: Context, a: Tensor, op: str | int, inplace: bool = False) -> Tensor:
+    """ggml_unary: the unary op `op` ('SILU', 'GELU', ..., or its id) on each element; inplace
+    writes into a."""
     _check_tensor(a, "UNARY", "a")
     if not is_contiguous_rows(a):
         _fail("UNARY", a, "rows are not contiguous")
@@ -498,10 +555,12 @@ def unary(ctx: Context, a: Tensor, op: str | int, inplace: bool = False) -> Tens
 
 
 def unary_inplace(ctx: Context, a: Tensor, op: str | int) -> Tensor:
+    """ggml_unary_inplace: unary written into a (a view of a)."""
     return unary(ctx, a, op, inplace=True)
 
 
 class UnaryBuilder(Protocol):
+    """The signature of the per-op unary builders (relu, silu, ...): (ctx, a) -> Tensor."""
     def __call__(self, ctx: Context, a: Tensor) -> Tensor: ...
 
 
@@ -565,10 +624,13 @@ def swiglu_oai(ctx: Context, a: Tensor, b: Tensor | None, alpha: float, limit: f
 
 
 def glu(ctx: Context, a: Tensor, op: str | int, swapped: bool = False) -> Tensor:
+    """ggml_glu: the gated linear unit `op` over each row's halves, act(first) * second (swapped:
+    act(second) * first); rows half as long."""
     return _glu_impl(ctx, a, None, op, swapped)
 
 
 def glu_split(ctx: Context, a: Tensor, b: Tensor, op: str | int) -> Tensor:
+    """ggml_glu_split: the gated linear unit `op` of two tensors of one shape: act(a) * b."""
     return _glu_impl(ctx, a, b, op, False)
 
 
@@ -591,10 +653,13 @@ def _glu_impl(ctx: Context, a: Tensor, b: Tensor | None, op: str | int,
 
 
 class GluBuilder(Protocol):
+    """The signature of the per-op GLU builders (swiglu, geglu, ...): (ctx, a, swapped=False) ->
+    Tensor."""
     def __call__(self, ctx: Context, a: Tensor, swapped: bool = False) -> Tensor: ...
 
 
 class GluSplitBuilder(Protocol):
+    """The signature of the per-op split GLU builders (swiglu_split, ...): (ctx, a, b) -> Tensor."""
     def __call__(self, ctx: Context, a: Tensor, b: Tensor) -> Tensor: ...
 
 
@@ -606,6 +671,9 @@ def _make_glu(name: str) -> tuple[GluBuilder, GluSplitBuilder]:
         return glu_split(ctx, a, b, name)
     f.__name__ = name.lower()
     fs.__name__ = name.lower() + "_split"
+    f.__doc__ = (f"ggml_{f.__name__}: GLU {name} over each row's halves, act(first) * second "
+                 "(swapped: act(second) * first); rows half as long.")
+    fs.__doc__ = f"ggml_{fs.__name__}: GLU {name} of two tensors of one shape, act(a) * b."
     return f, fs
 
 
@@ -618,14 +686,17 @@ geglu_quick, geglu_quick_split = _make_glu("GEGLU_QUICK")
 
 
 def reglu_swapped(ctx: Context, a: Tensor) -> Tensor:
+    """ggml_reglu_swapped: REGLU over each row's halves, relu(second) * first."""
     return glu(ctx, a, "REGLU", True)
 
 
 def geglu_swapped(ctx: Context, a: Tensor) -> Tensor:
+    """ggml_geglu_swapped: GEGLU over each row's halves, gelu(second) * first."""
     return glu(ctx, a, "GEGLU", True)
 
 
 def swiglu_swapped(ctx: Context, a: Tensor) -> Tensor:
+    """ggml_swiglu_swapped: SWIGLU over each row's halves, silu(second) * first."""
     return glu(ctx, a, "SWIGLU", True)
 
 
@@ -633,37 +704,47 @@ def swiglu_swapped(ctx: Context, a: Tensor) -> Tensor:
 # reductions, norms
 
 def sum(ctx: Context, a: Tensor) -> Tensor:
+    """ggml_sum: the sum of all of a's elements, a one-element tensor."""
     _check_tensor(a, "SUM", "a")
     return _new(ctx, "SUM", [a], a.type, [1])
 
 
 def sum_rows(ctx: Context, a: Tensor) -> Tensor:
+    """ggml_sum_rows: the sum of each row, shape [1, ne1, ne2, ne3]."""
     _check_tensor(a, "SUM_ROWS", "a")
     return _new(ctx, "SUM_ROWS", [a], a.type, [1] + list(a.ne[1:]))
 
 
 def mean(ctx: Context, a: Tensor) -> Tensor:
+    """ggml_mean: the mean of each row (f32), shape [1, ne1, ne2, ne3]."""
     _check_tensor(a, "MEAN", "a")
     return _new(ctx, "MEAN", [a], "f32", [1] + list(a.ne[1:]))
 
 
 def norm(ctx: Context, a: Tensor, eps: float, inplace: bool = False) -> Tensor:
+    """ggml_norm: each row shifted to mean 0 and scaled to variance 1 (eps added to the variance);
+    inplace writes into a."""
     return _un(ctx, "NORM", a, [f32_bits(eps)], inplace)
 
 
 def rms_norm(ctx: Context, a: Tensor, eps: float, inplace: bool = False) -> Tensor:
+    """ggml_rms_norm: each row divided by its root mean square (eps added to the mean square);
+    inplace writes into a."""
     return _un(ctx, "RMS_NORM", a, [f32_bits(eps)], inplace)
 
 
 def norm_inplace(ctx: Context, a: Tensor, eps: float) -> Tensor:
+    """ggml_norm_inplace: norm written into a (a view of a)."""
     return norm(ctx, a, eps, True)
 
 
 def rms_norm_inplace(ctx: Context, a: Tensor, eps: float) -> Tensor:
+    """ggml_rms_norm_inplace: rms_norm written into a (a view of a)."""
     return rms_norm(ctx, a, eps, True)
 
 
 def repeat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
+    """ggml_repeat: a tiled to b's shape (each of b's dims a multiple of a's)."""
     _check_tensor(a, "REPEAT", "a")
     _check_tensor(b, "REPEAT", "b")
     if not can_repeat(a, b):
@@ -672,6 +753,7 @@ def repeat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 
 
 def repeat_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
+    """ggml_repeat_4d: a tiled to shape [ne0, ne1, ne2, ne3] (each a multiple of a's dim)."""
     _check_tensor(a, "REPEAT", "a")
     ne = [ne0, ne1, ne2, ne3]
     if not (is_empty(a) or all(ne[i] % a.ne[i] == 0 for i in range(4))):
@@ -680,6 +762,7 @@ def repeat_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -
 
 
 def concat(ctx: Context, a: Tensor, b: Tensor, dim: int) -> Tensor:
+    """ggml_concat: a and b joined along `dim` (0..3; the other dims equal, one type)."""
     _check_tensor(a, "CONCAT", "a")
     _check_tensor(b, "CONCAT", "b")
     if not 0 <= dim < 4:
@@ -705,6 +788,8 @@ def _can_mul_mat(a: Tensor, b: Tensor) -> bool:
 
 
 def mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
+    """ggml_mul_mat: every row of a dotted with every row of b: shape [a.ne1, b.ne1, b.ne2, b.ne3],
+    f32 (b @ a.T in numpy terms; a's dims 2 and 3 are broadcast over b's)."""
     _check_tensor(a, "MUL_MAT", "a")
     _check_tensor(b, "MUL_MAT", "b")
     if not _can_mul_mat(a, b):
@@ -716,6 +801,7 @@ def mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 
 
 def mul_mat_set_prec(a: Tensor, prec: str | int) -> None:
+    """ggml_mul_mat_set_prec: a MUL_MAT node's precision, 'DEFAULT' or 'F32'."""
     if a.op != "MUL_MAT":
         _fail("mul_mat_set_prec", a, "is not a MUL_MAT")
     p = a.op_params
@@ -724,6 +810,9 @@ def mul_mat_set_prec(a: Tensor, prec: str | int) -> None:
 
 
 def mul_mat_id(ctx: Context, as_: Tensor, b: Tensor, ids: Tensor) -> Tensor:
+    """ggml_mul_mat_id: for each token, the experts of as_ (one matrix each) named by ids (i32
+    [n_used, n_tokens]) applied to b: shape [as_.ne1, n_used, n_tokens], f32 (mixture of
+    experts)."""
     op = "MUL_MAT_ID"
     for t, w in ((as_, "as"), (b, "b"), (ids, "ids")):
         _check_tensor(t, op, w)
@@ -750,6 +839,8 @@ def mul_mat_id(ctx: Context, as_: Tensor, b: Tensor, ids: Tensor) -> Tensor:
 # rows
 
 def get_rows(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
+    """ggml_get_rows: the rows of a at the indices in b (i32): shape [a.ne0, b.ne0, b.ne1, b.ne2],
+    f32 (i32 for an i32 a)."""
     op = "GET_ROWS"
     _check_tensor(a, op, "a")
     _check_tensor(b, op, "b")
@@ -790,10 +881,13 @@ def set_rows(ctx: Context, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
 
 
 def diag_mask_inf(ctx: Context, a: Tensor, n_past: int, inplace: bool = False) -> Tensor:
+    """ggml_diag_mask_inf: a with every element past the diagonal shifted by n_past (column > n_past
+    + row) set to -inf; inplace writes into a."""
     return _un(ctx, "DIAG_MASK_INF", a, [int(n_past)], inplace)
 
 
 def diag_mask_inf_inplace(ctx: Context, a: Tensor, n_past: int) -> Tensor:
+    """ggml_diag_mask_inf_inplace: diag_mask_inf written into a (a view of a)."""
     return diag_mask_inf(ctx, a, n_past, True)
 
 
@@ -801,15 +895,19 @@ def diag_mask_inf_inplace(ctx: Context, a: Tensor, n_past: int) -> Tensor:
 # attention pieces
 
 def soft_max(ctx: Context, a: Tensor) -> Tensor:
+    """ggml_soft_max: the softmax of each row."""
     return soft_max_ext(ctx, a, None, 1.0, 0.0)
 
 
 def soft_max_inplace(ctx: Context, a: Tensor) -> Tensor:
+    """ggml_soft_max_inplace: the softmax of each row, written into a (a view of a)."""
     return soft_max_ext(ctx, a, None, 1.0, 0.0, inplace=True)
 
 
 def soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None, scale: float, max_bias: float,
                  inplace: bool = False) -> Tensor:
+    """ggml_soft_max_ext: softmax(a * scale + mask) of each row; the mask (f16 or f32, optional) is
+    broadcast over dims 2 and 3, and max_bias > 0 adds ALiBi slopes to it; inplace writes into a."""
     op = "SOFT_MAX"
     _check_tensor(a, op, "a")
     if not is_contiguous(a):
@@ -837,6 +935,7 @@ def soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None, scale: float, max
 
 def soft_max_ext_inplace(ctx: Context, a: Tensor, mask: Tensor | None, scale: float,
                          max_bias: float) -> Tensor:
+    """ggml_soft_max_ext_inplace: soft_max_ext written into a (a view of a)."""
     return soft_max_ext(ctx, a, mask, scale, max_bias, inplace=True)
 
 
@@ -845,6 +944,11 @@ def rope_ext(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None, n_dims: int, 
              ext_factor: float = 0.0, attn_factor: float = 1.0, beta_fast: float = 32.0,
              beta_slow: float = 1.0, inplace: bool = False,
              sections: Sequence[int] | None = None) -> Tensor:
+    """ggml_rope_ext: rotary position embedding of a ([head dim, heads, tokens, ...]) at positions b
+    (i32, one per token; four for M-RoPE), over the first n_dims of each head; c: optional
+    frequency factors; mode 'NORMAL', 'NEOX', 'MROPE' (with sections), ...; YaRN scaling by
+    n_ctx_orig, freq_scale, ext_factor, attn_factor, beta_fast and beta_slow; inplace writes into
+    a."""
     op = "ROPE"
     _check_tensor(a, op, "a")
     _check_tensor(b, op, "b (positions)")
@@ -883,6 +987,7 @@ def rope_ext_inplace(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None, n_dim
                      mode: str | int, n_ctx_orig: int = 0, freq_base: float = 10000.0,
                      freq_scale: float = 1.0, ext_factor: float = 0.0, attn_factor: float = 1.0,
                      beta_fast: float = 32.0, beta_slow: float = 1.0) -> Tensor:
+    """ggml_rope_ext_inplace: rope_ext written into a (a view of a)."""
     return rope_ext(ctx, a, b, c, n_dims, mode, n_ctx_orig, freq_base, freq_scale, ext_factor,
                     attn_factor, beta_fast, beta_slow, inplace=True)
 
@@ -896,6 +1001,8 @@ def rope_multi(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None, n_dims: int
                sections: Sequence[int], mode: str | int, n_ctx_orig: int, freq_base: float,
                freq_scale: float, ext_factor: float, attn_factor: float, beta_fast: float,
                beta_slow: float) -> Tensor:
+    """ggml_rope_multi: rope_ext with M-RoPE: four positions per token in b, and `sections` dividing
+    the rotated dims among them."""
     return rope_ext(ctx, a, b, c, n_dims, mode, n_ctx_orig, freq_base, freq_scale, ext_factor,
                     attn_factor, beta_fast, beta_slow, sections=sections)
 
@@ -903,6 +1010,10 @@ def rope_multi(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None, n_dims: int
 def flash_attn_ext(ctx: Context, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
                    scale: float, max_bias: float = 0.0, logit_softcap: float = 0.0,
                    prec: str | int | None = None) -> Tensor:
+    """ggml_flash_attn_ext: attention, softmax(q k^T * scale + mask) v, in one op.
+    q [d, n_q, heads, n], k [d, n_kv, kv heads, n], v [dv, n_kv, kv heads, n], mask f16;
+    the result is [dv, heads, n_q, n], f32 (heads before tokens). Optional: ALiBi
+    (max_bias), logit soft-capping and the precision."""
     op = "FLASH_ATTN_EXT"
     for t, w in ((q, "q"), (k, "k"), (v, "v")):
         _check_tensor(t, op, w)
@@ -952,6 +1063,7 @@ def soft_max_add_sinks(a: Tensor, sinks: Tensor | None) -> None:
 
 
 def flash_attn_ext_set_prec(a: Tensor, prec: str | int) -> None:
+    """ggml_flash_attn_ext_set_prec: a FLASH_ATTN_EXT node's precision, 'DEFAULT' or 'F32'."""
     if a.op != "FLASH_ATTN_EXT":
         _fail("flash_attn_ext_set_prec", a, "is not a FLASH_ATTN_EXT")
     p = a.op_params
@@ -963,6 +1075,7 @@ def flash_attn_ext_set_prec(a: Tensor, prec: str | int) -> None:
 # sorting
 
 def argsort(ctx: Context, a: Tensor, order: str | int = "ASC") -> Tensor:
+    """ggml_argsort: the indices that sort each row, 'ASC' or 'DESC' (i32, a's shape)."""
     _check_tensor(a, "ARGSORT", "a")
     if a.ne[0] > 2**31 - 1:
         _fail("ARGSORT", a, "rows longer than INT32_MAX")
@@ -970,6 +1083,8 @@ def argsort(ctx: Context, a: Tensor, order: str | int = "ASC") -> Tensor:
 
 
 def argsort_top_k(ctx: Context, a: Tensor, k: int) -> Tensor:
+    """ggml_argsort_top_k: the indices of each row's k largest values, largest first (a view of a
+    DESC argsort)."""
     if a.ne[0] < k:
         _fail("ARGSORT", a, f"has {a.ne[0]} values per row, fewer than k={k}")
     r = argsort(ctx, a, "DESC")
@@ -977,6 +1092,8 @@ def argsort_top_k(ctx: Context, a: Tensor, k: int) -> Tensor:
 
 
 def top_k(ctx: Context, a: Tensor, k: int) -> Tensor:
+    """ggml_top_k: the indices of each row's k largest values, in any order (i32, shape [k, ne1,
+    ne2, ne3])."""
     _check_tensor(a, "TOP_K", "a")
     if a.ne[0] < k:
         _fail("TOP_K", a, f"has {a.ne[0]} values per row, fewer than k={k}")
@@ -987,6 +1104,7 @@ def top_k(ctx: Context, a: Tensor, k: int) -> Tensor:
 # generators and padding
 
 def arange(ctx: Context, start: float, stop: float, step: float) -> Tensor:
+    """ggml_arange: start, start + step, ... while below stop (f32)."""
     if not stop > start:
         raise GraphError(f"ARANGE: stop ({stop}) must be greater than start ({start})")
     with np.errstate(all="ignore"):     # (ggml's float32 arithmetic; checked below)
@@ -1001,6 +1119,8 @@ def arange(ctx: Context, start: float, stop: float, step: float) -> Tensor:
 
 def timestep_embedding(ctx: Context, timesteps: Tensor, dim: int,
                        max_period: int = 10000) -> Tensor:
+    """ggml_timestep_embedding: sinusoidal embeddings of the timesteps (f32 [n]): shape [dim, n],
+    f32."""
     _check_tensor(timesteps, "TIMESTEP_EMBEDDING", "timesteps")
     return _new(ctx, "TIMESTEP_EMBEDDING", [timesteps], "f32", [dim, timesteps.ne[0]],
                 [int(dim), int(max_period)])
@@ -1008,6 +1128,8 @@ def timestep_embedding(ctx: Context, timesteps: Tensor, dim: int,
 
 def pad_ext(ctx: Context, a: Tensor, lp0: int, rp0: int, lp1: int, rp1: int, lp2: int, rp2: int,
             lp3: int, rp3: int, circular: bool = False) -> Tensor:
+    """ggml_pad_ext: a with lp_i elements added before and rp_i after along dim i: zeros, or with
+    circular, the elements from the other end."""
     _check_tensor(a, "PAD", "a")
     p = [lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3]
     ne = [a.ne[i] + p[2 * i] + p[2 * i + 1] for i in range(4)]
@@ -1015,15 +1137,18 @@ def pad_ext(ctx: Context, a: Tensor, lp0: int, rp0: int, lp1: int, rp1: int, lp2
 
 
 def pad(ctx: Context, a: Tensor, p0: int, p1: int, p2: int = 0, p3: int = 0) -> Tensor:
+    """ggml_pad: a with p_i zeros added at the end of dim i."""
     return pad_ext(ctx, a, 0, p0, 0, p1, 0, p2, 0, p3)
 
 
 def pad_circular(ctx: Context, a: Tensor, p0: int, p1: int, p2: int = 0, p3: int = 0) -> Tensor:
+    """ggml_pad_circular: a with p_i elements added at the end of dim i, wrapped from its start."""
     return pad_ext(ctx, a, 0, p0, 0, p1, 0, p2, 0, p3, circular=True)
 
 
 def pad_ext_circular(ctx: Context, a: Tensor, lp0: int, rp0: int, lp1: int, rp1: int, lp2: int,
                      rp2: int, lp3: int, rp3: int) -> Tensor:
+    """ggml_pad_ext_circular: pad_ext wrapping around (circular)."""
     return pad_ext(ctx, a, lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3, circular=True)
 
 
@@ -1045,7 +1170,8 @@ def builder(call: str) -> Callable[..., Tensor]:
 
 
 _NOT_BUILDERS = {"builder", "flash_attn_ext_add_sinks", "soft_max_add_sinks",
-                 "mul_mat_set_prec", "flash_attn_ext_set_prec", "f32_bits", "bits_f32", "unary_op_id", "glu_op_id", "sort_order_id",
+                 "mul_mat_set_prec", "flash_attn_ext_set_prec", "f32_bits", "bits_f32",
+                 "unary_op_id", "glu_op_id", "sort_order_id",
                  "rope_mode_id", "is_contiguous", "is_contiguous_n", "is_contiguous_1",
                  "is_contiguous_rows", "is_transposed", "is_empty", "nelements", "can_repeat",
                  "are_same_shape", "is_vector", "Tensor", "blck_size", "type_size"}

@@ -67,6 +67,8 @@ class Plan:
         )
 
     def to_dict(self, explain: bool = False) -> dict[str, Any]:
+        """The plan as JSON data ("ggml-sched-plan/1", as the case files store it), with
+        each node's cause where explain is set, and the alloc and timing blocks when present."""
         d = {"format": "ggml-sched-plan/1", "case": self.case, "n_splits": self.n_splits,
              "splits": self.splits, "node_backends": self.node_backends,
              "leaf_backends": self.leaf_backends, "node_srcs": self.node_srcs,

@@ -42,10 +42,12 @@ BLOCKS = {"q8_0": (QK8_0, BLOCK_Q8_0), "q4_0": (QK4_0, BLOCK_Q4_0)}
 
 
 def is_quantized(type_name):
+    """Is `type_name` ('q8_0', 'q4_0', ...) stored in quantized blocks?"""
     return type_name in BLOCKS
 
 
 def row_bytes(type_name, ne0):
+    """Bytes of a row of ne0 elements of `type_name` (whole blocks for quantized types)."""
     if type_name in BLOCKS:
         qk, dt = BLOCKS[type_name]
         return ne0 // qk * dt.itemsize
@@ -68,6 +70,7 @@ def f32_to_bf16_bits(x, out=None):
 
 
 def bf16_bits_to_f32(b, out=None):
+    """bfloat16 values given as their uint16 bits, widened to float32."""
     return _quants.bf16_to_f32(b, out=out)
 
 

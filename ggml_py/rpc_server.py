@@ -145,16 +145,20 @@ class ServerProcess:
 
     @property
     def endpoint(self) -> str:
+        """'host:port' to give rpc_backends."""
         return f"{self.host}:{self.port}"
 
     @property
     def pid(self) -> int:
+        """The server process's id."""
         return self.proc.pid
 
     def alive(self) -> bool:
+        """Is the server process still running?"""
         return self.proc.poll() is None
 
     def output(self) -> str:
+        """What the server has printed so far (its log)."""
         try:
             with open(self.log_path, errors="replace") as f:
                 return f.read()
@@ -214,6 +218,7 @@ def start_server(port: int | None = None, host: str = "127.0.0.1", threads: int 
 
 
 def main(argv=None) -> int:
+    """`python -m ggml_py.rpc_server`: serve until stopped; returns the exit status."""
     ap = argparse.ArgumentParser(prog="python -m ggml_py.rpc_server",
                                  description="Run ggml 0.10.1's RPC server on this machine's CPU.")
     ap.add_argument("--host", default="127.0.0.1",

@@ -76,6 +76,7 @@ class SplitProfile:
 
     @property
     def wall_s(self) -> float:
+        """Seconds of copies and compute together."""
         return self.copy_s + self.compute_s
 
 
@@ -101,10 +102,12 @@ class Profile:
     moe_experts_used: list = field(default_factory=list)   # (tensor name, sorted ids)
 
     def reset(self) -> None:
+        """Every count and time back to zero."""
         self.__init__()
 
     @property
     def bytes_copied(self) -> int:
+        """Bytes copied between backends, over every pair."""
         return sum(self.bytes_by_pair.values())
 
     def links(self) -> dict[tuple[str, str], dict[str, float]]:

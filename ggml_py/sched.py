@@ -367,6 +367,7 @@ class Scheduler:
         return self._core.galloc.get_buffer_size(self.backend_id(backend))
 
     def get_buffer_type(self, backend: BackendRef) -> BufferType:
+        """The buffer type the scheduler allocates in for `backend` (object, name or index)."""
         return self.buffer_types[self.backend_id(backend)]
 
     @_locked
@@ -381,10 +382,12 @@ class Scheduler:
 
     @property
     def is_alloc(self) -> bool:
+        """Is the last split graph allocated (alloc_graph, and no reset since)?"""
         return self._core.is_alloc
 
     @property
     def is_reset(self) -> bool:
+        """Has the scheduler been reset since its last allocation?"""
         return self._core.is_reset
 
     @property
@@ -463,18 +466,22 @@ class Scheduler:
 
     @property
     def n_backends(self) -> int:
+        """The number of backends."""
         return len(self.backends)
 
     @property
     def n_splits(self) -> int:
+        """The splits of the last split graph (ggml_backend_sched_get_n_splits)."""
         return self._core.n_splits
 
     @property
     def n_copies(self) -> int:
+        """Copy slots of each split input: 1, or more with pipeline parallelism."""
         return self._core.n_copies
 
     @property
     def hash_size(self) -> int:
+        """Slots of the scheduler's hash set of tensors."""
         return self._core.hash_size
 
     def get_backend(self, i: int) -> Backend:
@@ -492,6 +499,7 @@ class Scheduler:
     @property
     @_locked
     def splits(self) -> list[Split]:
+        """The splits of the last split graph: backend, node range and inputs each."""
         self._require_split()
         return [Split(self.backends[b], i0, i1, inputs)
                 for b, i0, i1, inputs in self._core.get_splits()]
@@ -499,6 +507,8 @@ class Scheduler:
     @property
     @_locked
     def graph_inputs(self) -> list[Tensor]:
+        """The INPUT tensors of the last split graph that get a copy per slot (pipeline
+        parallelism: n_copies > 1; else none)."""
         self._require_split()
         return self._core.get_graph_inputs()
 
@@ -663,6 +673,8 @@ def _bname(b: Backend | None) -> str:
 def ggml_backend_sched_new(backends: Sequence[Backend], bufts: Sequence[BufferType] | None,
                            n_backends: int, graph_size: int, parallel: bool,
                            op_offload: bool) -> Scheduler:
+    """ggml_backend_sched_new: a Scheduler over the first n_backends backends (and buffer
+    types; None: each backend's default)."""
     n = int_arg(n_backends, "n_backends", 0, MAX_BACKENDS_LIMIT)
     backends = items_arg(backends, "backends")[:n]
     bufts = None if bufts is None else items_arg(bufts, "bufts")[:n]
@@ -670,6 +682,7 @@ def ggml_backend_sched_new(backends: Sequence[Backend], bufts: Sequence[BufferTy
 
 
 def ggml_backend_sched_free(sched: Scheduler) -> None:
+    """ggml_backend_sched_free: close the scheduler (Scheduler.close)."""
     _scheduler(sched).close()
 
 
@@ -685,12 +698,15 @@ ggml_backend_sched_set_eval_callback = Scheduler.set_eval_callback
 
 
 def ggml_backend_sched_get_n_splits(sched: Scheduler) -> int:
+    """ggml_backend_sched_get_n_splits: the splits of the last split graph."""
     return _scheduler(sched).n_splits
 
 
 def ggml_backend_sched_get_n_copies(sched: Scheduler) -> int:
+    """ggml_backend_sched_get_n_copies: the copy slots (pipeline parallelism's n_copies)."""
     return _scheduler(sched).n_copies
 
 
 def ggml_backend_sched_get_n_backends(sched: Scheduler) -> int:
+    """ggml_backend_sched_get_n_backends: the number of backends."""
     return _scheduler(sched).n_backends

@@ -88,6 +88,8 @@ def list_devices() -> list[dict[str, Any]]:
 
 
 def device_info(device: int | str = 0) -> dict[str, Any]:
+    """What OpenCL says of a device (an index or a name): its name, platform, vendor,
+    versions, memory sizes, compute units and work-group size."""
     return _opencl.device_info(_device_index(device))
 
 
@@ -362,6 +364,7 @@ class OpenCLBackend(Backend):
         return OpenCLEvent(self)
 
     def event_record(self, event):
+        """Mark `event` as reached when the work queued here so far is done (a marker)."""
         instance_arg(event, OpenCLEvent, "event").marker = self._dev.ctx.marker()
 
     def event_wait(self, event):
@@ -374,6 +377,7 @@ class OpenCLBackend(Backend):
             event.marker.synchronize()
 
     def event_synchronize(self, event):
+        """Block until `event`'s last record is reached (none: return at once)."""
         if instance_arg(event, OpenCLEvent, "event").marker is not None:
             event.marker.synchronize()
 

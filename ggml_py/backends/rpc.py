@@ -63,6 +63,7 @@ class RPCBackend(Backend):
 
     @property
     def endpoint(self) -> str:
+        """The server's 'host:port'."""
         return self.conn.endpoint
 
     def device_memory(self):

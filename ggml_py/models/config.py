@@ -117,22 +117,27 @@ class ModelConfig:
 
     @property
     def head_dim(self) -> int:
+        """Channels per attention head (n_embd / n_head)."""
         return self.n_embd // self.n_head
 
     @property
     def n_embd_gqa(self) -> int:
+        """Channels of K and V per token (head_dim * n_head_kv)."""
         return self.head_dim * self.n_head_kv
 
     @property
     def n_rot_(self) -> int:
+        """Channels of each head that rope rotates (n_rot, or the whole head)."""
         return self.head_dim if self.n_rot is None else self.n_rot
 
     @property
     def ff_exp(self) -> int:
+        """The hidden width of each expert's feed-forward (n_ff_exp, or n_ff)."""
         return self.n_ff if self.n_ff_exp is None else self.n_ff_exp
 
     @property
     def is_moe(self) -> bool:
+        """Is the feed-forward a mixture of experts?"""
         return self.ffn != "dense"
 
 

@@ -102,6 +102,7 @@ class Model:
 
     @classmethod
     def random(cls, config: ModelConfig, seed: int = 0) -> Model:
+        """A model of `config` with seeded random weights (random_weights)."""
         return cls(config, random_weights(config, seed))
 
     def values(self, name: str) -> np.ndarray:
@@ -156,10 +157,12 @@ class Model:
 
     @property
     def n_params(self) -> int:
+        """The number of weights."""
         return sum(math.prod(ne) for _, ne in weight_shapes(self.config).values())
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the weights as stored (quantized types at their size)."""
         return sum(s.nbytes for _, s in self.weights.values())
 
 

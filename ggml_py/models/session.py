@@ -55,6 +55,7 @@ class StepStats:
 
     @property
     def n_inputs(self) -> int:
+        """Split inputs over all the step's splits."""
         return sum(s.n_inputs for s in self.splits)
 
     @property
@@ -151,5 +152,6 @@ class Session:
         return out
 
     def reset(self) -> None:
+        """Empty the KV cache and the history: the next step starts a new sequence."""
         self.cache.clear()
         self.history.clear()

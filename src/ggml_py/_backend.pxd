@@ -8,10 +8,12 @@ from ggml_py._core cimport Tensor, OP_GET_ROWS, OP_MUL_MAT, OP_MUL_MAT_ID, OP_RO
 cdef class BufferType:
     cdef ggml_backend_buffer_type c
     cdef readonly object device         # owning backend's device name (informational)
+    """The name of the device it belongs to (informational; None: not given)."""
 
 cdef class Buffer:
     cdef ggml_backend_buffer c
     cdef readonly BufferType buffer_type
+    """The buffer's type."""
     cdef object _memory                 # the bytes of a host buffer (numpy array) or None
     cdef bint _has_init_tensor          # its class overrides the optional init_tensor slot
     cdef bint _has_reset                # ... and the optional reset slot
@@ -28,6 +30,7 @@ cdef int buffer_reset(ggml_backend_buffer * buffer) except -1
 cdef class Backend:
     cdef ggml_backend c
     cdef readonly BufferType buffer_type
+    """The buffer type its tensors are allocated in (its default)."""
     cdef list _bufts                    # keeps supported buffer types alive
     cdef _own(self, Tensor tensor)
 

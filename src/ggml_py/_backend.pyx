@@ -87,10 +87,12 @@ cdef class BufferType:
 
     @property
     def name(self):
+        """The buffer type's name."""
         return self.c.name.decode()
 
     @property
     def alignment(self):
+        """Alignment in bytes of every tensor placed in its buffers (a power of two)."""
         return self.c.alignment
 
     @property
@@ -100,11 +102,13 @@ cdef class BufferType:
 
     @property
     def is_host(self):
+        """Can the host read and write its memory directly?"""
         return bool(self.c.is_host)
 
     # --- ggml's buffer type slots (get_name is `name`, is_host the property) ---
 
     def get_alignment(self):
+        """ggml's get_alignment slot: the alignment in bytes."""
         return self.c.alignment
 
     def get_max_size(self):
@@ -235,6 +239,7 @@ cdef class Buffer:
 
     @property
     def released(self):
+        """Has the memory been given back (release())?"""
         return bool(self.c.released)
 
     @property
@@ -252,14 +257,18 @@ cdef class Buffer:
 
     @property
     def size(self):
+        """Size in bytes."""
         return self.c.size
 
     @property
     def base(self):
+        """Address of the first byte (a stand-in address for simulated memory)."""
         return <size_t>self.c.base
 
     @property
     def usage(self):
+        """What the buffer holds, 'any', 'weights' or 'compute' (settable; the
+        scheduler runs ops where their weights are)."""
         return BUFFER_USAGE_NAMES[self.c.usage]
 
     @usage.setter
@@ -269,6 +278,7 @@ cdef class Buffer:
 
     @property
     def is_host(self):
+        """Can the host read and write its memory directly (its buffer type's)?"""
         return bool(self.c.buft.is_host)
 
     # --- ggml's buffer slots (ggml-backend-impl.h). Called through tensor_set,
@@ -277,6 +287,7 @@ cdef class Buffer:
     # without memory is simulated and refuses byte access. Device buffers override. ---
 
     def get_base(self):
+        """ggml's get_base slot: the address of the first byte."""
         return <size_t>self.c.base
 
     def init_tensor(self, Tensor tensor not None):
@@ -712,6 +723,8 @@ cdef class Backend:
         world_changed()
 
     def set_supported_buffer_types(self, bufts):
+        """The buffer types whose memory the backend uses directly (the first is its
+        default); the scheduler copies tensors in others."""
         bufts = items_arg(bufts, f"backend {self.name}: supported buffer types", BufferType)
         for b in bufts:
             _buffer_type(b)
@@ -727,14 +740,17 @@ cdef class Backend:
 
     @property
     def name(self):
+        """The backend's name."""
         return self.c.name.decode()
 
     @property
     def device_type(self):
+        """'cpu', 'gpu', 'igpu' or 'accel' (ggml's device types)."""
         return DEVICE_TYPE_NAMES[self.c.device_type]
 
     @property
     def supported_buffer_types(self):
+        """The buffer types whose memory the backend uses directly (a new list)."""
         return list(self._bufts)
 
     @property
@@ -747,6 +763,7 @@ cdef class Backend:
         self.c.supports_host_bufts = value
 
     def get_default_buffer_type(self):
+        """The buffer type its tensors are allocated in (buffer_type)."""
         return self.buffer_type
 
     def __repr__(self):
@@ -787,6 +804,8 @@ cdef class Backend:
     # --- compute slots (defaults for backends that cannot compute) ---
 
     def graph_compute(self, graph):
+        """Compute every node of `graph` (a Graph or a GraphView), in order; a backend
+        may return before its work is done (synchronize waits). The base cannot compute."""
         raise BackendError(f"backend {self.name} cannot compute graphs")
 
     def graph_compute_range(self, Graph graph not None, i0, i1):
@@ -826,12 +845,17 @@ cdef class Backend:
         return None
 
     def event_record(self, event):
+        """Mark `event` as reached when the work queued so far is done (default: nothing
+        is queued)."""
         pass
 
     def event_wait(self, event):
+        """Make work queued here from now on wait for `event` (default: nothing to wait
+        for)."""
         pass
 
     def event_synchronize(self, event):
+        """Block until `event` is reached (default: it is)."""
         pass
 
 

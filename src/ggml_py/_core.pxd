@@ -340,18 +340,22 @@ cdef uint64_t graph_changed() noexcept nogil
 cdef class Context:
     cdef ggml_context ctx
     cdef readonly str label
+    """The label it was made with (its repr shows it)."""
     cdef dict _refs                     # id -> buffer its tensors point into (kept alive)
     cdef Tensor wrap(self, ggml_tensor * t)
 
 cdef class Tensor:
     cdef ggml_tensor * ptr
     cdef readonly object owner          # keeps the arena that holds ptr alive
+    """The Context whose arena holds the tensor (the same as context)."""
 
 cdef class Graph:
     cdef ggml_cgraph graph
     cdef readonly Context context       # where its tensors live (may be None)
+    """The Context the graph was made for (None: none given)."""
     cdef set _owners                    # contexts of tensors added from elsewhere
     cdef readonly uint64_t generation   # mutation epoch of its last change (graph_changed)
+    """Mutation epoch of the graph's last change (graph reuse compares it)."""
     cdef object __weakref__
 
 cdef Tensor tensor_handle(ggml_tensor * t)

@@ -536,9 +536,11 @@ cdef class HashSet:
 
     @property
     def size(self):
+        """The number of slots."""
         return self.hs.size
 
     def insert(self, Tensor t not None):
+        """Insert t: its slot, or None if it was there already (GraphError when full)."""
         cdef size_t i = ggml_hash_insert(&self.hs, t.ptr)
         if i == GGML_HASHSET_FULL:
             raise GraphError(f"hash set full ({self.hs.size} slots)")
@@ -548,6 +550,8 @@ cdef class HashSet:
         return None
 
     def find(self, Tensor t not None):
+        """t's slot, or the empty slot where it would go (None: the set is full
+        and t is not in it)."""
         cdef size_t i = ggml_hash_find(&self.hs, t.ptr)
         return None if i == GGML_HASHSET_FULL else i
 
@@ -567,6 +571,7 @@ cdef class HashSet:
         return ggml_py_mod(k, ggml_py_mod_magic(n), n)
 
     def reset(self):
+        """Empty the set."""
         ggml_hash_set_reset(&self.hs)
         self._keep = []
 
@@ -1238,10 +1243,12 @@ cdef class Tensor:
 
     @property
     def context(self):
+        """The Context that owns the tensor (kept alive by the tensor)."""
         return self.owner
 
     @property
     def name(self):
+        """The tensor's name (at most 63 bytes of UTF-8; settable)."""
         return self.ptr.name.decode("utf-8", errors="replace")
 
     @name.setter
@@ -1251,10 +1258,13 @@ cdef class Tensor:
 
     @property
     def type(self):
+        """The element type's name: 'f32', 'f16', 'q8_0', ..."""
         return TYPE_NAMES[self.ptr.type]
 
     @property
     def op(self):
+        """The op's name, ggml's GGML_OP_ without the prefix ('NONE' for a leaf;
+        settable)."""
         return OP_NAMES_LIST[self.ptr.op]
 
     @op.setter
@@ -1306,18 +1316,22 @@ cdef class Tensor:
 
     @property
     def nbytes(self):
+        """Bytes the tensor spans in memory (ggml_nbytes: its strides included)."""
         return ggml_nbytes(self.ptr)
 
     @property
     def nelements(self):
+        """The number of elements (the product of ne)."""
         return ggml_nelements(self.ptr)
 
     @property
     def is_contiguous(self):
+        """Whether every element is packed in ne order, without gaps."""
         return ggml_is_contiguous(self.ptr)
 
     @property
     def is_view(self):
+        """Whether the tensor is a view of another one's memory (view_src is set)."""
         return self.ptr.view_src != NULL
 
     @property
@@ -1331,6 +1345,7 @@ cdef class Tensor:
         return [tensor_handle(self.ptr.src[i]) if m >> i & 1 else None for i in range(n)]
 
     def set_src(self, i, src):
+        """Set source slot i (0..9) to src (a Tensor, or None to empty it)."""
         cdef Py_ssize_t k = index_arg(i, "src index", GGML_MAX_SRC)
         tensor_set_src(self.ptr, k, NULL if src is None else tensor_ptr(src, "src"))
         tensor_changed(self.ptr)
@@ -1339,10 +1354,12 @@ cdef class Tensor:
 
     @property
     def view_src(self):
+        """The tensor whose memory this view shares (None: not a view)."""
         return tensor_handle(self.ptr.view_src)
 
     @property
     def view_offs(self):
+        """Byte offset of this view in view_src's memory."""
         return self.ptr.view_offs
 
     def set_view_src(self, view_src, view_offs=0):
@@ -1358,9 +1375,11 @@ cdef class Tensor:
 
     @property
     def op_params(self):
+        """The op's 16 int32 parameter words, as ggml stores them (floats bit-wise)."""
         return [self.ptr.op_params[i] for i in range(GGML_MAX_OP_PARAMS)]
 
     def set_op_params(self, params):
+        """Set the op's parameter words (at most 16 int32; the rest become 0)."""
         params = [<int32_t>int_arg(p, "op param", -(1 << 31), (1 << 32) - 1)
                   for p in items_arg(params, "op_params", None, GGML_MAX_OP_PARAMS)]
         for i in range(GGML_MAX_OP_PARAMS):
@@ -1384,16 +1403,22 @@ cdef class Tensor:
         tensor_changed(self.ptr)
 
     def set_input(self):
+        """Flag the tensor INPUT (ggml_set_input: the scheduler places it on the CPU
+        backend and copies it to where it is read); returns the tensor."""
         self.ptr.flags |= GGML_TENSOR_FLAG_INPUT
         tensor_changed(self.ptr)
         return self
 
     def set_output(self):
+        """Flag the tensor OUTPUT (ggml_set_output: the graph allocator never gives its
+        memory to another tensor); returns the tensor."""
         self.ptr.flags |= GGML_TENSOR_FLAG_OUTPUT
         tensor_changed(self.ptr)
         return self
 
     def set_param(self):
+        """Flag the tensor PARAM (ggml_set_param: a trainable parameter); returns the
+        tensor."""
         self.ptr.flags |= GGML_TENSOR_FLAG_PARAM
         tensor_changed(self.ptr)
         return self
@@ -1492,14 +1517,17 @@ cdef class Graph:
 
     @property
     def size(self):
+        """The most nodes (and leafs) the graph can hold."""
         return self.graph.size
 
     @property
     def n_nodes(self):
+        """The number of nodes (computed tensors)."""
         return self.graph.n_nodes
 
     @property
     def n_leafs(self):
+        """The number of leafs (constants, inputs, weights)."""
         return self.graph.n_leafs
 
     def __len__(self):
@@ -1507,13 +1535,16 @@ cdef class Graph:
 
     @property
     def nodes(self):
+        """The nodes, in order (a new list of handles)."""
         return [tensor_handle(self.graph.nodes[i]) for i in range(self.graph.n_nodes)]
 
     @property
     def leafs(self):
+        """The leafs, in order (a new list of handles)."""
         return [tensor_handle(self.graph.leafs[i]) for i in range(self.graph.n_leafs)]
 
     def node(self, i):
+        """Node i (a negative i counts from the end)."""
         return tensor_handle(self.graph.nodes[index_arg(i, "node", self.graph.n_nodes)])
 
     def check_order(self):

@@ -108,6 +108,7 @@ class KernelPolicy:
 
     @property
     def generation(self):
+        """KERNELS' change count: a plan made at another generation is made again."""
         return KERNELS.generation
 
     @property
@@ -156,6 +157,7 @@ class CPUBackend(Backend):
 
     @property
     def n_threads(self) -> int:
+        """Threads the executor computes with (settable; ggml_backend_cpu_set_n_threads)."""
         return self.executor.n_threads
 
     @n_threads.setter

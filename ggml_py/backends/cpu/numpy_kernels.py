@@ -517,6 +517,7 @@ def gelu(x, is_f16=False):
 
 
 def gelu_quick(x):
+    """ggml's GELU_QUICK on float32 values (table on the f16-rounded input)."""
     _, table = _tables()
     return table[_f16_index(x)]
 
@@ -525,6 +526,7 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 
 
 def gelu_erf(x):
+    """ggml's GELU_ERF on float32 values: 0.5 x (1 + erf(x / sqrt(2))), in float32."""
     x = x.astype(F32)
     e = _erf(x.astype(np.float64) * float(F32(0.70710678118654752440084436210484)))
     e = np.asarray(e, dtype=np.float64).astype(F32)
