@@ -40,6 +40,7 @@ from ggml_py._backend import tensor_set
 from ggml_py.models.transformer import Model, Session, build_forward, llama_config, tensor_values
 from ggml_py.tools.opscheck import HostAllocation
 from ggml_py.sched import Scheduler
+from ggml_py.tools.machine import announce
 
 
 def paired_times(fa, fb, reps, warmup=2):
@@ -243,6 +244,7 @@ def main(argv=None):
     ap.add_argument("--crossover", action="store_true",
                     help="only the BLAS / C kernel crossover (1 thread each)")
     a = ap.parse_args(argv)
+    announce(a.json)
     reps = 7 if a.quick else 25
     if a.crossover:
         rows = bench_crossover(ks=(256, 1024) if a.quick else (256, 512, 1024, 2048))

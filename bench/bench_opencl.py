@@ -22,6 +22,7 @@ from ggml_py.tools import opscheck
 from ggml_py._core import Context
 from ggml_py.backends import opencl
 from ggml_py.backends.cpu import CPUBackend
+from ggml_py.tools.machine import describe, summary
 
 
 def _mul_mat(wtype, k, m, n):
@@ -140,8 +141,10 @@ def main(argv=None):
     device, rows = run(args.reps)
     decode = decode_steps(opencl.OpenCLBackend(), CPUBackend())
     if args.json:
-        print(json.dumps({"device": device, "results": rows, "decode_step": decode}, indent=1))
+        print(json.dumps({"machine": describe(), "device": device, "results": rows,
+                          "decode_step": decode}, indent=1))
         return 0
+    print(f"machine: {summary()}")
     print(f"device: {device}   (median of {args.reps}; ratio = cpu time / opencl time)")
     print(f"{'case':34s} {'cpu ms':>9s} {'ocl ms':>9s} {'ratio':>7s} {'ocl GF/s':>9s} {'nmse':>9s}")
     for r in rows:

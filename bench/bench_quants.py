@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 from ggml_py import _quants as C
+from ggml_py.tools.machine import describe, summary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -117,9 +118,11 @@ def main(argv=None):
                         "numpy_gbs": gb / t_np, "speedup": t_np / t_new,
                         "speedup_out": t_np / t_out})
     if args.json:
-        json.dump({"rows": args.rows, "cols": args.cols, "results": results}, sys.stdout, indent=1)
+        json.dump({"machine": describe(), "rows": args.rows, "cols": args.cols,
+                   "results": results}, sys.stdout, indent=1)
         print()
         return 0
+    print(f"machine: {summary()}")
     print(f"{args.rows} x {args.cols} float32 weights, medians of {args.reps}")
     print(f"{'kernel':20s} {'C ms':>8s} {'GB/s':>6s} {'C out= ms':>10s} {'GB/s':>6s} "
           f"{'numpy ms':>9s} {'GB/s':>6s} {'x new':>6s} {'x out=':>7s}")

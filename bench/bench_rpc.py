@@ -36,6 +36,7 @@ from ggml_py.models.transformer import (Model, Session, build_forward,
                                         llama_config, moe_config)
 from ggml_py.rpc_server import start_server
 from ggml_py.sched import Scheduler
+from ggml_py.tools.machine import describe, summary
 from bench_compute import paired_times
 
 MODELS = {"llama": llama_config(), **{k: moe_config(k) for k in ("moe_dense", "moe_topk",
@@ -163,8 +164,10 @@ def main(argv=None):
     a = ap.parse_args(argv)
     rows, ser, link = run(a.steps, a.threads)
     if a.json:
-        print(json.dumps({"decode": rows, "serialise": ser, "link": link}))
+        print(json.dumps({"machine": describe(), "decode": rows, "serialise": ser,
+                          "link": link}))
         return 0
+    print(f"machine: {summary()}")
     print(f"decode step, medians of {a.steps} (servers: {a.threads} thread(s) each)")
     print(f"{'model':11} {'CPU':>8} {'rpc+CPU':>9} {'ratio':>6} {'2rpc+CPU':>9} {'ratio':>6} "
           f"{'transfers':>9}  bytes/step to / from the server")

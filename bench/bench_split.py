@@ -28,6 +28,7 @@ import time
 
 from ggml_py.models.synthetic import synthetic_llama_builder
 from ggml_py.sched import Scheduler
+from ggml_py.tools.machine import announce
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # ggml's reference cases (tests/data); GGML_PY_SHARED points at another copy
@@ -197,6 +198,7 @@ def main(argv=None):
     ap.add_argument("--no-ggml", action="store_true",
                     help="do not run ggml's scheduler (the issue's figures instead)")
     args = ap.parse_args(argv)
+    announce(args.json)
     if os.path.isdir(os.path.join(args.cases, "cases")):
         bench_cases(args.cases, args.random, args.json)
     else:

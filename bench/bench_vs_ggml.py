@@ -42,6 +42,7 @@ import numpy as np                                     # noqa: E402
 
 from ggml_py import ops, quants                        # noqa: E402
 from ggml_py.tools import opscheck                     # noqa: E402
+from ggml_py.tools.machine import announce            # noqa: E402
 from ggml_py._core import Context, Graph, op_id, type_id   # noqa: E402
 from ggml_py.backends.cpu import CPUBackend, tensor_array  # noqa: E402
 
@@ -451,6 +452,7 @@ def main(argv=None):
     ap.add_argument("--only", help="only graphs whose name contains this")
     ap.add_argument("--json", action="store_true", help="one JSON object per graph")
     a = ap.parse_args(argv)
+    announce(a.json)
     lib_dir = find_ggml(a.ggml_lib)
     if lib_dir is None:
         print(HOW_TO_GET_GGML, file=sys.stderr)

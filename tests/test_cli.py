@@ -61,7 +61,11 @@ def test_plan_abort_is_one_line_and_exit_code_1(capsys):
 
 def test_bench_json_keys(capsys):
     assert main(["bench", str(CASES / "mlp-cpu-only.case.json"), "--json", "--min-time", "0.01"]) == 0
-    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    lines = capsys.readouterr().out.strip().splitlines()
+    row = json.loads(lines[-1])
+    # the machine first: a time means little without it
+    machine = json.loads(lines[0])["machine"]
+    assert machine["cores"] >= 1 and machine["cpu"]
     for key in ("case", "n_nodes", "split_us_median", "ggml_split_us", "split_ratio",
                 "alloc_graph_us_median", "ggml_alloc_graph_us", "alloc_ratio"):
         assert key in row
@@ -476,3 +480,18 @@ def test_ops_check_time_adds_compute_time_and_nodes(capsys, tmp_path):
     assert rows and all(r["compute_us_median"] > 0 and r["n_nodes"] >= 1 for r in rows)
     assert main(["ops-check", OPS_FILE, "--time", "--reps", "2"]) == 0
     assert " us (" in capsys.readouterr().out
+
+
+def test_machine_description_reads_the_first_processor(tmp_path):
+    from ggml_py.tools.machine import describe, summary
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Fast CPU\ncpu family\t: 25\nmodel\t\t: 17\n"
+                    "cpu MHz\t\t: 3699.998\ncache size\t: 1024 KB\n\n"
+                    "processor\t: 1\nmodel name\t: Other CPU\ncpu MHz\t\t: 1500.0\n")
+    d = describe(str(info))
+    assert (d["cpu"], d["family"], d["model"], d["mhz"], d["cache"]) == \
+        ("Fast CPU", "25", "17", 3700, "1024 KB")
+    assert summary(str(info)).startswith("Fast CPU (family 25 model 17), 3700 MHz, ")
+    # no /proc (another system): what the platform module says, and no MHz
+    bare = describe(str(tmp_path / "none"))
+    assert bare["cpu"] and bare["mhz"] is None and bare["family"] is None

@@ -8,6 +8,7 @@
     planning.py   plans of case files, why splits exist, split timing
     dot.py        Graphviz pictures of split graphs
     splitmap.py   split maps: where each node ran and what each split cost
+    machine.py    what machine a benchmark ran on (printed before its numbers)
 
 Nothing in the library (ggml_py's core, backends, allocator, scheduler, runtime and
 models) imports from here.

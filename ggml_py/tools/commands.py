@@ -83,7 +83,9 @@ def _fmt_time(ours: float, theirs: float | None) -> str:
 def cmd_bench(args: argparse.Namespace) -> int:
     from ggml_py.tools.planning import (median_alloc_us, median_rebuilt_reuse_us, median_reuse_us,
                                         median_split_us)
+    from ggml_py.tools.machine import announce
     cases = [(path, load_case_file(path)) for path in args.cases]     # all checked first
+    announce(args.json)
     for path, case in cases:
         is_random = case.name.startswith("rand-")
         us, reps = median_split_us(case, min_time_s=0.1 if is_random else args.min_time)
