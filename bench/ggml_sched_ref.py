@@ -10,6 +10,10 @@ repetition, untimed, the whole context (every tensor struct: sources, flags, dat
 buffer pointers) is restored from a snapshot and the scheduler reset; then
 `ggml_backend_sched_split_graph` alone, or `ggml_backend_sched_alloc_graph` (the steady
 state: no buffer changes, no RPC traffic), or `ggml_backend_sched_reserve`, is timed. Only one GPU is mirrored.
+
+Beside the timings it reads back what ggml decided (`split`, `alloc`, `backend_index`,
+`location`, `buffer_size`): tests/test_sched_vs_ggml.py holds ggml_py's plans and
+allocations to these on random graphs.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ class GgmlSched:
     """ggml's scheduler over [rpc, cpu] on a mirror of `graph` (from a ggml_py
     scheduler's point of view: backends [GPU0, CPU])."""
 
-    def __init__(self, graph, endpoint: str, lib_dir: str | None = None):
+    def __init__(self, graph, endpoint: str, lib_dir: str | None = None,
+                 parallel: bool = False, op_offload: bool = True, init_views: bool = True):
         lib_dir = find_ggml(lib_dir)
         if lib_dir is None:
             raise RuntimeError("ggml 0.10.1 not found ($GGML_PY_GGML_LIB)")
@@ -63,6 +68,11 @@ class GgmlSched:
                 (base, "ggml_backend_sched_alloc_graph", B, [P, P]),
                 (base, "ggml_backend_sched_reserve", B, [P, P]),
                 (base, "ggml_backend_sched_get_n_splits", ctypes.c_int, [P]),
+                (base, "ggml_backend_sched_get_n_copies", ctypes.c_int, [P]),
+                (base, "ggml_backend_sched_get_tensor_backend", P, [P, T]),
+                (base, "ggml_backend_sched_set_tensor_backend", None, [P, T, P]),
+                (base, "ggml_backend_sched_get_buffer_size", S, [P, P]),
+                (base, "ggml_backend_buffer_get_type", P, [P]),
                 (base, "ggml_backend_free", None, [P]),
                 (base, "ggml_backend_get_default_buffer_type", P, [P]),
                 (cpu, "ggml_backend_cpu_init", P, []),
@@ -71,9 +81,12 @@ class GgmlSched:
             fn.restype, fn.argtypes = res, args
             setattr(self, name, fn)
         self.buffers = []
-        self._mirror(graph, endpoint.encode())
+        # user assignments (ggml_py tensor, 0 the GPU or 1 the CPU), made again after each
+        # reset, as SCHED_CASES.md's timing does
+        self.assignments = []
+        self._mirror(graph, endpoint.encode(), parallel, op_offload, init_views)
 
-    def _mirror(self, graph, endpoint):
+    def _mirror(self, graph, endpoint, parallel, op_offload, init_views):
         tensors = mirror_order(graph)
         size = len(tensors) * self.ggml_tensor_overhead() + \
             self.ggml_graph_overhead_custom(graph.size, False) + (1 << 20)
@@ -95,6 +108,7 @@ class GgmlSched:
                 c.src[i] = ctypes.cast(m[s], ctypes.c_void_p) if s is not None else None
             c.name = t.name.encode()[:63]
             m[t] = x
+        self.mirror = m         # ggml_py tensor -> its ggml twin
         # pre-allocated tensors: one ggml buffer per (buffer type, usage)
         self.rpc = self.ggml_backend_rpc_init(endpoint, 0)
         self.cpu = self.ggml_backend_cpu_init()
@@ -120,14 +134,19 @@ class GgmlSched:
                 if self.ggml_backend_tensor_alloc(buffer, m[t], addr) != 0:
                     raise RuntimeError(f"ggml_backend_tensor_alloc of {t.name} failed")
                 addr += n
+        # the views of pre-allocated tensors as an allocation leaves them (with buffers:
+        # the steady state the benchmark times), or as a graph is built (init_views=False)
         for t in tensors:
-            if t.view_src is not None and m[t.view_src].contents.buffer:
+            if init_views and t.view_src is not None and m[t.view_src].contents.buffer:
                 self.ggml_backend_view_init(m[t])
         self.graph = self.ggml_new_graph_custom(self.ctx, graph.size, False)
-        for t in graph.nodes:
+        # the leafs first, then the nodes, each in ggml_py's order (expanding only the
+        # nodes would list the leafs in the order the nodes first reach them)
+        for t in graph.leafs + graph.nodes:
             self.ggml_build_forward_expand(self.graph, m[t])
         backends = (ctypes.c_void_p * 2)(self.rpc, self.cpu)
-        self.sched = self.ggml_backend_sched_new(backends, None, 2, graph.size, False, True)
+        self.sched = self.ggml_backend_sched_new(backends, None, 2, graph.size, parallel,
+                                                 op_offload)
         # the snapshot every repetition starts from
         self.mem = self.ggml_get_mem_buffer(self.ctx)
         self.mem_size = self.ggml_get_mem_size(self.ctx)
@@ -136,6 +155,9 @@ class GgmlSched:
     def _restore(self):
         ctypes.memmove(self.mem, self.snapshot, self.mem_size)
         self.ggml_backend_sched_reset(self.sched)
+        for t, b in self.assignments:
+            self.ggml_backend_sched_set_tensor_backend(self.sched, self.mirror[t],
+                                                       (self.rpc, self.cpu)[b])
 
     def _time(self, call, reps):
         """µs of `reps` calls of call(sched, graph), each after a restore; one call first,
@@ -166,9 +188,44 @@ class GgmlSched:
         plus alloc_graph minus split."""
         return self._time(self.ggml_backend_sched_reserve, reps)
 
+    # what ggml decided, read back through its public calls
+
+    def split(self) -> None:
+        """One ggml_backend_sched_split_graph, from the snapshot."""
+        self._restore()
+        self.ggml_backend_sched_split_graph(self.sched, self.graph)
+
+    def alloc(self) -> bool:
+        """One ggml_backend_sched_alloc_graph (split + allocation), from the snapshot."""
+        self._restore()
+        return bool(self.ggml_backend_sched_alloc_graph(self.sched, self.graph))
+
     @property
     def n_splits(self) -> int:
         return self.ggml_backend_sched_get_n_splits(self.sched)
+
+    @property
+    def n_copies(self) -> int:
+        return self.ggml_backend_sched_get_n_copies(self.sched)
+
+    def backend_index(self, t) -> int:
+        """The backend ggml gave ggml_py tensor t: 0 the GPU (RPC), 1 the CPU, -1 none."""
+        b = self.ggml_backend_sched_get_tensor_backend(self.sched, self.mirror[t])
+        return {self.rpc: 0, self.cpu: 1}.get(b, -1)
+
+    def location(self, t) -> tuple[str, int] | None:
+        """("GPU0" or "CPU", offset in its buffer) of t's data after alloc(); None
+        without memory."""
+        c = self.mirror[t].contents
+        if not c.buffer:
+            return None
+        buft = self.ggml_backend_buffer_get_type(c.buffer)
+        name = "CPU" if buft == self.ggml_backend_cpu_buffer_type() else "GPU0"
+        return name, c.data - self.ggml_backend_buffer_get_base(c.buffer)
+
+    def buffer_size(self, index: int) -> int:
+        """The size of ggml's compute buffer of backend `index` (0 the GPU, 1 the CPU)."""
+        return self.ggml_backend_sched_get_buffer_size(self.sched, (self.rpc, self.cpu)[index])
 
     def close(self):
         self._restore()

@@ -1,0 +1,219 @@
+"""ggml_py's scheduler against ggml 0.10.1's own, live, on random graphs (hypothesis).
+
+Each example builds a random graph over a GPU and the CPU: weights and caches in either
+memory, inputs, plain leafs, views (whole, offset, transposed), compute nodes of thirteen
+ops, outputs, user assignments, a parallel scheduler or not. ggml's scheduler
+gets a mirror of it, tensor for tensor (bench/ggml_sched_ref.py), over [an RPC client,
+the CPU]: the RPC device runs every op and reads only its own buffers, as ggml_py's
+simulated GPU here does. Both split and allocate the graph, and everything ggml says of
+its plan through its public calls must be ggml_py's: the number of splits and copies,
+every tensor's backend, and after alloc_graph every computed tensor's buffer and offset
+and the size of each compute buffer. (Only the first allocation of a graph: ggml leaves
+its sources rewired to the split's copies, and its tensors at their addresses, so that
+another split of the same graph object plans something else; ggml_py gives the graph its
+sources back and takes its kept plan.) Where ggml aborts (in a forked child), ggml_py must
+raise; it also raises, on purpose, where a user assignment moves a view away from its
+memory, which ggml plans. The golden cases of tests/data hold ggml's plans
+for fixed graphs; this holds them for graphs no one wrote down.
+
+Needs ggml 0.10.1's libraries with RPC (.ci/install-ggml-rpc); skipped without them,
+unless GGML_PY_REQUIRE_RPC=1 (CI).
+"""
+
+import faulthandler
+import json
+import os
+import signal
+import sys
+import warnings
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import require_ggml_rpc
+from ggml_py import Backend, Context, Graph
+from ggml_py._backend import get_buffer
+from ggml_py.alloc import alloc_ctx_tensors_from_buft
+from ggml_py.backends.sim import SimBufferType
+from ggml_py.errors import GgmlPyError
+from ggml_py.sched import Scheduler
+
+require_ggml_rpc()
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+from ggml_sched_ref import GgmlSched  # noqa: E402
+
+# each op with the numbers of sources ggml's builders give it
+OP_SOURCES = {"ADD": (2,), "MUL": (2,), "MUL_MAT": (2,), "RMS_NORM": (1,), "SCALE": (1,),
+              "CONT": (1,), "UNARY": (1,), "SOFT_MAX": (1, 2), "ROPE": (2,), "GLU": (1, 2),
+              "CPY": (2,), "CONCAT": (2,), "GET_ROWS": (2,)}
+SHAPES = [(4, 8), (8, 8), (2, 16), (4, 4)]
+LEAF_KINDS = ["gpu weight", "cpu weight", "cpu weight", "gpu cache", "cpu cache", "input",
+              "input", "plain"]
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    """A ggml RPC server of this module's own: it serves one client at a time, here the
+    child of each example in turn."""
+    from ggml_py.rpc_server import start_server
+    server = start_server(threads=1)
+    try:
+        yield server.endpoint
+    finally:
+        server.stop()
+
+
+@st.composite
+def graphs(draw):
+    """(backends, graph, buffers to keep alive, user assignments, parallel) for a random
+    graph."""
+    host = SimBufferType("CPU", 32, None, True)
+    vram = SimBufferType("GPU0", 32, None, False)
+    backends = [Backend("GPU0", vram, "gpu"), Backend("CPU", host, "cpu")]
+    ctx = Context("vs-ggml")
+    tensors, placed = [], {}
+    for i in range(draw(st.integers(1, 8))):
+        t = ctx.new_tensor("f32", draw(st.sampled_from(SHAPES)), name=f"leaf{i}")
+        kind = draw(st.sampled_from(LEAF_KINDS))
+        if kind == "input":
+            t.set_input()
+        elif kind != "plain":
+            where, usage = kind.split()
+            placed.setdefault((vram if where == "gpu" else host,
+                               "weights" if usage == "weight" else "any"), []).append(t)
+        tensors.append(t)
+    keep = [buf for (buft, usage), ts in placed.items()
+            for buf in alloc_ctx_tensors_from_buft(ts, buft, usage=usage)]
+    g = Graph(512)
+    for i in range(draw(st.integers(1, 40))):
+        op = draw(st.sampled_from(sorted(OP_SOURCES) + ["VIEW", "RESHAPE", "TRANSPOSE"]))
+        if op in ("VIEW", "RESHAPE", "TRANSPOSE"):
+            src = draw(st.sampled_from(tensors))
+            ne0, ne1 = src.ne[:2]
+            if op == "TRANSPOSE":       # strides swapped: not contiguous
+                t = ctx.new_op(op, [src], "f32", (ne0, ne1), view_of=src, name=f"n{i}",
+                               nb=(src.nb[1], src.nb[0], *src.nb[2:]))
+            else:                       # the whole of src, or its rows after the first
+                skip = draw(st.integers(0, 1)) if op == "VIEW" and ne1 > 1 else 0
+                t = ctx.new_op(op, [src], "f32", (ne1 - skip, ne0), view_of=src,
+                               view_offs=skip * src.nb[1], name=f"n{i}")
+        else:
+            srcs = [draw(st.sampled_from(tensors))
+                    for _ in range(draw(st.sampled_from(OP_SOURCES[op])))]
+            t = ctx.new_op(op, srcs, "f32", draw(st.sampled_from(SHAPES)), name=f"n{i}")
+        if draw(st.integers(0, 5)) == 0:
+            t.set_output()
+        tensors.append(t)
+        # about one node in three is expanded at once: the rest reach the graph only as
+        # sources of later nodes, or not at all
+        if draw(st.integers(0, 2)) == 0:
+            g.build_forward_expand(t)
+    g.build_forward_expand(tensors[-1])
+    assignments = draw(st.lists(st.tuples(st.sampled_from(g.nodes), st.integers(0, 1)),
+                                max_size=3))
+    return backends, g, keep, assignments, draw(st.booleans())
+
+
+def _index(backends, backend):
+    return -1 if backend is None else backends.index(backend)
+
+
+def ggml_decides(g, endpoint, assignments, parallel):
+    """What ggml's scheduler decides for g, through its public calls, or None where it
+    aborts. ggml runs in a forked child, on the graph as built (the parent's split
+    rewires it), so that its aborts end the child, not the tests."""
+    tensors = list(g.leafs) + list(g.nodes)
+    r, w = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)     # (3.12: fork with threads)
+        pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            os.close(r)
+            faulthandler.disable()                              # and quiet, ggml's abort
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+            os.environ["GGML_NO_BACKTRACE"] = "1"
+            ref = GgmlSched(g, endpoint, parallel=parallel, init_views=False)
+            ref.assignments = assignments
+            ref.split()
+            out = {"splits": [ref.n_splits, ref.n_copies],
+                   "backends": [ref.backend_index(t) for t in tensors]}
+            out["allocated"] = ref.alloc()
+            out["buffer_sizes"] = [ref.buffer_size(i) for i in range(2)]
+            out["locations"] = [ref.location(t) for t in tensors]
+            with os.fdopen(w, "w") as f:
+                json.dump(out, f)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r) as f:
+        text = f.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGABRT:
+        return None
+    assert status == 0, f"the child running ggml ended with status {status}"
+    return json.loads(text)
+
+
+def describe(g, assignments, parallel):
+    """The graph, tensor by tensor, for a failure's message."""
+    lines = [f"parallel={parallel}, user assignments "
+             f"{[(t.name, 'GPU0' if b == 0 else 'CPU') for t, b in assignments]}"]
+    for t in list(g.leafs) + list(g.nodes):
+        buf = get_buffer(t if t.view_src is None else t.view_src)
+        lines.append(f"  {t.name} = {t.op}({', '.join(x.name for x in t.src if x is not None)})"
+                     f" ne={list(t.ne)} flags={t.flags}"
+                     + (f" view of {t.view_src.name}" if t.view_src is not None else "")
+                     + (f" in {buf.buffer_type.name} {buf.usage}" if buf is not None else ""))
+    return "\n".join(lines)
+
+
+@settings(max_examples=int(os.environ.get("GGML_PY_VS_GGML_EXAMPLES", "150")), deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(graphs())
+def test_plan_and_allocation_are_ggmls(endpoint, problem):
+    backends, g, keep, assignments, parallel = problem
+    tensors = list(g.leafs) + list(g.nodes)
+    # where weights and caches lie is the loader's choice, not the allocator's: each side
+    # placed them its own way
+    preallocated = [get_buffer(t if t.view_src is None else t.view_src) is not None
+                    for t in tensors]
+    graph = describe(g, assignments, parallel)
+    theirs = ggml_decides(g, endpoint, assignments, parallel)
+    sched = Scheduler(backends, graph_size=g.size, parallel=parallel, op_offload=True)
+
+    def assign():
+        for t, b in assignments:
+            sched.set_tensor_backend(t, backends[b])
+
+    try:
+        try:
+            assign()
+            sched.split_graph(g)
+            ours = {"splits": [sched.n_splits, sched.n_copies],
+                    "backends": [_index(backends, sched.get_tensor_backend(t)) for t in tensors]}
+            sched.reset()
+            assign()
+            ours["allocated"] = sched.alloc_graph(g)
+            ours["buffer_sizes"] = [sched.get_buffer_size(b) for b in backends]
+            ours["locations"] = [list(sched.tensor_location(t)[:2]) for t in tensors]
+        except GgmlPyError as e:
+            # ggml_py refuses where ggml aborts; and, on purpose, a view the user assigned
+            # away from its memory (ggml may copy it before its view_src is computed)
+            assert theirs is None or e.kind == "view-assigned-away", \
+                f"ggml_py raised where ggml does not abort: {e!r}\n{graph}"
+            return
+        assert theirs is not None, f"ggml aborts where ggml_py plans the graph\n{graph}"
+        for decided in (ours, theirs):
+            decided["backends"] = dict(zip([t.name for t in tensors], decided["backends"]))
+            decided["locations"] = {t.name: where for t, where, pre
+                                    in zip(tensors, decided["locations"], preallocated)
+                                    if not pre}
+        assert ours == theirs, f"{graph}\nggml_py: {ours}\nggml:    {theirs}"
+    finally:
+        sched.close()
+        del keep
