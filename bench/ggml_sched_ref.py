@@ -1,15 +1,15 @@
 """ggml 0.10.1's own scheduler on a ggml_py graph, timed in the same run as ggml_py's.
 
-A graph of simulated backends [GPU..., CPU] (e.g. ggml_py.models.synthetic) is mirrored
-tensor for tensor into a no_alloc ggml context; ggml's scheduler gets [RPC client,
-CPU] -- the RPC client to a ggml RPC server on 127.0.0.1 (ggml_py.rpc_server) stands in
-for the GPU: its buffer type is not the host's, so ggml splits the graph exactly as
-for a GPU. The GPU's pre-allocated tensors (weights) go to one RPC buffer, the CPU's
-to one CPU buffer, usage kept. Timing follows SCHED_CASES.md "Timing": before each
+A graph of simulated backends [GPU0, GPU1, ..., CPU] (e.g. ggml_py.models.synthetic) is
+mirrored tensor for tensor into a no_alloc ggml context; ggml's scheduler gets [RPC
+client, ..., CPU] -- an RPC client to a ggml RPC server on 127.0.0.1 (ggml_py.rpc_server)
+stands in for each GPU: its buffer type is not the host's, and no other device's, so
+ggml splits the graph exactly as for a GPU. Pre-allocated tensors (weights) go to one
+buffer per (buffer type, usage), usage kept. Timing follows SCHED_CASES.md "Timing": before each
 repetition, untimed, the whole context (every tensor struct: sources, flags, data and
 buffer pointers) is restored from a snapshot and the scheduler reset; then
 `ggml_backend_sched_split_graph` alone, or `ggml_backend_sched_alloc_graph` (the steady
-state: no buffer changes, no RPC traffic), or `ggml_backend_sched_reserve`, is timed. Only one GPU is mirrored.
+state: no buffer changes, no RPC traffic), or `ggml_backend_sched_reserve`, is timed.
 
 Beside the timings it reads back what ggml decided (`split`, `alloc`, `backend_index`,
 `location`, `buffer_size`): tests/test_sched_vs_ggml.py holds ggml_py's plans and
@@ -32,10 +32,11 @@ USAGE_WEIGHTS = 1
 
 
 class GgmlSched:
-    """ggml's scheduler over [rpc, cpu] on a mirror of `graph` (from a ggml_py
-    scheduler's point of view: backends [GPU0, CPU])."""
+    """ggml's scheduler over [an RPC client per endpoint, the CPU] on a mirror of `graph`
+    (from a ggml_py scheduler's point of view: backends [GPU0, GPU1, ..., CPU], buffer
+    types named so)."""
 
-    def __init__(self, graph, endpoint: str, lib_dir: str | None = None,
+    def __init__(self, graph, endpoint: str | list[str], lib_dir: str | None = None,
                  parallel: bool = False, op_offload: bool = True, init_views: bool = True):
         lib_dir = find_ggml(lib_dir)
         if lib_dir is None:
@@ -53,7 +54,6 @@ class GgmlSched:
                 (base, "ggml_tensor_overhead", S, []),
                 (base, "ggml_graph_overhead_custom", S, [S, B]),
                 (base, "ggml_get_mem_buffer", P, [P]), (base, "ggml_get_mem_size", S, [P]),
-                (base, "ggml_backend_cpu_buffer_type", P, []),
                 (base, "ggml_backend_buft_alloc_buffer", P, [P, S]),
                 (base, "ggml_backend_buft_get_alignment", S, [P]),
                 (base, "ggml_backend_buffer_get_base", P, [P]),
@@ -84,9 +84,10 @@ class GgmlSched:
         # user assignments (ggml_py tensor, 0 the GPU or 1 the CPU), made again after each
         # reset, as SCHED_CASES.md's timing does
         self.assignments = []
-        self._mirror(graph, endpoint.encode(), parallel, op_offload, init_views)
+        endpoints = [endpoint] if isinstance(endpoint, str) else list(endpoint)
+        self._mirror(graph, endpoints, parallel, op_offload, init_views)
 
-    def _mirror(self, graph, endpoint, parallel, op_offload, init_views):
+    def _mirror(self, graph, endpoints, parallel, op_offload, init_views):
         tensors = mirror_order(graph)
         size = len(tensors) * self.ggml_tensor_overhead() + \
             self.ggml_graph_overhead_custom(graph.size, False) + (1 << 20)
@@ -110,17 +111,19 @@ class GgmlSched:
             m[t] = x
         self.mirror = m         # ggml_py tensor -> its ggml twin
         # pre-allocated tensors: one ggml buffer per (buffer type, usage)
-        self.rpc = self.ggml_backend_rpc_init(endpoint, 0)
-        self.cpu = self.ggml_backend_cpu_init()
-        if not self.rpc:
-            raise RuntimeError(f"no ggml RPC server at {endpoint.decode()}")
-        bufts = {"CPU": self.ggml_backend_cpu_buffer_type()}
+        self.backends = []
+        for e in endpoints:
+            self.backends.append(self.ggml_backend_rpc_init(e.encode(), 0))
+            if not self.backends[-1]:
+                raise RuntimeError(f"no ggml RPC server at {e}")
+        self.backends.append(self.ggml_backend_cpu_init())
+        self.names = [f"GPU{i}" for i in range(len(endpoints))] + ["CPU"]
+        self.bufts = [self.ggml_backend_get_default_buffer_type(b) for b in self.backends]
         groups = {}
         for t in tensors:
             buf = get_buffer(t)
             if buf is not None and t.view_src is None:
-                buft = bufts.get(buf.buffer_type.name) or \
-                    self.ggml_backend_get_default_buffer_type(self.rpc)
+                buft = self.bufts[self.names.index(buf.buffer_type.name)]
                 groups.setdefault((buft, buf.usage), []).append(t)
         for (buft, usage), ts in groups.items():
             align = self.ggml_backend_buft_get_alignment(buft)
@@ -144,9 +147,9 @@ class GgmlSched:
         # nodes would list the leafs in the order the nodes first reach them)
         for t in graph.leafs + graph.nodes:
             self.ggml_build_forward_expand(self.graph, m[t])
-        backends = (ctypes.c_void_p * 2)(self.rpc, self.cpu)
-        self.sched = self.ggml_backend_sched_new(backends, None, 2, graph.size, parallel,
-                                                 op_offload)
+        n = len(self.backends)
+        self.sched = self.ggml_backend_sched_new((ctypes.c_void_p * n)(*self.backends), None,
+                                                 n, graph.size, parallel, op_offload)
         # the snapshot every repetition starts from
         self.mem = self.ggml_get_mem_buffer(self.ctx)
         self.mem_size = self.ggml_get_mem_size(self.ctx)
@@ -157,7 +160,7 @@ class GgmlSched:
         self.ggml_backend_sched_reset(self.sched)
         for t, b in self.assignments:
             self.ggml_backend_sched_set_tensor_backend(self.sched, self.mirror[t],
-                                                       (self.rpc, self.cpu)[b])
+                                                       self.backends[b])
 
     def _time(self, call, reps):
         """µs of `reps` calls of call(sched, graph), each after a restore; one call first,
@@ -209,29 +212,28 @@ class GgmlSched:
         return self.ggml_backend_sched_get_n_copies(self.sched)
 
     def backend_index(self, t) -> int:
-        """The backend ggml gave ggml_py tensor t: 0 the GPU (RPC), 1 the CPU, -1 none."""
+        """The index of the backend ggml gave ggml_py tensor t (the CPU last), -1 none."""
         b = self.ggml_backend_sched_get_tensor_backend(self.sched, self.mirror[t])
-        return {self.rpc: 0, self.cpu: 1}.get(b, -1)
+        return self.backends.index(b) if b in self.backends else -1
 
     def location(self, t) -> tuple[str, int] | None:
-        """("GPU0" or "CPU", offset in its buffer) of t's data after alloc(); None
-        without memory."""
+        """(its buffer type's name, "GPU0"... or "CPU"; offset in its buffer) of t's data
+        after alloc(); None without memory."""
         c = self.mirror[t].contents
         if not c.buffer:
             return None
-        buft = self.ggml_backend_buffer_get_type(c.buffer)
-        name = "CPU" if buft == self.ggml_backend_cpu_buffer_type() else "GPU0"
+        name = self.names[self.bufts.index(self.ggml_backend_buffer_get_type(c.buffer))]
         return name, c.data - self.ggml_backend_buffer_get_base(c.buffer)
 
     def buffer_size(self, index: int) -> int:
-        """The size of ggml's compute buffer of backend `index` (0 the GPU, 1 the CPU)."""
-        return self.ggml_backend_sched_get_buffer_size(self.sched, (self.rpc, self.cpu)[index])
+        """The size of ggml's compute buffer of backend `index` (the CPU last)."""
+        return self.ggml_backend_sched_get_buffer_size(self.sched, self.backends[index])
 
     def close(self):
         self._restore()
         self.ggml_backend_sched_free(self.sched)
         for b in self.buffers:
             self.ggml_backend_buffer_free(b)
-        self.ggml_backend_free(self.rpc)
-        self.ggml_backend_free(self.cpu)
+        for b in self.backends:
+            self.ggml_backend_free(b)
         self.ggml_free(self.ctx)

@@ -1,23 +1,24 @@
 """ggml_py's scheduler against ggml 0.10.1's own, live, on random graphs (hypothesis).
 
-Each example builds a random graph over a GPU and the CPU: weights and caches in either
-memory, inputs, plain leafs, views (whole, offset, transposed), compute nodes of thirteen
-ops, outputs, user assignments, a parallel scheduler or not. ggml's scheduler
-gets a mirror of it, tensor for tensor (bench/ggml_sched_ref.py), over [an RPC client,
-the CPU]: the RPC device runs every op and reads only its own buffers, as ggml_py's
-simulated GPU here does. Both split and allocate the graph, and everything ggml says of
-its plan through its public calls must be ggml_py's: the number of splits and copies,
-every tensor's backend, and after alloc_graph every computed tensor's buffer and offset
-and the size of each compute buffer. (Only the first allocation of a graph: ggml leaves
-its sources rewired to the split's copies, and its tensors at their addresses, so that
-another split of the same graph object plans something else; ggml_py gives the graph its
-sources back and takes its kept plan.) Where ggml aborts (in a forked child), ggml_py must
-raise; it also raises, on purpose, where a user assignment moves a view away from its
-memory, which ggml plans. The golden cases of tests/data hold ggml's plans
-for fixed graphs; this holds them for graphs no one wrote down.
+Each example builds a random graph over one or two GPUs and the CPU: weights and caches in
+either memory, inputs, plain leafs, views (whole, offset, transposed), compute nodes of
+thirteen ops, outputs, user assignments, a parallel scheduler or not. ggml's scheduler gets
+a mirror of it, tensor for tensor (bench/ggml_sched_ref.py), over [an RPC client per GPU,
+the CPU]: an RPC device runs every op and reads only its own buffers, as ggml_py's
+simulated GPUs here do. Both split and allocate the graph, and everything ggml says of its
+plan through its public calls must be ggml_py's: the number of splits and copies, every
+tensor's backend, and after alloc_graph every computed tensor's buffer and offset and the
+size of each compute buffer. Where ggml aborts (in a forked child), ggml_py must raise.
 
-Needs ggml 0.10.1's libraries with RPC (.ci/install-ggml-rpc); skipped without them,
-unless GGML_PY_REQUIRE_RPC=1 (CI).
+Two differences are deliberate and left out: ggml_py refuses a view the user assigns away
+from its memory, which ggml plans (and may copy before it is computed); and only a graph's
+first allocation is compared, since ggml leaves the graph's sources rewired to the split's
+copies and its tensors at their addresses, so that another split of the same graph object
+plans something else, where ggml_py gives the sources back and takes its kept plan.
+
+The golden cases of tests/data hold ggml's plans for fixed graphs; this holds them for
+graphs no one wrote down. Needs ggml 0.10.1's libraries with RPC (.ci/install-ggml-rpc);
+skipped without them, unless GGML_PY_REQUIRE_RPC=1 (CI).
 """
 
 import faulthandler
@@ -54,24 +55,27 @@ LEAF_KINDS = ["gpu weight", "cpu weight", "cpu weight", "gpu cache", "cpu cache"
 
 
 @pytest.fixture(scope="module")
-def endpoint():
-    """A ggml RPC server of this module's own: it serves one client at a time, here the
-    child of each example in turn."""
+def endpoints():
+    """Two ggml RPC servers of this module's own, one per GPU: each serves one client at a
+    time, here the child of each example in turn."""
     from ggml_py.rpc_server import start_server
-    server = start_server(threads=1)
+    servers = []
     try:
-        yield server.endpoint
+        for _ in range(2):
+            servers.append(start_server(threads=1))
+        yield [s.endpoint for s in servers]
     finally:
-        server.stop()
+        for s in servers:
+            s.stop()
 
 
 @st.composite
 def graphs(draw):
     """(backends, graph, buffers to keep alive, user assignments, parallel) for a random
-    graph."""
+    graph over one or two GPUs and the CPU."""
     host = SimBufferType("CPU", 32, None, True)
-    vram = SimBufferType("GPU0", 32, None, False)
-    backends = [Backend("GPU0", vram, "gpu"), Backend("CPU", host, "cpu")]
+    vrams = [SimBufferType(f"GPU{i}", 32, None, False) for i in range(draw(st.integers(1, 2)))]
+    backends = [Backend(b.name, b, "gpu") for b in vrams] + [Backend("CPU", host, "cpu")]
     ctx = Context("vs-ggml")
     tensors, placed = [], {}
     for i in range(draw(st.integers(1, 8))):
@@ -81,7 +85,7 @@ def graphs(draw):
             t.set_input()
         elif kind != "plain":
             where, usage = kind.split()
-            placed.setdefault((vram if where == "gpu" else host,
+            placed.setdefault((draw(st.sampled_from(vrams)) if where == "gpu" else host,
                                "weights" if usage == "weight" else "any"), []).append(t)
         tensors.append(t)
     keep = [buf for (buft, usage), ts in placed.items()
@@ -111,8 +115,8 @@ def graphs(draw):
         if draw(st.integers(0, 2)) == 0:
             g.build_forward_expand(t)
     g.build_forward_expand(tensors[-1])
-    assignments = draw(st.lists(st.tuples(st.sampled_from(g.nodes), st.integers(0, 1)),
-                                max_size=3))
+    assignments = draw(st.lists(st.tuples(st.sampled_from(g.nodes),
+                                          st.integers(0, len(backends) - 1)), max_size=3))
     return backends, g, keep, assignments, draw(st.booleans())
 
 
@@ -120,7 +124,7 @@ def _index(backends, backend):
     return -1 if backend is None else backends.index(backend)
 
 
-def ggml_decides(g, endpoint, assignments, parallel):
+def ggml_decides(g, endpoints, assignments, parallel):
     """What ggml's scheduler decides for g, through its public calls, or None where it
     aborts. ggml runs in a forked child, on the graph as built (the parent's split
     rewires it), so that its aborts end the child, not the tests."""
@@ -136,13 +140,13 @@ def ggml_decides(g, endpoint, assignments, parallel):
             faulthandler.disable()                              # and quiet, ggml's abort
             os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
             os.environ["GGML_NO_BACKTRACE"] = "1"
-            ref = GgmlSched(g, endpoint, parallel=parallel, init_views=False)
+            ref = GgmlSched(g, endpoints, parallel=parallel, init_views=False)
             ref.assignments = assignments
             ref.split()
             out = {"splits": [ref.n_splits, ref.n_copies],
                    "backends": [ref.backend_index(t) for t in tensors]}
             out["allocated"] = ref.alloc()
-            out["buffer_sizes"] = [ref.buffer_size(i) for i in range(2)]
+            out["buffer_sizes"] = [ref.buffer_size(i) for i in range(len(endpoints) + 1)]
             out["locations"] = [ref.location(t) for t in tensors]
             with os.fdopen(w, "w") as f:
                 json.dump(out, f)
@@ -159,10 +163,10 @@ def ggml_decides(g, endpoint, assignments, parallel):
     return json.loads(text)
 
 
-def describe(g, assignments, parallel):
+def describe(backends, g, assignments, parallel):
     """The graph, tensor by tensor, for a failure's message."""
-    lines = [f"parallel={parallel}, user assignments "
-             f"{[(t.name, 'GPU0' if b == 0 else 'CPU') for t, b in assignments]}"]
+    lines = [f"backends {[b.name for b in backends]}, parallel={parallel}, user assignments "
+             f"{[(t.name, backends[b].name) for t, b in assignments]}"]
     for t in list(g.leafs) + list(g.nodes):
         buf = get_buffer(t if t.view_src is None else t.view_src)
         lines.append(f"  {t.name} = {t.op}({', '.join(x.name for x in t.src if x is not None)})"
@@ -175,15 +179,15 @@ def describe(g, assignments, parallel):
 @settings(max_examples=int(os.environ.get("GGML_PY_VS_GGML_EXAMPLES", "150")), deadline=None,
           suppress_health_check=list(HealthCheck))
 @given(graphs())
-def test_plan_and_allocation_are_ggmls(endpoint, problem):
+def test_plan_and_allocation_are_ggmls(endpoints, problem):
     backends, g, keep, assignments, parallel = problem
     tensors = list(g.leafs) + list(g.nodes)
     # where weights and caches lie is the loader's choice, not the allocator's: each side
     # placed them its own way
     preallocated = [get_buffer(t if t.view_src is None else t.view_src) is not None
                     for t in tensors]
-    graph = describe(g, assignments, parallel)
-    theirs = ggml_decides(g, endpoint, assignments, parallel)
+    graph = describe(backends, g, assignments, parallel)
+    theirs = ggml_decides(g, endpoints[:len(backends) - 1], assignments, parallel)
     sched = Scheduler(backends, graph_size=g.size, parallel=parallel, op_offload=True)
 
     def assign():
