@@ -31,6 +31,14 @@ FLAG_BITS = {"INPUT": 1, "OUTPUT": 2, "PARAM": 4, "LOSS": 8}
 USAGE_WEIGHTS = 1
 
 
+class GgmlCgraph(ctypes.Structure):
+    """The head of struct ggml_cgraph of ggml 0.10.1 (src/ggml-impl.h): what a graph lists."""
+    _fields_ = [("size", ctypes.c_int), ("n_nodes", ctypes.c_int), ("n_leafs", ctypes.c_int),
+                ("nodes", ctypes.POINTER(ctypes.POINTER(GgmlTensor))),
+                ("grads", ctypes.c_void_p), ("grad_accs", ctypes.c_void_p),
+                ("leafs", ctypes.POINTER(ctypes.POINTER(GgmlTensor)))]
+
+
 class GgmlSched:
     """ggml's scheduler over [an RPC client per endpoint, the CPU] on a mirror of `graph`
     (from a ggml_py scheduler's point of view: backends [GPU0, GPU1, ..., CPU], buffer
@@ -202,6 +210,16 @@ class GgmlSched:
         """One ggml_backend_sched_alloc_graph (split + allocation), from the snapshot."""
         self._restore()
         return bool(self.ggml_backend_sched_alloc_graph(self.sched, self.graph))
+
+    def expansion(self, roots, size: int) -> tuple[list[str], list[str]]:
+        """The names of the nodes and of the leafs, in order, of a new ggml graph (of
+        `size`) that ggml_build_forward_expand makes from the twins of `roots`, in turn."""
+        graph = self.ggml_new_graph_custom(self.ctx, size, False)
+        for t in roots:
+            self.ggml_build_forward_expand(graph, self.mirror[t])
+        g = ctypes.cast(graph, ctypes.POINTER(GgmlCgraph)).contents
+        return ([g.nodes[i].contents.name.decode() for i in range(g.n_nodes)],
+                [g.leafs[i].contents.name.decode() for i in range(g.n_leafs)])
 
     @property
     def n_splits(self) -> int:

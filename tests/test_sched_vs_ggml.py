@@ -5,8 +5,9 @@ either memory, inputs, plain leafs, views (whole, offset, transposed), compute n
 thirteen ops, outputs, user assignments, a parallel scheduler or not. ggml's scheduler gets
 a mirror of it, tensor for tensor (bench/ggml_sched_ref.py), over [an RPC client per GPU,
 the CPU]: an RPC device runs every op and reads only its own buffers, as ggml_py's
-simulated GPUs here do. Both split and allocate the graph, and everything ggml says of its
-plan through its public calls must be ggml_py's: the number of splits and copies, every
+simulated GPUs here do. ggml_build_forward_expand must list the nodes and leafs of the
+graph as ggml_py's does; both schedulers split and allocate it, and everything ggml says of
+its plan through its public calls must be ggml_py's: the number of splits and copies, every
 tensor's backend, and after alloc_graph every computed tensor's buffer and offset and the
 size of each compute buffer. Where ggml aborts (in a forked child), ggml_py must raise.
 
@@ -27,6 +28,7 @@ import os
 import signal
 import sys
 import warnings
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -69,10 +71,19 @@ def endpoints():
             s.stop()
 
 
+@dataclass
+class Problem:
+    backends: list          # one or two simulated GPUs, then the CPU
+    graph: Graph
+    roots: list             # the tensors build_forward_expand made the graph from, in turn
+    assignments: list       # (node, backend index) the user assigns
+    parallel: bool
+    keep: list              # the buffers of the pre-allocated tensors
+
+
 @st.composite
 def graphs(draw):
-    """(backends, graph, buffers to keep alive, user assignments, parallel) for a random
-    graph over one or two GPUs and the CPU."""
+    """A random Problem: a graph over one or two GPUs and the CPU."""
     host = SimBufferType("CPU", 32, None, True)
     vrams = [SimBufferType(f"GPU{i}", 32, None, False) for i in range(draw(st.integers(1, 2)))]
     backends = [Backend(b.name, b, "gpu") for b in vrams] + [Backend("CPU", host, "cpu")]
@@ -91,7 +102,9 @@ def graphs(draw):
     keep = [buf for (buft, usage), ts in placed.items()
             for buf in alloc_ctx_tensors_from_buft(ts, buft, usage=usage)]
     g = Graph(512)
-    for i in range(draw(st.integers(1, 40))):
+    roots = []
+    n_nodes = draw(st.integers(1, 40))
+    for i in range(n_nodes):
         op = draw(st.sampled_from(sorted(OP_SOURCES) + ["VIEW", "RESHAPE", "TRANSPOSE"]))
         if op in ("VIEW", "RESHAPE", "TRANSPOSE"):
             src = draw(st.sampled_from(tensors))
@@ -112,22 +125,25 @@ def graphs(draw):
         tensors.append(t)
         # about one node in three is expanded at once: the rest reach the graph only as
         # sources of later nodes, or not at all
-        if draw(st.integers(0, 2)) == 0:
+        if draw(st.integers(0, 2)) == 0 or i == n_nodes - 1:
+            roots.append(t)
             g.build_forward_expand(t)
-    g.build_forward_expand(tensors[-1])
     assignments = draw(st.lists(st.tuples(st.sampled_from(g.nodes),
                                           st.integers(0, len(backends) - 1)), max_size=3))
-    return backends, g, keep, assignments, draw(st.booleans())
+    return Problem(backends, g, roots, assignments, draw(st.booleans()), keep)
 
 
 def _index(backends, backend):
     return -1 if backend is None else backends.index(backend)
 
 
-def ggml_decides(g, endpoints, assignments, parallel):
-    """What ggml's scheduler decides for g, through its public calls, or None where it
-    aborts. ggml runs in a forked child, on the graph as built (the parent's split
-    rewires it), so that its aborts end the child, not the tests."""
+def ggml_decides(p, endpoints):
+    """What ggml decides for Problem p, through its public calls: (the nodes and leafs,
+    by name, that its build_forward_expand makes of p's roots; its scheduler's plan and
+    allocation, or None where it aborts). ggml runs in a forked child, on the graph as
+    built (the parent's split rewires it), so that its aborts end the child, not the
+    tests; the child sends each answer as a line as soon as it has it."""
+    g = p.graph
     tensors = list(g.leafs) + list(g.nodes)
     r, w = os.pipe()
     with warnings.catch_warnings():
@@ -140,34 +156,35 @@ def ggml_decides(g, endpoints, assignments, parallel):
             faulthandler.disable()                              # and quiet, ggml's abort
             os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
             os.environ["GGML_NO_BACKTRACE"] = "1"
-            ref = GgmlSched(g, endpoints, parallel=parallel, init_views=False)
-            ref.assignments = assignments
+            ref = GgmlSched(g, endpoints, parallel=p.parallel, init_views=False)
+            os.write(w, json.dumps(ref.expansion(p.roots, g.size)).encode() + b"\n")
+            ref.assignments = p.assignments
             ref.split()
-            out = {"splits": [ref.n_splits, ref.n_copies],
-                   "backends": [ref.backend_index(t) for t in tensors]}
-            out["allocated"] = ref.alloc()
-            out["buffer_sizes"] = [ref.buffer_size(i) for i in range(len(endpoints) + 1)]
-            out["locations"] = [ref.location(t) for t in tensors]
-            with os.fdopen(w, "w") as f:
-                json.dump(out, f)
+            plan = {"splits": [ref.n_splits, ref.n_copies],
+                    "backends": [ref.backend_index(t) for t in tensors],
+                    "allocated": ref.alloc(),
+                    "buffer_sizes": [ref.buffer_size(i) for i in range(len(endpoints) + 1)],
+                    "locations": [ref.location(t) for t in tensors]}
+            os.write(w, json.dumps(plan).encode() + b"\n")
             code = 0
         finally:
             os._exit(code)
     os.close(w)
     with os.fdopen(r) as f:
-        text = f.read()
+        lines = f.read().splitlines()
     _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGABRT:
-        return None
-    assert status == 0, f"the child running ggml ended with status {status}"
-    return json.loads(text)
+    aborted = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGABRT
+    assert (aborted and len(lines) == 1) or (status == 0 and len(lines) == 2), \
+        f"the child running ggml ended with status {status}"
+    return json.loads(lines[0]), None if aborted else json.loads(lines[1])
 
 
-def describe(backends, g, assignments, parallel):
-    """The graph, tensor by tensor, for a failure's message."""
-    lines = [f"backends {[b.name for b in backends]}, parallel={parallel}, user assignments "
-             f"{[(t.name, backends[b].name) for t, b in assignments]}"]
-    for t in list(g.leafs) + list(g.nodes):
+def describe(p):
+    """Problem p, tensor by tensor, for a failure's message."""
+    lines = [f"backends {[b.name for b in p.backends]}, parallel={p.parallel}, roots "
+             f"{[t.name for t in p.roots]}, user assignments "
+             f"{[(t.name, p.backends[b].name) for t, b in p.assignments]}"]
+    for t in list(p.graph.leafs) + list(p.graph.nodes):
         buf = get_buffer(t if t.view_src is None else t.view_src)
         lines.append(f"  {t.name} = {t.op}({', '.join(x.name for x in t.src if x is not None)})"
                      f" ne={list(t.ne)} flags={t.flags}"
@@ -179,16 +196,17 @@ def describe(backends, g, assignments, parallel):
 @settings(max_examples=int(os.environ.get("GGML_PY_VS_GGML_EXAMPLES", "150")), deadline=None,
           suppress_health_check=list(HealthCheck))
 @given(graphs())
-def test_plan_and_allocation_are_ggmls(endpoints, problem):
-    backends, g, keep, assignments, parallel = problem
+def test_graph_plan_and_allocation_are_ggmls(endpoints, problem):
+    backends, g, assignments = problem.backends, problem.graph, problem.assignments
     tensors = list(g.leafs) + list(g.nodes)
     # where weights and caches lie is the loader's choice, not the allocator's: each side
     # placed them its own way
     preallocated = [get_buffer(t if t.view_src is None else t.view_src) is not None
                     for t in tensors]
-    graph = describe(backends, g, assignments, parallel)
-    theirs = ggml_decides(g, endpoints[:len(backends) - 1], assignments, parallel)
-    sched = Scheduler(backends, graph_size=g.size, parallel=parallel, op_offload=True)
+    graph = describe(problem)
+    expansion, theirs = ggml_decides(problem, endpoints[:len(backends) - 1])
+    assert [[t.name for t in g.nodes], [t.name for t in g.leafs]] == expansion, graph
+    sched = Scheduler(backends, graph_size=g.size, parallel=problem.parallel, op_offload=True)
 
     def assign():
         for t, b in assignments:
@@ -220,4 +238,3 @@ def test_plan_and_allocation_are_ggmls(endpoints, problem):
         assert ours == theirs, f"{graph}\nggml_py: {ours}\nggml:    {theirs}"
     finally:
         sched.close()
-        del keep
