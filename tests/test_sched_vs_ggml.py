@@ -2,14 +2,15 @@
 
 Each example builds a random graph over one or two GPUs and the CPU: weights and caches in
 either memory, inputs, plain leafs, views (whole, offset, transposed), compute nodes of
-thirteen ops, outputs, user assignments, a parallel scheduler or not. ggml's scheduler gets
-a mirror of it, tensor for tensor (bench/ggml_sched_ref.py), over [an RPC client per GPU,
-the CPU]: an RPC device runs every op and reads only its own buffers, as ggml_py's
-simulated GPUs here do. ggml_build_forward_expand must list the nodes and leafs of the
-graph as ggml_py's does; both schedulers split and allocate it, and everything ggml says of
-its plan through its public calls must be ggml_py's: the number of splits and copies, every
-tensor's backend, and after alloc_graph every computed tensor's buffer and offset and the
-size of each compute buffer. Where ggml aborts (in a forked child), ggml_py must raise.
+thirteen ops, f32 and f16 (so that some MUL_MATs are not for ggml's CPU), outputs, user
+assignments, a parallel scheduler or not. ggml's scheduler gets a mirror of it, tensor for
+tensor (bench/ggml_sched_ref.py), over [an RPC client per GPU, the CPU]: an RPC device
+runs every op and reads only its own buffers, as ggml_py's simulated GPUs here do.
+ggml_build_forward_expand must list the nodes and leafs of the graph as ggml_py's does;
+both schedulers split and allocate it, and everything ggml says of its plan through its
+public calls must be ggml_py's: the number of splits and copies, every tensor's backend,
+and after alloc_graph every computed tensor's buffer and offset and the size of each
+compute buffer. Where ggml aborts (in a forked child), ggml_py must raise.
 
 Two differences are deliberate and left out: ggml_py refuses a view the user assigns away
 from its memory, which ggml plans (and may copy before it is computed); and only a graph's
@@ -54,6 +55,18 @@ OP_SOURCES = {"ADD": (2,), "MUL": (2,), "MUL_MAT": (2,), "RMS_NORM": (1,), "SCAL
 SHAPES = [(4, 8), (8, 8), (2, 16), (4, 4)]
 LEAF_KINDS = ["gpu weight", "cpu weight", "cpu weight", "gpu cache", "cpu cache", "input",
               "input", "plain"]
+TYPES = ["f32", "f32", "f16"]
+
+
+class GgmlCPU(Backend):
+    """The CPU as ggml-cpu's supports_op answers (ggml-cpu.cpp): everything but a MUL_MAT
+    whose src1 is neither f32 nor src0's vec_dot type (of f32: f32, of f16: f16), so that
+    the test also meets nodes the CPU cannot run. (The RPC device runs every op.)"""
+
+    def supports_op(self, op):
+        if op.op == "MUL_MAT":
+            return op.src[1].type in ("f32", op.src[0].type)
+        return True
 
 
 @pytest.fixture(scope="module")
@@ -86,11 +99,12 @@ def graphs(draw):
     """A random Problem: a graph over one or two GPUs and the CPU."""
     host = SimBufferType("CPU", 32, None, True)
     vrams = [SimBufferType(f"GPU{i}", 32, None, False) for i in range(draw(st.integers(1, 2)))]
-    backends = [Backend(b.name, b, "gpu") for b in vrams] + [Backend("CPU", host, "cpu")]
+    backends = [Backend(b.name, b, "gpu") for b in vrams] + [GgmlCPU("CPU", host, "cpu")]
     ctx = Context("vs-ggml")
     tensors, placed = [], {}
     for i in range(draw(st.integers(1, 8))):
-        t = ctx.new_tensor("f32", draw(st.sampled_from(SHAPES)), name=f"leaf{i}")
+        t = ctx.new_tensor(draw(st.sampled_from(TYPES)), draw(st.sampled_from(SHAPES)),
+                           name=f"leaf{i}")
         kind = draw(st.sampled_from(LEAF_KINDS))
         if kind == "input":
             t.set_input()
@@ -110,16 +124,17 @@ def graphs(draw):
             src = draw(st.sampled_from(tensors))
             ne0, ne1 = src.ne[:2]
             if op == "TRANSPOSE":       # strides swapped: not contiguous
-                t = ctx.new_op(op, [src], "f32", (ne0, ne1), view_of=src, name=f"n{i}",
+                t = ctx.new_op(op, [src], src.type, (ne0, ne1), view_of=src, name=f"n{i}",
                                nb=(src.nb[1], src.nb[0], *src.nb[2:]))
             else:                       # the whole of src, or its rows after the first
                 skip = draw(st.integers(0, 1)) if op == "VIEW" and ne1 > 1 else 0
-                t = ctx.new_op(op, [src], "f32", (ne1 - skip, ne0), view_of=src,
+                t = ctx.new_op(op, [src], src.type, (ne1 - skip, ne0), view_of=src,
                                view_offs=skip * src.nb[1], name=f"n{i}")
         else:
             srcs = [draw(st.sampled_from(tensors))
                     for _ in range(draw(st.sampled_from(OP_SOURCES[op])))]
-            t = ctx.new_op(op, srcs, "f32", draw(st.sampled_from(SHAPES)), name=f"n{i}")
+            t = ctx.new_op(op, srcs, draw(st.sampled_from(TYPES)),
+                           draw(st.sampled_from(SHAPES)), name=f"n{i}")
         if draw(st.integers(0, 5)) == 0:
             t.set_output()
         tensors.append(t)
