@@ -5,15 +5,15 @@ mirrored tensor for tensor into a no_alloc ggml context; ggml's scheduler gets [
 client, ..., CPU] -- an RPC client to a ggml RPC server on 127.0.0.1 (ggml_py.rpc_server)
 stands in for each GPU: its buffer type is not the host's, and no other device's, so
 ggml splits the graph exactly as for a GPU. Pre-allocated tensors (weights) go to one
-buffer per (buffer type, usage), usage kept. Timing follows SCHED_CASES.md "Timing": before each
-repetition, untimed, the whole context (every tensor struct: sources, flags, data and
-buffer pointers) is restored from a snapshot and the scheduler reset; then
+buffer per (buffer type, usage), usage kept. Timing follows SCHED_CASES.md "Timing":
+before each repetition, untimed, the whole context (every tensor struct: sources, flags,
+data and buffer pointers) is restored from a snapshot and the scheduler reset; then
 `ggml_backend_sched_split_graph` alone, or `ggml_backend_sched_alloc_graph` (the steady
 state: no buffer changes, no RPC traffic), or `ggml_backend_sched_reserve`, is timed.
 
-Beside the timings it reads back what ggml decided (`split`, `alloc`, `backend_index`,
-`location`, `buffer_size`): tests/test_sched_vs_ggml.py holds ggml_py's plans and
-allocations to these on random graphs.
+Beside the timings it reads back what ggml decided (`expansion`, `alloc`, `n_copies`,
+`backend_index`, `location`, `buffer_size`): tests/test_sched_vs_ggml.py holds ggml_py's
+graphs, plans and allocations to these on random graphs.
 """
 
 from __future__ import annotations
@@ -89,8 +89,8 @@ class GgmlSched:
             fn.restype, fn.argtypes = res, args
             setattr(self, name, fn)
         self.buffers = []
-        # user assignments (ggml_py tensor, 0 the GPU or 1 the CPU), made again after each
-        # reset, as SCHED_CASES.md's timing does
+        # user assignments (ggml_py tensor, backend index), made again after each reset, as
+        # SCHED_CASES.md's timing does
         self.assignments = []
         endpoints = [endpoint] if isinstance(endpoint, str) else list(endpoint)
         self._mirror(graph, endpoints, parallel, op_offload, init_views)
@@ -200,11 +200,6 @@ class GgmlSched:
         return self._time(self.ggml_backend_sched_reserve, reps)
 
     # what ggml decided, read back through its public calls
-
-    def split(self) -> None:
-        """One ggml_backend_sched_split_graph, from the snapshot."""
-        self._restore()
-        self.ggml_backend_sched_split_graph(self.sched, self.graph)
 
     def alloc(self) -> bool:
         """One ggml_backend_sched_alloc_graph (split + allocation), from the snapshot."""

@@ -174,10 +174,9 @@ def ggml_decides(p, endpoints):
             ref = GgmlSched(g, endpoints, parallel=p.parallel, init_views=False)
             os.write(w, json.dumps(ref.expansion(p.roots, g.size)).encode() + b"\n")
             ref.assignments = p.assignments
-            ref.split()
-            plan = {"splits": [ref.n_splits, ref.n_copies],
+            plan = {"allocated": ref.alloc(),
+                    "splits": [ref.n_splits, ref.n_copies],
                     "backends": [ref.backend_index(t) for t in tensors],
-                    "allocated": ref.alloc(),
                     "buffer_sizes": [ref.buffer_size(i) for i in range(len(endpoints) + 1)],
                     "locations": [ref.location(t) for t in tensors]}
             os.write(w, json.dumps(plan).encode() + b"\n")
@@ -222,22 +221,15 @@ def test_graph_plan_and_allocation_are_ggmls(endpoints, problem):
     expansion, theirs = ggml_decides(problem, endpoints[:len(backends) - 1])
     assert [[t.name for t in g.nodes], [t.name for t in g.leafs]] == expansion, graph
     sched = Scheduler(backends, graph_size=g.size, parallel=problem.parallel, op_offload=True)
-
-    def assign():
-        for t, b in assignments:
-            sched.set_tensor_backend(t, backends[b])
-
     try:
         try:
-            assign()
-            sched.split_graph(g)
-            ours = {"splits": [sched.n_splits, sched.n_copies],
-                    "backends": [_index(backends, sched.get_tensor_backend(t)) for t in tensors]}
-            sched.reset()
-            assign()
-            ours["allocated"] = sched.alloc_graph(g)
-            ours["buffer_sizes"] = [sched.get_buffer_size(b) for b in backends]
-            ours["locations"] = [list(sched.tensor_location(t)[:2]) for t in tensors]
+            for t, b in assignments:
+                sched.set_tensor_backend(t, b)
+            ours = {"allocated": sched.alloc_graph(g),
+                    "splits": [sched.n_splits, sched.n_copies],
+                    "backends": [_index(backends, sched.get_tensor_backend(t)) for t in tensors],
+                    "buffer_sizes": [sched.get_buffer_size(b) for b in backends],
+                    "locations": [list(sched.tensor_location(t)[:2]) for t in tensors]}
         except GgmlPyError as e:
             # ggml_py refuses where ggml aborts; and, on purpose, a view the user assigned
             # away from its memory (ggml may copy it before its view_src is computed)
