@@ -380,6 +380,12 @@ class Scheduler:
         """(buffer type name, offset, chunk) of a tensor's data after alloc_graph."""
         return self._core.galloc.tensor_location(tensor)
 
+    @_locked
+    def hash_stats(self) -> dict[str, float]:
+        """Slots read per lookup of the scheduler's hash set, counted, beside a uniformly
+        random hash's at the same load (Graph.hash_stats says which keys)."""
+        return self._core.hash_stats()
+
     @property
     def is_alloc(self) -> bool:
         """Is the last split graph allocated (alloc_graph, and no reset since)?"""

@@ -105,6 +105,7 @@ cdef size_t ggml_hash_size(size_t min_sz) noexcept nogil
 cdef int ggml_hash_set_init(ggml_hash_set * hs, size_t min_sz) except -1
 cdef void ggml_hash_set_free(ggml_hash_set * hs) noexcept nogil
 cdef void ggml_hash_set_reset(ggml_hash_set * hs) noexcept nogil
+cdef dict hash_probe_stats(const ggml_hash_set * hs)
 
 cdef inline size_t ggml_bitset_size(size_t n) noexcept nogil:
     return (n + 31) >> 5
@@ -116,10 +117,22 @@ cdef inline void ggml_bitset_set(ggml_bitset_t * bs, size_t i) noexcept nogil:
     bs[i >> 5] |= (<ggml_bitset_t>1) << (i & 31)
 
 cdef inline size_t ggml_hash(const ggml_tensor * p) noexcept nogil:
-    # the low 4 bits are always zero (alignment). (A coarser key, address / 64, would put
-    # consecutive tensors in nearby slots, but the runs of slots of separate arena blocks
-    # then overlap into long linear probes: the split was 3.4x slower at 42k nodes.)
-    return (<size_t><uintptr_t>p) >> 4
+    """A tensor's hash key: its address / 16 (the low 4 bits are always zero), as ggml's,
+    plus an offset drawn from the 2 MiB page it lies in.
+
+    Within a page, consecutive tensors keep consecutive home slots a tensor's size / 16
+    apart (a graph walks the arena in order: its lookups stream through the slots). The
+    page's offset is a multiplicative hash of the page number: without it the arena's
+    blocks, each 2 MiB aligned and a power of two apart, land on nearly the same slots of
+    ggml's tables, whose primes lie just above powers of two (4 MiB apart is -3 slots
+    modulo 262147), and at 100k nodes half the table filled into one run that every
+    insertion probed to its end (issue 36: 15 us a node). A coarser key (address / 64)
+    puts consecutive tensors in adjacent slots instead, whose runs overlap into long
+    probes too.
+    """
+    cdef uint64_t a = <uint64_t><uintptr_t>p
+    cdef uint64_t x = (a >> 4) * <uint64_t>0x9E3779B97F4A7C15
+    return <size_t>((x ^ (x >> 32)) >> 1)
 
 cdef extern from "ggml_py/ggml-py-types.h":
     uint64_t ggml_py_mod_magic(uint64_t size) noexcept nogil

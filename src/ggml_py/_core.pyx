@@ -519,6 +519,43 @@ cdef void ggml_hash_set_reset(ggml_hash_set * hs) noexcept nogil:
     memset(hs.used, 0, ggml_bitset_size(hs.size) * sizeof(ggml_bitset_t))
 
 
+cdef dict hash_probe_stats(const ggml_hash_set * hs):
+    """How many slots lookups in hs read, counted from where its keys lie: a lookup of a
+    key reads the slots from its home to its own (a hit), a lookup of an absent key
+    from its home to the first empty slot (a miss). Beside the counts, what linear
+    probing with a uniformly random hash reads on average at the same load (Knuth:
+    (1 + 1/(1 - a)) / 2 for a hit, (1 + 1/(1 - a)^2) / 2 for a miss), the yardstick
+    of a hash function that clusters."""
+    cdef size_t i, h, n = 0, run = 0, d, hit_max = 0
+    cdef double hits = 0, misses = 0, a
+    cdef size_t size = hs.size
+    for i in range(size):
+        if ggml_bitset_get(hs.used, i):
+            h = ggml_hash_home(hs, hs.keys[i])
+            d = i - h if i >= h else i + size - h
+            hits += d + 1
+            hit_max = max(hit_max, d + 1)
+            n += 1
+    if n == size:
+        misses = float("inf")
+    elif n:
+        # a miss from slot i reads the run of used slots from i on, and the empty slot
+        # after it: sweep backwards from an empty slot, twice round to close the wrap
+        i = 0
+        while ggml_bitset_get(hs.used, i):
+            i += 1
+        for d in range(size):
+            i = i - 1 if i else size - 1
+            run = run + 1 if ggml_bitset_get(hs.used, i) else 0
+            misses += run + 1
+    a = n / <double>size
+    return {"size": size, "keys": n, "load": a,
+            "hit_probes_mean": hits / n if n else 0.0, "hit_probes_max": hit_max,
+            "miss_probes_mean": misses / size if n else 1.0,
+            "ideal_hit_probes": (1 + 1 / (1 - a)) / 2 if n < size else float("inf"),
+            "ideal_miss_probes": (1 + 1 / (1 - a) ** 2) / 2 if n < size else float("inf")}
+
+
 cdef class HashSet:
     """Python view of the C hash set, for tests: keys are tensor handles."""
     cdef ggml_hash_set hs
@@ -569,6 +606,11 @@ cdef class HashSet:
         cdef uint64_t k = int_arg(key, "key", 0, 2**63 - 1)
         cdef uint64_t n = int_arg(size, "size", 2, 2**63 - 1)
         return ggml_py_mod(k, ggml_py_mod_magic(n), n)
+
+    def probe_stats(self):
+        """Slots read per lookup, counted, beside a uniformly random hash's at the
+        same load (see Graph.hash_stats)."""
+        return hash_probe_stats(&self.hs)
 
     def reset(self):
         """Empty the set."""
@@ -1519,6 +1561,14 @@ cdef class Graph:
     def size(self):
         """The most nodes (and leafs) the graph can hold."""
         return self.graph.size
+
+    def hash_stats(self):
+        """Slots read per lookup of the graph's visited set (ggml sizes it at twice the
+        graph's size), counted from where its keys lie: `hit_probes_mean`/`_max` for
+        the tensors in it, `miss_probes_mean` for one not in it, and the same means for
+        a uniformly random hash at this `load` (`ideal_hit_probes`,
+        `ideal_miss_probes`)."""
+        return hash_probe_stats(&self.graph.visited_hash_set)
 
     @property
     def n_nodes(self):

@@ -16,6 +16,7 @@ from libc.stdint cimport int8_t, uint8_t, uint16_t, uint32_t, uint64_t
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handle, tensor_name,
                             ggml_hash_set_init, ggml_hash_set_free, ggml_hash_set_reset,
+                            hash_probe_stats,
                             ggml_hash_home, ggml_hash_find_or_insert, ggml_hash_find,
                             ggml_bitset_get, ggml_bitset_set, world_epoch, buffers_epoch,
                             ggml_is_view_op, ggml_dup_tensor_layout, ggml_view_tensor,
@@ -2042,6 +2043,12 @@ cdef class SchedCore:
     @property
     def hash_size(self):
         return self.hash_set.size
+
+    def hash_stats(self):
+        """Slots read per lookup of the scheduler's hash set as the last split left it
+        (every tensor of the graph and its copies), beside a uniform hash's: see
+        Graph.hash_stats."""
+        return hash_probe_stats(&self.hash_set)
 
     # --- results, as plain Python data (read once per split, not in hot loops) ---
 
