@@ -5,7 +5,7 @@ plan, and a reused plan is the plan a fresh split + alloc makes."""
 
 import numpy as np
 import pytest
-from conftest import shared_path
+from conftest import case_files, shared_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -153,13 +153,45 @@ def test_another_graph_in_between_forces_a_fresh_plan():
     sched.validate_allocation()
 
 
-def test_pipeline_parallel_never_reuses():
-    case = _case("llama-2L-two-gpus-parallel")
-    sched = scheduler_for_case(case)
-    sched.alloc_graph(case.graph)
-    for _ in range(3):
+def _copy_state(sched):
+    """The graph copy's tensors, by name, with their places: what pipeline parallelism
+    rotates (which copy stands at each slot's place)."""
+    nodes, _, leafs, _ = sched._core.get_graph_copy()
+    return [(t.name, sched.tensor_location(t)) for t in nodes + leafs]
+
+
+def _parallel_cases():
+    """The case files of parallel schedulers whose graphs plan."""
+    out = []
+    for path in case_files():
+        case = load_case(str(path))
+        try:
+            if case.parallel and scheduler_for_case(case).alloc_graph(case.graph):
+                out.append(pytest.param(str(path), id=path.name.removesuffix(".case.json")))
+        except GgmlPyError:
+            pass
+    return out
+
+
+@pytest.mark.parametrize("path", _parallel_cases())
+def test_pipeline_parallel_reuses_while_the_copy_slot_rotates(path):
+    # each alloc_graph moves to the next copy slot: the kept plan moves with it, and
+    # stands as a scheduler that never reuses stands after the same steps
+    case, twin = load_case(path), load_case(path)
+    sched, ref = scheduler_for_case(case), scheduler_for_case(twin)
+    ref.graph_reuse = False
+    assert sched.alloc_graph(case.graph) and ref.alloc_graph(twin.graph)
+    inputs = sched._core.get_graph_inputs()
+    for k in range(2 * sched.n_copies + 1):
         _again(case, sched)
-    assert sched.n_graph_reuses == 0
+        _again(twin, ref)
+        assert sched.n_graph_reuses == k + 1
+        assert sched._core.cur_copy == ref._core.cur_copy
+        assert _state(sched, case.graph)[:2] == _state(ref, twin.graph)[:2]
+        assert _copy_state(sched) == _copy_state(ref)
+        if inputs:
+            sched.validate_allocation()
+    assert ref.n_graph_reuses == 0
 
 
 def test_reserve_and_close_give_the_plan_up():
@@ -186,9 +218,9 @@ def test_time_reps_reuse_checks_that_it_reused():
     assert len(times) == 5 and sched.n_graph_reuses == 5
     par = _case("llama-2L-two-gpus-parallel")
     psched = scheduler_for_case(par)
-    with pytest.raises(SchedulerError, match="reused"):
-        time_reps(psched._core, par.graph, GraphSnapshot(par.graph), par.assignments, 2,
-                  TIME_REUSE)
+    times = time_reps(psched._core, par.graph, GraphSnapshot(par.graph), par.assignments, 5,
+                      TIME_REUSE)
+    assert len(times) == 5 and psched.n_graph_reuses == 5     # (pipeline parallel too)
 
 
 def test_time_split_and_the_struct_sweep_leave_the_graph_and_the_plan_as_they_were():
@@ -257,7 +289,8 @@ def _pick(seq, i):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(kind=st.sampled_from(sorted(MUTATIONS)), index=st.integers(0, 10_000),
-       name=st.sampled_from(["llama-4L-partial-offload", "moe-2L-experts-on-cpu"]))
+       name=st.sampled_from(["llama-4L-partial-offload", "moe-2L-experts-on-cpu",
+                             "llama-2L-two-gpus-parallel"]))
 def test_any_single_change_forces_a_fresh_plan(kind, index, name):
     case = _case(name)
     sched = scheduler_for_case(case)
@@ -272,11 +305,13 @@ def test_any_single_change_forces_a_fresh_plan(kind, index, name):
     state = _state(sched, case.graph)
     extra = [(_pick(_computed(case.graph), index), sched.backend_id("CPU"))] \
         if kind == "assignment" else []
-    sched.reset()
-    for t, b in case.assignments + extra:
-        sched.set_tensor_backend(t, b)
-    sched.alloc_graph(case.graph)
-    assert sched.n_graph_reuses == 1 and _state(sched, case.graph) == state
+    # (pipeline parallelism: round the copy slots, back to the plan's)
+    for _ in range(sched.n_copies):
+        sched.reset()
+        for t, b in case.assignments + extra:
+            sched.set_tensor_backend(t, b)
+        sched.alloc_graph(case.graph)
+    assert sched.n_graph_reuses == sched.n_copies and _state(sched, case.graph) == state
 
 
 # ---------------------------------------------------------------------------

@@ -177,7 +177,7 @@ cdef class GraphAllocator:
                             const int * leaf_buffer_ids, size_t * sizes) except -1
     cdef int c_alloc_graph(self, ggml_cgraph * graph, object owner, bint fits=*) except -1
     cdef size_t c_buffer_size(self, int buffer_id) except? 0
-    cdef int c_record_places(self, ggml_cgraph * graph, recorded_place * out) except -1
+    cdef int c_record_places(self, ggml_cgraph * graph, recorded_place * out) except -2
     cdef int c_replay_places(self, ggml_cgraph * graph, const recorded_place * places, int n,
                              object owner) except -1
 

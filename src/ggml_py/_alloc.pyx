@@ -1131,7 +1131,7 @@ cdef class GraphAllocator:
             self.placing = False
         return 1
 
-    cdef int c_record_places(self, ggml_cgraph * graph, recorded_place * out) except -1:
+    cdef int c_record_places(self, ggml_cgraph * graph, recorded_place * out) except -2:
         """What the last c_alloc_graph of `graph` left in its leafs and nodes: out[k] (room
         for n_leafs + n_nodes) for each one placed in this allocator's buffers or a view
         initialised in any buffer. Returns their number, or -1 where they are not all

@@ -74,6 +74,15 @@ cdef struct sched_split:
     ggml_tensor ** inputs   # [max_split_inputs]
     int n_inputs
 
+# an input of the graph, in parallel mode: each copy slot has a copy of it, the current
+# slot's being the input itself
+cdef struct graph_input:
+    ggml_tensor * tensor
+    Py_ssize_t slot         # its hash slot
+    int backend_id          # where it and its copies live
+    int32_t flags           # its flags before the split marked it input and output
+    int fp_entry            # its index in fp_entries (graph reuse, level 2)
+
 cdef struct sched_tensor_info:
     int kind                # SCHED_TENSOR_*
     ggml_tensor * of        # the tensor it copies or depends on
@@ -202,8 +211,14 @@ cdef class SchedCore:
     cdef readonly int n_copies
     cdef readonly int cur_copy
     cdef int next_copy
-    cdef ggml_tensor ** graph_inputs            # [max_graph_inputs]
+    cdef graph_input * graph_inputs             # [max_graph_inputs]
     cdef int n_graph_inputs
+    # a kept plan moves to the next copy slot (rotate_copy_slot), in place where every
+    # graph input is memory of the compute buffers: the graph copy's tensors that view
+    # a graph input follow it to its new memory
+    cdef bint rotates_in_place
+    cdef ggml_tensor ** input_views             # [input_views_cap]
+    cdef int n_input_views, input_views_cap
 
     # the scheduler's own tensors (copies, dependency views) and what each is
     cdef readonly Context arena                          # reset on every split
@@ -281,6 +296,7 @@ cdef class SchedCore:
     cdef int fp_n_arena
     cdef sched_rewiring * fp_rewirings          # [fp_n_rewirings]: node, src and copy
     cdef int fp_n_rewirings
+    cdef int fp_copy                            # the copy slot of their copies
     cdef ggml_tensor ** fp_outside              # [fp_n_outside]: tensors outside the graph
     cdef int fp_n_outside
     cdef list fp_keep                           # ... kept alive (their handles)

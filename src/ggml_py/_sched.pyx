@@ -24,12 +24,12 @@ from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handl
                             ggml_views_computed_node, leaf_view_message,
                             ggml_hash_size, ggml_context, ggml_is_computed_from,
                             ggml_computes, OP_NONE, mutation_epoch, tensor_changed, tensor_set_src,
-                            graph_unchanged_since, order_message, LAYOUT_BYTES,
+                            graph_unchanged_since, order_message, LAYOUT_BYTES, new_epoch,
                             source_mask, lowest_bit, PREFETCH_AHEAD, prefetch, prefetch_bytes,
                             prefetch_memory, prefetch_leaf_ahead, prefetch_node_ahead,
                             checked_calloc, safe_realloc, int_arg, index_arg, OP_ROPE,
                             graph_tensor)
-from ggml_py._backend cimport (Backend, BufferType, backend_supports_op, backend_supports_op_of,
+from ggml_py._backend cimport (Backend, Buffer, BufferType, backend_supports_op, backend_supports_op_of,
                                backend_supports_buft, backend_offload_op)
 
 from ggml_py._alloc cimport GraphAllocator, recorded_place, GGML_VBUFFER_MAX_CHUNKS
@@ -716,16 +716,22 @@ cdef inline void _copy_suffix(char * out, int copy_id) noexcept nogil:
     out[k] = 0
 
 
+cdef inline void name_copy(SchedCore s, ggml_tensor * t, const ggml_tensor * of, int backend_id,
+                           int copy_id) noexcept:
+    """Name t as the copy of `of` for a backend and copy slot: BACKEND#name#C."""
+    cdef char suffix[16]
+    _copy_suffix(suffix, copy_id)
+    ggml_join_name(t, s.backends[backend_id].name, b"#", of.name, suffix)
+
+
 cdef ggml_tensor * new_sched_tensor(SchedCore s, ggml_tensor * of, int kind, int backend_id,
                                     int copy_id) except NULL:
     """A copy (same layout, named BACKEND#name#C) or a dependency view of `of`,
     made in the scheduler's arena and recorded for introspection."""
     cdef ggml_tensor * t
-    cdef char suffix[16]
     if kind == SCHED_TENSOR_COPY:
         t = ggml_dup_tensor_layout(&s.arena.ctx, of)
-        _copy_suffix(suffix, copy_id)
-        ggml_join_name(t, s.backends[backend_id].name, b"#", of.name, suffix)   # BACKEND#name#C
+        name_copy(s, t, of, backend_id, copy_id)
     else:
         t = ggml_view_tensor(&s.arena.ctx, of)
         tensor_set_src(t, 0, of)
@@ -798,6 +804,7 @@ cdef int add_graph_input(SchedCore s, ggml_tensor * src, Py_ssize_t src_id,
     current slot's is the input itself), once."""
     cdef int c
     cdef ggml_tensor * cpy
+    cdef graph_input * gi
     if copy_slot(s, src_id, src_backend_id, 0)[0] != NULL:
         return 0
     if s.n_graph_inputs == s.max_graph_inputs:
@@ -805,6 +812,11 @@ cdef int add_graph_input(SchedCore s, ggml_tensor * src, Py_ssize_t src_id,
             f"graph input '{tensor_name(src)}' is more than the {s.max_graph_inputs} "
             f"graph inputs a parallel scheduler holds (max_graph_inputs)",
             "too-many-graph-inputs")
+    gi = &s.graph_inputs[s.n_graph_inputs]
+    gi.tensor = src
+    gi.slot = src_id
+    gi.backend_id = src_backend_id
+    gi.flags = src.flags
     for c in range(s.n_copies):
         if c == s.cur_copy:
             cpy = src       # the original is the current copy
@@ -813,7 +825,6 @@ cdef int add_graph_input(SchedCore s, ggml_tensor * src, Py_ssize_t src_id,
         # inputs and outputs: ggml-alloc must not overwrite them
         cpy.flags |= GGML_TENSOR_FLAG_INPUT | GGML_TENSOR_FLAG_OUTPUT
         copy_slot(s, src_id, src_backend_id, c)[0] = cpy
-    s.graph_inputs[s.n_graph_inputs] = src
     s.n_graph_inputs += 1
     return 0
 
@@ -1054,9 +1065,10 @@ cdef int build_graph_copy(SchedCore s, ggml_cgraph * graph) except -1:
             n += 1
 
     if s.n_copies > 1:
+        # (rotate_copy_slot finds the graph inputs' copies here, n_copies a graph input)
         for i in range(s.n_graph_inputs):
-            id = hash_id(s, s.graph_inputs[i])
-            b = s.hv_tensor_backend_ids[id]
+            id = s.graph_inputs[i].slot
+            b = s.graph_inputs[i].backend_id
             for c in range(s.n_copies):
                 s.leaf_backend_ids[l] = b
                 gc.leafs[l] = copy_slot(s, id, b, c)[0]
@@ -1122,6 +1134,116 @@ cdef int forget_plan(SchedCore s) except -1:
             h = hash_id(s, (<Tensor>t).ptr)
             s.hv_tensor_backend_ids[h] = b
             s.hv_tensor_causes[h] = CAUSE_USR
+    return 0
+
+
+cdef inline ggml_tensor * sibling_copy(SchedCore s, ggml_tensor * cpy, int slot) noexcept:
+    """The copy of the same tensor on the same backend for copy slot `slot`: a split
+    input's copies are made together, one per slot, in order (add_split_input)."""
+    cdef Context arena = s.arena
+    return ggml_context_tensor(&arena.ctx, cpy.id - s.infos[cpy.id].copy_id + slot)
+
+
+cdef int prepare_rotation(SchedCore s) except -1:
+    """Can the plan just allocated move to another copy slot in place (rotate_copy_slot)?
+    It can when each graph input is memory of its own in the compute buffers, as its
+    copies are; then the graph copy's views of graph inputs are listed, to follow them.
+    (Else the allocator places the moved plan, as it would a fresh split's.)"""
+    cdef int i, k
+    cdef ggml_tensor * t
+    cdef ggml_cgraph * gc = &s.graph
+    s.n_input_views = 0
+    s.rotates_in_place = False
+    for i in range(s.n_graph_inputs):
+        t = s.graph_inputs[i].tensor
+        if t.view_src != NULL or t.buffer == NULL or _memory(s, t.buffer) != NULL:
+            return 0
+    for k in range(-gc.n_leafs, gc.n_nodes):
+        t = gc.nodes[k] if k >= 0 else gc.leafs[~k]
+        if t.view_src == NULL or not t.view_src.flags & GGML_TENSOR_FLAG_INPUT:
+            continue
+        for i in range(s.n_graph_inputs):
+            if t.view_src == s.graph_inputs[i].tensor:
+                if s.n_input_views == s.input_views_cap:
+                    safe_realloc(<void **>&s.input_views, 2 * s.input_views_cap + 8,
+                                 sizeof(ggml_tensor *), _TABLES)
+                    s.input_views_cap = 2 * s.input_views_cap + 8
+                s.input_views[s.n_input_views] = t
+                s.n_input_views += 1
+                break
+    s.rotates_in_place = True
+    return 0
+
+
+cdef int alloc_again(SchedCore s) except -1:
+    """Allocate the kept plan, moved to another copy slot, as alloc_graph allocates a
+    fresh split of the same graph there (which leaves the previous backend ids and graph
+    size equal to the new ones). 1 ok, 0 failed."""
+    memcpy(s.prev_node_backend_ids, s.node_backend_ids, s.graph.n_nodes * sizeof(int))
+    memcpy(s.prev_leaf_backend_ids, s.leaf_backend_ids, s.graph.n_leafs * sizeof(int))
+    s.debug_prev_graph_size = s.debug_graph_size
+    return sched_alloc_splits(s)
+
+
+cdef int init_moved(ggml_tensor * t) except -1:
+    """A tensor moved within a buffer whose init_tensor slot runs: run it, as a
+    placement there does."""
+    if t.buffer.pyobj != NULL and (<Buffer>t.buffer.pyobj)._has_init_tensor:
+        (<Buffer>t.buffer.pyobj).init_tensor(tensor_handle(t))
+    return 0
+
+
+cdef int rotate_copy_slot(SchedCore s, bint move_memory) except -1:
+    """Pipeline parallelism: move the kept plan to the next copy slot, as a fresh split
+    and allocation there leave it (ggml allocates every slot's copies, each at its own
+    place in the graph copy: only which tensor stands where changes). Each graph input
+    becomes the new slot's copy of itself, and the copy that held that slot takes the
+    input's old one; nodes read their split inputs from the new slot's copies.
+    move_memory: the input and that copy swap their memory, and the input's views
+    follow (a level-1 reuse; a re-pointed plan is placed anew after this)."""
+    cdef int old = s.cur_copy, slot = s.next_copy, i, j, n = 0
+    cdef ggml_tensor * t
+    cdef ggml_tensor * other
+    cdef ggml_backend_buffer * buffer
+    cdef char * data
+    cdef graph_input * gi
+    cdef sched_split * split
+    cdef ggml_cgraph * gc = &s.graph
+    cdef uint64_t stamp = new_epoch()
+    s.cur_copy = slot
+    s.next_copy = (slot + 1) % s.n_copies
+    for i in range(s.n_graph_inputs):
+        gi = &s.graph_inputs[i]
+        t = gi.tensor
+        other = copy_slot(s, gi.slot, gi.backend_id, slot)[0]
+        copy_slot(s, gi.slot, gi.backend_id, slot)[0] = t
+        copy_slot(s, gi.slot, gi.backend_id, old)[0] = other
+        s.infos[other.id].copy_id = old
+        name_copy(s, other, t, gi.backend_id, old)
+        gc.leafs[i * s.n_copies + slot] = t
+        gc.leafs[i * s.n_copies + old] = other
+        if move_memory:
+            buffer, data = t.buffer, t.data
+            t.buffer, t.data = other.buffer, other.data
+            other.buffer, other.data = buffer, data
+            t.gen = other.gen = stamp
+            init_moved(t)
+            init_moved(other)
+    if move_memory:
+        for i in range(s.n_input_views):
+            t = s.input_views[i]
+            t.buffer = t.view_src.buffer
+            t.data = t.view_src.data + t.view_offs
+            t.gen = stamp
+    for i in range(s.n_splits):
+        split = &s.splits[i]
+        for j in range(split.n_inputs):
+            gc.nodes[n + 2 * j + 1] = sibling_copy(s, gc.nodes[n + 2 * j + 1], slot)
+        n += 2 * split.n_inputs + split.i_end - split.i_start
+    for i in range(s.n_rewired):
+        s.rewired[i].copy = sibling_copy(s, s.rewired[i].copy, slot)
+    apply_rewirings(s)
+    s.plan_epoch = mutation_epoch()
     return 0
 
 
@@ -1288,11 +1410,13 @@ cdef int fp_build(SchedCore s) except -1:
     cdef Context arena = s.arena
     cdef int nbc = s.n_backends * s.n_copies
     cdef dict layouts = {}
+    cdef graph_input * gi
 
     # the rewiring, by position, before it is undone
     safe_realloc(<void **>&s.fp_rewirings, s.n_rewired + 1, sizeof(sched_rewiring), _TABLES)
     memcpy(s.fp_rewirings, s.rewired, s.n_rewired * sizeof(sched_rewiring))
     s.fp_n_rewirings = s.n_rewired
+    s.fp_copy = s.cur_copy
     undo_rewiring(s)
 
     refs = <uint32_t *>checked_calloc(s.hash_set.size, sizeof(uint32_t), "the fingerprint")
@@ -1330,6 +1454,11 @@ cdef int fp_build(SchedCore s) except -1:
                 s.fp_entries[n].ref = fp_ref(s, refs, s.hash_set.keys[h])
                 n += 1
         s.fp_n_entries = n
+        # the graph inputs as the user made them: the split marked them input and output
+        for i in range(s.n_graph_inputs):
+            gi = &s.graph_inputs[i]
+            gi.fp_entry = fp_entry_of(s, gi.slot)
+            (<int32_t *>&s.fp_tensors[refs[gi.slot] - 1].head)[1] = gi.flags
 
         # the splits' inputs, with their names and entries
         n = 0
@@ -1535,6 +1664,8 @@ cdef bint fp_repoint_keys(SchedCore s, ggml_tensor ** table) noexcept:
         for c in range(nbc):
             copies[c] = kept[c]
         s.fp_entries[e].slot = h
+    for e in range(s.n_graph_inputs):
+        s.graph_inputs[e].slot = s.fp_entries[s.graph_inputs[e].fp_entry].slot
     return True
 
 
@@ -1560,6 +1691,7 @@ cdef int fp_repoint(SchedCore s, Graph graph) except -1:
     cdef sched_rewiring * r
     cdef ggml_tensor * t
     cdef ggml_tensor * of
+    cdef graph_input * gi
     cdef Context arena = s.arena
     for i in range(s.n_splits):
         split = &s.splits[i]
@@ -1585,10 +1717,20 @@ cdef int fp_repoint(SchedCore s, Graph graph) except -1:
             t.data = t.view_src.data + t.view_offs if t.view_src.data != NULL else NULL
     for i in range(s.fp_n_rewirings):
         r = &s.fp_rewirings[i]
-        # (fp_matches found the node's source where the plan's was)
+        # (fp_matches found the node's source where the plan's was; the plan may have
+        # moved to another copy slot since it was described)
         record_rewiring(s, g.nodes[r.node], r.node, r.src,
-                        table[fp_src(s, &s.fp_tensors[r.node], r.src)], r.copy)
+                        table[fp_src(s, &s.fp_tensors[r.node], r.src)],
+                        sibling_copy(s, r.copy, s.cur_copy))
     apply_rewirings(s)
+    # each graph input is the current slot's copy of itself, marked as the split marks it
+    for i in range(s.n_graph_inputs):
+        gi = &s.graph_inputs[i]
+        t = table[s.fp_entries[gi.fp_entry].ref]
+        t.flags |= GGML_TENSOR_FLAG_INPUT | GGML_TENSOR_FLAG_OUTPUT
+        copy_slot(s, gi.slot, gi.backend_id, s.cur_copy)[0] = t
+        gc.leafs[i * s.n_copies + s.cur_copy] = t
+        gi.tensor = t
     # as a split of an equal graph leaves them: the previous ids are the same
     memcpy(s.prev_node_backend_ids, s.node_backend_ids, gc.n_nodes * sizeof(int))
     memcpy(s.prev_leaf_backend_ids, s.leaf_backend_ids, gc.n_leafs * sizeof(int))
@@ -1730,12 +1872,26 @@ cdef int sched_alloc_graph(SchedCore s, Graph graph) except -1:
     (the caller checked that no graph is allocated)."""
     check_graph_fits(s, &graph.graph)      # before the copy slot moves, as ggml checks it
     if try_reuse(s, graph):
-        s.is_alloc = True                  # the kept placements are in place
+        # the kept placements are in place (pipeline parallelism: moved to the next slot)
+        if s.n_copies > 1:
+            rotate_copy_slot(s, s.rotates_in_place)
+            if not s.rotates_in_place:
+                if not alloc_again(s):
+                    return 0
+                s.plan_epoch = mutation_epoch()
+        s.is_alloc = True
         return 1
     if try_reuse_rebuilt(s, graph):
         # the plan's backends, and a graph equal to one the reservation placed: no
         # change for sched_alloc_splits to find
-        fp_place(s)
+        if s.n_copies > 1:
+            rotate_copy_slot(s, False)
+        if s.n_copies == 1 or s.rotates_in_place:
+            fp_place(s)
+        elif not alloc_again(s):
+            return 0
+        if s.n_copies > 1:
+            prepare_rotation(s)            # the new graph's views of its inputs
         s.is_alloc = True
         s.plan_epoch = mutation_epoch()
         return 1
@@ -1746,8 +1902,10 @@ cdef int sched_alloc_graph(SchedCore s, Graph graph) except -1:
         return 0
     s.is_alloc = True
     # reusable when made from a reset state; with pipeline parallelism each alloc_graph
-    # moves to the next copy slot, which a kept plan cannot do
-    s.plan_reusable = s.plan_assignments is not None and s.n_copies == 1
+    # moves to the next copy slot, which a kept plan does by itself where it can
+    s.plan_reusable = s.plan_assignments is not None
+    if s.n_copies > 1:
+        prepare_rotation(s)
     s.plan_epoch = mutation_epoch()
     s.fp_state = FP_BUILDABLE if s.plan_reusable else FP_NONE
     return 1
@@ -1770,6 +1928,8 @@ cdef class SchedCore:
         self.hv_tensor_copies = NULL
         self.splits = NULL
         self.graph_inputs = NULL
+        self.input_views = NULL
+        self.n_input_views = self.input_views_cap = 0
         self.infos = NULL
         self.node_slots = NULL
         self.outside = NULL
@@ -1856,8 +2016,8 @@ cdef class SchedCore:
         self.splits_capacity = 16
         self.splits = <sched_split *>checked_calloc(self.splits_capacity, sizeof(sched_split),
                                                     "scheduler tables")
-        self.graph_inputs = <ggml_tensor **>checked_calloc(max(self.max_graph_inputs, 1),
-                                                           sizeof(void *), "scheduler tables")
+        self.graph_inputs = <graph_input *>checked_calloc(max(self.max_graph_inputs, 1),
+                                                          sizeof(graph_input), "scheduler tables")
         self.arena = Context("sched")
         # made on every split: interning their layouts would cost a dict lookup each
         self.arena.ctx.no_layout_ids = True
@@ -1910,6 +2070,7 @@ cdef class SchedCore:
         free(self.graph.nodes)
         free(self.graph.leafs)
         free(self.graph_inputs)
+        free(self.input_views)
         free(self.infos)
         free(self.node_slots)
         free(self.outside)
@@ -2082,7 +2243,7 @@ cdef class SchedCore:
         return out
 
     def get_graph_inputs(self):
-        return [tensor_handle(self.graph_inputs[i]) for i in range(self.n_graph_inputs)]
+        return [tensor_handle(self.graph_inputs[i].tensor) for i in range(self.n_graph_inputs)]
 
     def get_graph_copy(self):
         """(nodes, node_backend_ids, leafs, leaf_backend_ids) of the graph copy."""

@@ -183,7 +183,7 @@ def time_reps(SchedCore s not None, Graph graph not None, GraphSnapshot snap not
     s.is_alloc = False
     if kind == TIME_REUSE and s.n_graph_reuses - reuses != n:
         raise SchedulerError(f"time_reps: {s.n_graph_reuses - reuses} of {n} allocations "
-                             f"reused the plan (pipeline parallelism, or the graph changes)",
+                             f"reused the plan (the graph or what it depends on changes)",
                              "no-reuse")
     return out
 
