@@ -14,7 +14,7 @@ from ggml_py._backend import get_buffer, set_buffer
 from ggml_py._core import mutation_epochs
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.tools.cases import load_case
-from ggml_py.errors import GgmlPyError, SchedulerError
+from ggml_py.errors import GgmlPyError
 from ggml_py.tools.planning import scheduler_for_case
 from ggml_py.sched import Scheduler
 
@@ -336,3 +336,32 @@ def test_reused_graph_computes_new_inputs():
         e = np.exp(0.5 * data - (0.5 * data).max(axis=1, keepdims=True))
         np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=1e-5)
     assert sched.n_graph_reuses == 3
+
+
+def test_pipeline_parallel_reuse_computes_new_inputs_in_every_copy_slot():
+    # the input moves to the next slot's memory at each step, the device reads its
+    # copies from the next slot's: every step must compute its own input
+    from ggml_py.backends.numpy_device import NumpyDeviceBackend
+    dev, cpu = NumpyDeviceBackend(unsupported_ops=["SOFT_MAX"]), CPUBackend()
+    ctx = __import__("ggml_py").Context()
+    x = ctx.new_tensor("f32", (4, 64), name="x").set_input()
+    s = ops.scale(ctx, x, 0.5)
+    y = ops.scale(ctx, ops.soft_max(ctx, s), 2.0).set_output()
+    g = Graph(64).build_forward_expand(y)
+    sched = Scheduler([dev, cpu], graph_size=64, parallel=True)
+    rng = np.random.default_rng(1)
+    places = set()
+    for step in range(2 * sched.n_copies + 1):
+        sched.reset()
+        sched.set_tensor_backend(s, dev)
+        assert sched.alloc_graph(g)
+        places.add(x.data_address)
+        data = rng.standard_normal((4, 64)).astype(np.float32)
+        sched.get_tensor_backend(x).set_tensor(x, data)
+        sched.graph_compute(g)
+        got = np.frombuffer(sched.get_tensor_backend(y).get_tensor(y), np.float32)
+        e = np.exp(0.5 * data - (0.5 * data).max(axis=1, keepdims=True))
+        np.testing.assert_allclose(got.reshape(4, 64), 2 * e / e.sum(axis=1, keepdims=True),
+                                   rtol=1e-5)
+    assert sched.n_graph_reuses == 2 * sched.n_copies
+    assert len(places) == sched.n_copies          # the input took every slot's memory
