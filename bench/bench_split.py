@@ -114,29 +114,85 @@ def _bench_size(n_nodes, as_json, server):
     graph = build()
     # ggml sizes hash sets at twice the tensors (ggml_graph_nbytes); a full set probes long
     sched = Scheduler(backends, graph_size=2 * (graph.n_nodes + graph.n_leafs))
+    _bench_graph(f"synthetic-llama-{n_layers}L", sched, graph, lambda: (build(), []), [], {},
+                 as_json, server)
+
+
+def bench_case_files(paths, as_json, with_ggml=True):
+    """Case files (any size: bench/scale_case.py makes large ones) beside ggml's own
+    scheduler on the same graph, measured in this run."""
+    from ggml_py.tools.cases import load_case
+    from ggml_py.tools.planning import scheduler_for_case
+    server = _ggml_server() if with_ggml else None
+    try:
+        for path in paths:
+            case = load_case(path)
+            sched = scheduler_for_case(case)
+            def rebuild(case=case):
+                again = case.rebuilt()
+                return again.graph, again.assignments
+            _bench_graph(case.name, sched, case.graph, rebuild,
+                         case.assignments, dict(parallel=case.parallel, op_offload=case.op_offload,
+                              graph_size=case.graph_size),
+                         as_json, server)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def sweep_graph_size(n_nodes, factors, as_json):
+    """One graph, schedulers of graph_size factor x (nodes + leafs): the split's cost per
+    node and the hash set's probes per lookup (counted) at each size."""
+    backends, build, keep = synthetic_llama_builder(max(1, n_nodes // 31))
+    graph = build()
+    n = graph.n_nodes + graph.n_leafs
+    for f in factors:
+        sched = Scheduler(backends, graph_size=int(f * n))
+        us = statistics.median(sched.time_split(graph, 15))
+        st = sched.hash_stats()
+        row = {"n_nodes": graph.n_nodes, "graph_size": int(f * n), "hash_size": st["size"],
+               "load": round(st["load"], 3), "split_us_per_node": round(us / graph.n_nodes, 4),
+               "hit_probes": round(st["hit_probes_mean"], 3),
+               "ideal_hit_probes": round(st["ideal_hit_probes"], 3),
+               "miss_probes": round(st["miss_probes_mean"], 3),
+               "ideal_miss_probes": round(st["ideal_miss_probes"], 3)}
+        print(json.dumps(row) if as_json else
+              f"{graph.n_nodes:>7} nodes  graph_size {row['graph_size']:>8} ({f:.2f}x)  "
+              f"slots {st['size']:>8} load {st['load']:.2f}  split "
+              f"{row['split_us_per_node']:.4f} us/node  probes/lookup: hit "
+              f"{row['hit_probes']:.2f} (uniform hash {row['ideal_hit_probes']:.2f}), miss "
+              f"{row['miss_probes']:.2f} ({row['ideal_miss_probes']:.2f})", flush=True)
+
+
+def _bench_graph(name, sched, graph, build, assignments, ref_options, as_json, server):
+    """One graph's row: split, alloc_graph, split+reserve+alloc, reuse of the same graph
+    and of a rebuilt one (build() makes an equal graph and its user assignments), beside
+    ggml's where server is."""
     t0 = time.perf_counter()
     big = graph.n_nodes >= 50000
     reps, rounds = (3, 5) if big else (max(5, 200000 // graph.n_nodes), 5)
-    row = {"case": f"synthetic-llama-{n_layers}L", "n_nodes": graph.n_nodes}
+    row = {"case": name, "n_nodes": graph.n_nodes}
     if server is not None:
         from ggml_sched_ref import GgmlSched
-        ref = GgmlSched(graph, server.endpoint)
+        gpus = [b for b in sched.backends if b.name.startswith("GPU")]
+        ref = GgmlSched(graph, [server.endpoint] * len(gpus), **ref_options)
+        ref.assignments = [(t, sched.backend_id(b)) for t, b in assignments]
         try:
-            us, ggml_us = _paired(lambda: sched.time_split(graph, reps),
+            us, ggml_us = _paired(lambda: sched.time_split(graph, reps, assignments),
                                   lambda: ref.time_split(reps), rounds)
-            alloc_us, ggml_alloc_us = _paired(lambda: sched.time_alloc(graph, reps),
+            alloc_us, ggml_alloc_us = _paired(lambda: sched.time_alloc(graph, reps, assignments),
                                               lambda: ref.time_alloc(reps), rounds)
             few = max(3, reps // 4)
             reserve_us, ggml_sched_reserve_us = _paired(
-                lambda: sched.time_alloc(graph, few, reserve=True),
+                lambda: sched.time_alloc(graph, few, assignments, reserve=True),
                 lambda: ref.time_reserve(few), rounds)
             # ggml's split + reserve_n + gallocr_alloc_graph, from its public calls
             ggml_reserve_us = ggml_sched_reserve_us + ggml_alloc_us - ggml_us
             # level 2 (a rebuilt graph of equal structure, built in Python, untimed)
             # against ggml's split, round by round
-            other = build()
+            other, other_assignments = build()
             rebuilt_us, ggml_split_again_us = _paired(
-                lambda: sched.time_rebuilt_reuse(graph, other, few),
+                lambda: sched.time_rebuilt_reuse(graph, other, few, assignments, other_assignments),
                 lambda: ref.time_split(few), rounds)
             row.update(ggml="measured", ggml_n_splits=ref.n_splits)
         finally:
@@ -150,13 +206,16 @@ def _bench_size(n_nodes, as_json, server):
                    alloc_reserve_ratio=round(reserve_us / ggml_reserve_us, 3),
                    ggml_split_us_beside_rebuilt=round(ggml_split_again_us, 1))
     else:
-        us = statistics.median(sched.time_split(graph, reps * rounds))
+        us = statistics.median(sched.time_split(graph, reps * rounds, assignments))
         ggml_per_node = _issue_per_node(graph.n_nodes)
         row.update(ggml="issue 11" if ggml_per_node else None)
-        reserve_us = statistics.median(sched.time_alloc(graph, 3 if big else 5, reserve=True))
+        reserve_us = statistics.median(sched.time_alloc(graph, 3 if big else 5, assignments,
+                                                        reserve=True))
         # level 2: a rebuilt graph of equal structure (built in Python, untimed)
-        rebuilt_us = statistics.median(sched.time_rebuilt_reuse(graph, build(), 5 if big else 21))
-    reuse_us = statistics.median(sched.time_reuse(graph, 101))
+        other, other_assignments = build()
+        rebuilt_us = statistics.median(sched.time_rebuilt_reuse(graph, other, 5 if big else 21,
+                                                                assignments, other_assignments))
+    reuse_us = statistics.median(sched.time_reuse(graph, 101, assignments))
     # the memory floor: a sweep reading only what any split must read of the graph
     sweep_us = statistics.median(sched.time_struct_sweep(graph, reps * rounds))
     ggml_split_us = None if ggml_per_node is None else ggml_per_node * graph.n_nodes
@@ -197,8 +256,17 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--no-ggml", action="store_true",
                     help="do not run ggml's scheduler (the issue's figures instead)")
+    ap.add_argument("--case", nargs="+", metavar="CASE.case.json",
+                    help="only these case files, each beside ggml's scheduler run live")
+    ap.add_argument("--sweep-graph-size", type=int, metavar="N_NODES",
+                    help="only a graph of about N_NODES nodes under graph_size 1x-4x its "
+                         "tensors: split cost and hash probes per lookup at each")
     args = ap.parse_args(argv)
     announce(args.json)
+    if args.sweep_graph_size:
+        return sweep_graph_size(args.sweep_graph_size, (1.0, 1.25, 1.5, 2.0, 3.0, 4.0), args.json)
+    if args.case:
+        return bench_case_files(args.case, args.json, not args.no_ggml)
     if os.path.isdir(os.path.join(args.cases, "cases")):
         bench_cases(args.cases, args.random, args.json)
     else:

@@ -45,7 +45,8 @@ class GgmlSched:
     types named so)."""
 
     def __init__(self, graph, endpoint: str | list[str], lib_dir: str | None = None,
-                 parallel: bool = False, op_offload: bool = True, init_views: bool = True):
+                 parallel: bool = False, op_offload: bool = True, init_views: bool = True,
+                 graph_size: int | None = None):
         lib_dir = find_ggml(lib_dir)
         if lib_dir is None:
             raise RuntimeError("ggml 0.10.1 not found ($GGML_PY_GGML_LIB)")
@@ -93,12 +94,13 @@ class GgmlSched:
         # SCHED_CASES.md's timing does
         self.assignments = []
         endpoints = [endpoint] if isinstance(endpoint, str) else list(endpoint)
-        self._mirror(graph, endpoints, parallel, op_offload, init_views)
+        self._mirror(graph, endpoints, parallel, op_offload, init_views,
+                     graph.size if graph_size is None else graph_size)
 
-    def _mirror(self, graph, endpoints, parallel, op_offload, init_views):
+    def _mirror(self, graph, endpoints, parallel, op_offload, init_views, graph_size):
         tensors = mirror_order(graph)
         size = len(tensors) * self.ggml_tensor_overhead() + \
-            self.ggml_graph_overhead_custom(graph.size, False) + (1 << 20)
+            self.ggml_graph_overhead_custom(graph_size, False) + (1 << 20)
         self.ctx = self.ggml_init(InitParams(size, None, True))
         m = {}
         for t in tensors:
@@ -150,14 +152,14 @@ class GgmlSched:
         for t in tensors:
             if init_views and t.view_src is not None and m[t.view_src].contents.buffer:
                 self.ggml_backend_view_init(m[t])
-        self.graph = self.ggml_new_graph_custom(self.ctx, graph.size, False)
+        self.graph = self.ggml_new_graph_custom(self.ctx, graph_size, False)
         # the leafs first, then the nodes, each in ggml_py's order (expanding only the
         # nodes would list the leafs in the order the nodes first reach them)
         for t in graph.leafs + graph.nodes:
             self.ggml_build_forward_expand(self.graph, m[t])
         n = len(self.backends)
         self.sched = self.ggml_backend_sched_new((ctypes.c_void_p * n)(*self.backends), None,
-                                                 n, graph.size, parallel, op_offload)
+                                                 n, graph_size, parallel, op_offload)
         # the snapshot every repetition starts from
         self.mem = self.ggml_get_mem_buffer(self.ctx)
         self.mem_size = self.ggml_get_mem_size(self.ctx)

@@ -66,7 +66,7 @@ def main(argv=None):
     rng = random.Random(args.seed)
     counts = {"rounds": args.rounds, "interrupted": 0, "clean_errors": 0, "errors": []}
     for k in range(args.rounds):
-        signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0005, 0.04))
+        signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0002, 0.015))
         try:
             tokens = generate(backends, model)
             signal.setitimer(signal.ITIMER_REAL, 0)

@@ -100,15 +100,26 @@ def test_fill_completely_then_overflow():
     assert hs.insert(ts[11]) is not None
 
 
-def test_collisions_probe_linearly():
+def test_collisions_probe_by_the_keys_own_step():
+    # a key whose home is taken moves on by a step drawn from itself (double hashing:
+    # keys that meet scatter instead of piling into one run)
     ts = _tensors(400)
     size = 17
     homes = _by_home_slot(ts, size)
-    h, group = next((h, g) for h, g in sorted(homes.items()) if len(g) >= 3 and h < size - 3)
+    h, group = next((h, g) for h, g in sorted(homes.items()) if len(g) >= 3)
     hs = HashSet(size)
-    assert [hs.insert(t) for t in group[:3]] == [h, h + 1, h + 2]
-    for k, t in enumerate(group[:3]):
-        assert hs.find(t) == h + k and t in hs
+    steps = [hs.probe_step(t) for t in group[:3]]
+    assert all(1 <= k < size for k in steps)
+    assert hs.insert(group[0]) == h
+    second = hs.insert(group[1])
+    assert second == (h + steps[1]) % size
+    third = hs.find(group[2])
+    expect = (h + steps[2]) % size
+    if expect == second:                            # met the second one too
+        expect = (expect + steps[2]) % size
+    assert third == expect and hs.insert(group[2]) == expect
+    for t, slot in zip(group[:3], (h, second, expect)):
+        assert hs.find(t) == slot and t in hs
 
 
 def test_probing_wraps_around():
@@ -120,8 +131,9 @@ def test_probing_wraps_around():
     last = _by_home_slot(ts, size)[size - 1]
     hs = HashSet(size)
     assert hs.insert(last[0]) == size - 1
-    assert hs.insert(last[1]) == 0                  # wrapped past the end
-    assert hs.find(last[1]) == 0 and last[1] in hs
+    slot = hs.insert(last[1])
+    assert slot == hs.probe_step(last[1]) - 1       # wrapped past the end
+    assert hs.find(last[1]) == slot and last[1] in hs
 
 
 @given(st.lists(st.integers(0, 199), max_size=60), st.integers(1, 80))

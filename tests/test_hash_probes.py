@@ -5,8 +5,8 @@ arena's blocks, 2 MiB aligned and a power of two apart, once all landed on the s
 of ggml's prime-sized tables, and a 100k-node llama split 66x slower than ggml's. The
 time of a split depends on the machine; how many slots each lookup reads does not. So
 these tests count the probes (Graph.hash_stats, Scheduler.hash_stats), over graph shapes
-and sizes drawn by hypothesis, against what a uniformly random hash reads at the same
-load.
+and sizes drawn by hypothesis, against what a uniformly random probe sequence reads at
+the same load.
 """
 
 import math
@@ -18,11 +18,12 @@ import ggml_py as gp
 from ggml_py import Context, Graph
 from ggml_py.sched import Scheduler
 
-# How far above a uniformly random hash's mean the counted means may lie. At the loads
-# ggml's tables run at (the graph's set at most half full, the scheduler's sized by
-# graph_size) the means of a random hash are 1.0-2.6 slots for hits, 1.0-13 for misses
-# below 0.75 load; the clustered hash read 40,000 slots a miss at 100k nodes.
-SLACK = 2.0
+# How far above a uniformly random probe sequence's mean the counted means may lie.
+# Keys that meet are scattered (double hashing) but tensors of one arena block keep
+# their order of home slots, so the counts vary with where the blocks fall: up to
+# 1.7x the uniform means over random layouts here. The clustered tables read 40,000
+# slots a miss at 100k nodes.
+SLACK = 2.5
 
 
 def within_ideal(stats):

@@ -118,21 +118,13 @@ cdef inline void ggml_bitset_set(ggml_bitset_t * bs, size_t i) noexcept nogil:
 
 cdef inline size_t ggml_hash(const ggml_tensor * p) noexcept nogil:
     """A tensor's hash key: its address / 16 (the low 4 bits are always zero), as ggml's,
-    plus an offset drawn from the 2 MiB page it lies in.
-
-    Within a page, consecutive tensors keep consecutive home slots a tensor's size / 16
-    apart (a graph walks the arena in order: its lookups stream through the slots). The
-    page's offset is a multiplicative hash of the page number: without it the arena's
-    blocks, each 2 MiB aligned and a power of two apart, land on nearly the same slots of
-    ggml's tables, whose primes lie just above powers of two (4 MiB apart is -3 slots
-    modulo 262147), and at 100k nodes half the table filled into one run that every
-    insertion probed to its end (issue 36: 15 us a node). A coarser key (address / 64)
-    puts consecutive tensors in adjacent slots instead, whose runs overlap into long
-    probes too.
-    """
+    plus an offset drawn from the 2 MiB page it lies in. Consecutive tensors of an
+    arena block get home slots a tensor's size / 16 apart, so that a graph's lookups
+    stream through the table; the blocks, 2 MiB aligned and a power of two apart, land
+    at unrelated places of ggml's prime-sized tables instead of on the same runs (their
+    primes lie just above powers of two: 4 MiB apart is -3 slots modulo 262147)."""
     cdef uint64_t a = <uint64_t><uintptr_t>p
-    cdef uint64_t x = (a >> 4) * <uint64_t>0x9E3779B97F4A7C15
-    return <size_t>((x ^ (x >> 32)) >> 1)
+    return <size_t>((a >> 4) + (((a >> 21) * <uint64_t>0x9E3779B97F4A7C15) >> 24))
 
 cdef extern from "ggml_py/ggml-py-types.h":
     uint64_t ggml_py_mod_magic(uint64_t size) noexcept nogil
@@ -142,17 +134,41 @@ cdef inline size_t ggml_hash_home(const ggml_hash_set * hs, const ggml_tensor * 
     """The slot where a lookup of key starts: ggml_hash(key) % hs.size (without dividing)."""
     return ggml_py_mod(ggml_hash(key), hs.size_magic, hs.size)
 
+cdef inline size_t ggml_hash_step(const ggml_hash_set * hs, const ggml_tensor * key) noexcept nogil:
+    """How far a lookup of key moves from a taken slot that is not key's: a mix of its
+    address in [1, size), or 1 past ggml's prime sizes (a step must be coprime to the
+    size to reach every slot).
+
+    ggml moves one slot on (linear probing). With keys in arithmetic runs that clusters:
+    where two blocks' runs of home slots overlap, every key of one finds its home taken
+    and one slot on taken too, and the runs merge into one that each insertion walks to
+    its end (issue 36: at 100k nodes half the table was one run, 15 us a node). Steps
+    drawn from the key scatter the keys that meet instead (double hashing), while keys
+    that do not meet keep their home slot and the lookups their order."""
+    return ggml_hash_step_of(hs, (<uint64_t><uintptr_t>key) >> 4)
+
+cdef inline size_t ggml_hash_step_of(const ggml_hash_set * hs, uint64_t k) noexcept nogil:
+    """ggml_hash_step of a hash key."""
+    cdef uint64_t x = k * <uint64_t>0x9E3779B97F4A7C15
+    if hs.size > <size_t>2147483659 or hs.size < 3:
+        return 1
+    return 1 + <size_t>((x ^ (x >> 32)) % (hs.size - 1))
+
 cdef inline size_t ggml_hash_find(const ggml_hash_set * hs, const ggml_tensor * key) noexcept nogil:
     """Slot of key, or where it would go; GGML_HASHSET_FULL when absent and full."""
     cdef size_t h = ggml_hash_home(hs, key)
-    cdef size_t i = h
-    while ggml_bitset_get(hs.used, i) and hs.keys[i] != key:
-        i += 1
-        if i == hs.size:
-            i = 0
+    cdef size_t i = h, step
+    if not ggml_bitset_get(hs.used, i) or hs.keys[i] == key:
+        return i
+    step = ggml_hash_step(hs, key)
+    while True:
+        i += step
+        if i >= hs.size:
+            i -= hs.size
         if i == h:
             return GGML_HASHSET_FULL
-    return i
+        if not ggml_bitset_get(hs.used, i) or hs.keys[i] == key:
+            return i
 
 cdef inline bint ggml_hash_contains(const ggml_hash_set * hs, const ggml_tensor * key) noexcept nogil:
     cdef size_t i = ggml_hash_find(hs, key)

@@ -14,6 +14,7 @@ from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memset, memcpy, strncpy
 from libc.stdio cimport snprintf
 from libc.stdint cimport int32_t, int64_t, uint64_t, SIZE_MAX
+from libc.math cimport log
 
 cdef extern from "<stdlib.h>" nogil:
     void * aligned_alloc(size_t alignment, size_t size)     # C11
@@ -521,39 +522,43 @@ cdef void ggml_hash_set_reset(ggml_hash_set * hs) noexcept nogil:
 
 cdef dict hash_probe_stats(const ggml_hash_set * hs):
     """How many slots lookups in hs read, counted from where its keys lie: a lookup of a
-    key reads the slots from its home to its own (a hit), a lookup of an absent key
-    from its home to the first empty slot (a miss). Beside the counts, what linear
-    probing with a uniformly random hash reads on average at the same load (Knuth:
-    (1 + 1/(1 - a)) / 2 for a hit, (1 + 1/(1 - a)^2) / 2 for a miss), the yardstick
-    of a hash function that clusters."""
-    cdef size_t i, h, n = 0, run = 0, d, hit_max = 0
+    key reads the slots of its probe sequence up to its own (a hit); a lookup of an
+    absent key up to the first empty one (a miss: from every slot as home, with a step
+    drawn from that slot). Beside the counts, what a uniformly random probe sequence
+    reads on average at the same load a (uniform hashing: ln(1/(1 - a)) / a for a hit,
+    1 / (1 - a) for a miss), the yardstick of a hash that clusters."""
+    cdef size_t i, h, step, k, n = 0, hit_max = 0
     cdef double hits = 0, misses = 0, a
     cdef size_t size = hs.size
     for i in range(size):
         if ggml_bitset_get(hs.used, i):
             h = ggml_hash_home(hs, hs.keys[i])
-            d = i - h if i >= h else i + size - h
-            hits += d + 1
-            hit_max = max(hit_max, d + 1)
+            step = ggml_hash_step(hs, hs.keys[i])
+            k = 1
+            while h != i:
+                h = h + step - size if h + step >= size else h + step
+                k += 1
+            hits += k
+            hit_max = max(hit_max, k)
             n += 1
     if n == size:
         misses = float("inf")
-    elif n:
-        # a miss from slot i reads the run of used slots from i on, and the empty slot
-        # after it: sweep backwards from an empty slot, twice round to close the wrap
-        i = 0
-        while ggml_bitset_get(hs.used, i):
-            i += 1
-        for d in range(size):
-            i = i - 1 if i else size - 1
-            run = run + 1 if ggml_bitset_get(hs.used, i) else 0
-            misses += run + 1
+    else:
+        for i in range(size):
+            step = ggml_hash_step_of(hs, i)
+            h = i
+            k = 1
+            while ggml_bitset_get(hs.used, h):
+                h = h + step - size if h + step >= size else h + step
+                k += 1
+            misses += k
     a = n / <double>size
     return {"size": size, "keys": n, "load": a,
             "hit_probes_mean": hits / n if n else 0.0, "hit_probes_max": hit_max,
-            "miss_probes_mean": misses / size if n else 1.0,
-            "ideal_hit_probes": (1 + 1 / (1 - a)) / 2 if n < size else float("inf"),
-            "ideal_miss_probes": (1 + 1 / (1 - a) ** 2) / 2 if n < size else float("inf")}
+            "miss_probes_mean": misses / size,
+            "ideal_hit_probes": (log(1 / (1 - a)) / a if n else 1.0) if n < size
+                                else float("inf"),
+            "ideal_miss_probes": 1 / (1 - a) if n < size else float("inf")}
 
 
 cdef class HashSet:
@@ -598,6 +603,10 @@ cdef class HashSet:
     def slot_of_hash(self, Tensor t not None):
         """The home slot of t before probing."""
         return ggml_hash_home(&self.hs, t.ptr)
+
+    def probe_step(self, Tensor t not None):
+        """How far a lookup of t moves on from a taken slot that is not t's."""
+        return ggml_hash_step(&self.hs, t.ptr)
 
     @staticmethod
     def home_of_key(key, size):

@@ -1227,8 +1227,6 @@ cdef int rotate_copy_slot(SchedCore s, bint move_memory) except -1:
             t.buffer, t.data = other.buffer, other.data
             other.buffer, other.data = buffer, data
             t.gen = other.gen = stamp
-            init_moved(t)
-            init_moved(other)
     if move_memory:
         for i in range(s.n_input_views):
             t = s.input_views[i]
@@ -1244,6 +1242,11 @@ cdef int rotate_copy_slot(SchedCore s, bint move_memory) except -1:
         s.rewired[i].copy = sibling_copy(s, s.rewired[i].copy, slot)
     apply_rewirings(s)
     s.plan_epoch = mutation_epoch()
+    # last, once the plan stands whole: these may call Python, and be interrupted
+    for i in range(s.n_graph_inputs if move_memory else 0):
+        gi = &s.graph_inputs[i]
+        init_moved(gi.tensor)
+        init_moved(copy_slot(s, gi.slot, gi.backend_id, old)[0])
     return 0
 
 
