@@ -100,40 +100,38 @@ def test_fill_completely_then_overflow():
     assert hs.insert(ts[11]) is not None
 
 
-def test_collisions_probe_by_the_keys_own_step():
-    # a key whose home is taken moves on by a step drawn from itself (double hashing:
-    # keys that meet scatter instead of piling into one run)
+def test_collisions_draw_slots_from_the_key():
+    # a key whose home is taken tries slots drawn from itself, the same on every
+    # lookup (keys that meet scatter instead of piling into one run)
     ts = _tensors(400)
     size = 17
     homes = _by_home_slot(ts, size)
     h, group = next((h, g) for h, g in sorted(homes.items()) if len(g) >= 3)
     hs = HashSet(size)
-    steps = [hs.probe_step(t) for t in group[:3]]
-    assert all(1 <= k < size for k in steps)
     assert hs.insert(group[0]) == h
-    second = hs.insert(group[1])
-    assert second == (h + steps[1]) % size
-    third = hs.find(group[2])
-    expect = (h + steps[2]) % size
-    if expect == second:                            # met the second one too
-        expect = (expect + steps[2]) % size
-    assert third == expect and hs.insert(group[2]) == expect
-    for t, slot in zip(group[:3], (h, second, expect)):
-        assert hs.find(t) == slot and t in hs
+    for t in group[1:3]:
+        path = hs.probe_slots(t, 40)
+        assert path[0] == h and all(0 <= i < size for i in path)
+        expect = next(i for i in path if hs.find(t) == i)
+        assert expect == next(i for i in path if i not in {hs.find(u) for u in group if u in hs})
+        assert hs.insert(t) == expect and hs.find(t) == expect and t in hs
+    assert hs.probe_slots(group[1], 40) == hs.probe_slots(group[1], 40)
 
 
-def test_probing_wraps_around():
-    ts = _tensors(400)
-    # a prime whose last slot is home to two tensors (the arena's tensor stride, a
-    # multiple of 16 bytes, makes every tensor hash alike modulo a prime dividing it)
-    size = next(p for p in range(11, 200) if HashSet(p).size == p
-                and len(_by_home_slot(ts, p)[p - 1]) >= 2)
-    last = _by_home_slot(ts, size)[size - 1]
-    hs = HashSet(size)
-    assert hs.insert(last[0]) == size - 1
-    slot = hs.insert(last[1])
-    assert slot == hs.probe_step(last[1]) - 1       # wrapped past the end
-    assert hs.find(last[1]) == slot and last[1] in hs
+def test_probing_walks_the_whole_table_after_its_draws():
+    # past its draws a lookup steps round the table by a step of its own (wrapping past
+    # the end), reaching every slot: a set fills to its last slot and a full one says so
+    ts = _tensors(40)
+    hs = HashSet(37)
+    slots = [hs.insert(t) for t in ts[:37]]
+    assert sorted(slots) == list(range(37))
+    t = ts[37]
+    walk = hs.probe_slots(t, 33 + 37)[32:]
+    step = (walk[1] - walk[0]) % 37
+    assert 1 <= step < 37
+    assert all((b - a) % 37 == step for a, b in zip(walk, walk[1:]))
+    assert sorted(walk[1:]) == list(range(37))                     # every slot once
+    assert hs.find(t) is None
 
 
 @given(st.lists(st.integers(0, 199), max_size=60), st.integers(1, 80))

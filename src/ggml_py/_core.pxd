@@ -7,6 +7,14 @@ from ggml_py._ggml cimport *
 cdef enum:
     CTX_BLOCK_SHIFT = 12
     CTX_BLOCK = 1 << CTX_BLOCK_SHIFT    # tensors per arena block (pointers stay stable)
+    ARENA_BLOCK_BYTES = 1 << 21         # each block: 2 MiB aligned, a header, the tensors
+    ARENA_HEADER_BYTES = 64             # (a cache line: the tensors stay aligned to them)
+
+# The header of an arena block: where its tensors are numbered among all the arena's.
+# Live blocks hold distinct numbers, kept small (a freed block's number is reused):
+# the hash key of a tensor is its number (ggml_hash).
+cdef struct arena_header:
+    uint64_t first_key          # the number of the block's first tensor
 
 cdef extern from *:
     """
@@ -117,14 +125,19 @@ cdef inline void ggml_bitset_set(ggml_bitset_t * bs, size_t i) noexcept nogil:
     bs[i >> 5] |= (<ggml_bitset_t>1) << (i & 31)
 
 cdef inline size_t ggml_hash(const ggml_tensor * p) noexcept nogil:
-    """A tensor's hash key: its address / 16 (the low 4 bits are always zero), as ggml's,
-    plus an offset drawn from the 2 MiB page it lies in. Consecutive tensors of an
-    arena block get home slots a tensor's size / 16 apart, so that a graph's lookups
-    stream through the table; the blocks, 2 MiB aligned and a power of two apart, land
-    at unrelated places of ggml's prime-sized tables instead of on the same runs (their
-    primes lie just above powers of two: 4 MiB apart is -3 slots modulo 262147)."""
-    cdef uint64_t a = <uint64_t><uintptr_t>p
-    return <size_t>((a >> 4) + (((a >> 21) * <uint64_t>0x9E3779B97F4A7C15) >> 24))
+    """A tensor's hash key: its number in the arena, read from its block's header
+    (ggml's key is the address / 16). The tensors of a graph, made together, have keys
+    that follow one another: their home slots do too, and a graph's lookups stream
+    through a compact part of the table. (With the address, the arena's blocks, 2 MiB
+    aligned and a power of two apart, fell on the same runs of ggml's tables, whose
+    primes lie just above powers of two, and every key of a later block met one of an
+    earlier block's: issue 36.) Only a tensor of an arena (or NULL) has a key."""
+    cdef uintptr_t a = <uintptr_t>p
+    cdef uintptr_t block = a & ~(<uintptr_t>ARENA_BLOCK_BYTES - 1)
+    if p == NULL:
+        return 0
+    # (the header is shorter than a tensor: the offset / the tensor size is its index)
+    return <size_t>((<const arena_header *>block).first_key + (a - block) // sizeof(ggml_tensor))
 
 cdef extern from "ggml_py/ggml-py-types.h":
     uint64_t ggml_py_mod_magic(uint64_t size) noexcept nogil
@@ -134,41 +147,60 @@ cdef inline size_t ggml_hash_home(const ggml_hash_set * hs, const ggml_tensor * 
     """The slot where a lookup of key starts: ggml_hash(key) % hs.size (without dividing)."""
     return ggml_py_mod(ggml_hash(key), hs.size_magic, hs.size)
 
-cdef inline size_t ggml_hash_step(const ggml_hash_set * hs, const ggml_tensor * key) noexcept nogil:
-    """How far a lookup of key moves from a taken slot that is not key's: a mix of its
-    address in [1, size), or 1 past ggml's prime sizes (a step must be coprime to the
-    size to reach every slot).
+cdef enum:
+    GGML_HASH_DRAWS = 32        # slots drawn at random before a lookup walks slot by slot
 
-    ggml moves one slot on (linear probing). With keys in arithmetic runs that clusters:
-    where two blocks' runs of home slots overlap, every key of one finds its home taken
-    and one slot on taken too, and the runs merge into one that each insertion walks to
-    its end (issue 36: at 100k nodes half the table was one run, 15 us a node). Steps
-    drawn from the key scatter the keys that meet instead (double hashing), while keys
-    that do not meet keep their home slot and the lookups their order."""
-    return ggml_hash_step_of(hs, (<uint64_t><uintptr_t>key) >> 4)
+cdef inline size_t ggml_hash_draw(const ggml_hash_set * hs, uint64_t key, uint64_t k) noexcept nogil:
+    """The k-th slot (1 <= k <= GGML_HASH_DRAWS) a lookup of key tries after its home:
+    drawn from key and k (a mix of both), every one independent of the others.
 
-cdef inline size_t ggml_hash_step_of(const ggml_hash_set * hs, uint64_t k) noexcept nogil:
-    """ggml_hash_step of a hash key."""
-    cdef uint64_t x = k * <uint64_t>0x9E3779B97F4A7C15
+    ggml moves one slot on (linear probing). With keys in runs that clusters: where two
+    runs of home slots overlap (blocks of tensors numbered a multiple of the size apart),
+    every key of one finds its home taken and one slot on taken too, and the runs merge
+    into one that each insertion walks to its end (issue 36: at 100k nodes half the
+    table was one run, 15 us a node). So is any fixed step through a table whose keys lie
+    in runs. Slots drawn at random scatter the keys that meet (each draw finds a free
+    slot as often as the table has them), while keys that do not meet keep their home
+    slot and the lookups their order."""
+    cdef uint64_t x = (key + k * <uint64_t>0x9E3779B97F4A7C15) * <uint64_t>0xBF58476D1CE4E5B9
+    x ^= x >> 31
+    return ggml_py_mod(x >> 1, hs.size_magic, hs.size)
+
+cdef inline size_t ggml_hash_walk_step(const ggml_hash_set * hs, uint64_t key) noexcept nogil:
+    """How far a lookup of key steps once its draws are spent: a step coprime to the
+    size (every size below 2^31 + 11 is one of ggml's primes), so that the walk reaches
+    every slot, drawn from the key so that it crosses runs of keys instead of walking
+    them."""
+    cdef uint64_t x = (key ^ (key >> 29)) * <uint64_t>0x94D049BB133111EB
     if hs.size > <size_t>2147483659 or hs.size < 3:
         return 1
     return 1 + <size_t>((x ^ (x >> 32)) % (hs.size - 1))
 
+cdef inline bint _hash_stop(const ggml_hash_set * hs, size_t i, const ggml_tensor * key) noexcept nogil:
+    return not ggml_bitset_get(hs.used, i) or hs.keys[i] == key
+
 cdef inline size_t ggml_hash_find(const ggml_hash_set * hs, const ggml_tensor * key) noexcept nogil:
-    """Slot of key, or where it would go; GGML_HASHSET_FULL when absent and full."""
-    cdef size_t h = ggml_hash_home(hs, key)
-    cdef size_t i = h, step
-    if not ggml_bitset_get(hs.used, i) or hs.keys[i] == key:
+    """Slot of key, or where it would go; GGML_HASHSET_FULL when absent and full. The
+    home slot, then GGML_HASH_DRAWS slots drawn at random (ggml_hash_draw), then a walk
+    from the last one drawn round the whole table (ggml_hash_walk_step)."""
+    cdef size_t i = ggml_hash_home(hs, key)
+    cdef size_t n, step
+    cdef uint64_t k, hk
+    if _hash_stop(hs, i, key):
         return i
-    step = ggml_hash_step(hs, key)
-    while True:
+    hk = ggml_hash(key)
+    for k in range(1, GGML_HASH_DRAWS + 1):
+        i = ggml_hash_draw(hs, hk, k)
+        if _hash_stop(hs, i, key):
+            return i
+    step = ggml_hash_walk_step(hs, hk)
+    for n in range(hs.size):
         i += step
         if i >= hs.size:
             i -= hs.size
-        if i == h:
-            return GGML_HASHSET_FULL
-        if not ggml_bitset_get(hs.used, i) or hs.keys[i] == key:
+        if _hash_stop(hs, i, key):
             return i
+    return GGML_HASHSET_FULL
 
 cdef inline bint ggml_hash_contains(const ggml_hash_set * hs, const ggml_tensor * key) noexcept nogil:
     cdef size_t i = ggml_hash_find(hs, key)

@@ -140,8 +140,11 @@ cdef enum:
     HUGE_PAGE = 1 << 21
 
 cdef bint want_huge_pages = getenv("GGML_PY_NO_HUGE_PAGES") == NULL
-if CTX_BLOCK * sizeof(ggml_tensor) > HUGE_PAGE:
-    raise ImportError("_core.pxd's CTX_BLOCK tensors do not fit in a huge page")
+if ARENA_BLOCK_BYTES != HUGE_PAGE or \
+        ARENA_HEADER_BYTES + CTX_BLOCK * sizeof(ggml_tensor) > ARENA_BLOCK_BYTES or \
+        ARENA_HEADER_BYTES >= sizeof(ggml_tensor):
+    raise ImportError("_core.pxd: an arena block (a huge page) must hold its header and "
+                      "CTX_BLOCK tensors, the header less than a tensor")
 
 
 cdef void advise_huge_pages(void * p, size_t n) noexcept nogil:
@@ -520,24 +523,38 @@ cdef void ggml_hash_set_reset(ggml_hash_set * hs) noexcept nogil:
     memset(hs.used, 0, ggml_bitset_size(hs.size) * sizeof(ggml_bitset_t))
 
 
+cdef size_t _probes(const ggml_hash_set * hs, size_t home, uint64_t key,
+                   const ggml_tensor * stop_at) noexcept nogil:
+    """How many slots a lookup of the hash key `key` from `home` reads (ggml_hash_find's
+    order) until it reaches stop_at, or a free slot where stop_at is NULL."""
+    cdef size_t i = home, n = 1
+    cdef uint64_t k = 0
+    cdef size_t step = ggml_hash_walk_step(hs, key)
+    while not _hash_stop(hs, i, stop_at) or (stop_at != NULL and hs.keys[i] != stop_at):
+        k += 1
+        n += 1
+        if k <= GGML_HASH_DRAWS:
+            i = ggml_hash_draw(hs, key, k)
+        else:
+            i = i + step - hs.size if i + step >= hs.size else i + step
+    return n
+
+
 cdef dict hash_probe_stats(const ggml_hash_set * hs):
     """How many slots lookups in hs read, counted from where its keys lie: a lookup of a
-    key reads the slots of its probe sequence up to its own (a hit); a lookup of an
-    absent key up to the first empty one (a miss: from every slot as home, with a step
-    drawn from that slot). Beside the counts, what a uniformly random probe sequence
-    reads on average at the same load a (uniform hashing: ln(1/(1 - a)) / a for a hit,
+    key reads its home slot and the slots it draws up to its own (a hit); a lookup of an
+    absent key up to the first free one (a miss: one from every slot as home, with the
+    draws of a key of the slot's number). Beside the counts, what slots drawn at random
+    read on average at the same load a (uniform hashing: ln(1/(1 - a)) / a for a hit,
     1 / (1 - a) for a miss), the yardstick of a hash that clusters."""
-    cdef size_t i, h, step, k, n = 0, hit_max = 0
+    cdef size_t i, k, n = 0, hit_max = 0
     cdef double hits = 0, misses = 0, a
     cdef size_t size = hs.size
+    cdef ggml_tensor * t
     for i in range(size):
         if ggml_bitset_get(hs.used, i):
-            h = ggml_hash_home(hs, hs.keys[i])
-            step = ggml_hash_step(hs, hs.keys[i])
-            k = 1
-            while h != i:
-                h = h + step - size if h + step >= size else h + step
-                k += 1
+            t = hs.keys[i]
+            k = _probes(hs, ggml_hash_home(hs, t), ggml_hash(t), t)
             hits += k
             hit_max = max(hit_max, k)
             n += 1
@@ -545,13 +562,7 @@ cdef dict hash_probe_stats(const ggml_hash_set * hs):
         misses = float("inf")
     else:
         for i in range(size):
-            step = ggml_hash_step_of(hs, i)
-            h = i
-            k = 1
-            while ggml_bitset_get(hs.used, h):
-                h = h + step - size if h + step >= size else h + step
-                k += 1
-            misses += k
+            misses += _probes(hs, i, i, NULL)
     a = n / <double>size
     return {"size": size, "keys": n, "load": a,
             "hit_probes_mean": hits / n if n else 0.0, "hit_probes_max": hit_max,
@@ -604,14 +615,24 @@ cdef class HashSet:
         """The home slot of t before probing."""
         return ggml_hash_home(&self.hs, t.ptr)
 
-    def probe_step(self, Tensor t not None):
-        """How far a lookup of t moves on from a taken slot that is not t's."""
-        return ggml_hash_step(&self.hs, t.ptr)
+    def probe_slots(self, Tensor t not None, n):
+        """The first n slots a lookup of t reads (its home first), as ggml_hash_find
+        reads them while they are taken by other keys."""
+        cdef size_t i = ggml_hash_home(&self.hs, t.ptr)
+        cdef uint64_t key = ggml_hash(t.ptr), k
+        cdef size_t step = ggml_hash_walk_step(&self.hs, key)
+        out = []
+        for k in range(int_arg(n, "n", 0, 1 << 20)):
+            if k:
+                i = ggml_hash_draw(&self.hs, key, k) if k <= GGML_HASH_DRAWS else \
+                    (i + step) % self.hs.size
+            out.append(i)
+        return out
 
     @staticmethod
     def home_of_key(key, size):
-        """The home slot of a hash key (a tensor's address / 16, below 2^63) in a set of
-        `size` slots, as lookups compute it: key % size, without a division."""
+        """The home slot of a hash key (a tensor's number in the arena; below 2^63) in a
+        set of `size` slots, as lookups compute it: key % size, without a division."""
         cdef uint64_t k = int_arg(key, "key", 0, 2**63 - 1)
         cdef uint64_t n = int_arg(size, "size", 2, 2**63 - 1)
         return ggml_py_mod(k, ggml_py_mod_magic(n), n)
@@ -649,10 +670,56 @@ cdef int ggml_context_init(ggml_context * ctx) except -1:
     return 0
 
 
+# The numbers of the arena's blocks: the next never used, and those given back (a stack:
+# the blocks of a graph made anew each step take the numbers of the last step's)
+cdef uint64_t _arena_next_block = 0
+cdef uint64_t * _arena_free_blocks = NULL
+cdef size_t _arena_n_free = 0, _arena_free_cap = 0
+
+
+cdef inline arena_header * _header_of(ggml_tensor * first) noexcept nogil:
+    return <arena_header *>(<char *>first - ARENA_HEADER_BYTES)
+
+
+cdef ggml_tensor * _arena_block_new(bint huge) except NULL:
+    """A 2 MiB aligned block with its header, numbered; its first tensor."""
+    global _arena_next_block, _arena_n_free
+    cdef char * block = <char *>aligned_alloc(ARENA_BLOCK_BYTES, ARENA_BLOCK_BYTES)
+    if block == NULL:
+        raise AllocationError("cannot grow the tensor arena")
+    if huge:
+        madvise_huge(block, ARENA_BLOCK_BYTES)
+    cdef arena_header * h = <arena_header *>block
+    if _arena_n_free:
+        _arena_n_free -= 1
+        h.first_key = _arena_free_blocks[_arena_n_free] * CTX_BLOCK
+    else:
+        h.first_key = _arena_next_block * CTX_BLOCK
+        _arena_next_block += 1
+    return <ggml_tensor *>(block + ARENA_HEADER_BYTES)
+
+
+cdef void _arena_block_free(ggml_tensor * first) noexcept nogil:
+    """Free a block and give its number back (where the stack cannot grow, the number
+    is lost: keys stay distinct)."""
+    global _arena_free_blocks, _arena_n_free, _arena_free_cap
+    cdef arena_header * h = _header_of(first)
+    cdef uint64_t * grown
+    if _arena_n_free == _arena_free_cap:
+        grown = <uint64_t *>realloc(_arena_free_blocks, (2 * _arena_free_cap + 64) * sizeof(uint64_t))
+        if grown != NULL:
+            _arena_free_blocks = grown
+            _arena_free_cap = 2 * _arena_free_cap + 64
+    if _arena_n_free < _arena_free_cap:
+        _arena_free_blocks[_arena_n_free] = h.first_key // CTX_BLOCK
+        _arena_n_free += 1
+    free(h)
+
+
 cdef void ggml_context_free(ggml_context * ctx) noexcept nogil:
     cdef int i
     for i in range(ctx.n_blocks):
-        free(ctx.blocks[i])
+        _arena_block_free(ctx.blocks[i])
     free(ctx.blocks)
     ctx.blocks = NULL
     ctx.n_blocks = 0
@@ -671,16 +738,9 @@ cdef ggml_tensor * _context_alloc(ggml_context * ctx) except NULL:
     if (i >> CTX_BLOCK_SHIFT) >= ctx.n_blocks:
         safe_realloc(<void **>&ctx.blocks, ctx.n_blocks + 1, sizeof(ggml_tensor *),
                      "the tensor arena")
-        # cache-line aligned, as ggml_tensor is (ggml-py-types.h); a context that needs
-        # a second block is a large graph's: its blocks are huge pages each
-        if ctx.n_blocks == 0 or not want_huge_pages:
-            block = <ggml_tensor *>aligned_alloc(64, CTX_BLOCK * sizeof(ggml_tensor))
-        else:
-            block = <ggml_tensor *>aligned_alloc(HUGE_PAGE, HUGE_PAGE)
-            if block != NULL:
-                madvise_huge(block, HUGE_PAGE)
-        if block == NULL:
-            raise AllocationError("cannot grow the tensor arena")
+        # a context that needs a second block is a large graph's: its blocks are huge
+        # pages each
+        block = _arena_block_new(ctx.n_blocks > 0 and want_huge_pages)
         ctx.blocks[ctx.n_blocks] = block
         ctx.n_blocks += 1
     cdef ggml_tensor * t = ggml_context_tensor(ctx, i)
