@@ -6,6 +6,7 @@ mapping of errors to exit statuses live in ggml_py.tools.cli.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 from typing import TYPE_CHECKING, Any, Sequence
@@ -36,8 +37,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.map:
         cli.require_module("matplotlib", "--map", "plot")
     case = load_case_file(args.case)
+    # the case lives until the command ends: the collector need not walk its million
+    # objects again each time the plan's lists pile up
+    gc.freeze()
     sched, plan = plan_case(case, alloc=args.alloc)
-    text = json.dumps(plan.to_dict(explain=args.explain), indent=1)
+    text = plan.to_json(explain=args.explain)
     if args.output:
         with open(args.output, "w") as f:
             f.write(text + "\n")
