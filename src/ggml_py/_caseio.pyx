@@ -6,7 +6,7 @@ wiring of a checked case's tensors."""
 
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.stdio cimport snprintf
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 from libc.stdint cimport int64_t, uint64_t, INT32_MAX, INT64_MAX
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.unicode cimport PyUnicode_DecodeASCII
@@ -38,7 +38,8 @@ cdef struct text_buf:
     size_t cap
 
 
-cdef int buf_put(text_buf * b, const char * s, size_t n) except -1:
+cdef int buf_reserve(text_buf * b, size_t n) except -1:
+    """Room for n more bytes."""
     cdef size_t cap = b.cap
     cdef char * p
     if b.n + n > cap:
@@ -48,6 +49,11 @@ cdef int buf_put(text_buf * b, const char * s, size_t n) except -1:
         if p == NULL:
             raise MemoryError(f"the plan text needs {cap} bytes")
         b.data, b.cap = p, cap
+    return 0
+
+
+cdef int buf_put(text_buf * b, const char * s, size_t n) except -1:
+    buf_reserve(b, n)
     memcpy(b.data + b.n, s, n)
     b.n += n
     return 0
@@ -79,10 +85,11 @@ cdef int put_ascii(text_buf * b, str s) except -1:
 
 
 cdef int put_newline(text_buf * b, int depth) except -1:
-    buf_put(b, "\n", 1)
-    while depth > 0:
-        buf_put(b, " ", 1)
-        depth -= 1
+    """A newline and the indent of depth (one space a level)."""
+    buf_reserve(b, depth + 1)
+    b.data[b.n] = b"\n"
+    memset(b.data + b.n + 1, b" ", depth)
+    b.n += depth + 1
     return 0
 
 
