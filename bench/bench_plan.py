@@ -11,7 +11,6 @@ included, as `time ggml-py plan` sees it). Issue 36's target on the 100k-node ll
 """
 
 import argparse
-import gc
 import json
 import os
 import resource
@@ -27,20 +26,21 @@ STAGES = ("import", "load", "split+alloc", "plan", "write")
 def one_run(case_path, out_path):
     """The command's stages in this process: {stage: seconds, ..., "rss_mib": peak}."""
     t = time.perf_counter()
+    from ggml_py.tools.cases import gc_paused
     from ggml_py.tools.commands import load_case_file
     from ggml_py.tools.planning import scheduler_for_case
     t0 = time.perf_counter()
-    case = load_case_file(case_path)
-    gc.freeze()                 # as cmd_plan does
-    t1 = time.perf_counter()
-    sched = scheduler_for_case(case)
-    sched.alloc_graph(case.graph)
-    t2 = time.perf_counter()
-    plan = sched.plan(case.name)
-    t3 = time.perf_counter()
-    with open(out_path, "w") as f:
-        f.write(plan.to_json() + "\n")
-    t4 = time.perf_counter()
+    with gc_paused():           # as cmd_plan does
+        case = load_case_file(case_path)
+        t1 = time.perf_counter()
+        sched = scheduler_for_case(case)
+        sched.alloc_graph(case.graph)
+        t2 = time.perf_counter()
+        plan = sched.plan(case.name)
+        t3 = time.perf_counter()
+        with open(out_path, "w") as f:
+            f.write(plan.to_json() + "\n")
+        t4 = time.perf_counter()
     times = dict(zip(STAGES, (t0 - t, t1 - t0, t2 - t1, t3 - t2, t4 - t3)))
     times["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return times

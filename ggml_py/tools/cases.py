@@ -352,17 +352,17 @@ def load_case(source):
     Raises CaseFormatError (naming the tensor, backend or field) for any
     malformed input.
     """
-    with _gc_paused():
+    with gc_paused():
         d = source if isinstance(source, dict) else read_json(source)
         buffer_types, backends = _check_case(d)
         return _build_case(d, backends, buffer_types, None)
 
 
 @contextlib.contextmanager
-def _gc_paused():
-    """The cyclic collector off while a case is parsed and built: it would walk the
-    growing document again and again (a million objects at 100k nodes: half the load
-    time), and nothing made here is garbage yet."""
+def gc_paused():
+    """The cyclic collector off for a while (and back on after, if it was on): while a
+    case is parsed and built, or planned, it would walk the case's objects again and
+    again (a million at 100k nodes: half the load time) and find nothing to free."""
     enabled = gc.isenabled()
     gc.disable()
     try:

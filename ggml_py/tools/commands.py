@@ -6,7 +6,6 @@ mapping of errors to exit statuses live in ggml_py.tools.cli.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
 from typing import TYPE_CHECKING, Any, Sequence
@@ -33,15 +32,14 @@ def load_case_file(path: str) -> Case:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from ggml_py.tools.cases import gc_paused
     from ggml_py.tools.planning import explain, plan_case
     if args.map:
         cli.require_module("matplotlib", "--map", "plot")
-    case = load_case_file(args.case)
-    # the case lives until the command ends: the collector need not walk its million
-    # objects again each time the plan's lists pile up
-    gc.freeze()
-    sched, plan = plan_case(case, alloc=args.alloc)
-    text = plan.to_json(explain=args.explain)
+    with gc_paused():       # the plan's lists would have the collector walk the case
+        case = load_case_file(args.case)
+        sched, plan = plan_case(case, alloc=args.alloc)
+        text = plan.to_json(explain=args.explain)
     if args.output:
         with open(args.output, "w") as f:
             f.write(text + "\n")
