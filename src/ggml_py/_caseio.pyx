@@ -14,11 +14,14 @@ from cpython.unicode cimport PyUnicode_DecodeASCII
 from ggml_py._ggml cimport ggml_tensor, GGML_MAX_SRC, GGML_MAX_NAME
 from ggml_py._core cimport (Context, Tensor, TYPE_TRAITS, GGML_PY_MAX_BYTES, ggml_new_tensor_impl,
                             ggml_set_name,
-                            layout_changed, tensor_changed, tensor_handle, tensor_set_src)
+                            layout_changed, size_arg, tensor_changed, tensor_handle,
+                            tensor_set_src)
 
 import json
 import sys
 from json.encoder import encode_basestring_ascii
+
+from ggml_py.errors import ArgumentError
 
 from ggml_py._backend import BUFFER_USAGES as _BUFFER_USAGES
 from ggml_py._core import (FLAG_NAMES as _FLAG_NAMES, MAX_ELEMENTS as _MAX_ELEMENTS,
@@ -448,13 +451,15 @@ def wire(list tensors, list wiring):
     flags setter and clear_buffer do, for every tensor in one pass."""
     cdef ggml_tensor * t
     cdef int i, j, flags
+    if len(wiring) > len(tensors):
+        raise ArgumentError(f"wiring for {len(wiring)} tensors, but {len(tensors)} tensors")
     for i, (src, view_src, view_offs, names) in enumerate(wiring):
-        t = (<Tensor>tensors[i]).ptr
+        t = (<Tensor?>tensors[i]).ptr
         for j in range(MAX_SRC):
-            s = (<list>src)[j] if j < len(<list>src) else None
-            tensor_set_src(t, j, NULL if s is None else (<Tensor>tensors[s]).ptr)
-        t.view_src = NULL if view_src is None else (<Tensor>tensors[view_src]).ptr
-        t.view_offs = view_offs
+            s = (<list?>src)[j] if j < len(<list?>src) else None
+            tensor_set_src(t, j, NULL if s is None else (<Tensor?>tensors[s]).ptr)
+        t.view_src = NULL if view_src is None else (<Tensor?>tensors[view_src]).ptr
+        t.view_offs = size_arg(view_offs, "view_offs")
         flags = 0
         for name in names:
             flags |= _FLAG_NAMES[name]

@@ -2117,6 +2117,9 @@ cdef class SchedCore:
         cdef ggml_tensor * t
         cdef uint32_t m
         cdef int i, j, n
+        if len(names) != self.n_backends:
+            raise ArgumentError(f"plan_tables needs a name for each of the {self.n_backends} "
+                                f"backends, got {len(names)}")
         if not self.reset_deferred:
             fp_ensure_keys(self)
         out = {"node_backends": [_plan_name(names, _plan_backend_id(self, g.nodes[i]))
