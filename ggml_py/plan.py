@@ -6,22 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ggml_py._caseio import json_text
 from ggml_py._core import Graph, instance_arg
 
 if TYPE_CHECKING:
     from ggml_py.sched import Scheduler
-
-
-def _alloc_block(sched: Scheduler) -> dict[str, Any]:
-    """The `alloc` block of a plan file for `sched`'s allocated graph copy."""
-    nodes, _, leafs, _ = sched.graph_copy
-    backends = sched.backends
-    return {
-        "buffer_sizes": {b.name: sched.get_buffer_size(i) for i, b in enumerate(backends)},
-        "chunk_sizes": {b.name: sched.get_chunk_sizes(i) for i, b in enumerate(backends)},
-        "graph_copy_nodes": [list(sched.tensor_location(t)) for t in nodes],
-        "graph_copy_leafs": [list(sched.tensor_location(t)) for t in leafs],
-    }
 
 
 @dataclass
@@ -46,24 +35,31 @@ class Plan:
         from ggml_py.sched import Scheduler     # sched.py imports this module
         instance_arg(sched, Scheduler, "sched")
         instance_arg(graph, Graph, "graph")
+        # every node's and source's answer from the scheduler's tables in one call
+        tables = sched.plan_tables(graph)
         tok = sched.token
-        bname = lambda b: None if b is None else b.name  # noqa: E731
-        nodes, leafs = graph.nodes, graph.leafs
         splits = [{"backend": s.backend.name, "i_start": s.i_start, "i_end": s.i_end,
                    "inputs": [tok(t) for t in s.inputs]} for s in sched.splits]
-        gnodes, gnb, gleafs, glb = sched.graph_copy
+        alloc = None
+        if sched.is_alloc:
+            backends = sched.backends
+            alloc = {
+                "buffer_sizes": {b.name: sched.get_buffer_size(i) for i, b in enumerate(backends)},
+                "chunk_sizes": {b.name: sched.get_chunk_sizes(i) for i, b in enumerate(backends)},
+                "graph_copy_nodes": tables["graph_copy_nodes"],
+                "graph_copy_leafs": tables["graph_copy_leafs"],
+            }
         return cls(
             case=name,
             n_splits=sched.n_splits,
             splits=splits,
-            node_backends=[bname(sched.get_tensor_backend(n)) for n in nodes],
-            leaf_backends=[bname(sched.get_tensor_backend(t)) for t in leafs],
-            node_srcs=[[tok(s) for s in n.src] for n in nodes],
+            node_backends=tables["node_backends"],
+            leaf_backends=tables["leaf_backends"],
+            node_srcs=tables["node_srcs"],
             graph_inputs=[tok(t) for t in sched.graph_inputs],
-            graph_copy={"nodes": [tok(t) for t in gnodes], "node_backends": [bname(b) for b in gnb],
-                        "leafs": [tok(t) for t in gleafs], "leaf_backends": [bname(b) for b in glb]},
-            causes=[sched.get_cause(n) for n in nodes],
-            alloc=_alloc_block(sched) if sched.is_alloc else None,
+            graph_copy=tables["graph_copy"],
+            causes=tables["node_causes"],
+            alloc=alloc,
         )
 
     def to_dict(self, explain: bool = False) -> dict[str, Any]:
@@ -80,3 +76,8 @@ class Plan:
         if self.timing is not None:
             d["timing"] = self.timing
         return d
+
+    def to_json(self, explain: bool = False) -> str:
+        """The plan file's text: json.dumps(self.to_dict(explain), indent=1), written in C
+        (json's indenting encoder is pure Python: seconds for a 100k-node plan)."""
+        return json_text(self.to_dict(explain))

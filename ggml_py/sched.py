@@ -550,6 +550,16 @@ class Scheduler:
         return f"dep:{d[1].id}"
 
     @_locked
+    def plan_tables(self, graph: Graph) -> dict[str, Any]:
+        """What the plan file says of every node, leaf and source of the last split of
+        `graph`, read in bulk (Plan.from_scheduler): node_backends, leaf_backends,
+        node_srcs, graph_copy and node_causes as the plan file writes them, and once
+        allocated the graph copy's tensor_location lists graph_copy_nodes/_leafs."""
+        self._require_split()
+        _check_graph(graph)
+        return self._core.plan_tables(graph, [b.name for b in self.backends], self.is_alloc)
+
+    @_locked
     def plan(self, name: str = "") -> Plan:
         """The plan of the last split, in the plan-file format; with its `alloc`
         block when the graph was allocated (alloc_graph)."""

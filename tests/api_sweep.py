@@ -38,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # kernels' building blocks, see CLASSES_ONLY).
 MODULES = [
     "ggml_py._core", "ggml_py._backend", "ggml_py._sched", "ggml_py._schedtime",
-    "ggml_py._alloc", "ggml_py._opencl", "ggml_py._opencl_ops", "ggml_py._quants",
+    "ggml_py._alloc", "ggml_py._opencl", "ggml_py._opencl_ops", "ggml_py._quants", "ggml_py._caseio",
     "ggml_py.errors", "ggml_py.sched", "ggml_py.plan", "ggml_py.runtime", "ggml_py.tools.cases",
     "ggml_py.alloc", "ggml_py._validate", "ggml_py.ops", "ggml_py.quants", "ggml_py.backends",
     "ggml_py.backends.sim", "ggml_py.backends.numpy_device", "ggml_py.backends.cpu",
@@ -324,6 +324,15 @@ BY_CALL = {
     ("allocation_problems", "allocator"): "=None", ("validate_allocation", "allocator"): "=None",
     ("mul_mat_id", "as_"): "=ops.new_tensor(env.ctx, \"f32\", (8, 4, 2))",
     ("get_rows", "b"): "ids", ("set_rows", "c"): "ids",
+    ("json_text", "value"): "=[1, \"a\", None, {\"k\": []}]",
+    ("case_tensors_ok", "tensors"): "=env.case_dict[\"tensors\"]",
+    ("case_tensors_ok", "nodes"): "=env.case_dict[\"nodes\"]",
+    ("case_tensors_ok", "leafs"): "=env.case_dict[\"leafs\"]",
+    ("case_tensors_ok", "buffer_types"): "=env.case.buffer_types",
+    ("case_tensors_ok", "backend_names"): "=[b.name for b in env.case.backends]",
+    ("build_tensors", "docs"): "=env.case_dict[\"tensors\"]",
+    ("_caseio.wire", "tensors"): "=env.case.tensors", ("_caseio.wire", "wiring"): "=env.case._wiring",
+    ("SchedCore.plan_tables", "names"): "=[b.name for b in env.sched.backends]",
 }
 
 BY_NAME = {

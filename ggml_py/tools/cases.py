@@ -7,11 +7,14 @@ and builds the project's own objects; `Case.to_dict` reads those objects
 back into the file's form, so a load/write round trip is a real test of both.
 """
 
+import contextlib
+import gc
 import json
 import math
 import os
 
-from ggml_py._backend import BUFFER_USAGES, clear_buffer, get_buffer, set_buffer
+from ggml_py._backend import BUFFER_USAGES, get_buffer, set_buffer
+from ggml_py._caseio import build_tensors, case_tensors_ok, wire
 from ggml_py._core import (Context, Graph, FLAG_NAMES, MAX_BYTES, MAX_ELEMENTS, OP_IDS,
                            TYPE_IDS, blck_size, row_size)
 from ggml_py._validate import (INT32_MAX, INT64_MAX, SIZE_MAX, check_keys, check_int,
@@ -320,11 +323,14 @@ def _check_case(d):
         if name in names[:k]:
             fail(f"backends[{k}]", f"duplicate backend name {name!r}")
     tensors = check_list(d["tensors"], "tensors", "value")
-    for i, t in enumerate(tensors):
-        _check_tensor(i, t, len(tensors), buffer_types, names)
-    _check_views(tensors)
-    _check_acyclic(tensors)
-    _check_graph_lists(d, len(tensors))
+    # one typed pass clears a sound file; where it doubts, the checks below find the
+    # fault and say it in words
+    if not case_tensors_ok(tensors, d["nodes"], d["leafs"], buffer_types, names):
+        for i, t in enumerate(tensors):
+            _check_tensor(i, t, len(tensors), buffer_types, names)
+        _check_views(tensors)
+        _check_acyclic(tensors)
+        _check_graph_lists(d, len(tensors))
     return buffer_types, backends
 
 
@@ -334,14 +340,7 @@ def _check_case(d):
 
 def _wire(tensors, wiring, placements):
     """Set every tensor's sources, view, flags and placement (see Case.restore)."""
-    for i, (src, view_src, view_offs, flags) in enumerate(wiring):
-        h = tensors[i]
-        for j in range(MAX_SRC):
-            s = src[j] if j < len(src) else None
-            h.set_src(j, None if s is None else tensors[s])
-        h.set_view_src(None if view_src is None else tensors[view_src], view_offs)
-        h.flags = flags
-        clear_buffer(h)
+    wire(tensors, wiring)
     # the bases first: a view is placed after its view_src
     for i in sorted(placements, key=lambda i: wiring[i][1] is not None):
         set_buffer(tensors[i], *placements[i])
@@ -353,9 +352,24 @@ def load_case(source):
     Raises CaseFormatError (naming the tensor, backend or field) for any
     malformed input.
     """
-    d = source if isinstance(source, dict) else read_json(source)
-    buffer_types, backends = _check_case(d)
-    return _build_case(d, backends, buffer_types, None)
+    with gc_paused():
+        d = source if isinstance(source, dict) else read_json(source)
+        buffer_types, backends = _check_case(d)
+        return _build_case(d, backends, buffer_types, None)
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """The cyclic collector off for a while (and back on after, if it was on): while a
+    case is parsed and built, or planned, it would walk the case's objects again and
+    again (a million at 100k nodes: half the load time) and find nothing to free."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _build_case(d, backends, buffer_types, placements):
@@ -364,11 +378,7 @@ def _build_case(d, backends, buffer_types, placements):
     ctx = Context(d["name"])
     # create every tensor first (ne and nb exactly as written; the builder takes
     # numpy order), then wire sources and views: a tensor may name a later one
-    tensors = []
-    for t in d["tensors"]:
-        h = ctx.new_op(t["op"], (), t["type"], t["ne"][::-1], name=t["name"])
-        h.nb = t["nb"]
-        tensors.append(h)
+    tensors = build_tensors(ctx, d["tensors"])
     wiring = [(list(t["src"]), t["view_src"], t["view_offs"], list(t["flags"]))
               for t in d["tensors"]]
 

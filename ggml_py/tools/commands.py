@@ -32,12 +32,14 @@ def load_case_file(path: str) -> Case:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from ggml_py.tools.cases import gc_paused
     from ggml_py.tools.planning import explain, plan_case
     if args.map:
         cli.require_module("matplotlib", "--map", "plot")
-    case = load_case_file(args.case)
-    sched, plan = plan_case(case, alloc=args.alloc)
-    text = json.dumps(plan.to_dict(explain=args.explain), indent=1)
+    with gc_paused():       # the plan's lists would have the collector walk the case
+        case = load_case_file(args.case)
+        sched, plan = plan_case(case, alloc=args.alloc)
+        text = plan.to_json(explain=args.explain)
     if args.output:
         with open(args.output, "w") as f:
             f.write(text + "\n")

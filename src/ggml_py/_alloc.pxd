@@ -204,3 +204,5 @@ cdef class GraphAllocator:
     cdef int init_tensor(self, ggml_tensor * tensor, const tensor_alloc * ta) except -1
     cdef int vbuffer_alloc(self, int i) except -1
     cdef void sync_chunks(self, int i)
+
+cdef list tensor_location_list(GraphAllocator ga, const ggml_tensor * t)

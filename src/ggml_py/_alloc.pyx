@@ -1297,25 +1297,30 @@ cdef class GraphAllocator:
         data, as in the `alloc` block of a plan file: chunk is None when the buffer is
         not one of this allocator's chunks, offset None when the tensor has no data,
         buffer type None when it has no buffer."""
-        cdef ggml_tensor * t = tensor.ptr
-        cdef ggml_backend_buffer * b = t.buffer
-        cdef int i, c
-        if b == NULL:
-            return (None, None, None)
-        offset = None if t.data == NULL else <size_t>(t.data - b.base)
-        chunk = None
-        for i in range(self.n_buffers):
-            for c in range(GGML_VBUFFER_MAX_CHUNKS):
-                if self.c_chunks[i * GGML_VBUFFER_MAX_CHUNKS + c] == b:
-                    chunk = c
-                    break
-            if chunk is not None:
-                break
-        return (_buft_name(b.buft), offset, chunk)
+        return tuple(tensor_location_list(self, tensor.ptr))
 
     def __repr__(self):
         names = ", ".join(b.name for b in self.bufts)
         return f"GraphAllocator([{names}])"
+
+
+cdef list tensor_location_list(GraphAllocator ga, const ggml_tensor * t):
+    """GraphAllocator.tensor_location of a tensor struct, as the list that a plan file's
+    alloc block writes for every tensor of the graph copy (read in one call)."""
+    cdef ggml_backend_buffer * b = t.buffer
+    cdef int i, c
+    if b == NULL:
+        return [None, None, None]
+    offset = None if t.data == NULL else <size_t>(t.data - b.base)
+    chunk = None
+    for i in range(ga.n_buffers):
+        for c in range(GGML_VBUFFER_MAX_CHUNKS):
+            if ga.c_chunks[i * GGML_VBUFFER_MAX_CHUNKS + c] == b:
+                chunk = c
+                break
+        if chunk is not None:
+            break
+    return [_buft_name(b.buft), offset, chunk]
 
 
 cdef inline void _prefetch_tensor(const ggml_tensor * t) noexcept nogil:

@@ -2266,3 +2266,87 @@ cdef class SchedCore:
         if info.kind == SCHED_TENSOR_COPY:
             return ("copy", tensor_handle(info.of), info.backend_id, info.copy_id)
         return ("dep", tensor_handle(info.of))
+
+    # --- the plan in bulk: Plan.from_scheduler reads every table in one call ---
+
+    def plan_tables(self, Graph graph not None, list names, bint alloc):
+        """What a plan file says of the last split of `graph`, read from the tables in
+        one pass (no Tensor handle and no call per node): a dict of the plan file's
+        node_backends, leaf_backends, node_srcs, graph_copy and node_causes, and with
+        `alloc` the graph copy's graph_copy_nodes and graph_copy_leafs. `names` are the
+        backends' names by id. The answers of get_tensor_backend_id, describe,
+        get_cause and GraphAllocator.tensor_location, in the plan's order."""
+        cdef ggml_cgraph * g = &graph.graph
+        cdef ggml_cgraph * c = &self.graph
+        cdef ggml_tensor * t
+        cdef uint32_t m
+        cdef int i, j, n
+        if len(names) != self.n_backends:
+            raise ArgumentError(f"plan_tables needs a name for each of the {self.n_backends} "
+                                f"backends, got {len(names)}")
+        if not self.reset_deferred:
+            fp_ensure_keys(self)
+        out = {"node_backends": [_plan_name(names, _plan_backend_id(self, g.nodes[i]))
+                                 for i in range(g.n_nodes)],
+               "leaf_backends": [_plan_name(names, _plan_backend_id(self, g.leafs[i]))
+                                 for i in range(g.n_leafs)]}
+        srcs = []
+        for i in range(g.n_nodes):
+            t = g.nodes[i]
+            m = source_mask(t)
+            n = 0
+            while m >> n:                # trailing empty slots cut, as Tensor.src does
+                n += 1
+            srcs.append([_plan_token(self, t.src[j], names) if m >> j & 1 else None
+                         for j in range(n)])
+        out["node_srcs"] = srcs
+        out["graph_copy"] = {
+            "nodes": [_plan_token(self, c.nodes[i], names) for i in range(c.n_nodes)],
+            "node_backends": [_plan_name(names, self.node_backend_ids[i])
+                              for i in range(c.n_nodes)],
+            "leafs": [_plan_token(self, c.leafs[i], names) for i in range(c.n_leafs)],
+            "leaf_backends": [_plan_name(names, self.leaf_backend_ids[i])
+                              for i in range(c.n_leafs)]}
+        if self.reset_deferred:
+            forget_plan(self)            # after a reset every cause is forgotten
+        fp_ensure_keys(self)
+        out["node_causes"] = [_plan_cause(self, g.nodes[i]) for i in range(g.n_nodes)]
+        if alloc:
+            out["graph_copy_nodes"] = [tensor_location_list(self.galloc, c.nodes[i])
+                                       for i in range(c.n_nodes)]
+            out["graph_copy_leafs"] = [tensor_location_list(self.galloc, c.leafs[i])
+                                       for i in range(c.n_leafs)]
+        return out
+
+
+from ggml_py._alloc cimport tensor_location_list    # (here: the plan's reads, kept together)
+
+
+cdef inline object _plan_name(list names, int backend_id):
+    return None if backend_id < 0 else names[backend_id]
+
+
+cdef int _plan_backend_id(SchedCore s, ggml_tensor * t) except -2:
+    """SchedCore.get_tensor_backend_id of a tensor struct."""
+    if s.reset_deferred:
+        entry = s.user_assignments.get(<size_t>t)
+        return -1 if entry is None else entry[1]
+    return sched_tensor_backend_id(s, t)
+
+
+cdef object _plan_token(SchedCore s, ggml_tensor * t, list names):
+    """Scheduler.token of a tensor struct: its id, 'ID@BACKEND#C' for a copy, 'dep:ID'."""
+    if t == NULL:
+        return None
+    if t.owner != <void *>&s.arena.ctx or t.id >= s.arena.ctx.n_tensors:
+        return t.id
+    cdef sched_tensor_info * info = &s.infos[t.id]
+    if info.kind == SCHED_TENSOR_COPY:
+        return f"{info.of.id}@{names[info.backend_id]}#{info.copy_id}"
+    return f"dep:{info.of.id}"
+
+
+cdef str _plan_cause(SchedCore s, ggml_tensor * t):
+    """SchedCore.get_cause of a tensor struct (the keys made current)."""
+    cdef Py_ssize_t i = slot_of(s, t)
+    return "" if i == -1 else CAUSE_NAMES.get(s.hv_tensor_causes[i], "")
