@@ -296,7 +296,6 @@ cdef class SchedCore:
     cdef int fp_n_arena
     cdef sched_rewiring * fp_rewirings          # [fp_n_rewirings]: node, src and copy
     cdef int fp_n_rewirings
-    cdef int fp_copy                            # the copy slot of their copies
     cdef ggml_tensor ** fp_outside              # [fp_n_outside]: tensors outside the graph
     cdef int fp_n_outside
     cdef list fp_keep                           # ... kept alive (their handles)

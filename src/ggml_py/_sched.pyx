@@ -1419,7 +1419,6 @@ cdef int fp_build(SchedCore s) except -1:
     safe_realloc(<void **>&s.fp_rewirings, s.n_rewired + 1, sizeof(sched_rewiring), _TABLES)
     memcpy(s.fp_rewirings, s.rewired, s.n_rewired * sizeof(sched_rewiring))
     s.fp_n_rewirings = s.n_rewired
-    s.fp_copy = s.cur_copy
     undo_rewiring(s)
 
     refs = <uint32_t *>checked_calloc(s.hash_set.size, sizeof(uint32_t), "the fingerprint")
@@ -1458,10 +1457,12 @@ cdef int fp_build(SchedCore s) except -1:
                 n += 1
         s.fp_n_entries = n
         # the graph inputs as the user made them: the split marked them input and output
+        # (one outside the graph is compared as the very tensor, flags aside)
         for i in range(s.n_graph_inputs):
             gi = &s.graph_inputs[i]
             gi.fp_entry = fp_entry_of(s, gi.slot)
-            (<int32_t *>&s.fp_tensors[refs[gi.slot] - 1].head)[1] = gi.flags
+            if 0 < refs[gi.slot] <= <uint32_t>(nn + nl):
+                (<int32_t *>&s.fp_tensors[refs[gi.slot] - 1].head)[1] = gi.flags
 
         # the splits' inputs, with their names and entries
         n = 0
