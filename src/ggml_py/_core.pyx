@@ -17,7 +17,6 @@ from libc.stdint cimport int32_t, int64_t, uint64_t, SIZE_MAX
 from libc.math cimport log
 
 cdef extern from "<stdlib.h>" nogil:
-    void * aligned_alloc(size_t alignment, size_t size)     # C11
     char * getenv(const char * name)
 cdef extern from *:
     """
@@ -30,8 +29,32 @@ cdef extern from *:
         (void)p; (void)n;
     #endif
     }
+    /* n bytes aligned to n (a power of two) straight from the kernel, and back to it:
+       the arena's blocks. (From malloc, a freed 2 MiB block stays in its heap, and the
+       next lands beside it on fresh pages: a process making and dropping schedulers
+       grew by a page a cycle.) */
+    static void * ggml_py_map_aligned(size_t n) {
+        char * p = (char *)mmap(NULL, 2 * n, PROT_READ | PROT_WRITE,
+                                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == (char *)MAP_FAILED) {
+            return NULL;
+        }
+        char * a = (char *)(((size_t)p + n - 1) & ~(n - 1));
+        if (a > p) {
+            munmap(p, (size_t)(a - p));
+        }
+        if (a + n < p + 2 * n) {
+            munmap(a + n, (size_t)(p + 2 * n - (a + n)));
+        }
+        return a;
+    }
+    static void ggml_py_unmap(void * p, size_t n) {
+        munmap(p, n);
+    }
     """
     void madvise_huge "ggml_py_madvise_huge" (void * p, size_t n) noexcept nogil
+    void * map_aligned "ggml_py_map_aligned" (size_t n) noexcept nogil
+    void unmap "ggml_py_unmap" (void * p, size_t n) noexcept nogil
 
 from ggml_py._ggml cimport *
 
@@ -684,7 +707,7 @@ cdef inline arena_header * _header_of(ggml_tensor * first) noexcept nogil:
 cdef ggml_tensor * _arena_block_new(bint huge) except NULL:
     """A 2 MiB aligned block with its header, numbered; its first tensor."""
     global _arena_next_block, _arena_n_free
-    cdef char * block = <char *>aligned_alloc(ARENA_BLOCK_BYTES, ARENA_BLOCK_BYTES)
+    cdef char * block = <char *>map_aligned(ARENA_BLOCK_BYTES)
     if block == NULL:
         raise AllocationError("cannot grow the tensor arena")
     if huge:
@@ -713,7 +736,7 @@ cdef void _arena_block_free(ggml_tensor * first) noexcept nogil:
     if _arena_n_free < _arena_free_cap:
         _arena_free_blocks[_arena_n_free] = h.first_key // CTX_BLOCK
         _arena_n_free += 1
-    free(h)
+    unmap(h, ARENA_BLOCK_BYTES)
 
 
 cdef void ggml_context_free(ggml_context * ctx) noexcept nogil:
