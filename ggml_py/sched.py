@@ -213,7 +213,9 @@ class Scheduler:
         err = galloc.last_error or "a compute buffer could not be allocated"
         if 0 <= galloc.last_error_id < len(self.backends):
             err = f"backend {self.backends[galloc.last_error_id].name}: {err}"
-        return AllocationError(err)
+        e = AllocationError(err)
+        e.__cause__ = galloc.last_cause    # raised later: `from` cannot say it there
+        return e
 
     @_locked
     def reserve(self, graph: Graph) -> bool:

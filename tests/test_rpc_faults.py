@@ -20,6 +20,7 @@ from ggml_py.backends.rpc import RPCBackend
 from ggml_py.errors import BackendError, GgmlPyError, RPCError
 from ggml_py.rpc_server import free_port
 from ggml_py.sched import Scheduler
+from rpc_fuzz import recv_exactly
 
 # (block size, bytes per block) of the types the fakes size
 LAYOUT = {0: (1, 4), 1: (1, 2), 2: (32, 18), 26: (1, 4)}
@@ -53,7 +54,7 @@ class FakeServer:
                          "GET_ALIGNMENT": lambda p: struct.pack("<Q", 32),
                          "GET_MAX_SIZE": lambda p: struct.pack("<Q", 2**64 - 1),
                          "GET_ALLOC_SIZE": self.alloc_size, "ALLOC_BUFFER": self.alloc,
-                         "BUFFER_GET_BASE": lambda p: struct.pack("<Q", self.BASE),
+                         "BUFFER_GET_BASE": self.base,
                          "FREE_BUFFER": lambda p: b"", "BUFFER_CLEAR": lambda p: b"",
                          "SET_TENSOR": lambda p: None, "GRAPH_COMPUTE": lambda p: None,
                          "GRAPH_RECOMPUTE": lambda p: None,
@@ -62,6 +63,7 @@ class FakeServer:
         self.handlers.update(handlers)
         self.seen = []
         self.clients = []
+        self.sent_stale = threading.Event()
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.endpoint = f"127.0.0.1:{self.sock.getsockname()[1]}"
         self.stop = threading.Event()
@@ -73,10 +75,14 @@ class FakeServer:
         rec = np.frombuffer(p, _rpc.RPC_TENSOR_DTYPE, 1, 4)[0]
         return struct.pack("<Q", nbytes(rec))
 
-    @staticmethod
-    def alloc(p):
+    def alloc(self, p):
+        """A new handle each time; buffers 16 MiB apart (as long as they are smaller)."""
         size = struct.unpack_from("<Q", p, 4)[0]
-        return struct.pack("<QQ", 0xB0F, size)
+        self.n_alloc = getattr(self, "n_alloc", 0) + 1
+        return struct.pack("<QQ", 0xB00 + self.n_alloc, size)
+
+    def base(self, p):
+        return struct.pack("<Q", self.BASE + ((struct.unpack("<Q", p)[0] - 0xB00) << 24))
 
     def _serve(self):
         while not self.stop.is_set():
@@ -91,15 +97,7 @@ class FakeServer:
                 except (OSError, Hangup, EOFError):
                     pass
 
-    @staticmethod
-    def _recv(conn, n):
-        buf = b""
-        while len(buf) < n:
-            chunk = conn.recv(n - len(buf))
-            if not chunk:
-                raise EOFError
-            buf += chunk
-        return buf
+    _recv = staticmethod(recv_exactly)
 
     def _session(self, conn):
         while True:
@@ -113,10 +111,18 @@ class FakeServer:
             if handler == HANGUP:
                 raise Hangup
             out = handler(payload)
-            if out is not None:
+            if out is not None and not isinstance(out, (Stale, Trickle)):
                 conn.sendall(out if isinstance(out, Cut) else struct.pack("<Q", len(out)) + out)
             if isinstance(out, Cut):
                 raise Hangup
+            if isinstance(out, Stale):          # a reply nobody asked for, then wait
+                conn.sendall(struct.pack("<Q", len(out)) + out)
+                self.sent_stale.set()
+            if isinstance(out, Trickle):
+                for k in range(len(out.frame)):
+                    if self.stop.wait(out.interval):
+                        raise Hangup
+                    conn.sendall(out.frame[k:k + 1])
 
     def close(self):
         self.stop.set()
@@ -132,6 +138,18 @@ class FakeServer:
 
 class Cut(bytes):
     """A reply sent as it is (its own size header), after which the fake hangs up."""
+
+
+class Stale(bytes):
+    """Bytes sent, framed as a reply, to a command that has none (sets `sent_stale`)."""
+
+
+class Trickle:
+    """A genuine reply sent one byte every `interval` seconds."""
+
+    def __init__(self, reply, interval):
+        self.frame = struct.pack("<Q", len(reply)) + reply
+        self.interval = interval
 
 
 @pytest.fixture
@@ -301,3 +319,151 @@ def test_compute_fault_leaves_the_scheduler_usable(fake, fault, match):
     cpu.set_tensor(x2, np.arange(8, dtype=np.float32))
     s2.graph_compute(g2)
     assert np.array_equal(np.frombuffer(cpu.get_tensor(y2), np.float32), 2 * np.arange(8))
+
+
+# ---------------------------------------------------------------------------
+# a server that lies (issue 35's findings, each replayed): nothing from the wire is
+# trusted; each is an RPCError naming the endpoint and the command, the connection closed
+
+def test_a_trickled_reply_has_one_deadline(fake):
+    # one byte every 0.25 s: each recv is in time, the command is not (it was 9 s)
+    s = fake(HELLO=lambda p: Trickle(hello(), 0.25))
+    with raises_rpc(s.endpoint, "HELLO", r"no answer within 0.6 s", within=1.2):
+        RPCBackend(s.endpoint, timeout=0.6, connect_timeout=0.6)
+    s2 = fake(GET_DEVICE_MEMORY=lambda p: Trickle(struct.pack("<QQ", 1, 2), 0.25))
+    r = RPCBackend(s2.endpoint, timeout=0.6)
+    with raises_rpc(s2.endpoint, "GET_DEVICE_MEMORY", r"no answer within 0.6 s", within=1.2):
+        r.device_memory()
+
+
+@pytest.mark.parametrize("count", [257, 0x7FFF_FFFF, 2**31, 2**32 - 1])
+def test_device_count_is_bounded(fake, count):
+    s = fake(DEVICE_COUNT=lambda p: struct.pack("<I", count))
+    with raises_rpc(s.endpoint, "DEVICE_COUNT", f"reported {count} devices, more than the "
+                    f"{_rpc.MAX_DEVICES}"):
+        RPCBackend(s.endpoint)
+
+
+def test_device_count_that_changes(fake):
+    s = fake()
+    r = RPCBackend(s.endpoint)
+    s.handlers["DEVICE_COUNT"] = lambda p: struct.pack("<I", 2)
+    with raises_rpc(s.endpoint, "DEVICE_COUNT", "reported 2 devices, 1 before"):
+        r.conn.device_count()
+
+
+def test_bytes_waiting_before_a_command_are_a_desync(fake):
+    # after GRAPH_RECOMPUTE (no reply) the server sends GET_TENSOR's reply again: it
+    # must not be read as the next GET_TENSOR's answer
+    s = fake(GRAPH_RECOMPUTE=lambda p: Stale(np.float32([-19.25, 21]).tobytes() * 4))
+    r = RPCBackend(s.endpoint)
+    ctx = Context()
+    t = ops.new_tensor(ctx, "f32", (8,), name="t")
+    r.buffer_type.alloc_buffer(64).tensor_alloc(t, 0)
+    payload = bytes(16)
+    r.conn.graph_compute(0, payload)
+    r.conn.graph_compute(0, payload)                    # the same: GRAPH_RECOMPUTE
+    assert s.sent_stale.wait(2)
+    n_seen = len(s.seen)
+    with raises_rpc(s.endpoint, "GET_TENSOR", r"out of step: 40 bytes nobody asked for were "
+                    r"waiting before it \(after GRAPH_RECOMPUTE"):
+        r.get_tensor(t)
+    time.sleep(0.05)
+    assert len(s.seen) == n_seen                        # not even sent
+    with raises_rpc(s.endpoint, "DEVICE_COUNT", "lost earlier"):
+        r.synchronize()
+
+
+def test_alloc_size_below_nbytes(fake):
+    def short(p):
+        rec = np.frombuffer(p, _rpc.RPC_TENSOR_DTYPE, 1, 4)[0]
+        return struct.pack("<Q", nbytes(rec) - 1)
+    s = fake(GET_ALLOC_SIZE=short)
+    with raises_rpc(s.endpoint, "GET_ALLOC_SIZE", r"answered \d+ bytes for tensor .*less than "
+                    r"its \d+ bytes"):
+        RPCBackend(s.endpoint)
+
+
+@pytest.mark.parametrize("lie,match,freed", [
+    ("null", "gave a buffer at 0x0, not a 32-byte aligned address", True),
+    ("low-unaligned", "gave a buffer at 0x1001, not a 32-byte aligned", True),
+    ("overlap", "overlapping live buffer 0xb01", True),
+    ("same-handle", "gave handle 0xb01 again, a live buffer's", False),
+    ("short", "gave a buffer of 10 bytes at .* for 4096 bytes", True),
+    ("past-2^64", "gave a buffer of 18446744073709551615 bytes", True),
+])
+def test_buffers_the_server_gives_are_checked(fake, lie, match, freed):
+    s = fake()
+    r = RPCBackend(s.endpoint)
+    first = r.buffer_type.alloc_buffer(4096)
+    good_alloc = s.handlers["ALLOC_BUFFER"]
+    s.handlers.update({
+        "null": {"BUFFER_GET_BASE": lambda p: struct.pack("<Q", 0)},
+        "low-unaligned": {"BUFFER_GET_BASE": lambda p: struct.pack("<Q", 0x1001)},
+        "overlap": {"BUFFER_GET_BASE": lambda p: struct.pack("<Q", first.base + 64)},
+        "same-handle": {"ALLOC_BUFFER": lambda p: struct.pack("<QQ", first.remote, 4096)},
+        "short": {"ALLOC_BUFFER": lambda p: good_alloc(p)[:8] + struct.pack("<Q", 10)},
+        "past-2^64": {"ALLOC_BUFFER": lambda p: good_alloc(p)[:8] + struct.pack("<Q", 2**64 - 1)},
+    }[lie])
+    with raises_rpc(s.endpoint, "ALLOC_BUFFER", match):
+        r.buffer_type.alloc_buffer(4096)
+    # the buffer whose setup failed is freed first; a repeated handle is not (it is
+    # the live buffer's), the closed connection frees it
+    assert (s.seen[-1] == "FREE_BUFFER") == freed
+
+
+@pytest.mark.parametrize("command,reply,match", [
+    ("GET_DEVICE_MEMORY", struct.pack("<QQ", 2, 1), "reported 2 bytes free of 1"),
+    ("GET_ALIGNMENT", struct.pack("<Q", 2**63), "reported alignment 9223372036854775808, not"),
+    ("GET_ALIGNMENT", struct.pack("<Q", 48), "reported alignment 48, not a power of two"),
+    ("GET_ALIGNMENT", struct.pack("<Q", 2 * _rpc.MAX_ALIGNMENT), "up to 1048576"),
+    ("GET_MAX_SIZE", struct.pack("<Q", 16), "a largest buffer of 16 bytes, less than its "
+     "alignment 32"),
+    ("COPY_TENSOR", b"\x02", "answered 2, not 0 or 1"),
+])
+def test_absurd_values_are_refused(fake, command, reply, match):
+    s = fake(**{command: lambda p: reply})
+    with raises_rpc(s.endpoint, command, match):
+        r = RPCBackend(s.endpoint)
+        r.device_memory()
+        ctx = Context()
+        a, b = ops.new_tensor(ctx, "f32", (4,)), ops.new_tensor(ctx, "f32", (4,))
+        buf = r.buffer_type.alloc_buffer(64)
+        buf.tensor_alloc(a, 0)
+        buf.tensor_alloc(b, 32)
+        buf.cpy_tensor(a, b)
+
+
+def test_no_free_memory_to_split_layers_by(fake):
+    from ggml_py.models.placement import split_layers
+    s = fake(GET_DEVICE_MEMORY=lambda p: struct.pack("<QQ", 0, 1 << 30))
+    r = RPCBackend(s.endpoint)
+    with pytest.raises(BackendError, match=r"no device reports free memory .*RPC0\[.*\]: 0 of "
+                       r"1073741824 bytes free\); pass tensor_split"):
+        split_layers(4, [r], CPUBackend())
+
+
+def test_allocation_error_keeps_its_rpc_error(fake):
+    s = fake()
+    r = RPCBackend(s.endpoint, timeout=0.3)
+    _ctx, x, y, g = scaled_graph(r)
+    sched = Scheduler([r, CPUBackend()], graph_size=16)
+    sched.set_tensor_backend(y, r)
+    s.handlers["ALLOC_BUFFER"] = HANG
+    with pytest.raises(Exception) as info:
+        sched.alloc_graph(g)
+    e = info.value
+    assert type(e).__name__ == "AllocationError" and "no answer within 0.3 s" in str(e)
+    assert isinstance(e.__cause__, RPCError)
+    assert (e.__cause__.endpoint, e.__cause__.command) == (s.endpoint, "ALLOC_BUFFER")
+
+
+def test_the_timeout_is_the_backends(fake):
+    s = fake()
+    slow = RPCBackend(s.endpoint, timeout=30)
+    quick = RPCBackend(s.endpoint, timeout=0.3)
+    assert quick.conn is slow.conn and slow.conn.timeout == 30     # not changed by `quick`
+    assert (slow.timeout, quick.timeout) == (30, 0.3)
+    s.handlers["GET_DEVICE_MEMORY"] = HANG
+    with raises_rpc(s.endpoint, "GET_DEVICE_MEMORY", r"no answer within 0.3 s"):
+        quick.device_memory()

@@ -17,7 +17,8 @@ Start servers with `python -m ggml_py.rpc_server` (ggml_py.rpc_server) or llama.
     any read) waits for the server;
   * supports_op: what a ggml CPU server runs, answered in C during the split (ggml's own
     client says yes to everything), minus `unsupported_ops`;
-  * faults: RPCError names the endpoint and the command; every socket call has a timeout.
+  * faults: RPCError names the endpoint and the command; every command has a deadline,
+    and what the server answers is checked (sizes, counts, addresses, unread bytes).
     A connection that failed is closed for good (the server frees the client's buffers
     when it leaves), so the backend is then unusable; the scheduler, the other backends
     and a new RPCBackend on the same server are not affected.
@@ -44,16 +45,19 @@ __all__ = ["RPCBackend", "RPCBuffer", "RPCBufferType", "RPCError", "PROTO_VERSIO
 class RPCBackend(Backend):
     """Device `device` of the ggml RPC server at `endpoint` ('host:port').
 
-    timeout: seconds any socket call may take, the wait for a graph compute included;
-    connect_timeout: for connecting and the HELLO handshake. Backends on the same server
-    share one connection (the server serves one client at a time), and its timeout.
+    timeout: seconds each command this backend sends may take in all (graph compute,
+    synchronize, device memory), the wait for a graph compute included; buffer reads and
+    writes take the timeout of the connection, set by the backend that opened it.
+    connect_timeout: for connecting and the HELLO handshake, when this backend opens the
+    connection. Backends on the same server share one connection (the server serves one
+    client at a time), each with its own timeout.
     unsupported_ops: op names never sent to this server (the scheduler runs them elsewhere).
     """
 
     def __init__(self, endpoint, device=0, *, timeout=DEFAULT_TIMEOUT,
                  connect_timeout=DEFAULT_CONNECT_TIMEOUT, unsupported_ops=()):
+        self.timeout = _rpc.seconds_arg(timeout, "timeout")
         conn = _rpc.connect(endpoint, timeout, connect_timeout)
-        conn.timeout = timeout
         buft = conn.buffer_type(device)
         # ggml's RPC devices report GPU: not the CPU fallback, weights offloaded to them
         super().__init__(buft.name, buft, device_type="gpu")
@@ -68,7 +72,7 @@ class RPCBackend(Backend):
 
     def device_memory(self):
         """(free, total) bytes of the server device (GET_DEVICE_MEMORY)."""
-        return self.conn.get_device_memory(self.device)
+        return self.conn.get_device_memory(self.device, self.timeout)
 
     def link_stats(self) -> dict[str, dict[str, float]]:
         """Per command on this server's connection: calls, bytes sent, bytes received,
@@ -112,12 +116,12 @@ class RPCBackend(Backend):
         if len(nodes) == 0:
             return True
         payload = _rpc.serialize_graph(self, self.device, nodes, self.conn)
-        self.conn.graph_compute(self.device, payload)
+        self.conn.graph_compute(self.device, payload, self.timeout)
         return True
 
     def synchronize(self):
         """Wait until the server has run what was sent; raises RPCError if it failed."""
-        self.conn.synchronize()
+        self.conn.synchronize(self.timeout)
 
 
 # ---------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Sequence
 
 from ggml_py._backend import Backend
 from ggml_py._core import instance_arg, items_arg
-from ggml_py.errors import ArgumentError
+from ggml_py.errors import ArgumentError, BackendError
 from ggml_py.models.model import Model
 
 __all__ = ["split_layers", "place_model"]
@@ -32,12 +32,19 @@ def split_layers(n_layer: int, devices: Sequence[Backend], cpu: Backend,
         return [cpu] * n_layer, cpu
     if tensor_split is None:
         try:
-            tensor_split = [d.device_memory()[0] for d in devices]  # type: ignore[attr-defined]
+            memory = [d.device_memory() for d in devices]  # type: ignore[attr-defined]
         except AttributeError:
-            tensor_split = [1.0] * len(devices)
+            memory = [(1, 1)] * len(devices)
+        if sum(free for free, _ in memory) <= 0:
+            reports = ", ".join(f"{d.name}: {free} of {total} bytes free"
+                                for d, (free, total) in zip(devices, memory))
+            raise BackendError(f"split_layers: no device reports free memory to share the "
+                               f"layers by ({reports}); pass tensor_split")
+        tensor_split = [free for free, _ in memory]
     shares = [float(x) for x in tensor_split]
     if len(shares) != len(devices) or any(x < 0 for x in shares) or sum(shares) <= 0:
-        raise ValueError(f"tensor_split needs {len(devices)} non-negative shares, got {shares}")
+        raise ArgumentError(f"tensor_split needs {len(devices)} non-negative shares, not all "
+                            f"0, got {shares}")
     total = sum(shares)
     bounds: list[float] = []
     acc = 0.0

@@ -169,6 +169,7 @@ cdef class GraphAllocator:
     cdef object placed_owner            # keeps the placed tensors alive (their graph)
     cdef readonly object last_error     # message of the last failed buffer allocation
     cdef readonly int last_error_id     # ... and the buffer id it was for (-1: none)
+    cdef readonly object last_cause     # ... and the exception alloc_buffer raised, if any
 
     # the scheduler's entry points (1 = ok, 0 = failed, like ggml's bool results)
     cdef int c_reserve_n(self, ggml_cgraph * graph, const int * node_buffer_ids,

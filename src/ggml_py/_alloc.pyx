@@ -474,6 +474,7 @@ cdef class GraphAllocator:
         self.valid = False
         self.last_error = None
         self.last_error_id = -1
+        self.last_cause = None
 
     def __del__(self):
         # as ggml_gallocr_free, but no tensor is left pointing at the freed buffers
@@ -947,6 +948,7 @@ cdef class GraphAllocator:
                     self.last_error = (f"failed to allocate {bt.name} buffer of size {total} "
                                        f"(chunk {n}: {size} bytes): {e}")
                     self.last_error_id = i
+                    self.last_cause = e        # an RPCError keeps its type and endpoint
                     return 0
                 if not isinstance(got, Buffer) or (<Buffer>got).c.size < size:
                     what = ("nothing" if got is None else
@@ -1080,6 +1082,7 @@ cdef class GraphAllocator:
         """ggml_gallocr_reserve_n: plan and allocate; 1 ok, 0 a buffer failed (see last_error)."""
         self.last_error = None
         self.last_error_id = -1
+        self.last_cause = None
         return self.reserve_n_impl(graph, node_buffer_ids, leaf_buffer_ids, False)
 
     cdef int c_reserve_n_size(self, ggml_cgraph * graph, const int * node_buffer_ids,
@@ -1235,7 +1238,7 @@ cdef class GraphAllocator:
         n = self._ids(node_ids, graph.graph.n_nodes, "node_ids")
         l = self._ids(leaf_ids, graph.graph.n_leafs, "leaf_ids")
         if not self.c_reserve_n(&graph.graph, _ids_ptr(n, &zero), _ids_ptr(l, &zero)):
-            raise AllocationError(self.last_error)
+            raise AllocationError(self.last_error) from self.last_cause
         return True
 
     def reserve_n_size(self, Graph graph not None, node_ids=None, leaf_ids=None):
@@ -1259,11 +1262,12 @@ cdef class GraphAllocator:
         automatic re-reserve cannot allocate its buffer."""
         self.last_error = None
         self.last_error_id = -1
+        self.last_cause = None
         ggml_graph_check_order(&graph.graph)
         if self.c_alloc_graph(&graph.graph, graph):
             return True
         if self.last_error is not None:
-            raise AllocationError(self.last_error)
+            raise AllocationError(self.last_error) from self.last_cause
         return False
 
     def get_buffer_size(self, buffer_id):

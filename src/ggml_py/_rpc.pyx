@@ -8,8 +8,11 @@
   * Connection: one TCP connection per server, shared by every backend on it (the
     server serves one client at a time and frees a client's buffers when it leaves).
     Request: 1-byte command, uint64 size, payload; response: uint64 size, payload. Every
-    socket call has a timeout; any failure closes the connection (the stream is out of
-    step after it) and raises RPCError naming the endpoint and the command;
+    command has one deadline (its send and its whole reply); nothing read is trusted: a
+    reply of the wrong size, bytes waiting before a command, an absurd count, size,
+    alignment, address or handle close the connection (the stream is out of step, or
+    the server is not what it claims) and raise RPCError naming the endpoint and the
+    command;
   * RPCBufferType / RPCBuffer: a server device's memory. A buffer's base is the server's
     own address (BUFFER_GET_BASE), so a tensor's data pointer is what goes on the wire;
   * what a ggml CPU server can run: a C rule the scheduler calls while splitting
@@ -51,9 +54,13 @@ from ggml_py.ops import GLU_OPS as _GLU_OPS, UNARY_OPS as _UNARY_OPS
 PROTO_VERSION = (4, 0, 0)               # RPC_PROTO_{MAJOR,MINOR,PATCH}_VERSION
 HASH_THRESHOLD = 10 * 1024 * 1024       # SET_TENSOR_HASH first above this many bytes
 CONN_CAPS_SIZE = 24                     # HELLO's transport capabilities (zeros: plain TCP)
-DEFAULT_TIMEOUT = 60.0                  # seconds per socket call, a graph compute included
+DEFAULT_TIMEOUT = 60.0                  # seconds per command, a graph compute included
 DEFAULT_CONNECT_TIMEOUT = 5.0
 MAX_TIMEOUT = 1e9                       # (31 years: a socket's limit is not far above)
+# bounds on what a server may report (ggml's backends are far inside them: a CPU server
+# has 1 device and aligns to 32 bytes, CUDA to 128, Vulkan to at most 64 KiB)
+MAX_DEVICES = 256
+MAX_ALIGNMENT = 1 << 20
 
 COMMANDS = ("ALLOC_BUFFER", "GET_ALIGNMENT", "GET_MAX_SIZE", "BUFFER_GET_BASE", "FREE_BUFFER",
             "BUFFER_CLEAR", "SET_TENSOR", "SET_TENSOR_HASH", "GET_TENSOR", "COPY_TENSOR",
@@ -703,7 +710,10 @@ _connections_lock = threading.Lock()
 
 def connect(endpoint, timeout=DEFAULT_TIMEOUT, connect_timeout=DEFAULT_CONNECT_TIMEOUT):
     """The connection to `endpoint`, shared by every backend on that server (a ggml RPC
-    server serves one client at a time); a new one when there is none or it broke."""
+    server serves one client at a time); a new one when there is none or it broke.
+    `timeout` and `connect_timeout` apply only to a new connection: an open one is
+    returned as it is, with no round trip (its connect and HELLO are over), and keeps
+    its own default timeout (a backend passes its own timeout to its commands)."""
     key = format_endpoint(*parse_endpoint(endpoint))
     with _connections_lock:
         conn = _connections.get(key)
@@ -720,10 +730,10 @@ cdef object _device(value):
 
 cdef object _handle(value):
     """A server buffer handle (a u64 on the wire; the server's address of its buffer)."""
-    return int_arg(value, "remote", 0, INT64_MAX)
+    return int_arg(value, "remote", 0, 2**64 - 1)
 
 
-cdef object _seconds(value, what):
+def seconds_arg(value, what):
     """A timeout in seconds: positive, and at most MAX_TIMEOUT (a socket's limit is near)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ArgumentTypeError(f"RPC {what} must be a number of seconds, got "
@@ -741,15 +751,16 @@ cdef class Connection:
     """One TCP connection to a ggml RPC server (protocol 4.0.0): the HELLO handshake at
     connect, then one method per command. Thread-safe (one command at a time).
 
-    timeout: seconds any socket call may take (a reply after GRAPH_COMPUTE waits for the
-    compute); connect_timeout: for the TCP connect and HELLO."""
+    timeout: the default deadline of a command in seconds, its send and whole reply (a
+    reply after GRAPH_COMPUTE waits for the compute); a command may be given its own.
+    connect_timeout: for the TCP connect and HELLO."""
 
     cdef readonly str endpoint
     cdef readonly str host
     cdef readonly int port
     cdef double _timeout
     cdef readonly tuple version
-    cdef readonly int n_devices
+    cdef readonly int n_devices         # -1 until DEVICE_COUNT has answered
     cdef readonly object broken         # why the connection is unusable; None while usable
     cdef readonly dict stats            # command -> [calls, bytes sent, bytes received, seconds]
     cdef object sock
@@ -759,21 +770,24 @@ cdef class Connection:
     cdef list free_later                # buffers collected since the last command
     cdef dict last_graph                # device -> payload of its last GRAPH_COMPUTE
     cdef dict bufts                     # device -> RPCBufferType
+    cdef dict live                      # server handle -> (base, end) of each live buffer
     cdef object __weakref__
 
     def __init__(self, str endpoint, timeout=DEFAULT_TIMEOUT,
                  connect_timeout=DEFAULT_CONNECT_TIMEOUT):
         self.host, self.port = parse_endpoint(endpoint)
         self.endpoint = format_endpoint(self.host, self.port)
-        timeout = _seconds(timeout, "timeout")
-        connect_timeout = _seconds(connect_timeout, "connect_timeout")
+        timeout = seconds_arg(timeout, "timeout")
+        connect_timeout = seconds_arg(connect_timeout, "connect_timeout")
         self._timeout = timeout
         self.stats = {}
         self.lock = threading.RLock()
         self.free_later = []
         self.last_graph = {}
         self.bufts = {}
+        self.live = {}
         self.broken = None
+        self.n_devices = -1
         try:
             # the C socket object: outside the garbage collector's cycles, so __dealloc__
             # can still close it when a connection and its buffer types are collected
@@ -784,15 +798,14 @@ cdef class Connection:
             raise _error(self.endpoint, "connect", f"cannot connect ({e.strerror or e}); is a "
                          f"ggml RPC server running there?") from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock.settimeout(connect_timeout)
-        reply = self._call("HELLO", bytes(CONN_CAPS_SIZE), 4 + CONN_CAPS_SIZE)
+        reply = self._call("HELLO", bytes(CONN_CAPS_SIZE), 4 + CONN_CAPS_SIZE, None,
+                           connect_timeout)
         self.version = (reply[0], reply[1], reply[2])
         if self.version[0] != PROTO_VERSION[0] or self.version[1] > PROTO_VERSION[1]:
             self._break("HELLO", f"the server speaks RPC protocol "
                         f"{'.'.join(map(str, self.version))}; ggml_py speaks "
                         f"{'.'.join(map(str, PROTO_VERSION))}")
-        self.sock.settimeout(timeout)
-        self.n_devices = struct.unpack("<I", self._call("DEVICE_COUNT", b"", 4))[0]
+        self.n_devices = self.device_count()
 
     def __dealloc__(self):
         if self.sock is not None:
@@ -800,15 +813,13 @@ cdef class Connection:
 
     @property
     def timeout(self):
-        """Seconds any socket call may take (a reply after GRAPH_COMPUTE waits for it)."""
+        """The default deadline of a command, in seconds (a reply after GRAPH_COMPUTE
+        waits for the compute); commands a backend sends carry the backend's own."""
         return self._timeout
 
     @timeout.setter
     def timeout(self, value):
-        value = _seconds(value, "timeout")
-        self._timeout = value
-        if self.broken is None:
-            self.sock.settimeout(value)
+        self._timeout = seconds_arg(value, "timeout")
 
     def __repr__(self):
         state = "broken" if self.broken is not None else "open"
@@ -831,20 +842,46 @@ cdef class Connection:
         self._close_broken(command, reason)
         raise _error(self.endpoint, command, reason)
 
-    cdef bytearray _recv(self, size_t n):
+    cdef _until(self, double deadline):
+        """Give the next socket call what is left of the command's time: one deadline
+        for the whole command, so a server that trickles bytes cannot stretch it."""
+        cdef double left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout()
+        self.sock.settimeout(left)
+
+    cdef bytearray _recv(self, size_t n, double deadline):
         cdef bytearray buf = bytearray(n)
         cdef size_t got = 0
         view = memoryview(buf)
         while got < n:
+            self._until(deadline)
             k = self.sock.recv_into(view[got:], n - got)
             if k == 0:
                 raise _Closed()
             got += k
         return buf
 
-    def _call(self, str command, payload, Py_ssize_t reply, data=None):
+    cdef _check_nothing_unread(self, str command):
+        """Every reply asked for has been read whole, so bytes waiting now answer nothing
+        (a reply to a command without one, a repeated reply): the stream is out of step,
+        and they must not be taken for the next reply."""
+        self.sock.settimeout(0.0)
+        try:
+            waiting = self.sock.recv(64, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return
+        if not waiting:
+            raise _Closed()
+        after = f" (after {self.unanswered}, which has no reply)" if self.unanswered else ""
+        self._break(command, f"out of step: {len(waiting)}{'+' if len(waiting) == 64 else ''} "
+                    f"bytes nobody asked for were waiting before it{after}; closed rather than "
+                    f"read them as its reply")
+
+    def _call(self, str command, payload, Py_ssize_t reply, data=None, timeout=None):
         """Send `command` with `payload` (+ `data`, sent without copying) and return its
-        reply of exactly `reply` bytes (None for commands without a reply)."""
+        reply of exactly `reply` bytes (None for commands without a reply), all within
+        `timeout` seconds (None: the connection's)."""
         with self.lock:
             if self.broken is not None:
                 raise _error(self.endpoint, command, f"the connection was lost earlier "
@@ -852,13 +889,17 @@ cdef class Connection:
                              f"make a new RPCBackend")
             if self.free_later and command != "FREE_BUFFER":
                 self._flush_frees()
-            return self._exchange(command, payload, reply, data)
+            return self._exchange(command, payload, reply, data,
+                                  self._timeout if timeout is None else timeout)
 
-    cdef object _exchange(self, str command, payload, Py_ssize_t reply, data):
+    cdef object _exchange(self, str command, payload, Py_ssize_t reply, data, double timeout):
         cdef Py_ssize_t n_data = 0 if data is None else memoryview(data).nbytes
         cdef Py_ssize_t n_in = 0
         t0 = time.perf_counter()
+        cdef double deadline = time.monotonic() + timeout
         try:
+            self._check_nothing_unread(command)
+            self._until(deadline)
             self.sock.sendall(struct.pack("<BQ", CMD[command], len(payload) + n_data) + payload)
             if n_data:
                 self.sock.sendall(data)
@@ -866,10 +907,10 @@ cdef class Connection:
                 self.unanswered = command
                 out = None
             else:
-                size = struct.unpack("<Q", self._recv(8))[0]
+                size = struct.unpack("<Q", self._recv(8, deadline))[0]
                 if size != <size_t>reply:
                     self._break(command, f"answered {size} bytes, expected {reply}")
-                out = self._recv(reply) if reply else b""
+                out = self._recv(reply, deadline) if reply else b""
                 n_in = 8 + reply
                 self.unanswered = None
                 self.pending = False
@@ -882,9 +923,11 @@ cdef class Connection:
                 after = ""
             self._break(command, f"the server closed the connection{after}")
         except socket.timeout:
-            self._break(command, f"no answer within {self.sock.gettimeout():g} s")
+            self._break(command, f"no answer within {timeout:g} s")
         except OSError as e:
             self._break(command, f"connection failed: {e.strerror or e}")
+        except RPCError:                # refused above, the connection already closed
+            raise
         except BaseException as e:      # cut mid-command: a KeyboardInterrupt
             self._close_broken(command, f"interrupted ({type(e).__name__})")
             raise
@@ -901,7 +944,8 @@ cdef class Connection:
         pending, self.free_later = self.free_later, []
         self.last_graph.clear()
         for remote in pending:
-            self._exchange("FREE_BUFFER", struct.pack("<Q", remote), 0, None)
+            self.live.pop(remote, None)
+            self._exchange("FREE_BUFFER", struct.pack("<Q", remote), 0, None, self._timeout)
 
     def close(self):
         """Close the connection; the server frees every buffer of this client."""
@@ -911,19 +955,35 @@ cdef class Connection:
 
     # --- commands ---
 
-    def device_count(self):
-        return struct.unpack("<I", self._call("DEVICE_COUNT", b"", 4))[0]
+    def device_count(self, timeout=None):
+        """The server's number of devices: at most MAX_DEVICES, and the same every time."""
+        n = struct.unpack("<I", self._call("DEVICE_COUNT", b"", 4, None, timeout))[0]
+        if n > MAX_DEVICES:
+            self._break("DEVICE_COUNT", f"reported {n} devices, more than the {MAX_DEVICES} "
+                        f"ggml_py accepts")
+        if self.n_devices >= 0 and n != self.n_devices:
+            self._break("DEVICE_COUNT", f"reported {n} devices, {self.n_devices} before")
+        return n
 
-    def get_device_memory(self, device):
-        """(free, total) bytes of a server device."""
-        return struct.unpack("<QQ", self._call("GET_DEVICE_MEMORY",
-                                               struct.pack("<I", _device(device)), 16))
+    def get_device_memory(self, device, timeout=None):
+        """(free, total) bytes of a server device; free is at most total."""
+        free_mem, total = struct.unpack("<QQ", self._call(
+            "GET_DEVICE_MEMORY", struct.pack("<I", _device(device)), 16, None, timeout))
+        if free_mem > total:
+            self._break("GET_DEVICE_MEMORY", f"reported {free_mem} bytes free of {total}")
+        return free_mem, total
 
     def get_alignment(self, device):
-        return struct.unpack("<Q", self._call("GET_ALIGNMENT", struct.pack("<I", _device(device)),
-                                              8))[0]
+        """The device's alignment: a power of two, at most MAX_ALIGNMENT."""
+        align = struct.unpack("<Q", self._call("GET_ALIGNMENT", struct.pack("<I", _device(device)),
+                                               8))[0]
+        if align == 0 or align & (align - 1) or align > MAX_ALIGNMENT:
+            self._break("GET_ALIGNMENT", f"reported alignment {align}, not a power of two "
+                        f"up to {MAX_ALIGNMENT}")
+        return align
 
     def get_max_size(self, device):
+        """The device's largest buffer, in bytes."""
         return struct.unpack("<Q", self._call("GET_MAX_SIZE", struct.pack("<I", _device(device)),
                                               8))[0]
 
@@ -940,7 +1000,11 @@ cdef class Connection:
             if t.src[i] != NULL:
                 _fill(<rpc_tensor *>(p + 4 + (1 + i) * sizeof(rpc_tensor)), t.src[i],
                       _remote_buffer(t.src[i], self))
-        return struct.unpack("<Q", self._call("GET_ALLOC_SIZE", req, 8))[0]
+        size = struct.unpack("<Q", self._call("GET_ALLOC_SIZE", req, 8))[0]
+        if size < ggml_nbytes(t):      # ggml's client asserts this too
+            self._break("GET_ALLOC_SIZE", f"answered {size} bytes for tensor '{_tname(t)}', "
+                        f"less than its {ggml_nbytes(t)} bytes")
+        return size
 
     def alloc_buffer(self, device, size):
         """(server handle, size) of a new buffer; handle 0 when the server has no memory."""
@@ -948,12 +1012,47 @@ cdef class Connection:
             "<IQ", _device(device), int_arg(size, "size", 0, INT64_MAX)), 16))
 
     def buffer_get_base(self, remote):
+        """The server's address of the buffer's first byte."""
         return struct.unpack("<Q", self._call("BUFFER_GET_BASE", struct.pack("<Q", _handle(remote)),
                                               8))[0]
 
     def free_buffer(self, remote):
+        """Free a server buffer."""
+        self.live.pop(remote, None)
         self._call("FREE_BUFFER", struct.pack("<Q", _handle(remote)), 0)
         self.last_graph.clear()
+
+    def _adopt(self, remote, base, size, wanted, alignment):
+        """Take a new buffer (ALLOC_BUFFER's handle and size, BUFFER_GET_BASE's base) into
+        the live ones, or free it on the server and close the connection: a base that is
+        null, unaligned or overlaps a live buffer, a handle already live, or less than
+        asked for would have tensors written over each other, or the server abort."""
+        end = base + size
+        other = next((h for h, (b, e) in self.live.items() if base < e and b < end), None)
+        if remote in self.live:
+            reason = f"gave handle {remote:#x} again, a live buffer's"
+        elif base == 0 or base % alignment:
+            reason = f"gave a buffer at {base:#x}, not a {alignment}-byte aligned address"
+        elif size < wanted or end > 2**64:
+            reason = f"gave a buffer of {size} bytes at {base:#x} for {wanted} bytes"
+        elif other is not None:
+            reason = (f"gave a buffer at {base:#x}..{end:#x}, overlapping live buffer "
+                      f"{other:#x} at {self.live[other][0]:#x}..{self.live[other][1]:#x}")
+        else:
+            self.live[remote] = (base, end)
+            return
+        if remote not in self.live:
+            self._free_quietly(remote)
+        self._break("ALLOC_BUFFER", reason)
+
+    def _free_quietly(self, remote):
+        """Free a buffer whose setup failed, before its error propagates (a connection
+        already lost has had its buffers freed by the server)."""
+        if self.broken is None:
+            try:
+                self.free_buffer(remote)
+            except RPCError:
+                pass
 
     def buffer_clear(self, remote, value):
         self._call("BUFFER_CLEAR", struct.pack("<QB", _handle(remote), byte_value(value)), 0)
@@ -969,7 +1068,7 @@ cdef class Connection:
         view = memoryview(data).cast("B")
         if view.nbytes > HASH_THRESHOLD:
             req = head + struct.pack("<QQ", offset, fnv_hash(view))
-            if self._call("SET_TENSOR_HASH", req, 1)[0]:
+            if self._flag("SET_TENSOR_HASH", self._call("SET_TENSOR_HASH", req, 1)):
                 return
         self._call("SET_TENSOR", head + struct.pack("<Q", offset), NO_REPLY, view)
 
@@ -981,9 +1080,16 @@ cdef class Connection:
 
     def copy_tensor(self, Tensor src, Tensor dst):
         """A copy on the server; False when its buffer cannot copy from src's."""
-        return bool(self._call("COPY_TENSOR", _tensor_wire(src, self) + _tensor_wire(dst, self), 1)[0])
+        return self._flag("COPY_TENSOR", self._call("COPY_TENSOR", _tensor_wire(src, self)
+                                                     + _tensor_wire(dst, self), 1))
 
-    def graph_compute(self, device, bytes payload):
+    def _flag(self, str command, reply):
+        """A one-byte yes/no answer: 0 or 1, nothing else."""
+        if reply[0] > 1:
+            self._break(command, f"answered {reply[0]}, not 0 or 1")
+        return bool(reply[0])
+
+    def graph_compute(self, device, bytes payload, timeout=None):
         """Run a serialised graph (serialize_graph) on a device, without waiting. The same
         payload as the device's last one only asks the server to run its stored graph
         again (GRAPH_RECOMPUTE); returns True then."""
@@ -991,21 +1097,21 @@ cdef class Connection:
         with self.lock:
             again = self.last_graph.get(device) == payload
             if again:
-                self._call("GRAPH_RECOMPUTE", struct.pack("<I", device), NO_REPLY)
+                self._call("GRAPH_RECOMPUTE", struct.pack("<I", device), NO_REPLY, None, timeout)
             else:
                 self.last_graph.pop(device, None)
-                self._call("GRAPH_COMPUTE", payload, NO_REPLY)
+                self._call("GRAPH_COMPUTE", payload, NO_REPLY, None, timeout)
                 self.last_graph[device] = payload
             self.pending = True
         return again
 
-    def synchronize(self):
+    def synchronize(self, timeout=None):
         """Wait until the server has finished what was sent (a round trip, only when a
         graph compute has not been answered since); RPCError when it failed or the
         connection was lost."""
         with self.lock:
             if self.pending or self.broken is not None:
-                self.device_count()
+                self.device_count(timeout)
 
     @property
     def busy(self):
@@ -1065,10 +1171,11 @@ cdef class RPCBufferType(BufferType):
         device = _device(device)
         align = conn.get_alignment(device)
         max_size = conn.get_max_size(device)
-        if align == 0 or align & (align - 1):
-            conn._break("GET_ALIGNMENT", f"reported alignment {align}, not a power of two")
+        if max_size < align:
+            conn._break("GET_MAX_SIZE", f"reported a largest buffer of {max_size} bytes, less "
+                        f"than its alignment {align}")
         super().__init__(f"RPC{device}[{conn.endpoint}]"[:GGML_MAX_NAME - 1], alignment=align,
-                         max_size=max_size or None, is_host=False,
+                         max_size=max_size, is_host=False,
                          device=f"RPC{device}[{conn.endpoint}]")
         self.conn = conn
         self.device = device
@@ -1082,11 +1189,12 @@ cdef class RPCBufferType(BufferType):
             raise AllocationError(f"RPC server {self.conn.endpoint} device {self.device}: cannot "
                                   f"allocate {size} bytes ({free_mem} of {total} bytes free)")
         base = self.conn.buffer_get_base(remote)
-        if base == 0 or got < size:
-            self.conn.free_buffer(remote)
-            self.conn._break("ALLOC_BUFFER", f"gave a buffer of {got} bytes at {base:#x} for "
-                             f"{size} bytes")
-        return RPCBuffer(self, got, base, remote)
+        self.conn._adopt(remote, base, got, size, self.alignment)
+        try:
+            return RPCBuffer(self, got, base, remote)
+        except BaseException:
+            self.conn._free_quietly(remote)
+            raise
 
 
 cdef class RPCPaddedBufferType(RPCBufferType):
