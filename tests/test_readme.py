@@ -34,6 +34,17 @@ def test_readme_examples_pass_mypy_strict(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_the_stubs_pass_mypy_strict():
+    # a plain `pip install .` ships the stubs, and mypy then checks them as they are:
+    # an editable install's silent imports hid a bare generic in one (issue 33)
+    stubs = sorted(str(p) for p in (REPO_ROOT / "ggml_py").glob("_*.pyi"))
+    assert len(stubs) >= 10
+    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir",
+                        str(REPO_ROOT / "build" / "mypy-cache"), *stubs],
+                       cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("k", range(len(EXAMPLES)))
 def test_readme_example_runs(k, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
