@@ -176,28 +176,31 @@ cdef inline size_t ggml_hash_walk_step(const ggml_hash_set * hs, uint64_t key) n
         return 1
     return 1 + <size_t>((x ^ (x >> 32)) % (hs.size - 1))
 
+cdef inline size_t ggml_hash_probe(const ggml_hash_set * hs, uint64_t key, uint64_t k,
+                                   size_t prev, size_t step) noexcept nogil:
+    """The slot a lookup of key reads k-th after its home (k >= 1; prev: the one before,
+    step: ggml_hash_walk_step's): GGML_HASH_DRAWS slots drawn at random
+    (ggml_hash_draw), then a walk from the last one drawn round the whole table.
+    ggml_hash_find, the probe counts and HashSet.probe_slots all follow it."""
+    if k <= GGML_HASH_DRAWS:
+        return ggml_hash_draw(hs, key, k)
+    return prev + step - hs.size if prev + step >= hs.size else prev + step
+
 cdef inline bint _hash_stop(const ggml_hash_set * hs, size_t i, const ggml_tensor * key) noexcept nogil:
     return not ggml_bitset_get(hs.used, i) or hs.keys[i] == key
 
 cdef inline size_t ggml_hash_find(const ggml_hash_set * hs, const ggml_tensor * key) noexcept nogil:
-    """Slot of key, or where it would go; GGML_HASHSET_FULL when absent and full. The
-    home slot, then GGML_HASH_DRAWS slots drawn at random (ggml_hash_draw), then a walk
-    from the last one drawn round the whole table (ggml_hash_walk_step)."""
+    """Slot of key, or where it would go; GGML_HASHSET_FULL when absent and full: its
+    home slot, then the slots of ggml_hash_probe (the walk reaches every slot)."""
     cdef size_t i = ggml_hash_home(hs, key)
-    cdef size_t n, step
+    cdef size_t step
     cdef uint64_t k, hk
     if _hash_stop(hs, i, key):
         return i
     hk = ggml_hash(key)
-    for k in range(1, GGML_HASH_DRAWS + 1):
-        i = ggml_hash_draw(hs, hk, k)
-        if _hash_stop(hs, i, key):
-            return i
     step = ggml_hash_walk_step(hs, hk)
-    for n in range(hs.size):
-        i += step
-        if i >= hs.size:
-            i -= hs.size
+    for k in range(1, GGML_HASH_DRAWS + 1 + hs.size):
+        i = ggml_hash_probe(hs, hk, k, i, step)
         if _hash_stop(hs, i, key):
             return i
     return GGML_HASHSET_FULL

@@ -556,10 +556,7 @@ cdef size_t _probes(const ggml_hash_set * hs, size_t home, uint64_t key,
     while not _hash_stop(hs, i, stop_at) or (stop_at != NULL and hs.keys[i] != stop_at):
         k += 1
         n += 1
-        if k <= GGML_HASH_DRAWS:
-            i = ggml_hash_draw(hs, key, k)
-        else:
-            i = i + step - hs.size if i + step >= hs.size else i + step
+        i = ggml_hash_probe(hs, key, k, i, step)
     return n
 
 
@@ -647,8 +644,7 @@ cdef class HashSet:
         out = []
         for k in range(int_arg(n, "n", 0, 1 << 20)):
             if k:
-                i = ggml_hash_draw(&self.hs, key, k) if k <= GGML_HASH_DRAWS else \
-                    (i + step) % self.hs.size
+                i = ggml_hash_probe(&self.hs, key, k, i, step)
             out.append(i)
         return out
 
