@@ -66,27 +66,39 @@ static inline int16_t kq_load_i16(const uint8_t * p) {
     return (int16_t)(uint16_t)(p[0] | (p[1] << 8));
 }
 
-// q4_K / q5_K: the 8 scales (out[0..7]) and 8 mins (out[8..15]), 6 bits each, from the
-// 12 packed bytes: bytes 0..7 hold scales 0..3 and mins 0..3 in their low 6 bits, bytes
-// 8..11 the low 4 bits of scales 4..7 (low nibble) and mins 4..7 (high nibble), whose
-// top 2 bits are the top bits of bytes 0..3 (scales) and 4..7 (mins)
-static inline void kq_k4_scales(const uint8_t * s, uint8_t * out) {
+// q4_K / q5_K: the 8 scales (bytes 0..7) and 8 mins (bytes 8..15), 6 bits each, as 4
+// little-endian words, from the 12 packed bytes: bytes 0..7 hold scales 0..3 and mins
+// 0..3 in their low 6 bits, bytes 8..11 the low 4 bits of scales 4..7 (low nibbles) and
+// mins 4..7 (high nibbles), whose top 2 bits are the top bits of bytes 0..3 / 4..7
+static inline void kq_k4_words(const uint8_t * s, uint32_t * w) {
     const uint32_t a = kq_load_le32(s), b = kq_load_le32(s + 4), c = kq_load_le32(s + 8);
-    const uint32_t w[4] = {
-        a & 0x3F3F3F3F,
-        (c & 0x0F0F0F0F) | (((a >> 6) & 0x03030303) << 4),
-        b & 0x3F3F3F3F,
-        ((c >> 4) & 0x0F0F0F0F) | (((b >> 6) & 0x03030303) << 4),
-    };
+    w[0] = a & 0x3F3F3F3F;
+    w[1] = (c & 0x0F0F0F0F) | (((a >> 6) & 0x03030303) << 4);
+    w[2] = b & 0x3F3F3F3F;
+    w[3] = ((c >> 4) & 0x0F0F0F0F) | (((b >> 6) & 0x03030303) << 4);
+}
+
+static inline void kq_k4_scales(const uint8_t * s, uint8_t * out) {
+    uint32_t w[4];
+    kq_k4_words(s, w);
     for (int i = 0; i < 16; i++) out[i] = (uint8_t)(w[i / 4] >> (8 * (i % 4)));
 }
 
-// q3_K: the 16 signed scales (stored value - 32) from the 12 packed bytes: low nibbles
-// in bytes 0..7 (low half for j < 8, high half for j >= 8), top 2 bits in bytes 8..11
+// q3_K: the 16 6-bit scales (stored value, i.e. scale + 32) as 4 little-endian words,
+// from the 12 packed bytes: low nibbles in bytes 0..7 (scale j < 8 in the low half of
+// byte j, j >= 8 in the high half of byte j - 8), top 2 bits in bytes 8..11 (scale j
+// at bits 2 * (j / 4) of byte 8 + j % 4)
+static inline void kq_q3_words(const uint8_t * s, uint32_t * w) {
+    const uint32_t a = kq_load_le32(s), b = kq_load_le32(s + 4), c = kq_load_le32(s + 8);
+    w[0] = (a & 0x0F0F0F0F) | (((c >> 0) & 0x03030303) << 4);
+    w[1] = (b & 0x0F0F0F0F) | (((c >> 2) & 0x03030303) << 4);
+    w[2] = ((a >> 4) & 0x0F0F0F0F) | (((c >> 4) & 0x03030303) << 4);
+    w[3] = ((b >> 4) & 0x0F0F0F0F) | (((c >> 6) & 0x03030303) << 4);
+}
+
+// q3_K: the 16 signed scales
 static inline void kq_q3_scales(const uint8_t * s, int8_t * out) {
-    for (int j = 0; j < 16; j++) {
-        int lo = j < 8 ? s[j] & 0x0F : s[j - 8] >> 4;
-        int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
-        out[j] = (int8_t)((lo | (hi << 4)) - 32);
-    }
+    uint32_t w[4];
+    kq_q3_words(s, w);
+    for (int i = 0; i < 16; i++) out[i] = (int8_t)((int)((w[i / 4] >> (8 * (i % 4))) & 0xFF) - 32);
 }
