@@ -6,8 +6,8 @@
 // -ffp-contract=off, and ggml-base (plain x86-64, no FMA) rounds every step as well.
 //
 // Rounding is ggml's nearest_int: add 1.5 * 2^23 and read the low mantissa bits. That is
-// round-half-even for |v| < 2^22 and a fixed garbage otherwise (inf / NaN included);
-// the garbage is reproduced, since degenerate blocks must give ggml's bytes too.
+// round-half-even for |v| < 2^22 and a deterministic, meaningless value otherwise (inf
+// and NaN included), which is kept: degenerate blocks must give ggml's bytes too.
 //
 // f16 fields: reading is exact (gp_h2f, as ggml's software conversion); writing is
 // nearest even, except that ggml-base's software conversion turns any NaN into 0x7E00.
