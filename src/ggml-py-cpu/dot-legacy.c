@@ -1,0 +1,281 @@
+// Dot products of the legacy and non-linear block types with their vec_dot types
+// (block-quants.h), compiled once per instruction set as simd.c: with GP_SIMD_AVX2 (and
+// -mavx2 -mfma -mf16c) this file defines the gp_vec_dot_*_avx2 functions, without it
+// the gp_vec_dot_*_baseline ones.
+//
+// Integer products within a block are exact in any order; what decides the bits is the
+// float part, which follows ggml 0.10.1:
+//   baseline: the generic C code (ggml-cpu/quants.c): per block, the integer sum times
+//             the scales, added to one float sum (no FMA);
+//   avx2:     the x86 AVX2 code (ggml-cpu/arch/x86/quants.c): 8 lanes of integer pair
+//             sums, converted and FMA-accumulated with the block's scale, hsum_float_8
+//             at the end. The builds of ggml-cpu fuse q4_1 / q5_1's m * s into their
+//             running sum (an FMA the compiler contracts), and so do these.
+// The AVX2 signed products go through ggml's sign trick (|x| times y with x's sign):
+// a y of -128 against a negative x gives +128 * |x| there, as in ggml; the quantisers
+// of q8_0 / q8_1 / q8_K never write -128 for finite rows.
+
+#include "legacy-impl.h"
+
+#ifdef GP_SIMD_AVX2
+#include <immintrin.h>
+#include <pthread.h>
+#define DOT(T, V) gp_vec_dot_##T##_##V##_avx2
+#else
+#define DOT(T, V) gp_vec_dot_##T##_##V##_baseline
+#endif
+
+// q8_K's float d (little-endian)
+static inline float q8_K_scale(const uint8_t * blk) { return gp_u2f(gp_load_le32(blk)); }
+
+#ifdef GP_SIMD_AVX2
+
+#define INLINE static inline __attribute__((always_inline))
+
+// Scales. F16C gives the bits of ggml's conversions; but where a block has one f16 scale
+// and the integer work is short, table loads (as ggml's own) keep the vector units free
+// for that work: the q5_0, iq4_nl and mxfp4 loops read the tables, built once.
+
+// the f16 at p (lane 0) and the one after it (lane 1); 4 bytes at p are inside the block
+INLINE __m128 halves2(const uint8_t * p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
+}
+INLINE float scale_f16(const uint8_t * p) { return _mm_cvtss_f32(halves2(p)); }
+
+static float h2f_table[1 << 16];         // every half's float
+static float e8m0_table[256];            // every e8m0 exponent's 2^(e - 128)
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+static void build_tables(void) {
+    for (uint32_t h = 0; h < (1u << 16); h++) h2f_table[h] = gp_h2f((uint16_t)h);
+    for (uint32_t e = 0; e < 256; e++) e8m0_table[e] = gp_e8m0_half((uint8_t)e);
+}
+INLINE __m128 f16_from_table(const uint8_t * p) { return _mm_set_ss(h2f_table[gp_load_le16(p)]); }
+
+// ggml's hsum_float_8
+INLINE float hsum8(__m256 x) {
+    __m128 r = _mm256_extractf128_ps(x, 1);
+    r = _mm_add_ps(r, _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+// 32 nibbles as bytes 0..15 (low nibbles first)
+INLINE __m256i nibbles32(const uint8_t * qs) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+}
+
+// the 32 fifth bits as bytes 0xFF (set) / 0x00
+INLINE __m256i bits32(const uint8_t * qh) {
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                           0x0101010101010101, 0x0000000000000000);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)gp_load_le32(qh)), shuf);
+    b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7FBFDFEFF7FBFDFE));
+    return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
+}
+
+// 16 nibbles looked up in a 16-entry int8 table, low nibbles in the low half
+INLINE __m256i lookup32(const uint8_t * qs, __m128i table) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    const __m128i m = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(t, 4), m)),
+                            _mm_shuffle_epi8(table, _mm_and_si128(t, m)));
+}
+
+// unsigned x times signed y: 16 sums of two products (int16, no saturation here)
+INLINE __m256i us8_pairs(__m256i ux, __m256i y) { return _mm256_maddubs_epi16(ux, y); }
+// signed x times signed y, through ggml's sign trick
+INLINE __m256i i8_pairs(__m256i x, __m256i y) {
+    return _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+// 8 sums of four products, as floats
+INLINE __m256 quads(__m256i pairs) {
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+// q4_1 / q5_1 (q5 = 1) against q8_1: hsum of d_x d_y * pair sums, plus the sum of m * s.
+// (d, m) and (d, s) are converted as pairs: lane 0 of their product is d_x d_y, lane 1 of
+// the FMA chain the sum of m * s, rounded once a step as ggml's contracted code.
+INLINE float dot_affine_q8_1(int64_t n, const uint8_t * x, const uint8_t * y, int q5) {
+    const size_t bytes = q5 ? Q5_1_BYTES : Q4_1_BYTES;
+    __m256 acc = _mm256_setzero_ps();
+    __m128 summs = _mm_setzero_ps();
+    for (int64_t ib = 0; ib < n / 32; ib++, x += bytes, y += Q8_1_BYTES) {
+        const __m128 dmx = halves2(x), dsy = halves2(y);
+        summs = _mm_fmadd_ps(dmx, dsy, summs);
+        __m256i qx = nibbles32(x + (q5 ? 8 : 4));
+        if (q5) qx = _mm256_or_si256(qx, _mm256_and_si256(bits32(x + 4), _mm256_set1_epi8(0x10)));
+        const __m256i qy = _mm256_loadu_si256((const __m256i *)(y + 4));
+        const __m256 d = _mm256_broadcastss_ps(_mm_mul_ss(dmx, dsy));
+        acc = _mm256_fmadd_ps(d, quads(us8_pairs(qx, qy)), acc);
+    }
+    return hsum8(acc) + _mm_cvtss_f32(_mm_movehdup_ps(summs));
+}
+
+void DOT(q4_1, q8_1)(int64_t n, float * s, const void * x, const void * y) { *s = dot_affine_q8_1(n, x, y, 0); }
+void DOT(q5_1, q8_1)(int64_t n, float * s, const void * x, const void * y) { *s = dot_affine_q8_1(n, x, y, 1); }
+
+void DOT(q5_0, q8_0)(int64_t n, float * s, const void * vx, const void * vy) {
+    const uint8_t * x = vx, * y = vy;
+    pthread_once(&tables_once, build_tables);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / 32; ib++, x += Q5_0_BYTES, y += Q8_0_BYTES) {
+        // a clear fifth bit makes the byte nibble - 16
+        const __m256i hi = _mm256_andnot_si256(bits32(x + 2), _mm256_set1_epi8((char)0xF0));
+        const __m256i qx = _mm256_or_si256(nibbles32(x + 6), hi);
+        const __m256i qy = _mm256_loadu_si256((const __m256i *)(y + 2));
+        const __m256 d = _mm256_broadcastss_ps(_mm_mul_ss(f16_from_table(x), f16_from_table(y)));
+        acc = _mm256_fmadd_ps(d, quads(i8_pairs(qx, qy)), acc);
+    }
+    *s = hsum8(acc);
+}
+
+// one iq4_nl / mxfp4 block against q8_0 into acc
+INLINE __m256 table_block(const uint8_t * xb, const uint8_t * yb, __m128i table, int mx, __m256 acc) {
+    const __m256i qx = lookup32(xb + (mx ? 1 : 2), table);
+    const __m256i qy = _mm256_loadu_si256((const __m256i *)(yb + 2));
+    const __m128 dx = mx ? _mm_set_ss(e8m0_table[xb[0]]) : f16_from_table(xb);
+    const __m256 d = _mm256_broadcastss_ps(_mm_mul_ss(f16_from_table(yb), dx));
+    return _mm256_fmadd_ps(d, quads(i8_pairs(qx, qy)), acc);
+}
+
+// iq4_nl / mxfp4 against q8_0: two blocks a step into two accumulators, an odd last
+// block in scalar code
+INLINE float dot_table_q8_0(int64_t n, const uint8_t * x, const uint8_t * y, int mx) {
+    pthread_once(&tables_once, build_tables);
+    const size_t bytes = mx ? MXFP4_BYTES : IQ4_NL_BYTES;
+    const __m128i table = _mm_loadu_si128((const __m128i *)(mx ? gp_kvalues_mxfp4 : gp_kvalues_iq4nl));
+    const int64_t nb = n / 32;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t ib = 0;
+    for (; ib + 1 < nb; ib += 2) {
+        acc0 = table_block(x + ib * bytes, y + ib * Q8_0_BYTES, table, mx, acc0);
+        acc1 = table_block(x + (ib + 1) * bytes, y + (ib + 1) * Q8_0_BYTES, table, mx, acc1);
+    }
+    float sum = hsum8(_mm256_add_ps(acc0, acc1));
+    for (; ib < nb; ib++) {
+        const uint8_t * xb = x + ib * bytes;
+        const uint8_t * yb = y + ib * Q8_0_BYTES;
+        const int8_t * table8 = mx ? gp_kvalues_mxfp4 : gp_kvalues_iq4nl;
+        const uint8_t * qs = xb + (mx ? 1 : 2);
+        int32_t sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            sumi += (int8_t)yb[2 + j] * table8[qs[j] & 0x0F] + (int8_t)yb[18 + j] * table8[qs[j] >> 4];
+        }
+        const float d = scale_f16(yb) * (mx ? gp_e8m0_half(xb[0]) : scale_f16(xb));
+        sum += (float)sumi * d;
+    }
+    return sum;
+}
+
+void DOT(iq4_nl, q8_0)(int64_t n, float * s, const void * x, const void * y) { *s = dot_table_q8_0(n, x, y, 0); }
+void DOT(mxfp4, q8_0)(int64_t n, float * s, const void * x, const void * y)  { *s = dot_table_q8_0(n, x, y, 1); }
+
+void DOT(iq4_xs, q8_K)(int64_t n, float * s, const void * vx, const void * vy) {
+    const uint8_t * x = vx, * y = vy;
+    const __m128i table = _mm_loadu_si128((const __m128i *)gp_kvalues_iq4nl);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t ibl = 0; ibl < n / QK_K; ibl++, x += IQ4_XS_BYTES, y += Q8_K_BYTES) {
+        const uint32_t sl = gp_load_le32(x + 4);
+        const uint16_t sh = gp_load_le16(x + 2);
+        __m256i sumi = _mm256_setzero_si256();           // (exact: any order)
+#pragma GCC unroll 8
+        for (int ib = 0; ib < 8; ib++) {
+            const __m256i qx = lookup32(x + 8 + 16 * ib, table);
+            const __m256i qy = _mm256_loadu_si256((const __m256i *)(y + 4 + 32 * ib));
+            const __m256i ls = _mm256_set1_epi16((short)(gp_iq4_xs_scale(sl, sh, ib) - 32));
+            sumi = _mm256_add_epi32(_mm256_madd_epi16(i8_pairs(qx, qy), ls), sumi);
+        }
+        const __m256 d = _mm256_set1_ps(scale_f16(x) * q8_K_scale(y));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum8(acc);
+}
+
+#else   // baseline: ggml's generic C order
+
+// a block's values (q5_0: minus 16; iq4 / mxfp4: from their tables) as int8
+static inline void values_q5_0(const uint8_t * blk, int8_t * v) {
+    uint8_t q[32];
+    gp_unpack_nibbles(blk + 6, blk + 2, q);
+    for (int j = 0; j < 32; j++) v[j] = (int8_t)(q[j] - 16);
+}
+
+static inline void values_table(const uint8_t * qs, const int8_t * table, int8_t * v) {
+    for (int j = 0; j < 16; j++) {
+        v[j]      = table[qs[j] & 0x0F];
+        v[j + 16] = table[qs[j] >> 4];
+    }
+}
+
+static inline int32_t dot32(const int8_t * a, const int8_t * b) {
+    int32_t s = 0;
+    for (int j = 0; j < 32; j++) s += (int32_t)a[j] * b[j];
+    return s;
+}
+
+static inline float dot_affine_q8_1(int64_t n, const uint8_t * x, const uint8_t * y, int q5) {
+    const size_t bytes = q5 ? Q5_1_BYTES : Q4_1_BYTES;
+    float sum = 0;
+    uint8_t q[32];
+    for (int64_t ib = 0; ib < n / 32; ib++, x += bytes, y += Q8_1_BYTES) {
+        gp_unpack_nibbles(x + (q5 ? 8 : 4), q5 ? x + 4 : NULL, q);
+        const int32_t sumi = dot32((const int8_t *)q, (const int8_t *)(y + 4));     // q < 32
+        const float dd = gp_h2f(gp_load_le16(x)) * gp_h2f(gp_load_le16(y));
+        sum += dd * (float)sumi + gp_h2f(gp_load_le16(x + 2)) * gp_h2f(gp_load_le16(y + 2));
+    }
+    return sum;
+}
+
+void DOT(q4_1, q8_1)(int64_t n, float * s, const void * x, const void * y) { *s = dot_affine_q8_1(n, x, y, 0); }
+void DOT(q5_1, q8_1)(int64_t n, float * s, const void * x, const void * y) { *s = dot_affine_q8_1(n, x, y, 1); }
+
+void DOT(q5_0, q8_0)(int64_t n, float * s, const void * vx, const void * vy) {
+    const uint8_t * x = vx, * y = vy;
+    float sum = 0;
+    int8_t v[32];
+    for (int64_t ib = 0; ib < n / 32; ib++, x += Q5_0_BYTES, y += Q8_0_BYTES) {
+        values_q5_0(x, v);
+        const int32_t sumi = dot32(v, (const int8_t *)(y + 2));
+        sum += (gp_h2f(gp_load_le16(x)) * gp_h2f(gp_load_le16(y))) * (float)sumi;
+    }
+    *s = sum;
+}
+
+static inline float dot_table_q8_0(int64_t n, const uint8_t * x, const uint8_t * y, int mx) {
+    const size_t bytes = mx ? MXFP4_BYTES : IQ4_NL_BYTES;
+    float sum = 0;
+    int8_t v[32];
+    for (int64_t ib = 0; ib < n / 32; ib++, x += bytes, y += Q8_0_BYTES) {
+        values_table(x + (mx ? 1 : 2), mx ? gp_kvalues_mxfp4 : gp_kvalues_iq4nl, v);
+        const int32_t sumi = dot32(v, (const int8_t *)(y + 2));
+        const float d = gp_h2f(gp_load_le16(y)) * (mx ? gp_e8m0_half(x[0]) : gp_h2f(gp_load_le16(x)));
+        sum += d * (float)sumi;
+    }
+    return sum;
+}
+
+void DOT(iq4_nl, q8_0)(int64_t n, float * s, const void * x, const void * y) { *s = dot_table_q8_0(n, x, y, 0); }
+void DOT(mxfp4, q8_0)(int64_t n, float * s, const void * x, const void * y)  { *s = dot_table_q8_0(n, x, y, 1); }
+
+void DOT(iq4_xs, q8_K)(int64_t n, float * s, const void * vx, const void * vy) {
+    const uint8_t * x = vx, * y = vy;
+    float sum = 0;
+    int8_t v[32];
+    for (int64_t ibl = 0; ibl < n / QK_K; ibl++, x += IQ4_XS_BYTES, y += Q8_K_BYTES) {
+        const float d4d8 = gp_h2f(gp_load_le16(x)) * q8_K_scale(y);
+        const uint32_t sl = gp_load_le32(x + 4);
+        const uint16_t sh = gp_load_le16(x + 2);
+        for (int ib = 0; ib < 8; ib++) {
+            values_table(x + 8 + 16 * ib, gp_kvalues_iq4nl, v);
+            const int32_t sumi = dot32(v, (const int8_t *)(y + 4 + 32 * ib));
+            sum += (d4d8 * (float)(gp_iq4_xs_scale(sl, sh, ib) - 32)) * (float)sumi;
+        }
+    }
+    *s = sum;
+}
+
+#endif
