@@ -11,9 +11,13 @@
 //             sums, converted and FMA-accumulated with the block's scale, hsum_float_8
 //             at the end. The builds of ggml-cpu fuse q4_1 / q5_1's m * s into their
 //             running sum (an FMA the compiler contracts), and so do these.
-// The AVX2 signed products go through ggml's sign trick (|x| times y with x's sign):
-// a y of -128 against a negative x gives +128 * |x| there, as in ggml; the quantisers
-// of q8_0 / q8_1 / q8_K never write -128 for finite rows.
+// The AVX2 signed products go through ggml's sign trick (|x| times y with x's sign), so
+// a y byte of -128 against a negative x counts as +128 there, as in ggml, and not in the
+// baseline; ggml's quantisers write -128 only into degenerate blocks (tiny values, whose
+// scale rounds to 0, or inf / NaN).
+//
+// The unpacking: 16 bytes of nibbles are loaded into both halves of a register, the upper
+// half shifted by 4, then masked (and looked up, for the table types) in one go.
 
 #include "legacy-impl.h"
 
@@ -32,9 +36,9 @@ static inline float q8_K_scale(const uint8_t * blk) { return gp_u2f(gp_load_le32
 
 #define INLINE static inline __attribute__((always_inline))
 
-// Scales. F16C gives the bits of ggml's conversions; but where a block has one f16 scale
-// and the integer work is short, table loads (as ggml's own) keep the vector units free
-// for that work: the q5_0, iq4_nl and mxfp4 loops read the tables, built once.
+// Scales. F16C gives the bits of ggml's conversions, but the vector units are what these
+// loops are short of: q5_0, iq4_nl and mxfp4 broadcast their scales straight from
+// tables (as ggml reads its own), built once; q4_1 / q5_1 convert two halves at a time.
 
 // the f16 at p (lane 0) and the one after it (lane 1); 4 bytes at p are inside the block
 INLINE __m128 halves2(const uint8_t * p) {
@@ -51,7 +55,9 @@ static void build_tables(void) {
     for (uint32_t h = 0; h < (1u << 16); h++) h2f_table[h] = gp_h2f((uint16_t)h);
     for (uint32_t e = 0; e < 256; e++) e8m0_table[e] = gp_e8m0_half((uint8_t)e);
 }
-INLINE __m128 f16_from_table(const uint8_t * p) { return _mm_set_ss(h2f_table[gp_load_le16(p)]); }
+// a scale from the tables in all 8 lanes (a broadcast load: no vector work)
+INLINE __m256 f16_table8(const uint8_t * p) { return _mm256_broadcast_ss(&h2f_table[gp_load_le16(p)]); }
+INLINE __m256 e8m0_table8(const uint8_t * p) { return _mm256_broadcast_ss(&e8m0_table[*p]); }
 
 // ggml's hsum_float_8
 INLINE float hsum8(__m256 x) {
@@ -62,10 +68,16 @@ INLINE float hsum8(__m256 x) {
     return _mm_cvtss_f32(r);
 }
 
+// 16 bytes in both halves, the upper half shifted right by 4 bits (a 32-bit shift: the
+// bits that come down from the next byte are above the nibble the callers keep)
+INLINE __m256i nibble_halves(const uint8_t * qs) {
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+    return _mm256_srlv_epi32(b, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0));
+}
+
 // 32 nibbles as bytes 0..15 (low nibbles first)
 INLINE __m256i nibbles32(const uint8_t * qs) {
-    const __m128i t = _mm_loadu_si128((const __m128i *)qs);
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+    return _mm256_and_si256(nibble_halves(qs), _mm256_set1_epi8(0x0F));
 }
 
 // the 32 fifth bits as bytes 0xFF (set) / 0x00
@@ -77,12 +89,9 @@ INLINE __m256i bits32(const uint8_t * qh) {
     return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
 }
 
-// 16 nibbles looked up in a 16-entry int8 table, low nibbles in the low half
-INLINE __m256i lookup32(const uint8_t * qs, __m128i table) {
-    const __m128i t = _mm_loadu_si128((const __m128i *)qs);
-    const __m128i m = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(t, 4), m)),
-                            _mm_shuffle_epi8(table, _mm_and_si128(t, m)));
+// 32 nibbles looked up in a 16-entry int8 table (in both halves of table)
+INLINE __m256i lookup32(const uint8_t * qs, __m256i table) {
+    return _mm256_shuffle_epi8(table, nibbles32(qs));
 }
 
 // unsigned x times signed y: 16 sums of two products (int16, no saturation here)
@@ -127,18 +136,17 @@ void DOT(q5_0, q8_0)(int64_t n, float * s, const void * vx, const void * vy) {
         const __m256i hi = _mm256_andnot_si256(bits32(x + 2), _mm256_set1_epi8((char)0xF0));
         const __m256i qx = _mm256_or_si256(nibbles32(x + 6), hi);
         const __m256i qy = _mm256_loadu_si256((const __m256i *)(y + 2));
-        const __m256 d = _mm256_broadcastss_ps(_mm_mul_ss(f16_from_table(x), f16_from_table(y)));
+        const __m256 d = _mm256_mul_ps(f16_table8(x), f16_table8(y));
         acc = _mm256_fmadd_ps(d, quads(i8_pairs(qx, qy)), acc);
     }
     *s = hsum8(acc);
 }
 
 // one iq4_nl / mxfp4 block against q8_0 into acc
-INLINE __m256 table_block(const uint8_t * xb, const uint8_t * yb, __m128i table, int mx, __m256 acc) {
+INLINE __m256 table_block(const uint8_t * xb, const uint8_t * yb, __m256i table, int mx, __m256 acc) {
     const __m256i qx = lookup32(xb + (mx ? 1 : 2), table);
     const __m256i qy = _mm256_loadu_si256((const __m256i *)(yb + 2));
-    const __m128 dx = mx ? _mm_set_ss(e8m0_table[xb[0]]) : f16_from_table(xb);
-    const __m256 d = _mm256_broadcastss_ps(_mm_mul_ss(f16_from_table(yb), dx));
+    const __m256 d = _mm256_mul_ps(f16_table8(yb), mx ? e8m0_table8(xb) : f16_table8(xb));
     return _mm256_fmadd_ps(d, quads(i8_pairs(qx, qy)), acc);
 }
 
@@ -147,7 +155,8 @@ INLINE __m256 table_block(const uint8_t * xb, const uint8_t * yb, __m128i table,
 INLINE float dot_table_q8_0(int64_t n, const uint8_t * x, const uint8_t * y, int mx) {
     pthread_once(&tables_once, build_tables);
     const size_t bytes = mx ? MXFP4_BYTES : IQ4_NL_BYTES;
-    const __m128i table = _mm_loadu_si128((const __m128i *)(mx ? gp_kvalues_mxfp4 : gp_kvalues_iq4nl));
+    const __m256i table = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)(mx ? gp_kvalues_mxfp4 : gp_kvalues_iq4nl)));
     const int64_t nb = n / 32;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t ib = 0;
@@ -176,7 +185,7 @@ void DOT(mxfp4, q8_0)(int64_t n, float * s, const void * x, const void * y)  { *
 
 void DOT(iq4_xs, q8_K)(int64_t n, float * s, const void * vx, const void * vy) {
     const uint8_t * x = vx, * y = vy;
-    const __m128i table = _mm_loadu_si128((const __m128i *)gp_kvalues_iq4nl);
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)gp_kvalues_iq4nl));
     __m256 acc = _mm256_setzero_ps();
     for (int64_t ibl = 0; ibl < n / QK_K; ibl++, x += IQ4_XS_BYTES, y += Q8_K_BYTES) {
         const uint32_t sl = gp_load_le32(x + 4);
