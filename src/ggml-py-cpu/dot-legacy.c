@@ -206,23 +206,24 @@ void DOT(iq4_xs, q8_K)(int64_t n, float * s, const void * vx, const void * vy) {
 
 #else   // baseline: ggml's generic C order
 
-// a block's values (q5_0: minus 16; iq4 / mxfp4: from their tables) as int8
-static inline void values_q5_0(const uint8_t * blk, int8_t * v) {
-    uint8_t q[32];
-    gp_unpack_nibbles(blk + 6, blk + 2, q);
-    for (int j = 0; j < 32; j++) v[j] = (int8_t)(q[j] - 16);
-}
-
-static inline void values_table(const uint8_t * qs, const int8_t * table, int8_t * v) {
-    for (int j = 0; j < 16; j++) {
-        v[j]      = table[qs[j] & 0x0F];
-        v[j + 16] = table[qs[j] >> 4];
-    }
-}
-
+// sum of 32 products of int8
 static inline int32_t dot32(const int8_t * a, const int8_t * b) {
     int32_t s = 0;
     for (int j = 0; j < 32; j++) s += (int32_t)a[j] * b[j];
+    return s;
+}
+
+// sum of table[q] * y over 32 values, four bytes of nibbles a step (compilers that
+// vectorise the plain loop gather the table values through the stack, far slower)
+static inline int32_t dot32_table(const uint8_t * qs, const int8_t * table, const int8_t * y) {
+    int32_t s = 0;
+    for (int j = 0; j < 16; j += 4) {
+        const uint32_t w = gp_load_le32(qs + j);
+        for (int k = 0; k < 4; k++) {
+            const uint32_t b = (w >> 8 * k) & 0xFF;
+            s += table[b & 0x0F] * y[j + k] + table[b >> 4] * y[j + k + 16];
+        }
+    }
     return s;
 }
 
@@ -232,7 +233,7 @@ static inline float dot_affine_q8_1(int64_t n, const uint8_t * x, const uint8_t 
     uint8_t q[32];
     for (int64_t ib = 0; ib < n / 32; ib++, x += bytes, y += Q8_1_BYTES) {
         gp_unpack_nibbles(x + (q5 ? 8 : 4), q5 ? x + 4 : NULL, q);
-        const int32_t sumi = dot32((const int8_t *)q, (const int8_t *)(y + 4));     // q < 32
+        const int32_t sumi = dot32((const int8_t *)q, (const int8_t *)(y + 4));        // q < 32
         const float dd = gp_h2f(gp_load_le16(x)) * gp_h2f(gp_load_le16(y));
         sum += dd * (float)sumi + gp_h2f(gp_load_le16(x + 2)) * gp_h2f(gp_load_le16(y + 2));
     }
@@ -245,9 +246,11 @@ void DOT(q5_1, q8_1)(int64_t n, float * s, const void * x, const void * y) { *s 
 void DOT(q5_0, q8_0)(int64_t n, float * s, const void * vx, const void * vy) {
     const uint8_t * x = vx, * y = vy;
     float sum = 0;
+    uint8_t q[32];
     int8_t v[32];
     for (int64_t ib = 0; ib < n / 32; ib++, x += Q5_0_BYTES, y += Q8_0_BYTES) {
-        values_q5_0(x, v);
+        gp_unpack_nibbles(x + 6, x + 2, q);
+        for (int j = 0; j < 32; j++) v[j] = (int8_t)(q[j] - 16);
         const int32_t sumi = dot32(v, (const int8_t *)(y + 2));
         sum += (gp_h2f(gp_load_le16(x)) * gp_h2f(gp_load_le16(y))) * (float)sumi;
     }
@@ -257,10 +260,9 @@ void DOT(q5_0, q8_0)(int64_t n, float * s, const void * vx, const void * vy) {
 static inline float dot_table_q8_0(int64_t n, const uint8_t * x, const uint8_t * y, int mx) {
     const size_t bytes = mx ? MXFP4_BYTES : IQ4_NL_BYTES;
     float sum = 0;
-    int8_t v[32];
     for (int64_t ib = 0; ib < n / 32; ib++, x += bytes, y += Q8_0_BYTES) {
-        values_table(x + (mx ? 1 : 2), mx ? gp_kvalues_mxfp4 : gp_kvalues_iq4nl, v);
-        const int32_t sumi = dot32(v, (const int8_t *)(y + 2));
+        const int8_t * table = mx ? gp_kvalues_mxfp4 : gp_kvalues_iq4nl;
+        const int32_t sumi = dot32_table(x + (mx ? 1 : 2), table, (const int8_t *)(y + 2));
         const float d = gp_h2f(gp_load_le16(y)) * (mx ? gp_e8m0_half(x[0]) : gp_h2f(gp_load_le16(x)));
         sum += d * (float)sumi;
     }
@@ -273,14 +275,12 @@ void DOT(mxfp4, q8_0)(int64_t n, float * s, const void * x, const void * y)  { *
 void DOT(iq4_xs, q8_K)(int64_t n, float * s, const void * vx, const void * vy) {
     const uint8_t * x = vx, * y = vy;
     float sum = 0;
-    int8_t v[32];
     for (int64_t ibl = 0; ibl < n / QK_K; ibl++, x += IQ4_XS_BYTES, y += Q8_K_BYTES) {
         const float d4d8 = gp_h2f(gp_load_le16(x)) * q8_K_scale(y);
         const uint32_t sl = gp_load_le32(x + 4);
         const uint16_t sh = gp_load_le16(x + 2);
         for (int ib = 0; ib < 8; ib++) {
-            values_table(x + 8 + 16 * ib, gp_kvalues_iq4nl, v);
-            const int32_t sumi = dot32(v, (const int8_t *)(y + 4 + 32 * ib));
+            const int32_t sumi = dot32_table(x + 8 + 16 * ib, gp_kvalues_iq4nl, (const int8_t *)(y + 4 + 32 * ib));
             sum += (d4d8 * (float)(gp_iq4_xs_scale(sl, sh, ib) - 32)) * (float)sumi;
         }
     }

@@ -18,10 +18,10 @@ static inline float gp_e8m0_half(uint8_t e) {
 // 32 values from 16 bytes of nibbles (low nibbles are values 0..15) and, when qh is not
 // NULL, 4 bytes of fifth bits (bit j is value j's)
 static inline void gp_unpack_nibbles(const uint8_t * qs, const uint8_t * qh, uint8_t * q) {
-    const uint32_t h = qh ? gp_load_le32(qh) : 0;
-    for (int j = 0; j < 16; j++) {
-        q[j]      = (uint8_t)((qs[j] & 0x0F) | (((h >> j) & 1) << 4));
-        q[j + 16] = (uint8_t)((qs[j] >> 4) | (((h >> (j + 16)) & 1) << 4));
+    uint32_t h = qh ? gp_load_le32(qh) : 0;
+    for (int j = 0; j < 16; j++, h >>= 1) {
+        q[j]      = (uint8_t)((qs[j] & 0x0F) | ((h << 4) & 0x10));
+        q[j + 16] = (uint8_t)((qs[j] >> 4) | ((h >> 12) & 0x10));
     }
 }
 
