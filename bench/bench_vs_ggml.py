@@ -15,12 +15,17 @@ ggml_tensor, weights and inputs are copied, and the nodes are expanded in ggml_p
 order, so both sides run the same nodes on the same bytes. Both sides compute on N
 threads (default 1; OpenBLAS is held to 1 thread too, so BLAS calls stay fair).
 
-Graphs: the model files of tests/data/ops/models (llama_2L, moe_2L), the same model
+Graphs (default): the model files of tests/data/ops/models (llama_2L, moe_2L), the same model
 structure scaled up (llama 2 and 8 layers with f16 weights at n_embd 256 and 512,
 n_ff = 2 n_embd, head size 64, vocab 256, one token and 32 tokens; a Qwen2-MoE-style
 2-layer model with q8_0 experts and 32 tokens), and a chain of 3,000 f32[16]
 ADD/MUL/SCALE nodes. "before" is the issue's measurement of the executor this one
 replaced (same machine kind, ggml's times of that run beside it).
+
+--types: the llama structure (2 layers, n_embd 512, 1 and 32 tokens) in llama.cpp's
+Q4_K_M, Q6_K and IQ4_NL weight mixes (MIXES). --mul-mat TYPES: one MUL_MAT of 4096 x 4096
+weights of each type by 1, 32 and 512 f32 columns (--columns). Both hold ggml_py to at
+most 1.0x ggml's time (issue 30); lower is better.
 """
 
 from __future__ import annotations
@@ -208,10 +213,31 @@ def _uniform(rng, shape, lo, hi):
     return rng.uniform(lo, hi, size=shape).astype(np.float32)
 
 
-def model_file(kind, n_layer, n_embd, n_tokens, seed=0):
+# The weight types of llama.cpp's file types (llama-quant.cpp's choices, simplified: every
+# layer alike): (the matrices' type, {weight: type} where it differs). "f16" is the mix of
+# tests/data/ops/models: f16 matrices, a q8_0 token table (and q8_0 experts).
+MIXES = {
+    "f16": ("f16", {"tok_embd": "q8_0", "exps": "q8_0"}),
+    "q4_K_M": ("q4_K", {"attn_v": "q6_K", "ffn_down": "q6_K", "output": "q6_K"}),
+    "q6_K": ("q6_K", {}),
+    "iq4_nl": ("iq4_nl", {"output": "q6_K"}),
+}
+
+
+def _mix_type(mix, name):
+    """The type of weight `name` ('blk.0.attn_v', 'output', ...) in file type `mix`."""
+    default, special = MIXES[mix]
+    for key, t in special.items():
+        if name.endswith(key):
+            return t
+    return default
+
+
+def model_file(kind, n_layer, n_embd, n_tokens, seed=0, mix="f16"):
     """A model in the format of tests/data/ops/models (OPS_CASES.md), the structure of
     llama_2L ('llama') or moe_2L ('moe'), scaled: n_ff = 2 n_embd, head size 64 (16 at
-    n_embd 64), half as many KV heads, vocab 256; weights drawn as those files' were."""
+    n_embd 64), half as many KV heads, vocab 256; weights drawn as those files' were, in
+    the types of file type `mix` (MIXES)."""
     rng = np.random.default_rng(seed)
     hd = 16 if n_embd <= 64 else 64
     H = n_embd // hd
@@ -221,6 +247,8 @@ def model_file(kind, n_layer, n_embd, n_tokens, seed=0):
     weights, calls = [], []
 
     def w(name, t, ne, lo_hi=None):
+        if t != "f32":                      # (norms and the router stay f32)
+            t = _mix_type(mix, name)
         fan_in = ne[0]
         lo, hi = lo_hi or (-math.sqrt(3 / fan_in), math.sqrt(3 / fan_in))
         vals = _uniform(rng, tuple(reversed(ne)), lo, hi)
@@ -321,7 +349,8 @@ def model_file(kind, n_layer, n_embd, n_tokens, seed=0):
               {"name": "pos", "type": "i32", "ne": [T, 1, 1, 1], "array": np.arange(T, dtype=np.int32)},
               {"name": "kq_mask", "type": mask_t, "ne": [T, T, 1, 1],
                "array": mask.astype(quants.PLAIN_DTYPES[mask_t])}]
-    return {"name": f"{kind} {n_layer}L n{n_embd} t{n_tokens}", "weights": weights,
+    suffix = "" if mix == "f16" else f" {mix}"
+    return {"name": f"{kind} {n_layer}L n{n_embd} t{n_tokens}{suffix}", "weights": weights,
             "inputs": inputs, "calls": calls, "output": {"name": "logits"}}
 
 
@@ -369,6 +398,42 @@ def chain_graph(backend, n_nodes=3000):
     backend.set_tensor(a, np.full(16, 1.0, np.float32).tobytes())
     backend.set_tensor(b, np.full(16, 1.0001, np.float32).tobytes())
     return graph, x, alloc
+
+
+def mul_mat_graph(t, m, k, n, seed=0):
+    """A maker of one MUL_MAT: weights [k, m] of type t (ggml's reference quantiser on
+    uniform values) times f32 [k, n]."""
+    rng = np.random.default_rng(seed)
+    w = _uniform(rng, (m, k), -1, 1)
+    stored = quants.from_f32(t, w, cpu=False) if t != "f32" else w
+    x = _uniform(rng, (n, k), -1, 1)
+
+    def make(backend):
+        ctx = Context(f"mul_mat {t}")
+        alloc = opscheck.HostAllocation(backend)
+        wt = ops.new_tensor(ctx, t, [k, m, 1, 1], name="w")
+        xt = ops.new_tensor(ctx, "f32", [k, n, 1, 1], name="x")
+        for tensor, arr in ((wt, stored), (xt, x)):
+            alloc.alloc(tensor)
+            backend.set_tensor(tensor, np.ascontiguousarray(arr).tobytes())
+        out = ops.mul_mat(ctx, wt, xt)
+        graph = Graph(16).build_forward_expand(out)
+        alloc.alloc_graph(graph)
+        return graph, out, alloc
+    return make
+
+
+def mul_mat_graphs(types, m=4096, k=4096, columns=(1, 32, 512)):
+    """Issue 30's microbenchmark: per type, a MUL_MAT of m x k weights by 1, 32 and 512
+    columns."""
+    return [(f"mul_mat {t} {m}x{k} n{n}", mul_mat_graph(t, m, k, n)) for t in types for n in columns]
+
+
+def type_graphs():
+    """Issue 30's models: llama 2 layers at n_embd 512 in Q4_K_M, Q6_K and IQ4_NL, one
+    token and 32 tokens."""
+    return [(f"llama 2L n512 t{T} {mix}", lambda b, a=("llama", 2, 512, T, 0, mix): build_model(model_file(*a), b))
+            for mix in ("q4_K_M", "q6_K", "iq4_nl") for T in (1, 32)]
 
 
 def graphs(quick=False):
@@ -431,7 +496,9 @@ def compare(name, maker, g, n_threads, reps):
         row["target"] = "<= 0.5 us/node"
         row["ok"] = row["ggml_py_us_per_node"] <= 0.5
     else:
-        bound = TARGETS.get(name.split()[-1]) if " " in name else None
+        words = name.split()
+        bound = (1.0 if words[0] == "mul_mat" or words[-1] in MIXES      # issue 30
+                 else TARGETS.get(words[-1]) if " " in name else None)
         if bound is not None:
             row["target"] = f"<= {bound:.1f}x"
             row["ok"] = row["ratio"] <= bound
@@ -450,6 +517,12 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=None, help="timed repetitions per graph")
     ap.add_argument("--quick", action="store_true", help="fewer graphs and repetitions")
     ap.add_argument("--only", help="only graphs whose name contains this")
+    ap.add_argument("--types", action="store_true",
+                    help="the weight-type models instead (llama in Q4_K_M, Q6_K, IQ4_NL)")
+    ap.add_argument("--mul-mat", metavar="TYPES",
+                    help="the MUL_MAT microbenchmark instead, for these comma-separated "
+                         "weight types ('all': every block type), 4096 x 4096 by 1/32/512 columns")
+    ap.add_argument("--columns", default="1,32,512", help="--mul-mat's column counts")
     ap.add_argument("--json", action="store_true", help="one JSON object per graph")
     a = ap.parse_args(argv)
     announce(a.json)
@@ -468,7 +541,13 @@ def main(argv=None):
               "before: ggml_py µs | before: ratio | logits NMSE |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     rows = []
-    for name, maker in graphs(a.quick):
+    if a.mul_mat:
+        types = ([t for t in quants.BLOCKS if t not in ("q8_1", "q8_K")] if a.mul_mat == "all"
+                 else a.mul_mat.split(","))
+        todo = mul_mat_graphs(types, columns=[int(c) for c in a.columns.split(",")])
+    else:
+        todo = type_graphs() if a.types else graphs(a.quick)
+    for name, maker in todo:
         if a.only and a.only not in name:
             continue
         r = compare(name, maker, g, a.threads, reps)
