@@ -1,11 +1,14 @@
-"""Op cases for the weight types ggml_py is gaining, computed by ggml 0.10.1's own CPU
-backend: tests/data/ops/types/{mul_mat,mul_mat_id,get_rows,cpy,set_rows}.json, in the
-op-case format of OPS_CASES.md (the conventions of tests/data/ops/*.json: names, desc
-strings in test-backend-ops style, init, base64 data, output, tolerance, compare).
+"""Op cases and model files for the weight types ggml_py is gaining, computed by ggml
+0.10.1's own CPU backend: tests/data/ops/types/{mul_mat,mul_mat_id,get_rows,cpy,set_rows}.json,
+in the op-case format of OPS_CASES.md (the conventions of tests/data/ops/*.json: names, desc
+strings in test-backend-ops style, init, base64 data, output, tolerance, compare), and
+tests/data/ops/models/llama_2L_{q4_K_M,q6_K,iq4_nl}.json, whole-model files in the format
+and conventions of llama_2L.json.
 
-    python bench/make_type_cases.py            # write the five files, then self-check them
+    python bench/make_type_cases.py            # write all eight files, then self-check them
     python bench/make_type_cases.py --check    # only the self-check of the files as they are
-    python bench/make_type_cases.py --out DIR  # write (and check) into DIR instead
+    python bench/make_type_cases.py --only models   # (or cases) only the model files
+    python bench/make_type_cases.py --out DIR --models-out DIR2   # write (and check) elsewhere
 
 Regenerate with `python bench/make_type_cases.py` (deterministic: seeded per case by the
 case's name; ggml 0.10.1 found as bench_vs_ggml.py finds it, --ggml-lib DIR).
@@ -26,6 +29,21 @@ Stored weights are ggml_quantize_chunk of uniform(-1, 1) values (uniform(-150, 1
 CPY's destinations, as test-backend-ops draws them); the output is what ggml's CPU backend
 computes on 1 thread (ggml_backend_cpu_init, tensors in the context's own memory, so no
 repacking). Tolerances are test-backend-ops' max_nmse_err of each test class.
+
+The model files: bench_vs_ggml.model_file('llama', n_layer=2, n_embd=256, n_tokens=6,
+seed=0, mix=...) in llama.cpp's Q4_K_M, Q6_K and IQ4_NL weight mixes (bench_vs_ggml.MIXES:
+Q4_K_M = q4_K with q6_K attn_v/ffn_down/output; Q6_K = all q6_K; IQ4_NL = iq4_nl with a
+q6_K output; the token table in the mix's type too; norms f32). Head size 64, 4/2 heads,
+n_ff 512, vocab 256 (model_file fixes those), so each file is 1.1 to 1.5 MB. The weights are
+ggml_quantize_chunk bytes of model_file's float32 values (model_file's own call of ggml_py's
+reference quantiser is compared with them and reported, not used); every call's op, type
+and ne, the logits and the checkpoints (token embeddings, each layer's output, the final
+norm) are what ggml's CPU backend computes on 1 thread for the calls built with ggml's own
+functions; tolerance NMSE 2e-3 as llama_2L.json's. The self-check rebuilds each model from
+its JSON in ggml (bit for bit, every call's op/type/ne), through ggml_py's model reader and
+Mirror where ggml_py can build it (bit for bit), and compares it with a float64 numpy forward
+pass of the dequantised weights (within the tolerance). The same check reproduces
+llama_2L.json bit for bit.
 
 The self-check (always run after writing) reads every case back from its file and
 rebuilds it in ggml: through ggml_py's case reader and bench_vs_ggml.Mirror where
@@ -98,6 +116,15 @@ class Lib:
                 (base, "ggml_view_4d", T, [P, T, I64, I64, I64, I64, SZ, SZ, SZ, SZ]),
                 (base, "ggml_permute", T, [P, T, I, I, I, I]),
                 (base, "ggml_transpose", T, [P, T]),
+                (base, "ggml_rms_norm", T, [P, T, ctypes.c_float]),
+                (base, "ggml_mul", T, [P, T, T]),
+                (base, "ggml_add", T, [P, T, T]),
+                (base, "ggml_reshape_3d", T, [P, T, I64, I64, I64]),
+                (base, "ggml_rope_ext", T, [P, T, T, T, I, I, I] + [ctypes.c_float] * 6),
+                (base, "ggml_soft_max_ext", T, [P, T, T, ctypes.c_float, ctypes.c_float]),
+                (base, "ggml_cont", T, [P, T]),
+                (base, "ggml_cont_2d", T, [P, T, I64, I64]),
+                (base, "ggml_swiglu_split", T, [P, T, T]),
                 (base, "ggml_backend_graph_compute", I, [P, P]),
                 (base, "ggml_backend_free", None, [P]),
                 (cpu, "ggml_backend_cpu_init", P, []),
@@ -675,10 +702,377 @@ def self_check(lib, lib_dir, paths):
     return n_bad == 0
 
 
+# ---------------------------------------------------------------------------
+# whole models: bench_vs_ggml.model_file's 'llama' structure in llama.cpp's weight mixes
+
+MODEL_DIR = os.path.join(HERE, "..", "tests", "data", "ops", "models")
+MODEL_MIXES = ("q4_K_M", "q6_K", "iq4_nl")
+MODEL_SHAPE = dict(n_layer=2, n_embd=256, n_tokens=6, seed=0)
+MODEL_TOLERANCE = 2e-3                      # llama_2L.json's (test_llama's)
+ROPE_MODES = {"GGML_ROPE_TYPE_NORMAL": 0, "GGML_ROPE_TYPE_NEOX": 2}
+MIX_NAMES = {"q4_K_M": "Q4_K_M", "q6_K": "Q6_K", "iq4_nl": "IQ4_NL"}
+
+# the model calls: their tensor count and their non-tensor arguments in C order
+MODEL_CALLS = {"ggml_get_rows": (2, []), "ggml_rms_norm": (1, ["eps"]),
+               "ggml_mul": (2, []), "ggml_add": (2, []), "ggml_mul_mat": (2, []),
+               "ggml_reshape_3d": (1, ["ne0", "ne1", "ne2"]),
+               "ggml_rope_ext": (3, ["n_dims", "mode", "n_ctx_orig", "freq_base", "freq_scale",
+                                     "ext_factor", "attn_factor", "beta_fast", "beta_slow"]),
+               "ggml_permute": (1, ["axis0", "axis1", "axis2", "axis3"]),
+               "ggml_soft_max_ext": (2, ["scale", "max_bias"]),
+               "ggml_transpose": (1, []), "ggml_cont": (1, []),
+               "ggml_cont_2d": (1, ["ne0", "ne1"]), "ggml_swiglu_split": (2, [])}
+
+
+class _QuantsShim:
+    """Stands in for bench_vs_ggml's `quants` while model_file draws a model: every
+    weight is stored as ggml's own ggml_quantize_chunk bytes of model_file's float32
+    values, and ggml_py's reference quantiser (quants.from_f32(cpu=False), what
+    model_file calls) is tried on the same values and compared with them."""
+
+    def __init__(self, lib, real):
+        self.lib, self.real, self.log = lib, real, []
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def from_f32(self, type_name, x, cpu=True, out=None):
+        if cpu or out is not None or type_name in PLAIN:
+            raise ValueError(f"model_file asked for from_f32({type_name}, cpu={cpu})")
+        x = np.ascontiguousarray(x, np.float32)
+        ref = self.lib.q.quantize_chunk(type_name, x)
+        try:
+            ours = np.ascontiguousarray(self.real.from_f32(type_name, x, cpu=False))
+            ours = ours.view(np.uint8).reshape(ref.shape)
+            n_diff = int(np.count_nonzero(ours != ref))
+            why = "" if n_diff == 0 else f"{n_diff} of {ref.size} bytes differ"
+        except Exception as e:                               # noqa: BLE001
+            n_diff, why = -1, f"{type(e).__name__}: {e}"
+        self.log.append({"type": type_name, "values": x, "same": n_diff == 0, "why": why})
+        return ref
+
+
+def _weight_range(name, ne0):
+    if name == "tok_embd":
+        return -1.0, 1.0
+    if name.endswith("norm"):
+        return 0.8, 1.2
+    a = float(np.sqrt(3.0 / ne0))
+    return -a, a
+
+
+def model_spec(lib, mix):
+    """The model file of mix `mix` without its results: weights (ggml_quantize_chunk
+    bytes), inputs, calls (without op/type/ne yet); and the quantiser comparison."""
+    import bench_vs_ggml as bvg
+    shim = _QuantsShim(lib, bvg.quants)
+    bvg.quants = shim
+    try:
+        m = bvg.model_file("llama", mix=mix, **MODEL_SHAPE)
+    finally:
+        bvg.quants = shim.real
+    n_layer, E, T = MODEL_SHAPE["n_layer"], MODEL_SHAPE["n_embd"], MODEL_SHAPE["n_tokens"]
+    hd = 16 if E <= 64 else 64
+    H, V = E // hd, 256
+    Hkv = max(1, H // 2)
+    weights, log, quant_report = [], iter(shim.log), []
+    for w in m["weights"]:
+        arr = w["array"]
+        lo, hi = _weight_range(w["name"], w["ne"][0])
+        if w["type"] != "f32":
+            entry = next(log)
+            assert entry["type"] == w["type"]
+            vals = entry["values"]
+            quant_report.append((w["name"], w["type"], entry["same"], entry["why"]))
+        else:
+            vals = arr
+        assert lo <= float(vals.min()) and float(vals.max()) <= hi, w["name"]
+        weights.append({"name": w["name"], "type": w["type"], "ne": w["ne"],
+                        "init": f"uniform({lo:g}, {hi:g})", "data": b64(arr)})
+    assert next(log, None) is None
+    inits = {"tokens": f"random token ids in [0, {V})", "pos": f"positions 0..{T - 1}",
+             "kq_mask": "causal: 0 if key <= query else -inf"}
+    inputs = [{"name": i["name"], "type": i["type"], "ne": i["ne"], "init": inits[i["name"]],
+               "data": b64(i["array"])} for i in m["inputs"]]
+    types = {w["name"]: w["type"] for w in weights}
+    wt = {k: types[f"blk.0.{k}"] for k in ("attn_q", "attn_k", "attn_v", "attn_output",
+                                            "ffn_gate", "ffn_up", "ffn_down")}
+    wt = {"tok_embd": types["tok_embd"], **wt, "output": types["output"]}
+    by_type = {}
+    for k, t in wt.items():
+        by_type.setdefault(t, []).append(k)
+    mix_desc = ", ".join(f"{t} {'/'.join(ks)}" for t, ks in by_type.items())
+    rope = next(c["args"] for c in m["calls"] if c["call"] == "ggml_rope_ext")
+    config = {"n_layer": n_layer, "n_embd": E, "n_head": H, "n_head_kv": Hkv, "n_ff": 2 * E,
+              "n_vocab": V, "n_tokens": T, "rms_eps": 1e-05, "n_ctx_orig": rope["n_ctx_orig"],
+              "freq_base": rope["freq_base"], "freq_scale": rope["freq_scale"],
+              "ext_factor": rope["ext_factor"], "attn_factor": rope["attn_factor"],
+              "beta_fast": rope["beta_fast"], "beta_slow": rope["beta_slow"],
+              "embd_type": types["tok_embd"], "pos0": 0, "moe": False,
+              "rope_mode": rope["mode"], "mask_type": "f32", "n_embd_head": hd,
+              "n_embd_gqa": Hkv * hd, "n_rot": hd, "kq_scale": 1.0 / float(np.sqrt(hd)),
+              "mix": MIX_NAMES[mix], "weight_types": wt,
+              "weight_init": "tok_embd uniform(-1,1); norm weights uniform(0.8,1.2); every other "
+                             "matrix uniform(-a,a) with a = sqrt(3/fan_in) (fan_in = ne0); block "
+                             "types stored as ggml_quantize_chunk of those float32 values (no "
+                             "importance matrix); bench_vs_ggml.model_file('llama', 2, 256, 6, "
+                             f"seed=0, mix='{mix}')"}
+    calls = [{"call": c["call"], "args": c["args"], "inputs": c["inputs"], "result": c["result"]}
+             for c in m["calls"]]
+    desc = (f"llama-style {n_layer}-layer decoder, GQA {H}/{Hkv} heads (head size {hd}), NORMAL "
+            f"rope, swiglu FFN, {T} tokens, in llama.cpp's {MIX_NAMES[mix]} weight mix "
+            f"({mix_desc}; norms f32)")
+    spec = {"name": f"llama_{n_layer}L_{mix}", "desc": desc, "config": config,
+            "weights": weights, "inputs": inputs, "calls": calls,
+            "output": {"name": m["output"]["name"]},
+            "checkpoints": [{"name": n} for n in
+                            ["inp_embd"] + [f"l{i}.out" for i in range(n_layer)] + ["result_norm"]],
+            "tolerance": MODEL_TOLERANCE, "compare": "nmse"}
+    return spec, quant_report
+
+
+def _model_call(lib, ctx, c, ins):
+    n_t, names = MODEL_CALLS[c["call"]]
+    args = c.get("args") or {}
+    if len(ins) != n_t or sorted(args) != sorted(names):
+        raise ValueError(f"{c['result']}: {c['call']} takes {n_t} tensors and args {names}")
+    vals = [ROPE_MODES[args[k]] if k == "mode" else args[k] for k in names]
+    return getattr(lib, c["call"])(ctx, *ins, *vals)
+
+
+def compute_model_in_ggml(lib, model):
+    """Build a model file straight from its JSON with ggml's functions, compute it on
+    ggml's CPU backend (1 thread): ({result: (op, type, ne)}, {output/checkpoint name:
+    {type, ne, op, op_params, data}})."""
+    size = 1 << 22
+    for s in model["weights"] + model["inputs"]:
+        size += lib.row_bytes(s["type"], s["ne"][0]) * s["ne"][1] * s["ne"][2] * s["ne"][3] + 256
+    for c in model["calls"]:
+        size += 4 * int(np.prod(c.get("ne") or [1 << 16])) + 256
+    n_t = len(model["weights"]) + len(model["inputs"]) + len(model["calls"]) + 16
+    size += n_t * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead_custom(1024, False)
+    ctx = lib.ggml_init(InitParams(size, None, False))
+    backend = lib.ggml_backend_cpu_init()
+    try:
+        lib.ggml_backend_cpu_set_n_threads(backend, 1)
+        env, meta = {}, {}
+        for s in model["weights"] + model["inputs"]:
+            t = lib.ggml_new_tensor(ctx, IDS[s["type"]], 4, (ctypes.c_int64 * 4)(*s["ne"]))
+            raw = base64.b64decode(s["data"])
+            if len(raw) != lib.ggml_nbytes(t):
+                raise ValueError(f"{model['name']}: {s['name']}: {len(raw)} bytes, "
+                                 f"ggml_nbytes {lib.ggml_nbytes(t)}")
+            ctypes.memmove(t.contents.data, raw, len(raw))
+            env[s["name"]] = t
+        for c in model["calls"]:
+            ins = [None if n is None else env[n] for n in c["inputs"]]
+            t = _model_call(lib, ctx, c, ins)
+            tc = t.contents
+            meta[c["result"]] = (lib.ggml_op_name(tc.op).decode(), type_name_of(tc.type), list(tc.ne))
+            env[c["result"]] = t
+        names = [model["output"]["name"]] + [cp["name"] for cp in model["checkpoints"]]
+        graph = lib.ggml_new_graph_custom(ctx, 1024, False)
+        for n in names:
+            lib.ggml_build_forward_expand(graph, env[n])
+        if lib.ggml_backend_graph_compute(backend, graph) != 0:
+            raise RuntimeError(f"{model['name']}: ggml_backend_graph_compute failed")
+        results = {}
+        for n in names:
+            c = env[n].contents
+            results[n] = {"type": type_name_of(c.type), "ne": list(c.ne),
+                          "op": lib.ggml_op_name(c.op).decode(), "op_params": list(c.op_params),
+                          "data": base64.b64encode(read_logical(lib, env[n])).decode()}
+        return meta, results
+    finally:
+        lib.ggml_backend_free(backend)
+        lib.ggml_free(ctx)
+
+
+def finish_model(lib, spec):
+    """The model file: spec plus each call's op/type/ne and the output and checkpoints
+    as ggml computed them."""
+    meta, res = compute_model_in_ggml(lib, spec)
+    for c in spec["calls"]:
+        c["op"], c["type"], c["ne"] = meta[c["result"]]
+    o = res[spec["output"]["name"]]
+    spec["output"] = {"name": spec["output"]["name"], "type": o["type"], "ne": o["ne"],
+                      "op": o["op"], "op_params": o["op_params"], "data": o["data"]}
+    spec["checkpoints"] = [{"name": cp["name"], "type": res[cp["name"]]["type"],
+                            "ne": res[cp["name"]]["ne"], "data": res[cp["name"]]["data"]}
+                           for cp in spec["checkpoints"]]
+    return spec
+
+
+def dump_model(m):
+    """The layout of tests/data/ops/models/*.json: indent 1, one line per call."""
+    parts = []
+    for k, v in m.items():
+        if k in ("weights", "inputs", "checkpoints"):
+            s = "[\n" + ",\n".join("  " + _dump(x, 2) for x in v) + "\n ]"
+        elif k == "calls":
+            s = "[\n" + ",\n".join("  " + json.dumps(c) for c in v) + "\n ]"
+        elif isinstance(v, dict):
+            s = _dump(v, 1, k)
+        else:
+            s = json.dumps(v)
+        parts.append(f" {json.dumps(k)}: {s}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
+def make_models(lib, out_dir):
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    for mix in MODEL_MIXES:
+        spec, report = model_spec(lib, mix)
+        model = finish_model(lib, spec)
+        path = os.path.join(out_dir, model["name"] + ".json")
+        with open(path, "w") as f:
+            f.write(dump_model(model))
+        paths.append(path)
+        same = [r for r in report if r[2]]
+        print(f"wrote {os.path.relpath(path)}: {os.path.getsize(path):,} bytes; ggml_py's "
+              f"reference quantiser gives ggml_quantize_chunk's bytes for {len(same)} of "
+              f"{len(report)} quantised weights (stored: ggml's bytes)")
+        for name, t, ok, why in report:
+            if not ok:
+                print(f"  {name} ({t}): {why}")
+    return paths
+
+
+# -- the models' self-check -------------------------------------------------
+
+def _model_weights(lib, model):
+    """{name: float64 values [ne1, ne0]} through ggml's to_float."""
+    out = {}
+    for s in model["weights"]:
+        raw = _decode(lib, s["type"], s["ne"], s["data"])
+        vals = raw if s["type"] in PLAIN else lib.q.to_float(s["type"], raw)
+        out[s["name"]] = np.asarray(vals, np.float64).reshape(s["ne"][1], s["ne"][0])
+    return out
+
+
+def numpy_forward(lib, model):
+    """{name: float64 values} of the output and checkpoints: the llama forward pass in
+    float64 numpy on the dequantised weights (no activation quantisation)."""
+    cfg = model["config"]
+    W = _model_weights(lib, model)
+    ins = {s["name"]: _decode(lib, s["type"], s["ne"], s["data"]).reshape(-1, s["ne"][0])
+           for s in model["inputs"]}
+    tokens, pos, mask = ins["tokens"][0], ins["pos"][0], ins["kq_mask"].astype(np.float64)
+    E, H, Hkv, hd, eps = cfg["n_embd"], cfg["n_head"], cfg["n_head_kv"], cfg["n_embd_head"], cfg["rms_eps"]
+    T = len(tokens)
+    assert cfg["rope_mode"] == "GGML_ROPE_TYPE_NORMAL" and cfg["ext_factor"] == 0 and cfg["freq_scale"] == 1
+
+    def rms(x, w):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w[0]
+
+    def rope(x):                                            # [T, heads, hd], NORMAL
+        i = np.arange(hd // 2)
+        theta = pos[:, None].astype(np.float64) * cfg["freq_base"] ** (-2.0 * i / hd)
+        c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        y = np.empty_like(x)
+        y[..., 0::2], y[..., 1::2] = x0 * c - x1 * s, x0 * s + x1 * c
+        return y
+
+    out = {}
+    x = W["tok_embd"][tokens]
+    out["inp_embd"] = x
+    for il in range(cfg["n_layer"]):
+        p = f"blk.{il}."
+        h = rms(x, W[p + "attn_norm"])
+        q = rope((h @ W[p + "attn_q"].T).reshape(T, H, hd))
+        k = rope((h @ W[p + "attn_k"].T).reshape(T, Hkv, hd))
+        v = (h @ W[p + "attn_v"].T).reshape(T, Hkv, hd)
+        att = np.empty((T, H, hd))
+        for hh in range(H):
+            kv = hh // (H // Hkv)
+            sc = q[:, hh] @ k[:, kv].T * cfg["kq_scale"] + mask
+            sc = np.exp(sc - sc.max(axis=1, keepdims=True))
+            att[:, hh] = (sc / sc.sum(axis=1, keepdims=True)) @ v[:, kv]
+        x = x + att.reshape(T, E) @ W[p + "attn_output"].T
+        h = rms(x, W[p + "ffn_norm"])
+        g, u = h @ W[p + "ffn_gate"].T, h @ W[p + "ffn_up"].T
+        x = x + (g / (1 + np.exp(-g)) * u) @ W[p + "ffn_down"].T
+        out[f"l{il}.out"] = x
+    out["result_norm"] = rms(x, W["output_norm"])
+    out["logits"] = out["result_norm"] @ W["output"].T
+    return out
+
+
+def mirror_model_bytes(lib_dir, path):
+    """{name: base64} of the output and checkpoints through ggml_py's model reader
+    (bench_vs_ggml.load_model_file, build_model) and Mirror, or None with the reason
+    when ggml_py cannot build the model yet."""
+    from bench_vs_ggml import Ggml, Mirror, build_model, load_model_file, mirror_order
+    from ggml_py.backends.cpu import CPUBackend
+    try:
+        model = load_model_file(path)
+        graph, out, alloc = build_model(model, CPUBackend(n_threads=1))
+    except Exception as e:                                   # noqa: BLE001
+        return None, f"{type(e).__name__}: {e}"
+    names = [model["output"]["name"]] + [cp["name"] for cp in model["checkpoints"]]
+    by_name = {t.name: t for t in mirror_order(graph)}
+    m = Mirror(Ggml(lib_dir), graph, 1)
+    try:
+        m.compute()
+        return {n: base64.b64encode(m.values(by_name[n]).tobytes()).decode() for n in names}, ""
+    finally:
+        m.close()
+
+
+def check_models(lib, lib_dir, paths):
+    n_bad = 0
+    for path in paths:
+        with open(path) as f:
+            model = json.load(f)
+        problems, notes = [], []
+        meta, res = compute_model_in_ggml(lib, model)
+        for c in model["calls"]:
+            if list(meta[c["result"]]) != [c["op"], c["type"], c["ne"]]:
+                problems.append(f"direct rebuild: {c['result']} is {meta[c['result']]}")
+        targets = [model["output"]] + model["checkpoints"]
+        o = model["output"]
+        r = res[o["name"]]
+        if [r["type"], r["ne"], r["op"], r["op_params"]] != [o["type"], o["ne"], o["op"], o["op_params"]]:
+            problems.append("direct rebuild: output type/ne/op/op_params differ")
+        for t in targets:
+            if res[t["name"]]["data"] != t["data"]:
+                problems.append(f"direct rebuild: {t['name']} differs")
+        mres, why = mirror_model_bytes(lib_dir, path)
+        if mres is None:
+            notes.append(f"Mirror: ggml_py cannot build it ({why})")
+        else:
+            for t in targets:
+                if mres[t["name"]] != t["data"]:
+                    problems.append(f"Mirror: {t['name']} differs")
+            notes.append("Mirror: bit for bit")
+        ref = numpy_forward(lib, model)
+        errs = []
+        for t in targets:
+            got = _decode(lib, t["type"], t["ne"], t["data"])
+            err = _nmse(ref[t["name"]], got)
+            errs.append(f"{t['name']} {err:.2g}")
+            if not err <= model["tolerance"]:
+                problems.append(f"independent: {t['name']} nmse {err:.3g} vs float64 numpy")
+        notes.append("float64 numpy nmse: " + ", ".join(errs))
+        status = "OK  " if not problems else "FAIL"
+        print(f"{status} {model['name']} ({os.path.getsize(path):,} bytes): direct rebuild "
+              f"{'bit for bit' if not any(p.startswith('direct') for p in problems) else 'DIFFERS'}; "
+              + "; ".join(notes) + ("" if not problems else "\n     " + "; ".join(problems)))
+        n_bad += bool(problems)
+    print(f"\nmodel self-check: {len(paths) - n_bad} OK, {n_bad} failed")
+    return n_bad == 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ggml-lib", help="folder of ggml 0.10.1's shared libraries")
     ap.add_argument("--out", default=OUT_DIR, help="output folder (default tests/data/ops/types)")
+    ap.add_argument("--models-out", default=MODEL_DIR,
+                    help="output folder of the model files (default tests/data/ops/models)")
+    ap.add_argument("--only", choices=("cases", "models"),
+                    help="only the op cases or only the model files")
     ap.add_argument("--check", action="store_true", help="only self-check the existing files")
     a = ap.parse_args(argv)
     lib_dir = find_ggml(a.ggml_lib)
@@ -686,17 +1080,27 @@ def main(argv=None):
         print(HOW_TO_GET_GGML, file=sys.stderr)
         return 2
     lib = Lib(lib_dir)
-    fams = ("mul_mat", "mul_mat_id", "get_rows", "cpy", "set_rows")
-    if a.check:
-        paths = [os.path.join(a.out, f + ".json") for f in fams]
-    else:
-        files = make_all(lib)
-        paths = write_files(files, a.out)
-        for p in paths:
-            with open(p) as f:
-                n = len(json.load(f))
-            print(f"wrote {os.path.relpath(p)}: {n} cases, {os.path.getsize(p):,} bytes")
-    return 0 if self_check(lib, lib_dir, paths) else 1
+    ok = True
+    if a.only != "models":
+        fams = ("mul_mat", "mul_mat_id", "get_rows", "cpy", "set_rows")
+        if a.check:
+            paths = [os.path.join(a.out, f + ".json") for f in fams]
+        else:
+            files = make_all(lib)
+            paths = write_files(files, a.out)
+            for p in paths:
+                with open(p) as f:
+                    n = len(json.load(f))
+                print(f"wrote {os.path.relpath(p)}: {n} cases, {os.path.getsize(p):,} bytes")
+        ok &= self_check(lib, lib_dir, paths)
+    if a.only != "cases":
+        if a.check:
+            paths = [os.path.join(a.models_out, f"llama_{MODEL_SHAPE['n_layer']}L_{mix}.json")
+                     for mix in MODEL_MIXES]
+        else:
+            paths = make_models(lib, a.models_out)
+        ok &= check_models(lib, lib_dir, paths)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
