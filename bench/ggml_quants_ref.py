@@ -111,6 +111,8 @@ class GgmlQuants:
         return out
 
     def to_float(self, type_name, raw):
+        if not self.traits(type_name).to_float:
+            raise ValueError(f"ggml has no to_float for {type_name}")
         raw = np.ascontiguousarray(raw, dtype=np.uint8)
         qk, size = self.block(type_name)
         n = raw.shape[-1] // size * qk

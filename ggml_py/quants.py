@@ -1,17 +1,22 @@
-"""Element types of ggml in numpy: f16/bf16 rounding and the q8_0 / q4_0 block formats.
+"""Element types of ggml in numpy: f16/bf16 rounding and every block format the CPU
+executor computes with (q4_0 ... q8_0, q2_K ... q6_K, q8_K, iq4_nl, iq4_xs, mxfp4).
 
-Layouts follow ggml-common.h: a q8_0 block is an f16 scale then 32 int8 values
-(34 bytes); a q4_0 block is an f16 scale then 16 bytes holding 32 4-bit values
-(low nibbles are elements 0..15, high nibbles 16..31), value = (q - 8) * d.
+Layouts follow ggml-common.h; a row of a block type is its blocks' bytes (rows are the
+last axis of the arrays here). A q8_0 block is an f16 scale then 32 int8 values (34
+bytes); a q4_0 block is an f16 scale then 16 bytes holding 32 4-bit values (low nibbles
+are elements 0..15, high nibbles 16..31), value = (q - 8) * d.
 
-Two q8_0 quantisers exist in ggml and both are here:
-  * the reference one (``quantize_row_q8_0_ref``, used by ``ggml_quantize_chunk``):
-    scale factor 1/d, rounding halves away from zero;
-  * the CPU backend's one (x86 AVX2 ``quantize_row_q8_0``, used by CPY / SET_ROWS
-    into q8_0 and for the activations of a q8_0 MUL_MAT): 127/max, halves to even.
+Every block type has two quantisers in ggml and both are here (``quantize``):
+  * the reference one (``quantize_row_*_ref``, what ``ggml_quantize_chunk`` runs without
+    an importance matrix): ``cpu=False``;
+  * the CPU backend's (its type traits' ``from_float``: CPY / SET_ROWS into the type and
+    the activations of a MUL_MAT): ``cpu=True``. For q8_0 it uses 127/max and rounds
+    halves to even where the reference one rounds x/d halves away from zero; for iq4_nl
+    it is a one-pass quantiser, for most others the same as the reference.
+Dequantisation is ggml's to_float, bit for bit.
 
-The conversions themselves are the C kernels of ggml_py._quants (typed Cython,
-GIL released); this module names them and dispatches on ggml type names. f16
+The conversions themselves are the C kernels of ggml_py._quants (the CPU executor's
+own, GIL released); this module names them and dispatches on ggml type names. f16
 conversions follow ggml's x86 CPU path (F16C): exact widening, round to nearest
 even, NaNs come out quiet.
 """
@@ -19,7 +24,7 @@ even, NaNs come out quiet.
 import numpy as np
 
 from ggml_py import _quants
-from ggml_py._core import TYPE_IDS
+from ggml_py._core import TYPE_IDS, TYPE_NAMES, _TYPE_LAYOUT
 from ggml_py.errors import NotSupportedError, UnknownNameError
 from ggml_py._quants import (f16_to_f32, f32_to_f16, round_f16, round_bf16, quantize_q8_0,
                              dequantize_q8_0, round_q8_0, quantize_q4_0, dequantize_q4_0)
@@ -38,7 +43,11 @@ PLAIN_DTYPES = {
     "i64": np.dtype("<i8"), "bf16": np.dtype("<u2"),
 }
 
-BLOCKS = {"q8_0": (QK8_0, BLOCK_Q8_0), "q4_0": (QK4_0, BLOCK_Q4_0)}
+# (elements, numpy dtype of one block) of each block type with conversions: the
+# structured dtypes above for q8_0 / q4_0, raw bytes for the others
+BLOCKS = {TYPE_NAMES[i]: (qk, {"q8_0": BLOCK_Q8_0, "q4_0": BLOCK_Q4_0}.get(
+              TYPE_NAMES[i], np.dtype((np.void, size))))
+          for i in _quants.block_types() for qk, size in [_TYPE_LAYOUT[TYPE_NAMES[i]]]}
 
 
 def is_quantized(type_name):
@@ -78,30 +87,30 @@ def bf16_bits_to_f32(b, out=None):
 # block types: quantize_q8_0(x, cpu=False), dequantize_q8_0(raw), round_q8_0(x),
 # quantize_q4_0(x), dequantize_q4_0(raw) come from _quants; rows are the last axis
 
-def _quantize_q4_0(x, cpu=True, out=None):
-    return quantize_q4_0(x, out=out)       # the CPU backend has no quantiser of its own
-
-
-_QUANT = {"q8_0": quantize_q8_0, "q4_0": _quantize_q4_0}
-_DEQUANT = {"q8_0": dequantize_q8_0, "q4_0": dequantize_q4_0}
-
-
 def quantize(type_name, x, cpu=True, out=None):
-    """float32 rows -> bytes of `type_name` rows."""
-    return _conversion(_QUANT, type_name, "quantiser")(x, cpu=cpu, out=out)
+    """float32 rows -> bytes of `type_name` rows: ggml-cpu's quantiser (cpu=True) or
+    ggml's reference one (cpu=False, as ggml_quantize_chunk)."""
+    return _quants.quantize_blocks(_block_type(type_name, "quantiser"), x, cpu=cpu, out=out)
 
 
 def dequantize(type_name, raw, out=None):
     """bytes of `type_name` rows (last axis) -> float32 rows."""
-    return _conversion(_DEQUANT, type_name, "dequantiser")(raw, out=out)
+    return _quants.dequantize_blocks(_block_type(type_name, "dequantiser"), raw, out=out)
 
 
-def _conversion(table, type_name, what):
-    if isinstance(type_name, str) and type_name in table:
-        return table[type_name]
-    cls = NotSupportedError if isinstance(type_name, str) and type_name in TYPE_IDS \
+def vec_dot_type(type_name):
+    """The type ggml-cpu converts src1 of a MUL_MAT to for weights of `type_name`."""
+    if type_name in ("f32", "f16", "bf16"):
+        return type_name
+    return TYPE_NAMES[_quants.vec_dot_type(_block_type(type_name, "vec_dot type"))]
+
+
+def _block_type(type_name, what):
+    if isinstance(type_name, str) and type_name in BLOCKS:
+        return TYPE_IDS[type_name]
+    cls = NotSupportedError if isinstance(type_name, str) and type_name in TYPE_NAMES \
         else UnknownNameError
-    raise cls(f"no {what} for type {type_name!r}; ggml_py has them for {', '.join(table)}")
+    raise cls(f"no {what} for type {type_name!r}; ggml_py has them for {', '.join(BLOCKS)}")
 
 
 def to_f32(type_name, arr, out=None):
@@ -142,8 +151,11 @@ def vec_dot_round(type_name, x, out=None):
         return round_f16(x, out=out)
     if type_name == "bf16":
         return round_bf16(x, out=out)
-    if type_name in BLOCKS:          # q8_0 and q4_0 both dot with q8_0 activations
-        return round_q8_0(x, out=out)
+    if type_name in BLOCKS:
+        v = vec_dot_type(type_name)
+        if v == "q8_0":
+            return round_q8_0(x, out=out)
+        return dequantize(v, quantize(v, x, cpu=True), out=out)
     if out is not None:
         out[...] = x
         return out

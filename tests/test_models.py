@@ -265,14 +265,14 @@ def test_gguf_smaller_context_and_tied_output(tmp_path):
 def test_gguf_rejects_unsupported_type_and_arch(tmp_path):
     gguf = pytest.importorskip("gguf")
     from ggml_py.models.gguf import GGUFError, load_gguf
-    cfg = ModelConfig(**SMALL, wtype="f32")
+    cfg = ModelConfig(**{**SMALL, "n_embd": 256}, wtype="f32")
     weights = dict(Model.random(cfg).weights)
-    # q4_1 blocks (20 bytes per 32 values): a type the models do not compute
+    # tq2_0 blocks (66 bytes per 256 values): a type the models do not compute
     rows = cfg.n_embd
-    weights["blk.1.attn_q.weight"] = ("q4_1", np.zeros((rows, cfg.n_embd // 32 * 20), np.uint8))
-    path = str(tmp_path / "q41.gguf")
+    weights["blk.1.attn_q.weight"] = ("tq2_0", np.zeros((rows, cfg.n_embd // 256 * 66), np.uint8))
+    path = str(tmp_path / "tq20.gguf")
     _write(gguf, path, cfg, weights)
-    with pytest.raises(GGUFError, match=r"blk\.1\.attn_q\.weight.*Q4_1"):
+    with pytest.raises(GGUFError, match=r"blk\.1\.attn_q\.weight.*TQ2_0"):
         load_gguf(path)
     other = str(tmp_path / "gpt2.gguf")
     w = gguf.GGUFWriter(other, "gpt2")
@@ -331,7 +331,7 @@ def test_gguf_damaged_files_are_clear_errors(tmp_path):
 
 
 def _write(gguf, path, cfg, weights):
-    """A llama GGUF with these weights (stored forms; q4_1 allowed, for the error test)."""
+    """A llama GGUF with these weights (stored forms; any block type, for the error test)."""
     w = gguf.GGUFWriter(path, "llama")
     w.add_context_length(cfg.n_ctx)
     w.add_embedding_length(cfg.n_embd)
@@ -341,7 +341,7 @@ def _write(gguf, path, cfg, weights):
     w.add_head_count_kv(cfg.n_head_kv)
     w.add_layer_norm_rms_eps(cfg.eps)
     for name, (t, stored) in weights.items():
-        if t in ("q8_0", "q4_0", "q4_1"):
+        if t not in ("f32", "f16"):
             w.add_tensor(name, stored, raw_dtype=getattr(gguf.GGMLQuantizationType, t.upper()))
         else:
             w.add_tensor(name, stored)

@@ -337,9 +337,9 @@ def test_quants_dispatch():
     out = np.empty((3, 68), np.uint8)
     assert quants.from_f32("q8_0", x, out=out) is out
     with pytest.raises(NotImplementedError):
-        quants.quantize("q4_1", x)
+        quants.quantize("iq2_xxs", x)
     with pytest.raises(NotImplementedError):
-        quants.dequantize("q4_1", out)
+        quants.dequantize("iq2_xxs", out)
 
 
 def test_q8_0_degenerate_block():

@@ -13,7 +13,9 @@ from ggml_py.errors import GraphError, ModelError, UnknownNameError
 from ggml_py.ops import ROPE_TYPES, rope_mode_id
 
 FFN_KINDS = ("dense", "moe_dense", "moe_topk", "moe_shared")
-WEIGHT_TYPES = ("f32", "f16", "q8_0", "q4_0")
+# the types a weight may have: those MUL_MAT reads as src0 (the vec_dot types q8_1 and
+# q8_K only ever hold activations)
+WEIGHT_TYPES = ("f32", "f16", "bf16") + tuple(t for t in quants.BLOCKS if t not in ("q8_1", "q8_K"))
 CACHE_TYPES = ("f16", "f32")
 ROPE_MODES = ("NORMAL", "NEOX")     # (GGML_ROPE_TYPE_ spellings and any case too)
 MAX_LAYERS = 512                    # llama.cpp's LLAMA_MAX_LAYERS

@@ -2,7 +2,8 @@
 
 `load_gguf(path)` reads a llama-architecture file (dense, or Mixtral-style MoE when it
 has experts) into a `Model`: its metadata becomes the ModelConfig, its tensors the
-weights (f32, f16, q8_0 and q4_0; any other type is an error naming the tensor).
+weights (f32, f16, bf16 and every block type ggml_py computes with: q4_0 ... q8_0,
+q2_K ... q6_K, iq4_nl, iq4_xs, mxfp4; any other type is an error naming the tensor).
 `save_gguf(model, path)` writes such a file, which is how the tests make one.
 """
 
@@ -14,12 +15,13 @@ import numpy as np
 
 from ggml_py._core import instance_arg
 from ggml_py.errors import ArgumentTypeError, ModelError
-from ggml_py.models.transformer import Model, ModelConfig, weight_shapes
+from ggml_py import quants
+from ggml_py.models.transformer import WEIGHT_TYPES, Model, ModelConfig, weight_shapes
 
 ARCH = "llama"
 
 # GGMLQuantizationType names -> ggml_py type names, for the types the models compute
-_TYPES = {"F32": "f32", "F16": "f16", "Q8_0": "q8_0", "Q4_0": "q4_0"}
+_TYPES = {t.upper(): t for t in WEIGHT_TYPES}
 
 
 def _gguf():
@@ -196,7 +198,7 @@ def save_gguf(model: Model, path) -> None:
     qtypes = {v: getattr(gguf.GGMLQuantizationType, k) for k, v in _TYPES.items()}
     for name in weight_shapes(cfg):
         t, stored = model.weights[name]
-        if t in ("q8_0", "q4_0"):
+        if quants.is_quantized(t) or t == "bf16":
             w.add_tensor(name, np.ascontiguousarray(stored, dtype=np.uint8), raw_dtype=qtypes[t])
         else:
             w.add_tensor(name, np.ascontiguousarray(stored))

@@ -8,9 +8,10 @@
 //   gp_quantize_row_T(x, y, n)       ggml-cpu's from_float (x86 build): what CPY / SET_ROWS
 //                                    write and how src1 of a MUL_MAT becomes the vec_dot type
 // and the weight types a dot product with their vec_dot type (ggml-cpu's type traits):
-//   gp_vec_dot_T_V_baseline / _avx2(n, s, x, y)
+//   gp_vec_dot_T_V_baseline / _avx2 / _avx512(n, s, x, y)
 //                                    *s = row x (n values of T) . row y (n values of V)
-// The _avx2 ones sum in the order of ggml's x86 AVX2 vec_dot, so that they give its bits;
+// The _avx2 ones sum in the order of ggml's x86 AVX2 vec_dot, so that they give its bits
+// (_avx512: the same code compiled with AVX-512's encodings, the same bits);
 // the _baseline ones (any CPU) follow ggml's generic C code. Files: quants-legacy.c and
 // quants-k.c hold the conversions, dot-legacy.c and dot-k.c the dots (compiled once per
 // instruction set, as simd.c).
@@ -61,7 +62,8 @@ typedef void (*gp_vec_dot_fn)(int64_t n, float * s, const void * x, const void *
 // the dot of a weight type T with its vec_dot type V, per instruction set
 #define GP_BLOCK_DOT(T, V)                                                                    \
     void gp_vec_dot_##T##_##V##_baseline(int64_t n, float * s, const void * x, const void * y); \
-    void gp_vec_dot_##T##_##V##_avx2(int64_t n, float * s, const void * x, const void * y);
+    void gp_vec_dot_##T##_##V##_avx2(int64_t n, float * s, const void * x, const void * y);     \
+    void gp_vec_dot_##T##_##V##_avx512(int64_t n, float * s, const void * x, const void * y);
 
 GP_BLOCK_CONVERSIONS(q4_1)
 GP_BLOCK_CONVERSIONS(q5_0)

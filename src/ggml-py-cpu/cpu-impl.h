@@ -206,8 +206,6 @@ static inline int gp_next_row(gp_row_iter * it) {
     return 1;
 }
 
-static inline int gp_is_quant(int type) { return type == GP_TYPE_Q8_0 || type == GP_TYPE_Q4_0; }
-
 // per-thread float scratch rows in the work buffer: a kernel using scratch(p, n, slot)
 // (slot < 4) asks for SCRATCH_WSIZE(nth, n) bytes
 static inline size_t scratch_bytes(int64_t n) { return gp_pad((size_t)n * sizeof(float)); }
@@ -216,8 +214,12 @@ static inline float * scratch(const gp_params * p, int64_t n, int slot) {
 }
 #define SCRATCH_WSIZE(nth, n) ((size_t)(nth) * 4 * scratch_bytes(n))
 
+// ---------------------------------------------------------------------------
+// element types (types.c)
+
 size_t  gp_type_size(int type);            // bytes per element (per block for q types)
 int64_t gp_blck_size(int type);            // elements per block (1 for plain types)
+int     gp_is_quant(int type);             // a block type
 size_t  gp_row_size(int type, int64_t ne);
 int     gp_same_shape(const gp_tensor * a, const gp_tensor * b);
 int     gp_is_contiguous(const gp_tensor * t);
@@ -225,7 +227,7 @@ int     gp_is_contiguous(const gp_tensor * t);
 // A row of a float type as float32: x itself when it is packed f32, else tmp[n] filled
 // (nb0 is the element stride of a plain type; block types are packed).
 const float * gp_load_row(int type, const char * x, size_t nb0, int64_t n, float * tmp);
-// float32 values into a row of a float type (CPU quantiser for q8_0)
+// float32 values into a row of a float type (block types: ggml-cpu's quantiser)
 void gp_store_row(int type, char * y, size_t nb0, const float * x, int64_t n);
 
 // ---------------------------------------------------------------------------
@@ -251,12 +253,29 @@ typedef struct gp_simd {
     void (*round_f16)(const float * x, float * y, int64_t n);
     double (*exp_sum)(const float * x, float * y, int64_t n, float max);   // y = exp(x - max)
     void (*silu_mul)(const float * x, const float * g, float * y, int64_t n);  // silu(x) * g
+    gp_vec_dot_fn vec_dot[GP_TYPE_COUNT];   // weights read by a vec_dot (block-quants.h),
+                                            // by type; NULL for the others
 } gp_simd;
 
 extern const gp_simd gp_simd_baseline;
 #if GP_HAVE_AVX2
 extern const gp_simd gp_simd_avx2;
+extern const gp_simd gp_simd_avx512;
 #endif
+
+// The hot-loop files are compiled once per instruction set; GP_SIMD_FN(name) is name's
+// definition in the one being compiled (name_baseline, name_avx2, name_avx512). The AVX-512
+// build defines GP_SIMD_AVX2 too: its code is the AVX2 code.
+#if defined(GP_SIMD_AVX512)
+#define GP_SIMD_SUFFIX avx512
+#elif defined(GP_SIMD_AVX2)
+#define GP_SIMD_SUFFIX avx2
+#else
+#define GP_SIMD_SUFFIX baseline
+#endif
+#define GP_SIMD_CAT_(a, b) a##_##b
+#define GP_SIMD_CAT(a, b)  GP_SIMD_CAT_(a, b)
+#define GP_SIMD_FN(name)   GP_SIMD_CAT(name, GP_SIMD_SUFFIX)
 extern const gp_simd * gp_simd_active;
 
 // ---------------------------------------------------------------------------

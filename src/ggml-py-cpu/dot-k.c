@@ -1,6 +1,7 @@
 // Dot products of the K-quant weight types (q2_K .. q6_K) with q8_K rows, compiled once
 // per instruction set as simd.c: with GP_SIMD_AVX2 (and -mavx2 -mfma -mf16c) this file
-// defines the gp_vec_dot_*_q8_K_avx2 functions, without it the _baseline ones.
+// defines the gp_vec_dot_*_q8_K_avx2 functions (_avx512 in the AVX-512 build, the same
+// code), without it the _baseline ones.
 //
 // Both keep ggml 0.10.1's float order, so that results carry its bits:
 //  * baseline: ggml-cpu's generic C code. q3_K..q6_K sum integer products into 8 lanes
@@ -68,7 +69,7 @@ INLINE void decode_2bit(const uint8_t * qs, const uint8_t * hm, int8_t * a) {
     }
 }
 
-void gp_vec_dot_q2_K_q8_K_baseline(int64_t n, float * s, const void * vx, const void * vy) {
+void GP_SIMD_FN(gp_vec_dot_q2_K_q8_K)(int64_t n, float * s, const void * vx, const void * vy) {
     const uint8_t * x = vx;
     const uint8_t * y = vy;
     int8_t a[QK_K];
@@ -92,7 +93,7 @@ void gp_vec_dot_q2_K_q8_K_baseline(int64_t n, float * s, const void * vx, const 
     *s = sumf;
 }
 
-void gp_vec_dot_q3_K_q8_K_baseline(int64_t n, float * s, const void * vx, const void * vy) {
+void GP_SIMD_FN(gp_vec_dot_q3_K_q8_K)(int64_t n, float * s, const void * vx, const void * vy) {
     const uint8_t * x = vx;
     const uint8_t * y = vy;
     int8_t a[QK_K], sc8[16];
@@ -145,15 +146,15 @@ INLINE void dot_k4(int64_t n, float * s, const uint8_t * x, const uint8_t * y, s
     *s = sumf;
 }
 
-void gp_vec_dot_q4_K_q8_K_baseline(int64_t n, float * s, const void * vx, const void * vy) {
+void GP_SIMD_FN(gp_vec_dot_q4_K_q8_K)(int64_t n, float * s, const void * vx, const void * vy) {
     dot_k4(n, s, vx, vy, Q4_K_BYTES, Q4K_QS, 0);
 }
 
-void gp_vec_dot_q5_K_q8_K_baseline(int64_t n, float * s, const void * vx, const void * vy) {
+void GP_SIMD_FN(gp_vec_dot_q5_K_q8_K)(int64_t n, float * s, const void * vx, const void * vy) {
     dot_k4(n, s, vx, vy, Q5_K_BYTES, Q5K_QS, Q5K_QH);
 }
 
-void gp_vec_dot_q6_K_q8_K_baseline(int64_t n, float * s, const void * vx, const void * vy) {
+void GP_SIMD_FN(gp_vec_dot_q6_K_q8_K)(int64_t n, float * s, const void * vx, const void * vy) {
     const uint8_t * x = vx;
     const uint8_t * y = vy;
     int8_t a[QK_K];
@@ -265,7 +266,7 @@ INLINE __m256i sum_2bit(const uint8_t * qs, const int8_t * q8, __m128i sc16lo, _
     return sumi;
 }
 
-void gp_vec_dot_q2_K_q8_K_avx2(int64_t n, float * s, const void * vx, const void * vy) {
+void GP_SIMD_FN(gp_vec_dot_q2_K_q8_K)(int64_t n, float * s, const void * vx, const void * vy) {
     const uint8_t * x = vx;
     const uint8_t * y = vy;
     const __m128i m4 = _mm_set1_epi8(0x0F);
@@ -285,7 +286,7 @@ void gp_vec_dot_q2_K_q8_K_avx2(int64_t n, float * s, const void * vx, const void
     *s = hsum8(acc);
 }
 
-void gp_vec_dot_q3_K_q8_K_avx2(int64_t n, float * s, const void * vx, const void * vy) {
+void GP_SIMD_FN(gp_vec_dot_q3_K_q8_K)(int64_t n, float * s, const void * vx, const void * vy) {
     const uint8_t * x = vx;
     const uint8_t * y = vy;
     __m256 acc = _mm256_setzero_ps();
@@ -334,7 +335,7 @@ INLINE __m256i k4_sum(const uint8_t * qs, const uint8_t * qh, const int8_t * q8,
     return sumi;
 }
 
-void gp_vec_dot_q4_K_q8_K_avx2(int64_t n, float * s, const void * vx, const void * vy) {
+void GP_SIMD_FN(gp_vec_dot_q4_K_q8_K)(int64_t n, float * s, const void * vx, const void * vy) {
     const uint8_t * x = vx;
     const uint8_t * y = vy;
     __m256 acc = _mm256_setzero_ps();
@@ -352,7 +353,7 @@ void gp_vec_dot_q4_K_q8_K_avx2(int64_t n, float * s, const void * vx, const void
     *s = hsum8(acc) + _mm_cvtss_f32(acc_m);
 }
 
-void gp_vec_dot_q5_K_q8_K_avx2(int64_t n, float * s, const void * vx, const void * vy) {
+void GP_SIMD_FN(gp_vec_dot_q5_K_q8_K)(int64_t n, float * s, const void * vx, const void * vy) {
     const uint8_t * x = vx;
     const uint8_t * y = vy;
     __m256 acc = _mm256_setzero_ps();
@@ -371,7 +372,7 @@ void gp_vec_dot_q5_K_q8_K_avx2(int64_t n, float * s, const void * vx, const void
     *s = hsum8(acc) + _mm_cvtss_f32(summs);
 }
 
-void gp_vec_dot_q6_K_q8_K_avx2(int64_t n, float * s, const void * vx, const void * vy) {
+void GP_SIMD_FN(gp_vec_dot_q6_K_q8_K)(int64_t n, float * s, const void * vx, const void * vy) {
     const uint8_t * x = vx;
     const uint8_t * y = vy;
     __m256 acc = _mm256_setzero_ps();

@@ -1,7 +1,7 @@
 // Dot products of the legacy and non-linear block types with their vec_dot types
 // (block-quants.h), compiled once per instruction set as simd.c: with GP_SIMD_AVX2 (and
-// -mavx2 -mfma -mf16c) this file defines the gp_vec_dot_*_avx2 functions, without it
-// the gp_vec_dot_*_baseline ones.
+// -mavx2 -mfma -mf16c) this file defines the gp_vec_dot_*_avx2 functions (_avx512 in the
+// AVX-512 build, the same code), without it the gp_vec_dot_*_baseline ones.
 //
 // Integer products within a block are exact in any order; what decides the bits is the
 // float part, which follows ggml 0.10.1:
@@ -24,10 +24,8 @@
 #ifdef GP_SIMD_AVX2
 #include <immintrin.h>
 #include <pthread.h>
-#define DOT(T, V) gp_vec_dot_##T##_##V##_avx2
-#else
-#define DOT(T, V) gp_vec_dot_##T##_##V##_baseline
 #endif
+#define DOT(T, V) GP_SIMD_FN(gp_vec_dot_##T##_##V)
 
 // q8_K's float d (little-endian)
 static inline float q8_K_scale(const uint8_t * blk) { return gp_u2f(gp_load_le32(blk)); }

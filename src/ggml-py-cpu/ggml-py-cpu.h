@@ -15,6 +15,8 @@
 #include <stdint.h>
 
 #include "../ggml_py/ggml-py-types.h"
+#include "../ggml_py/ggml-py-vocab.h"
+#include "block-quants.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,19 +32,10 @@ typedef ggml_backend_buffer_type gp_buffer_type;
 typedef ggml_backend_buffer      gp_buffer;
 typedef ggml_tensor              gp_tensor;
 
-// ggml 0.10.1's type ids (the ones the kernels know)
-enum gp_type {
-    GP_TYPE_F32  = 0,
-    GP_TYPE_F16  = 1,
-    GP_TYPE_Q4_0 = 2,
-    GP_TYPE_Q8_0 = 8,
-    GP_TYPE_I8   = 24,
-    GP_TYPE_I16  = 25,
-    GP_TYPE_I32  = 26,
-    GP_TYPE_I64  = 27,
-    GP_TYPE_F64  = 28,
-    GP_TYPE_BF16 = 30,
-};
+// ggml 0.10.1's type ids, GP_TYPE_F32 ... GP_TYPE_MXFP4 (the one list: ggml-py-vocab.h)
+#define GP_TYPE_ENUM_(ID, id, name, blck, size, vdt) GP_TYPE_##ID = id,
+enum gp_type { GGML_PY_TYPES(GP_TYPE_ENUM_) GP_TYPE_COUNT = GGML_PY_TYPE_COUNT };
+#undef GP_TYPE_ENUM_
 
 // ggml 0.10.1's op ids (the ones the kernels know; _cpu.pyx checks them by name)
 enum gp_op {
@@ -87,12 +80,15 @@ enum gp_op {
 };
 
 // ---------------------------------------------------------------------------
-// instruction sets: the hot loops exist for a baseline x86-64 (or any) CPU and for
-// AVX2 + FMA + F16C; the best one the CPU has is chosen when the library loads
+// instruction sets: the hot loops exist for a baseline x86-64 (or any) CPU, for AVX2 +
+// FMA + F16C, and for AVX-512 (F, VL, BW, DQ, VNNI) beside those; the best one the CPU
+// has is chosen when the library loads
 
 typedef enum {
     GP_ISA_BASELINE = 0,
     GP_ISA_AVX2     = 1,
+    GP_ISA_AVX512   = 2,    // the AVX2 loops with AVX-512's encodings (32 vector registers,
+                            // VL/BW/VNNI forms): the same operations, so the same bits
 } gp_isa;
 
 int         gp_isa_supported(gp_isa isa);       // does this CPU (and build) have it?
@@ -114,6 +110,19 @@ void gp_dequantize_q8_0_blocks(const uint8_t * x, float * y, int64_t nb);
 void gp_round_q8_0_blocks(const float * x, float * y, int64_t nb);
 void gp_quantize_q4_0_blocks(const float * x, uint8_t * y, int64_t nb);
 void gp_dequantize_q4_0_blocks(const uint8_t * x, float * y, int64_t nb);
+
+// the row conversions and dot product of a block type the executor computes with
+// (types.c; ggml-cpu's type traits)
+typedef struct gp_type_traits {
+    gp_to_float_fn   to_float;          // rows -> float32 (dequantize_row_*)
+    gp_from_float_fn from_float;        // float32 rows -> the type, ggml-cpu's quantiser
+    gp_from_float_fn from_float_ref;    // ggml's reference quantiser (ggml_quantize_chunk)
+} gp_type_traits;
+
+const gp_type_traits * gp_get_type_traits(int type);   // NULL: a plain or unknown type
+int           gp_vec_dot_type(int type);               // what MUL_MAT converts src1 to
+gp_vec_dot_fn gp_vec_dot_of(int type);                 // the active instruction set's dot of
+                                                       // weights of this type, or NULL
 
 // ---------------------------------------------------------------------------
 // thread pool: n_threads - 1 workers; the caller is thread 0

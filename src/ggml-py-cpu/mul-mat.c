@@ -1,14 +1,17 @@
 // MUL_MAT and MUL_MAT_ID (ggml_compute_forward_mul_mat / _mul_mat_id).
 //
-// Weights (src0) are read in their own type by the active instruction set's dot tiles.
-// src1 is first put in the weights' dot form, as ggml's CPU does with its vec_dot_type:
+// Weights (src0) are read in their own type. src1 is first put in the weights' dot form,
+// as ggml's CPU does with its vec_dot_type:
 //   f32 weights:        src1 as it is (float32)
 //   f16 / bf16 weights: src1 rounded to f16 / bf16 (kept as float32 values)
-//   q8_0 / q4_0:        src1 quantised to q8_0 with the CPU quantiser
-// The converted rows go to the work buffer (each thread converts its share, then all
-// wait); then the threads take chunks of (matrix, 16 weight rows) in turn, each chunk
-// running over all of its matrix's src1 rows. Every output is one dot product summed in
-// a fixed order, so the thread count does not change the result.
+//   block types:        src1 quantised to the type's vec_dot type (q8_0, q8_1 or q8_K)
+//                       with ggml-cpu's quantiser
+// f32 / f16 / bf16 / q8_0 / q4_0 weights are read by the active instruction set's dot
+// tiles (simd.c); the other block types by their vec_dot, one product at a time, as
+// ggml's CPU does. The converted rows go to the work buffer (each thread converts its
+// share, then all wait); then the threads take chunks of (matrix, 16 weight rows) in
+// turn, each chunk running over all of its matrix's src1 rows. Every output is one dot
+// product summed in a fixed order, so the thread count does not change the result.
 
 #include "cpu-impl.h"
 
@@ -17,32 +20,33 @@
 #define MM_ROWS  16     // weight rows per chunk
 #define MM_COLS  48     // src1 rows per dot call (its pointers live on the stack)
 
-typedef enum { FORM_F32, FORM_F16, FORM_BF16, FORM_Q8_0 } dot_form;
+typedef enum { FORM_F32, FORM_F16, FORM_BF16, FORM_BLOCKS } dot_form;
 
 static dot_form form_of(int wtype) {
     switch (wtype) {
         case GP_TYPE_F16:  return FORM_F16;
         case GP_TYPE_BF16: return FORM_BF16;
-        case GP_TYPE_Q8_0:
-        case GP_TYPE_Q4_0: return FORM_Q8_0;
-        default:           return FORM_F32;
+        default:           return gp_is_quant(wtype) ? FORM_BLOCKS : FORM_F32;
     }
 }
 
-static gp_dot_tile dot_of(int wtype) {
+// the dot tile of the weights, or NULL for a type read by its vec_dot
+static gp_dot_tile tile_of(int wtype) {
     const gp_simd * s = gp_simd_active;
     switch (wtype) {
+        case GP_TYPE_F32:  return s->dot_f32;
         case GP_TYPE_F16:  return s->dot_f16;
         case GP_TYPE_BF16: return s->dot_bf16;
         case GP_TYPE_Q8_0: return s->dot_q8_0;
         case GP_TYPE_Q4_0: return s->dot_q4_0;
-        default:           return s->dot_f32;
+        default:           return NULL;
     }
 }
 
-// bytes of one src1 row in dot form
-static size_t form_row_size(dot_form f, int64_t k) {
-    return f == FORM_Q8_0 ? (size_t)(k / QK8_0) * Q8_0_BYTES : (size_t)k * sizeof(float);
+// bytes of one src1 row in the dot form of weights of type wtype
+static size_t form_row_size(int wtype, int64_t k) {
+    return form_of(wtype) == FORM_BLOCKS ? gp_row_size(gp_vec_dot_type(wtype), k)
+                                         : (size_t)k * sizeof(float);
 }
 
 // Does src1 need converting? (f32 weights read float32 src1 rows in place)
@@ -50,31 +54,47 @@ static int needs_form(const gp_tensor * w, const gp_tensor * x) {
     return !(form_of(w->type) == FORM_F32 && x->type == GP_TYPE_F32);
 }
 
-// one src1 row (k values of type xtype at x) into the dot form at y
-static void to_form(dot_form f, int xtype, const char * x, int64_t k, char * y) {
+// one src1 row (k values of type xtype at x) into the dot form of wtype at y
+static void to_form(int wtype, int xtype, const char * x, int64_t k, char * y) {
     if (xtype == GP_TYPE_F16) {                 // (f16 src1 only meets f16 weights)
         gp_f16_to_f32_row((const uint16_t *)x, (float *)y, k);
         return;
     }
     const float * xf = (const float *)x;
-    switch (f) {
-        case FORM_F16:  gp_round_f16_row(xf, (float *)y, k); break;
-        case FORM_BF16: gp_round_bf16_row(xf, (float *)y, k); break;
-        case FORM_Q8_0: gp_quantize_q8_0_blocks(xf, (uint8_t *)y, k / QK8_0, 1); break;
-        default:        memcpy(y, x, (size_t)k * sizeof(float)); break;
+    switch (form_of(wtype)) {
+        case FORM_F16:    gp_round_f16_row(xf, (float *)y, k); break;
+        case FORM_BF16:   gp_round_bf16_row(xf, (float *)y, k); break;
+        case FORM_BLOCKS: gp_get_type_traits(gp_vec_dot_type(wtype))->from_float(xf, y, k); break;
+        default:          memcpy(y, x, (size_t)k * sizeof(float)); break;
     }
 }
 
 // the src1 rows [r0, r1) of this thread, flat over (i1, i2, i3), into the work buffer
 static void convert_rows(const gp_params * p, const gp_tensor * w, const gp_tensor * x) {
-    const dot_form f = form_of(w->type);
-    const size_t rb = form_row_size(f, x->ne[0]);
+    const size_t rb = form_row_size(w->type, x->ne[0]);
     int64_t r0, r1;
     gp_rows_of(p, gp_nrows(x), &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t i1, i2, i3;
         gp_unravel_row(x, r, &i1, &i2, &i3);
-        to_form(f, x->type, gp_row(x, i1, i2, i3), x->ne[0], p->wdata + r * rb);
+        to_form(w->type, x->type, gp_row(x, i1, i2, i3), x->ne[0], p->wdata + r * rb);
+    }
+}
+
+// rm x rn products of the weight rows at a (stride lda) with the converted rows b[j]:
+// the weights' dot tile, or their vec_dot product by product
+static void dot_block(int wtype, int64_t k, const char * a, size_t lda, int rm,
+                      const void * const * b, int rn, float * const * c) {
+    const gp_dot_tile tile = tile_of(wtype);
+    if (tile) {
+        tile(k, a, lda, rm, b, rn, c);
+        return;
+    }
+    const gp_vec_dot_fn dot = gp_vec_dot_of(wtype);
+    for (int j = 0; j < rn; j++) {
+        for (int i = 0; i < rm; i++) {
+            dot(k, &c[j][i], a + i * lda, b[j]);
+        }
     }
 }
 
@@ -83,8 +103,7 @@ static int src1_type_ok(const gp_tensor * w, const gp_tensor * x) {
 }
 
 static int weight_type_ok(int type) {
-    return type == GP_TYPE_F32 || type == GP_TYPE_F16 || type == GP_TYPE_BF16 ||
-           type == GP_TYPE_Q8_0 || type == GP_TYPE_Q4_0;
+    return tile_of(type) != NULL || gp_vec_dot_of(type) != NULL;
 }
 
 // ---------------------------------------------------------------------------
@@ -115,7 +134,7 @@ static size_t mul_mat_wsize(const gp_tensor * dst) {
     const gp_tensor * w = dst->src[0];
     const gp_tensor * x = dst->src[1];
     if (!needs_form(w, x)) return 0;
-    return gp_pad(form_row_size(form_of(w->type), x->ne[0]) * (size_t)gp_nrows(x));
+    return gp_pad(form_row_size(w->type, x->ne[0]) * (size_t)gp_nrows(x));
 }
 
 static int k_mul_mat(const gp_params * p, gp_tensor * dst) {
@@ -125,8 +144,7 @@ static int k_mul_mat(const gp_params * p, gp_tensor * dst) {
     const int64_t n = x->ne[1], ne12 = x->ne[2], ne13 = x->ne[3];
     const int64_t r2 = ne12 / w->ne[2], r3 = ne13 / w->ne[3];
     const int converted = needs_form(w, x);
-    const size_t rb = form_row_size(form_of(w->type), k);
-    const gp_dot_tile dot = dot_of(w->type);
+    const size_t rb = form_row_size(w->type, k);
 
     if (converted) {
         convert_rows(p, w, x);
@@ -151,7 +169,7 @@ static int k_mul_mat(const gp_params * p, gp_tensor * dst) {
                                  : gp_row(x, i11, i12, i13);
                 c[j] = (float *)gp_row(dst, i11, i12, i13) + m0;
             }
-            dot(k, a, w->nb[1], rm, b, rn, c);
+            dot_block(w->type, k, a, w->nb[1], rm, b, rn, c);
         }
     }
     return 0;
@@ -189,8 +207,7 @@ static int k_mul_mat_id(const gp_params * p, gp_tensor * dst) {
     const int64_t ne11 = x->ne[1];
     const int64_t n_used = ids->ne[0], n_tok = ids->ne[1];
     const int converted = needs_form(w, x);
-    const size_t rb = form_row_size(form_of(w->type), k);
-    const gp_dot_tile dot = dot_of(w->type);
+    const size_t rb = form_row_size(w->type, k);
 
     // every thread checks the ids alike, so all return before the barrier or none
     for (int64_t t = 0; t < n_tok; t++) {
@@ -223,12 +240,12 @@ static int k_mul_mat_id(const gp_params * p, gp_tensor * dst) {
                 b[rn] = converted ? p->wdata + (t * ne11 + i11) * rb : gp_row(x, i11, t, 0);
                 c[rn] = (float *)gp_row(dst, e, t, 0) + m0;
                 if (++rn == MM_COLS) {
-                    dot(k, a, w->nb[1], rm, b, rn, c);
+                    dot_block(w->type, k, a, w->nb[1], rm, b, rn, c);
                     rn = 0;
                 }
             }
         }
-        if (rn) dot(k, a, w->nb[1], rm, b, rn, c);
+        if (rn) dot_block(w->type, k, a, w->nb[1], rm, b, rn, c);
     }
     return 0;
 }

@@ -654,7 +654,8 @@ static int k_sort(const gp_params * p, gp_tensor * dst) {   // ARGSORT and TOP_K
 static int float_rows(const gp_tensor * t) {
     // a float type the row loaders read: plain types with any dim-0 stride, block types packed
     return (t->type == GP_TYPE_F32 || t->type == GP_TYPE_F16 || t->type == GP_TYPE_BF16) ||
-           (gp_is_quant(t->type) && t->nb[0] == gp_type_size(t->type) && t->ne[0] % 32 == 0);
+           (gp_is_quant(t->type) && gp_type_known(t->type) && t->nb[0] == gp_type_size(t->type) &&
+            t->ne[0] % gp_blck_size(t->type) == 0);
 }
 
 static int is_f32_rows(const gp_tensor * t) { return t->type == GP_TYPE_F32 && t->nb[0] == sizeof(float); }
@@ -781,7 +782,7 @@ gp_kernel gp_select_kernel(const gp_tensor * t, int nth, int * n_tasks, size_t *
             if (t->data != dst->data || memcmp(t->nb, dst->nb, sizeof(t->nb)) != 0 || t->type != dst->type) {
                 return NULL;        // not the view of dst ggml returns
             }
-            if (s0->type != GP_TYPE_F32 || !float_rows(t) || (gp_is_quant(t->type) && t->ne[0] % 32)) return NULL;
+            if (s0->type != GP_TYPE_F32 || !float_rows(t) || (gp_is_quant(t->type) && t->ne[0] % gp_blck_size(t->type))) return NULL;
             k = k_set_rows;
             *wsize = SCRATCH_WSIZE(nth, t->ne[0]);
             break;

@@ -1,5 +1,6 @@
 // The hot loops of the CPU executor, compiled once per instruction set: with
-// GP_SIMD_AVX2 (and -mavx2 -mfma -mf16c) this file defines gp_simd_avx2, without it
+// GP_SIMD_AVX2 (and -mavx2 -mfma -mf16c) this file defines gp_simd_avx2, with
+// GP_SIMD_AVX512 too (and AVX-512's flags) gp_simd_avx512, without either
 // gp_simd_baseline (plain C that runs on any CPU). Nothing here is called unless the
 // CPU has the instruction set (gp_isa_set checks CPUID).
 //
@@ -23,12 +24,9 @@
 
 #ifdef GP_SIMD_AVX2
 #include <immintrin.h>
-#define GP_SIMD_TABLE gp_simd_avx2
-#define GP_SIMD_NAME  "avx2"
-#else
-#define GP_SIMD_TABLE gp_simd_baseline
-#define GP_SIMD_NAME  "baseline"
 #endif
+#define GP_SIMD_STR_(x) #x
+#define GP_SIMD_STR(x)  GP_SIMD_STR_(x)
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -428,8 +426,8 @@ static void round_f16(const float * x, float * y, int64_t n) {
     }
 }
 
-const gp_simd GP_SIMD_TABLE = {
-    /* .name       = */ GP_SIMD_NAME,
+const gp_simd GP_SIMD_FN(gp_simd) = {
+    /* .name       = */ GP_SIMD_STR(GP_SIMD_SUFFIX),
     /* .dot_f32    = */ dot_f32,
     /* .dot_f16    = */ dot_f16,
     /* .dot_bf16   = */ dot_bf16,
@@ -440,4 +438,17 @@ const gp_simd GP_SIMD_TABLE = {
     /* .round_f16  = */ round_f16,
     /* .exp_sum    = */ exp_sum,
     /* .silu_mul   = */ silu_mul,
+    /* .vec_dot    = */ {
+        [GP_TYPE_Q4_1]   = GP_SIMD_FN(gp_vec_dot_q4_1_q8_1),
+        [GP_TYPE_Q5_0]   = GP_SIMD_FN(gp_vec_dot_q5_0_q8_0),
+        [GP_TYPE_Q5_1]   = GP_SIMD_FN(gp_vec_dot_q5_1_q8_1),
+        [GP_TYPE_Q2_K]   = GP_SIMD_FN(gp_vec_dot_q2_K_q8_K),
+        [GP_TYPE_Q3_K]   = GP_SIMD_FN(gp_vec_dot_q3_K_q8_K),
+        [GP_TYPE_Q4_K]   = GP_SIMD_FN(gp_vec_dot_q4_K_q8_K),
+        [GP_TYPE_Q5_K]   = GP_SIMD_FN(gp_vec_dot_q5_K_q8_K),
+        [GP_TYPE_Q6_K]   = GP_SIMD_FN(gp_vec_dot_q6_K_q8_K),
+        [GP_TYPE_IQ4_NL] = GP_SIMD_FN(gp_vec_dot_iq4_nl_q8_0),
+        [GP_TYPE_IQ4_XS] = GP_SIMD_FN(gp_vec_dot_iq4_xs_q8_K),
+        [GP_TYPE_MXFP4]  = GP_SIMD_FN(gp_vec_dot_mxfp4_q8_0),
+    },
 };

@@ -3,28 +3,6 @@
 
 #include "cpu-impl.h"
 
-size_t gp_type_size(int type) {
-    switch (type) {
-        case GP_TYPE_F32:  case GP_TYPE_I32:  return 4;
-        case GP_TYPE_F16:  case GP_TYPE_BF16: case GP_TYPE_I16: return 2;
-        case GP_TYPE_I8:   return 1;
-        case GP_TYPE_I64:  case GP_TYPE_F64:  return 8;
-        case GP_TYPE_Q8_0: return Q8_0_BYTES;
-        case GP_TYPE_Q4_0: return Q4_0_BYTES;
-        default:           return 0;
-    }
-}
-
-int64_t gp_blck_size(int type) {
-    return type == GP_TYPE_Q8_0 || type == GP_TYPE_Q4_0 ? 32 : 1;
-}
-
-int gp_type_known(int type) { return gp_type_size(type) != 0; }
-
-size_t gp_row_size(int type, int64_t ne) {
-    return gp_type_size(type) * (size_t)(ne / gp_blck_size(type));
-}
-
 int gp_same_shape(const gp_tensor * a, const gp_tensor * b) {
     return a->ne[0] == b->ne[0] && a->ne[1] == b->ne[1] && a->ne[2] == b->ne[2] && a->ne[3] == b->ne[3];
 }
@@ -55,13 +33,8 @@ const float * gp_load_row(int type, const char * x, size_t nb0, int64_t n, float
         case GP_TYPE_BF16:
             for (int64_t i = 0; i < n; i++) tmp[i] = gp_bf2f(*(const uint16_t *)(x + i * nb0));
             return tmp;
-        case GP_TYPE_Q8_0:
-            gp_dequantize_q8_0_blocks((const uint8_t *)x, tmp, n / QK8_0);
-            return tmp;
-        case GP_TYPE_Q4_0:
-            gp_dequantize_q4_0_blocks((const uint8_t *)x, tmp, n / QK4_0);
-            return tmp;
         default:
+            if (gp_get_type_traits(type)) gp_get_type_traits(type)->to_float(x, tmp, n);  // packed
             return tmp;
     }
 }
@@ -82,13 +55,8 @@ void gp_store_row(int type, char * y, size_t nb0, const float * x, int64_t n) {
         case GP_TYPE_BF16:
             for (int64_t i = 0; i < n; i++) *(uint16_t *)(y + i * nb0) = gp_f2bf(x[i]);
             break;
-        case GP_TYPE_Q8_0:
-            gp_quantize_q8_0_blocks(x, (uint8_t *)y, n / QK8_0, 1);
-            break;
-        case GP_TYPE_Q4_0:
-            gp_quantize_q4_0_blocks(x, (uint8_t *)y, n / QK4_0);
-            break;
         default:
+            if (gp_get_type_traits(type)) gp_get_type_traits(type)->from_float(x, y, n);  // packed
             break;
     }
 }

@@ -308,24 +308,25 @@ def check_memory_available(n, what):
 # ---------------------------------------------------------------------------
 # type traits and op names (ggml 0.10.1 enums)
 
-TYPE_NAMES = (
-    "f32", "f16", "q4_0", "q4_1", None, None, "q5_0", "q5_1", "q8_0", "q8_1",
-    "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "q8_K", "iq2_xxs", "iq2_xs", "iq3_xxs",
-    "iq1_s", "iq4_nl", "iq3_s", "iq2_s", "iq4_xs", "i8", "i16", "i32", "i64", "f64",
-    "iq1_m", "bf16", None, None, None, "tq1_0", "tq2_0", None, None, None, "mxfp4",
-    "nvfp4", "q1_0",
-)
+def _type_vocabulary():
+    """(TYPE_NAMES, layouts) from the one list of types, ggml-py-vocab.h."""
+    names = [None] * GGML_PY_TYPE_COUNT
+    layout = {}
+    cdef int i
+    for i in range(GGML_PY_N_TYPE_INFOS):
+        info = ggml_py_type_infos[i]
+        name = info.name.decode()
+        if names[info.id] is not None:
+            raise ImportError(f"ggml-py-vocab.h lists type id {info.id} twice")
+        names[info.id] = name
+        if info.blck_size:
+            layout[name] = (info.blck_size, info.type_size)
+    return tuple(names), layout
 
-# (block size, bytes per block) for the types ggml_py knows the layout of
-_TYPE_LAYOUT = {
-    "f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "f64": (1, 8),
-    "i8": (1, 1), "i16": (1, 2), "i32": (1, 4), "i64": (1, 8),
-    "q4_0": (32, 18), "q4_1": (32, 20), "q5_0": (32, 22), "q5_1": (32, 24),
-    "q8_0": (32, 34), "q8_1": (32, 36), "mxfp4": (32, 17),
-    "q2_K": (256, 84), "q3_K": (256, 110), "q4_K": (256, 144), "q5_K": (256, 176),
-    "q6_K": (256, 210), "q8_K": (256, 292), "iq4_nl": (32, 18), "iq4_xs": (256, 136),
-    "tq1_0": (256, 54), "tq2_0": (256, 66),
-}
+
+# ggml's type names by id (None where ggml has no type), and (block size, bytes per
+# block) of the types ggml_py knows the layout of
+TYPE_NAMES, _TYPE_LAYOUT = _type_vocabulary()
 
 OP_NAMES_LIST = (
     "NONE", "DUP", "ADD", "ADD_ID", "ADD1", "ACC", "SUB", "MUL", "DIV", "SQR", "SQRT",

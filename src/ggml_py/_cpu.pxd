@@ -16,6 +16,7 @@ cdef extern from "ggml-py-cpu/ggml-py-cpu.h" nogil:
     ctypedef enum gp_isa:
         GP_ISA_BASELINE
         GP_ISA_AVX2
+        GP_ISA_AVX512
 
     ctypedef enum gp_node_kind:
         GP_NODE_NOOP
@@ -67,6 +68,17 @@ cdef extern from "ggml-py-cpu/ggml-py-cpu.h" nogil:
     int gp_tensor_extent(const gp_tensor * t, size_t * lo, size_t * hi)
     int gp_type_known(int type)
 
+    ctypedef void (*gp_to_float_fn)(const void * x, float * y, int64_t n)
+    ctypedef void (*gp_from_float_fn)(const float * x, void * y, int64_t n)
+    ctypedef void (*gp_vec_dot_fn)(int64_t n, float * s, const void * x, const void * y)
+    ctypedef struct gp_type_traits:
+        gp_to_float_fn to_float
+        gp_from_float_fn from_float
+        gp_from_float_fn from_float_ref
+    const gp_type_traits * gp_get_type_traits(int type)
+    int gp_vec_dot_type(int type)
+    gp_vec_dot_fn gp_vec_dot_of(int type)
+
 # row conversions for ggml_py._quants (one instance of the library in the process)
 ctypedef void (*u16_to_f32_row)(const uint16_t *, float *, int64_t) noexcept nogil
 ctypedef void (*f32_to_u16_row)(const float *, uint16_t *, int64_t) noexcept nogil
@@ -86,5 +98,9 @@ cdef struct conversions:
     f32_to_f32_row round_q8_0             # n = blocks
     f32_to_blocks  quantize_q4_0          # (cpu ignored: the reference quantiser)
     blocks_to_f32  dequantize_q4_0
+    # every block type the executor computes with, by ggml type id
+    const gp_type_traits * (*type_traits)(int) noexcept nogil     # NULL: none
+    int (*vec_dot_type)(int) noexcept nogil
+    gp_vec_dot_fn (*vec_dot_of)(int) noexcept nogil
 
 cdef const conversions * get_conversions() noexcept

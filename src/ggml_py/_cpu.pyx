@@ -97,11 +97,11 @@ C_KERNEL_OPS = frozenset(name for name, _ in _C_OPS
 # ---------------------------------------------------------------------------
 # instruction sets
 
-_ISAS = {"baseline": GP_ISA_BASELINE, "avx2": GP_ISA_AVX2}
+_ISAS = {"baseline": GP_ISA_BASELINE, "avx2": GP_ISA_AVX2, "avx512": GP_ISA_AVX512}
 
 
 def isa():
-    """The instruction set the hot loops use now: 'avx2' or 'baseline'."""
+    """The instruction set the hot loops use now: 'avx512', 'avx2' or 'baseline'."""
     return gp_isa_name(gp_isa_get()).decode()
 
 
@@ -113,10 +113,11 @@ def isa_supported(name):
 
 
 def set_isa(name):
-    """Use the loops of instruction set `name` ('avx2' or 'baseline') from now on, in
-    every plan and conversion of the process. Not while a compute runs. Raises
-    BackendError where the CPU lacks it. Results of the two differ only in float
-    rounding (FMA) inside dot products."""
+    """Use the loops of instruction set `name` ('avx512', 'avx2' or 'baseline') from now
+    on, in every plan and conversion of the process. Not while a compute runs. Raises
+    BackendError where the CPU lacks it. 'avx512' is the AVX2 code with AVX-512's
+    encodings: the same bits as 'avx2'. 'baseline' results differ from theirs only in
+    float rounding inside dot products (FMA, ggml's generic summation order)."""
     if not isa_supported(name):
         raise BackendError(f"this CPU cannot run the {name} loops")
     gp_isa_set(_ISAS[name])
@@ -141,6 +142,9 @@ _CONVERSIONS.dequantize_q8_0 = gp_dequantize_q8_0_blocks
 _CONVERSIONS.round_q8_0 = gp_round_q8_0_blocks
 _CONVERSIONS.quantize_q4_0 = _quantize_q4_0
 _CONVERSIONS.dequantize_q4_0 = gp_dequantize_q4_0_blocks
+_CONVERSIONS.type_traits = gp_get_type_traits
+_CONVERSIONS.vec_dot_type = gp_vec_dot_type
+_CONVERSIONS.vec_dot_of = gp_vec_dot_of
 
 
 cdef const conversions * get_conversions() noexcept:

@@ -52,6 +52,26 @@ cdef extern from "ggml_py/ggml-py-types.h":
         char name[GGML_MAX_NAME]
         uint64_t gen
 
+# ggml's element types, listed once (ggml-py-vocab.h)
+cdef extern from "ggml_py/ggml-py-vocab.h":
+    enum:
+        GGML_PY_TYPE_COUNT
+        GGML_PY_N_TYPE_INFOS
+    enum ggml_py_type:
+        GGML_PY_TYPE_F32
+        GGML_PY_TYPE_F16
+        GGML_PY_TYPE_Q8_0
+        GGML_PY_TYPE_BF16
+
+    ctypedef struct ggml_py_type_info:
+        int id
+        const char * name
+        int64_t blck_size               # 0: known by name only
+        size_t type_size
+        int vec_dot_type
+
+    const ggml_py_type_info ggml_py_type_infos[]
+
 # tensor flags (ggml_tensor_flag)
 cdef enum:
     GGML_TENSOR_FLAG_INPUT = 1

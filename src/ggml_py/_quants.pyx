@@ -26,11 +26,15 @@ follow ggml's x86 code (see quants.c).
 from libc.stdint cimport uint8_t, uint16_t, int64_t
 
 from ggml_py._cpu cimport (conversions, get_conversions, u16_to_f32_row, f32_to_u16_row,
-                           f32_to_f32_row, f32_to_blocks, blocks_to_f32)
+                           f32_to_f32_row, f32_to_blocks, blocks_to_f32, gp_type_traits,
+                           gp_from_float_fn, gp_vec_dot_fn)
+from ggml_py._ggml cimport ggml_py_type_infos, GGML_PY_N_TYPE_INFOS, GGML_PY_TYPE_COUNT
 
 import sys
 
 import numpy as np
+
+from ggml_py.errors import ArgumentTypeError, NotSupportedError, OutOfRangeError
 
 if sys.byteorder != "little":      # the uint16/float32 bit views below assume it
     raise ImportError("ggml_py._quants needs a little-endian host")
@@ -241,3 +245,98 @@ def quantize_q4_0(x, out=None):
 def dequantize_q4_0(raw, out=None):
     """q4_0 bytes (last axis = row bytes, a multiple of 18) -> float32 rows."""
     return _dequantize_blocks(raw, out, "dequantize_q4_0", C.dequantize_q4_0, B4)
+
+
+# ---------------------------------------------------------------------------
+# every block type, by ggml type id (the executor's own traits: ggml_py.quants names them)
+
+cdef tuple _layout(int type):
+    """(elements, bytes) of one block of `type`, from the one list of types."""
+    cdef int i
+    for i in range(GGML_PY_N_TYPE_INFOS):
+        if ggml_py_type_infos[i].id == type and ggml_py_type_infos[i].blck_size > 1:
+            return ggml_py_type_infos[i].blck_size, ggml_py_type_infos[i].type_size
+    raise ValueError(f"type id {type} is not a block type")
+
+
+cdef const gp_type_traits * _traits(object type, str what) except NULL:
+    """The conversions of ggml type id `type`, checked."""
+    if isinstance(type, bool) or not isinstance(type, int):
+        raise ArgumentTypeError(f"{what}: a type is given by its ggml id, got {type!r}")
+    if not 0 <= type < GGML_PY_TYPE_COUNT:
+        raise OutOfRangeError(f"{what}: type id {type} is not one of ggml's (0..{GGML_PY_TYPE_COUNT - 1})")
+    cdef const gp_type_traits * t = C.type_traits(type)
+    if t == NULL:
+        raise NotSupportedError(f"{what}: type id {type} has no conversions in ggml_py")
+    return t
+
+
+def block_types():
+    """ids of the block types with conversions here."""
+    return tuple(i for i in range(GGML_PY_TYPE_COUNT) if C.type_traits(i) != NULL)
+
+
+def quantize_blocks(type, x, bint cpu=False, out=None):
+    """float32 rows (last axis a whole number of blocks) -> rows of `type`'s blocks, as
+    bytes. cpu=False: ggml's reference quantiser (ggml_quantize_chunk without an
+    importance matrix); cpu=True: ggml-cpu's (CPY / SET_ROWS, src1 of a MUL_MAT)."""
+    cdef const gp_type_traits * t = _traits(type, "quantize_blocks")
+    cdef gp_from_float_fn fn = t.from_float if cpu else t.from_float_ref
+    qk, size = _layout(type)
+    a = _f32_in(x)
+    shape = _blocks_shape(a.shape, qk, size, "quantize_blocks", "values")
+    r = _out(out, shape, _U8, "quantize_blocks")
+    # (no negative indices: the module is built with wraparound=False)
+    cdef const float[:, ::1] src = a.reshape(-1, a.shape[a.ndim - 1]) if a.size else np.zeros((0, 1), _F32)
+    cdef uint8_t[:, ::1] dst = r.reshape(-1, r.shape[r.ndim - 1]) if a.size else np.zeros((0, 1), _U8)
+    cdef Py_ssize_t i, n = src.shape[1]
+    with nogil:
+        for i in range(src.shape[0]):
+            fn(&src[i, 0], &dst[i, 0], n)
+    return r
+
+
+def dequantize_blocks(type, raw, out=None):
+    """rows of `type`'s blocks (bytes, last axis = row bytes) -> float32 rows (ggml's
+    to_float, bit for bit)."""
+    cdef const gp_type_traits * t = _traits(type, "dequantize_blocks")
+    qk, size = _layout(type)
+    a = _u8_in(raw, "dequantize_blocks")
+    shape = _blocks_shape(a.shape, size, qk, "dequantize_blocks", "bytes")
+    r = _out(out, shape, _F32, "dequantize_blocks")
+    cdef const uint8_t[:, ::1] src = a.reshape(-1, a.shape[a.ndim - 1]) if r.size else np.zeros((0, 1), _U8)
+    cdef float[:, ::1] dst = r.reshape(-1, r.shape[r.ndim - 1]) if r.size else np.zeros((0, 1), _F32)
+    cdef Py_ssize_t i, n = dst.shape[1]
+    with nogil:
+        for i in range(src.shape[0]):
+            t.to_float(&src[i, 0], &dst[i, 0], n)
+    return r
+
+
+def vec_dot_type(type):
+    """The type id ggml-cpu converts src1 of a MUL_MAT to for weights of `type`."""
+    _traits(type, "vec_dot_type")
+    return C.vec_dot_type(type)
+
+
+def vec_dot(type, x, y):
+    """The executor's dot product of one row of `type` (bytes) with one row of its
+    vec_dot type (bytes), on the active instruction set: a float."""
+    _traits(type, "vec_dot")
+    cdef gp_vec_dot_fn fn = C.vec_dot_of(type)
+    if fn == NULL:
+        raise NotSupportedError(f"vec_dot: type id {type} is read by a dot tile, not a vec_dot")
+    qk, size = _layout(type)
+    vqk, vsize = _layout(C.vec_dot_type(type))
+    a = _u8_in(x, "vec_dot").reshape(-1)
+    b = _u8_in(y, "vec_dot").reshape(-1)
+    cdef Py_ssize_t n = a.shape[0] // size * qk
+    if a.shape[0] % size or n == 0 or b.shape[0] != n // vqk * vsize:
+        raise ValueError(f"vec_dot: {a.shape[0]} and {b.shape[0]} bytes are not one row "
+                         f"each of the same length")
+    cdef const uint8_t[::1] xa = a
+    cdef const uint8_t[::1] yb = b
+    cdef float s = 0
+    with nogil:
+        fn(n, &s, &xa[0], &yb[0])
+    return s

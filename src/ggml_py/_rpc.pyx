@@ -182,19 +182,17 @@ cdef void _init_type_facts():
     cdef int i
     for i in range(64):
         VEC_DOT_TYPE[i] = -1
-    vec_dot = {"f32": "f32", "f16": "f16", "bf16": "bf16", "q4_0": "q8_0", "q4_1": "q8_1",
-               "q5_0": "q8_0", "q5_1": "q8_1", "q8_0": "q8_0", "mxfp4": "q8_0",
-               "nvfp4": "q8_0", "q1_0": "q8_0", "iq4_nl": "q8_0",
-               "q2_K": "q8_K", "q3_K": "q8_K", "q4_K": "q8_K", "q5_K": "q8_K", "q6_K": "q8_K",
-               "iq2_xxs": "q8_K", "iq2_xs": "q8_K", "iq3_xxs": "q8_K", "iq1_s": "q8_K",
-               "iq1_m": "q8_K", "iq3_s": "q8_K", "iq2_s": "q8_K", "iq4_xs": "q8_K",
-               "tq1_0": "q8_K", "tq2_0": "q8_K"}
+    cdef int t, v
+    for i in range(GGML_PY_N_TYPE_INFOS):
+        # ggml-cpu's weight types, with their vec_dot types (the one list of types): the
+        # floats, q8_0, and every type whose dot takes another type's rows
+        t, v = ggml_py_type_infos[i].id, ggml_py_type_infos[i].vec_dot_type
+        if v == t and t not in (GGML_PY_TYPE_F32, GGML_PY_TYPE_F16, GGML_PY_TYPE_BF16, GGML_PY_TYPE_Q8_0):
+            continue
+        VEC_DOT_TYPE[t] = v
+        if t not in (GGML_PY_TYPE_F32, GGML_PY_TYPE_F16, GGML_PY_TYPE_BF16):
+            QUANT_DEQUANT |= 1ULL << t
     index = {n: i for i, n in enumerate(_TYPE_NAMES) if n}
-    for a, b in vec_dot.items():
-        VEC_DOT_TYPE[index[a]] = index[b]
-    for n in vec_dot:
-        if n not in ("f32", "f16", "bf16"):
-            QUANT_DEQUANT |= 1ULL << index[n]
     QUANT_DEQUANT |= 1ULL << index["q8_1"]
     # the iq2/iq3/iq1 kinds have no from_float in the CPU backend
     for n in ("f32", "f16", "bf16", "i32", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1",
