@@ -43,11 +43,21 @@ PLAIN_DTYPES = {
     "i64": np.dtype("<i8"), "bf16": np.dtype("<u2"),
 }
 
-# (elements, numpy dtype of one block) of each block type with conversions: the
-# structured dtypes above for q8_0 / q4_0, raw bytes for the others
-BLOCKS = {TYPE_NAMES[i]: (qk, {"q8_0": BLOCK_Q8_0, "q4_0": BLOCK_Q4_0}.get(
-              TYPE_NAMES[i], np.dtype((np.void, size))))
-          for i in _quants.block_types() for qk, size in [TYPE_LAYOUTS[TYPE_NAMES[i]]]}
+
+def _block_types():
+    """(elements, numpy dtype of one block) of each block type with conversions: the
+    structured dtypes above for q8_0 / q4_0, raw bytes for the others."""
+    named = {"q8_0": BLOCK_Q8_0, "q4_0": BLOCK_Q4_0}
+    out = {}
+    for i in _quants.block_types():
+        name = TYPE_NAMES[i]
+        assert name is not None
+        qk, size = TYPE_LAYOUTS[name]
+        out[name] = (qk, named.get(name, np.dtype((np.void, size))))
+    return out
+
+
+BLOCKS = _block_types()
 
 
 def is_quantized(type_name):
