@@ -3,6 +3,16 @@ versions they replaced (tests/quants_ref.py), on one weight matrix (4096 x 4096 
 default).
 
     python bench/bench_quants.py [--rows 4096] [--cols 4096] [--reps 11] [--json]
+    python bench/bench_quants.py --vs-ggml [--types q4_K,q6_K,...] [--rows 1024]
+
+--vs-ggml times every block type's conversions against ggml 0.10.1's own, called through
+ctypes on the same rows (bench/ggml_quants_ref.py; needs `pip install ggml-py==0.10.1`),
+alternating, medians: dequantisation (to_float), the reference quantiser
+(ggml_quantize_chunk) and the CPU quantiser (from_float); ratio = ggml_py / ggml, lower is
+better. ggml_quantize_chunk takes all rows in one call, as ggml_py does; ggml's to_float and
+from_float are reached through ctypes a row at a time (about a microsecond a call), so
+those two ratios flatter ggml_py where a row converts in microseconds. The MUL_MAT
+microbenchmark per type is `bench_vs_ggml.py --mul-mat all`.
 
 For each kernel: median wall time of the kernel writing a new array (as the CPU
 backend calls it), of the kernel writing into a preallocated out= array (no page
@@ -94,6 +104,37 @@ def kernels(rows, cols, seed=0):
     }
 
 
+def vs_ggml(types, rows, cols, reps):
+    """Per type and conversion: (ggml ms, ggml_py ms), alternating, medians."""
+    sys.path.insert(0, HERE)
+    from ggml_quants_ref import GgmlQuants
+    from ggml_py import quants
+    g = GgmlQuants()
+    x = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32)
+    out = []
+    for t in types:
+        raw = quants.quantize(t, x, cpu=False)
+        pairs = {"dequantise": (lambda: g.to_float(t, raw), lambda: quants.dequantize(t, raw)),
+                 "quantise ref": (lambda: g.quantize_chunk(t, x),
+                                  lambda: quants.quantize(t, x, cpu=False)),
+                 "quantise cpu": (lambda: g.from_float(t, x), lambda: quants.quantize(t, x, cpu=True))}
+        if t in ("q8_1", "q8_K"):
+            pairs = {"quantise cpu": pairs["quantise cpu"]}
+        for what, (ggml_fn, ours) in pairs.items():
+            tg, tp = [], []
+            ggml_fn(), ours()
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                ggml_fn()
+                t1 = time.perf_counter()
+                ours()
+                tp.append(time.perf_counter() - t1)
+                tg.append(t1 - t0)
+            out.append({"type": t, "conversion": what, "ggml_ms": statistics.median(tg) * 1e3,
+                        "ggml_py_ms": statistics.median(tp) * 1e3})
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -102,9 +143,28 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=11)
     ap.add_argument("--only", default="", help="run the kernels whose name contains this")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--vs-ggml", action="store_true",
+                    help="every block type's conversions against ggml 0.10.1's own")
+    ap.add_argument("--types", default="", help="--vs-ggml's types (default: all block types)")
     args = ap.parse_args(argv)
-    if args.cols % 32:
-        ap.error("--cols must be a multiple of 32")
+    if args.cols % (256 if args.vs_ggml else 32):
+        ap.error(f"--cols must be a multiple of {256 if args.vs_ggml else 32}")
+    if args.vs_ggml:
+        from ggml_py import quants
+        types = args.types.split(",") if args.types else list(quants.BLOCKS)
+        rows = vs_ggml(types, min(args.rows, 1024), args.cols, args.reps)
+        if args.json:
+            for r in rows:
+                print(json.dumps({**r, "machine": describe()}))
+            return 0
+        print(f"machine: {summary()}")
+        print(f"{min(args.rows, 1024)} rows x {args.cols} values, medians of {args.reps}, "
+              "alternating; lower is better")
+        print(f"{'type':8s} {'conversion':14s} {'ggml ms':>9s} {'ggml_py ms':>11s} {'ratio':>6s}")
+        for r in rows:
+            print(f"{r['type']:8s} {r['conversion']:14s} {r['ggml_ms']:9.2f} {r['ggml_py_ms']:11.2f} "
+                  f"{r['ggml_py_ms'] / r['ggml_ms']:6.2f}")
+        return 0
     results = []
     for name, (c_new, c_out, ref, nin, nout) in kernels(args.rows, args.cols).items():
         if args.only and args.only not in name:

@@ -20,18 +20,17 @@ from typing import Callable, NoReturn, Protocol, Sequence
 
 import numpy as np
 
-from ggml_py._core import EMPTY_OPS, VIEW_OPS, Context, Tensor, blck_size, int_arg, type_size
+from ggml_py._core import (EMPTY_OPS, GLU_OP_NAMES, ROPE_TYPES as _ROPE_TYPES, UNARY_OP_NAMES,
+                           VIEW_OPS, Context, Tensor, blck_size, int_arg, type_size)
 from ggml_py.errors import ArgumentTypeError, GraphError
 
 # ---------------------------------------------------------------------------
 # enums (ggml.h)
 
-UNARY_OPS = ("ABS", "SGN", "NEG", "STEP", "TANH", "ELU", "RELU", "SIGMOID", "GELU",
-             "GELU_QUICK", "SILU", "HARDSWISH", "HARDSIGMOID", "EXP", "EXPM1", "SOFTPLUS",
-             "GELU_ERF", "XIELU", "FLOOR", "CEIL", "ROUND", "TRUNC")
-GLU_OPS = ("REGLU", "GEGLU", "SWIGLU", "SWIGLU_OAI", "GEGLU_ERF", "GEGLU_QUICK")
+UNARY_OPS = UNARY_OP_NAMES          # (listed once, in ggml-py-vocab.h)
+GLU_OPS = GLU_OP_NAMES
 SORT_ORDERS = ("ASC", "DESC")
-ROPE_TYPES = {"NORMAL": 0, "NEOX": 2, "MROPE": 8, "IMROPE": 40, "VISION": 24}
+ROPE_TYPES = _ROPE_TYPES
 PRECS = {"DEFAULT": 0, "F32": 10}
 UNARY_OP_IDS = {n: i for i, n in enumerate(UNARY_OPS)}
 GLU_OP_IDS = {n: i for i, n in enumerate(GLU_OPS)}

@@ -145,6 +145,17 @@ def ggml():
     return GgmlQuants(library_dir())
 
 
+def test_layouts_and_vec_dot_types_are_ggmls(ggml):
+    """The one list of types (ggml-py-vocab.h) against ggml's own type traits."""
+    from ggml_py._core import TYPE_LAYOUTS
+    import ggml_quants_ref
+    for name, layout in TYPE_LAYOUTS.items():
+        if name in ggml_quants_ref.TYPE_IDS:
+            assert ggml.block(name) == layout, name
+    for t in WEIGHT_TYPES:
+        assert quants.vec_dot_type(t) == ggml.vec_dot_type(t), t
+
+
 _ROWS = st.tuples(st.integers(1, 3), st.integers(1, 3),
                   st.sampled_from(("uniform", "normal", "tiny", "sparse", "nonfinite")),
                   st.integers(0, 2**32 - 1))

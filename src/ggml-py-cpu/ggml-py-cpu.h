@@ -37,47 +37,20 @@ typedef ggml_tensor              gp_tensor;
 enum gp_type { GGML_PY_TYPES(GP_TYPE_ENUM_) GP_TYPE_COUNT = GGML_PY_TYPE_COUNT };
 #undef GP_TYPE_ENUM_
 
-// ggml 0.10.1's op ids (the ones the kernels know; _cpu.pyx checks them by name)
-enum gp_op {
-    GP_OP_NONE          = 0,
-    GP_OP_DUP           = 1,
-    GP_OP_ADD           = 2,
-    GP_OP_ACC           = 5,
-    GP_OP_SUB           = 6,
-    GP_OP_MUL           = 7,
-    GP_OP_DIV           = 8,
-    GP_OP_SQR           = 9,
-    GP_OP_SQRT          = 10,
-    GP_OP_SUM           = 14,
-    GP_OP_SUM_ROWS      = 15,
-    GP_OP_MEAN          = 17,
-    GP_OP_REPEAT        = 20,
-    GP_OP_CONCAT        = 22,
-    GP_OP_NORM          = 24,
-    GP_OP_RMS_NORM      = 25,
-    GP_OP_MUL_MAT       = 29,
-    GP_OP_MUL_MAT_ID    = 30,
-    GP_OP_SCALE         = 32,
-    GP_OP_CPY           = 34,
-    GP_OP_CONT          = 35,
-    GP_OP_RESHAPE       = 36,
-    GP_OP_VIEW          = 37,
-    GP_OP_PERMUTE       = 38,
-    GP_OP_TRANSPOSE     = 39,
-    GP_OP_GET_ROWS      = 40,
-    GP_OP_SET_ROWS      = 42,
-    GP_OP_DIAG_MASK_INF = 44,
-    GP_OP_SOFT_MAX      = 46,
-    GP_OP_ROPE          = 48,
-    GP_OP_CLAMP         = 50,
-    GP_OP_PAD           = 63,
-    GP_OP_ARANGE        = 66,
-    GP_OP_ARGSORT       = 68,
-    GP_OP_TOP_K         = 69,
-    GP_OP_UNARY         = 86,
-    GP_OP_GLU           = 95,
-    GP_OP_COUNT         = 96,
-};
+// ggml 0.10.1's op ids, GP_OP_NONE ... GP_OP_GLU (the one list: ggml-py-vocab.h)
+#define GP_OP_ENUM_(NAME) GP_OP_##NAME = GGML_PY_OP_##NAME,
+enum gp_op { GGML_PY_OPS(GP_OP_ENUM_) GP_OP_COUNT = GGML_PY_OP_COUNT };
+#undef GP_OP_ENUM_
+
+// the ops gp_select_kernel has C kernels for (for some types and layouts; ACC's still
+// runs in numpy): the CPU backend's supported ops beside its numpy kernels
+#define GP_KERNEL_OPS(X)                                                                   \
+    X(DUP) X(ADD) X(SUB) X(MUL) X(DIV) X(SQR) X(SQRT) X(SUM) X(SUM_ROWS) X(MEAN) X(REPEAT)  \
+    X(CONCAT) X(NORM) X(RMS_NORM) X(MUL_MAT) X(MUL_MAT_ID) X(SCALE) X(CPY) X(CONT)          \
+    X(GET_ROWS) X(SET_ROWS) X(DIAG_MASK_INF) X(SOFT_MAX) X(ROPE) X(CLAMP) X(PAD) X(ARANGE)  \
+    X(ARGSORT) X(TOP_K) X(UNARY) X(GLU)
+
+int gp_op_has_kernel(int op);
 
 // ---------------------------------------------------------------------------
 // instruction sets: the hot loops exist for a baseline x86-64 (or any) CPU, for AVX2 +

@@ -54,10 +54,9 @@ static inline float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * SQRT_
 // ---------------------------------------------------------------------------
 // UNARY, SQR, SQRT, CLAMP, SCALE: y = f(x) element-wise, same shape
 
-enum {  // ggml_unary_op
-    U_ABS, U_SGN, U_NEG, U_STEP, U_TANH, U_ELU, U_RELU, U_SIGMOID, U_GELU, U_GELU_QUICK,
-    U_SILU, U_HARDSWISH, U_HARDSIGMOID, U_EXP, U_EXPM1, U_SOFTPLUS, U_GELU_ERF, U_XIELU,
-    U_FLOOR, U_CEIL, U_ROUND, U_TRUNC, U_COUNT,
+#define U_ENUM_(NAME) U_##NAME = GGML_PY_UNARY_OP_##NAME,
+enum {  // ggml_unary_op (ggml-py-vocab.h)
+    GGML_PY_UNARY_OPS(U_ENUM_) U_COUNT = GGML_PY_UNARY_OP_COUNT,
     // ops of their own that map element-wise too
     U_SQR = 100, U_SQRT, U_CLAMP, U_SCALE,
 };
@@ -278,7 +277,8 @@ static int k_soft_max(const gp_params * p, gp_tensor * dst) {
 // ---------------------------------------------------------------------------
 // GLU: act(x) * g, x and g the two halves of a row (swapped on request) or two tensors
 
-enum { GLU_REGLU, GLU_GEGLU, GLU_SWIGLU, GLU_SWIGLU_OAI, GLU_GEGLU_ERF, GLU_GEGLU_QUICK, GLU_COUNT };
+#define GLU_ENUM_(NAME) GLU_##NAME = GGML_PY_GLU_OP_##NAME,
+enum { GGML_PY_GLU_OPS(GLU_ENUM_) GLU_COUNT = GGML_PY_GLU_OP_COUNT };   // ggml_glu_op
 
 static int k_glu(const gp_params * p, gp_tensor * dst) {
     const gp_tensor * a = dst->src[0];
@@ -664,6 +664,15 @@ static int can_repeat(const gp_tensor * b, const gp_tensor * a) {
         if (b->ne[d] == 0 || a->ne[d] % b->ne[d]) return 0;
     }
     return 1;
+}
+
+int gp_op_has_kernel(int op) {
+#define KERNEL_OP_(NAME) case GP_OP_##NAME:
+    switch (op) {
+        GP_KERNEL_OPS(KERNEL_OP_) return 1;
+        default: return 0;
+    }
+#undef KERNEL_OP_
 }
 
 gp_kernel gp_select_kernel(const gp_tensor * t, int nth, int * n_tasks, size_t * wsize, const char ** error) {

@@ -43,7 +43,7 @@ def default_threads():
         return min(MAX_THREADS, max(1, os.cpu_count() or 1))
 
 # ---------------------------------------------------------------------------
-# the C library must see ggml_py's structs and enums as Cython does
+# the C library's view of ops (its structs and ids come from the headers Cython reads too)
 
 cdef enum:
     GGML_TYPE_MAX = 64      # type ids are below this (ggml 0.10.1 has 40)
@@ -51,48 +51,12 @@ cdef enum:
 
 cdef extern from "ggml-py-cpu/ggml-py-cpu.h":
     enum:
-        GP_OP_NONE, GP_OP_DUP, GP_OP_ADD, GP_OP_ACC, GP_OP_SUB, GP_OP_MUL, GP_OP_DIV,
-        GP_OP_SQR, GP_OP_SQRT, GP_OP_SUM, GP_OP_SUM_ROWS, GP_OP_MEAN, GP_OP_REPEAT,
-        GP_OP_CONCAT, GP_OP_NORM, GP_OP_RMS_NORM, GP_OP_MUL_MAT, GP_OP_MUL_MAT_ID,
-        GP_OP_SCALE, GP_OP_CPY, GP_OP_CONT, GP_OP_RESHAPE, GP_OP_VIEW, GP_OP_PERMUTE,
-        GP_OP_TRANSPOSE, GP_OP_GET_ROWS, GP_OP_SET_ROWS, GP_OP_DIAG_MASK_INF,
-        GP_OP_SOFT_MAX, GP_OP_ROPE, GP_OP_CLAMP, GP_OP_PAD, GP_OP_ARANGE, GP_OP_ARGSORT,
-        GP_OP_TOP_K, GP_OP_UNARY, GP_OP_GLU, GP_OP_COUNT
+        GP_OP_MUL_MAT
+    int gp_op_has_kernel(int op)
 
-
-cdef list _C_OPS = [
-    ("NONE", GP_OP_NONE), ("DUP", GP_OP_DUP), ("ADD", GP_OP_ADD), ("ACC", GP_OP_ACC),
-    ("SUB", GP_OP_SUB), ("MUL", GP_OP_MUL), ("DIV", GP_OP_DIV), ("SQR", GP_OP_SQR),
-    ("SQRT", GP_OP_SQRT), ("SUM", GP_OP_SUM), ("SUM_ROWS", GP_OP_SUM_ROWS),
-    ("MEAN", GP_OP_MEAN), ("REPEAT", GP_OP_REPEAT), ("CONCAT", GP_OP_CONCAT),
-    ("NORM", GP_OP_NORM), ("RMS_NORM", GP_OP_RMS_NORM), ("MUL_MAT", GP_OP_MUL_MAT),
-    ("MUL_MAT_ID", GP_OP_MUL_MAT_ID), ("SCALE", GP_OP_SCALE), ("CPY", GP_OP_CPY),
-    ("CONT", GP_OP_CONT), ("RESHAPE", GP_OP_RESHAPE), ("VIEW", GP_OP_VIEW),
-    ("PERMUTE", GP_OP_PERMUTE), ("TRANSPOSE", GP_OP_TRANSPOSE), ("GET_ROWS", GP_OP_GET_ROWS),
-    ("SET_ROWS", GP_OP_SET_ROWS), ("DIAG_MASK_INF", GP_OP_DIAG_MASK_INF),
-    ("SOFT_MAX", GP_OP_SOFT_MAX), ("ROPE", GP_OP_ROPE), ("CLAMP", GP_OP_CLAMP),
-    ("PAD", GP_OP_PAD), ("ARANGE", GP_OP_ARANGE), ("ARGSORT", GP_OP_ARGSORT),
-    ("TOP_K", GP_OP_TOP_K), ("UNARY", GP_OP_UNARY), ("GLU", GP_OP_GLU),
-]
-
-
-def _check_abi():
-    """The op ids of the C kernels must be ggml_py's (raises ImportError). (The tensor
-    and buffer structs need no check: both sides take them from ggml-py-types.h.)"""
-    for name, value in _C_OPS:
-        if _OP_IDS.get(name) != value:
-            raise ImportError(f"ggml_py._cpu: op {name} is {value} in the C kernels, "
-                              f"{_OP_IDS.get(name)} in ggml_py")
-    if len(_OP_NAMES_LIST) != GP_OP_COUNT:
-        raise ImportError(f"ggml_py._cpu: {GP_OP_COUNT} ops in the C kernels, "
-                          f"{len(_OP_NAMES_LIST)} in ggml_py")
-
-
-_check_abi()
 
 # the ops that have a C kernel (for some types and layouts): supported_ops of the backend
-C_KERNEL_OPS = frozenset(name for name, _ in _C_OPS
-                         if name not in _EMPTY_OPS and name != "ACC")
+C_KERNEL_OPS = frozenset(name for i, name in enumerate(_OP_NAMES_LIST) if gp_op_has_kernel(i))
 
 # ---------------------------------------------------------------------------
 # instruction sets

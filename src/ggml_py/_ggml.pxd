@@ -72,6 +72,23 @@ cdef extern from "ggml_py/ggml-py-vocab.h":
 
     const ggml_py_type_info ggml_py_type_infos[]
 
+    # ops, unary ops and GLU ops by id
+    enum:
+        GGML_PY_OP_COUNT
+        GGML_PY_UNARY_OP_COUNT
+        GGML_PY_GLU_OP_COUNT
+    const char * const ggml_py_op_names[]
+    const char * const ggml_py_unary_op_names[]
+    const char * const ggml_py_glu_op_names[]
+
+    # rope modes: names and values
+    enum:
+        GGML_PY_N_ROPE_TYPES
+        GGML_PY_ROPE_TYPE_NORMAL
+        GGML_PY_ROPE_TYPE_NEOX
+    const char * const ggml_py_rope_type_names[]
+    const int ggml_py_rope_type_values[]
+
 # tensor flags (ggml_tensor_flag)
 cdef enum:
     GGML_TENSOR_FLAG_INPUT = 1

@@ -10,8 +10,8 @@ from ggml_py._core cimport (Tensor, TYPE_TRAITS, ggml_nelements, ggml_nbytes, gg
                             ggml_acc_region_end)
 from ggml_py._backend cimport Backend
 
-from ggml_py._core import OP_IDS as _OP_IDS, TYPE_IDS as _TYPE_IDS
-from ggml_py.ops import GLU_OPS as _GLU_OPS, ROPE_TYPES as _ROPE_TYPES, UNARY_OPS as _UNARY_OPS
+from ggml_py._core import (GLU_OP_NAMES as _GLU_OPS, OP_IDS as _OP_IDS, TYPE_IDS as _TYPE_IDS,
+                           UNARY_OP_NAMES as _UNARY_OPS)
 from ggml_py.backends import opencl_kernels as _K
 
 cdef int T_F32 = _TYPE_IDS["f32"], T_F16 = _TYPE_IDS["f16"], T_Q8_0 = _TYPE_IDS["q8_0"]
@@ -35,7 +35,7 @@ cdef int O_MUL_MAT_ID = _OP_IDS["MUL_MAT_ID"]
 
 cdef int U_COUNT = len(_UNARY_OPS), U_XIELU = _UNARY_OPS.index("XIELU")
 cdef int G_COUNT = len(_GLU_OPS)
-cdef int ROPE_NORMAL = _ROPE_TYPES["NORMAL"], ROPE_NEOX = _ROPE_TYPES["NEOX"]
+cdef int ROPE_NORMAL = GGML_PY_ROPE_TYPE_NORMAL, ROPE_NEOX = GGML_PY_ROPE_TYPE_NEOX
 cdef int64_t SORT_MAX = _K.SORT_MAX, FA_D = _K.FA_D
 
 # the ops the rule answers for (every other op: no)

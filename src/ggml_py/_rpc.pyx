@@ -46,7 +46,7 @@ from ggml_py._core import (OP_IDS as _OP_IDS, TYPE_IDS as _TYPE_IDS,
 from ggml_py._backend import byte_value
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
                             RPCError)
-from ggml_py.ops import GLU_OPS as _GLU_OPS, UNARY_OPS as _UNARY_OPS
+from ggml_py._core import GLU_OP_NAMES as _GLU_OPS, UNARY_OP_NAMES as _UNARY_OPS
 
 # ---------------------------------------------------------------------------
 # the wire format

@@ -1,6 +1,6 @@
-// ggml 0.10.1's element types, listed once. The C kernels include this header, Cython
-// cimports its table (_ggml.pxd), and ggml_py._core builds its name tables from it: a
-// new type is one line here, plus its kernels.
+// ggml 0.10.1's vocabulary, listed once: element types, ops, unary ops and GLU ops. The
+// C kernels include this header, Cython cimports its tables (_ggml.pxd), and ggml_py._core
+// builds its name tables from them: a new type or op is one line here, plus its kernels.
 //
 //   X(ID, id, name, blck_size, type_size, vec_dot_type)
 //
@@ -74,3 +74,66 @@ static const ggml_py_type_info ggml_py_type_infos[] = { GGML_PY_TYPES(GGML_PY_TY
     _Static_assert((id) >= 0 && (id) < GGML_PY_TYPE_COUNT, "type id " #ID " out of range");
 GGML_PY_TYPES(GGML_PY_TYPE_CHECK_)
 #undef GGML_PY_TYPE_CHECK_
+
+// ---------------------------------------------------------------------------
+// ops (ggml_op), unary ops (ggml_unary_op) and GLU ops (ggml_glu_op), in ggml's order:
+// an op's id is its position. X(NAME)
+
+#define GGML_PY_OPS(X)                                                                     \
+    X(NONE) X(DUP) X(ADD) X(ADD_ID) X(ADD1) X(ACC) X(SUB) X(MUL) X(DIV) X(SQR) X(SQRT)         \
+    X(LOG) X(SIN) X(COS) X(SUM) X(SUM_ROWS) X(CUMSUM) X(MEAN) X(ARGMAX) X(COUNT_EQUAL)         \
+    X(REPEAT) X(REPEAT_BACK) X(CONCAT) X(SILU_BACK) X(NORM) X(RMS_NORM) X(RMS_NORM_BACK)       \
+    X(GROUP_NORM) X(L2_NORM) X(MUL_MAT) X(MUL_MAT_ID) X(OUT_PROD) X(SCALE) X(SET) X(CPY)       \
+    X(CONT) X(RESHAPE) X(VIEW) X(PERMUTE) X(TRANSPOSE) X(GET_ROWS) X(GET_ROWS_BACK)            \
+    X(SET_ROWS) X(DIAG) X(DIAG_MASK_INF) X(DIAG_MASK_ZERO) X(SOFT_MAX) X(SOFT_MAX_BACK)        \
+    X(ROPE) X(ROPE_BACK) X(CLAMP) X(CONV_TRANSPOSE_1D) X(IM2COL) X(IM2COL_BACK)                \
+    X(IM2COL_3D) X(CONV_2D) X(CONV_3D) X(CONV_2D_DW) X(CONV_TRANSPOSE_2D) X(POOL_1D)           \
+    X(POOL_2D) X(POOL_2D_BACK) X(UPSCALE) X(PAD) X(PAD_REFLECT_1D) X(ROLL) X(ARANGE)           \
+    X(TIMESTEP_EMBEDDING) X(ARGSORT) X(TOP_K) X(LEAKY_RELU) X(TRI) X(FILL)                     \
+    X(FLASH_ATTN_EXT) X(FLASH_ATTN_BACK) X(SSM_CONV) X(SSM_SCAN) X(WIN_PART) X(WIN_UNPART)     \
+    X(GET_REL_POS) X(ADD_REL_POS) X(RWKV_WKV6) X(GATED_LINEAR_ATTN) X(RWKV_WKV7)               \
+    X(SOLVE_TRI) X(GATED_DELTA_NET) X(UNARY) X(MAP_CUSTOM1) X(MAP_CUSTOM2) X(MAP_CUSTOM3)      \
+    X(CUSTOM) X(CROSS_ENTROPY_LOSS) X(CROSS_ENTROPY_LOSS_BACK) X(OPT_STEP_ADAMW)               \
+    X(OPT_STEP_SGD) X(GLU)
+
+#define GGML_PY_UNARY_OPS(X)                                                               \
+    X(ABS) X(SGN) X(NEG) X(STEP) X(TANH) X(ELU) X(RELU) X(SIGMOID) X(GELU) X(GELU_QUICK)     \
+    X(SILU) X(HARDSWISH) X(HARDSIGMOID) X(EXP) X(EXPM1) X(SOFTPLUS) X(GELU_ERF) X(XIELU)     \
+    X(FLOOR) X(CEIL) X(ROUND) X(TRUNC)
+
+#define GGML_PY_GLU_OPS(X)                                                                 \
+    X(REGLU) X(GEGLU) X(SWIGLU) X(SWIGLU_OAI) X(GEGLU_ERF) X(GEGLU_QUICK)
+
+// rope modes (GGML_ROPE_TYPE_*): X(NAME, value)
+#define GGML_PY_ROPE_TYPES(X) X(NORMAL, 0) X(NEOX, 2) X(MROPE, 8) X(VISION, 24) X(IMROPE, 40)
+
+#define GGML_PY_OP_ENUM_(NAME)       GGML_PY_OP_##NAME,
+#define GGML_PY_UNARY_OP_ENUM_(NAME) GGML_PY_UNARY_OP_##NAME,
+#define GGML_PY_GLU_OP_ENUM_(NAME)   GGML_PY_GLU_OP_##NAME,
+#define GGML_PY_NAME_(NAME)          #NAME,
+enum ggml_py_op       { GGML_PY_OPS(GGML_PY_OP_ENUM_) GGML_PY_OP_COUNT };
+enum ggml_py_unary_op { GGML_PY_UNARY_OPS(GGML_PY_UNARY_OP_ENUM_) GGML_PY_UNARY_OP_COUNT };
+enum ggml_py_glu_op   { GGML_PY_GLU_OPS(GGML_PY_GLU_OP_ENUM_) GGML_PY_GLU_OP_COUNT };
+static const char * const ggml_py_op_names[]       = { GGML_PY_OPS(GGML_PY_NAME_) };
+static const char * const ggml_py_unary_op_names[] = { GGML_PY_UNARY_OPS(GGML_PY_NAME_) };
+static const char * const ggml_py_glu_op_names[]   = { GGML_PY_GLU_OPS(GGML_PY_NAME_) };
+#define GGML_PY_ROPE_ENUM_(NAME, v)  GGML_PY_ROPE_TYPE_##NAME = v,
+#define GGML_PY_ROPE_NAME_(NAME, v)  #NAME,
+#define GGML_PY_ROPE_VALUE_(NAME, v) v,
+enum ggml_py_rope_type { GGML_PY_ROPE_TYPES(GGML_PY_ROPE_ENUM_) };
+static const char * const ggml_py_rope_type_names[] = { GGML_PY_ROPE_TYPES(GGML_PY_ROPE_NAME_) };
+static const int ggml_py_rope_type_values[] = { GGML_PY_ROPE_TYPES(GGML_PY_ROPE_VALUE_) };
+#define GGML_PY_N_ROPE_TYPES ((int)(sizeof(ggml_py_rope_type_values) / sizeof(int)))
+#undef GGML_PY_ROPE_ENUM_
+#undef GGML_PY_ROPE_NAME_
+#undef GGML_PY_ROPE_VALUE_
+#undef GGML_PY_OP_ENUM_
+#undef GGML_PY_UNARY_OP_ENUM_
+#undef GGML_PY_GLU_OP_ENUM_
+#undef GGML_PY_NAME_
+
+// ggml 0.10.1's counts (GGML_OP_COUNT, GGML_UNARY_OP_COUNT, GGML_GLU_OP_COUNT); the names
+// themselves are checked against ggml's own in tests/test_op_metadata.py
+_Static_assert(GGML_PY_OP_COUNT == 96, "ggml 0.10.1 has 96 ops");
+_Static_assert(GGML_PY_UNARY_OP_COUNT == 22, "ggml 0.10.1 has 22 unary ops");
+_Static_assert(GGML_PY_GLU_OP_COUNT == 6, "ggml 0.10.1 has 6 GLU ops");
