@@ -454,6 +454,7 @@ def test_ops_check_on_the_numpy_device(capsys):
 def test_demo_device_asked_for_but_unavailable(capsys, monkeypatch):
     """--device opencl where OpenCL does not work: one line and exit 1 (auto falls back)."""
     from ggml_py import backends
+    from ggml_py.backends import opencl
     from ggml_py.errors import BackendError
     real = backends.create
 
@@ -461,13 +462,18 @@ def test_demo_device_asked_for_but_unavailable(capsys, monkeypatch):
         if name == "opencl":
             raise BackendError("no OpenCL platform")
         return real(name, *a, **k)
+
+    def no_opencl():
+        raise BackendError("no OpenCL platform")
     monkeypatch.setattr(backends, "create", create)
+    monkeypatch.setattr(opencl, "auto_backend", no_opencl)
     out, _ = _fails(capsys, ["demo", "--device", "opencl", "--no-plan"], 1,
                     "no OpenCL platform")
     assert "== llama" not in out
     assert main(["demo", "--layers", "1", "--prompt", "2", "--steps", "1", "--no-plan"]) == 0
     out = capsys.readouterr().out
-    assert "(opencl unavailable: no OpenCL platform)" in out
+    assert ("--device auto: numpy_device (NUMPY_DEV); skipped opencl: no OpenCL platform"
+            in out)
     assert "backends (priority order): NUMPY_DEV, CPU" in out
 
 

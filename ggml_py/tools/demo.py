@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 Out = Callable[[str], None]
 
 RANDOM_N_CTX = 64           # the random models' context (KV cache cells)
-AUTO_DEVICES = ("opencl", "numpy_device")       # --device auto: the first that works
 DEFAULTS = {"layers": 4, "wtype": "f16", "prompt": 16, "steps": 16, "seed": 0,
             "plan_layers": 8}
 MODEL_OPTIONS = ("gguf", "device", "rpc", "gpu_layers", "tensor_split", "layers", "wtype",
@@ -77,14 +76,35 @@ class _NoProgress:
         pass
 
 
+def _terminal_columns(stream: Any) -> int:
+    """The width of the terminal `stream` writes to; 0 where it does not say (a pty that
+    nobody sized: `script`, an editor's shell, a container's -t, Python's pty module)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return 0
+
+
 def progress(total: int, desc: str) -> Any:
-    """A progress bar on stderr (tqdm; nothing when stderr is not a terminal)."""
+    """A progress bar on stderr (tqdm; nothing when stderr is not a terminal). It stays
+    on screen when the model is done (its passes, time and rate), and it is 80 columns
+    wide on a terminal that does not give its size ($COLUMNS and $LINES where set):
+    tqdm's own size there is -1 x -1, with which it draws nothing."""
     try:
         from tqdm import tqdm  # type: ignore[import-untyped]
     except ImportError:         # installed without its dependencies
         return _NoProgress()
-    return tqdm(total=total, desc=f"   {desc}", unit="pass", leave=False, file=sys.stderr,
-                disable=None, dynamic_ncols=True)
+    if _terminal_columns(sys.stderr) > 0:
+        size: dict[str, Any] = dict(dynamic_ncols=True)
+    else:                       # tqdm would read -1 x -1 and draw nothing at all
+        size = dict(ncols=_env_size("COLUMNS", 80), nrows=_env_size("LINES", 24))
+    return tqdm(total=total, desc=f"   {desc}", unit="pass", leave=True, file=sys.stderr,
+                disable=None, **size)
+
+
+def _env_size(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() and int(value) > 0 else default
 
 
 # ---------------------------------------------------------------------------
@@ -93,18 +113,15 @@ def progress(total: int, desc: str) -> Any:
 def device_backends(which: str = "auto", out: Out = say) -> list[Backend]:
     """The device backend to offload to: 'cpu' (none), a computing backend's registry name
     ('opencl', 'numpy_device', ...; its errors propagate: the user asked for it), or
-    'auto': OpenCL when it works here, else the numpy device, with a note on what was
-    left out."""
+    'auto': the registry's choice (backends.choose_auto: a real OpenCL device when there
+    is one, else the numpy device), said in one line with what was skipped and why."""
     if which == "cpu":
         return []
     if which != "auto":
         return [backend_registry.create(which)]
-    for name in AUTO_DEVICES:
-        try:
-            return [backend_registry.create(name)]
-        except Exception as e:      # not built, no OpenCL library, no device, ...
-            out(f"   ({name} unavailable: {e})")
-    return []
+    backend, why = backend_registry.choose_auto()
+    out(f"   --device auto: {why}")
+    return [] if backend is None else [backend]
 
 
 def gguf_config(path: str) -> ModelConfig:
@@ -337,7 +354,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "gguf package: pip install \"ggml-py-sched[gguf]\")")
     p.add_argument("--device", choices=devices, metavar="NAME",
                    help=f"where the layers go: {', '.join(devices)}; auto (the default): "
-                        "OpenCL when it works here, else numpy_device; cpu: no offload")
+                        "the first of " + ", ".join(backend_registry.auto_order())
+                        + " that works here, an OpenCL device only when it is not the CPU "
+                        "emulated (PoCL's pthread device); cpu: no offload; rpc: needs --rpc")
     p.add_argument("--rpc", type=cli.endpoints, metavar="HOST:PORT[,HOST:PORT...]",
                    help="spread the layers over these ggml RPC servers (every device of "
                         "each, in order; llama.cpp's --rpc) instead of --device; start one "
@@ -386,8 +405,14 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.gguf and given & {"layers", "wtype"}:
         raise cli.UsageError(f"{', '.join(_option(k) for k in sorted(given & {'layers', 'wtype'}))}"
                              " apply to the random models; a GGUF file brings its own")
-    if args.rpc and "device" in given:
+    if args.device == "rpc" and not args.rpc:
+        raise cli.UsageError("--device rpc needs the servers' addresses: --rpc "
+                             "HOST:PORT[,HOST:PORT...] (then --device may be left out)")
+    if args.rpc and "device" in given and args.device != "rpc":
         raise cli.UsageError("--rpc and --device both say where the layers go: give one")
+    if args.device not in (None, "auto", "cpu", "rpc") and backend_registry.needs(args.device):
+        raise cli.UsageError(f"--device {args.device} needs "
+                             f"{backend_registry.needs(args.device)}, which the demo cannot give")
     if args.device == "cpu" and given & {"gpu_layers", "tensor_split"}:
         raise cli.UsageError(f"{', '.join(_option(k) for k in sorted(given & {'gpu_layers', 'tensor_split'}))}"
                              " would be ignored with --device cpu (no offload)")

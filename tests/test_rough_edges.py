@@ -1,0 +1,201 @@
+"""Issue 33's rough edges of a first day: the RPC device entry, RPCBackend's error type,
+the progress bar on a terminal, --device auto's choice, SplitMap.save, the bench output
+and the pictures."""
+
+import json
+import os
+import select
+import subprocess
+import sys
+
+import pytest
+from conftest import shared_path
+
+from ggml_py import backends
+from ggml_py.__main__ import main
+from ggml_py.errors import ArgumentError, GgmlPyError
+
+CASES = shared_path() / "cases"
+
+
+def _fails(capsys, argv, status, *words):
+    assert main(argv) == status
+    out, err = capsys.readouterr()
+    assert "internal error" not in err
+    for w in words:
+        assert w in err, (w, err)
+    return out, err
+
+
+# ---------------------------------------------------------------------------
+# RPC: the registry entry and the endpoint's error
+
+def test_demo_device_rpc_without_servers_is_a_usage_error(capsys):
+    out, err = _fails(capsys, ["demo", "--device", "rpc", "--no-plan"], 2,
+                      "--device rpc needs", "--rpc HOST:PORT")
+    assert out == "" and len(err.strip().splitlines()) == 1
+
+
+def test_registry_knows_rpc_needs_an_endpoint():
+    assert backends.needs("rpc") and "HOST:PORT" in backends.needs("rpc")
+    assert backends.needs("cpu") == ""
+    with pytest.raises(ArgumentError, match=r"backend 'rpc' needs .*HOST:PORT"):
+        backends.create("rpc")
+
+
+@pytest.mark.parametrize("bad,wrong", [("localhost", "no port"), ("host:", "no port"),
+                                       (":50052", "no host"), ("host:70000", "not in 1..65535"),
+                                       ("host:port", "'port' is not a number")])
+def test_rpc_endpoint_errors_are_ggml_py_errors(bad, wrong):
+    from ggml_py.backends.rpc import RPCBackend
+    with pytest.raises(ArgumentError) as e:
+        RPCBackend(bad)
+    assert isinstance(e.value, GgmlPyError) and isinstance(e.value, ValueError)
+    assert repr(bad) in str(e.value) and "HOST:PORT" in str(e.value) and wrong in str(e.value)
+
+
+def test_rpc_endpoint_lists_raise_argument_errors():
+    from ggml_py.backends.rpc import parse_endpoints
+    for bad in ("", ",", "a:1,a:1"):
+        with pytest.raises(ArgumentError):
+            parse_endpoints(bad)
+
+
+# ---------------------------------------------------------------------------
+# the progress bar, seen on a pseudo-terminal
+
+def _on_pty(argv, columns=0, timeout=120):
+    """Run argv in a child whose stdin, stdout and stderr are a new pty (`columns` wide;
+    0: a pty nobody sized, as Python's pty module and `script` in a pipe make); all it
+    wrote there."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    master, slave = pty.openpty()
+    if columns:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    child = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env,
+                             close_fds=True)
+    os.close(slave)
+    data = b""
+    try:
+        while True:
+            ready, _, _ = select.select([master], [], [], timeout)
+            if not ready:
+                break
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:         # EIO: the child closed the pty
+                break
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(master)
+        child.wait(timeout=timeout)
+    assert child.returncode == 0, data[-2000:]
+    return data.decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize("columns", [0, 100])
+def test_demo_shows_a_progress_bar_on_a_terminal(columns):
+    pytest.importorskip("tqdm")
+    text = _on_pty([sys.executable, "-m", "ggml_py", "demo", "--device", "numpy_device",
+                    "--layers", "1", "--prompt", "4", "--steps", "3", "--no-plan"], columns)
+    # every model's bar, finished and left on screen: 1 untimed pass + prompt + 2 decodes
+    for name in ("llama", "moe-dense", "moe-topk", "moe-shared"):
+        assert f"   {name}: 100%|" in text, text[-1500:]
+    assert text.count("4/4 [") >= 4 and "pass/s]" in text
+    if columns:
+        bars = [ln for ln in text.replace("\r", "\n").splitlines() if "%|" in ln]
+        assert bars and all(len(ln) < columns for ln in bars)
+
+
+def test_no_progress_bar_through_a_pipe():
+    r = subprocess.run([sys.executable, "-m", "ggml_py", "demo", "--device", "numpy_device",
+                        "--layers", "1", "--prompt", "2", "--steps", "1", "--no-plan"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "100%|" not in r.stderr + r.stdout
+
+
+# ---------------------------------------------------------------------------
+# --device auto: the registry's order, a real device before a CPU-emulated OpenCL one
+
+POCL = {"index": 0, "name": "pthread-skylake-avx512", "platform": "Portable Computing Language",
+        "device_type": 2}            # CL_DEVICE_TYPE_CPU
+GPU = {"index": 1, "name": "Radeon 780M", "platform": "AMD Accelerated Parallel Processing",
+       "device_type": 4}             # CL_DEVICE_TYPE_GPU
+
+
+@pytest.fixture
+def fake_opencl(monkeypatch):
+    """OpenCL with the given device infos; OpenCLBackend(i) records i instead of opening."""
+    from ggml_py.backends import opencl
+    made = []
+
+    class FakeOpenCL:
+        def __init__(self, index):
+            made.append(index)
+            self.name = f"OPENCL{index}"
+
+    def install(*infos):
+        monkeypatch.setattr(opencl, "available", lambda: (True, "libOpenCL.so.1"))
+        monkeypatch.setattr(opencl, "list_devices", lambda: [dict(i) for i in infos])
+        monkeypatch.setattr(opencl, "OpenCLBackend", FakeOpenCL)
+        return made
+    return install
+
+
+def test_auto_order_comes_from_the_registry():
+    from ggml_py.tools import demo
+    assert backends.auto_order() == ["opencl", "numpy_device"]
+    assert not hasattr(demo, "AUTO_DEVICES")
+
+
+def test_auto_skips_a_cpu_emulated_opencl_device(fake_opencl):
+    fake_opencl(POCL)
+    backend, why = backends.choose_auto()
+    try:
+        assert backend.name == "NUMPY_DEV"
+        assert why.startswith("numpy_device (NUMPY_DEV); skipped opencl: only CPU-emulated "
+                              "OpenCL here ('pthread-skylake-avx512' of Portable Computing "
+                              "Language: CL_DEVICE_TYPE_CPU)")
+        assert "slower than the numpy device" in why and "\n" not in why
+    finally:
+        backend.close()
+
+
+def test_auto_takes_the_real_opencl_device_after_an_emulated_one(fake_opencl):
+    made = fake_opencl(POCL, GPU)
+    backend, why = backends.choose_auto()
+    assert made == [1] and backend.name == "OPENCL1"
+    assert why == "opencl (OPENCL1), the first of opencl, numpy_device"
+
+
+def test_demo_says_what_auto_chose(fake_opencl, capsys):
+    fake_opencl(POCL)
+    assert main(["demo", "--layers", "1", "--prompt", "2", "--steps", "1", "--no-plan"]) == 0
+    out = capsys.readouterr().out
+    said = [ln for ln in out.splitlines() if "--device auto" in ln]
+    assert len(said) == 1 and "numpy_device (NUMPY_DEV)" in said[0] and "CPU-emulated" in said[0]
+    assert "backends (priority order): NUMPY_DEV, CPU" in out
+
+
+def test_auto_tries_a_registered_backend(monkeypatch, fake_opencl):
+    """A backend registered with an auto rank is one of auto's candidates, in its order."""
+    import types
+    from ggml_py.backends.cpu import CPUBackend
+    fake_opencl(POCL)
+    mod = types.ModuleType("fake_auto_device")
+    mod.FakeDevice = CPUBackend
+    mod.auto_backend = lambda: CPUBackend()
+    monkeypatch.setitem(sys.modules, "fake_auto_device", mod)
+    monkeypatch.setitem(backends._REGISTRY, "fake", backends.Entry(
+        "fake_auto_device", "FakeDevice", True, auto=1))
+    for name, rank in (("opencl", 2), ("numpy_device", 3)):
+        monkeypatch.setitem(backends._REGISTRY, name, backends._REGISTRY[name]._replace(auto=rank))
+    assert backends.auto_order() == ["fake", "opencl", "numpy_device"]
+    backend, why = backends.choose_auto()
+    assert backend.name == "CPU" and why.startswith("fake (CPU), the first of fake")
