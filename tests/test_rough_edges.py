@@ -199,3 +199,144 @@ def test_auto_tries_a_registered_backend(monkeypatch, fake_opencl):
     assert backends.auto_order() == ["fake", "opencl", "numpy_device"]
     backend, why = backends.choose_auto()
     assert backend.name == "CPU" and why.startswith("fake (CPU), the first of fake")
+
+
+# ---------------------------------------------------------------------------
+# split maps: SplitMap.save and the pictures' labels (read from the figure's artists)
+
+def _map(name):
+    from ggml_py.tools.cases import load_case
+    from ggml_py.tools.planning import plan_case
+    from ggml_py.tools.splitmap import SplitMap
+    case = load_case(CASES / f"{name}.case.json")
+    sched, _ = plan_case(case)
+    return SplitMap.from_scheduler(sched, case.name, graph=case.graph)
+
+
+def _texts(fig):
+    fig.canvas.draw()           # tick labels and offset texts are set at draw time
+    out = [t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text"))]
+    return [t for t in out if t]
+
+
+def test_splitmap_save_by_extension(tmp_path):
+    pytest.importorskip("matplotlib")
+    m = _map("mlp-cpu-only")
+    for suffix, magic in ((".png", b"\x89PNG"), (".svg", b"<?xml"), (".pdf", b"%PDF")):
+        path = tmp_path / f"map{suffix}"
+        m.save(path)                                # a Path, as savefig takes
+        assert path.read_bytes()[:len(magic)] == magic
+    m.save(str(tmp_path / "small.png"), dpi=30)
+    assert (tmp_path / "small.png").stat().st_size < (tmp_path / "map.png").stat().st_size
+    with pytest.raises(ValueError, match=r"map\.xyz: a split map is written as .*\.png"):
+        m.save(tmp_path / "map.xyz")
+    assert not (tmp_path / "map.xyz").exists()
+
+
+def test_small_graph_ticks_are_whole_numbers_and_counts_singular():
+    pytest.importorskip("matplotlib")
+    from ggml_py.tools.splitmap import Block, SplitMap, draw
+    m = SplitMap("tiny", ("CPU",), (Block(0, "CPU", 0, 1), Block(1, "CPU", 1, 4)), ("CPU",))
+    fig = draw(m)
+    fig.canvas.draw()
+    ax = fig.axes[-1]
+    lo, hi = ax.get_xlim()
+    ticks = [lab.get_text() for x, lab in zip(ax.get_xticks(), ax.get_xticklabels())
+             if lo <= x <= hi]
+    assert len(ticks) == len(set(ticks)) and all(t.isdigit() for t in ticks), ticks
+    texts = _texts(fig)
+    assert "tiny: 4 nodes in 2 splits on 1 backend, 0 B copied between them per evaluation" \
+        in texts
+    assert "split 0\n1 node" in texts and not any("1 nodes" in t for t in texts)
+    one = draw(SplitMap("one", ("CPU",), (Block(0, "CPU", 0, 1),), ("CPU",)))
+    texts = _texts(one)
+    assert any(t.startswith("one: 1 node in 1 split on 1 backend") for t in texts)
+    assert "CPU\n1 split, 1 node" in texts
+
+
+def test_empty_bytes_panel_has_no_stray_scale():
+    pytest.importorskip("matplotlib")
+    from ggml_py.tools.splitmap import draw
+    fig = draw(_map("mlp-cpu-only"))
+    bytes_ax = fig.axes[1]
+    fig.canvas.draw()
+    assert bytes_ax.yaxis.get_offset_text().get_text() == ""
+    assert bytes_ax.get_ylim() == (0, 1) and list(bytes_ax.get_yticks()) == []
+    assert "1e-9" not in " ".join(_texts(fig)) and "none" in _texts(fig)
+
+
+def test_small_graph_shows_ops_and_each_split_says_why():
+    pytest.importorskip("matplotlib")
+    from ggml_py.tools.splitmap import draw
+    texts = _texts(draw(_map("mlp-cpu-only")))          # 6 nodes: every op is named
+    for op in ("MUL_MAT", "ADD", "UNARY", "SOFT_MAX"):
+        assert op in texts
+    m = _map("llama-2L-gpu-unsupported")
+    assert [b.reason != "" for b in m.blocks] == [False] + [True] * (len(m.blocks) - 1)
+    assert m.blocks[2].brief == "ROPE: GPU0 can't run it"
+    texts = _texts(draw(m))
+    assert "split 2: ROPE: GPU0 can't run it" in texts        # beside the split
+    assert "split 1: RMS_NORM [2.sup]" in texts
+    why = draw(m).axes[-1].get_xlabel()
+    assert "4 x ROPE(f32, i32) -> f32 on CPU: GPU0 can't run it (splits 2, 4, 8, 10)" in why
+
+
+def test_many_splits_labels_keep_apart():
+    """A split every few nodes: of the labels that would overlap, one is drawn."""
+    pytest.importorskip("matplotlib")
+    from ggml_py.tools.splitmap import LABEL_GAP, REASON_GAP, Block, SplitMap, draw
+    blocks = tuple(Block(k, ("GPU0", "CPU")[k % 2], 3 * k, 3 * k + 3,
+                         (("CPU" if k % 2 == 0 else "GPU0", 200_000 + k),) if k else (),
+                         reason="r" if k else "", brief=f"OP{k}: why" if k else "")
+                   for k in range(60))
+    fig = draw(SplitMap("many", ("GPU0", "CPU"), blocks, ("CPU",)))
+    lanes_ax, bytes_ax = fig.axes[0], fig.axes[1]
+    width = blocks[-1].i_end
+    named = sorted(a.xy[0] for a in bytes_ax.texts if a.get_text().startswith("split "))
+    assert named and all(b - a >= LABEL_GAP * width for a, b in zip(named, named[1:]))
+    for y in (0, 1):
+        notes = sorted(t.get_position()[0] for t in lanes_ax.texts
+                       if ": why" in t.get_text() and abs(t.get_position()[1] - y) < 0.5)
+        assert notes and all(b - a >= REASON_GAP * width * 0.99 for a, b in zip(notes, notes[1:]))
+
+
+class _FakeSched:
+    """What SplitMap.from_scheduler reads of a scheduler: two RPC servers and the CPU."""
+
+    def __init__(self, names):
+        from types import SimpleNamespace as NS
+        self.backends = [NS(name=n, device_type="cpu" if n == "CPU" else "gpu") for n in names]
+        self.splits = [NS(backend=b, i_start=i, i_end=i + 2, inputs=[])
+                       for i, b in enumerate(self.backends)]
+
+    def backend_id(self, b):
+        return next(i for i, x in enumerate(self.backends) if x is b)
+
+    def get_tensor_backend(self, t):
+        return None
+
+
+def test_rpc_lanes_are_told_apart():
+    pytest.importorskip("matplotlib")
+    from ggml_py.tools.splitmap import SplitMap, draw
+    m = SplitMap.from_scheduler(_FakeSched(["RPC0[10.0.0.1:50052]", "RPC0[10.0.0.2:50052]",
+                                            "CPU"]))
+    labels = [t.get_text() for t in draw(m).axes[0].get_yticklabels()]
+    assert labels[0].startswith("RPC0\n[10.0.0.1:50052]\n")
+    assert labels[1].startswith("RPC0\n[10.0.0.2:50052]\n")
+    same = SplitMap.from_scheduler(_FakeSched(["RPC0[h:1]", "RPC0[h:1]", "CPU"]))
+    assert same.lanes == ("RPC0[h:1] #0", "RPC0[h:1] #1", "CPU")
+    assert [b.backend for b in same.blocks] == list(same.lanes)
+    labels = [t.get_text() for t in draw(same).axes[0].get_yticklabels()]
+    assert len(set(labels)) == 3
+
+
+def test_map_file_names_have_single_hyphens(tmp_path):
+    pytest.importorskip("matplotlib")
+    from ggml_py.tools import demo
+    assert demo.slug("two GPUs, pipeline parallel") == "two-gpus-pipeline-parallel"
+    assert demo.slug("moe-dense") == "moe-dense"
+    demo.run_whatif(1, out=lambda s: None, maps=str(tmp_path))
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert "whatif-two-gpus-pipeline-parallel.png" in names
+    assert not any("--" in n for n in names), names

@@ -63,8 +63,7 @@ def _plan(args: argparse.Namespace) -> None:
                   file=sys.stderr)
     if args.map:
         from ggml_py.tools import splitmap
-        splitmap.save(splitmap.SplitMap.from_scheduler(sched, case.name),
-                      args.map)
+        splitmap.SplitMap.from_scheduler(sched, case.name, graph=case.graph).save(args.map)
 
 
 def _reference_timing(case_path: str) -> dict[str, Any]:

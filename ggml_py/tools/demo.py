@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import re
 import statistics
 import sys
 import time
@@ -62,6 +63,12 @@ say: Out = functools.partial(print, flush=True)
 
 def _ms(s: float) -> str:
     return f"{s * 1e3:.1f}"
+
+
+def slug(title: str) -> str:
+    """A file name's part from a title: lower case, each run of other characters one
+    hyphen ('two GPUs, pipeline parallel' -> 'two-gpus-pipeline-parallel')."""
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "map"
 
 
 def _option(name: str) -> str:
@@ -202,7 +209,8 @@ def run_model(model: Model, backends: list[Backend], args: argparse.Namespace,
                 seen["reasons"] = split_reasons(sess.sched, sess.graph) if sess.graph else []
                 seen["map"] = SplitMap.from_scheduler(
                     sess.sched, f"{cfg.name}, prompt of {args.prompt} tokens",
-                    [sp.copy_s + sp.compute_s for sp in sess.history[-1].splits])
+                    [sp.copy_s + sp.compute_s for sp in sess.history[-1].splits],
+                    graph=sess.graph)
         t0 = time.perf_counter()
         new = sess.generate(prompt, args.steps, on_step)
         wall = time.perf_counter() - t0
@@ -236,7 +244,7 @@ def run_model(model: Model, backends: list[Backend], args: argparse.Namespace,
     _split_table(p, out)
     _why_splits(seen["reasons"], seen["n_splits"], out)
     if args.maps:
-        path = os.path.join(args.maps, f"{cfg.name}.png")
+        path = os.path.join(args.maps, f"{slug(cfg.name)}.png")
         from ggml_py.tools import splitmap
         splitmap.save(seen["map"], path)
         out(f"   split map: {path}")
@@ -330,9 +338,9 @@ def run_scenario(title: str, n_layers: int, n_gpus: int = 1,
     _why_splits(split_reasons(sched, graph), sched.n_splits, out)
     if maps:
         from ggml_py.tools import splitmap
-        path = os.path.join(maps, "whatif-" + "".join(c if c.isalnum() else "-"
-                                                      for c in title.lower()) + ".png")
-        splitmap.save(SplitMap.from_scheduler(sched, f"{title}, {n_layers} layers"), path)
+        path = os.path.join(maps, f"whatif-{slug(title)}.png")
+        splitmap.save(SplitMap.from_scheduler(sched, f"{title}, {n_layers} layers",
+                                              graph=graph), path)
         out(f"   split map: {path}")
     return sched
 
