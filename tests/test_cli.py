@@ -62,9 +62,10 @@ def test_plan_abort_is_one_line_and_exit_code_1(capsys):
 def test_bench_json_keys(capsys):
     assert main(["bench", str(CASES / "mlp-cpu-only.case.json"), "--json", "--min-time", "0.01"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1
     row = json.loads(lines[-1])
-    # the machine first: a time means little without it
-    machine = json.loads(lines[0])["machine"]
+    # the machine inside the row: a time means little without it
+    machine = row["machine"]
     assert machine["cores"] >= 1 and machine["cpu"]
     for key in ("case", "n_nodes", "split_us_median", "ggml_split_us", "split_ratio",
                 "alloc_graph_us_median", "ggml_alloc_graph_us", "alloc_ratio"):

@@ -340,3 +340,83 @@ def test_map_file_names_have_single_hyphens(tmp_path):
     names = sorted(p.name for p in tmp_path.iterdir())
     assert "whatif-two-gpus-pipeline-parallel.png" in names
     assert not any("--" in n for n in names), names
+
+
+# ---------------------------------------------------------------------------
+# bench: one whole JSON object a line, the machine inside; labels; a missing plan file
+
+def _json_lines(text):
+    lines = text.strip().splitlines()
+    assert lines
+    return [json.loads(line) for line in lines]        # each line alone is JSON
+
+
+def test_bench_json_is_one_object_per_case_with_the_machine(capsys, tmp_path):
+    lone = tmp_path / "mlp-cpu-only.case.json"          # no plan file beside it
+    lone.write_bytes((CASES / "mlp-cpu-only.case.json").read_bytes())
+    assert main(["bench", str(CASES / "mlp-cpu-only.case.json"), str(lone), "--json",
+                 "--min-time", "0.01"]) == 0
+    out, err = capsys.readouterr()
+    rows = _json_lines(out)
+    assert [r["case"] for r in rows] == ["mlp-cpu-only", "mlp-cpu-only"]
+    assert all(r["machine"]["cores"] >= 1 for r in rows)
+    assert rows[0]["ggml_source"] == "plan file" and rows[0]["split_ratio"] > 0
+    assert rows[1]["ggml_split_us"] is None and rows[1]["split_ratio"] is None
+    # the comparison that is missing is said, on stderr
+    assert f"warning: {tmp_path / 'mlp-cpu-only.plan.json'}: no ggml times to compare with" in err
+    assert err.count("warning:") == 1
+
+
+def test_bench_says_lower_is_better_and_where_ggml_times_come_from(capsys):
+    assert main(["bench", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for words in ("lower is better", "reuse alloc_graph of the same Graph again",
+                  "rebuilt alloc_graph of a rebuilt graph of equal structure",
+                  "recorded by ggml 0.10.1 on the machine that wrote the case, another machine",
+                  "with a warning on stderr"):
+        assert words in text, words
+    assert main(["bench", str(CASES / "mlp-cpu-only.case.json"), "--min-time", "0.01"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("machine: ")
+    assert "lower is better" in lines[1] and "plan file (recorded on another machine)" in lines[1]
+    assert "reuse: same Graph again" in lines[1] and "rebuilt: an equal rebuilt graph" in lines[1]
+
+
+def test_bench_split_script_json_lines(tmp_path):
+    """bench/bench_split.py --json: every line a whole object with the machine in it; a
+    case without its plan file is timed with a warning, not a crash."""
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "mlp-cpu-only.case.json").write_bytes(
+        (CASES / "mlp-cpu-only.case.json").read_bytes())
+    script = os.path.join(os.path.dirname(__file__), "..", "bench", "bench_split.py")
+    r = subprocess.run([sys.executable, script, "--cases", str(tmp_path), "--sizes", "100",
+                        "--no-ggml", "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = _json_lines(r.stdout)
+    assert [row["case"] for row in rows] == ["mlp-cpu-only", "synthetic-llama-3L"]
+    assert all("cpu" in row["machine"] for row in rows)
+    assert rows[0]["split_ratio"] is None
+    assert "no plan file to compare with" in r.stderr
+    help_text = subprocess.run([sys.executable, script, "--help"], capture_output=True,
+                               text=True, timeout=60).stdout
+    assert "lower is better" in help_text and "rebuilt" in help_text and "reuse" in help_text
+
+
+def test_machine_announce_prints_nothing_for_json(capsys):
+    from ggml_py.tools.machine import announce, with_machine
+    d = announce(as_json=True)
+    assert capsys.readouterr().out == ""
+    assert json.loads(with_machine({"x": 1}, d)) == {"x": 1, "machine": d}
+    announce()
+    assert capsys.readouterr().out.startswith("machine: ")
+
+
+def test_dot_clusters_say_why_each_split_exists():
+    from ggml_py.tools.cases import load_case
+    from ggml_py.tools.dot import plan_to_dot
+    from ggml_py.tools.planning import plan_case
+    case = load_case(CASES / "llama-2L-gpu-unsupported.case.json")
+    sched, _ = plan_case(case)
+    text = plan_to_dot(sched, case.graph, case.name)
+    assert "label=\"split 0: " in text and "inputs)\";" in text      # split 0: no reason
+    assert "split 2: CPU (" in text and "inputs)\\nROPE: GPU0 can't run it" in text
