@@ -171,7 +171,7 @@ def test_auto_takes_the_real_opencl_device_after_an_emulated_one(fake_opencl):
     made = fake_opencl(POCL, GPU)
     backend, why = backends.choose_auto()
     assert made == [1] and backend.name == "OPENCL1"
-    assert why == "opencl (OPENCL1), the first of opencl, numpy_device"
+    assert why == "opencl (OPENCL1), the first of opencl, numpy_device that works here"
 
 
 def test_demo_says_what_auto_chose(fake_opencl, capsys):

@@ -128,7 +128,8 @@ def choose_auto() -> tuple[Backend | None, str]:
             skipped.append(f"{name}: {e}")
             continue
         if not skipped:
-            return backend, f"{name} ({backend.name}), the first of {', '.join(auto_order())}"
+            return backend, (f"{name} ({backend.name}), the first of "
+                             f"{', '.join(auto_order())} that works here")
         return backend, f"{name} ({backend.name}); skipped {'; '.join(skipped)}"
     return None, f"no device, the CPU alone; skipped {'; '.join(skipped)}"
 

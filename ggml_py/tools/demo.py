@@ -2,7 +2,8 @@
 
 Part 1 builds a small llama and the three classic MoE forms with seeded random
 weights (or loads a llama GGUF file), offloads their layers to the best device
-backend here (OpenCL when present, else the numpy device), or spreads them over
+backend here (an OpenCL device that is not the CPU emulated, else the numpy device;
+--device auto says which and why), or spreads them over
 ggml RPC servers (--rpc, as llama.cpp does; the CPU always last), and
 runs a prompt and greedy decode steps, printing the generated token ids and, per
 step, the scheduler's splits, copies, bytes and times -- and why each extra split
