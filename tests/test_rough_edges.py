@@ -295,9 +295,12 @@ def test_many_splits_labels_keep_apart():
     named = sorted(a.xy[0] for a in bytes_ax.texts if a.get_text().startswith("split "))
     assert named and all(b - a >= LABEL_GAP * width for a, b in zip(named, named[1:]))
     for y in (0, 1):
-        notes = sorted(t.get_position()[0] for t in lanes_ax.texts
+        # where each label starts (one ending at the right end starts REASON_GAP before it)
+        notes = sorted(t.get_position()[0] - (REASON_GAP * width if t.get_ha() == "right" else 0)
+                       for t in lanes_ax.texts
                        if ": why" in t.get_text() and abs(t.get_position()[1] - y) < 0.5)
         assert notes and all(b - a >= REASON_GAP * width * 0.99 for a, b in zip(notes, notes[1:]))
+        assert max(notes) <= (1 - REASON_GAP) * width + 1e-9
 
 
 class _FakeSched:

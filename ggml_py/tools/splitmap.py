@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 SUFFIXES = (".png", ".svg", ".pdf")     # what the command line offers (save takes more)
 OP_NAMES_UP_TO = 48                     # graphs this small show each node's op
 LABEL_GAP = 0.1                         # labels closer than this share of the x axis: one
-REASON_GAP = 0.17                       # the same for the reasons beside the splits
+REASON_GAP = 0.2                        # the same for the reasons beside the splits
 INSTALL_HINT = 'pip install matplotlib (or pip install "ggml-py-sched[plot]")'
 
 # one colour per lane (ColorBrewer Set2, then Dark2), the CPU always grey
@@ -260,11 +260,13 @@ def _draw_lanes(ax: Axes, m: SplitMap, colours: dict[str, str], min_w: float) ->
     max_bytes = max((n for b in m.blocks for _, n in b.copies), default=1) or 1
     show_ops = 0 < m.n_nodes <= OP_NAMES_UP_TO and any(b.ops for b in m.blocks)
     # the brief reason beside each split that has room for it (the rest: under the axis)
+    # (a label that would run past the right end ends there instead)
+    last_start = (1 - REASON_GAP) * total_nodes
     beside: set[int] = set()
     for lane in m.lanes:            # labels in different lanes do not meet
         mine = [b for b in m.blocks if b.brief and b.backend == lane]
-        beside.update(mine[k].index for k in
-                      _spaced([b.i_start for b in mine], REASON_GAP * total_nodes))
+        beside.update(mine[k].index for k in _spaced(
+            [min(b.i_start, last_start) for b in mine], REASON_GAP * total_nodes))
     for b in m.blocks:
         w = max(b.n_nodes, min_w)
         ax.add_patch(Rectangle((b.i_start, y[b.backend] - height / 2), w, height,
@@ -282,9 +284,11 @@ def _draw_lanes(ax: Axes, m: SplitMap, colours: dict[str, str], min_w: float) ->
             # from above there)
             top = y[b.backend] == len(m.lanes) - 1
             note = f"split {b.index}" + (f": {b.brief}" if b.brief else "")
-            ax.text(b.i_start + 0.15 * min_w,
+            at_end = b.i_start > last_start and b.index in beside
+            ax.text(total_nodes if at_end else b.i_start + 0.15 * min_w,
                     y[b.backend] + (height / 2 + 0.03) * (1 if top else -1), note,
-                    ha="left", va="bottom" if top else "top", fontsize=6.5, color="#333333")
+                    ha="right" if at_end else "left", va="bottom" if top else "top",
+                    fontsize=6.5, color="#333333")
         # one arrow per source lane: from where the inputs live to the split
         by_source: dict[str, int] = {}
         for src, n in b.copies:
