@@ -40,7 +40,7 @@ from ggml_py._backend import tensor_set
 from ggml_py.models.transformer import Model, Session, build_forward, llama_config, tensor_values
 from ggml_py.tools.opscheck import HostAllocation
 from ggml_py.sched import Scheduler
-from ggml_py.tools.machine import announce
+from ggml_py.tools.machine import announce, with_machine
 
 
 def paired_times(fa, fb, reps, warmup=2):
@@ -244,7 +244,7 @@ def main(argv=None):
     ap.add_argument("--crossover", action="store_true",
                     help="only the BLAS / C kernel crossover (1 thread each)")
     a = ap.parse_args(argv)
-    announce(a.json)
+    machine = announce(a.json)
     reps = 7 if a.quick else 25
     if a.crossover:
         rows = bench_crossover(ks=(256, 1024) if a.quick else (256, 512, 1024, 2048))
@@ -255,7 +255,7 @@ def main(argv=None):
                 bench_matmul(512, 16, 8, reps, n_threads=t)]
     for r in rows:
         if a.json:
-            print(json.dumps(r))
+            print(with_machine(r, machine))
         elif r["bench"] == "crossover":
             ratios = " ".join(f"{n}:{v:.2f}" for n, v in r["blas_over_c"].items())
             print(f"crossover {r['wtype']} k={r['k']}: BLAS/C time by batch {ratios} -> BLAS "

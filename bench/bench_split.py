@@ -14,6 +14,21 @@ without them, issue 11's recorded per-node figures are shown instead, marked so.
 Medians of wall time, measured as SCHED_CASES.md says ggml was measured
 (graph restored, scheduler reset and assignments re-applied before each split,
 untimed). This machine has 2 noisy cores: read ratios, not absolute numbers.
+
+Every figure is a time (µs, or µs per node): lower is better; a ratio is ggml_py's time
+over ggml's, below 1 where ggml_py is faster. The columns:
+  split    split_graph (the scheduler's passes);
+  reuse    alloc_graph of the same Graph again: graph reuse level 1, the plan kept
+           after checking that nothing changed (no split);
+  rebuilt  alloc_graph of a rebuilt graph of equal structure (new tensors, as a model's
+           next decode step builds): graph reuse level 2, the plan taken over by
+           fingerprint, compared with ggml's split, which ggml does again there.
+The shared cases' ggml figures are not measured here: they are the `timing` block of
+each case's plan file (*.plan.json), recorded by ggml 0.10.1 on the machine that wrote
+the case, another machine; a case without a plan file is timed alone, with a warning.
+The synthetic sizes' ggml figures are measured in this run, as said above.
+
+--json prints one JSON object per line, each with the machine inside it ("machine").
 """
 
 from __future__ import annotations
@@ -28,11 +43,19 @@ import time
 
 from ggml_py.models.synthetic import synthetic_llama_builder
 from ggml_py.sched import Scheduler
-from ggml_py.tools.machine import announce
+from ggml_py.tools.machine import announce, with_machine
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # ggml's reference cases (tests/data); GGML_PY_SHARED points at another copy
 DEFAULT_CASES = os.environ.get("GGML_PY_SHARED", os.path.join(HERE, "..", "tests", "data"))
+
+
+MACHINE = None          # describe() of this machine, inside each JSON line (main sets it)
+
+
+def emit(row):
+    """One JSON line: the row with the machine inside it."""
+    print(with_machine(row, MACHINE or {}), flush=True)
 
 
 def time_splits(sched, graph, min_time_s=0.5, min_reps=20):
@@ -49,21 +72,45 @@ def bench_cases(cases_dir, include_random, as_json):
     if include_random:
         paths += sorted(glob.glob(os.path.join(cases_dir, "cases", "random", "*.case.json")))
     ratios = []
+    if paths and not as_json:
+        print("split_graph, median µs (lower is better); ggml: the plan file's time, recorded "
+              "on the machine that wrote the case; ratio = ours / ggml's")
     for path in paths:
         case = load_case(path)
-        with open(path[:-len(".case.json")] + ".plan.json") as f:
-            ref = json.load(f)["timing"]
+        ref = plan_timing(path)
         us, reps = median_split_us(case, 0.1 if case.name.startswith("rand-") else 0.5)
-        ratio = us / ref["split_us_median"]
-        ratios.append(ratio)
+        ggml_us = ref.get("split_us_median")
+        ratio = us / ggml_us if ggml_us else None
+        if ratio is not None:
+            ratios.append(ratio)
         row = {"case": case.name, "n_nodes": case.graph.n_nodes, "split_us_median": round(us, 3),
-               "ggml_split_us": ref["split_us_median"], "split_ratio": round(ratio, 3), "reps": reps}
-        print(json.dumps(row) if as_json else
-              f"{case.name:<36} {case.graph.n_nodes:>6} nodes {us:9.2f} us  ggml "
-              f"{ref['split_us_median']:9.2f} us  {ratio:5.2f}x", flush=True)
+               "ggml_split_us": ggml_us, "ggml_source": "plan file" if ggml_us else None,
+               "split_ratio": None if ratio is None else round(ratio, 3), "reps": reps}
+        if as_json:
+            emit(row)
+        else:
+            vs = (f"ggml {ggml_us:9.2f} us  {ratio:5.2f}x" if ratio is not None
+                  else "ggml -  (no plan file)")
+            print(f"{case.name:<36} {case.graph.n_nodes:>6} nodes {us:9.2f} us  {vs}",
+                  flush=True)
     if ratios and not as_json:
         print(f"median ratio over {len(ratios)} cases: {statistics.median(ratios):.2f}x, "
               f"worst {max(ratios):.2f}x")
+
+
+def plan_timing(case_path):
+    """The `timing` block of the plan file beside a case file; {} with a warning on
+    stderr when there is none (the case is then timed without ggml's figure)."""
+    plan_path = case_path[:-len(".case.json")] + ".plan.json"
+    try:
+        with open(plan_path) as f:
+            timing = json.load(f).get("timing")
+    except (OSError, ValueError, AttributeError) as e:
+        print(f"warning: {plan_path}: no plan file to compare with "
+              f"({getattr(e, 'strerror', None) or e}); {os.path.basename(case_path)} is timed "
+              "without ggml's figure", file=sys.stderr)
+        return {}
+    return timing if isinstance(timing, dict) else {}
 
 
 # issue 11: ggml's split, µs per node, on synthetic llama full-offload graphs (used where
@@ -156,8 +203,10 @@ def sweep_graph_size(n_nodes, factors, as_json):
                "ideal_hit_probes": round(st["ideal_hit_probes"], 3),
                "miss_probes": round(st["miss_probes_mean"], 3),
                "ideal_miss_probes": round(st["ideal_miss_probes"], 3)}
-        print(json.dumps(row) if as_json else
-              f"{graph.n_nodes:>7} nodes  graph_size {row['graph_size']:>8} ({f:.2f}x)  "
+        if as_json:
+            emit(row)
+            continue
+        print(f"{graph.n_nodes:>7} nodes  graph_size {row['graph_size']:>8} ({f:.2f}x)  "
               f"slots {st['size']:>8} load {st['load']:.2f}  split "
               f"{row['split_us_per_node']:.4f} us/node  probes/lookup: hit "
               f"{row['hit_probes']:.2f} (uniform hash {row['ideal_hit_probes']:.2f}), miss "
@@ -233,7 +282,7 @@ def _bench_graph(name, sched, graph, build, assignments, ref_options, as_json, s
                reuse_ratio=None if ggml_split_us is None else round(rebuilt_us / ggml_split_us, 3),
                n_splits=sched.n_splits)
     if as_json:
-        print(json.dumps(row), flush=True)
+        emit(row)
         return
     g = "-" if ggml_per_node is None else f"{ggml_per_node:.4f} ({row['ggml']})"
     ratio = "" if ggml_per_node is None else f" {row['split_ratio']:.2f}x"
@@ -262,7 +311,12 @@ def main(argv=None):
                     help="only a graph of about N_NODES nodes under graph_size 1x-4x its "
                          "tensors: split cost and hash probes per lookup at each")
     args = ap.parse_args(argv)
-    announce(args.json)
+    global MACHINE
+    MACHINE = announce(args.json)
+    if not args.json and not args.sweep_graph_size:
+        print("times: medians, lower is better; reuse = alloc_graph of the same Graph (plan "
+              "kept), rebuilt = alloc_graph of a rebuilt graph of equal structure (plan taken "
+              "over), against ggml's split; ggml's figures: measured in this run, or issue 11's")
     if args.sweep_graph_size:
         return sweep_graph_size(args.sweep_graph_size, (1.0, 1.25, 1.5, 2.0, 3.0, 4.0), args.json)
     if args.case:

@@ -47,7 +47,7 @@ import numpy as np                                     # noqa: E402
 
 from ggml_py import ops, quants                        # noqa: E402
 from ggml_py.tools import opscheck                     # noqa: E402
-from ggml_py.tools.machine import announce            # noqa: E402
+from ggml_py.tools.machine import announce, with_machine  # noqa: E402
 from ggml_py._core import Context, Graph, op_id, type_id   # noqa: E402
 from ggml_py.backends.cpu import CPUBackend, tensor_array  # noqa: E402
 
@@ -525,7 +525,7 @@ def main(argv=None):
     ap.add_argument("--columns", default="1,32,512", help="--mul-mat's column counts")
     ap.add_argument("--json", action="store_true", help="one JSON object per graph")
     a = ap.parse_args(argv)
-    announce(a.json)
+    machine = announce(a.json)
     lib_dir = find_ggml(a.ggml_lib)
     if lib_dir is None:
         print(HOW_TO_GET_GGML, file=sys.stderr)
@@ -553,7 +553,7 @@ def main(argv=None):
         r = compare(name, maker, g, a.threads, reps)
         rows.append(r)
         if a.json:
-            print(json.dumps(r), flush=True)
+            print(with_machine(r, machine), flush=True)
             continue
         ratio = f"{r['ratio']:.2f}x"
         if name.startswith("chain"):

@@ -62,9 +62,10 @@ def test_plan_abort_is_one_line_and_exit_code_1(capsys):
 def test_bench_json_keys(capsys):
     assert main(["bench", str(CASES / "mlp-cpu-only.case.json"), "--json", "--min-time", "0.01"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1
     row = json.loads(lines[-1])
-    # the machine first: a time means little without it
-    machine = json.loads(lines[0])["machine"]
+    # the machine inside the row: a time means little without it
+    machine = row["machine"]
     assert machine["cores"] >= 1 and machine["cpu"]
     for key in ("case", "n_nodes", "split_us_median", "ggml_split_us", "split_ratio",
                 "alloc_graph_us_median", "ggml_alloc_graph_us", "alloc_ratio"):
@@ -454,6 +455,7 @@ def test_ops_check_on_the_numpy_device(capsys):
 def test_demo_device_asked_for_but_unavailable(capsys, monkeypatch):
     """--device opencl where OpenCL does not work: one line and exit 1 (auto falls back)."""
     from ggml_py import backends
+    from ggml_py.backends import opencl
     from ggml_py.errors import BackendError
     real = backends.create
 
@@ -461,13 +463,18 @@ def test_demo_device_asked_for_but_unavailable(capsys, monkeypatch):
         if name == "opencl":
             raise BackendError("no OpenCL platform")
         return real(name, *a, **k)
+
+    def no_opencl():
+        raise BackendError("no OpenCL platform")
     monkeypatch.setattr(backends, "create", create)
+    monkeypatch.setattr(opencl, "auto_backend", no_opencl)
     out, _ = _fails(capsys, ["demo", "--device", "opencl", "--no-plan"], 1,
                     "no OpenCL platform")
     assert "== llama" not in out
     assert main(["demo", "--layers", "1", "--prompt", "2", "--steps", "1", "--no-plan"]) == 0
     out = capsys.readouterr().out
-    assert "(opencl unavailable: no OpenCL platform)" in out
+    assert ("--device auto: numpy_device (NUMPY_DEV); skipped opencl: no OpenCL platform"
+            in out)
     assert "backends (priority order): NUMPY_DEV, CPU" in out
 
 

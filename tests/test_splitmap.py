@@ -90,7 +90,7 @@ def test_map_draws_lanes_bytes_and_times(tmp_path):
     with pytest.raises(ValueError, match="2 times for"):
         SplitMap.from_scheduler(sched, case.name, [1.0, 2.0])
     with pytest.raises(ValueError, match="written as"):
-        splitmap.save(timed_map, str(tmp_path / "map.jpg"))
+        splitmap.save(timed_map, str(tmp_path / "map.txt"))
 
 
 def test_map_without_matplotlib_says_what_to_install(monkeypatch):

@@ -369,6 +369,11 @@ class NumpyDeviceBackend(Backend):
         _event(event)._wait(event._recorded)
 
 
+def auto_backend() -> NumpyDeviceBackend:
+    """`--device auto`'s numpy device (the registry's fallback after OpenCL)."""
+    return NumpyDeviceBackend()
+
+
 def _event(event):
     if not isinstance(event, DeviceEvent):
         raise ArgumentTypeError(f"expected a numpy-device event (event_new), got "

@@ -50,7 +50,7 @@ except ImportError as _e:                          # a build without the extensi
         pass
 
 __all__ = ["OpenCLBackend", "OpenCLBufferType", "OpenCLBuffer", "OpenCLEvent", "list_devices",
-           "device_info", "available", "memory_in_use", "set_memory_limit", "OpenCLUnavailable",
+           "device_info", "is_cpu_device", "auto_backend", "available", "memory_in_use", "set_memory_limit", "OpenCLUnavailable",
            "OpenCLError", "BuildError"]
 
 
@@ -59,6 +59,7 @@ TYPE_CODES = {name: type_id(name) for name in ("f32", "f16", "q8_0", "i32", "i64
 BUILD_OPTIONS = " ".join(["-cl-std=CL1.2"] + [f"-DT_{n.upper()}={c}" for n, c in TYPE_CODES.items()])
 
 BINARY_CODES, MAP_CODES = K.BINARY_CODES, K.MAP_CODES
+_CL_DEVICE_TYPE_CPU = 1 << 1      # CL_DEVICE_TYPE_CPU (also without the extension built)
 
 
 def _require_module():
@@ -85,6 +86,29 @@ def list_devices() -> list[dict[str, Any]]:
     if not ok:
         return []
     return [_opencl.device_info(i) for i in range(_opencl.device_count())]
+
+
+def is_cpu_device(info: dict[str, Any]) -> bool:
+    """Whether a device (its info dict) is the host CPU under OpenCL (CL_DEVICE_TYPE_CPU,
+    as PoCL's 'pthread' device): kernels emulated on the cores the CPU backend uses."""
+    return bool(info["device_type"] & _CL_DEVICE_TYPE_CPU)
+
+
+def auto_backend() -> OpenCLBackend:
+    """`--device auto`'s OpenCL backend: on the first device that is not the host CPU
+    (is_cpu_device). OpenCLUnavailable says why not: no OpenCL, or only CPU-emulated
+    devices, which run the graph far slower than the numpy device on the same cores."""
+    ok, why = available()
+    if not ok:
+        raise OpenCLUnavailable(why)
+    infos = list_devices()
+    for info in infos:
+        if not is_cpu_device(info):
+            return OpenCLBackend(info["index"])
+    raise OpenCLUnavailable(
+        "only CPU-emulated OpenCL here (" + ", ".join(f"'{i['name']}' of {i['platform']}"
+                                                      for i in infos)
+        + ": CL_DEVICE_TYPE_CPU), slower than the numpy device; --device opencl uses it")
 
 
 def device_info(device: int | str = 0) -> dict[str, Any]:

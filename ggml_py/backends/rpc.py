@@ -36,7 +36,7 @@ from ggml_py._backend import Backend, get_buffer, host_bytes
 from ggml_py._core import Graph
 from ggml_py._rpc import (RPCBuffer, RPCBufferType, DEFAULT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
                           PROTO_VERSION, CPU_SERVER_OPS, format_endpoint, parse_endpoint)
-from ggml_py.errors import RPCError
+from ggml_py.errors import ArgumentError, RPCError
 
 __all__ = ["RPCBackend", "RPCBuffer", "RPCBufferType", "RPCError", "PROTO_VERSION",
            "CPU_SERVER_OPS", "parse_endpoint", "parse_endpoints", "rpc_backends"]
@@ -128,7 +128,8 @@ class RPCBackend(Backend):
 # several servers
 
 def parse_endpoints(spec: str | Iterable[str]) -> list[str]:
-    """'host:port,host:port' (or a list of such strings) -> ['host:port', ...], checked."""
+    """'host:port,host:port' (or a list of such strings) -> ['host:port', ...], checked;
+    ArgumentError (a ValueError) says what is wrong."""
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     out = []
     for item in items:
@@ -136,10 +137,10 @@ def parse_endpoints(spec: str | Iterable[str]) -> list[str]:
         if item:
             ep = format_endpoint(*parse_endpoint(item))
             if ep in out:
-                raise ValueError(f"RPC endpoint {ep} is listed twice in {spec!r}")
+                raise ArgumentError(f"RPC endpoint {ep} is listed twice in {spec!r}")
             out.append(ep)
     if not out:
-        raise ValueError(f"no RPC endpoint in {spec!r}")
+        raise ArgumentError(f"no RPC endpoint in {spec!r}; give HOST:PORT[,HOST:PORT...]")
     return out
 
 

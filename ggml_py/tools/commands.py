@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -18,6 +19,31 @@ if TYPE_CHECKING:
 
 ALLOC_REPS_MAX = 5000
 DOT_SUFFIXES = (".dot", ".gv", ".svg", ".png", ".pdf")
+
+BENCH_HELP = """\
+Median times of each case file's split_graph, alloc_graph and split + reserve +
+alloc_graph, and of graph reuse, in µs: lower is better.
+
+  split    split_graph: the scheduler's passes over the graph
+  alloc    alloc_graph after a split
+  reserve  split_graph + reserve + alloc_graph
+  reuse    alloc_graph of the same Graph again: graph reuse, the plan kept after
+           checking that nothing changed (no split)
+  rebuilt  alloc_graph of a rebuilt graph of equal structure (new tensors, as a
+           model's next decode step builds): the plan taken over by its fingerprint;
+           compared with ggml's split, which ggml does again there
+
+ggml's times (ggml X, and the ratio ours / ggml's, below 1 where ggml_py is faster)
+are not measured here: they are the timing block of the plan file beside each case
+(NAME.plan.json beside NAME.case.json), recorded by ggml 0.10.1 on the machine that
+wrote the case, another machine: read the ratios with that in mind. A case without a
+plan file is timed alone, with a warning on stderr.
+
+--json prints one JSON object per case, one a line, the machine inside it."""
+
+BENCH_LEGEND = ("µs, medians, lower is better; (ggml X, R x): ggml's time from the case's "
+                "plan file (recorded on another machine) and ours / ggml's; reuse: same Graph "
+                "again, rebuilt: an equal rebuilt graph (see --help)")
 
 
 def load_case_file(path: str) -> Case:
@@ -63,21 +89,30 @@ def _plan(args: argparse.Namespace) -> None:
                   file=sys.stderr)
     if args.map:
         from ggml_py.tools import splitmap
-        splitmap.save(splitmap.SplitMap.from_scheduler(sched, case.name),
-                      args.map)
+        splitmap.SplitMap.from_scheduler(sched, case.name, graph=case.graph).save(args.map)
 
 
 def _reference_timing(case_path: str) -> dict[str, Any]:
-    """The `timing` block of the plan file beside a case file, if there is one."""
-    if not case_path.endswith(".case.json"):
-        return {}
-    plan_path = case_path[: -len(".case.json")] + ".plan.json"
-    try:
-        with open(plan_path) as f:
-            timing = json.load(f).get("timing")
-    except (OSError, ValueError, AttributeError):
-        return {}           # no readable plan beside it: no reference to compare with
-    return timing if isinstance(timing, dict) else {}
+    """The `timing` block of the plan file beside a case file (ggml's times, recorded on
+    the machine that wrote the case); {} and a warning on stderr when there is none, or
+    it cannot be read, or it has no timing: the case is then timed without ggml's."""
+    if case_path.endswith(".case.json"):
+        plan_path = case_path[: -len(".case.json")] + ".plan.json"
+        try:
+            with open(plan_path) as f:
+                timing = json.load(f).get("timing")
+            if isinstance(timing, dict):
+                return timing
+            why = "it has no timing block"
+        except OSError as e:
+            why = e.strerror or str(e)
+        except (ValueError, AttributeError) as e:
+            why = f"not a plan file: {e}"
+    else:
+        plan_path, why = "its plan file", "the case file's name does not end in .case.json"
+    print(f"warning: {plan_path}: no ggml times to compare with ({why}); "
+          f"{os.path.basename(case_path)} is timed alone", file=sys.stderr)
+    return {}
 
 
 def _ratio(ours: float, theirs: float | None) -> float | None:
@@ -92,13 +127,15 @@ def _fmt_time(ours: float, theirs: float | None) -> str:
 def cmd_bench(args: argparse.Namespace) -> int:
     from ggml_py.tools.planning import (median_alloc_us, median_rebuilt_reuse_us, median_reuse_us,
                                         median_split_us)
-    from ggml_py.tools.machine import announce
+    from ggml_py.tools.machine import announce, with_machine
     cases = [(path, load_case_file(path)) for path in args.cases]     # all checked first
-    announce(args.json)
+    machine = announce(args.json)
+    if not args.json:
+        print(BENCH_LEGEND, flush=True)
     for path, case in cases:
         is_random = case.name.startswith("rand-")
+        ref = _reference_timing(path)       # (its warning before the wait)
         us, reps = median_split_us(case, min_time_s=0.1 if is_random else args.min_time)
-        ref = _reference_timing(path)
         ggml_us = ref.get("split_us_median")
         # ggml timed as many allocations as splits; a median needs far fewer, and each
         # untimed restore costs more than a small case's allocation
@@ -122,8 +159,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
                    "alloc_reserve_ratio": _ratio(reserve_us, ggml_reserve),
                    "reuse_same_graph_us": None if reuse_us is None else round(reuse_us, 3),
                    "reuse_rebuilt_graph_us": None if rebuilt_us is None else round(rebuilt_us, 3),
-                   "reuse_ratio": None if rebuilt_us is None else _ratio(rebuilt_us, ggml_us)}
-            print(json.dumps(row), flush=True)
+                   "reuse_ratio": None if rebuilt_us is None else _ratio(rebuilt_us, ggml_us),
+                   "ggml_source": "plan file" if ref else None}
+            print(with_machine(row, machine), flush=True)
         else:
             print(f"{case.name:<34} {case.graph.n_nodes:>6} nodes  split {_fmt_time(us, ggml_us)}  "
                   f"alloc {_fmt_time(alloc_us, ggml_alloc)}  "
@@ -174,11 +212,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                     help="also allocate (alloc_graph) and write the plan's alloc block")
     sp.set_defaults(func=cmd_plan)
 
-    sb = command("bench", "time the split of case files against ggml's",
-                 "Median split, alloc_graph and reserve times of case files; the ratio to\n"
-                 "ggml's C times when the case's plan file (*.plan.json) lies beside it.")
+    sb = command("bench", "time the split of case files against ggml's", BENCH_HELP)
     sb.add_argument("cases", nargs="+", type=cli.input_file(), metavar="CASE.case.json")
-    sb.add_argument("--json", action="store_true", help="one JSON object per case")
+    sb.add_argument("--json", action="store_true",
+                    help="one JSON object per case, one a line, the machine inside each")
     sb.add_argument("--min-time", type=cli.positive_float, default=0.5, metavar="SECONDS",
                     help="seconds of timed splits per case (default 0.5; random cases: 0.1)")
     sb.set_defaults(func=cmd_bench)

@@ -2,7 +2,8 @@
 
 Part 1 builds a small llama and the three classic MoE forms with seeded random
 weights (or loads a llama GGUF file), offloads their layers to the best device
-backend here (OpenCL when present, else the numpy device), or spreads them over
+backend here (an OpenCL device that is not the CPU emulated, else the numpy device;
+--device auto says which and why), or spreads them over
 ggml RPC servers (--rpc, as llama.cpp does; the CPU always last), and
 runs a prompt and greedy decode steps, printing the generated token ids and, per
 step, the scheduler's splits, copies, bytes and times -- and why each extra split
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import re
 import statistics
 import sys
 import time
@@ -44,7 +46,6 @@ if TYPE_CHECKING:
 Out = Callable[[str], None]
 
 RANDOM_N_CTX = 64           # the random models' context (KV cache cells)
-AUTO_DEVICES = ("opencl", "numpy_device")       # --device auto: the first that works
 DEFAULTS = {"layers": 4, "wtype": "f16", "prompt": 16, "steps": 16, "seed": 0,
             "plan_layers": 8}
 MODEL_OPTIONS = ("gguf", "device", "rpc", "gpu_layers", "tensor_split", "layers", "wtype",
@@ -65,6 +66,12 @@ def _ms(s: float) -> str:
     return f"{s * 1e3:.1f}"
 
 
+def slug(title: str) -> str:
+    """A file name's part from a title: lower case, each run of other characters one
+    hyphen ('two GPUs, pipeline parallel' -> 'two-gpus-pipeline-parallel')."""
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "map"
+
+
 def _option(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -77,14 +84,35 @@ class _NoProgress:
         pass
 
 
+def _terminal_columns(stream: Any) -> int:
+    """The width of the terminal `stream` writes to; 0 where it does not say (a pty that
+    nobody sized: `script`, an editor's shell, a container's -t, Python's pty module)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return 0
+
+
 def progress(total: int, desc: str) -> Any:
-    """A progress bar on stderr (tqdm; nothing when stderr is not a terminal)."""
+    """A progress bar on stderr (tqdm; nothing when stderr is not a terminal). It stays
+    on screen when the model is done (its passes, time and rate), and it is 80 columns
+    wide on a terminal that does not give its size ($COLUMNS and $LINES where set):
+    tqdm's own size there is -1 x -1, with which it draws nothing."""
     try:
         from tqdm import tqdm  # type: ignore[import-untyped]
     except ImportError:         # installed without its dependencies
         return _NoProgress()
-    return tqdm(total=total, desc=f"   {desc}", unit="pass", leave=False, file=sys.stderr,
-                disable=None, dynamic_ncols=True)
+    if _terminal_columns(sys.stderr) > 0:
+        size: dict[str, Any] = dict(dynamic_ncols=True)
+    else:                       # tqdm would read -1 x -1 and draw nothing at all
+        size = dict(ncols=_env_size("COLUMNS", 80), nrows=_env_size("LINES", 24))
+    return tqdm(total=total, desc=f"   {desc}", unit="pass", leave=True, file=sys.stderr,
+                disable=None, **size)
+
+
+def _env_size(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() and int(value) > 0 else default
 
 
 # ---------------------------------------------------------------------------
@@ -93,18 +121,15 @@ def progress(total: int, desc: str) -> Any:
 def device_backends(which: str = "auto", out: Out = say) -> list[Backend]:
     """The device backend to offload to: 'cpu' (none), a computing backend's registry name
     ('opencl', 'numpy_device', ...; its errors propagate: the user asked for it), or
-    'auto': OpenCL when it works here, else the numpy device, with a note on what was
-    left out."""
+    'auto': the registry's choice (backends.choose_auto: a real OpenCL device when there
+    is one, else the numpy device), said in one line with what was skipped and why."""
     if which == "cpu":
         return []
     if which != "auto":
         return [backend_registry.create(which)]
-    for name in AUTO_DEVICES:
-        try:
-            return [backend_registry.create(name)]
-        except Exception as e:      # not built, no OpenCL library, no device, ...
-            out(f"   ({name} unavailable: {e})")
-    return []
+    backend, why = backend_registry.choose_auto()
+    out(f"   --device auto: {why}")
+    return [] if backend is None else [backend]
 
 
 def gguf_config(path: str) -> ModelConfig:
@@ -185,7 +210,8 @@ def run_model(model: Model, backends: list[Backend], args: argparse.Namespace,
                 seen["reasons"] = split_reasons(sess.sched, sess.graph) if sess.graph else []
                 seen["map"] = SplitMap.from_scheduler(
                     sess.sched, f"{cfg.name}, prompt of {args.prompt} tokens",
-                    [sp.copy_s + sp.compute_s for sp in sess.history[-1].splits])
+                    [sp.copy_s + sp.compute_s for sp in sess.history[-1].splits],
+                    graph=sess.graph)
         t0 = time.perf_counter()
         new = sess.generate(prompt, args.steps, on_step)
         wall = time.perf_counter() - t0
@@ -219,7 +245,7 @@ def run_model(model: Model, backends: list[Backend], args: argparse.Namespace,
     _split_table(p, out)
     _why_splits(seen["reasons"], seen["n_splits"], out)
     if args.maps:
-        path = os.path.join(args.maps, f"{cfg.name}.png")
+        path = os.path.join(args.maps, f"{slug(cfg.name)}.png")
         from ggml_py.tools import splitmap
         splitmap.save(seen["map"], path)
         out(f"   split map: {path}")
@@ -313,9 +339,9 @@ def run_scenario(title: str, n_layers: int, n_gpus: int = 1,
     _why_splits(split_reasons(sched, graph), sched.n_splits, out)
     if maps:
         from ggml_py.tools import splitmap
-        path = os.path.join(maps, "whatif-" + "".join(c if c.isalnum() else "-"
-                                                      for c in title.lower()) + ".png")
-        splitmap.save(SplitMap.from_scheduler(sched, f"{title}, {n_layers} layers"), path)
+        path = os.path.join(maps, f"whatif-{slug(title)}.png")
+        splitmap.save(SplitMap.from_scheduler(sched, f"{title}, {n_layers} layers",
+                                              graph=graph), path)
         out(f"   split map: {path}")
     return sched
 
@@ -337,7 +363,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "gguf package: pip install \"ggml-py-sched[gguf]\")")
     p.add_argument("--device", choices=devices, metavar="NAME",
                    help=f"where the layers go: {', '.join(devices)}; auto (the default): "
-                        "OpenCL when it works here, else numpy_device; cpu: no offload")
+                        "the first of " + ", ".join(backend_registry.auto_order())
+                        + " that works here, an OpenCL device only when it is not the CPU "
+                        "emulated (PoCL's pthread device); cpu: no offload; rpc: needs --rpc")
     p.add_argument("--rpc", type=cli.endpoints, metavar="HOST:PORT[,HOST:PORT...]",
                    help="spread the layers over these ggml RPC servers (every device of "
                         "each, in order; llama.cpp's --rpc) instead of --device; start one "
@@ -386,8 +414,14 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.gguf and given & {"layers", "wtype"}:
         raise cli.UsageError(f"{', '.join(_option(k) for k in sorted(given & {'layers', 'wtype'}))}"
                              " apply to the random models; a GGUF file brings its own")
-    if args.rpc and "device" in given:
+    if args.device == "rpc" and not args.rpc:
+        raise cli.UsageError("--device rpc needs the servers' addresses: --rpc "
+                             "HOST:PORT[,HOST:PORT...] (then --device may be left out)")
+    if args.rpc and "device" in given and args.device != "rpc":
         raise cli.UsageError("--rpc and --device both say where the layers go: give one")
+    if args.device not in (None, "auto", "cpu", "rpc") and backend_registry.needs(args.device):
+        raise cli.UsageError(f"--device {args.device} needs "
+                             f"{backend_registry.needs(args.device)}, which the demo cannot give")
     if args.device == "cpu" and given & {"gpu_layers", "tensor_split"}:
         raise cli.UsageError(f"{', '.join(_option(k) for k in sorted(given & {'gpu_layers', 'tensor_split'}))}"
                              " would be ignored with --device cpu (no offload)")

@@ -1,5 +1,6 @@
 """Pictures of a plan: Graphviz DOT with nodes coloured by backend, splits as
-clusters and cross-backend copies as marked edges."""
+clusters (each with why it exists: planning.split_reasons) and cross-backend copies as
+marked edges."""
 
 from __future__ import annotations
 
@@ -25,8 +26,10 @@ def _q(s: object) -> str:
 
 def plan_to_dot(sched: Scheduler, graph: Graph, title: str = "") -> str:
     """DOT text for the last split of `sched` over `graph`."""
+    from ggml_py.tools.planning import split_reasons
     colour: dict[str | None, str] = {b.name: PALETTE[i % len(PALETTE)]
                                      for i, b in enumerate(sched.backends)}
+    why = {r.split: r.brief() for r in split_reasons(sched, graph)}
     lines = ["digraph plan {", "  rankdir=TB;", "  node [style=filled, fontsize=10];",
              f"  label={_q(title)}; labelloc=t;"]
 
@@ -40,7 +43,8 @@ def plan_to_dot(sched: Scheduler, graph: Graph, title: str = "") -> str:
     nodes = graph.nodes
     for k, split in enumerate(sched.splits):
         lines.append(f"  subgraph cluster_{k} {{")
-        lines.append(f"    label={_q(f'split {k}: {split.backend.name} ({len(split.inputs)} inputs)')};"
+        head = f"split {k}: {split.backend.name} ({len(split.inputs)} inputs)"
+        lines.append(f"    label={_q(head + (chr(10) + why[k] if k in why else ''))};"
                      f" style=rounded; color={_q(colour[split.backend.name])};")
         for t in nodes[split.i_start:split.i_end]:
             shape = "ellipse" if t.op in VIEW_OPS else "box"

@@ -68,8 +68,17 @@ def summary(path: str = CPUINFO) -> str:
     return out
 
 
-def announce(as_json: bool = False) -> None:
-    """Print the machine first: 'machine: ...', or with as_json a JSON line
-    {"machine": describe()} before the benchmark's own lines."""
-    print(json.dumps({"machine": describe()}) if as_json else f"machine: {summary()}",
-          flush=True)
+def announce(as_json: bool = False) -> dict[str, Any]:
+    """The machine, said once before a benchmark's numbers. As text: 'machine: ...' is
+    printed now. As JSON nothing is printed: the benchmark puts the returned describe()
+    under "machine" in each object it prints (with_machine), so that every line of its
+    output is one whole JSON object (json.tool, jq and pandas read any of them alone)."""
+    d = describe()
+    if not as_json:
+        print(f"machine: {summary()}", flush=True)
+    return d
+
+
+def with_machine(row: dict[str, Any], machine: dict[str, Any]) -> str:
+    """One JSON line: a benchmark's row with the machine inside it."""
+    return json.dumps({**row, "machine": machine})

@@ -97,6 +97,19 @@ class SplitReason:
         """The node's op with its sources' types and its own: 'MUL_MAT(q4_0, f32) -> f32'."""
         return f"{self.node.op}({', '.join(self.src_types)}) -> {self.node.type}"
 
+    def brief(self) -> str:
+        """The reason in a few words, for a picture: 'ROPE: GPU0 can't run it',
+        'MUL_MAT: weight in NUMPY_DEV memory', 'input slots full', 'RMS_NORM [2.sup]'."""
+        if self.same_backend:
+            if self.weight is not None:
+                buf = get_buffer(self.weight.view_src or self.weight)
+                where = f" in {buf.buffer_type.name} memory" if buf is not None else ""
+                return f"{self.node.op}: weight{where}"
+            return "input slots full"
+        if self.cannot:
+            return f"{self.node.op}: {', '.join(self.cannot)} can't run it"
+        return f"{self.node.op} [{self.cause}]" if self.cause else self.node.op
+
     def text(self) -> str:
         if self.same_backend:
             if self.weight is not None:

@@ -4,16 +4,21 @@ One lane per backend (priority order, top down); along it, in node order, a bloc
 split, as wide as the split's nodes; arrows from the lane the inputs come from to the
 split they are copied into, as thick as the bytes. Below, the bytes copied into each
 split, and, when the splits were timed (the demo's prompt), the time each took. Node
-counts stand for the time where nothing was measured.
+counts stand for the time where nothing was measured. Given the graph, the map also
+says why each split after the first exists (planning.split_reasons: beside the split
+where there is room, all of them grouped under the x axis) and, on a small graph (up to
+OP_NAMES_UP_TO nodes), each node's op.
 
-`SplitMap.from_scheduler(sched)` takes the last split of a Scheduler; `draw(m)` makes a
-matplotlib Figure and `save(m, path)` writes .png/.svg/.pdf. matplotlib is an optional
-extra: pip install "ggml-py-sched[plot]".
+`SplitMap.from_scheduler(sched, graph=graph)` takes the last split of a Scheduler;
+`m.draw()` makes a matplotlib Figure and `m.save(path)` writes it in the format its
+extension names, as matplotlib's savefig does (.png, .svg, .pdf, ...). matplotlib is an
+optional extra: pip install "ggml-py-sched[plot]".
 """
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -21,9 +26,13 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from ggml_py._core import Graph
     from ggml_py.sched import Scheduler
 
-SUFFIXES = (".png", ".svg", ".pdf")
+SUFFIXES = (".png", ".svg", ".pdf")     # what the command line offers (save takes more)
+OP_NAMES_UP_TO = 48                     # graphs this small show each node's op
+LABEL_GAP = 0.1                         # labels closer than this share of the x axis: one
+REASON_GAP = 0.2                        # the same for the reasons beside the splits
 INSTALL_HINT = 'pip install matplotlib (or pip install "ggml-py-sched[plot]")'
 
 # one colour per lane (ColorBrewer Set2, then Dark2), the CPU always grey
@@ -41,6 +50,9 @@ class Block:
     i_end: int
     copies: tuple[tuple[str, int], ...] = ()   # (the backend the input came from, bytes)
     seconds: float | None = None               # measured copy + compute time
+    ops: tuple[str, ...] = ()                  # its nodes' ops (when the graph was given)
+    reason: str = ""                           # why it exists (splits after the first)
+    brief: str = ""                            # the reason in a few words, for the picture
 
     @property
     def n_nodes(self) -> int:
@@ -53,7 +65,8 @@ class Block:
 
 @dataclass(frozen=True)
 class SplitMap:
-    """What a split map shows: the lanes (backends in priority order) and the blocks."""
+    """What a split map shows: the lanes (backends in priority order, by a name unique
+    among them) and the blocks."""
     title: str
     lanes: tuple[str, ...]
     blocks: tuple[Block, ...]
@@ -61,22 +74,37 @@ class SplitMap:
 
     @classmethod
     def from_scheduler(cls, sched: Scheduler, title: str = "",
-                       seconds: Sequence[float] | None = None) -> SplitMap:
+                       seconds: Sequence[float] | None = None,
+                       graph: Graph | None = None) -> SplitMap:
         """The map of the scheduler's last split; `seconds`: a time per split (as many
-        as there are splits), e.g. the demo's measured copy + compute times."""
+        as there are splits), e.g. the demo's measured copy + compute times; `graph`: the
+        graph that was split, for each block's ops and why each split exists. Backends of
+        the same name get lanes of their own, named 'NAME #i' (i: the priority index)."""
         splits = sched.splits
         if seconds is not None and len(seconds) != len(splits):
             raise ValueError(f"{len(seconds)} times for {len(splits)} splits")
+        names = [b.name for b in sched.backends]
+        lanes = [n if names.count(n) == 1 else f"{n} #{i}" for i, n in enumerate(names)]
+
+        def lane(backend: Any) -> str:
+            return "?" if backend is None else lanes[sched.backend_id(backend)]
+        reasons: dict[int, Any] = {}
+        nodes: Any = ()
+        if graph is not None:
+            from ggml_py.tools.planning import split_reasons
+            reasons = {r.split: r for r in split_reasons(sched, graph)}
+            nodes = graph.nodes
         blocks = []
         for k, s in enumerate(splits):
-            copies = []
-            for t in s.inputs:
-                src = sched.get_tensor_backend(t)
-                copies.append((src.name if src is not None else "?", t.nbytes))
-            blocks.append(Block(k, s.backend.name, s.i_start, s.i_end, tuple(copies),
-                                None if seconds is None else float(seconds[k])))
-        return cls(title, tuple(b.name for b in sched.backends), tuple(blocks),
-                   tuple(b.name for b in sched.backends if b.device_type == "cpu"))
+            copies = tuple((lane(sched.get_tensor_backend(t)), t.nbytes) for t in s.inputs)
+            r = reasons.get(k)
+            blocks.append(Block(k, lane(s.backend), s.i_start, s.i_end, copies,
+                                None if seconds is None else float(seconds[k]),
+                                tuple(t.op for t in nodes[s.i_start:s.i_end]),
+                                r.text() if r else "", r.brief() if r else ""))
+        return cls(title, tuple(lanes), tuple(blocks),
+                   tuple(lanes[i] for i, b in enumerate(sched.backends)
+                         if b.device_type == "cpu"))
 
     @property
     def n_nodes(self) -> int:
@@ -89,6 +117,17 @@ class SplitMap:
     @property
     def timed(self) -> bool:
         return bool(self.blocks) and all(b.seconds is not None for b in self.blocks)
+
+    def draw(self) -> Figure:
+        """A matplotlib Figure of the map (no pyplot state, no display needed)."""
+        return draw(self)
+
+    def save(self, path: str | os.PathLike[str], **savefig: Any) -> None:
+        """Draw the map and write it to `path`, in the format its extension names as
+        matplotlib's savefig does (.png, .svg, .pdf, .eps, .jpg with Pillow, ...);
+        keyword arguments go to savefig (dpi=..., transparent=True). ValueError for an
+        extension matplotlib cannot write."""
+        save(self, path, **savefig)
 
     def colours(self) -> dict[str, str]:
         out, k = {}, 0
@@ -135,11 +174,51 @@ def _matplotlib() -> Any:
 # ---------------------------------------------------------------------------
 # drawing
 
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def _lane_label(lane: str) -> str:
+    """A lane's name on the axis: an RPC device's endpoint ('RPC0[host:port]') on a line
+    of its own, so that two servers' lanes differ where the eye looks."""
+    head, bracket, rest = lane.partition("[")
+    return f"{head}\n[{rest}" if bracket and head else lane
+
+
+def _spaced(xs: Sequence[float], gap: float) -> list[int]:
+    """Indices of xs (in the order given: most important first) kept so that no two are
+    closer than `gap`: labels that would overlap are left out."""
+    kept: list[int] = []
+    for k, x in enumerate(xs):
+        if all(abs(x - xs[j]) >= gap for j in kept):
+            kept.append(k)
+    return kept
+
+
+def _why(m: SplitMap, limit: int = 4) -> str:
+    """Why the splits exist, grouped: 'why: 6 x REASON (splits 2, 4, ...); ...'."""
+    groups: dict[str, list[int]] = {}
+    for b in m.blocks:
+        if b.reason:
+            groups.setdefault(b.reason, []).append(b.index)
+    if not groups:
+        return ""
+    lines = []
+    for text, ks in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))[:limit]:
+        at = ", ".join(map(str, ks[:5])) + (", ..." if len(ks) > 5 else "")
+        lines.append(f"{len(ks)} x {text} ({'splits' if len(ks) > 1 else 'split'} {at})")
+    if len(groups) > limit:
+        more = len(groups) - limit
+        lines.append(f"... and {more} more reason{'s' if more > 1 else ''} "
+                     "(ggml-py plan --explain)")
+    return "why the splits after the first: " + "\n".join(lines)
+
+
 def draw(m: SplitMap) -> Figure:
     """A matplotlib Figure of the map (no pyplot state, no display needed)."""
     _matplotlib()
     from matplotlib.figure import Figure
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     n_lanes = max(len(m.lanes), 1)
     panels = [1.0 + 0.5 * n_lanes, 1.4] + ([1.4] if m.timed else [])
@@ -158,13 +237,16 @@ def draw(m: SplitMap) -> Figure:
         _draw_values(axes[2], m, colours, min_w, secs, SECOND_UNITS,
                      f"time of each split, copies included (total {_fmt_seconds(sum(secs))})",
                      stems=False)
-    axes[-1].set_xlabel("graph nodes, in execution order")
+    why = _why(m)
+    axes[-1].set_xlabel("graph nodes, in execution order" + (f"\n{why}" if why else ""),
+                        fontsize=9)
     axes[-1].set_xlim(-0.01 * max(m.n_nodes, 1), 1.01 * max(m.n_nodes, 1))
+    # node indices are whole numbers: no 0.5 ticks rounded to repeated labels
+    axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[-1].xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
     head = f"{m.title}: " if m.title else ""
-    fig.suptitle(f"{head}{m.n_nodes:,} nodes in {len(m.blocks)} split"
-                 f"{'s' if len(m.blocks) != 1 else ''} on {len(m.lanes)} backend"
-                 f"{'s' if len(m.lanes) != 1 else ''}, {fmt_bytes(m.bytes_in)} copied "
+    fig.suptitle(f"{head}{_plural(m.n_nodes, 'node')} in {_plural(len(m.blocks), 'split')} "
+                 f"on {_plural(len(m.lanes), 'backend')}, {fmt_bytes(m.bytes_in)} copied "
                  "between them per evaluation", fontsize=12)
     return fig
 
@@ -176,13 +258,37 @@ def _draw_lanes(ax: Axes, m: SplitMap, colours: dict[str, str], min_w: float) ->
     total_nodes = max(m.n_nodes, 1)
     height = 0.6
     max_bytes = max((n for b in m.blocks for _, n in b.copies), default=1) or 1
+    show_ops = 0 < m.n_nodes <= OP_NAMES_UP_TO and any(b.ops for b in m.blocks)
+    # the brief reason beside each split that has room for it (the rest: under the axis)
+    # (a label that would run past the right end ends there instead)
+    last_start = (1 - REASON_GAP) * total_nodes
+    beside: set[int] = set()
+    for lane in m.lanes:            # labels in different lanes do not meet
+        mine = [b for b in m.blocks if b.brief and b.backend == lane]
+        beside.update(mine[k].index for k in _spaced(
+            [min(b.i_start, last_start) for b in mine], REASON_GAP * total_nodes))
     for b in m.blocks:
         w = max(b.n_nodes, min_w)
         ax.add_patch(Rectangle((b.i_start, y[b.backend] - height / 2), w, height,
                                facecolor=colours[b.backend], edgecolor="white", linewidth=0.6))
-        if b.n_nodes / total_nodes >= 0.06:     # room for a label
-            ax.text(b.i_start + w / 2, y[b.backend], f"split {b.index}\n{b.n_nodes:,} nodes",
+        if show_ops:            # each node's op, across its column; the split's name above
+            for i, op in enumerate(b.ops):
+                ax.text(b.i_start + i + 0.5, y[b.backend], op[:10], rotation=90, ha="center",
+                        va="center", fontsize=5.5)
+        elif b.n_nodes / total_nodes >= 0.06:     # room for a label
+            ax.text(b.i_start + w / 2, y[b.backend],
+                    f"split {b.index}\n{_plural(b.n_nodes, 'node')}",
                     ha="center", va="center", fontsize=8)
+        if b.index in beside or (show_ops and not b.brief):
+            # above the block in the top lane, below it in the others (arrows come in
+            # from above there)
+            top = y[b.backend] == len(m.lanes) - 1
+            note = f"split {b.index}" + (f": {b.brief}" if b.brief else "")
+            at_end = b.i_start > last_start and b.index in beside
+            ax.text(total_nodes if at_end else b.i_start + 0.15 * min_w,
+                    y[b.backend] + (height / 2 + 0.03) * (1 if top else -1), note,
+                    ha="right" if at_end else "left", va="bottom" if top else "top",
+                    fontsize=6.5, color="#333333")
         # one arrow per source lane: from where the inputs live to the split
         by_source: dict[str, int] = {}
         for src, n in b.copies:
@@ -200,13 +306,13 @@ def _draw_lanes(ax: Axes, m: SplitMap, colours: dict[str, str], min_w: float) ->
     for lane in m.lanes:
         mine = [b for b in m.blocks if b.backend == lane]
         nodes = sum(b.n_nodes for b in mine)
-        line = (f"{lane}\n{len(mine)} split{'s' if len(mine) != 1 else ''}, "
-                f"{nodes:,} node{'s' if nodes != 1 else ''}")
+        line = (f"{_lane_label(lane)}\n{_plural(len(mine), 'split')}, "
+                f"{_plural(nodes, 'node')}")
         if m.timed:
             line += f"\n{_fmt_seconds(sum(b.seconds or 0.0 for b in mine))}"
         labels.append(line)
     ax.set_yticks([y[lane] for lane in m.lanes], labels, fontsize=9)
-    ax.set_ylim(-0.7, len(m.lanes) - 0.3)
+    ax.set_ylim(-0.7, len(m.lanes) - 0.15)
     ax.tick_params(axis="y", length=0)
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
@@ -229,21 +335,42 @@ def _draw_values(ax: Axes, m: SplitMap, colours: dict[str, str], min_w: float,
     else:
         ax.bar(xs, ys, width=[max(b.n_nodes, min_w) for b in m.blocks], align="edge",
                color=cs, edgecolor="#555555", linewidth=0.3)
-    # name the three largest, so the eye finds where the bulk goes
-    for k in sorted(range(len(ys)), key=lambda k: -ys[k])[:3]:
-        if ys[k] > 0:
-            ax.annotate(f"split {m.blocks[k].index}: {ys[k]:.1f} {unit}", (xs[k], ys[k]),
-                        xytext=(4, 2), textcoords="offset points", fontsize=7.5)
-    ax.set_ylim(0, max(max(ys, default=0.0) * 1.3, 1e-9))
-    ax.set_ylabel(unit, fontsize=8)
+    # name the three largest, so the eye finds where the bulk goes; of those closer than
+    # LABEL_GAP, only the larger (their labels would overlap)
+    largest = [k for k in sorted(range(len(ys)), key=lambda k: -ys[k]) if ys[k] > 0]
+    named = [largest[j] for j in _spaced([xs[k] for k in largest],
+                                         LABEL_GAP * max(m.n_nodes, 1))][:3]
+    for k in named:
+        ax.annotate(f"split {m.blocks[k].index}: {ys[k]:.1f} {unit}", (xs[k], ys[k]),
+                    xytext=(4, 2), textcoords="offset points", fontsize=7.5)
+    top = max(ys, default=0.0)
+    if top > 0:
+        ax.set_ylim(0, top * 1.3)
+        ax.set_ylabel(unit, fontsize=8)
+    else:                   # nothing to scale: no axis of 1e-9 units, a sentence instead
+        ax.set_ylim(0, 1)
+        ax.set_yticks([])
+        ax.text(0.5, 0.5, "none", transform=ax.transAxes, ha="center", va="center",
+                fontsize=9, color="#666666")
     ax.tick_params(axis="y", labelsize=8)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     ax.set_title(title, fontsize=9, loc="left")
 
 
-def save(m: SplitMap, path: str) -> None:
-    """Draw the map and write it to `path` (.png, .svg or .pdf)."""
-    if not str(path).lower().endswith(SUFFIXES):
-        raise ValueError(f"{path}: a split map is written as {', '.join(SUFFIXES)}")
-    draw(m).savefig(path)
+def formats() -> list[str]:
+    """The file extensions save() can write here (matplotlib's savefig formats)."""
+    _matplotlib()
+    from matplotlib.figure import Figure
+    return sorted(Figure().canvas.get_supported_filetypes())
+
+
+def save(m: SplitMap, path: str | os.PathLike[str], **savefig: Any) -> None:
+    """Draw the map and write it to `path` in the format its extension names (.png, .svg,
+    .pdf, ...: formats()); keyword arguments go to matplotlib's savefig."""
+    ext = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
+    known = formats()
+    if ext not in known:
+        raise ValueError(f"{os.fspath(path)}: a split map is written as "
+                         f"{', '.join('.' + f for f in known)} (the extension names the format)")
+    draw(m).savefig(path, format=ext, **savefig)

@@ -687,14 +687,26 @@ class _Closed(Exception):
 
 
 def parse_endpoint(endpoint):
-    """'host:port' (an IPv6 host in brackets) -> (host, port); ValueError names what is
-    wrong."""
-    host, sep, port = str(endpoint).strip().rpartition(":")
+    """'host:port' (an IPv6 host in brackets) -> (host, port); ArgumentError (a
+    ValueError) names the endpoint, the HOST:PORT form and what is wrong."""
+    if not isinstance(endpoint, str):
+        raise ArgumentTypeError(f"an RPC endpoint is a string 'HOST:PORT', got "
+                                f"{type(endpoint).__name__}")
+    host, sep, port = endpoint.strip().rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"an RPC endpoint is HOST:PORT, got {endpoint!r}")
-    return host, int(port)
+    if not sep:
+        wrong = "no port"
+    elif not host:
+        wrong = "no host"
+    elif not port.isdigit():
+        wrong = f"the port {port!r} is not a number" if port else "no port"
+    elif not 0 < int(port) < 65536:
+        wrong = f"the port {port} is not in 1..65535"
+    else:
+        return host, int(port)
+    raise ArgumentError(f"RPC endpoint {endpoint!r}: {wrong}; an RPC endpoint is HOST:PORT, "
+                        "e.g. 127.0.0.1:50052")
 
 
 def format_endpoint(host, port):
