@@ -116,6 +116,23 @@ static inline float signed_absmax(int n, const float * x, float * amax) {
     return max;
 }
 
+// The fit both searches below start from and step through: levels l = round(iscale * x)
+// clamped to [-nmax, nmax), weighted by x^2; sumlx = sum w x l, suml2 = sum w l^2 (in
+// ggml's order), and L[i] = l + shift
+static void fit_sums(const float * x, float iscale, int nmax, int shift, int8_t * L,
+                     float * sumlx, float * suml2) {
+    float slx = 0, sl2 = 0;
+    for (int i = 0; i < 16; i++) {
+        int l = clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+        L[i] = (int8_t)(l + shift);
+        float w = x[i] * x[i];
+        slx += w * x[i] * (float)l;
+        sl2 += w * (float)l * (float)l;
+    }
+    *sumlx = slx;
+    *suml2 = sl2;
+}
+
 // make_q3_quants with rmse (q3_K: 16 values, L in [0, 8)): x ~ scale * (L - 4), weights
 // x^2, then up to 5 rounds of moving single values while the fit improves
 static float fit_q3(const float * x, int8_t * L) {
@@ -126,15 +143,8 @@ static float fit_q3(const float * x, int8_t * L) {
         memset(L, 0, 16);
         return 0.0f;
     }
-    float iscale = (float)-nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < 16; i++) {
-        int l = clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1);
-        L[i] = (int8_t)l;
-        float w = x[i] * x[i];
-        sumlx += w * x[i] * (float)l;
-        suml2 += w * (float)l * (float)l;
-    }
+    float sumlx, suml2;
+    fit_sums(x, (float)-nmax / max, nmax, 0, L, &sumlx, &suml2);
     for (int itry = 0; itry < 5; itry++) {
         int changed = 0;
         for (int i = 0; i < 16; i++) {
@@ -169,31 +179,16 @@ static float fit_q6(const float * x, int8_t * L) {
         memset(L, 0, 16);
         return 0.0f;
     }
-    float iscale = (float)-nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < 16; i++) {
-        int l = clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1);
-        L[i] = (int8_t)(l + nmax);
-        float w = x[i] * x[i];
-        sumlx += w * x[i] * (float)l;
-        suml2 += w * (float)l * (float)l;
-    }
+    float sumlx, suml2;
+    fit_sums(x, (float)-nmax / max, nmax, nmax, L, &sumlx, &suml2);
     float scale = suml2 != 0 ? sumlx / suml2 : 0.0f;
     float best = scale * sumlx;
+    int8_t trial[16];
     for (int is = -9; is <= 9; is++) {
         if (is == 0) continue;
-        iscale = -((float)nmax + 0.1f * (float)is) / max;
-        sumlx = suml2 = 0;
-        for (int i = 0; i < 16; i++) {
-            int l = clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1);
-            float w = x[i] * x[i];
-            sumlx += w * x[i] * (float)l;
-            suml2 += w * (float)l * (float)l;
-        }
+        fit_sums(x, -((float)nmax + 0.1f * (float)is) / max, nmax, nmax, trial, &sumlx, &suml2);
         if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-            for (int i = 0; i < 16; i++) {
-                L[i] = (int8_t)(nmax + clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1));
-            }
+            memcpy(L, trial, 16);
             scale = sumlx / suml2;
             best = scale * sumlx;
         }

@@ -86,30 +86,25 @@ static void dequantize_affine(const uint8_t * x, float * y, int64_t n, int q5) {
 void gp_dequantize_row_q4_1(const void * x, float * y, int64_t n) { dequantize_affine(x, y, n, 0); }
 void gp_dequantize_row_q5_1(const void * x, float * y, int64_t n) { dequantize_affine(x, y, n, 1); }
 
-void gp_quantize_row_q4_1_ref(const float * x, void * vy, int64_t n) {
-    uint8_t * y = vy;
+static void quantize_affine(const float * x, uint8_t * y, int64_t n, int q5) {
+    const size_t bytes = q5 ? Q5_1_BYTES : Q4_1_BYTES;
     uint8_t q[32];
     float min;
-    for (int64_t b = 0; b < n / 32; b++, x += 32, y += Q4_1_BYTES) {
-        const float d = affine_block(x, 15, q, &min);
+    for (int64_t b = 0; b < n / 32; b++, x += 32, y += bytes) {
+        const float d = affine_block(x, q5 ? 31 : 15, q, &min);
         gp_store_le16(y, gp_f2h_sw(d));
         gp_store_le16(y + 2, gp_f2h_sw(min));
-        // ggml ORs the high nibble onto the whole low value (capped at 15, so it fits)
-        for (int j = 0; j < 16; j++) y[4 + j] = (uint8_t)(q[j] | (q[j + 16] << 4));
+        if (q5) {
+            pack_q5(q, y + 4, y + 8);
+        } else {
+            // ggml ORs the high nibble onto the whole low value (capped at 15, so it fits)
+            for (int j = 0; j < 16; j++) y[4 + j] = (uint8_t)(q[j] | (q[j + 16] << 4));
+        }
     }
 }
 
-void gp_quantize_row_q5_1_ref(const float * x, void * vy, int64_t n) {
-    uint8_t * y = vy;
-    uint8_t q[32];
-    float min;
-    for (int64_t b = 0; b < n / 32; b++, x += 32, y += Q5_1_BYTES) {
-        const float d = affine_block(x, 31, q, &min);
-        gp_store_le16(y, gp_f2h_sw(d));
-        gp_store_le16(y + 2, gp_f2h_sw(min));
-        pack_q5(q, y + 4, y + 8);
-    }
-}
+void gp_quantize_row_q4_1_ref(const float * x, void * y, int64_t n) { quantize_affine(x, y, n, 0); }
+void gp_quantize_row_q5_1_ref(const float * x, void * y, int64_t n) { quantize_affine(x, y, n, 1); }
 
 // the CPU backend has no other quantiser for these
 void gp_quantize_row_q4_1(const float * x, void * y, int64_t n) { gp_quantize_row_q4_1_ref(x, y, n); }
