@@ -17,6 +17,7 @@ EMPTY_OPS: tuple[str, ...]
 MAX_BYTES: int
 FLAG_NAMES: dict[str, int]
 TYPE_IDS: dict[str, int]
+TYPE_LAYOUTS: dict[str, tuple[int, int]]
 OP_IDS: dict[str, int]
 MAX_ELEMENTS: int
 

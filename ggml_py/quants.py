@@ -24,7 +24,7 @@ even, NaNs come out quiet.
 import numpy as np
 
 from ggml_py import _quants
-from ggml_py._core import TYPE_IDS, TYPE_NAMES, _TYPE_LAYOUT
+from ggml_py._core import TYPE_IDS, TYPE_NAMES, TYPE_LAYOUTS
 from ggml_py._core import ggml_type
 from ggml_py.errors import NotSupportedError, UnknownNameError
 from ggml_py._quants import (f16_to_f32, f32_to_f16, round_f16, round_bf16, quantize_q8_0,
@@ -44,11 +44,21 @@ PLAIN_DTYPES = {
     "i64": np.dtype("<i8"), "bf16": np.dtype("<u2"),
 }
 
-# (elements, numpy dtype of one block) of each block type with conversions: the
-# structured dtypes above for q8_0 / q4_0, raw bytes for the others
-BLOCKS = {TYPE_NAMES[i]: (qk, {"q8_0": BLOCK_Q8_0, "q4_0": BLOCK_Q4_0}.get(
-              TYPE_NAMES[i], np.dtype((np.void, size))))
-          for i in _quants.block_types() for qk, size in [_TYPE_LAYOUT[TYPE_NAMES[i]]]}
+
+def _block_types():
+    """(elements, numpy dtype of one block) of each block type with conversions: the
+    structured dtypes above for q8_0 / q4_0, raw bytes for the others."""
+    named = {"q8_0": BLOCK_Q8_0, "q4_0": BLOCK_Q4_0}
+    out = {}
+    for i in _quants.block_types():
+        name = TYPE_NAMES[i]
+        assert name is not None
+        qk, size = TYPE_LAYOUTS[name]
+        out[name] = (qk, named.get(name, np.dtype((np.void, size))))
+    return out
+
+
+BLOCKS = _block_types()
 
 
 def is_quantized(type_name):

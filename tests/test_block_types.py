@@ -145,7 +145,8 @@ def ggml():
     return GgmlQuants(library_dir())
 
 
-_ROWS = st.tuples(st.integers(1, 3), st.integers(1, 3), st.sampled_from(("uniform", "normal", "tiny", "sparse")),
+_ROWS = st.tuples(st.integers(1, 3), st.integers(1, 3),
+                  st.sampled_from(("uniform", "normal", "tiny", "sparse", "nonfinite")),
                   st.integers(0, 2**32 - 1))
 
 
@@ -153,6 +154,11 @@ def _draw_rows(qk, spec):
     n_rows, n_blocks, kind, seed = spec
     rng = np.random.default_rng(seed)
     shape = (n_rows, n_blocks * max(qk, 256))
+    if kind == "nonfinite":                 # a few NaN / inf among normal values
+        x = rng.standard_normal(shape)
+        x[rng.random(shape) < 0.01] = np.nan
+        x[rng.random(shape) < 0.01] = np.inf * rng.choice([-1, 1])
+        return x.astype(np.float32)
     x = {"uniform": lambda: rng.uniform(-2, 2, shape), "normal": lambda: rng.standard_normal(shape) * 10,
          "tiny": lambda: rng.uniform(-1, 1, shape) * 1e-20,
          "sparse": lambda: rng.standard_normal(shape) * (rng.random(shape) < 0.05)}[kind]()
@@ -180,6 +186,8 @@ def test_live_conversions_match_ggml(ggml, t, spec):
 def test_live_vec_dot_matches_ggml(ggml, t, spec):
     from ggml_py import _quants
     from ggml_py._core import type_id
+    if spec[2] == "nonfinite":
+        return                              # (NaN dots: NaN on both sides, no bits to compare)
     x = _draw_rows(quants.BLOCKS[t][0], spec)
     w = ggml.quantize_chunk(t, x)
     v = quants.vec_dot_type(t)

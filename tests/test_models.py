@@ -249,6 +249,31 @@ def test_gguf_round_trip(tmp_path, cfg):
     assert np.array_equal(direct, from_file)
 
 
+def test_gguf_in_llama_cpps_q4_K_M_mix(tmp_path):
+    """A file as llama.cpp's Q4_K_M writes one: q4_K matrices, q6_K for attn_v, ffn_down and
+    the output head, f32 norms. It loads byte for byte, and its logits are the model's own
+    and within the quantisation's distance of the float64 reference."""
+    pytest.importorskip("gguf")
+    from ggml_py import quants
+    from ggml_py.models.gguf import load_gguf, save_gguf
+    cfg = ModelConfig(**{**SMALL, "n_embd": 256, "n_ff": 512}, wtype="q4_K", cache_type="f16")
+    model = Model.random(cfg, seed=2)
+    for name, (t, stored) in list(model.weights.items()):
+        if name.endswith(("attn_v.weight", "ffn_down.weight", "output.weight")):
+            x = quants.dequantize(t, stored)
+            model.weights[name] = ("q6_K", quants.quantize("q6_K", x, cpu=False))
+    path = tmp_path / "q4_K_M.gguf"
+    save_gguf(model, path)
+    loaded = load_gguf(path)
+    assert {t for t, _ in loaded.weights.values()} == {"f32", "q4_K", "q6_K"}
+    for name, (t, stored) in model.weights.items():
+        assert loaded.weights[name][0] == t and loaded.weights[name][1].tobytes() == stored.tobytes()
+    cpu = CPUBackend()
+    got = Session(loaded.place(cpu), [cpu]).forward(TOKENS)
+    assert np.array_equal(got, Session(model.place(cpu), [cpu]).forward(TOKENS))
+    assert nmse(reference_logits(loaded, TOKENS), got) < 2e-3
+
+
 def test_gguf_smaller_context_and_tied_output(tmp_path):
     gguf = pytest.importorskip("gguf")
     from ggml_py.models.gguf import load_gguf

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from ggml_py import ops
+from ggml_py import ops, quants
 from ggml_py.tools import opscheck
 from ggml_py._backend import get_buffer, set_buffer, view_init
 from conftest import ops_dir, require_opencl
@@ -339,6 +339,11 @@ def test_supports_op_refuses_what_it_cannot_run(ocl):
     i32 = _tensor(ctx, "i32", [64, 4], "i32")
     assert ocl.supports_op(ops.mul_mat(ctx, q8, f32))
     assert not ocl.supports_op(ops.mul_mat(ctx, q4, f32))          # q4_0 weights
+    for t in quants.BLOCKS:                                         # the other block types
+        if t not in ("q8_0", "q4_0", "q8_1", "q8_K"):
+            w = _tensor(ctx, t, [256, 4], t)
+            assert not ocl.supports_op(ops.mul_mat(ctx, w, _tensor(ctx, "f32", [256, 2]))), t
+            assert not ocl.supports_op(ops.get_rows(ctx, w, _tensor(ctx, "i32", [2]))), t
     assert not ocl.supports_op(ops.mul_mat(ctx, f32, q8))          # quantised src1
     assert not ocl.supports_op(ops.cpy(ctx, i32, f32))             # i32 -> f32 conversion
     assert not ocl.supports_op(ops.cpy(ctx, q8, _tensor(ctx, "q8_0", [64, 4])))

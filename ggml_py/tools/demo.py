@@ -30,7 +30,8 @@ import numpy as np
 
 from ggml_py import backends as backend_registry
 from ggml_py.tools import cli
-from ggml_py.models.config import MAX_LAYERS
+from ggml_py import quants
+from ggml_py.models.config import MAX_LAYERS, WEIGHT_TYPES
 from ggml_py.models.synthetic import MAX_LAYERS as MAX_PLAN_LAYERS, synthetic_llama
 from ggml_py.tools.planning import split_reasons
 from ggml_py.sched import Scheduler
@@ -132,6 +133,9 @@ def demo_models(args: argparse.Namespace) -> Iterator[Model]:
             raise cli.UsageError(str(e)) from None
         return
     kw = dict(n_layer=args.layers, wtype=args.wtype, n_ctx=RANDOM_N_CTX)
+    if quants.is_quantized(args.wtype) and quants.BLOCKS[args.wtype][0] > 128:
+        # (rows of 256-value blocks: the K-quants and iq4_xs need wider matrices)
+        kw.update(n_embd=256, n_ff=512, n_ff_exp=256)
     cfgs = [llama_config(**kw), moe_config("moe_dense", **kw), moe_config("moe_topk", **kw),
             moe_config("moe_shared", **kw)]
     for i, c in enumerate(cfgs):
@@ -347,9 +351,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "layer count (llama.cpp's -ngl; default: everything)")
     p.add_argument("--layers", type=cli.count(1, MAX_LAYERS), metavar="N",
                    help=f"layers of the random models (default {d['layers']})")
-    p.add_argument("--wtype", choices=("f32", "f16", "q8_0", "q4_0"),
-                   help=f"weight type of the random models: f32, f16, q8_0 or q4_0 "
-                        f"(default {d['wtype']})")
+    p.add_argument("--wtype", choices=WEIGHT_TYPES, metavar="TYPE",
+                   help=f"weight type of the random models: {', '.join(WEIGHT_TYPES)} (default "
+                        f"{d['wtype']}; 256-value block types make the models 256 wide)")
     p.add_argument("--prompt", type=cli.count(1), metavar="N",
                    help=f"prompt tokens (default {d['prompt']}); --prompt + --steps must fit "
                         f"the context: {RANDOM_N_CTX} for the random models, the file's "

@@ -62,6 +62,13 @@ static inline uint16_t gp_f2h(float f) {
     return (uint16_t)(o | ((u >> 16) & 0x8000));
 }
 
+// ggml's software float -> half (ggml_compute_fp32_to_fp16): gp_f2h, but a NaN becomes
+// 0x7E00 with its sign
+static inline uint16_t gp_f2h_sw(float f) {
+    uint16_t h = gp_f2h(f);
+    return (gp_f2u(f) & 0x7FFFFFFF) > 0x7F800000 ? (uint16_t)((h & 0x8000) | 0x7E00) : h;
+}
+
 static inline float gp_bf2f(uint16_t b) { return gp_u2f((uint32_t)b << 16); }
 
 // ggml_compute_fp32_to_bf16: nearest even on the upper half; a NaN forced quiet
@@ -216,6 +223,12 @@ static inline float * scratch(const gp_params * p, int64_t n, int slot) {
 
 // ---------------------------------------------------------------------------
 // element types (types.c)
+
+// One block of 32 values -> q[32] and the scale d (before its f16 rounding), for q8_0
+// and q8_1 (quants.c). cpu = 0: ggml's reference quantisers (quantize_row_q8_0_ref /
+// q8_1_ref: 1/d, halves away from zero, the int cast); cpu = 1: ggml-cpu's x86 AVX2 ones
+// (127/max, halves to even, saturated). *sum, if not NULL: the sum q8_1 stores.
+float gp_q8_block(const float * xb, int8_t * q, int cpu, int32_t * sum);
 
 size_t  gp_type_size(int type);            // bytes per element (per block for q types)
 int64_t gp_blck_size(int type);            // elements per block (1 for plain types)

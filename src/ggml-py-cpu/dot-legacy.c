@@ -98,10 +98,23 @@ INLINE __m256i us8_pairs(__m256i ux, __m256i y) { return _mm256_maddubs_epi16(ux
 INLINE __m256i i8_pairs(__m256i x, __m256i y) {
     return _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
 }
-// 8 sums of four products, as floats
+// 8 sums of four products, as floats: unsigned x times signed y, and signed by signed.
+// AVX-512 VNNI sums the four in one instruction; the pair sums above cannot saturate for
+// these blocks' values, so both forms give the same integers.
+#ifdef GP_SIMD_AVX512
+INLINE __m256 quads_us8(__m256i ux, __m256i y) {
+    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ux, y));
+}
+INLINE __m256 quads_i8(__m256i x, __m256i y) {
+    return quads_us8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+#else
 INLINE __m256 quads(__m256i pairs) {
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
 }
+INLINE __m256 quads_us8(__m256i ux, __m256i y) { return quads(us8_pairs(ux, y)); }
+INLINE __m256 quads_i8(__m256i x, __m256i y) { return quads(i8_pairs(x, y)); }
+#endif
 
 // q4_1 / q5_1 (q5 = 1) against q8_1: hsum of d_x d_y * pair sums, plus the sum of m * s.
 // (d, m) and (d, s) are converted as pairs: lane 0 of their product is d_x d_y, lane 1 of
@@ -117,7 +130,7 @@ INLINE float dot_affine_q8_1(int64_t n, const uint8_t * x, const uint8_t * y, in
         if (q5) qx = _mm256_or_si256(qx, _mm256_and_si256(bits32(x + 4), _mm256_set1_epi8(0x10)));
         const __m256i qy = _mm256_loadu_si256((const __m256i *)(y + 4));
         const __m256 d = _mm256_broadcastss_ps(_mm_mul_ss(dmx, dsy));
-        acc = _mm256_fmadd_ps(d, quads(us8_pairs(qx, qy)), acc);
+        acc = _mm256_fmadd_ps(d, quads_us8(qx, qy), acc);
     }
     return hsum8(acc) + _mm_cvtss_f32(_mm_movehdup_ps(summs));
 }
@@ -135,7 +148,7 @@ void DOT(q5_0, q8_0)(int64_t n, float * s, const void * vx, const void * vy) {
         const __m256i qx = _mm256_or_si256(nibbles32(x + 6), hi);
         const __m256i qy = _mm256_loadu_si256((const __m256i *)(y + 2));
         const __m256 d = _mm256_mul_ps(f16_table8(x), f16_table8(y));
-        acc = _mm256_fmadd_ps(d, quads(i8_pairs(qx, qy)), acc);
+        acc = _mm256_fmadd_ps(d, quads_i8(qx, qy), acc);
     }
     *s = hsum8(acc);
 }
@@ -145,7 +158,7 @@ INLINE __m256 table_block(const uint8_t * xb, const uint8_t * yb, __m256i table,
     const __m256i qx = lookup32(xb + (mx ? 1 : 2), table);
     const __m256i qy = _mm256_loadu_si256((const __m256i *)(yb + 2));
     const __m256 d = _mm256_mul_ps(f16_table8(yb), mx ? e8m0_table8(xb) : f16_table8(xb));
-    return _mm256_fmadd_ps(d, quads(i8_pairs(qx, qy)), acc);
+    return _mm256_fmadd_ps(d, quads_i8(qx, qy), acc);
 }
 
 // iq4_nl / mxfp4 against q8_0: two blocks a step into two accumulators, an odd last

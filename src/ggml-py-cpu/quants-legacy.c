@@ -4,7 +4,7 @@
 // Numerics, as ggml-base and ggml-cpu (x86) compute them:
 //  * f16 scales are written by ggml's software conversion (ggml_compute_fp32_to_fp16,
 //    also what this ggml-cpu build uses for q8_1): round to nearest even like gp_f2h, but
-//    a NaN becomes 0x7E00 with its sign (f16_sw below);
+//    a NaN becomes 0x7E00 with its sign (gp_f2h_sw);
 //  * a float becomes a small integer by a C cast, which x86 does with cvttss2si:
 //    truncation, INT32_MIN when out of range or NaN, then the low byte (gp_x86_i32);
 //  * float arithmetic is single operations in ggml's order, no FMA (ggml-base has none).
@@ -31,11 +31,6 @@ const int8_t gp_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4,
 
 // ---------------------------------------------------------------------------
 // helpers
-
-static inline uint16_t f16_sw(float f) {
-    uint16_t h = gp_f2h(f);
-    return (gp_f2u(f) & 0x7FFFFFFF) > 0x7F800000 ? (uint16_t)((h & 0x8000) | 0x7E00) : h;
-}
 
 static inline void store_le32(uint8_t * p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -97,8 +92,8 @@ void gp_quantize_row_q4_1_ref(const float * x, void * vy, int64_t n) {
     float min;
     for (int64_t b = 0; b < n / 32; b++, x += 32, y += Q4_1_BYTES) {
         const float d = affine_block(x, 15, q, &min);
-        gp_store_le16(y, f16_sw(d));
-        gp_store_le16(y + 2, f16_sw(min));
+        gp_store_le16(y, gp_f2h_sw(d));
+        gp_store_le16(y + 2, gp_f2h_sw(min));
         // ggml ORs the high nibble onto the whole low value (capped at 15, so it fits)
         for (int j = 0; j < 16; j++) y[4 + j] = (uint8_t)(q[j] | (q[j + 16] << 4));
     }
@@ -110,8 +105,8 @@ void gp_quantize_row_q5_1_ref(const float * x, void * vy, int64_t n) {
     float min;
     for (int64_t b = 0; b < n / 32; b++, x += 32, y += Q5_1_BYTES) {
         const float d = affine_block(x, 31, q, &min);
-        gp_store_le16(y, f16_sw(d));
-        gp_store_le16(y + 2, f16_sw(min));
+        gp_store_le16(y, gp_f2h_sw(d));
+        gp_store_le16(y + 2, gp_f2h_sw(min));
         pack_q5(q, y + 4, y + 8);
     }
 }
@@ -147,7 +142,7 @@ void gp_quantize_row_q5_0_ref(const float * x, void * vy, int64_t n) {
         const float d  = max / -16.0f;
         const float id = d != 0 ? 1.0f / d : 0.0f;
         for (int j = 0; j < 32; j++) q[j] = (uint8_t)GP_MIN(31, cast_i8(x[j] * id + 16.5f));
-        gp_store_le16(y, f16_sw(d));
+        gp_store_le16(y, gp_f2h_sw(d));
         pack_q5(q, y + 2, y + 6);
     }
 }
@@ -157,56 +152,13 @@ void gp_quantize_row_q5_0(const float * x, void * y, int64_t n) { gp_quantize_ro
 // ---------------------------------------------------------------------------
 // q8_1: q8_0 with s = d * (sum of the values), for the dots of q4_1 / q5_1
 
-// MAXPS: the second operand unless the first is greater (so a NaN first loses, second wins)
-static inline float maxps(float a, float b) { return a > b ? a : b; }
-
-// max |x| over a block in the order of ggml-cpu's AVX2 reduction (8 lanes, then halves)
-static inline float absmax_x86(const float * xb) {
-    float m[8];
-    for (int l = 0; l < 8; l++) {
-        m[l] = fabsf(xb[l]);
-        for (int k = 8; k < 32; k += 8) m[l] = maxps(m[l], fabsf(xb[k + l]));
-    }
-    for (int l = 0; l < 4; l++) m[l] = maxps(m[l + 4], m[l]);
-    for (int l = 0; l < 2; l++) m[l] = maxps(m[l], m[l + 2]);
-    return maxps(m[0], m[1]);
-}
-
-// One block -> q[32], the sum that goes into s, and d (before its f16 rounding).
-// cpu = 0: quantize_row_q8_1_ref (roundf, the int8 cast, s from the stored values);
-// cpu = 1: ggml-cpu's AVX2 quantize_row_q8_1 (round to even, int32 saturated to int8,
-// s from the int32 values summed with wrap-around).
-static float q8_1_block(const float * xb, int8_t * q, int32_t * sum, int cpu) {
-    float amax = 0;
-    if (cpu) {
-        amax = absmax_x86(xb);
-    } else {
-        for (int j = 0; j < 32; j++) amax = GP_MAX(amax, fabsf(xb[j]));
-    }
-    const float d = amax / 127.0f;
-    float id;
-    if (cpu) {
-        id = amax != 0 ? 127.0f / amax : 0.0f;
-    } else {
-        id = d != 0 ? 1.0f / d : 0.0f;
-    }
-    uint32_t s = 0;
-    for (int j = 0; j < 32; j++) {
-        const int32_t i = gp_x86_i32(gp_rint_any(xb[j] * id, cpu));
-        q[j] = cpu ? (int8_t)gp_sat8(i) : (int8_t)i;
-        s += (uint32_t)(cpu ? i : q[j]);
-    }
-    *sum = (int32_t)s;
-    return d;
-}
-
 static void quantize_q8_1(const float * x, uint8_t * y, int64_t n, int cpu) {
     int8_t q[32];
     int32_t sum;
     for (int64_t b = 0; b < n / 32; b++, x += 32, y += Q8_1_BYTES) {
-        const float d = q8_1_block(x, q, &sum, cpu);
-        gp_store_le16(y, f16_sw(d));
-        gp_store_le16(y + 2, f16_sw((float)sum * d));
+        const float d = gp_q8_block(x, q, cpu, &sum);
+        gp_store_le16(y, gp_f2h_sw(d));
+        gp_store_le16(y + 2, gp_f2h_sw((float)sum * d));
         memcpy(y + 4, q, 32);
     }
 }
@@ -379,7 +331,7 @@ static uint16_t iq4_quantize(const float * x, int nsub, int ntry, uint8_t * ls, 
             const float id = scales[0] != 0 ? 1 / scales[0] : 0;
             for (int j = 0; j < 32; j++) L[j] = iq4_index(id * x[j]);
         }
-        return f16_sw(scales[0]);
+        return gp_f2h_sw(scales[0]);
     }
     const float d  = -max_scale / 32;
     const float id = d != 0 ? 1 / d : 0.0f;
@@ -390,7 +342,7 @@ static uint16_t iq4_quantize(const float * x, int nsub, int ntry, uint8_t * ls, 
         for (int j = 0; j < 32; j++) L[32 * ib + j] = iq4_index(idl * x[32 * ib + j]);
         ls[ib] = (uint8_t)(l + 32);
     }
-    return f16_sw(d);
+    return gp_f2h_sw(d);
 }
 
 static inline void pack_iq4(const uint8_t * L, uint8_t * qs) {

@@ -53,43 +53,60 @@ static inline uint32_t absmax_bits32(const float * x) {
     return m;
 }
 
-// One block of 32 values -> q[32] and the scale d (before its f16 rounding).
-// cpu = 0: quantize_row_q8_0_ref; cpu = 1: the x86 CPU quantize_row_q8_0.
-static inline float q8_0_block(const float * xb, int8_t * q, int cpu) {
-    float amax = gp_u2f(absmax_bits32(xb));
-    float d    = amax / 127.0f;
-    float idv;
-    if (cpu) {
-        idv = amax != 0 ? 127.0f / amax : 0.0f;
-    } else {
-        idv = d != 0 ? 1.0f / d : 0.0f;
+// MAXPS: the second operand unless the first is greater (a NaN first loses, second wins)
+static inline float maxps(float a, float b) { return a > b ? a : b; }
+
+// max |x[j]| as ggml finds it: its reference quantisers with a running MAX over the
+// block (cpu = 0), its x86 AVX2 ones in 8 lanes, then halves (cpu = 1). They differ only
+// where a NaN is inside, which each order forgets or keeps in its own way.
+static inline float absmax_ggml(const float * xb, int cpu) {
+    if (!cpu) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = GP_MAX(amax, fabsf(xb[j]));
+        return amax;
     }
-    if (gp_finite(idv) && gp_finite(amax)) {             // then |x * idv| <= 127 or so
+    float m[8];
+    for (int l = 0; l < 8; l++) {
+        m[l] = fabsf(xb[l]);
+        for (int k = 8; k < 32; k += 8) m[l] = maxps(m[l], fabsf(xb[k + l]));
+    }
+    for (int l = 0; l < 4; l++) m[l] = maxps(m[l + 4], m[l]);
+    for (int l = 0; l < 2; l++) m[l] = maxps(m[l], m[l + 2]);
+    return maxps(m[0], m[1]);
+}
+
+float gp_q8_block(const float * xb, int8_t * q, int cpu, int32_t * sum) {
+    const float amax = absmax_ggml(xb, cpu);
+    const float d = amax / 127.0f;
+    const float idv = cpu ? (amax != 0 ? 127.0f / amax : 0.0f) : (d != 0 ? 1.0f / d : 0.0f);
+    int32_t i[32];
+    if (gp_finite(idv) && absmax_bits32(xb) < 0x7F800000) {    // then |x * idv| <= 127 or so
         if (cpu) {
-            for (int j = 0; j < 32; j++) {
-                q[j] = (int8_t)gp_sat8(gp_round_even(xb[j] * idv));
-            }
+            for (int j = 0; j < 32; j++) i[j] = gp_round_even(xb[j] * idv);
         } else {
-            for (int j = 0; j < 32; j++) {
-                q[j] = (int8_t)gp_sat8(gp_round_away(xb[j] * idv));
-            }
+            for (int j = 0; j < 32; j++) i[j] = gp_round_away(xb[j] * idv);
         }
     } else {
-        // degenerate block: ggml's x86 float -> int conversions give INT32_MIN here;
-        // the CPU quantiser saturates it to -128, the reference one truncates to 0
-        for (int j = 0; j < 32; j++) {
-            int32_t i = gp_x86_i32(gp_rint_any(xb[j] * idv, cpu));
-            q[j] = cpu ? (int8_t)gp_sat8(i) : (int8_t)i;
-        }
+        // degenerate block (inf / NaN inside, or a scale whose inverse overflows): ggml's
+        // x86 float -> int conversions give INT32_MIN here
+        for (int j = 0; j < 32; j++) i[j] = gp_x86_i32(gp_rint_any(xb[j] * idv, cpu));
     }
+    // the CPU quantiser saturates to int8, the reference one truncates; q8_1's sum is of
+    // the int32 values (CPU, wrapping) or of the stored int8 ones (reference)
+    uint32_t s = 0;
+    for (int j = 0; j < 32; j++) {
+        q[j] = cpu ? (int8_t)gp_sat8(i[j]) : (int8_t)i[j];
+        s += (uint32_t)(cpu ? i[j] : q[j]);
+    }
+    if (sum) *sum = (int32_t)s;
     return d;
 }
 
 void gp_quantize_q8_0_blocks(const float * x, uint8_t * y, int64_t nb, int cpu) {
     int8_t q[32];
     for (int64_t b = 0; b < nb; b++) {
-        float d = q8_0_block(x + b * 32, q, cpu);
-        gp_store_le16(y + b * Q8_0_BYTES, gp_f2h(d));
+        float d = gp_q8_block(x + b * 32, q, cpu, NULL);
+        gp_store_le16(y + b * Q8_0_BYTES, cpu ? gp_f2h(d) : gp_f2h_sw(d));
         memcpy(y + b * Q8_0_BYTES + 2, q, 32);
     }
 }
@@ -110,7 +127,7 @@ void gp_round_q8_0_blocks(const float * x, float * y, int64_t nb) {
     int8_t q[32];
     float  r[32];
     for (int64_t b = 0; b < nb; b++) {
-        float d = gp_round_f16(q8_0_block(x + b * 32, q, 1));
+        float d = gp_round_f16(gp_q8_block(x + b * 32, q, 1, NULL));
         for (int j = 0; j < 32; j++) {
             r[j] = (float)q[j] * d;
         }
@@ -143,20 +160,19 @@ void gp_quantize_q4_0_blocks(const float * x, uint8_t * y, int64_t nb) {
     uint8_t q[32];
     for (int64_t b = 0; b < nb; b++) {
         const float * xb = x + b * 32;
-        uint32_t amax = absmax_bits32(xb);
-        float mx = 0;                   // ggml keeps +0 for an all-zero block, even for -0
-        if (amax != 0) {
-            for (int j = 0; j < 32; j++) {
-                if ((gp_f2u(xb[j]) & 0x7FFFFFFF) == amax) {
-                    mx = xb[j];
-                    break;
-                }
+        // ggml's search: it keeps +0 for an all-zero block (even for -0) and passes over
+        // a NaN, which no magnitude is below
+        float amax = 0, mx = 0;
+        for (int j = 0; j < 32; j++) {
+            if (amax < fabsf(xb[j])) {
+                amax = fabsf(xb[j]);
+                mx = xb[j];
             }
         }
         float d   = mx / -8.0f;
         float idv = d != 0 ? 1.0f / d : 0.0f;
-        gp_store_le16(y + b * Q4_0_BYTES, gp_f2h(d));
-        if (gp_finite(idv) && gp_finite(mx)) {          // then x * idv + 8.5 is in [0.5, 16.5]
+        gp_store_le16(y + b * Q4_0_BYTES, gp_f2h_sw(d));
+        if (gp_finite(idv) && absmax_bits32(xb) < 0x7F800000) {   // then x * idv + 8.5 is in [0.5, 16.5]
             for (int j = 0; j < 32; j++) {
                 q[j] = (uint8_t)(q4_value(xb[j], idv) & 0x0F);
             }

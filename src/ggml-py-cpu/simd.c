@@ -96,10 +96,16 @@ INLINE void tile_##T(int64_t k, const char * a, size_t lda, const int RM,       
 }
 
 // the integer pair sums of ggml's mul_sum_i8_pairs_float: 8 lanes of 4 products each
+// (AVX-512 VNNI sums them in one instruction; the 16-bit pair sums of the two-step form
+// cannot saturate for these values, so both give the same integers)
 INLINE __m256 i8_pair_sums(__m256i ax, __m256i x, __m256i y) {
     const __m256i sy  = _mm256_sign_epi8(y, x);
+#ifdef GP_SIMD_AVX512
+    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, sy));
+#else
     const __m256i dot = _mm256_maddubs_epi16(ax, sy);
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot, _mm256_set1_epi16(1)));
+#endif
 }
 
 INLINE __m256i load_q8_0(const uint8_t * blk) { return _mm256_loadu_si256((const __m256i *)(blk + 2)); }
@@ -230,13 +236,13 @@ QUANT_TILE(q4_0, Q4_0_BYTES)
 // accumulators in registers): rn = 1 takes up to 8 rows at once, more columns up to
 // TM rows and TN columns
 
-#define DOT_FN(T, TM, TN)                                                                  \
+#define DOT_FN(T, TM, TN, MV)                                                                  \
 static void dot_##T(int64_t k, const char * a, size_t lda, int rm,                         \
                     const void * const * b, int rn, float * const * c) {                   \
     float * cc[3];                                                                         \
     for (int j0 = 0; j0 < rn; j0 += TN) {                                                  \
         const int n = GP_MIN(TN, rn - j0);                                                 \
-        const int mstep = n == 1 ? 8 : TM;                                                 \
+        const int mstep = n == 1 ? MV : TM;                                                 \
         for (int i0 = 0; i0 < rm; i0 += mstep) {                                           \
             const int m = GP_MIN(mstep, rm - i0);                                          \
             for (int j = 0; j < n; j++) cc[j] = c[j0 + j] + i0;                            \
@@ -265,12 +271,12 @@ static void dot_##T(int64_t k, const char * a, size_t lda, int rm,              
     }                                                                                      \
 }
 
-DOT_FN(f32, 4, 3)
-DOT_FN(q8_0, 4, 2)
-DOT_FN(q4_0, 4, 2)
+DOT_FN(f32, 4, 3, 8)
+DOT_FN(q8_0, 4, 2, 2)
+DOT_FN(q4_0, 4, 2, 2)
 #ifdef GP_SIMD_AVX2
-DOT_FN(f16, 4, 3)
-DOT_FN(bf16, 4, 3)
+DOT_FN(f16, 4, 3, 8)
+DOT_FN(bf16, 4, 3, 8)
 #else
 // Without F16C a half costs a dozen integer operations: the weight rows are widened to
 // float32 once per call (exactly) and go through the f32 tiles, the same sums.

@@ -326,7 +326,7 @@ def _type_vocabulary():
 
 # ggml's type names by id (None where ggml has no type), and (block size, bytes per
 # block) of the types ggml_py knows the layout of
-TYPE_NAMES, _TYPE_LAYOUT = _type_vocabulary()
+TYPE_NAMES, TYPE_LAYOUTS = _type_vocabulary()
 
 OP_NAMES_LIST = (
     "NONE", "DUP", "ADD", "ADD_ID", "ADD1", "ACC", "SUB", "MUL", "DIV", "SQR", "SQRT",
@@ -350,7 +350,7 @@ FLAG_NAMES = {"INPUT": GGML_TENSOR_FLAG_INPUT, "OUTPUT": GGML_TENSOR_FLAG_OUTPUT
               "PARAM": GGML_TENSOR_FLAG_PARAM, "LOSS": GGML_TENSOR_FLAG_LOSS,
               "COMPUTE": GGML_TENSOR_FLAG_COMPUTE}
 
-TYPE_IDS = {name: i for i, name in enumerate(TYPE_NAMES) if name in _TYPE_LAYOUT}
+TYPE_IDS = {name: i for i, name in enumerate(TYPE_NAMES) if name in TYPE_LAYOUTS}
 OP_IDS = {name: i for i, name in enumerate(OP_NAMES_LIST)}
 
 # the op ids _core.pxd names for C code must be these names' positions
@@ -377,8 +377,8 @@ cdef void _init_tables():
     for i in range(GGML_TYPE_COUNT):
         TYPE_TRAITS[i].name = <const char *>_NAME_BYTES[i]
         name = TYPE_NAMES[i]
-        if name in _TYPE_LAYOUT:
-            TYPE_TRAITS[i].blck_size, TYPE_TRAITS[i].type_size = _TYPE_LAYOUT[name]
+        if name in TYPE_LAYOUTS:
+            TYPE_TRAITS[i].blck_size, TYPE_TRAITS[i].type_size = TYPE_LAYOUTS[name]
             TYPE_TRAITS[i].is_quantized = TYPE_TRAITS[i].blck_size > 1
         else:
             TYPE_TRAITS[i].blck_size = 0
