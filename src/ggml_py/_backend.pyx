@@ -711,6 +711,11 @@ def clear_buffer(Tensor tensor not None):
 # ---------------------------------------------------------------------------
 # backends
 
+# what a backend's byte slots say of a tensor in another device's memory
+OTHER_MEMORY_HINT = (" (a backend's get_tensor / set_tensor reach its own memory; "
+                     "sched.get_output(t) / sched.set_input(t, array), t.numpy() and "
+                     "t.write(array) read and write wherever t lives)")
+
 cdef class Backend:
     """A device that can run ops (ggml_backend + its device).
 
@@ -881,7 +886,8 @@ cdef class Backend:
         cdef Buffer buf = allocated_buffer(tensor)
         if not backend_supports_buft(&self.c, buf.c.buft):
             raise BackendError(f"backend {self.name}: tensor '{tensor.name}' is in buffer type "
-                               f"'{buf.buffer_type.name}', not in this device's memory")
+                               f"'{buf.buffer_type.name}', not in this device's memory"
+                               f"{OTHER_MEMORY_HINT}")
 
     def cpy_tensor_async(self, Backend backend_src not None, Tensor src not None,
                          Tensor dst not None):
