@@ -336,3 +336,11 @@ def test_readme_own_graph_over_rpc(rpc_servers, capsys):
     env = run_own_graph("[RPCBackend(ENDPOINT), CPUBackend()]",
                         {"RPCBackend": RPCBackend, "ENDPOINT": rpc_servers[0].endpoint}, capsys)
     assert env["sched"].get_tensor_backend(env["y"]) is env["backends"][0]
+
+
+def test_model_config_takes_numpy_types():
+    from ggml_py.models.config import ModelConfig
+    cfg = ModelConfig(wtype=np.float32, cache_type="float16")
+    assert (cfg.wtype, cfg.cache_type) == ("f32", "f16")
+    with pytest.raises(gp.errors.ModelError, match="wtype"):
+        ModelConfig(wtype="uint8")
