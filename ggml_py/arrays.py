@@ -41,6 +41,7 @@ _FLOAT_TYPES = ("f32", "f64", "f16", "bf16")
 
 def describe(t: Tensor) -> str:
     """'x' (f32, shape (8, 64)): how errors name a tensor, its shape in numpy order."""
+    instance_arg(t, Tensor, "tensor")
     return f"'{t.name}' ({t.type}, shape {t.shape})"
 
 
