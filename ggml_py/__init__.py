@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 
 try:
     from ggml_py._core import (Context, Graph, Tensor, HashSet, hash_size, type_id, op_id,
-                               memory_available)
+                               memory_available, ggml_type)
 except ModuleNotFoundError as _e:
     if _e.name != "ggml_py._core":
         raise
@@ -25,12 +25,12 @@ from ggml_py._backend import (Backend, BufferType, Buffer, fake_buffer, host_buf
 from ggml_py.errors import (GgmlPyError, GraphError, CaseFormatError, BackendError,
                             SchedulerError, AllocationError)
 
-from ggml_py import ops, quants
+from ggml_py import arrays, ops, quants
 
 __all__ = [
     "__version__",
     # tensors and graphs
-    "Context", "Graph", "Tensor", "HashSet", "hash_size", "type_id", "op_id",
+    "Context", "Graph", "Tensor", "HashSet", "hash_size", "type_id", "op_id", "ggml_type",
     # buffers and backends
     "Backend", "BufferType", "Buffer", "fake_buffer", "host_buffer", "set_buffer",
     "get_buffer", "view_init", "memory_available",
@@ -38,5 +38,5 @@ __all__ = [
     "GgmlPyError", "GraphError", "CaseFormatError", "BackendError", "SchedulerError",
     "AllocationError",
     # modules
-    "ops", "quants",
+    "arrays", "ops", "quants",
 ]

@@ -9,9 +9,13 @@ of a test) in as few buffers of one buffer type as its largest buffer allows.
 buffer, and no two tensors that are alive at the same time share bytes.
 """
 
+from __future__ import annotations
+
+from typing import Iterable
+
 from ggml_py._alloc import (GraphAllocator, TensorAllocator, VBuffer,
                             op_can_inplace, INPLACE_OPS)
-from ggml_py._backend import BufferType, BUFFER_USAGES, get_buffer, view_init
+from ggml_py._backend import Buffer, BufferType, BUFFER_USAGES, get_buffer, view_init
 from ggml_py._core import Context, Graph, Tensor, instance_arg, items_arg
 from ggml_py.errors import AllocationError, UnknownNameError
 
@@ -22,7 +26,8 @@ __all__ = ["GraphAllocator", "TensorAllocator", "VBuffer", "op_can_inplace", "IN
 # ---------------------------------------------------------------------------
 # a context's tensors in buffers of one type (ggml-alloc.c)
 
-def alloc_ctx_tensors_from_buft(tensors, buft, usage="any"):
+def alloc_ctx_tensors_from_buft(tensors: Context | Iterable[Tensor], buft: BufferType,
+                                usage: str = "any") -> list[Buffer]:
     """Port of ggml_backend_alloc_ctx_tensors_from_buft: place every tensor of `tensors`
     (a Context, or tensors in order) that has no memory yet, one after another at the
     buffer type's alignment, starting a new buffer where the next tensor would pass

@@ -16,13 +16,16 @@ import functools
 import inspect
 import math
 import struct
-from typing import Callable, NoReturn, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, NoReturn, Protocol, Sequence
 
 import numpy as np
 
 from ggml_py._core import (EMPTY_OPS, GLU_OP_NAMES, ROPE_TYPES as _ROPE_TYPES, UNARY_OP_NAMES,
                            VIEW_OPS, Context, Tensor, blck_size, int_arg, type_size)
 from ggml_py.errors import ArgumentTypeError, GraphError
+
+if TYPE_CHECKING:
+    from ggml_py._core import TypeSpec
 
 # ---------------------------------------------------------------------------
 # enums (ggml.h)
@@ -116,8 +119,19 @@ def _name(t: Tensor) -> str:
     return repr(t.name) if t.name else f"#{t.id}"
 
 
+def _shape(t: Tensor) -> str:
+    """A tensor's shape as errors give it: numpy order, as the user wrote it."""
+    return f"shape {t.shape}"
+
+
+_CONT = "; ops.cont(ctx, t) makes a contiguous copy of it"
+
+
 def _fail(op: str, t: Tensor, msg: str) -> NoReturn:
-    raise GraphError(f"{op}: tensor {_name(t)} ({t.type}{list(t.ne)}): {msg}")
+    """GraphError naming the op and the tensor, its shape in numpy order and (for the
+    rules that speak of ggml's dims, ne[0] the innermost) its ggml ne."""
+    raise GraphError(f"{op}: tensor {_name(t)} ({t.type}, {_shape(t)}; ggml ne {list(t.ne)}): "
+                     f"{msg}")
 
 
 def is_contiguous_n(t: Tensor, n: int) -> bool:
@@ -198,7 +212,7 @@ def _ne4(ne: Sequence[int]) -> list[int]:
     return ne + [1] * (4 - len(ne))
 
 
-def _new(ctx: Context, op: str, srcs: Sequence[Tensor | None], type: str, ne: Sequence[int],
+def _new(ctx: Context, op: str, srcs: Sequence[Tensor | None], type: TypeSpec, ne: Sequence[int],
          params: Sequence[int] = (), view_of: Tensor | None = None, view_offs: int = 0,
          nb: Sequence[int] | None = None, name: str | None = None) -> Tensor:
     ne = _ne4(ne)
@@ -208,29 +222,29 @@ def _new(ctx: Context, op: str, srcs: Sequence[Tensor | None], type: str, ne: Se
                       view_offs=view_offs, nb=nb, name=name)
 
 
-def new_tensor(ctx: Context, type: str, ne: Sequence[int], name: str | None = None) -> Tensor:
+def new_tensor(ctx: Context, type: TypeSpec, ne: Sequence[int], name: str | None = None) -> Tensor:
     """ggml_new_tensor: a tensor of `type` with ggml-order shape `ne`."""
     return ctx.new_tensor(type, ne=_ne4(ne), name=name)
 
 
-def new_tensor_1d(ctx: Context, type: str, ne0: int, name: str | None = None) -> Tensor:
+def new_tensor_1d(ctx: Context, type: TypeSpec, ne0: int, name: str | None = None) -> Tensor:
     """ggml_new_tensor_1d: a new tensor of `type` with ne0 elements."""
     return new_tensor(ctx, type, [ne0], name)
 
 
-def new_tensor_2d(ctx: Context, type: str, ne0: int, ne1: int,
+def new_tensor_2d(ctx: Context, type: TypeSpec, ne0: int, ne1: int,
                   name: str | None = None) -> Tensor:
     """ggml_new_tensor_2d: a new tensor of `type`, shape [ne0, ne1] (ggml order)."""
     return new_tensor(ctx, type, [ne0, ne1], name)
 
 
-def new_tensor_3d(ctx: Context, type: str, ne0: int, ne1: int, ne2: int,
+def new_tensor_3d(ctx: Context, type: TypeSpec, ne0: int, ne1: int, ne2: int,
                   name: str | None = None) -> Tensor:
     """ggml_new_tensor_3d: a new tensor of `type`, shape [ne0, ne1, ne2] (ggml order)."""
     return new_tensor(ctx, type, [ne0, ne1, ne2], name)
 
 
-def new_tensor_4d(ctx: Context, type: str, ne0: int, ne1: int, ne2: int, ne3: int,
+def new_tensor_4d(ctx: Context, type: TypeSpec, ne0: int, ne1: int, ne2: int, ne3: int,
                   name: str | None = None) -> Tensor:
     """ggml_new_tensor_4d: a new tensor of `type`, shape [ne0, ne1, ne2, ne3] (ggml order)."""
     return new_tensor(ctx, type, [ne0, ne1, ne2, ne3], name)
@@ -307,7 +321,7 @@ def view_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int, nb1
 def reshape(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """ggml_reshape: a's data with b's shape."""
     if nelements(a) != nelements(b):
-        _fail("RESHAPE", a, f"has {nelements(a)} elements, target shape {list(b.ne)} has "
+        _fail("RESHAPE", a, f"has {nelements(a)} elements, target {_shape(b)} has "
               f"{nelements(b)}")
     return reshape_4d(ctx, a, *b.ne)
 
@@ -315,10 +329,11 @@ def reshape(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 def _reshape(ctx: Context, a: Tensor, ne: Sequence[int]) -> Tensor:
     _check_tensor(a, "RESHAPE", "a")
     if not is_contiguous(a):
-        _fail("RESHAPE", a, "is not contiguous")
+        _fail("RESHAPE", a, "is not contiguous" + _CONT)
     ne = _ne4(ne)
     if math.prod(ne) != nelements(a):
-        _fail("RESHAPE", a, f"{nelements(a)} elements cannot take shape {ne}")
+        _fail("RESHAPE", a, f"{nelements(a)} elements cannot take shape "
+              f"{tuple(reversed(ne))} (ggml ne {ne})")
     return ctx.reshape(a, list(reversed(ne)))
 
 
@@ -383,7 +398,7 @@ def cpy(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     return t
 
 
-def cast(ctx: Context, a: Tensor, type: str) -> Tensor:
+def cast(ctx: Context, a: Tensor, type: TypeSpec) -> Tensor:
     """ggml_cast: a's elements converted to `type` in a new tensor (op CPY, its own destination)."""
     _check_tensor(a, "CPY", "a")
     t = _new(ctx, "CPY", [a], type, a.ne)
@@ -432,7 +447,8 @@ def _binary(ctx: Context, op: str, a: Tensor, b: Tensor, inplace: bool = False) 
     _check_tensor(a, op, "a")
     _check_tensor(b, op, "b")
     if not can_repeat(b, a):
-        _fail(op, b, f"cannot be broadcast to {_name(a)} {list(a.ne)}")
+        _fail(op, b, f"cannot be broadcast to {_name(a)} ({_shape(a)}): each of its "
+              f"dimensions must divide a's")
     if inplace:
         return _view_tensor(ctx, op, a, [a, b])
     return _dup_tensor(ctx, op, a, [a, b])
@@ -488,7 +504,7 @@ def acc(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset
     if nelements(b) > nelements(a):
         _fail(op, b, f"has more elements than {_name(a)}")
     if not is_contiguous(a):
-        _fail(op, a, "is not contiguous")
+        _fail(op, a, "is not contiguous" + _CONT)
     if a.type != "f32" or b.type != "f32":
         _fail(op, a if a.type != "f32" else b, "ACC needs f32 tensors")
     params = [_i32(nb1), _i32(nb2), _i32(nb3), _i32(offset), 1 if inplace else 0]
@@ -546,7 +562,7 @@ def unary(ctx: Context, a: Tensor, op: str | int, inplace: bool = False) -> Tens
     writes into a."""
     _check_tensor(a, "UNARY", "a")
     if not is_contiguous_rows(a):
-        _fail("UNARY", a, "rows are not contiguous")
+        _fail("UNARY", a, "rows are not contiguous" + _CONT)
     op = unary_op_id(op)
     if not 0 <= op < len(UNARY_OPS):
         _fail("UNARY", a, f"unary op {op} out of range")
@@ -637,13 +653,13 @@ def _glu_impl(ctx: Context, a: Tensor, b: Tensor | None, op: str | int,
               swapped: bool) -> Tensor:
     _check_tensor(a, "GLU", "a")
     if not is_contiguous_1(a):
-        _fail("GLU", a, "is not contiguous in dims 1..3")
+        _fail("GLU", a, "is not contiguous in dims 1..3" + _CONT)
     if b is not None:
         _check_tensor(b, "GLU", "b")
         if not is_contiguous_1(b):
-            _fail("GLU", b, "is not contiguous in dims 1..3")
+            _fail("GLU", b, "is not contiguous in dims 1..3" + _CONT)
         if not are_same_shape(a, b):
-            _fail("GLU", b, f"shape differs from {_name(a)} {list(a.ne)}")
+            _fail("GLU", b, f"shape differs from {_name(a)} ({_shape(a)})")
         if a.type != b.type:
             _fail("GLU", b, f"type differs from {_name(a)} ({a.type})")
     op = glu_op_id(op)
@@ -747,7 +763,7 @@ def repeat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     _check_tensor(a, "REPEAT", "a")
     _check_tensor(b, "REPEAT", "b")
     if not can_repeat(a, b):
-        _fail("REPEAT", a, f"cannot be tiled to {list(b.ne)}")
+        _fail("REPEAT", a, f"cannot be tiled to {_name(b)} ({_shape(b)})")
     return _new(ctx, "REPEAT", [a], a.type, b.ne)
 
 
@@ -756,7 +772,7 @@ def repeat_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -
     _check_tensor(a, "REPEAT", "a")
     ne = [ne0, ne1, ne2, ne3]
     if not (is_empty(a) or all(ne[i] % a.ne[i] == 0 for i in range(4))):
-        _fail("REPEAT", a, f"cannot be tiled to {ne}")
+        _fail("REPEAT", a, f"cannot be tiled to shape {tuple(reversed(ne))}")
     return _new(ctx, "REPEAT", [a], a.type, ne)
 
 
@@ -792,10 +808,12 @@ def mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     _check_tensor(a, "MUL_MAT", "a")
     _check_tensor(b, "MUL_MAT", "b")
     if not _can_mul_mat(a, b):
-        _fail("MUL_MAT", b, f"cannot be multiplied with {_name(a)} {list(a.ne)} "
-              "(ne0 must match, a's dims 2/3 must divide b's)")
+        _fail("MUL_MAT", b, f"cannot be multiplied with {_name(a)} ({_shape(a)}): "
+              f"mul_mat(a, b) is b @ a.T, so their last dimensions (numpy order) must "
+              f"match ({b.ne[0]} vs {a.ne[0]}), and a's first two must divide b's")
     if is_transposed(a):
-        _fail("MUL_MAT", a, "is transposed")
+        _fail("MUL_MAT", a, "is transposed (its rows are not contiguous); ggml reads a's "
+              "rows in place: ops.cont(ctx, a) makes a contiguous copy of it")
     return _new(ctx, "MUL_MAT", [a, b], "f32", [a.ne[1], b.ne[1], b.ne[2], b.ne[3]])
 
 
@@ -816,7 +834,7 @@ def mul_mat_id(ctx: Context, as_: Tensor, b: Tensor, ids: Tensor) -> Tensor:
     for t, w in ((as_, "as"), (b, "b"), (ids, "ids")):
         _check_tensor(t, op, w)
     if is_transposed(as_):
-        _fail(op, as_, "is transposed")
+        _fail(op, as_, "is transposed (its rows are not contiguous)" + _CONT)
     if ids.type != "i32":
         _fail(op, ids, "ids must be i32")
     if as_.ne[3] != 1:
@@ -861,7 +879,8 @@ def set_rows(ctx: Context, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
     _check_tensor(b, op, "b")
     _check_tensor(c, op, "c")
     if a.ne[0] != b.ne[0] or a.ne[2] != b.ne[2] or a.ne[3] != b.ne[3]:
-        _fail(op, b, f"shape {list(b.ne)} does not match destination {_name(a)} {list(a.ne)}")
+        _fail(op, b, f"does not match destination {_name(a)} ({_shape(a)}): rows of equal "
+              f"length, the same outer two dimensions")
     if b.ne[1] != c.ne[0]:
         _fail(op, c, f"ne[0]={c.ne[0]} must equal the source row count {b.ne[1]}")
     if b.ne[2] % c.ne[1] or b.ne[3] % c.ne[2]:
@@ -873,9 +892,9 @@ def set_rows(ctx: Context, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
     if c.type not in ("i32", "i64"):
         _fail(op, c, "row ids must be i32 or i64")
     if not is_contiguous_rows(a):
-        _fail(op, a, "rows are not contiguous")
+        _fail(op, a, "rows are not contiguous" + _CONT)
     if not is_contiguous_rows(b):
-        _fail(op, b, "rows are not contiguous")
+        _fail(op, b, "rows are not contiguous" + _CONT)
     return _view_tensor(ctx, op, a, [b, c, a])
 
 
@@ -910,7 +929,7 @@ def soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None, scale: float, max
     op = "SOFT_MAX"
     _check_tensor(a, op, "a")
     if not is_contiguous(a):
-        _fail(op, a, "is not contiguous")
+        _fail(op, a, "is not contiguous" + _CONT)
     if mask is not None:
         _check_tensor(mask, op, "mask")
         if mask.type not in ("f16", "f32"):
@@ -1017,7 +1036,8 @@ def flash_attn_ext(ctx: Context, q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     for t, w in ((q, "q"), (k, "k"), (v, "v")):
         _check_tensor(t, op, w)
     if not _can_mul_mat(k, q):
-        _fail(op, k, f"cannot be multiplied with q {list(q.ne)}")
+        _fail(op, k, f"cannot be multiplied with q ({_shape(q)}): the last dimensions must "
+              f"match, k's heads must divide q's")
     if q.ne[3] != k.ne[3] or q.ne[3] != v.ne[3]:
         _fail(op, q, "q, k and v must have the same ne[3]")
     if mask is not None:

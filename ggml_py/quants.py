@@ -25,6 +25,7 @@ import numpy as np
 
 from ggml_py import _quants
 from ggml_py._core import TYPE_IDS, TYPE_NAMES, TYPE_LAYOUTS
+from ggml_py._core import ggml_type
 from ggml_py.errors import NotSupportedError, UnknownNameError
 from ggml_py._quants import (f16_to_f32, f32_to_f16, round_f16, round_bf16, quantize_q8_0,
                              dequantize_q8_0, round_q8_0, quantize_q4_0, dequantize_q4_0)
@@ -62,15 +63,28 @@ BLOCKS = _block_types()
 
 def is_quantized(type_name):
     """Is `type_name` ('q8_0', 'q4_0', ...) stored in quantized blocks?"""
+    type_name = _type(type_name)
     return type_name in BLOCKS
 
 
 def row_bytes(type_name, ne0):
     """Bytes of a row of ne0 elements of `type_name` (whole blocks for quantized types)."""
+    type_name = _type(type_name)
     if type_name in BLOCKS:
         qk, dt = BLOCKS[type_name]
         return ne0 // qk * dt.itemsize
     return ne0 * _plain_dtype(type_name).itemsize
+
+
+def _type(spec):
+    """A type as ggml names it: numpy dtypes and their names are accepted too
+    (_core.ggml_type); anything else is left for the caller's own error."""
+    if isinstance(spec, str) and spec in TYPE_IDS:
+        return spec
+    try:
+        return ggml_type(spec)
+    except UnknownNameError:
+        return spec
 
 
 def _plain_dtype(type_name):
@@ -100,16 +114,19 @@ def bf16_bits_to_f32(b, out=None):
 def quantize(type_name, x, cpu=True, out=None):
     """float32 rows -> bytes of `type_name` rows: ggml-cpu's quantiser (cpu=True) or
     ggml's reference one (cpu=False, as ggml_quantize_chunk)."""
+    type_name = _type(type_name)
     return _quants.quantize_blocks(_block_type(type_name, "quantiser"), x, cpu=cpu, out=out)
 
 
 def dequantize(type_name, raw, out=None):
     """bytes of `type_name` rows (last axis) -> float32 rows."""
+    type_name = _type(type_name)
     return _quants.dequantize_blocks(_block_type(type_name, "dequantiser"), raw, out=out)
 
 
 def vec_dot_type(type_name):
     """The type ggml-cpu converts src1 of a MUL_MAT to for weights of `type_name`."""
+    type_name = _type(type_name)
     if type_name in ("f32", "f16", "bf16"):
         return type_name
     return TYPE_NAMES[_quants.vec_dot_type(_block_type(type_name, "vec_dot type"))]
@@ -126,6 +143,7 @@ def _block_type(type_name, what):
 def to_f32(type_name, arr, out=None):
     """Values of a tensor as stored (plain numpy array, or row bytes for block types) -> float32:
     a new array, or `out` (C-contiguous float32 of the result's shape)."""
+    type_name = _type(type_name)
     if type_name in BLOCKS:
         return dequantize(type_name, arr, out=out)
     if type_name == "f16":
@@ -141,6 +159,7 @@ def to_f32(type_name, arr, out=None):
 def from_f32(type_name, x, cpu=True, out=None):
     """float32 values -> stored form of `type_name` (numpy array of its dtype, or row bytes);
     `out`, if given, must be C-contiguous of that dtype and shape."""
+    type_name = _type(type_name)
     if type_name in BLOCKS:
         return quantize(type_name, x, cpu=cpu, out=out)
     if type_name == "f16":
@@ -157,6 +176,7 @@ def from_f32(type_name, x, cpu=True, out=None):
 def vec_dot_round(type_name, x, out=None):
     """What the CPU's MUL_MAT does to src1 for weights of `type_name`: convert to the
     weights' vec_dot type and back to float32."""
+    type_name = _type(type_name)
     if type_name == "f16":
         return round_f16(x, out=out)
     if type_name == "bf16":

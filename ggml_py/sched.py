@@ -16,6 +16,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
+import numpy as np
+
 from ggml_py._backend import Backend, BufferType
 from ggml_py._core import VIEW_OPS, Graph, Tensor, instance_arg, int_arg, items_arg
 from ggml_py._sched import SchedCore
@@ -23,7 +25,8 @@ from ggml_py._schedtime import (TIME_ALLOC, TIME_RESERVE, TIME_REUSE, TIME_SPLIT
                                 GraphSnapshot, time_rebuilt_reps, time_reps)
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
                             SchedulerError)
-from ggml_py._backend import get_buffer
+from ggml_py._backend import get_buffer, is_written, mark_written
+from ggml_py.arrays import describe, read, write
 from ggml_py.plan import Plan
 from ggml_py.runtime import ComputeSplit, Runtime, Status
 
@@ -99,6 +102,15 @@ class Scheduler:
         which `n_graph_reuses` includes).
     max_split_inputs / max_graph_inputs / max_copies / max_backends: ggml's fixed limits
         (30, 30, 4, 16), here arguments.
+    check_inputs: graph_compute refuses (SchedulerError, kind 'input-not-written') a
+        graph whose inputs were not written since the allocation placed them, naming them,
+        where ggml computes from whatever bytes lie there. A graph input is a leaf of the
+        graph that the scheduler's allocation gave memory (a leaf without memory of its
+        own, INPUT flag or not); written means by set_input, Tensor.write, a backend's
+        set_tensor or any tensor_set / memset / copy into it, or by a node of the graph
+        that computes into it (CPY, SET_ROWS, ...). Pre-allocated tensors (weights,
+        caches, inputs in your own buffers) are not checked. Default on; also a
+        per-call argument of graph_compute.
 
     Threads: every call takes the scheduler's `lock` (an RLock), so concurrent calls
     take turns; hold `with sched.lock:` around a whole alloc / set inputs / compute /
@@ -113,7 +125,8 @@ class Scheduler:
                  max_backends: int = MAX_BACKENDS, max_split_inputs: int = MAX_SPLIT_INPUTS,
                  max_copies: int = MAX_COPIES, max_graph_inputs: int | None = None,
                  debug_realloc: int | None = None, realloc_raises: bool = False,
-                 validate: bool | None = None, graph_reuse: bool = True) -> None:
+                 validate: bool | None = None, graph_reuse: bool = True,
+                 check_inputs: bool = True) -> None:
         self.lock = threading.RLock()
         self._core = None
         backends = items_arg(backends, "backends", of=Backend)
@@ -163,6 +176,7 @@ class Scheduler:
         self.validate = (os.environ.get("GGML_PY_VALIDATE_ALLOC", "0") not in ("", "0")
                          if validate is None else bool(validate))
         self.runtime = Runtime(backends, self.n_copies)   # events per backend and copy slot
+        self.check_inputs = bool(check_inputs)
 
     # --- lifetime ---
 
@@ -299,15 +313,17 @@ class Scheduler:
     # --- compute: the scheduler decides, the runtime (ggml_py.runtime) executes ---
 
     @_locked
-    def graph_compute(self, graph: Graph) -> Status:
+    def graph_compute(self, graph: Graph, *, check_inputs: bool | None = None) -> Status:
         """Allocate `graph` if needed, run its splits and wait for every backend
         (ggml_backend_sched_graph_compute). Returns Status.SUCCESS, ABORTED (the eval
         callback cancelled) or ALLOC_FAILED; a failing kernel raises ComputeError and
         the scheduler stays usable. Computing again without reset() reuses the split
-        and the allocation."""
+        and the allocation. A graph input never written since its allocation is a
+        SchedulerError (kind 'input-not-written') naming it, unless `check_inputs` (default:
+        the scheduler's) is False: see Scheduler."""
         _check_graph(graph)
         try:
-            status = self.graph_compute_async(graph)
+            status = self.graph_compute_async(graph, check_inputs=check_inputs)
         except BaseException:
             # leave no queue running when the caller resets; the first error is the one raised
             self.synchronize(raise_errors=False)
@@ -316,7 +332,7 @@ class Scheduler:
         return status
 
     @_locked
-    def graph_compute_async(self, graph: Graph) -> Status:
+    def graph_compute_async(self, graph: Graph, *, check_inputs: bool | None = None) -> Status:
         """graph_compute without the final synchronize; call synchronize() before
         reading results (ggml_backend_sched_graph_compute_async)."""
         _check_graph(graph)
@@ -328,6 +344,8 @@ class Scheduler:
             # would compute from bytes that are not the user's
             lost = graph in self._displaced
             inputs = _placed_inputs(graph)
+            written = [(t, get_buffer(t), t.data_address) for t in graph.leafs
+                       if is_written(t)]
             try:
                 self.alloc_graph(graph)
             except MemoryError:
@@ -338,13 +356,64 @@ class Scheduler:
                     "graph_compute: the graph had to be allocated again (after a reset or "
                     "another graph's allocation) and its inputs did not keep their memory. "
                     "Call alloc_graph(graph), set its inputs, then compute", "inputs-lost")
+            # the inputs kept their memory and what was written there: still written
+            for t, buf, address in written:
+                if get_buffer(t) is buf and t.data_address == address:
+                    mark_written(t)
         elif self._graph is not graph:
             raise SchedulerError("graph_compute: the scheduler holds another allocated graph; "
-                                 "call reset() first", "already-allocated")
+                                 "call alloc_graph(graph) (or reset()) first", "already-allocated")
+        if self.check_inputs if check_inputs is None else check_inputs:
+            missing = self._core.unwritten_inputs(graph)
+            if missing:
+                self._refuse_unwritten(missing)
         core = self._core
         splits = [ComputeSplit(b, i0, i1, core.get_split_copies(k))
                   for k, (b, i0, i1, _) in enumerate(core.get_splits())]
         return self.runtime.compute_splits(graph, splits, core.cur_copy)
+
+    def _refuse_unwritten(self, missing: list[Tensor]) -> None:
+        names = ", ".join(describe(t) + ("" if "INPUT" in t.flags else " (not flagged INPUT)")
+                          for t in missing[:8])
+        more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+        e = SchedulerError(
+            f"graph_compute: {len(missing)} graph input{'s' if len(missing) > 1 else ''} "
+            f"{'were' if len(missing) > 1 else 'was'} not written since alloc_graph gave "
+            f"{'them' if len(missing) > 1 else 'it'} memory, which holds other tensors' "
+            f"bytes: {names}{more}. Write each with sched.set_input(t, array) after "
+            f"alloc_graph (a weight: place it in its own buffer, see README 'Your own "
+            f"graph'); Scheduler(check_inputs=False) or graph_compute(g, check_inputs=False) "
+            f"computes regardless", "input-not-written")
+        e.tensors = missing      # type: ignore[attr-defined]
+        raise e
+
+    # --- numpy in and out ---
+
+    @_locked
+    def set_input(self, tensor: Tensor, array: Any) -> None:
+        """Write a numpy array (or anything np.asarray takes) into `tensor` after
+        alloc_graph, wherever the tensor lives. Its shape must be the tensor's (numpy
+        order); its values are converted to the tensor's type with ggml's rounding (f32
+        to f16, bf16 or a block type; integers checked against the range): see
+        ggml_py.arrays. Errors name the tensor, both shapes and the dtype."""
+        instance_arg(tensor, Tensor, "tensor")
+        if get_buffer(tensor) is None:
+            raise SchedulerError(
+                f"set_input: tensor {describe(tensor)} has no memory yet: call "
+                f"sched.alloc_graph(graph) first, then set the graph's inputs", "not-allocated")
+        write(tensor, array)
+
+    @_locked
+    def get_output(self, tensor: Tensor, dtype: Any = None, *, copy: bool = True) -> np.ndarray:
+        """The values of `tensor` after graph_compute as a numpy array of its numpy-order
+        shape, read wherever it lives (after waiting for the backends): float32 for f32,
+        bf16 and the block types, the stored dtype for f16, f64 and the integer types;
+        `dtype` converts. A copy; `copy=False` gives a read-only view where the memory is
+        the host's and no conversion is needed (the next compute may overwrite it). Flag
+        outputs with `set_output()` so that no later node takes their memory."""
+        instance_arg(tensor, Tensor, "tensor")
+        self.synchronize()
+        return read(tensor, dtype, copy)
 
     @_locked
     def set_eval_callback(self, callback: EvalCallback | None) -> None:

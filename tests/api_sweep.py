@@ -46,7 +46,7 @@ MODULES = [
     "ggml_py.backends.rpc", "ggml_py._rpc", "ggml_py.models.config", "ggml_py.models.model",
     "ggml_py.models.graph", "ggml_py.models.session", "ggml_py.models.reference",
     "ggml_py.models.gguf", "ggml_py.models.synthetic", "ggml_py.models.decode_graph",
-    "ggml_py.models.placement",
+    "ggml_py.models.placement", "ggml_py.arrays",
 ]
 
 CLASSES_ONLY = {"ggml_py.backends.cpu"}

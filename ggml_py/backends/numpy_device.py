@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 import numpy as np
 
 from ggml_py._backend import (Backend, Buffer, BufferType, allocated_buffer, byte_value,
-                              get_buffer, graph_nodes, host_bytes, host_memory, tensor_span)
+                              get_buffer, graph_nodes, host_bytes, host_memory, mark_written,
+                              tensor_span, OTHER_MEMORY_HINT)
 from ggml_py._core import size_arg
 from ggml_py.backends import cpu
 from ggml_py.errors import ArgumentTypeError, BackendError
@@ -271,7 +272,8 @@ class NumpyDeviceBackend(Backend):
         buf = allocated_buffer(tensor)
         if buf.buffer_type is not self.buffer_type:
             raise BackendError(f"backend {self.name}: tensor '{tensor.name}' is in buffer type "
-                               f"'{buf.buffer_type.name}', not in this device's memory")
+                               f"'{buf.buffer_type.name}', not in this device's memory"
+                               f"{OTHER_MEMORY_HINT}")
         return buf.region(tensor, offset, size)
 
     @staticmethod
@@ -288,6 +290,7 @@ class NumpyDeviceBackend(Backend):
         def write():
             region[...] = staged
         self._queue.put(write)
+        mark_written(tensor)
         self.stats["async_sets"] += 1
 
     def cpy_tensor_async(self, backend_src, src, dst):

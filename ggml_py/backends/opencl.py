@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ggml_py._backend import (Backend, Buffer, BufferType, allocated_buffer, byte_value,
-                              fake_address, get_buffer, graph_nodes, host_bytes, tensor_span)
+                              fake_address, get_buffer, graph_nodes, host_bytes, tensor_span,
+                              OTHER_MEMORY_HINT)
 from ggml_py._core import Tensor, acc_region_end, instance_arg, size_arg, type_id, type_size
 from ggml_py.errors import ArgumentTypeError, BackendError
 from ggml_py.ops import (EMPTY_OPS, bits_f32, alibi_bases, rope_theta_scale,
@@ -338,7 +339,8 @@ class OpenCLBackend(Backend):
         buf = allocated_buffer(t)
         if not isinstance(buf, OpenCLBuffer) or buf.buffer_type._dev is not self._dev:
             raise BackendError(f"{self.name}: tensor '{t.name}' lives in buffer type "
-                               f"'{buf.buffer_type.name}', not in this device's memory")
+                               f"'{buf.buffer_type.name}', not in this device's memory"
+                               f"{OTHER_MEMORY_HINT}")
         mem, off, _ = buf.place(t)
         return mem, off
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ggml_py import quants
-from ggml_py._core import instance_arg
+from ggml_py._core import ggml_type, instance_arg
 from ggml_py.errors import GraphError, ModelError, UnknownNameError
 from ggml_py.ops import ROPE_TYPES, rope_mode_id
 
@@ -62,6 +62,11 @@ class ModelConfig:
     name: str = "llama"
 
     def __post_init__(self):
+        for f in ("wtype", "cache_type"):       # numpy dtypes and their names are types too
+            try:
+                object.__setattr__(self, f, ggml_type(getattr(self, f)))
+            except UnknownNameError:
+                pass                            # (the checks below name the field)
         self._check_fields()
         if self.ffn not in FFN_KINDS:
             raise ModelError(f"ffn must be one of {FFN_KINDS}, got {self.ffn!r}")

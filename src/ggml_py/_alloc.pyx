@@ -556,6 +556,7 @@ cdef class GraphAllocator:
             if t.buffer != NULL and t.buffer.allocator == <void *>self:
                 t.buffer = NULL
                 t.data = NULL
+                t.written = 0           # its bytes are the next placement's
                 t.gen = stamp
         self.n_placed = 0
         self.placed_owner = None

@@ -1,7 +1,7 @@
 # Backend interface: buffer types, buffers and backends (ggml-backend-impl.h
 # roles). The C structs are in _ggml.pxd; see _backend.pyx for details.
 
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport int64_t, uint8_t, uintptr_t
 from ggml_py._ggml cimport *
 from ggml_py._core cimport Tensor, OP_GET_ROWS, OP_MUL_MAT, OP_MUL_MAT_ID, OP_ROPE, OP_ROPE_BACK
 
@@ -26,6 +26,20 @@ cdef int tensor_alloc_at(ggml_backend_buffer * buffer, ggml_tensor * tensor, cha
                          size_t size) except -1
 cdef int view_init_c(ggml_tensor * tensor) except -1
 cdef int buffer_reset(ggml_backend_buffer * buffer) except -1
+
+# the data-written mark (ggml_tensor.written): every write of a tensor's bytes through
+# tensor_set / tensor_memset / tensor_copy (and the backends' asynchronous sets) marks it
+# and its view source as written where they lie now; the Scheduler's check_inputs reads it
+cdef inline void tensor_written(ggml_tensor * t) noexcept nogil:
+    t.written = <uintptr_t>t.data
+    if t.view_src != NULL:
+        t.view_src.written = <uintptr_t>t.view_src.data
+
+cdef inline bint tensor_is_written(const ggml_tensor * t) noexcept nogil:
+    """Was the tensor (or, for a view, its view source) written where it lies now?"""
+    if t.view_src != NULL:
+        t = t.view_src
+    return t.data != NULL and t.written == <uintptr_t>t.data
 
 cdef class Backend:
     cdef ggml_backend c

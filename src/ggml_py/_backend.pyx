@@ -501,8 +501,38 @@ cdef object _contiguous_bytes(data, Tensor tensor, str op):
     return view.cast("B") if view.ndim != 1 or view.format != "B" else view
 
 
+# the numpy dtype of each plain type's stored elements (bf16: its bits)
+_STORED_DTYPES = {"f32": np.dtype("<f4"), "f16": np.dtype("<f2"), "f64": np.dtype("<f8"),
+                  "i8": np.dtype("i1"), "i16": np.dtype("<i2"), "i32": np.dtype("<i4"),
+                  "i64": np.dtype("<i8"), "bf16": np.dtype("<u2")}
+
+
+cdef _check_array(data, Tensor tensor, offset):
+    """A numpy array given as bytes must be bytes of the tensor's type: an array of
+    typed numbers (float, or integers wider than a byte) of another dtype would be
+    reinterpreted bit for bit, and one of too many bytes names its dtype."""
+    dt = data.dtype
+    cdef size_t nbytes = ggml_nbytes(tensor.ptr)
+    stored = _STORED_DTYPES.get(tensor.type)
+    what = (f"tensor '{tensor.name}' ({tensor.type}, shape {tensor.shape}) was given a "
+            f"{dt} array of shape {data.shape}")
+    hint = ("sched.set_input(tensor, array) and tensor.write(array) check the shape and "
+            "convert the values to the tensor's type")
+    if (dt.kind in "fc" or (dt.kind in "iu" and dt.itemsize > 1)) and dt != stored:
+        raise ArgumentTypeError(f"{what}: its bytes are not {tensor.type} values and would "
+                                f"be reinterpreted bit for bit. {hint}; bytes as they are "
+                                f"go as array.tobytes()")
+    if type(offset) is int and offset == 0 and <size_t>data.nbytes > nbytes:
+        raise ArgumentError(f"{what}: {data.nbytes} bytes at offset 0 exceed its {nbytes} "
+                            f"bytes. {hint}")
+
+
 def tensor_set(Tensor tensor not None, data, offset=0):
-    """Write the bytes of `data` into the tensor at `offset` (ggml_backend_tensor_set)."""
+    """Write the bytes of `data` into the tensor at `offset` (ggml_backend_tensor_set).
+    A numpy array must hold the tensor's type (ArgumentTypeError otherwise: its bytes
+    would be reinterpreted); bytes-like data is written as it is."""
+    if isinstance(data, np.ndarray):
+        _check_array(data, tensor, offset)
     view = _contiguous_bytes(data, tensor, "tensor_set")
     cdef Buffer buf = allocated_buffer(tensor)
     start, n = tensor_span(tensor, offset, view.nbytes)
@@ -512,6 +542,7 @@ def tensor_set(Tensor tensor not None, data, offset=0):
         _host_write(buf._memory, start, view)       # the base set_tensor, without the call
     else:
         buf.set_tensor(tensor, view, offset)
+    tensor_written(tensor.ptr)
 
 
 cdef int _host_write(unsigned char[::1] memory, size_t start, const unsigned char[::1] src) except -1:
@@ -539,6 +570,7 @@ def tensor_memset(Tensor tensor not None, value, offset=0, size=None):
     _, n = tensor_span(tensor, offset, size)
     if n:
         buf.memset_tensor(tensor, v, offset, n)
+        tensor_written(tensor.ptr)
 
 
 def host_bytes(Tensor tensor not None):
@@ -571,6 +603,21 @@ def tensor_copy(Tensor src not None, Tensor dst not None):
         dst_host[...] = np.frombuffer(tensor_get(src), dtype=np.uint8)
     elif not dbuf.cpy_tensor(src, dst):
         tensor_set(dst, tensor_get(src))
+    tensor_written(dst.ptr)
+
+
+def mark_written(Tensor tensor not None):
+    """Mark the tensor (and its view source) as written where it lies now: for writes
+    that do not go through tensor_set / tensor_memset / tensor_copy (a backend's
+    asynchronous set, a numpy view of host memory). The Scheduler's check_inputs
+    refuses to compute a graph input that was not written since it was placed."""
+    tensor_written(tensor.ptr)
+
+
+def is_written(Tensor tensor not None):
+    """Were the tensor's bytes (a view's: its view source's) written since it was
+    placed where it lies now (tensor_set, tensor_memset, tensor_copy, mark_written)?"""
+    return tensor_is_written(tensor.ptr)
 
 
 def allocated_buffer(Tensor tensor not None):
@@ -657,11 +704,17 @@ def get_buffer(Tensor tensor not None):
 def clear_buffer(Tensor tensor not None):
     tensor.ptr.buffer = NULL
     tensor.ptr.data = NULL
+    tensor.ptr.written = 0
     tensor_changed(tensor.ptr)
 
 
 # ---------------------------------------------------------------------------
 # backends
+
+# what a backend's byte slots say of a tensor in another device's memory
+OTHER_MEMORY_HINT = (" (a backend's get_tensor / set_tensor reach its own memory; "
+                     "sched.get_output(t) / sched.set_input(t, array), t.numpy() and "
+                     "t.write(array) read and write wherever t lives)")
 
 cdef class Backend:
     """A device that can run ops (ggml_backend + its device).
@@ -833,7 +886,8 @@ cdef class Backend:
         cdef Buffer buf = allocated_buffer(tensor)
         if not backend_supports_buft(&self.c, buf.c.buft):
             raise BackendError(f"backend {self.name}: tensor '{tensor.name}' is in buffer type "
-                               f"'{buf.buffer_type.name}', not in this device's memory")
+                               f"'{buf.buffer_type.name}', not in this device's memory"
+                               f"{OTHER_MEMORY_HINT}")
 
     def cpy_tensor_async(self, Backend backend_src not None, Tensor src not None,
                          Tensor dst not None):

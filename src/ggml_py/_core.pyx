@@ -384,11 +384,48 @@ _init_tables()
 
 
 def type_id(name):
-    """ggml type id of a type name ('f32', 'q8_0', ...); UnknownNameError (a KeyError)
-    names the type."""
+    """ggml type id of a type ('f32', 'q8_0', ..., or a numpy dtype: see ggml_type);
+    UnknownNameError (a KeyError) names the type."""
     if isinstance(name, str) and name in TYPE_IDS:
         return TYPE_IDS[name]
-    raise UnknownNameError(f"unknown ggml type {name!r}; known: {', '.join(sorted(TYPE_IDS))}")
+    return TYPE_IDS[ggml_type(name)]
+
+
+# numpy's names of the types numpy has (numpy has no bfloat16; ml_dtypes' is named so)
+NUMPY_TYPE_NAMES = {"float32": "f32", "float16": "f16", "float64": "f64", "int8": "i8",
+                    "int16": "i16", "int32": "i32", "int64": "i64", "bfloat16": "bf16"}
+
+
+def ggml_type(spec):
+    """The ggml type name of a type given the way a user may give it: ggml's name ('f32',
+    'f16', 'bf16', 'q8_0', ...), a numpy dtype or scalar type (np.float32,
+    np.dtype('float16'), np.int32, ...) or numpy's name of one ('float32', 'float16',
+    'int32', ...; 'bfloat16' is bf16). ggml's names come first: 'i8' is ggml's int8 (numpy's
+    int64 code), 'f16' half precision. Every call that takes a type reads it here (type_id).
+    UnknownNameError (a KeyError and ValueError) says what is accepted."""
+    cdef object name = None
+    if isinstance(spec, str):
+        if spec in TYPE_IDS:
+            return spec
+        name = spec
+    elif spec is not None and not isinstance(spec, (bool, int, float, bytes)):
+        import numpy as np
+        try:
+            dt = np.dtype(spec)
+        except (TypeError, ValueError):
+            dt = None
+        if dt is not None:
+            if not dt.isnative:
+                raise UnknownNameError(f"type {spec!r}: ggml types are little-endian; "
+                                       f"{dt.str} is not (use {dt.newbyteorder('=').name})")
+            name = dt.name
+    t = NUMPY_TYPE_NAMES.get(name) if name is not None else None
+    if t is None:
+        raise UnknownNameError(
+            f"unknown ggml type {spec!r}; a type is one of ggml's names "
+            f"({', '.join(sorted(TYPE_IDS))}) or a numpy dtype or its name "
+            f"({', '.join(NUMPY_TYPE_NAMES)})")
+    return t
 
 
 def op_id(name):
@@ -1244,6 +1281,7 @@ cdef class Context:
         cdef int oid = op_id(op)
         cdef int tid = type_id(type)
         cdef int i
+        type = TYPE_NAMES[tid]
         cdef int64_t c_ne[4]
         cdef ggml_tensor * c_srcs[GGML_MAX_SRC]
         cdef int32_t c_params[GGML_MAX_OP_PARAMS]
@@ -1557,6 +1595,26 @@ cdef class Tensor:
     def data_address(self):
         """Address of the tensor's data (0 when not allocated)."""
         return <size_t>self.ptr.data
+
+    def numpy(self, dtype=None, *, copy=True):
+        """The tensor's values as a numpy array of its numpy-order shape, read wherever it
+        lives (host memory or a device's; ggml_py.arrays.read): float32, float16, float64
+        or the integer type as stored, float32 for bf16 and the block types (ggml's
+        to_float). `dtype` converts them; `copy=False` gives a read-only view where the
+        memory is the host's and no conversion is needed (else a copy)."""
+        from ggml_py.arrays import read
+        return read(self, dtype, copy)
+
+    def write(self, array):
+        """Store a numpy array (or anything np.asarray takes) as the tensor's values,
+        wherever it lives (ggml_py.arrays.write): its shape must be the tensor's (numpy
+        order), its values are converted to the tensor's type through ggml's rounding
+        (f32 -> f16, bf16, block types); an array that cannot be converted exactly in
+        kind (floats into an integer tensor, integers past its range) is an error naming
+        the tensor, both shapes and the dtype. Returns the tensor."""
+        from ggml_py.arrays import write
+        write(self, array)
+        return self
 
     def __repr__(self):
         shape = "x".join(str(x) for x in self.shape)

@@ -4,7 +4,7 @@
 # The tensor, buffer type and buffer structs are defined once, in C
 # (ggml-py-types.h), which the CPU backend's C kernels include too.
 
-from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 
 cdef extern from "ggml_py/ggml-py-types.h":
     enum:
@@ -51,6 +51,7 @@ cdef extern from "ggml_py/ggml-py-types.h":
         void * owner
         char name[GGML_MAX_NAME]
         uint64_t gen
+        uintptr_t written
 
 # ggml's element types, listed once (ggml-py-vocab.h)
 cdef extern from "ggml_py/ggml-py-vocab.h":

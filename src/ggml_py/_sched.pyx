@@ -11,7 +11,7 @@ scheduler stays usable.
 
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset, memcpy, memcmp, strncmp
-from libc.stdint cimport int8_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int8_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handle, tensor_name,
@@ -30,7 +30,7 @@ from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handl
                             checked_calloc, safe_realloc, int_arg, index_arg, OP_ROPE,
                             graph_tensor)
 from ggml_py._backend cimport (Backend, Buffer, BufferType, backend_supports_op, backend_supports_op_of,
-                               backend_supports_buft, backend_offload_op)
+                               backend_supports_buft, backend_offload_op, tensor_is_written)
 
 from ggml_py._alloc cimport GraphAllocator, recorded_place, GGML_VBUFFER_MAX_CHUNKS
 
@@ -2248,6 +2248,43 @@ cdef class SchedCore:
 
     def get_graph_inputs(self):
         return [tensor_handle(self.graph_inputs[i].tensor) for i in range(self.n_graph_inputs)]
+
+    def unwritten_inputs(self, Graph graph not None):
+        """The graph inputs of `graph` whose bytes were not written since this scheduler's
+        allocation placed them (Scheduler's check_inputs). A graph input is a leaf of the
+        graph (its view source, for a leaf that is a view of another leaf) that lies in
+        this scheduler's compute buffers: a leaf without memory of its own, INPUT flag or
+        not, which the allocation gave memory that other tensors used before. Written:
+        through tensor_set / tensor_memset / tensor_copy (Scheduler.set_input,
+        Tensor.write, a backend's set_tensor) since it was placed there, or by a node of
+        the graph that writes into it (a view of it computed by an op: CPY, SET_ROWS,
+        in-place ops). Pre-allocated tensors (weights, caches, inputs in the user's own
+        buffers) hold what their owner put there and are not checked. One pass over the
+        nodes and one over the leafs, no Python object unless one is found."""
+        cdef ggml_cgraph * g = &graph.graph
+        cdef ggml_tensor * t
+        cdef int i
+        cdef void * galloc = <void *>self.galloc
+        for i in range(g.n_nodes):
+            t = g.nodes[i]
+            # a node that writes into a leaf's memory (the result is a view with an op)
+            if (t.view_src != NULL and t.op != OP_NONE and not ggml_is_view_op(t.op)
+                    and t.view_src.op == OP_NONE and t.view_src.buffer != NULL
+                    and t.view_src.buffer.allocator == galloc):
+                t.view_src.written = <uintptr_t>t.view_src.data
+        out = None
+        for i in range(g.n_leafs):
+            t = g.leafs[i]
+            if t.view_src != NULL:
+                t = t.view_src
+                if t.op != OP_NONE:
+                    continue            # a view of a computed tensor: the graph writes it
+            if (t.buffer != NULL and t.buffer.allocator == galloc
+                    and not tensor_is_written(t)):
+                if out is None:
+                    out = []
+                out.append(tensor_handle(t))
+        return out or []
 
     def get_graph_copy(self):
         """(nodes, node_backend_ids, leafs, leaf_backend_ids) of the graph copy."""

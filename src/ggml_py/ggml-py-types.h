@@ -71,6 +71,14 @@ typedef struct __attribute__((aligned(64))) ggml_tensor {
     uint64_t              gen;                      // mutation epoch of the last change
                                                     // through the API (_core's tensor_changed):
                                                     // the scheduler's graph reuse
+    uintptr_t             written;                  // the data address at the last write of
+                                                    // its bytes (tensor_set, memset, copies:
+                                                    // _backend's mark_written), 0 when the
+                                                    // allocator took its placement back; it
+                                                    // was written where it lies now when
+                                                    // this equals data (Scheduler's
+                                                    // check_inputs). In the struct's padding:
+                                                    // the size stays 384 bytes
 } ggml_tensor;
 
 // The source mask of t, from its slots: bit j set where t->src[j] is not NULL. t->src_mask
