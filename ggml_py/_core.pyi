@@ -18,6 +18,9 @@ MAX_BYTES: int
 FLAG_NAMES: dict[str, int]
 TYPE_IDS: dict[str, int]
 TYPE_LAYOUTS: dict[str, tuple[int, int]]
+UNARY_OP_NAMES: tuple[str, ...]
+GLU_OP_NAMES: tuple[str, ...]
+ROPE_TYPES: dict[str, int]
 OP_IDS: dict[str, int]
 MAX_ELEMENTS: int
 

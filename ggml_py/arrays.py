@@ -24,7 +24,7 @@ where no conversion is needed (valid until the memory is written again: the next
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -35,7 +35,7 @@ from ggml_py._core import Tensor, ggml_type, instance_arg
 from ggml_py.errors import ArgumentError, ArgumentTypeError, NotSupportedError
 
 # the numpy dtype a value of each plain type is read as (bf16 has none: float32)
-_READ_DTYPES = {k: v for k, v in quants.PLAIN_DTYPES.items() if k != "bf16"}
+_READ_DTYPES: dict[str, np.dtype] = {k: v for k, v in quants.PLAIN_DTYPES.items() if k != "bf16"}
 _FLOAT_TYPES = ("f32", "f64", "f16", "bf16")
 
 
@@ -113,7 +113,7 @@ def read(t: Tensor, dtype: Any = None, copy: bool = True) -> np.ndarray:
     return out.reshape(t.shape)
 
 
-def _refuse(t: Tensor, arr: np.ndarray, why: str, cls: type = ArgumentTypeError) -> None:
+def _refuse(t: Tensor, arr: np.ndarray, why: str, cls: type = ArgumentTypeError) -> NoReturn:
     raise cls(f"tensor {describe(t)}: cannot take a {arr.dtype} array of shape {arr.shape}: "
               f"{why}")
 

@@ -38,7 +38,7 @@ BLOCK_Q4_0 = np.dtype([("d", "<f2"), ("qs", "u1", (QK4_0 // 2,))])
 assert BLOCK_Q8_0.itemsize == 34 and BLOCK_Q4_0.itemsize == 18
 
 # numpy dtypes of the plain (non-block) types
-PLAIN_DTYPES = {
+PLAIN_DTYPES: dict[str, np.dtype] = {
     "f32": np.dtype("<f4"), "f16": np.dtype("<f2"), "f64": np.dtype("<f8"),
     "i8": np.dtype("i1"), "i16": np.dtype("<i2"), "i32": np.dtype("<i4"),
     "i64": np.dtype("<i8"), "bf16": np.dtype("<u2"),
