@@ -73,8 +73,15 @@ def build_forward(model: Model, cache: KVCache, tokens, n_past: int | None = Non
     kv_rows: write K/V with set_rows at cell ids given as inputs (llama.cpp's
     set_rows path) instead of cpy into views at n_past: the graph then depends on
     n_past only through the padded KV length, and can be computed again for the next
-    position with new inputs (models.decode_graph)."""
+    position with new inputs (models.decode_graph).
+
+    A config whose graph_kind is 'llama.cpp' (every architecture but llama's default)
+    gets models.arch's graph of its architecture instead: llama.cpp's, node for node,
+    which always writes K/V with set_rows."""
     cfg = instance_arg(model, Model, "model").config
+    if cfg.graph_kind == "llama.cpp":       # llama.cpp's graph (always set_rows)
+        from ggml_py.models.arch import build_forward as build_arch_forward
+        return build_arch_forward(model, cache, tokens, n_past, logits)
     instance_arg(cache, KVCache, "cache")
     tokens = token_ids(tokens, cfg)
     T = int(tokens.size)
