@@ -316,14 +316,16 @@ class _Log:
         return int(pp), int(tg or pp)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("wtype", ["f32", "f16"])
-def test_logits_and_node_counts_match_llama_cpp(tmp_path, arch, wtype):
+@pytest.mark.parametrize("arch,wtype,extra", [
+    *[(a, w, {}) for w in ("f32", "f16") for a in ARCHS],
+    ("qwen3", "f16", {"n_embd_head": 32}),       # heads that do not tile n_embd
+], ids=[*[f"{a}-{w}" for w in ("f32", "f16") for a in ARCHS], "qwen3-f16-head32"])
+def test_logits_and_node_counts_match_llama_cpp(tmp_path, arch, wtype, extra):
     llama_cpp = _llama_cpp()
     pytest.importorskip("gguf")
     from ggml_py.models.gguf import load_gguf, save_gguf
     cfg = arch_config(arch, **{**SMALL, "n_embd": 128, "n_head": 8, "n_layer": 3,
-                               "n_ctx": 256}, wtype=wtype)
+                               "n_ctx": 256, **extra}, wtype=wtype)
     path = str(tmp_path / f"{arch}-{wtype}.gguf")
     save_gguf(Model.random(cfg, seed=11), path)
 
@@ -355,3 +357,61 @@ def test_logits_and_node_counts_match_llama_cpp(tmp_path, arch, wtype):
           f"ggml_py {ours_pp}/{ours_tg}")
     assert err <= 1e-4
     assert (ours_pp, ours_tg) == (pp_nodes, tg_nodes) == (llama_cpp_nodes(arch, 3),) * 2
+
+
+# ggml_tensor's name field: after type, buffer, ne[4], nb[4], op, op_params[16], flags,
+# src[10], view_src, view_offs and data (ggml.h; x86-64 and aarch64 alike)
+_NAME_OFFSET = 256
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_node_names_and_order_match_llama_cpp(tmp_path, arch):
+    """Every node of the prompt graph and of a decode step's graph, in order, with its name
+    (views and reshapes named as ggml names them): llama.cpp's scheduler asks its eval
+    callback about each node it computes, in graph order."""
+    L = _llama_cpp()
+    pytest.importorskip("gguf")
+    from ggml_py.models.gguf import load_gguf, save_gguf
+    cfg = arch_config(arch, **{**SMALL, "n_ctx": 256}, wtype="f32")
+    path = str(tmp_path / f"{arch}.gguf")
+    save_gguf(Model.random(cfg, seed=1), path)
+    seen = []
+
+    @L.ggml_backend_sched_eval_callback
+    def cb(t, ask, user_data):
+        if ask:
+            seen.append(ctypes.string_at(t + _NAME_OFFSET).decode())
+        return False
+
+    with _Log(L):       # (quiet)
+        model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
+        cp = L.llama_context_default_params()
+        cp.n_ctx = cp.n_batch = cp.n_ubatch = 64
+        cp.n_threads = cp.n_threads_batch = 1
+        cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        cp.cb_eval = cb
+        ctx = L.llama_init_from_model(model, cp)
+    batch = L.llama_batch_init(64, 0, 1)
+    theirs = []
+    try:
+        for start, toks in ((0, PROMPT[:6]), (6, PROMPT[6:7])):
+            for i, t in enumerate(toks):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = t, start + i, 1
+                batch.seq_id[i][0], batch.logits[i] = 0, 1
+            batch.n_tokens = len(toks)
+            seen.clear()
+            assert L.llama_decode(ctx, batch) == 0
+            theirs.append(list(seen))
+    finally:
+        L.llama_batch_free(batch)
+        L.llama_free(ctx)
+        L.llama_model_free(model)
+    cpu = CPUBackend()
+    s = Session(load_gguf(path, n_ctx=64, graph="llama.cpp").place(cpu), [cpu])
+    ours = []
+    for toks in (PROMPT[:6], PROMPT[6:7]):
+        s.forward(toks)
+        ours.append([s.graph.node(i).name for i in range(s.graph.n_nodes)])
+    assert ours[0] == theirs[0]
+    assert ours[1] == theirs[1]
+    assert len(ours[0]) == llama_cpp_nodes(arch, cfg.n_layer)

@@ -30,6 +30,12 @@ def _name(t: Tensor, name: str, il: int = -1) -> Tensor:
     return t
 
 
+def _stored(t: Tensor, dst: Tensor) -> Tensor:
+    """A set_rows result named as ggml names it: a view of its destination."""
+    t.name = f"{dst.name} (view)"
+    return t
+
+
 class GraphContext:
     """One graph under construction (llama.cpp's llm_graph_context): the model's config
     and weights, the cache, the batch, the graph and its inputs.
@@ -133,12 +139,12 @@ class GraphContext:
         self.expand(k)
         # cpy_k: the batch's K rows at their cells
         k_cur = ops.view_2d(ctx, k, G, T, k.nb[2], 0)
-        self.expand(ops.set_rows(ctx, cache.k[il], k_cur, inp["k_idxs"]))
+        self.expand(_stored(ops.set_rows(ctx, cache.k[il], k_cur, inp["k_idxs"]), cache.k[il]))
         # cpy_v: V is cached transposed, one element per (channel, cell)
         v_cur = ops.reshape_2d(ctx, v, G, T)
         v_view = ops.reshape_2d(ctx, cache.v[il], 1, G * n_ctx)
         v_cur = ops.reshape_2d(ctx, v_cur, 1, G * T)
-        self.expand(ops.set_rows(ctx, v_view, v_cur, inp["v_idxs"]))
+        self.expand(_stored(ops.set_rows(ctx, v_view, v_cur, inp["v_idxs"]), v_view))
         # get_k / get_v: the first n_kv cells
         ck, cv = cache.k[il], cache.v[il]
         kk = ops.view_4d(ctx, ck, D, Hkv, self.n_kv, 1, row_size(ck.type, D),
