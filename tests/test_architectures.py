@@ -121,6 +121,7 @@ def test_graph_names_and_order_follow_llama_cpp():
 
 @pytest.mark.parametrize("kw,match", [
     (dict(arch="qwen2"), "qwen2 models use NEOX rope"),
+    (dict(arch="llama", graph="llama.cpp", rope_mode="NEOX"), "llama models use NORMAL rope"),
     (dict(arch="qwen3", rope_mode="NEOX"), r"qk_norm=True"),
     (dict(arch="llama", qk_norm=True, graph="llama.cpp"), "llama models have no Q/K norms"),
     (dict(attn_bias=True), "graph='llama.cpp'"),

@@ -107,7 +107,7 @@ class ModelConfig:
                 raise ModelError(f"ModelConfig.{flag} must be a bool, got "
                                  f"{getattr(self, flag)!r}")
         want = ARCH_ROPE[self.arch]
-        if rope_mode_id(self.rope_mode) != ROPE_TYPES[want]:
+        if self.graph_kind == "llama.cpp" and rope_mode_id(self.rope_mode) != ROPE_TYPES[want]:
             raise ModelError(f"{self.arch} models use {want} rope (llama.cpp fixes it by "
                              f"architecture), got rope_mode {self.rope_mode!r}")
         if self.graph_kind == "ggml_py":
