@@ -11,6 +11,7 @@ q2_K ... q6_K, iq4_nl, iq4_xs, mxfp4; any other type is an error naming the tens
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 
@@ -111,7 +112,7 @@ def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None,
         if n_rot != head:       # (llama.cpp asserts it for these graphs)
             raise GGUFError(f"{path}: {K.Rope.DIMENSION_COUNT.format(arch=arch)} {n_rot} is "
                             f"not the head size {head}; llama.cpp's {arch} rotates whole heads")
-        _check_tensors_known(gguf, reader, tensors, arch, path)
+        _check_tensors_known(gguf, tensors, arch, path)
     biases = [_tensor_name(gguf, t, 0, "bias") in tensors for t in ("ATTN_Q", "ATTN_K", "ATTN_V")]
     if any(biases) and not all(biases):
         raise GGUFError(f"{path}: has {' and '.join(n for n, b in zip('QKV', biases) if b)} "
@@ -150,14 +151,14 @@ _UNSUPPORTED = (("ATTN_QKV", "weight"), ("ATTN_OUT", "bias"), ("FFN_GATE", "bias
                 ("OUTPUT", "bias"))
 
 
-def _check_tensors_known(gguf, reader, tensors, arch, path):
-    for t, suffix in _UNSUPPORTED:
-        names = [_tensor_name(gguf, t, 0, suffix), _tensor_name(gguf, t, None, suffix)] \
-            if "{bid}" in gguf.TENSOR_NAMES[getattr(gguf.MODEL_TENSOR, t)] else \
-            [_tensor_name(gguf, t, None, suffix)]
-        for n in names:
-            if n in tensors:
-                raise GGUFError(f"{path}: tensor {n!r} ({arch}) is not supported yet")
+def _check_tensors_known(gguf, tensors, arch, path):
+    """GGUFError for the first tensor (of any block) that _UNSUPPORTED names."""
+    patterns = [re.escape(gguf.TENSOR_NAMES[getattr(gguf.MODEL_TENSOR, t)] + "." + suffix)
+                .replace(re.escape("{bid}"), r"\d+") for t, suffix in _UNSUPPORTED]
+    unsupported = re.compile("|".join(patterns))
+    for n in tensors:
+        if unsupported.fullmatch(n):
+            raise GGUFError(f"{path}: tensor {n!r} ({arch}) is not supported yet")
 
 
 def _f32_decimal(x) -> float:

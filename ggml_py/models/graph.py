@@ -64,6 +64,24 @@ def step_inputs(cfg: ModelConfig, tokens: np.ndarray, n_past: int, n_kv: int,
     return data
 
 
+def check_step(model: Model, cache: KVCache, tokens,
+               n_past: int | None) -> tuple[np.ndarray, int]:
+    """(token ids, n_past) of a forward step, checked: at least one token, within the
+    context after the cached ones (n_past None: the cache's), the weights placed."""
+    cfg = instance_arg(model, Model, "model").config
+    instance_arg(cache, KVCache, "cache")
+    tokens = token_ids(tokens, cfg)
+    T = int(tokens.size)
+    n_past = cache.n_past if n_past is None else int_arg(n_past, "n_past", 0, cfg.n_ctx)
+    if T < 1:
+        raise ModelError("no tokens")
+    if n_past + T > cfg.n_ctx:
+        raise ModelError(f"{n_past} cached + {T} new tokens exceed the context of {cfg.n_ctx}")
+    if not model.tensors:
+        raise GraphError("the model's weights are not placed (Model.place)")
+    return tokens, n_past
+
+
 def build_forward(model: Model, cache: KVCache, tokens, n_past: int | None = None,
                   logits: str = "all", kv_rows: bool = False) -> Forward:
     """The graph of one llama_decode call: `tokens` at positions n_past.. (default: the
@@ -82,17 +100,9 @@ def build_forward(model: Model, cache: KVCache, tokens, n_past: int | None = Non
     if cfg.graph_kind == "llama.cpp":       # llama.cpp's graph (always set_rows)
         from ggml_py.models.arch import build_forward as build_arch_forward
         return build_arch_forward(model, cache, tokens, n_past, logits)
-    instance_arg(cache, KVCache, "cache")
-    tokens = token_ids(tokens, cfg)
+    tokens, n_past = check_step(model, cache, tokens, n_past)
     T = int(tokens.size)
-    n_past = cache.n_past if n_past is None else int_arg(n_past, "n_past", 0, cfg.n_ctx)
-    if T < 1:
-        raise ModelError("no tokens")
-    if n_past + T > cfg.n_ctx:
-        raise ModelError(f"{n_past} cached + {T} new tokens exceed the context of {cfg.n_ctx}")
     W = model.tensors
-    if not W:
-        raise GraphError("the model's weights are not placed (Model.place)")
     n_kv = padded_kv(cfg, n_past, T)
     E, H, Hkv, D = cfg.n_embd, cfg.n_head, cfg.n_head_kv, cfg.head_dim
 

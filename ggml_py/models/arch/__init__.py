@@ -12,8 +12,7 @@ ARCHITECTURES maps a GGUF general.architecture name to its module's `build(gc)`;
 
 from __future__ import annotations
 
-from ggml_py._core import instance_arg, int_arg
-from ggml_py.errors import GraphError, ModelError, UnknownNameError
+from ggml_py.errors import ModelError, UnknownNameError
 from ggml_py.models.arch import llama, qwen2, qwen3
 from ggml_py.models.arch.blocks import GraphContext
 
@@ -33,19 +32,9 @@ def build_forward(model, cache, tokens, n_past: int | None = None, logits: str =
     at positions n_past.. (default: the cache's), K/V written with set_rows at the cell
     ids the inputs give (so a decode graph serves the next position too), logits of
     every row ('all') or of the last one ('last')."""
-    from ggml_py.models.graph import Forward, padded_kv, step_inputs, token_ids
-    from ggml_py.models.model import KVCache, Model
-    cfg = instance_arg(model, Model, "model").config
-    instance_arg(cache, KVCache, "cache")
-    tokens = token_ids(tokens, cfg)
-    T = int(tokens.size)
-    n_past = cache.n_past if n_past is None else int_arg(n_past, "n_past", 0, cfg.n_ctx)
-    if T < 1:
-        raise ModelError("no tokens")
-    if n_past + T > cfg.n_ctx:
-        raise ModelError(f"{n_past} cached + {T} new tokens exceed the context of {cfg.n_ctx}")
-    if not model.tensors:
-        raise GraphError("the model's weights are not placed (Model.place)")
+    from ggml_py.models.graph import Forward, check_step, padded_kv, step_inputs
+    tokens, n_past = check_step(model, cache, tokens, n_past)
+    cfg, T = model.config, int(tokens.size)
     if logits not in ("all", "last"):
         raise ModelError("logits must be 'all' or 'last'")
     n_kv = padded_kv(cfg, n_past, T)

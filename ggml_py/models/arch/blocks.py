@@ -193,3 +193,33 @@ class GraphContext:
 def name(t: Tensor, label: str, il: int = -1) -> Tensor:
     """Name `t` as llama.cpp's graph callback does: `label-il` in layer il, else `label`."""
     return _name(t, label, il)
+
+
+def build_decoder(gc: GraphContext, attention) -> Tensor:
+    """The dense decoder llama.cpp's llama, qwen2 and qwen3 builders each write out:
+    embeddings; per layer an RMS-normed `attention(gc, p, cur, inp_pos, inp_attn,
+    kq_scale, il)` (the architecture's own part) and its residual, the last layer's
+    rows cut to the output ids, an RMS-normed SwiGLU FFN and its residual; the output
+    norm and head. Returns the logits tensor."""
+    cfg, W, ctx = gc.cfg, gc.W, gc.ctx
+    inpL = gc.build_inp_embd(W["token_embd.weight"])
+    inp_pos = gc.build_inp_pos()
+    inp_attn = gc.build_attn_inp_kv()
+    kq_scale = gc.build_inp_attn_scale()
+    inp_out_ids = gc.build_inp_out_ids()
+    for il in range(cfg.n_layer):
+        p = f"blk.{il}."
+        inpSA = inpL
+        cur = _name(gc.build_norm(inpL, W[p + "attn_norm.weight"], il), "attn_norm", il)
+        cur = attention(gc, p, cur, inp_pos, inp_attn, kq_scale, il)
+        if il == cfg.n_layer - 1:
+            cur = ops.get_rows(ctx, cur, inp_out_ids)
+            inpSA = ops.get_rows(ctx, inpSA, inp_out_ids)
+        ffn_inp = _name(ops.add(ctx, cur, inpSA), "ffn_inp", il)
+        cur = _name(gc.build_norm(ffn_inp, W[p + "ffn_norm.weight"], il), "ffn_norm", il)
+        cur = gc.build_ffn_swiglu(W[p + "ffn_up.weight"], W[p + "ffn_gate.weight"],
+                                  W[p + "ffn_down.weight"], cur, il)
+        _name(cur, "ffn_out", il)
+        inpL = _name(ops.add(ctx, cur, ffn_inp), "l_out", il)
+    cur = _name(gc.build_norm(inpL, W["output_norm.weight"], -1), "result_norm")
+    return _name(gc.build_lora_mm(W["output.weight"], cur), "result_output")
