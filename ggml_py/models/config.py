@@ -28,7 +28,12 @@ _INT_FIELDS = {
     "n_ff": (1, _INT32_MAX), "n_rot": (2, _INT32_MAX), "n_expert": (0, _INT32_MAX),
     "n_expert_used": (0, _INT32_MAX), "n_ff_exp": (1, _INT32_MAX),
     "n_expert_shared": (0, _INT32_MAX), "kv_pad": (1, _INT32_MAX),
+    "n_embd_head": (1, _INT32_MAX),
 }
+# the architectures (llama.cpp's general.architecture names; models.arch builds them) and
+# the rope each one implies (llama.cpp's llama_model_rope_type)
+ARCH_ROPE = {"llama": "NORMAL", "qwen2": "NEOX", "qwen3": "NEOX"}
+GRAPH_KINDS = ("ggml_py", "llama.cpp")
 # the float fields: whether 0 is allowed (they are finite and not negative)
 _FLOAT_FIELDS = {"rope_freq_base": False, "rope_freq_scale": False, "eps": True}
 
@@ -60,6 +65,12 @@ class ModelConfig:
     n_expert_shared: int = 0      # moe_shared: shared experts (their FFN is n_ff_exp wide each)
     kv_pad: int = 32              # attention runs over the used cells rounded up to this
     name: str = "llama"
+    arch: str = "llama"           # general.architecture (ARCH_ROPE's keys)
+    attn_bias: bool = False       # Q, K and V biases (qwen2)
+    qk_norm: bool = False         # RMS norms of each Q and K head (qwen3)
+    n_embd_head: int | None = None    # channels per head (default n_embd / n_head)
+    graph: str | None = None      # 'ggml_py' (llama's own graph, the default for llama) or
+                                  # 'llama.cpp' (models.arch: llama.cpp's graph, node for node)
 
     def __post_init__(self):
         for f in ("wtype", "cache_type"):       # numpy dtypes and their names are types too
@@ -72,8 +83,9 @@ class ModelConfig:
             raise ModelError(f"ffn must be one of {FFN_KINDS}, got {self.ffn!r}")
         if self.wtype not in WEIGHT_TYPES:
             raise ModelError(f"wtype must be one of {WEIGHT_TYPES}, got {self.wtype!r}")
-        if self.n_embd % self.n_head or self.n_head % self.n_head_kv:
+        if self.n_head % self.n_head_kv or (self.n_embd_head is None and self.n_embd % self.n_head):
             raise ModelError("n_embd must divide into n_head heads, n_head into n_head_kv groups")
+        self._check_arch()
         if self.ffn != "dense":
             if not 0 < self.n_expert_used <= self.n_expert:
                 raise ModelError(f"{self.ffn} needs 0 < n_expert_used <= n_expert")
@@ -83,9 +95,49 @@ class ModelConfig:
             raise ModelError(f"n_rot must be even and at most the head size {self.head_dim}")
         if quants.is_quantized(self.wtype):
             qk = quants.BLOCKS[self.wtype][0]
-            widths = {self.n_embd, self.n_ff, self.ff_exp}
+            widths = {self.n_embd, self.n_ff, self.ff_exp, self.n_embd_q}
             if any(w % qk for w in widths):
                 raise ModelError(f"{self.wtype} weights need row lengths that are multiples of {qk}")
+
+    def _check_arch(self) -> None:
+        """The architecture's own rules: its rope, and what its llama.cpp graph supports."""
+        if self.arch not in ARCH_ROPE:
+            raise ModelError(f"ModelConfig.arch must be one of {tuple(ARCH_ROPE)}, got "
+                             f"{self.arch!r}")
+        if self.graph is not None and self.graph not in GRAPH_KINDS:
+            raise ModelError(f"ModelConfig.graph must be one of {GRAPH_KINDS} or None, got "
+                             f"{self.graph!r}")
+        for flag in ("attn_bias", "qk_norm"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ModelError(f"ModelConfig.{flag} must be a bool, got "
+                                 f"{getattr(self, flag)!r}")
+        want = ARCH_ROPE[self.arch]
+        if self.graph_kind == "llama.cpp" and rope_mode_id(self.rope_mode) != ROPE_TYPES[want]:
+            raise ModelError(f"{self.arch} models use {want} rope (llama.cpp fixes it by "
+                             f"architecture), got rope_mode {self.rope_mode!r}")
+        if self.graph_kind == "ggml_py":
+            if self.attn_bias or self.qk_norm or self.n_embd_head not in (None, self.n_embd // self.n_head):
+                raise ModelError("QKV biases, Q/K norms and a head size other than n_embd / "
+                                 "n_head need graph='llama.cpp'")
+        else:
+            if self.ffn != "dense":
+                raise ModelError(f"graph='llama.cpp' builds dense FFNs only so far, got ffn "
+                                 f"{self.ffn!r}")
+            if self.n_rot_ != self.head_dim:
+                raise ModelError(f"llama.cpp's {self.arch} graph rotates whole heads: n_rot "
+                                 f"{self.n_rot_} != head size {self.head_dim}")
+        if self.arch == "qwen3" and not self.qk_norm:
+            raise ModelError("qwen3 models have Q/K norms (qk_norm=True)")
+        if self.arch != "qwen3" and self.qk_norm:
+            raise ModelError(f"{self.arch} models have no Q/K norms")
+
+    @property
+    def graph_kind(self) -> str:
+        """The graph the model builds: 'ggml_py' (llama's own, models.graph) or 'llama.cpp'
+        (models.arch); llama defaults to its own, every other architecture is llama.cpp's."""
+        if self.graph is not None:
+            return self.graph
+        return "ggml_py" if self.arch == "llama" else "llama.cpp"
 
     def _check_fields(self) -> None:
         """Each field's type and range on its own (before the rules that combine them):
@@ -93,7 +145,7 @@ class ModelConfig:
         over billions of layers."""
         for field, (lo, hi) in _INT_FIELDS.items():
             v = getattr(self, field)
-            if v is None and field in ("n_rot", "n_ff_exp"):
+            if v is None and field in ("n_rot", "n_ff_exp", "n_embd_head"):
                 continue
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise ModelError(f"ModelConfig.{field} must be an integer in [{lo}, {hi}], "
@@ -124,8 +176,13 @@ class ModelConfig:
 
     @property
     def head_dim(self) -> int:
-        """Channels per attention head (n_embd / n_head)."""
-        return self.n_embd // self.n_head
+        """Channels per attention head (n_embd_head, or n_embd / n_head)."""
+        return self.n_embd // self.n_head if self.n_embd_head is None else self.n_embd_head
+
+    @property
+    def n_embd_q(self) -> int:
+        """Channels of Q per token (head_dim * n_head; the attention output's width)."""
+        return self.head_dim * self.n_head
 
     @property
     def n_embd_gqa(self) -> int:
@@ -146,6 +203,19 @@ class ModelConfig:
     def is_moe(self) -> bool:
         """Is the feed-forward a mixture of experts?"""
         return self.ffn != "dense"
+
+
+def arch_config(arch: str, **kw: Any) -> ModelConfig:
+    """A small model of architecture `arch` (llama_config's sizes) with what the
+    architecture implies: its rope, and qwen2's QKV biases or qwen3's Q/K norms."""
+    if not isinstance(arch, str) or arch not in ARCH_ROPE:
+        raise UnknownNameError(f"unknown architecture {arch!r}; known: {', '.join(ARCH_ROPE)}")
+    base = dict(name=arch, arch=arch, rope_mode=ARCH_ROPE[arch], attn_bias=arch == "qwen2",
+                qk_norm=arch == "qwen3")
+    if arch == "llama":
+        base["graph"] = "llama.cpp"
+    base.update(kw)
+    return llama_config(**base)
 
 
 def llama_config(**kw: Any) -> ModelConfig:
@@ -182,16 +252,25 @@ def weight_shapes(cfg: ModelConfig) -> dict:
     instance_arg(cfg, ModelConfig, "config")
     E, V, F = cfg.n_embd, cfg.n_vocab, cfg.n_ff
     G, X, Fe = cfg.n_embd_gqa, cfg.n_expert, cfg.ff_exp
+    Q, D = cfg.n_embd_q, cfg.head_dim
     w = cfg.wtype
     shapes = {"token_embd.weight": (w, (E, V))}
     for il in range(cfg.n_layer):
         p = f"blk.{il}."
         shapes.update({
             p + "attn_norm.weight": ("f32", (E,)),
-            p + "attn_q.weight": (w, (E, E)),
+            p + "attn_q.weight": (w, (E, Q)),
             p + "attn_k.weight": (w, (E, G)),
             p + "attn_v.weight": (w, (E, G)),
-            p + "attn_output.weight": (w, (E, E)),
+        })
+        if cfg.attn_bias:
+            shapes.update({p + "attn_q.bias": ("f32", (Q,)), p + "attn_k.bias": ("f32", (G,)),
+                           p + "attn_v.bias": ("f32", (G,))})
+        if cfg.qk_norm:
+            shapes.update({p + "attn_q_norm.weight": ("f32", (D,)),
+                           p + "attn_k_norm.weight": ("f32", (D,))})
+        shapes.update({
+            p + "attn_output.weight": (w, (Q, E)),
             p + "ffn_norm.weight": ("f32", (E,)),
         })
         if cfg.ffn == "dense":

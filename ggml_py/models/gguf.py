@@ -1,7 +1,8 @@
 """GGUF files in and out, through the `gguf` package (pip install "ggml-py-sched[gguf]").
 
-`load_gguf(path)` reads a llama-architecture file (dense, or Mixtral-style MoE when it
-has experts) into a `Model`: its metadata becomes the ModelConfig, its tensors the
+`load_gguf(path)` reads a llama (dense, or Mixtral-style MoE when it has experts), qwen2
+or qwen3 file into a `Model`: its metadata becomes the ModelConfig (the keys and tensor
+names those of the `gguf` package's Keys and TENSOR_NAMES), its tensors the
 weights (f32, f16, bf16 and every block type ggml_py computes with: q4_0 ... q8_0,
 q2_K ... q6_K, iq4_nl, iq4_xs, mxfp4; any other type is an error naming the tensor).
 `save_gguf(model, path)` writes such a file, which is how the tests make one.
@@ -10,15 +11,18 @@ q2_K ... q6_K, iq4_nl, iq4_xs, mxfp4; any other type is an error naming the tens
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 
 from ggml_py._core import instance_arg
 from ggml_py.errors import ArgumentTypeError, ModelError
 from ggml_py import quants
+from ggml_py.models.config import ARCH_ROPE, GRAPH_KINDS
 from ggml_py.models.transformer import WEIGHT_TYPES, Model, ModelConfig, weight_shapes
 
 ARCH = "llama"
+ARCHS = tuple(ARCH_ROPE)        # the architectures a file may have
 
 # GGMLQuantizationType names -> ggml_py type names, for the types the models compute
 _TYPES = {t.upper(): t for t in WEIGHT_TYPES}
@@ -54,51 +58,107 @@ def _field(reader, key, default=None, required=False):
     return f.contents()
 
 
-def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None) -> ModelConfig:
-    """llama metadata -> ModelConfig. n_ctx: KV cache cells (default: the file's
-    context_length)."""
-    arch = _field(reader, "general.architecture", required=True)
-    if arch != ARCH:
-        raise GGUFError(f"{_path(reader)}: architecture {arch!r} is not supported (only {ARCH!r})")
+def _tensor_name(gguf, tensor, bid=None, suffix="weight"):
+    """The GGUF name of a MODEL_TENSOR (gguf.TENSOR_NAMES), e.g. blk.0.attn_q.bias."""
+    base = gguf.TENSOR_NAMES[getattr(gguf.MODEL_TENSOR, tensor)]
+    return (base.format(bid=bid) if bid is not None else base) + "." + suffix
+
+
+def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None,
+                     graph: str | None = None) -> ModelConfig:
+    """llama / qwen2 / qwen3 metadata -> ModelConfig. n_ctx: KV cache cells (default: the
+    file's context_length); graph: ModelConfig.graph (llama's default is its own graph,
+    'llama.cpp' builds llama.cpp's)."""
+    gguf = _gguf()
+    K = gguf.Keys
+    path = _path(reader)
+    arch = _field(reader, K.General.ARCHITECTURE, required=True)
+    if arch not in ARCHS:
+        raise GGUFError(f"{path}: architecture {arch!r} is not supported (only "
+                        f"{', '.join(repr(a) for a in ARCHS)})")
 
     def key(k, default=None, required=False):
-        return _field(reader, f"{ARCH}.{k}", default, required)
+        return _field(reader, k.format(arch=arch), default, required)
 
-    n_head = int(key("attention.head_count", required=True))
-    n_embd = int(key("embedding_length", required=True))
-    n_expert = int(key("expert_count", 0) or 0)
-    n_ff = int(key("feed_forward_length", required=True))
+    n_head = int(key(K.Attention.HEAD_COUNT, required=True))
+    n_embd = int(key(K.LLM.EMBEDDING_LENGTH, required=True))
+    if n_head < 1:
+        raise GGUFError(f"{path}: {K.Attention.HEAD_COUNT.format(arch=arch)} is {n_head}")
+    n_expert = int(key(K.LLM.EXPERT_COUNT, 0) or 0)
+    n_ff = int(key(K.LLM.FEED_FORWARD_LENGTH, required=True))
     freq_scale = 1.0
-    if key("rope.scaling.type") == "linear":
-        freq_scale = 1.0 / float(key("rope.scaling.factor", 1.0))
+    if key(K.Rope.SCALING_TYPE) == "linear":
+        freq_scale = 1.0 / float(key(K.Rope.SCALING_FACTOR, 1.0))
     tensors = {t.name: t for t in reader.tensors}
-    n_rot = int(key("rope.dimension_count", n_embd // n_head))
-    n_vocab = key("vocab_size")
+    # the head size: attention.key_length (= value_length), by default n_embd / n_head
+    d_k = key(K.Attention.KEY_LENGTH)
+    d_v = key(K.Attention.VALUE_LENGTH)
+    if d_k is not None and d_v is not None and int(d_k) != int(d_v):
+        raise GGUFError(f"{path}: {K.Attention.KEY_LENGTH.format(arch=arch)} {d_k} != "
+                        f"{K.Attention.VALUE_LENGTH.format(arch=arch)} {d_v} (llama.cpp's "
+                        f"{arch} needs equal K and V heads)")
+    head = int(d_k if d_k is not None else d_v if d_v is not None else n_embd // n_head)
+    n_rot = int(key(K.Rope.DIMENSION_COUNT, head))
+    n_vocab = key(K.LLM.VOCAB_SIZE)
+    embd = _tensor_name(gguf, "TOKEN_EMBD")
     if n_vocab is None:
-        if "token_embd.weight" not in tensors:
-            raise GGUFError(f"{_path(reader)}: no vocab_size and no token_embd.weight")
-        n_vocab = int(tensors["token_embd.weight"].shape[1])
+        if embd not in tensors:
+            raise GGUFError(f"{path}: no {K.LLM.VOCAB_SIZE.format(arch=arch)} and no {embd}")
+        n_vocab = int(tensors[embd].shape[1])
     if wtype is None:
-        q = tensors.get("blk.0.attn_q.weight")
+        q = tensors.get(_tensor_name(gguf, "ATTN_Q", 0))
         wtype = _type_name(q) if q is not None else "f32"
+    if arch != "llama" or graph == "llama.cpp":
+        if n_rot != head:       # (llama.cpp asserts it for these graphs)
+            raise GGUFError(f"{path}: {K.Rope.DIMENSION_COUNT.format(arch=arch)} {n_rot} is "
+                            f"not the head size {head}; llama.cpp's {arch} rotates whole heads")
+        _check_tensors_known(gguf, tensors, arch, path)
+    biases = [_tensor_name(gguf, t, 0, "bias") in tensors for t in ("ATTN_Q", "ATTN_K", "ATTN_V")]
+    if any(biases) and not all(biases):
+        raise GGUFError(f"{path}: has {' and '.join(n for n, b in zip('QKV', biases) if b)} "
+                        f"biases but not all three of Q, K and V")
     return ModelConfig(
-        name=str(_field(reader, "general.name", "gguf")),
+        name=str(_field(reader, K.General.NAME, "gguf")),
+        arch=arch,
+        graph=graph,
+        rope_mode=ARCH_ROPE[arch],
+        attn_bias=all(biases),
+        qk_norm=arch == "qwen3",
+        n_embd_head=None if head * n_head == n_embd else head,
         n_vocab=int(n_vocab),
-        n_ctx=int(n_ctx or key("context_length", required=True)),
+        n_ctx=int(n_ctx or key(K.LLM.CONTEXT_LENGTH, required=True)),
         n_embd=n_embd, n_head=n_head,
-        n_head_kv=int(key("attention.head_count_kv", n_head)),
-        n_layer=int(key("block_count", required=True)),
+        n_head_kv=int(key(K.Attention.HEAD_COUNT_KV, n_head)),
+        n_layer=int(key(K.LLM.BLOCK_COUNT, required=True)),
         n_ff=n_ff,
-        n_rot=None if n_rot == n_embd // n_head else n_rot,
-        rope_freq_base=_f32_decimal(key("rope.freq_base", 10000.0)),
+        n_rot=None if n_rot == head else n_rot,
+        rope_freq_base=_f32_decimal(key(K.Rope.FREQ_BASE, 10000.0)),
         rope_freq_scale=freq_scale,
-        eps=_f32_decimal(key("attention.layer_norm_rms_epsilon", 1e-5)),
+        eps=_f32_decimal(key(K.Attention.LAYERNORM_RMS_EPS, 1e-5,
+                                required=arch != "llama" or graph == "llama.cpp")),
         wtype=wtype,
         ffn="moe_topk" if n_expert else "dense",
         n_expert=n_expert,
-        n_expert_used=int(key("expert_used_count", 0) or 0),
-        n_ff_exp=int(key("expert_feed_forward_length", n_ff)) if n_expert else None,
+        n_expert_used=int(key(K.LLM.EXPERT_USED_COUNT, 0) or 0),
+        n_ff_exp=int(key(K.LLM.EXPERT_FEED_FORWARD_LENGTH, n_ff)) if n_expert else None,
     )
+
+
+# tensors llama.cpp's llama / qwen2 / qwen3 graphs would use that ggml_py's do not model yet:
+# a file with one is refused rather than computed without it
+_UNSUPPORTED = (("ATTN_QKV", "weight"), ("ATTN_OUT", "bias"), ("FFN_GATE", "bias"),
+                ("FFN_UP", "bias"), ("FFN_DOWN", "bias"), ("ROPE_FREQS", "weight"),
+                ("OUTPUT", "bias"))
+
+
+def _check_tensors_known(gguf, tensors, arch, path):
+    """GGUFError for the first tensor (of any block) that _UNSUPPORTED names."""
+    patterns = [re.escape(gguf.TENSOR_NAMES[getattr(gguf.MODEL_TENSOR, t)] + "." + suffix)
+                .replace(re.escape("{bid}"), r"\d+") for t, suffix in _UNSUPPORTED]
+    unsupported = re.compile("|".join(patterns))
+    for n in tensors:
+        if unsupported.fullmatch(n):
+            raise GGUFError(f"{path}: tensor {n!r} ({arch}) is not supported yet")
 
 
 def _f32_decimal(x) -> float:
@@ -129,24 +189,29 @@ def _reader(path):
         raise GGUFError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e})") from None
 
 
-def _config(reader, path, n_ctx):
+def _config(reader, path, n_ctx, graph=None):
+    if graph is not None and graph not in GRAPH_KINDS:
+        raise GGUFError(f"graph must be one of {GRAPH_KINDS} or None, got {graph!r}")
     try:
-        return config_from_gguf(reader, n_ctx)
+        return config_from_gguf(reader, n_ctx, graph=graph)
     except GGUFError:
         raise
     except (ValueError, TypeError, ArithmeticError) as e:   # metadata the config refuses
         raise GGUFError(f"{path}: {e}") from None
 
 
-def read_config(path, n_ctx: int | None = None) -> ModelConfig:
-    """The ModelConfig of a llama GGUF file, from its metadata alone (no tensor is read)."""
-    return _config(_reader(path), path, n_ctx)
+def read_config(path, n_ctx: int | None = None, graph: str | None = None) -> ModelConfig:
+    """The ModelConfig of a llama, qwen2 or qwen3 GGUF file, from its metadata alone (no
+    tensor is read); graph: ModelConfig.graph."""
+    return _config(_reader(path), path, n_ctx, graph)
 
 
-def load_gguf(path, n_ctx: int | None = None) -> Model:
-    """A Model from a llama GGUF file (weights copied out of the file; not yet placed)."""
+def load_gguf(path, n_ctx: int | None = None, graph: str | None = None) -> Model:
+    """A Model from a llama, qwen2 or qwen3 GGUF file (weights copied out of the file; not
+    yet placed). graph: 'llama.cpp' builds llama.cpp's graph for a llama file too (qwen2
+    and qwen3 always have it)."""
     reader = _reader(path)
-    cfg = _config(reader, path, n_ctx)
+    cfg = _config(reader, path, n_ctx, graph)
     want = weight_shapes(cfg)
     weights = {}
     for t in reader.tensors:
@@ -168,16 +233,16 @@ def load_gguf(path, n_ctx: int | None = None) -> Model:
 
 
 def save_gguf(model: Model, path) -> None:
-    """Write `model` as a llama GGUF file (dense or Mixtral-style top-k MoE)."""
+    """Write `model` as a GGUF file of its architecture (llama dense or Mixtral-style top-k
+    MoE, qwen2, qwen3), with tokenizer.ggml.model 'none' so that llama.cpp loads it."""
     gguf = _gguf()
     cfg = instance_arg(model, Model, "model").config
-    if cfg.ffn not in ("dense", "moe_topk"):
-        raise GGUFError(f"the {ARCH} architecture has no {cfg.ffn} FFN; only dense and "
-                        "moe_topk models can be written")
-    if cfg.rope_neox:
-        raise GGUFError("llama GGUF files imply NORMAL rope")
-    w = gguf.GGUFWriter(str(path), ARCH)
+    if cfg.ffn not in ("dense", "moe_topk") or (cfg.ffn != "dense" and cfg.arch != "llama"):
+        raise GGUFError(f"the {cfg.arch} architecture has no {cfg.ffn} FFN here; only dense "
+                        "(and llama's moe_topk) models can be written")
+    w = gguf.GGUFWriter(str(path), cfg.arch)
     w.add_name(cfg.name)
+    w.add_tokenizer_model("none")
     w.add_vocab_size(cfg.n_vocab)
     w.add_context_length(cfg.n_ctx)
     w.add_embedding_length(cfg.n_embd)
@@ -185,6 +250,9 @@ def save_gguf(model: Model, path) -> None:
     w.add_feed_forward_length(cfg.n_ff)
     w.add_head_count(cfg.n_head)
     w.add_head_count_kv(cfg.n_head_kv)
+    if cfg.n_embd_head is not None:
+        w.add_key_length(cfg.head_dim)
+        w.add_value_length(cfg.head_dim)
     w.add_rope_dimension_count(cfg.n_rot_)
     w.add_rope_freq_base(cfg.rope_freq_base)
     if cfg.rope_freq_scale != 1.0:

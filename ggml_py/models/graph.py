@@ -64,16 +64,10 @@ def step_inputs(cfg: ModelConfig, tokens: np.ndarray, n_past: int, n_kv: int,
     return data
 
 
-def build_forward(model: Model, cache: KVCache, tokens, n_past: int | None = None,
-                  logits: str = "all", kv_rows: bool = False) -> Forward:
-    """The graph of one llama_decode call: `tokens` at positions n_past.. (default: the
-    cache's), writing their K/V into the cache. logits 'all' or 'last' (a get_rows of
-    the output ids before the output norm, as llama.cpp does).
-
-    kv_rows: write K/V with set_rows at cell ids given as inputs (llama.cpp's
-    set_rows path) instead of cpy into views at n_past: the graph then depends on
-    n_past only through the padded KV length, and can be computed again for the next
-    position with new inputs (models.decode_graph)."""
+def check_step(model: Model, cache: KVCache, tokens,
+               n_past: int | None) -> tuple[np.ndarray, int]:
+    """(token ids, n_past) of a forward step, checked: at least one token, within the
+    context after the cached ones (n_past None: the cache's), the weights placed."""
     cfg = instance_arg(model, Model, "model").config
     instance_arg(cache, KVCache, "cache")
     tokens = token_ids(tokens, cfg)
@@ -83,9 +77,32 @@ def build_forward(model: Model, cache: KVCache, tokens, n_past: int | None = Non
         raise ModelError("no tokens")
     if n_past + T > cfg.n_ctx:
         raise ModelError(f"{n_past} cached + {T} new tokens exceed the context of {cfg.n_ctx}")
-    W = model.tensors
-    if not W:
+    if not model.tensors:
         raise GraphError("the model's weights are not placed (Model.place)")
+    return tokens, n_past
+
+
+def build_forward(model: Model, cache: KVCache, tokens, n_past: int | None = None,
+                  logits: str = "all", kv_rows: bool = False) -> Forward:
+    """The graph of one llama_decode call: `tokens` at positions n_past.. (default: the
+    cache's), writing their K/V into the cache. logits 'all' or 'last' (a get_rows of
+    the output ids before the output norm, as llama.cpp does).
+
+    kv_rows: write K/V with set_rows at cell ids given as inputs (llama.cpp's
+    set_rows path) instead of cpy into views at n_past: the graph then depends on
+    n_past only through the padded KV length, and can be computed again for the next
+    position with new inputs (models.decode_graph).
+
+    A config whose graph_kind is 'llama.cpp' (every architecture but llama's default)
+    gets models.arch's graph of its architecture instead: llama.cpp's, node for node,
+    which always writes K/V with set_rows."""
+    cfg = instance_arg(model, Model, "model").config
+    if cfg.graph_kind == "llama.cpp":       # llama.cpp's graph (always set_rows)
+        from ggml_py.models.arch import build_forward as build_arch_forward
+        return build_arch_forward(model, cache, tokens, n_past, logits)
+    tokens, n_past = check_step(model, cache, tokens, n_past)
+    T = int(tokens.size)
+    W = model.tensors
     n_kv = padded_kv(cfg, n_past, T)
     E, H, Hkv, D = cfg.n_embd, cfg.n_head, cfg.n_head_kv, cfg.head_dim
 

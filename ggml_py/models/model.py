@@ -40,7 +40,9 @@ def random_weights(cfg: ModelConfig, seed: int = 0) -> dict:
     for name, (t, ne) in shapes.items():
         shape = tuple(reversed(ne))
         try:
-            if len(ne) == 1:
+            if name.endswith(".bias"):
+                x = 0.1 * rng.standard_normal(shape, dtype=np.float32)
+            elif len(ne) == 1:
                 x = 1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)
             elif name == "token_embd.weight":
                 x = rng.standard_normal(shape, dtype=np.float32)

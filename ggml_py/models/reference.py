@@ -80,12 +80,19 @@ def reference_logits(model: Model, tokens) -> np.ndarray:
     for il in range(cfg.n_layer):
         def w(n, il=il):
             return V[f"blk.{il}.{n}.weight"]
+        def proj(part, heads, il=il):
+            y = h @ w(f"attn_{part}").T
+            if cfg.attn_bias:                            # qwen2's Q, K and V biases
+                y = y + V[f"blk.{il}.attn_{part}.bias"]
+            y = y.reshape(T, heads, D)
+            if cfg.qk_norm and part != "v":              # qwen3's per-head Q/K norms
+                y = _rms_norm(y, w(f"attn_{part}_norm"), cfg.eps)
+            return y
+
         h = _rms_norm(x, w("attn_norm"), cfg.eps)
-        q = _rope((h @ w("attn_q").T).reshape(T, H, D), pos, cfg.n_rot_, cfg.rope_freq_base,
-                  cfg.rope_freq_scale, neox)
-        k = _rope((h @ w("attn_k").T).reshape(T, Hkv, D), pos, cfg.n_rot_, cfg.rope_freq_base,
-                  cfg.rope_freq_scale, neox)
-        v = (h @ w("attn_v").T).reshape(T, Hkv, D)
+        q = _rope(proj("q", H), pos, cfg.n_rot_, cfg.rope_freq_base, cfg.rope_freq_scale, neox)
+        k = _rope(proj("k", Hkv), pos, cfg.n_rot_, cfg.rope_freq_base, cfg.rope_freq_scale, neox)
+        v = proj("v", Hkv)
         att = np.empty((T, H, D))
         for hd in range(H):
             g = hd // (H // Hkv)                         # the KV head of this query head

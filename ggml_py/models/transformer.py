@@ -24,7 +24,9 @@ logits, as llama_decode does.
 
 This module gathers them; the code lives by concern:
 
-    config.py   ModelConfig, llama_config, moe_config, weight shapes, graph_size
+    config.py   ModelConfig, llama_config, moe_config, arch_config, weight shapes, graph_size
+    arch/       llama.cpp's graphs per architecture (llama, qwen2, qwen3) over shared
+                blocks; a config with graph_kind 'llama.cpp' is built there
     model.py    Model (weights in backend buffers), KVCache, tensor_values
     graph.py    build_forward (the graph of one decode call), Forward, token_ids,
                 step_inputs (what changes from step to step), padded_kv
@@ -33,13 +35,14 @@ This module gathers them; the code lives by concern:
 """
 
 from ggml_py.models.config import (FFN_KINDS, MOE_DEFAULTS, WEIGHT_TYPES, ModelConfig,
-                                   graph_size, layer_of, llama_config, moe_config,
+                                   arch_config, graph_size, layer_of, llama_config, moe_config,
                                    weight_shapes)
 from ggml_py.models.graph import Forward, build_forward, padded_kv, step_inputs, token_ids
 from ggml_py.models.model import KVCache, Model, random_weights, tensor_values, to_stored
 from ggml_py.models.session import Session, SplitStats, StepStats
 
-__all__ = ["FFN_KINDS", "MOE_DEFAULTS", "WEIGHT_TYPES", "ModelConfig", "graph_size", "layer_of",
+__all__ = ["FFN_KINDS", "MOE_DEFAULTS", "WEIGHT_TYPES", "ModelConfig", "arch_config",
+           "graph_size", "layer_of",
            "llama_config", "moe_config", "weight_shapes", "Forward", "build_forward",
            "token_ids", "padded_kv", "step_inputs", "KVCache", "Model", "random_weights",
            "tensor_values", "to_stored", "Session", "SplitStats", "StepStats"]

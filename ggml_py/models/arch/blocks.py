@@ -1,0 +1,225 @@
+"""The blocks llama.cpp's architectures are built from (its llm_graph_context): input
+embeddings, positions, the KV-cache attention inputs and output ids, norms, the Q/K/V
+projections, attention over the KV cache and the feed-forward network.
+
+Each block adds the ops llama.cpp's adds, in its order and with its names (a name
+`x` of layer il is `x-il`, as llama.cpp's graph callback writes it), so that an
+architecture written over them (models.arch.llama, qwen2, qwen3) gives llama.cpp's
+graph node for node: the same node count for the same batch, and the same order.
+This is llama.cpp's graph without flash attention (its `-fa off`): the scores are a
+mul_mat, soft_max_ext'ed with the causal mask, and V is cached transposed.
+
+The inputs keep ggml_py's names (inp_tokens, inp_pos, kq_mask, inp_k_idxs,
+inp_v_idxs, inp_out_ids), which models.decode_graph rewrites between decode steps.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ggml_py import ops, quants
+from ggml_py._core import Context, Graph, Tensor, row_size, type_size
+from ggml_py.models.config import ModelConfig, graph_size
+
+
+def _name(t: Tensor, name: str, il: int = -1) -> Tensor:
+    """llama.cpp's cb(t, name, il): `name-il` inside a layer, `name` outside."""
+    t.name = f"{name}-{il}" if il >= 0 else name
+    return t
+
+
+def _stored(t: Tensor, dst: Tensor) -> Tensor:
+    """A set_rows result named as ggml names it: a view of its destination."""
+    t.name = f"{dst.name} (view)"
+    return t
+
+
+class GraphContext:
+    """One graph under construction (llama.cpp's llm_graph_context): the model's config
+    and weights, the cache, the batch, the graph and its inputs.
+
+    data: {input name: values} of the step (graph.step_inputs with kv_rows)."""
+
+    def __init__(self, cfg: ModelConfig, weights: dict, cache, n_tokens: int, n_past: int,
+                 n_kv: int, n_outputs: int, data: dict) -> None:
+        self.cfg = cfg
+        self.W = weights
+        self.cache = cache
+        self.n_tokens = n_tokens
+        self.n_past = n_past
+        self.n_kv = n_kv
+        self.n_outputs = n_outputs
+        self.data = data
+        self.ctx = Context(f"{cfg.name}.forward")
+        self.graph = Graph(graph_size(cfg))
+        self.inputs: list = []          # [(Tensor, numpy values)]
+
+    # -- inputs ------------------------------------------------------------
+
+    def input(self, type_name: str, ne, name: str) -> Tensor:
+        """A graph input named `name`, its values taken from the step's data."""
+        t = ops.new_tensor(self.ctx, type_name, ne, name=name).set_input()
+        values = np.ascontiguousarray(self.data[name], dtype=quants.PLAIN_DTYPES[type_name])
+        self.inputs.append((t, values))
+        return t
+
+    def expand(self, t: Tensor) -> Tensor:
+        """ggml_build_forward_expand(gf, t)."""
+        self.graph.build_forward_expand(t)
+        return t
+
+    def build_inp_embd(self, tok_embd: Tensor) -> Tensor:
+        """The token embeddings (get_rows of the batch's ids), expanded at once."""
+        tokens = self.input("i32", (self.n_tokens,), "inp_tokens")
+        return self.expand(_name(ops.get_rows(self.ctx, tok_embd, tokens), "embd"))
+
+    def build_inp_pos(self) -> Tensor:
+        """The batch's positions."""
+        return self.input("i32", (self.n_tokens,), "inp_pos")
+
+    def build_attn_inp_kv(self) -> dict:
+        """The KV-cache attention inputs: the cell ids K and V are written at, and the
+        causal mask over the n_kv cells attention reads."""
+        T, G = self.n_tokens, self.cfg.n_embd_gqa
+        return {"k_idxs": self.input("i64", (T,), "inp_k_idxs"),
+                "v_idxs": self.input("i64", (T * G,), "inp_v_idxs"),
+                "kq_mask": self.input("f32", (self.n_kv, T), "kq_mask")}
+
+    def build_inp_out_ids(self) -> Tensor:
+        """The ids of the rows whose logits are computed (llama.cpp always has them)."""
+        return self.input("i32", (self.n_outputs,), "inp_out_ids")
+
+    # -- blocks ------------------------------------------------------------
+
+    def build_norm(self, cur: Tensor, weight: Tensor | None, il: int) -> Tensor:
+        """RMS norm, times its weight (build_norm with LLM_NORM_RMS)."""
+        cur = ops.rms_norm(self.ctx, cur, self.cfg.eps)
+        if weight is not None:
+            _name(cur, "norm", il)
+            cur = ops.mul(self.ctx, cur, weight)
+        return cur
+
+    def build_lora_mm(self, w: Tensor, cur: Tensor) -> Tensor:
+        """w @ cur (no adapters here)."""
+        return ops.mul_mat(self.ctx, w, cur)
+
+    def build_qkv(self, p: str, cur: Tensor, il: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Separate Q, K and V projections (with their biases when the model has them),
+        reshaped to [head, heads, tokens]."""
+        cfg, W, T, D = self.cfg, self.W, self.n_tokens, self.cfg.head_dim
+        out = []
+        for part, heads in (("q", cfg.n_head), ("k", cfg.n_head_kv), ("v", cfg.n_head_kv)):
+            label = part.upper() + "cur"
+            t = _name(self.build_lora_mm(W[f"{p}attn_{part}.weight"], cur), label, il)
+            if cfg.attn_bias:
+                t = _name(ops.add(self.ctx, t, W[f"{p}attn_{part}.bias"]), label, il)
+            out.append(t)
+        q, k, v = (_name(ops.reshape_3d(self.ctx, t, D, h, T), lbl, il) for t, h, lbl in
+                   zip(out, (cfg.n_head, cfg.n_head_kv, cfg.n_head_kv), ("Qcur", "Kcur", "Vcur")))
+        return q, k, v
+
+    def rope(self, t: Tensor, pos: Tensor) -> Tensor:
+        """ggml_rope_ext of a [head, heads, tokens] tensor with the model's rope."""
+        cfg = self.cfg
+        return ops.rope_ext(self.ctx, t, pos, None, cfg.n_rot_, cfg.rope_mode, cfg.n_ctx,
+                            cfg.rope_freq_base, cfg.rope_freq_scale, 0.0, 1.0, 32.0, 1.0)
+
+    def build_attn(self, inp: dict, wo: Tensor, wo_b: Tensor | None, q: Tensor, k: Tensor,
+                   v: Tensor, kq_scale: float, il: int) -> Tensor:
+        """Attention with the KV cache (build_attn over llm_graph_input_attn_kv): this
+        batch's K and V stored with set_rows, the scores over the cache's n_kv cells, the
+        output projection."""
+        ctx, cfg, cache, T = self.ctx, self.cfg, self.cache, self.n_tokens
+        G, D, Hkv, n_ctx = cfg.n_embd_gqa, cfg.head_dim, cfg.n_head_kv, cfg.n_ctx
+        # added together, so that they are not reordered; K last (rope fusion)
+        self.expand(q)
+        self.expand(v)
+        self.expand(k)
+        # cpy_k: the batch's K rows at their cells
+        k_cur = ops.view_2d(ctx, k, G, T, k.nb[2], 0)
+        self.expand(_stored(ops.set_rows(ctx, cache.k[il], k_cur, inp["k_idxs"]), cache.k[il]))
+        # cpy_v: V is cached transposed, one element per (channel, cell)
+        v_cur = ops.reshape_2d(ctx, v, G, T)
+        v_view = ops.reshape_2d(ctx, cache.v[il], 1, G * n_ctx)
+        v_cur = ops.reshape_2d(ctx, v_cur, 1, G * T)
+        self.expand(_stored(ops.set_rows(ctx, v_view, v_cur, inp["v_idxs"]), v_view))
+        # get_k / get_v: the first n_kv cells
+        ck, cv = cache.k[il], cache.v[il]
+        kk = ops.view_4d(ctx, ck, D, Hkv, self.n_kv, 1, row_size(ck.type, D),
+                         row_size(ck.type, G), row_size(ck.type, G * n_ctx), 0)
+        es = type_size(cv.type)
+        vv = ops.view_4d(ctx, cv, self.n_kv, Hkv, D, 1, es * n_ctx * D, es * n_ctx,
+                         es * n_ctx * G, 0)
+        cur = _name(self.build_attn_mha(q, kk, vv, inp["kq_mask"], kq_scale, il), "kqv_out", il)
+        cur = self.build_lora_mm(wo, cur)
+        if wo_b is not None:
+            cur = ops.add(ctx, cur, wo_b)
+        return cur
+
+    def build_attn_mha(self, q: Tensor, k: Tensor, v: Tensor, kq_mask: Tensor,
+                       kq_scale: float, il: int) -> Tensor:
+        """Multi-head attention without flash attention: kq = k q, soft_max_ext with the
+        mask and scale, kqv = v kq over the transposed V cache, heads merged again."""
+        ctx = self.ctx
+        q = ops.view_4d(ctx, q, q.ne[0], q.ne[1], q.ne[2], 1, q.nb[1], q.nb[2],
+                        q.nb[2] * q.ne[2], 0)
+        q = ops.permute(ctx, q, 0, 2, 1, 3)
+        k = ops.permute(ctx, k, 0, 2, 1, 3)
+        v = ops.permute(ctx, v, 0, 2, 1, 3)
+        kq = _name(ops.mul_mat(ctx, k, q), "kq", il)
+        ops.mul_mat_set_prec(kq, "F32")
+        kq = _name(ops.soft_max_ext(ctx, kq, kq_mask, kq_scale, 0.0), "kq_soft_max", il)
+        kqv = _name(ops.mul_mat(ctx, v, kq), "kqv", il)
+        cur = ops.permute(ctx, kqv, 0, 2, 1, 3)
+        cur = ops.cont_2d(ctx, cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
+        return self.expand(cur)
+
+    def build_ffn_swiglu(self, up: Tensor, gate: Tensor, down: Tensor, cur: Tensor,
+                         il: int) -> Tensor:
+        """The SwiGLU feed-forward (build_ffn with LLM_FFN_SILU, LLM_FFN_PAR):
+        down(silu(gate cur) * up cur)."""
+        tmp = _name(self.build_lora_mm(up, cur), "ffn_up", il)
+        g = _name(self.build_lora_mm(gate, cur), "ffn_gate", il)
+        h = _name(ops.swiglu_split(self.ctx, g, tmp), "ffn_swiglu", il)
+        return self.build_lora_mm(down, h)
+
+    def build_inp_attn_scale(self) -> float:
+        """The attention scale: 1 / sqrt(head size)."""
+        return 1.0 / math.sqrt(self.cfg.head_dim)
+
+
+def name(t: Tensor, label: str, il: int = -1) -> Tensor:
+    """Name `t` as llama.cpp's graph callback does: `label-il` in layer il, else `label`."""
+    return _name(t, label, il)
+
+
+def build_decoder(gc: GraphContext, attention) -> Tensor:
+    """The dense decoder llama.cpp's llama, qwen2 and qwen3 builders each write out:
+    embeddings; per layer an RMS-normed `attention(gc, p, cur, inp_pos, inp_attn,
+    kq_scale, il)` (the architecture's own part) and its residual, the last layer's
+    rows cut to the output ids, an RMS-normed SwiGLU FFN and its residual; the output
+    norm and head. Returns the logits tensor."""
+    cfg, W, ctx = gc.cfg, gc.W, gc.ctx
+    inpL = gc.build_inp_embd(W["token_embd.weight"])
+    inp_pos = gc.build_inp_pos()
+    inp_attn = gc.build_attn_inp_kv()
+    kq_scale = gc.build_inp_attn_scale()
+    inp_out_ids = gc.build_inp_out_ids()
+    for il in range(cfg.n_layer):
+        p = f"blk.{il}."
+        inpSA = inpL
+        cur = _name(gc.build_norm(inpL, W[p + "attn_norm.weight"], il), "attn_norm", il)
+        cur = attention(gc, p, cur, inp_pos, inp_attn, kq_scale, il)
+        if il == cfg.n_layer - 1:
+            cur = ops.get_rows(ctx, cur, inp_out_ids)
+            inpSA = ops.get_rows(ctx, inpSA, inp_out_ids)
+        ffn_inp = _name(ops.add(ctx, cur, inpSA), "ffn_inp", il)
+        cur = _name(gc.build_norm(ffn_inp, W[p + "ffn_norm.weight"], il), "ffn_norm", il)
+        cur = gc.build_ffn_swiglu(W[p + "ffn_up.weight"], W[p + "ffn_gate.weight"],
+                                  W[p + "ffn_down.weight"], cur, il)
+        _name(cur, "ffn_out", il)
+        inpL = _name(ops.add(ctx, cur, ffn_inp), "l_out", il)
+    cur = _name(gc.build_norm(inpL, W["output_norm.weight"], -1), "result_norm")
+    return _name(gc.build_lora_mm(W["output.weight"], cur), "result_output")

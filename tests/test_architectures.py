@@ -1,0 +1,418 @@
+"""Architectures as llama.cpp builds them (models.arch): llama, qwen2 and qwen3.
+
+Without llama.cpp: each graph against the float64 reference, its node count (llama.cpp's
+for that architecture), GGUF files written and read back, decode steps on the kept
+graph, and the metadata a loader must refuse. With llama.cpp (llama-cpp-python, built
+from source; these tests skip without it unless GGML_PY_REQUIRE_LLAMA_CPP=1): the same
+random-weight GGUF file run through both, a prompt and 8 decode steps teacher-forced on
+llama.cpp's own greedy tokens, logits within NMSE 1e-4 of llama.cpp's over all rows, and
+llama.cpp's logged graph node counts equal to ggml_py's for the same batch.
+"""
+
+import ctypes
+import dataclasses
+import os
+import re
+
+import numpy as np
+import pytest
+
+from ggml_py.backends.cpu import CPUBackend
+from ggml_py.errors import ModelError, UnknownNameError
+from ggml_py.models.arch import ARCHITECTURES, get_builder
+from ggml_py.models.config import arch_config
+from ggml_py.models.reference import reference_logits
+from ggml_py.models.transformer import Model, ModelConfig, Session
+
+ARCHS = ("llama", "qwen2", "qwen3")
+SMALL = dict(n_vocab=256, n_ctx=64, n_embd=64, n_head=4, n_head_kv=2, n_layer=2, n_ff=128,
+             kv_pad=32)
+PROMPT = [5, 17, 3, 88, 41, 0, 62, 9, 33, 71, 200, 255]
+N_DECODE = 8
+
+
+def nmse(ref, x):
+    ref, x = np.asarray(ref, np.float64), np.asarray(x, np.float64)
+    return float(np.sum((ref - x) ** 2) / np.sum(ref ** 2))
+
+
+def llama_cpp_nodes(arch, n_layer):
+    """llama.cpp's node count for a dense, f16-cache, no-flash-attention graph: per layer
+    36 for llama (norms 4, Q/K/V 6, rope 2, K/V stores 6, cache views 2, attention 9, output
+    projection 1, FFN 4, residuals 2), qwen2 3 more (the biases), qwen3 4 more (the Q/K
+    norms); the embeddings' get_rows, the last layer's 2 get_rows of the output ids and the
+    output norm and head (3) once."""
+    per_layer = {"llama": 36, "qwen2": 39, "qwen3": 40}[arch]
+    return per_layer * n_layer + 1 + 2 + 3
+
+
+def session(cfg, seed=0):
+    cpu = CPUBackend()
+    return Session(Model.random(cfg, seed).place(cpu), [cpu])
+
+
+# ---------------------------------------------------------------------------
+# without llama.cpp
+
+def test_registry():
+    assert set(ARCHITECTURES) == set(ARCHS)
+    with pytest.raises(UnknownNameError, match="gpt2"):
+        get_builder("gpt2")
+    with pytest.raises(UnknownNameError, match="known: llama, qwen2, qwen3"):
+        arch_config("phi3")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("wtype,tol", [("f32", 1e-6), ("f16", 1e-5)])
+def test_graph_matches_reference(arch, wtype, tol):
+    cfg = arch_config(arch, **SMALL, wtype=wtype)
+    s = session(cfg, seed=3)
+    got = s.forward(PROMPT)
+    assert nmse(reference_logits(s.model, PROMPT), got) < tol
+    assert s.graph.n_nodes == llama_cpp_nodes(arch, cfg.n_layer)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_decode_steps_match_the_whole_sequence(arch):
+    """A prompt then one token at a time on the kept decode graph: the logits of one pass
+    over the whole sequence; every decode graph has llama.cpp's node count too."""
+    cfg = arch_config(arch, **SMALL, wtype="f32", cache_type="f32")
+    s = session(cfg, seed=4)
+    rows = [s.forward(PROMPT[:5])]
+    for tok in PROMPT[5:]:
+        rows.append(s.forward([tok]))
+        assert s.graph.n_nodes == llama_cpp_nodes(arch, cfg.n_layer)
+    assert s.decode.n_reuses == len(PROMPT) - 6
+    whole = session(cfg, seed=4).forward(PROMPT)
+    assert nmse(whole, np.concatenate(rows)) < 1e-9
+    last = session(cfg, seed=4).forward(PROMPT, logits="last")
+    assert np.allclose(last, whole[-1:], rtol=1e-5, atol=1e-5)
+
+
+def test_llama_keeps_its_own_graph_unless_asked():
+    """A llama config builds ggml_py's llama graph (its golden node counts elsewhere) unless
+    graph='llama.cpp'; both compute the same logits."""
+    base = ModelConfig(**SMALL, wtype="f32")
+    own = session(base, seed=2)
+    ported = session(dataclasses.replace(base, graph="llama.cpp"), seed=2)
+    a, b = own.forward(PROMPT), ported.forward(PROMPT)
+    assert own.graph.n_nodes != ported.graph.n_nodes == llama_cpp_nodes("llama", 2)
+    assert nmse(a, b) < 1e-10
+
+
+def test_graph_names_and_order_follow_llama_cpp():
+    cfg = arch_config("qwen3", **{**SMALL, "n_layer": 1}, wtype="f32")
+    s = session(cfg)
+    s.forward(PROMPT[:3])
+    g = s.graph
+    names = [g.node(i).name for i in range(g.n_nodes)]
+    ops = [g.node(i).op for i in range(g.n_nodes)]
+    assert names[0] == "embd" and names[-1] == "result_output"
+    for n in ("norm-0", "attn_norm-0", "Qcur_normed-0", "Kcur_normed-0", "kq-0", "kq_soft_max-0",
+              "kqv-0", "kqv_out-0", "ffn_inp-0", "ffn_norm-0", "ffn_up-0", "ffn_gate-0",
+              "ffn_swiglu-0", "ffn_out-0", "l_out-0", "result_norm"):
+        assert n in names, n
+    # Q (with its norm and rope) then V then K, then the K and V stores, then attention
+    assert ops[0] == "GET_ROWS"
+    assert ops[1:15] == ["RMS_NORM", "MUL", "MUL_MAT", "RESHAPE", "RMS_NORM", "MUL", "ROPE",
+                         "MUL_MAT", "RESHAPE", "MUL_MAT", "RESHAPE", "RMS_NORM", "MUL", "ROPE"]
+    assert ops.count("SET_ROWS") == 2 and ops.count("SOFT_MAX") == 1
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(arch="qwen2"), "qwen2 models use NEOX rope"),
+    (dict(arch="llama", graph="llama.cpp", rope_mode="NEOX"), "llama models use NORMAL rope"),
+    (dict(arch="qwen3", rope_mode="NEOX"), r"qk_norm=True"),
+    (dict(arch="llama", qk_norm=True, graph="llama.cpp"), "llama models have no Q/K norms"),
+    (dict(attn_bias=True), "graph='llama.cpp'"),
+    (dict(arch="gpt2"), "ModelConfig.arch must be one of"),
+    (dict(graph="ggml"), "ModelConfig.graph must be one of"),
+    (dict(arch="qwen2", rope_mode="NEOX", attn_bias=True, ffn="moe_topk", n_expert=4,
+          n_expert_used=2), "dense FFNs only"),
+    (dict(arch="qwen2", rope_mode="NEOX", n_rot=8), "rotates whole heads"),
+])
+def test_config_refusals(kw, match):
+    with pytest.raises(ModelError, match=match):
+        ModelConfig(**{**SMALL, **kw})
+
+
+def test_head_size_other_than_n_embd_over_n_head():
+    """Qwen3's heads need not tile n_embd (Qwen3-0.6B: 1024 wide, 16 heads of 128)."""
+    cfg = arch_config("qwen3", **SMALL, n_embd_head=32, wtype="f32")
+    assert cfg.n_embd_q == 128 != cfg.n_embd
+    s = session(cfg, seed=1)
+    assert nmse(reference_logits(s.model, PROMPT), s.forward(PROMPT)) < 1e-6
+
+
+# ---------------------------------------------------------------------------
+# GGUF files
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("wtype", ["f16", "q8_0"])
+def test_gguf_round_trip(tmp_path, arch, wtype):
+    pytest.importorskip("gguf")
+    from ggml_py.models.gguf import load_gguf, read_config, save_gguf
+    cfg = arch_config(arch, **SMALL, wtype=wtype)
+    model = Model.random(cfg, seed=5)
+    path = tmp_path / f"{arch}.gguf"
+    save_gguf(model, path)
+    graph = "llama.cpp" if arch == "llama" else None
+    loaded = load_gguf(path, graph=graph)
+    assert loaded.config == dataclasses.replace(cfg, graph=graph)
+    assert read_config(path, graph=graph) == loaded.config
+    for name, (t, stored) in model.weights.items():
+        lt, ls = loaded.weights[name]
+        assert lt == t and ls.tobytes() == stored.tobytes(), name
+    cpu = CPUBackend()
+    assert np.array_equal(Session(model.place(cpu), [cpu]).forward(PROMPT),
+                          Session(loaded.place(cpu), [cpu]).forward(PROMPT))
+    if arch == "llama":        # without graph=: llama's own graph
+        assert load_gguf(path).config.graph_kind == "ggml_py"
+
+
+def test_gguf_qwen3_head_size_round_trip(tmp_path):
+    pytest.importorskip("gguf")
+    from ggml_py.models.gguf import read_config, save_gguf
+    cfg = arch_config("qwen3", **SMALL, n_embd_head=32, wtype="f32")
+    save_gguf(Model.random(cfg), tmp_path / "q3.gguf")
+    assert read_config(tmp_path / "q3.gguf") == cfg
+
+
+def _write(gguf, path, arch, cfg, weights, drop=(), extra=None):
+    """A GGUF file of `arch` with cfg's metadata (keys named by gguf.Keys) less `drop`, plus
+    `extra` {key: (value, GGUFValueType)}, and these weights."""
+    K = gguf.Keys
+    w = gguf.GGUFWriter(path, arch)
+    keys = {K.LLM.CONTEXT_LENGTH: cfg.n_ctx, K.LLM.EMBEDDING_LENGTH: cfg.n_embd,
+            K.LLM.BLOCK_COUNT: cfg.n_layer, K.LLM.FEED_FORWARD_LENGTH: cfg.n_ff,
+            K.Attention.HEAD_COUNT: cfg.n_head, K.Attention.HEAD_COUNT_KV: cfg.n_head_kv}
+    for k, v in keys.items():
+        if k not in drop:
+            w.add_uint32(k.format(arch=arch), v)
+    if K.Attention.LAYERNORM_RMS_EPS not in drop:
+        w.add_float32(K.Attention.LAYERNORM_RMS_EPS.format(arch=arch), cfg.eps)
+    for k, (v, vtype) in (extra or {}).items():
+        w.add_key_value(k.format(arch=arch), v, vtype)
+    for name, (t, stored) in weights.items():
+        w.add_tensor(name, stored)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_gguf_refuses_missing_and_inconsistent_metadata(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    from ggml_py.models.gguf import GGUFError, load_gguf, read_config
+    K, U32 = gguf.Keys, gguf.GGUFValueType.UINT32
+    cfgs = {a: arch_config(a, **SMALL, wtype="f32") for a in ARCHS}
+    weights = {a: Model.random(c).weights for a, c in cfgs.items()}
+
+    def path(name):
+        return str(tmp_path / f"{name}.gguf")
+
+    # each architecture loads from the keys alone
+    for a in ARCHS:
+        _write(gguf, path(a), a, cfgs[a], weights[a])
+        assert load_gguf(path(a)).config.arch == a
+    # a required key missing: named, with the file
+    for a, k in [("qwen2", K.Attention.LAYERNORM_RMS_EPS), ("qwen3", K.LLM.BLOCK_COUNT),
+                 ("llama", K.Attention.HEAD_COUNT)]:
+        _write(gguf, path(f"no-{a}"), a, cfgs[a], weights[a], drop=(k,))
+        with pytest.raises(GGUFError, match=rf"no-{a}\.gguf: metadata key "
+                                            rf"'{re.escape(k.format(arch=a))}' is missing"):
+            read_config(path(f"no-{a}"))
+    # K and V heads of different sizes, rope over part of a head
+    _write(gguf, path("kv"), "qwen3", cfgs["qwen3"], weights["qwen3"],
+           extra={K.Attention.KEY_LENGTH: (16, U32), K.Attention.VALUE_LENGTH: (32, U32)})
+    with pytest.raises(GGUFError, match=r"kv\.gguf: qwen3\.attention\.key_length 16 != "
+                                        r"qwen3\.attention\.value_length 32"):
+        read_config(path("kv"))
+    _write(gguf, path("rot"), "qwen2", cfgs["qwen2"], weights["qwen2"],
+           extra={K.Rope.DIMENSION_COUNT: (8, U32)})
+    with pytest.raises(GGUFError, match=r"rot\.gguf: qwen2\.rope\.dimension_count 8 is not "
+                                        r"the head size 16"):
+        read_config(path("rot"))
+    # qwen2 with a Q bias but no K / V bias; qwen3 without its K norm; a fused QKV
+    w = {k: v for k, v in weights["qwen2"].items() if not k.startswith(("blk.0.attn_k.bias",
+                                                                          "blk.0.attn_v.bias"))}
+    _write(gguf, path("bias"), "qwen2", cfgs["qwen2"], w)
+    with pytest.raises(GGUFError, match=r"bias\.gguf: has Q biases but not all three"):
+        load_gguf(path("bias"))
+    w = {k: v for k, v in weights["qwen3"].items() if k != "blk.1.attn_k_norm.weight"}
+    _write(gguf, path("norm"), "qwen3", cfgs["qwen3"], w)
+    with pytest.raises(GGUFError, match=r"norm\.gguf: has no tensor 'blk\.1\.attn_k_norm"):
+        load_gguf(path("norm"))
+    w = dict(weights["qwen2"])
+    w["blk.0.ffn_up.bias"] = ("f32", np.zeros(cfgs["qwen2"].n_ff, np.float32))
+    _write(gguf, path("ffnb"), "qwen2", cfgs["qwen2"], w)
+    with pytest.raises(GGUFError, match=r"ffnb\.gguf: tensor 'blk\.0\.ffn_up\.bias' \(qwen2\) "
+                                        r"is not supported yet"):
+        load_gguf(path("ffnb"))
+    # a tensor of the wrong shape for the metadata
+    w = dict(weights["qwen3"])
+    w["blk.0.attn_q_norm.weight"] = ("f32", np.ones(8, np.float32))
+    _write(gguf, path("shape"), "qwen3", cfgs["qwen3"], w)
+    with pytest.raises(GGUFError, match=r"'blk\.0\.attn_q_norm\.weight' has ne \[8\], the "
+                                        r"config implies \[16\]"):
+        load_gguf(path("shape"))
+    # an architecture not (yet) built
+    _write(gguf, path("phi3"), "phi3", cfgs["llama"], weights["llama"])
+    with pytest.raises(GGUFError, match=r"phi3\.gguf: architecture 'phi3' is not supported "
+                                        r"\(only 'llama', 'qwen2', 'qwen3'\)"):
+        read_config(path("phi3"))
+
+
+def test_gguf_tied_output_qwen2(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    from ggml_py.models.gguf import load_gguf
+    cfg = arch_config("qwen2", **SMALL, wtype="f32")
+    model = Model.random(cfg, seed=1)
+    _write(gguf, str(tmp_path / "tied.gguf"), "qwen2", cfg,
+           {k: v for k, v in model.weights.items() if k != "output.weight"})
+    loaded = load_gguf(str(tmp_path / "tied.gguf"))
+    assert loaded.weights["output.weight"][1].tobytes() == \
+        model.weights["token_embd.weight"][1].tobytes()
+
+
+# ---------------------------------------------------------------------------
+# held to llama.cpp itself
+
+def _llama_cpp():
+    try:
+        import llama_cpp
+    except ImportError:
+        if os.environ.get("GGML_PY_REQUIRE_LLAMA_CPP") == "1":
+            raise
+        pytest.skip("llama-cpp-python is not installed (GGML_PY_REQUIRE_LLAMA_CPP=1 makes "
+                    "this a failure)")
+    return llama_cpp
+
+
+class _Log:
+    """llama.cpp's log lines while it is set (llama_log_set), restored on exit."""
+
+    def __init__(self, llama_cpp):
+        self.llama_cpp = llama_cpp
+        self.text = []
+
+        @llama_cpp.llama_log_callback
+        def cb(level, text, user_data):
+            self.text.append(text.decode("utf-8", "replace"))
+        self.cb = cb
+
+    def __enter__(self):
+        self.llama_cpp.llama_log_set(self.cb, ctypes.c_void_p(0))
+        return self
+
+    def __exit__(self, *exc):
+        from llama_cpp import _logger
+        self.llama_cpp.llama_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
+
+    def graph_nodes(self):
+        """(prompt graph nodes, decode graph nodes) from 'graph...: nodes = N[ / M]'."""
+        m = re.findall(r"graph[^:\n]*: nodes = (\d+)(?: / (\d+))?", "".join(self.text))
+        assert m, "llama.cpp logged no graph node count"
+        pp, tg = m[-1]
+        return int(pp), int(tg or pp)
+
+
+@pytest.mark.parametrize("arch,wtype,extra", [
+    *[(a, w, {}) for w in ("f32", "f16") for a in ARCHS],
+    ("qwen3", "f16", {"n_embd_head": 32}),       # heads that do not tile n_embd
+], ids=[*[f"{a}-{w}" for w in ("f32", "f16") for a in ARCHS], "qwen3-f16-head32"])
+def test_logits_and_node_counts_match_llama_cpp(tmp_path, arch, wtype, extra):
+    llama_cpp = _llama_cpp()
+    pytest.importorskip("gguf")
+    from ggml_py.models.gguf import load_gguf, save_gguf
+    cfg = arch_config(arch, **{**SMALL, "n_embd": 128, "n_head": 8, "n_layer": 3,
+                               "n_ctx": 256, **extra}, wtype=wtype)
+    path = str(tmp_path / f"{arch}-{wtype}.gguf")
+    save_gguf(Model.random(cfg, seed=11), path)
+
+    with _Log(llama_cpp) as log:
+        llm = llama_cpp.Llama(model_path=path, logits_all=True, n_threads=1,
+                              n_threads_batch=1, n_ctx=64, n_batch=64, flash_attn=False,
+                              verbose=False)
+    pp_nodes, tg_nodes = log.graph_nodes()
+    llm.eval(PROMPT)
+    fed = []
+    for _ in range(N_DECODE):
+        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        fed.append(tok)
+        llm.eval([tok])
+    theirs = np.array(llm.scores[:llm.n_tokens], dtype=np.float64)
+
+    cpu = CPUBackend()
+    model = load_gguf(path, n_ctx=64, graph="llama.cpp").place(cpu)
+    s = Session(model, [cpu])
+    rows = [s.forward(PROMPT)]
+    ours_pp = s.graph.n_nodes
+    for tok in fed:
+        rows.append(s.forward([tok]))
+    ours_tg = s.graph.n_nodes
+    ours = np.concatenate(rows)
+    assert ours.shape == theirs.shape == (len(PROMPT) + N_DECODE, cfg.n_vocab)
+    err = nmse(theirs, ours)
+    print(f"{arch} {wtype}: NMSE {err:.3g}, graph nodes llama.cpp {pp_nodes}/{tg_nodes}, "
+          f"ggml_py {ours_pp}/{ours_tg}")
+    assert err <= 1e-4
+    assert (ours_pp, ours_tg) == (pp_nodes, tg_nodes) == (llama_cpp_nodes(arch, 3),) * 2
+
+
+# ggml_tensor's name field: after type, buffer, ne[4], nb[4], op, op_params[16], flags,
+# src[10], view_src, view_offs and data (ggml.h; x86-64 and aarch64 alike)
+_NAME_OFFSET = 256
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_node_names_and_order_match_llama_cpp(tmp_path, arch):
+    """Every node of the prompt graph and of a decode step's graph, in order, with its name
+    (views and reshapes named as ggml names them): llama.cpp's scheduler asks its eval
+    callback about each node it computes, in graph order."""
+    L = _llama_cpp()
+    pytest.importorskip("gguf")
+    from ggml_py.models.gguf import load_gguf, save_gguf
+    cfg = arch_config(arch, **{**SMALL, "n_ctx": 256}, wtype="f32")
+    path = str(tmp_path / f"{arch}.gguf")
+    save_gguf(Model.random(cfg, seed=1), path)
+    seen = []
+
+    @L.ggml_backend_sched_eval_callback
+    def cb(t, ask, user_data):
+        if ask:
+            seen.append(ctypes.string_at(t + _NAME_OFFSET).decode())
+        return False
+
+    with _Log(L):       # (quiet)
+        model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
+        cp = L.llama_context_default_params()
+        cp.n_ctx = cp.n_batch = cp.n_ubatch = 64
+        cp.n_threads = cp.n_threads_batch = 1
+        cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        cp.cb_eval = cb
+        ctx = L.llama_init_from_model(model, cp)
+    batch = L.llama_batch_init(64, 0, 1)
+    theirs = []
+    try:
+        for start, toks in ((0, PROMPT[:6]), (6, PROMPT[6:7])):
+            for i, t in enumerate(toks):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = t, start + i, 1
+                batch.seq_id[i][0], batch.logits[i] = 0, 1
+            batch.n_tokens = len(toks)
+            seen.clear()
+            assert L.llama_decode(ctx, batch) == 0
+            theirs.append(list(seen))
+    finally:
+        L.llama_batch_free(batch)
+        L.llama_free(ctx)
+        L.llama_model_free(model)
+    cpu = CPUBackend()
+    s = Session(load_gguf(path, n_ctx=64, graph="llama.cpp").place(cpu), [cpu])
+    ours = []
+    for toks in (PROMPT[:6], PROMPT[6:7]):
+        s.forward(toks)
+        ours.append([s.graph.node(i).name for i in range(s.graph.n_nodes)])
+    assert ours[0] == theirs[0]
+    assert ours[1] == theirs[1]
+    assert len(ours[0]) == llama_cpp_nodes(arch, cfg.n_layer)
