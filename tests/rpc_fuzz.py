@@ -51,8 +51,9 @@ def _read_frame(sock):
 # the client's session, the same in recording and in every round
 
 def scenario(endpoint, timeout):
-    """Connect, ask the device's memory, place a weight in a buffer of its own, compute
-    y = 0.5 * w @ x twice (the second: GRAPH_RECOMPUTE), read y back each time.
+    """Connect, ask the device's memory, place a weight in a buffer of its own, clear and
+    free a scratch buffer, compute y = 0.5 * w @ x twice (the second: GRAPH_RECOMPUTE),
+    read y back each time.
     Returns y's bytes of both computes."""
     import numpy as np
     from ggml_py import ops
@@ -68,6 +69,9 @@ def scenario(endpoint, timeout):
     w = ops.new_tensor(ctx, "f32", (8, 8), name="w")
     r.buffer_type.alloc_buffer(w.nbytes).tensor_alloc(w, 0)
     r.set_tensor(w, np.arange(64, dtype=np.float32) / 8)
+    scratch = r.buffer_type.alloc_buffer(64)    # commands without a reply in protocol 7
+    scratch.clear(7)
+    scratch.free()
     x = ops.new_tensor(ctx, "f32", (8,), name="x").set_input()
     y = ops.scale(ctx, ops.mul_mat(ctx, w, x), 0.5)
     g = Graph(16).build_forward_expand(y)

@@ -554,3 +554,17 @@ def test_protocol_table_is_one_description():
         == bytes(296) + struct.pack("<BQ", 1, 5)
     assert len(p7.op_names) == 101 and len(p4.op_names) == 96
     assert p7.op_names[p7.op_ids[_rpc.PROTOCOLS[4].op_names.index("CONV_2D")]] == "CONV_2D"
+
+
+def test_a_handle_above_int64_is_a_handle(fake):
+    """A server's buffer handle is a u64 (its address of the buffer): one above INT64_MAX
+    was an ArgumentError inside the allocator (the fuzzer's find), not a handle."""
+    handle = 0xF100_0000_0000_0020
+    s = fake(version=(7, 0, 0), ALLOC_BUFFER=lambda p: struct.pack("<QQ", handle,
+                                                                  struct.unpack_from("<Q", p, 4)[0]),
+             BUFFER_GET_BASE=lambda p: struct.pack("<Q", FakeServer.BASE))
+    r = RPCBackend(s.endpoint)
+    buf = r.buffer_type.alloc_buffer(64)
+    assert buf.remote == handle
+    buf.free()
+    assert r.conn.device_count() == 1 and s.seen[-2:] == ["FREE_BUFFER", "DEVICE_COUNT"]

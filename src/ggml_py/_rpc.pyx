@@ -889,7 +889,10 @@ cdef object _device(value):
 
 
 cdef object _handle(value):
-    """A server buffer handle (a u64 on the wire; the server's address of its buffer)."""
+    """A server buffer handle (a u64 on the wire; the server's address of its buffer):
+    the whole u64 range (int_arg stops at INT64_MAX, and a server's reply can be above)."""
+    if type(value) is int and 0 <= value < 2**64:
+        return value
     return int_arg(value, "remote", 0, 2**64 - 1)
 
 
