@@ -120,8 +120,8 @@ def _command_ids():
     return tuple(names), ids
 
 
-# (module-level code keeps to plain statements: Cython 3.3 crashed at import on
-# comprehensions that index their loop variable there)
+# (this module is compiled with wraparound and boundscheck off: no negative or unchecked
+# indexes, not even at module level)
 COMMANDS, CMD = _command_ids()
 
 cdef enum:
@@ -174,8 +174,11 @@ class Protocol:
     numbers (op_ids[ggml_py's op id] = the server's)."""
 
     def __init__(self, version):
-        self.version = tuple(version)
-        column = [v[0] for v in PROTO_VERSIONS].index(self.version[0])
+        if not isinstance(version, tuple) or version not in PROTO_VERSIONS:
+            raise ArgumentError(f"RPC protocol version must be one of {PROTO_VERSIONS}, got "
+                                f"{version!r}")
+        self.version = version
+        column = PROTO_VERSIONS.index(version)
         self.ids, self.requests, self.replies = {}, {}, {}
         for name, cid, request, *replies in COMMAND_TABLE:
             reply = replies[column]
@@ -215,43 +218,58 @@ class Protocol:
         return ".".join(map(str, self.version))
 
     def has(self, command):
-        return command in self.ids
+        """Is `command` (a name) in this version?"""
+        return isinstance(command, str) and command in self.ids
+
+    def _command(self, command):
+        if not self.has(command):
+            raise ArgumentError(f"RPC protocol {self.name} has no command {command!r}")
+        return command
 
     def pack(self, command, fields):
         """A command's request from {field: value} (T fields: rpc_tensor bytes; a trailing
         `data` field is sent apart, unpacked); fields other versions have are ignored."""
         parts = []
-        for field, code, st, size in self.requests[command]:
+        for field, code, st, size in self.requests[self._command(command)]:
             if field == "data":
                 continue
-            v = fields[field]
-            if st is not None:
-                parts.append(st.pack(v) if code != "x" else st.pack())
-            else:
-                if size >= 0 and len(v) != size:
-                    raise AssertionError(f"{command}.{field}: {len(v)} bytes, not {size}")
-                parts.append(v)
+            try:
+                v = fields[field]
+                if st is not None:
+                    parts.append(st.pack(v))
+                    continue
+                v = bytes(v)
+            except (KeyError, TypeError, ValueError, struct.error) as e:
+                raise ArgumentError(f"RPC {command}: field {field} ({code}): {e}") from None
+            if size >= 0 and len(v) != size:
+                raise ArgumentError(f"RPC {command}: field {field} is {len(v)} bytes, not "
+                                    f"{size}")
+            parts.append(v)
         return b"".join(parts)
 
     def reply_size(self, command, asked=0):
         """The exact size of a command's reply (`asked` for a * reply), or NO_REPLY."""
-        layout = self.replies[command]
+        layout = self.replies[self._command(command)]
+        asked = int_arg(asked, "asked", 0, INT64_MAX)
         if layout is None:
             return NO_REPLY
         return sum(asked if size < 0 else size for _, _, _, size in layout)
 
     def unpack(self, command, reply):
         """A reply's fields as a tuple (pad bytes left out; a * field: the bytes)."""
-        layout = self.replies[command]
+        layout = self.replies[self._command(command)]
         if layout is None:
             return None
         if len(layout) == 1 and layout[0][1] == "*":
             return (reply,)
         out, off = [], 0
-        for field, code, st, size in layout:
-            if code != "x":
-                out.extend(st.unpack_from(reply, off))
-            off += size
+        try:
+            for field, code, st, size in layout:
+                if code != "x":
+                    out.extend(st.unpack_from(reply, off))
+                off += size
+        except (TypeError, struct.error) as e:
+            raise ArgumentError(f"RPC {command}: not a reply of its layout: {e}") from None
         return tuple(out)
 
     def __repr__(self):
