@@ -7,6 +7,7 @@ from ggml_py._backend import Backend, Buffer, BufferType
 from ggml_py._core import Graph, Tensor
 
 PROTO_VERSION: tuple[int, int, int]
+PROTO_VERSIONS: tuple[tuple[int, int, int], ...]
 HASH_THRESHOLD: int
 CONN_CAPS_SIZE: int
 DEFAULT_TIMEOUT: float
@@ -16,9 +17,30 @@ MAX_DEVICES: int
 MAX_ALIGNMENT: int
 COMMANDS: tuple[str, ...]
 CMD: dict[str, int]
+COMMAND_TABLE: tuple[tuple[Any, ...], ...]
+OP_INSERTIONS: dict[int, tuple[tuple[str, tuple[str, ...]], ...]]
+ALLOC_SIZE_OPS: dict[int, tuple[str, ...]]
+PROTOCOLS: dict[int, Protocol]
 RPC_TENSOR_SIZE: int
 RPC_TENSOR_DTYPE: np.dtype[np.void]
 CPU_SERVER_OPS: tuple[str, ...]
+
+class Protocol:
+    version: tuple[int, int, int]
+    ids: dict[str, int]
+    requests: dict[str, tuple[tuple[Any, ...], ...]]
+    replies: dict[str, tuple[tuple[Any, ...], ...] | None]
+    no_reply: frozenset[str]
+    op_names: tuple[str, ...]
+    op_ids: tuple[int, ...]
+    alloc_size_ops: frozenset[int]
+    def __init__(self, version: tuple[int, int, int]) -> None: ...
+    @property
+    def name(self) -> str: ...
+    def has(self, command: str) -> bool: ...
+    def pack(self, command: str, fields: dict[str, Any]) -> bytes: ...
+    def reply_size(self, command: str, asked: int = 0) -> int: ...
+    def unpack(self, command: str, reply: bytes | bytearray | None) -> tuple[Any, ...] | None: ...
 
 def fnv_hash(data: Any) -> int: ...
 def decode_graph(payload: bytes) -> tuple[int, np.ndarray[Any, np.dtype[np.uint64]],
@@ -38,6 +60,7 @@ class Connection:
     port: int
     timeout: float
     version: tuple[int, int, int]
+    protocol: Protocol
     n_devices: int
     broken: str | None
     stats: dict[str, list[float]]
@@ -54,6 +77,7 @@ class Connection:
     def buffer_clear(self, remote: int, value: int) -> None: ...
     def init_tensor(self, tensor: Tensor) -> None: ...
     def set_tensor(self, tensor: Tensor, offset: int, data: Any) -> None: ...
+    def memset_tensor(self, tensor: Tensor, offset: int, size: int, value: int) -> None: ...
     def get_tensor(self, tensor: Tensor, offset: int, size: int) -> bytearray: ...
     def copy_tensor(self, src: Tensor, dst: Tensor) -> bool: ...
     def graph_compute(self, device: int, payload: bytes, timeout: float | None = None) -> bool: ...

@@ -70,30 +70,43 @@ def pytest_generate_tests(metafunc):
 
 
 # ---------------------------------------------------------------------------
-# ggml's own RPC servers (tests/test_rpc*.py)
+# ggml's own RPC servers (tests/test_rpc*.py): protocol 4 (ggml 0.10.1's) and protocol 7
+# (llama.cpp's, from llama-cpp-python 0.3.36)
 
-def require_ggml_rpc():
-    """Skip unless ggml 0.10.1's libraries with RPC are installed (.ci/install-ggml-rpc);
+RPC_PROTOCOLS = (4, 7)
+
+
+def require_ggml_rpc(protocol=4):
+    """Skip unless the libraries of the RPC server of `protocol` are installed (4: ggml
+    0.10.1's, .ci/install-ggml-rpc; 7: llama-cpp-python's, .ci/install-llama-rpc);
     GGML_PY_REQUIRE_RPC=1 (CI) turns the skip into a failure."""
     from ggml_py.rpc_server import GgmlLibraryError, library_dir
     try:
-        library_dir()
+        library_dir(protocol)
     except GgmlLibraryError as e:
         if os.environ.get("GGML_PY_REQUIRE_RPC") == "1":
             pytest.fail(f"GGML_PY_REQUIRE_RPC=1 but {e}", pytrace=False)
-        pytest.skip(f"ggml's RPC server is not installed: {e}", allow_module_level=True)
+        pytest.skip(f"ggml's RPC server of protocol {protocol} is not installed: {e}",
+                    allow_module_level=True)
+
+
+@pytest.fixture(scope="session", params=RPC_PROTOCOLS, ids=lambda v: f"v{v}")
+def rpc_protocol(request):
+    """Each RPC server version in turn (a test taking it, or a server fixture, runs
+    once per version); skipped where that server is not installed."""
+    require_ggml_rpc(request.param)
+    return request.param
 
 
 @pytest.fixture(scope="session")
-def rpc_servers():
-    """Two ggml RPC servers (one thread each) on free 127.0.0.1 ports for the session,
-    killed at its end."""
-    require_ggml_rpc()
+def rpc_servers(rpc_protocol):
+    """Two ggml RPC servers (one thread each) of the protocol version at hand on free
+    127.0.0.1 ports for the session, killed at its end."""
     from ggml_py.rpc_server import start_server
     servers = []
     try:
         for _ in range(2):
-            servers.append(start_server(threads=1))
+            servers.append(start_server(threads=1, protocol=rpc_protocol))
         yield servers
     finally:
         for s in servers:
@@ -101,14 +114,14 @@ def rpc_servers():
 
 
 @pytest.fixture
-def rpc_server_factory():
-    """start(**kw) -> a fresh ggml RPC server of this test (one thread), killed after it."""
-    require_ggml_rpc()
+def rpc_server_factory(rpc_protocol):
+    """start(**kw) -> a fresh ggml RPC server of this test (one thread, the protocol
+    version at hand), killed after it."""
     from ggml_py.rpc_server import start_server
     started = []
 
     def start(**kw):
-        started.append(start_server(**{"threads": 1, **kw}))
+        started.append(start_server(**{"threads": 1, "protocol": rpc_protocol, **kw}))
         return started[-1]
     yield start
     for s in started:

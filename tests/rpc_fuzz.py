@@ -1,10 +1,13 @@
-"""A hostile ggml RPC server for the tests: a session of a real ggml server (protocol 4)
-recorded once (tests/data/rpc/v4_session.json), replayed to a client with one reply
-mutated. test_rpc_fuzz.py drives it; each client runs in its own process:
+"""A hostile ggml RPC server for the tests: a session of a real ggml server recorded once
+per protocol version (tests/data/rpc/v4_session.json: ggml 0.10.1's; v7_session.json:
+llama.cpp's, whose FREE_BUFFER, BUFFER_CLEAR and INIT_TENSOR have no reply), replayed
+to a client with one reply mutated. test_rpc_fuzz.py drives it; each client runs in its
+own process:
 
     python tests/rpc_fuzz.py client PORT TIMEOUT     # prints one JSON outcome line
 
-record(endpoint) re-records the session through a proxy in front of a real server.
+record(endpoint, protocol) re-records a session through a proxy in front of a real
+server (python tests/rpc_fuzz.py record HOST:PORT [PROTOCOL]).
 """
 
 import json
@@ -15,11 +18,13 @@ import sys
 import threading
 import time
 
-from ggml_py._rpc import COMMANDS
+from ggml_py._rpc import COMMANDS, PROTOCOLS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SESSION_FILE = os.path.join(HERE, "data", "rpc", "v4_session.json")
-NO_REPLY = {"SET_TENSOR", "GRAPH_COMPUTE", "GRAPH_RECOMPUTE"}
+
+
+def session_file(protocol=4):
+    return os.path.join(HERE, "data", "rpc", f"v{protocol}_session.json")
 # values a lying server likes: zero, one, sign and width edges, a low page address
 EDGES = (0, 1, 3, 0x1000, 0x7FFF_FFFF, 2**31, 2**32 - 1, 2**32, 2**62, 2**63, 2**64 - 1)
 
@@ -46,8 +51,9 @@ def _read_frame(sock):
 # the client's session, the same in recording and in every round
 
 def scenario(endpoint, timeout):
-    """Connect, ask the device's memory, place a weight in a buffer of its own, compute
-    y = 0.5 * w @ x twice (the second: GRAPH_RECOMPUTE), read y back each time.
+    """Connect, ask the device's memory, place a weight in a buffer of its own, clear and
+    free a scratch buffer, compute y = 0.5 * w @ x twice (the second: GRAPH_RECOMPUTE),
+    read y back each time.
     Returns y's bytes of both computes."""
     import numpy as np
     from ggml_py import ops
@@ -63,6 +69,9 @@ def scenario(endpoint, timeout):
     w = ops.new_tensor(ctx, "f32", (8, 8), name="w")
     r.buffer_type.alloc_buffer(w.nbytes).tensor_alloc(w, 0)
     r.set_tensor(w, np.arange(64, dtype=np.float32) / 8)
+    scratch = r.buffer_type.alloc_buffer(64)    # commands without a reply in protocol 7
+    scratch.clear(7)
+    scratch.free()
     x = ops.new_tensor(ctx, "f32", (8,), name="x").set_input()
     y = ops.scale(ctx, ops.mul_mat(ctx, w, x), 0.5)
     g = Graph(16).build_forward_expand(y)
@@ -99,9 +108,11 @@ def client_main(port, timeout):
 # ---------------------------------------------------------------------------
 # recording a real server
 
-def record(endpoint, timeout=10.0):
-    """Run the scenario through a proxy in front of the server at `endpoint`: the list
-    of (command, reply hex or None) it answered, and the scenario's result."""
+def record(endpoint, protocol=4, timeout=10.0):
+    """Run the scenario through a proxy in front of the server (of `protocol`) at
+    `endpoint`: the list of (command, reply hex or None) it answered, and the scenario's
+    result."""
+    no_reply = PROTOCOLS[protocol].no_reply
     host, port = endpoint.rsplit(":", 1)
     lsock = socket.create_server(("127.0.0.1", 0))
     log = []
@@ -114,7 +125,7 @@ def record(endpoint, timeout=10.0):
                 while True:
                     cmd, payload = _read_frame(cli)
                     srv.sendall(struct.pack("<BQ", COMMANDS.index(cmd), len(payload)) + payload)
-                    if cmd in NO_REPLY:
+                    if cmd in no_reply:
                         log.append([cmd, None])
                         continue
                     reply = recv_exactly(srv, struct.unpack("<Q", recv_exactly(srv, 8))[0])
@@ -135,9 +146,10 @@ def record(endpoint, timeout=10.0):
     return {"exchanges": log, "result": result.hex()}
 
 
-def load_session():
-    """The stored recording: {'exchanges': [[command, reply hex or None], ...], 'result'}."""
-    with open(SESSION_FILE) as f:
+def load_session(protocol=4):
+    """The stored recording of a server of `protocol`: {'exchanges': [[command, reply hex
+    or None], ...], 'result'}."""
+    with open(session_file(protocol)) as f:
         return json.load(f)
 
 
@@ -255,9 +267,11 @@ class ReplayServer:
 if __name__ == "__main__":
     if sys.argv[1] == "client":
         client_main(int(sys.argv[2]), float(sys.argv[3]))
-    elif sys.argv[1] == "record":             # python tests/rpc_fuzz.py record HOST:PORT
-        rec = record(sys.argv[2])
-        os.makedirs(os.path.dirname(SESSION_FILE), exist_ok=True)
-        with open(SESSION_FILE, "w") as f:
+    elif sys.argv[1] == "record":             # python tests/rpc_fuzz.py record HOST:PORT [4|7]
+        protocol = int(sys.argv[3]) if len(sys.argv) > 3 else 4
+        rec = record(sys.argv[2], protocol)
+        path = session_file(protocol)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
             json.dump(rec, f, indent=0)
-        print(f"{len(rec['exchanges'])} exchanges -> {SESSION_FILE}")
+        print(f"{len(rec['exchanges'])} exchanges -> {path}")

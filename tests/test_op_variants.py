@@ -26,8 +26,11 @@ OP_FILES = sorted(p.name for p in ops_dir().glob("*.json"))
 
 
 @pytest.fixture(scope="module")
-def ggml_cpu(rpc_servers):
-    return RPCBackend(rpc_servers[0].endpoint)
+def ggml_cpu():
+    """ggml 0.10.1's CPU kernels (a protocol 4 server): ggml_py's reference."""
+    from ggml_py.rpc_server import start_server
+    with start_server(threads=1) as server:
+        yield RPCBackend(server.endpoint)
 
 
 @pytest.fixture(scope="module", params=["cpu", "numpy_device", "opencl"])

@@ -1,8 +1,10 @@
-"""The RPC backend against real ggml 0.10.1 RPC servers (ggml_py.backends.rpc).
+"""The RPC backend against real ggml RPC servers (ggml_py.backends.rpc): ggml 0.10.1's
+(protocol 4) and llama.cpp's of llama-cpp-python 0.3.36 (protocol 7).
 
-Two servers run for the session (conftest.rpc_servers). ggml computes with its own CPU
-kernels there, so every op case and model file is also a cross-check of the graphs
-ggml_py serialises. Skipped without ggml's libraries, unless GGML_PY_REQUIRE_RPC=1.
+Two servers of each version run for the session (conftest.rpc_servers), and every test
+that uses them runs against both versions. ggml computes with its own CPU kernels
+there, so every op case and model file is also a cross-check of the graphs ggml_py
+serialises. Skipped without the servers' libraries, unless GGML_PY_REQUIRE_RPC=1.
 """
 
 import ctypes
@@ -59,10 +61,16 @@ def values(backend, t, dtype=np.float32):
 # ---------------------------------------------------------------------------
 # ggml's numbers are ggml_py's
 
-def test_op_and_type_numbers_are_ggmls():
-    libs = load_libraries()
+def test_op_and_type_numbers_are_ggmls(rpc_protocol):
+    """ggml_py's numbers are ggml 0.10.1's (protocol 4's); protocol 7's op numbers are
+    what the protocol table makes of them, its types and unary / GLU ops the same."""
+    libs = load_libraries(protocol=rpc_protocol)
     base = libs["libggml-base.so"]
-    assert [base.ggml_op_name(i).decode() for i in range(len(OP_NAMES_LIST))] == list(OP_NAMES_LIST)
+    op_names = _rpc.PROTOCOLS[rpc_protocol].op_names
+    assert [base.ggml_op_name(i).decode() for i in range(len(op_names))] == list(op_names)
+    if rpc_protocol == 4:
+        assert op_names == OP_NAMES_LIST
+    assert [op_names[i] for i in _rpc.PROTOCOLS[rpc_protocol].op_ids] == list(OP_NAMES_LIST)
     for i, name in enumerate(TYPE_NAMES):
         if name:
             assert base.ggml_type_name(i).decode() == name
@@ -81,20 +89,22 @@ def test_library_dir_override(tmp_path, monkeypatch):
         library_dir()
 
 
-def test_server_process_starts_and_stops(rpc_server_factory):
+def test_server_process_starts_and_stops(rpc_server_factory, rpc_protocol):
     s = rpc_server_factory()
+    assert s.protocol == rpc_protocol
     conn = _rpc.Connection(s.endpoint)
-    assert conn.version == _rpc.PROTO_VERSION and conn.n_devices == 1
+    assert conn.version == (rpc_protocol, 0, 0) and conn.n_devices == 1
+    assert conn.protocol is _rpc.PROTOCOLS[rpc_protocol]
     conn.close()
     pid = s.pid
     s.stop()
     assert not s.alive()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
-    assert "Starting RPC server v4.0.0" in s.output() or not os.path.exists(s.log_path)
+    assert f"Starting RPC server v{rpc_protocol}.0.0" in s.output() or not os.path.exists(s.log_path)
     helptext = subprocess.run([sys.executable, "-m", "ggml_py.rpc_server", "--help"],
                               capture_output=True, text=True, check=True).stdout
-    assert "--port" in helptext and "--threads" in helptext
+    assert "--port" in helptext and "--threads" in helptext and "--protocol" in helptext
     from ggml_py.rpc_server import start_server
     for kw, match in [({"threads": 0}, "threads must be in"), ({"threads": 10**6}, "threads"),
                       ({"port": 70000}, "port must be in")]:       # before ggml sees them
@@ -108,9 +118,10 @@ def test_server_process_starts_and_stops(rpc_server_factory):
 # ---------------------------------------------------------------------------
 # the commands
 
-def test_handshake_and_device_queries(rpc):
+def test_handshake_and_device_queries(rpc, rpc_protocol):
     r = rpc[0]
-    assert r.conn.version == (4, 0, 0)
+    assert r.conn.version == (rpc_protocol, 0, 0)
+    assert f"protocol {rpc_protocol}.0.0" in repr(r.conn)
     assert r.conn.device_count() == 1
     free, total = r.device_memory()
     assert 0 < free <= total
@@ -162,7 +173,7 @@ def test_buffers_tensors_and_copies(rpc):
     assert r.conn.stats["FREE_BUFFER"][0] == n + 2
 
 
-def test_buffer_arguments_past_their_ranges(rpc):
+def test_buffer_arguments_past_their_ranges(rpc, rpc_protocol):
     """An RPC buffer's offsets, sizes and byte values are checked as every buffer's are:
     ArgumentErrors (a negative offset was the typed C argument's OverflowError), the
     connection still usable after."""
@@ -178,8 +189,11 @@ def test_buffer_arguments_past_their_ranges(rpc):
                  lambda: buf.clear(-1)):
         with pytest.raises(GgmlPyError):
             call()
+    before = dict((k, v[0]) for k, v in r.conn.stats.items())
     buf.memset_tensor(a, 0, 4, 8)
     assert np.array_equal(values(r, a), [0, 0, 0, 3, 4, 5, 6, 7])
+    sent = "MEMSET_TENSOR" if rpc_protocol == 7 else "SET_TENSOR"  # (4 has none: the bytes)
+    assert r.conn.stats[sent][0] == before.get(sent, 0) + 1
     conn = r.conn                   # the protocol's own: devices, handles, timeouts
     for call in (lambda: conn.get_device_memory(-1), lambda: conn.alloc_buffer(0, -1),
                  lambda: conn.free_buffer(2**64), lambda: conn.buffer_type(2**32),
@@ -262,7 +276,8 @@ def test_graph_serialisation_is_ggmls_format(rpc):
         x = byname[t.name]
         assert x["id"] == addr[t.name] and x["type"] == 0
         assert x["ne"].tolist() == list(t.ne) and x["nb"].tolist() == list(t.nb)
-        assert OP_NAMES_LIST[x["op"]] == t.op and x["op_params"].tolist() == t.op_params
+        assert r.conn.protocol.op_names[x["op"]] == t.op and x["op_params"].tolist() == t.op_params
+        assert x["use_count"] == 0                              # unknown: the server fuses nothing
         assert x["data"] == t.data_address and x["buffer"] != 0
     assert byname[out.name]["flags"] & 16                       # GGML_TENSOR_FLAG_COMPUTE
 

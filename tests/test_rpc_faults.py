@@ -43,19 +43,22 @@ def nbytes(rec):
 
 
 class FakeServer:
-    """Speaks just enough of protocol 4 to be a server with one device and buffers at
-    made-up addresses; `handlers` (command name -> f(payload) -> reply bytes, None for
-    no reply, or HANG / HANGUP) replace its answers."""
+    """Speaks just enough of protocol 4 (or 7: `version`) to be a server with one device
+    and buffers at made-up addresses; `handlers` (command name -> f(payload) -> reply
+    bytes, None for no reply, or HANG / HANGUP) replace its answers."""
 
     BASE = 0x7000_0000
 
-    def __init__(self, **handlers):
-        self.handlers = {"HELLO": lambda p: hello(), "DEVICE_COUNT": lambda p: struct.pack("<I", 1),
+    def __init__(self, version=(4, 0, 0), **handlers):
+        empty = (lambda p: b"") if version[0] == 4 else (lambda p: None)   # 7: no reply
+        self.handlers = {"HELLO": lambda p: hello(version),
+                         "DEVICE_COUNT": lambda p: struct.pack("<I", 1),
                          "GET_ALIGNMENT": lambda p: struct.pack("<Q", 32),
                          "GET_MAX_SIZE": lambda p: struct.pack("<Q", 2**64 - 1),
                          "GET_ALLOC_SIZE": self.alloc_size, "ALLOC_BUFFER": self.alloc,
                          "BUFFER_GET_BASE": self.base,
-                         "FREE_BUFFER": lambda p: b"", "BUFFER_CLEAR": lambda p: b"",
+                         "FREE_BUFFER": empty, "BUFFER_CLEAR": empty, "INIT_TENSOR": empty,
+                         "MEMSET_TENSOR": lambda p: None,
                          "SET_TENSOR": lambda p: None, "GRAPH_COMPUTE": lambda p: None,
                          "GRAPH_RECOMPUTE": lambda p: None,
                          "GET_DEVICE_MEMORY": lambda p: struct.pack("<QQ", 1 << 30, 1 << 30),
@@ -200,21 +203,27 @@ def test_server_down():
 
 def test_server_refuses(fake):
     s = fake(HELLO=HANGUP)
-    with raises_rpc(s.endpoint, "HELLO", "closed the connection .*protocol 4"):
+    with raises_rpc(s.endpoint, "HELLO", "closed the connection .*protocol 4 or 7"):
         RPCBackend(s.endpoint)
 
 
-@pytest.mark.parametrize("version", [(3, 0, 0), (4, 1, 0), (5, 0, 0)])
+@pytest.mark.parametrize("version", [(3, 0, 0), (4, 1, 0), (5, 0, 0), (6, 0, 0), (7, 1, 0),
+                                     (8, 0, 0), (255, 0, 0)])
 def test_other_protocol_version(fake, version):
+    """Older than 4, between the two, or newer than both: an error naming the server's
+    version and both of ggml_py's (ggml's own client aborts the process here)."""
     s = fake(HELLO=lambda p: hello(version))
     with raises_rpc(s.endpoint, "HELLO", f"speaks RPC protocol {'.'.join(map(str, version))}; "
-                    "ggml_py speaks 4.0.0"):
+                    "ggml_py speaks 4.0.0 and 7.0.0"):
         RPCBackend(s.endpoint)
 
 
-def test_newer_patch_version_is_accepted(fake):
-    s = fake(HELLO=lambda p: hello((4, 0, 7)))
-    assert RPCBackend(s.endpoint).conn.version == (4, 0, 7)     # as ggml's client: patch ignored
+@pytest.mark.parametrize("version", [(4, 0, 7), (7, 0, 3)])
+def test_newer_patch_version_is_accepted(fake, version):
+    s = fake(HELLO=lambda p: hello(version))
+    conn = RPCBackend(s.endpoint).conn
+    assert conn.version == version                          # as ggml's client: patch ignored
+    assert conn.protocol is _rpc.PROTOCOLS[version[0]]
 
 
 def test_hello_answer_of_protocol_3(fake):
@@ -467,3 +476,95 @@ def test_the_timeout_is_the_backends(fake):
     s.handlers["GET_DEVICE_MEMORY"] = HANG
     with raises_rpc(s.endpoint, "GET_DEVICE_MEMORY", r"no answer within 0.3 s"):
         quick.device_memory()
+
+
+# ---------------------------------------------------------------------------
+# protocol 7's differences, on the wire
+
+def test_protocol_7_commands_on_the_wire(fake):
+    """A version 7 server gets version 7's requests: SET_TENSOR with the cache flag,
+    MEMSET_TENSOR, op numbers of its enum; FREE_BUFFER and BUFFER_CLEAR expect no reply."""
+    got = {}
+
+    def keep(name, reply=None):
+        def handler(p):
+            got.setdefault(name, []).append(p)
+            return reply
+        return handler
+    s = fake(version=(7, 0, 0), SET_TENSOR=keep("SET_TENSOR"), MEMSET_TENSOR=keep("MEMSET_TENSOR"),
+             GRAPH_COMPUTE=keep("GRAPH_COMPUTE"))
+    r = RPCBackend(s.endpoint)
+    assert r.conn.version == (7, 0, 0)
+    ctx = Context()
+    a = ops.new_tensor(ctx, "f32", (8,), name="a")
+    buf = r.buffer_type.alloc_buffer(64)
+    buf.tensor_alloc(a, 0)
+    r.set_tensor(a, np.ones(7, np.float32), 4)
+    r.conn.device_count()                                   # a round trip: the fake has it
+    head = got["SET_TENSOR"][0]
+    assert len(head) == 296 + 1 + 8 + 28                    # tensor, cache flag, offset, data
+    assert head[296] == 0 and struct.unpack_from("<Q", head, 297)[0] == 4
+    buf.memset_tensor(a, 7, 8, 16)
+    r.conn.device_count()                                   # a round trip: the fake has it
+    assert struct.unpack_from("<QQB", got["MEMSET_TENSOR"][0], 296) == (8, 16, 7)
+    y = ops.unary(ctx, a, "RELU")
+    ybuf = r.buffer_type.alloc_buffer(64)
+    ybuf.tensor_alloc(y, 0)
+    r.graph_compute([y])
+    r.conn.device_count()                                   # a round trip: the fake has it
+    _, _, rec = _rpc.decode_graph(got["GRAPH_COMPUTE"][0])
+    ops7 = _rpc.PROTOCOLS[7].op_names
+    assert [ops7[o] for o in rec["op"]] == ["NONE", "UNARY"]
+    assert rec["op"][1] == _rpc.PROTOCOLS[4].op_names.index("UNARY") + 5    # 5 ops before it
+    buf.clear(0)
+    n = len(s.seen)
+    ybuf.free()                                             # no reply to wait for
+    r.conn.device_count()
+    assert s.seen[n:] == ["FREE_BUFFER", "DEVICE_COUNT"]
+    assert r.conn.stats["FREE_BUFFER"][2] == r.conn.stats["BUFFER_CLEAR"][2] == 0  # nothing read
+    assert r.conn.broken is None
+
+
+def test_protocol_7_reply_to_a_command_without_one_is_a_desync(fake):
+    """Version 7's FREE_BUFFER has no reply: a server that answers it anyway is out of
+    step, and the next command says so instead of reading that answer."""
+    s = fake(version=(7, 0, 0), FREE_BUFFER=lambda p: Stale(b""))
+    r = RPCBackend(s.endpoint)
+    r.buffer_type.alloc_buffer(64).free()
+    assert s.sent_stale.wait(2)
+    with raises_rpc(s.endpoint, "GET_DEVICE_MEMORY", "out of step.*after FREE_BUFFER, which has "
+                    "no reply"):
+        r.device_memory()
+
+
+def test_protocol_table_is_one_description():
+    """Both versions are read from the one table: the same ids, and the differences
+    are the ones llama.cpp made (ggml-rpc.cpp of protocol 4 -> 7)."""
+    p4, p7 = _rpc.PROTOCOLS[4], _rpc.PROTOCOLS[7]
+    assert all(p4.ids[n] == p7.ids[n] == _rpc.CMD[n] for n in p4.ids)
+    assert set(p7.ids) - set(p4.ids) == {"MEMSET_TENSOR"}
+    assert p4.no_reply == {"SET_TENSOR", "GRAPH_COMPUTE", "GRAPH_RECOMPUTE"}
+    assert p7.no_reply == p4.no_reply | {"FREE_BUFFER", "BUFFER_CLEAR", "INIT_TENSOR",
+                                         "MEMSET_TENSOR"}
+    assert p4.reply_size("FREE_BUFFER") == 0 and p4.reply_size("HELLO") == 28
+    assert p7.reply_size("GET_TENSOR", 12) == 12
+    assert p4.pack("SET_TENSOR", {"tensor": bytes(296), "offset": 5, "cache_flag": 1}) \
+        == bytes(296) + struct.pack("<Q", 5)
+    assert p7.pack("SET_TENSOR", {"tensor": bytes(296), "offset": 5, "cache_flag": 1}) \
+        == bytes(296) + struct.pack("<BQ", 1, 5)
+    assert len(p7.op_names) == 101 and len(p4.op_names) == 96
+    assert p7.op_names[p7.op_ids[_rpc.PROTOCOLS[4].op_names.index("CONV_2D")]] == "CONV_2D"
+
+
+def test_a_handle_above_int64_is_a_handle(fake):
+    """A server's buffer handle is a u64 (its address of the buffer): one above INT64_MAX
+    was an ArgumentError inside the allocator (the fuzzer's find), not a handle."""
+    handle = 0xF100_0000_0000_0020
+    s = fake(version=(7, 0, 0), ALLOC_BUFFER=lambda p: struct.pack("<QQ", handle,
+                                                                  struct.unpack_from("<Q", p, 4)[0]),
+             BUFFER_GET_BASE=lambda p: struct.pack("<Q", FakeServer.BASE))
+    r = RPCBackend(s.endpoint)
+    buf = r.buffer_type.alloc_buffer(64)
+    assert buf.remote == handle
+    buf.free()
+    assert r.conn.device_count() == 1 and s.seen[-2:] == ["FREE_BUFFER", "DEVICE_COUNT"]

@@ -1,5 +1,5 @@
-"""A hostile server, fuzzed: a real ggml server's session (protocol 4, recorded in
-tests/data/rpc/v4_session.json) replayed with one reply mutated per round (a field set
+"""A hostile server, fuzzed: a real ggml server's session (protocol 4 and protocol 7,
+recorded in tests/data/rpc/v{4,7}_session.json) replayed with one reply mutated per round (a field set
 to an edge value, a flipped byte, a lying size header, a reply cut short, bytes nobody
 asked for, an earlier reply again, a close, a hang, a byte-by-byte trickle). Each round's
 client runs in its own process under a hard timeout. Every round must end with the
@@ -21,7 +21,6 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import rpc_fuzz
-from conftest import require_ggml_rpc
 
 SEED = int(os.environ.get("GGML_PY_RPC_FUZZ_SEED", "35"))
 ROUNDS = int(os.environ.get("GGML_PY_RPC_FUZZ_ROUNDS", "80"))
@@ -65,15 +64,20 @@ def problem(outcome, mutation, genuine):
     return None
 
 
-def test_genuine_replay_gives_the_recorded_result():
-    session = rpc_fuzz.load_session()
+VERSIONS = pytest.mark.parametrize("protocol", [4, 7], ids=["v4", "v7"])
+
+
+@VERSIONS
+def test_genuine_replay_gives_the_recorded_result(protocol):
+    session = rpc_fuzz.load_session(protocol)
     out = run_round(session["exchanges"], None)
     assert out["kind"] == "ok" and out["result"] == session["result"], out
 
 
-def test_fuzzed_replies_are_clean_errors_or_the_genuine_result():
-    session = rpc_fuzz.load_session()
-    rng = random.Random(SEED)
+@VERSIONS
+def test_fuzzed_replies_are_clean_errors_or_the_genuine_result(protocol):
+    session = rpc_fuzz.load_session(protocol)
+    rng = random.Random(SEED + protocol - 4)
     mutations = [rpc_fuzz.mutate(rng, session["exchanges"]) for _ in range(ROUNDS)]
     t0 = time.monotonic()
     with ThreadPoolExecutor(4) as pool:
@@ -83,19 +87,18 @@ def test_fuzzed_replies_are_clean_errors_or_the_genuine_result():
         why = problem(out, m, session["result"])
         if why:
             shown = {k: (v.hex() if isinstance(v, bytes) else v) for k, v in m.items()}
-            bad.append(f"round {i} (seed {SEED}): {why}: {shown} -> {out}")
+            bad.append(f"round {i} (v{protocol}, seed {SEED}): {why}: {shown} -> {out}")
     assert not bad, "\n".join(bad)
     kinds = {o["kind"] for o in outcomes}
     assert "rpc" in kinds and "ok" in kinds     # the rounds reach both ends
     assert time.monotonic() - t0 < 45
 
 
-def test_recording_is_what_a_ggml_server_answers(rpc_server_factory):
-    """The stored session is still genuine: the same commands and reply sizes and the
-    same result from a live server (addresses differ from run to run)."""
-    require_ggml_rpc()
-    live = rpc_fuzz.record(rpc_server_factory().endpoint)
-    stored = rpc_fuzz.load_session()
+def test_recording_is_what_a_ggml_server_answers(rpc_server_factory, rpc_protocol):
+    """The stored sessions are still genuine: the same commands and reply sizes and the
+    same result from a live server of each version (addresses differ from run to run)."""
+    live = rpc_fuzz.record(rpc_server_factory().endpoint, rpc_protocol)
+    stored = rpc_fuzz.load_session(rpc_protocol)
     shape = lambda s: [(c, None if r is None else len(r)) for c, r in s["exchanges"]]
     assert shape(live) == shape(stored)
     assert live["result"] == stored["result"]

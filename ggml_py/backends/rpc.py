@@ -1,11 +1,15 @@
-"""A backend on a ggml RPC server (ggml 0.10.1, protocol 4.0.0): ggml's own engine on
-another machine, driven from ggml_py's scheduler like any device.
+"""A backend on a ggml RPC server: ggml's own engine on another machine, driven from
+ggml_py's scheduler like any device. Both protocols in use are spoken, the server's
+chosen at the handshake: 4.0.0 (ggml 0.10.1) and 7.0.0 (today's llama.cpp rpc-server,
+and the server in llama-cpp-python 0.3.36); another version is an RPCError naming it
+and both of ggml_py's.
 
     rpc0 = RPCBackend("192.168.1.10:50052")        # device 0 of that server
     sched = Scheduler([rpc0, rpc1, CPUBackend()])
 
-Start servers with `python -m ggml_py.rpc_server` (ggml_py.rpc_server) or llama.cpp's
-`rpc-server`. The wire protocol is in ggml_py._rpc; this module is the backend:
+Start servers with `python -m ggml_py.rpc_server [--protocol 7]` (ggml_py.rpc_server) or
+llama.cpp's `rpc-server`. The wire protocol is in ggml_py._rpc; this module is the
+backend:
 
   * memory: the server device's buffer type (alignment and largest buffer from the
     server); buffers are allocated, written, read, cleared and freed on the server;
@@ -35,11 +39,13 @@ from ggml_py import _rpc
 from ggml_py._backend import Backend, get_buffer, host_bytes
 from ggml_py._core import Graph
 from ggml_py._rpc import (RPCBuffer, RPCBufferType, DEFAULT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
-                          PROTO_VERSION, CPU_SERVER_OPS, format_endpoint, parse_endpoint)
+                          PROTO_VERSION, PROTO_VERSIONS, CPU_SERVER_OPS, format_endpoint,
+                          parse_endpoint)
 from ggml_py.errors import ArgumentError, RPCError
 
 __all__ = ["RPCBackend", "RPCBuffer", "RPCBufferType", "RPCError", "PROTO_VERSION",
-           "CPU_SERVER_OPS", "parse_endpoint", "parse_endpoints", "rpc_backends"]
+           "PROTO_VERSIONS", "CPU_SERVER_OPS", "parse_endpoint", "parse_endpoints",
+           "rpc_backends"]
 
 
 class RPCBackend(Backend):

@@ -1,7 +1,11 @@
-"""ggml's RPC protocol, version 4.0.0 (ggml-rpc.cpp of ggml 0.10.1): the client side.
+"""ggml's RPC protocol, versions 4.0.0 (ggml-rpc.cpp of ggml 0.10.1) and 7.0.0 (the
+llama.cpp of llama-cpp-python 0.3.36, today's rpc-server): the client side.
 
-  * the wire structs: rpc_tensor, packed as ggml packs it, with ggml's own type and op
-    numbers (ggml_py's enums are ggml's);
+  * the protocols: one table of the commands (COMMAND_TABLE: id, request and reply
+    layout per version) and the op numbering of each version, from which every command
+    is packed and every reply read; the version is the server's, chosen at HELLO;
+  * the wire structs: rpc_tensor, packed as ggml packs it, with ggml's own type numbers
+    and the server's op numbers (ggml_py's enums are ggml 0.10.1's);
   * serialisation of tensors and graphs into rpc_tensor arrays, in C, with the checks
     that keep a server alive: ggml's server asserts that every tensor lies inside its
     buffer and aborts on a kernel for types it lacks, taking all its clients down;
@@ -51,7 +55,6 @@ from ggml_py._core import GLU_OP_NAMES as _GLU_OPS, UNARY_OP_NAMES as _UNARY_OPS
 # ---------------------------------------------------------------------------
 # the wire format
 
-PROTO_VERSION = (4, 0, 0)               # RPC_PROTO_{MAJOR,MINOR,PATCH}_VERSION
 HASH_THRESHOLD = 10 * 1024 * 1024       # SET_TENSOR_HASH first above this many bytes
 CONN_CAPS_SIZE = 24                     # HELLO's transport capabilities (zeros: plain TCP)
 DEFAULT_TIMEOUT = 60.0                  # seconds per command, a graph compute included
@@ -62,14 +65,69 @@ MAX_TIMEOUT = 1e9                       # (31 years: a socket's limit is not far
 MAX_DEVICES = 256
 MAX_ALIGNMENT = 1 << 20
 
-COMMANDS = ("ALLOC_BUFFER", "GET_ALIGNMENT", "GET_MAX_SIZE", "BUFFER_GET_BASE", "FREE_BUFFER",
-            "BUFFER_CLEAR", "SET_TENSOR", "SET_TENSOR_HASH", "GET_TENSOR", "COPY_TENSOR",
-            "GRAPH_COMPUTE", "GET_DEVICE_MEMORY", "INIT_TENSOR", "GET_ALLOC_SIZE", "HELLO",
-            "DEVICE_COUNT", "GRAPH_RECOMPUTE")
-CMD = {name: i for i, name in enumerate(COMMANDS)}
+# The protocol versions spoken (RPC_PROTO_{MAJOR,MINOR,PATCH}_VERSION), oldest first;
+# a server announces its own at HELLO and the connection speaks it.
+PROTO_VERSIONS = ((4, 0, 0), (7, 0, 0))
+PROTO_VERSION = (7, 0, 0)               # the newest
+
+# Every command of every version, once. A layout is a space-separated list of
+# name:code fields: a struct code (little-endian, packed), T (one rpc_tensor), T<n> (n of
+# them, as one bytes value), * (bytes of any length: a graph, the data of SET_TENSOR
+# sent after the rest, GET_TENSOR's reply of the size asked). A reply is a layout, ""
+# (an empty reply the client waits for), None (no reply at all) or "-" (the command is
+# not in that version). A request given as a pair is (version 4's, version 7's).
+#   name               id  request                                     v4 reply   v7 reply
+COMMAND_TABLE = (
+    ("ALLOC_BUFFER",      0, "device:I size:Q",                         "remote:Q size:Q", "remote:Q size:Q"),
+    ("GET_ALIGNMENT",     1, "device:I",                                "alignment:Q", "alignment:Q"),
+    ("GET_MAX_SIZE",      2, "device:I",                                "max_size:Q", "max_size:Q"),
+    ("BUFFER_GET_BASE",   3, "remote:Q",                                "base:Q", "base:Q"),
+    ("FREE_BUFFER",       4, "remote:Q",                                "", None),
+    ("BUFFER_CLEAR",      5, "remote:Q value:B",                        "", None),
+    ("SET_TENSOR",        6, ("tensor:T offset:Q data:*",
+                              "tensor:T cache_flag:B offset:Q data:*"), None, None),
+    ("SET_TENSOR_HASH",   7, "tensor:T offset:Q hash:Q",                "result:B", "result:B"),
+    ("GET_TENSOR",        8, "tensor:T offset:Q size:Q",                "data:*", "data:*"),
+    ("COPY_TENSOR",       9, "src:T dst:T",                             "result:B", "result:B"),
+    ("GRAPH_COMPUTE",    10, "graph:*",                                 None, None),
+    ("GET_DEVICE_MEMORY", 11, "device:I",                               "free:Q total:Q", "free:Q total:Q"),
+    ("INIT_TENSOR",      12, "tensor:T",                                "", None),
+    ("GET_ALLOC_SIZE",   13, "device:I tensor:T srcs:T10",              "size:Q", "size:Q"),
+    ("HELLO",            14, "conn_caps:24s",
+     "major:B minor:B patch:B pad:x conn_caps:24s", "major:B minor:B patch:B pad:x conn_caps:24s"),
+    ("DEVICE_COUNT",     15, "",                                        "count:I", "count:I"),
+    ("GRAPH_RECOMPUTE",  16, "device:I",                                None, None),
+    ("MEMSET_TENSOR",    17, "tensor:T offset:Q size:Q value:B",        "-", None),
+)
+# the op enums: version 7's is version 4's (ggml 0.10.1's, ggml_py's own) with these
+# ops inserted before the one named
+OP_INSERTIONS = {7: (("CONV_2D", ("COL2IM_1D",)),
+                     ("UNARY", ("LIGHTNING_INDEXER", "DSV4_HC_COMB", "DSV4_HC_PRE",
+                                "DSV4_HC_POST")))}
+
+# the ops whose size ggml's client asks a server for (GET_ALLOC_SIZE; a CUDA server pads
+# them), besides quantized tensors with rows not a multiple of 512
+ALLOC_SIZE_OPS = {4: ("FLASH_ATTN_EXT", "MUL_MAT_ID"),
+                  7: ("FLASH_ATTN_EXT", "MUL_MAT", "MUL_MAT_ID", "CUMSUM", "ARGSORT", "TOP_K")}
+
+def _command_ids():
+    """(names by id, {name: id}) of every version's commands."""
+    names, ids = [], {}
+    for row in COMMAND_TABLE:
+        assert row[1] == len(names), row
+        names.append(row[0])
+        ids[row[0]] = row[1]
+    return tuple(names), ids
+
+
+# (this module is compiled with wraparound and boundscheck off: no negative or unchecked
+# indexes, not even at module level)
+COMMANDS, CMD = _command_ids()
 
 cdef enum:
-    NO_REPLY = -1                       # SET_TENSOR, GRAPH_COMPUTE, GRAPH_RECOMPUTE
+    NO_REPLY = -1                       # a command without a reply (SET_TENSOR, ...)
+    ANY_SIZE = -2                       # a reply of the size asked (GET_TENSOR)
+
 
 # ggml's struct rpc_tensor (#pragma pack(1)): ne and nb travel as uint32
 cdef packed struct rpc_tensor:
@@ -78,7 +136,7 @@ cdef packed struct rpc_tensor:
     uint64_t buffer                     # the server's buffer handle, 0 = none
     uint32_t ne[GGML_MAX_DIMS]
     uint32_t nb[GGML_MAX_DIMS]
-    uint32_t op
+    uint32_t op                         # in the server's op numbering
     int32_t op_params[GGML_MAX_OP_PARAMS]
     int32_t flags
     uint64_t src[GGML_MAX_SRC]
@@ -86,7 +144,7 @@ cdef packed struct rpc_tensor:
     uint64_t view_offs
     uint64_t data                       # the server's address, 0 = none
     char name[GGML_MAX_NAME]
-    char padding[4]
+    int32_t use_count                   # version 7 (4: padding); 0: unknown, no fusion
 
 RPC_TENSOR_SIZE = sizeof(rpc_tensor)
 assert RPC_TENSOR_SIZE == 296, "rpc_tensor must match ggml's packed layout"
@@ -96,7 +154,7 @@ RPC_TENSOR_DTYPE = np.dtype([
     ("id", "<u8"), ("type", "<u4"), ("buffer", "<u8"), ("ne", "<u4", 4), ("nb", "<u4", 4),
     ("op", "<u4"), ("op_params", "<i4", 16), ("flags", "<i4"), ("src", "<u8", 10),
     ("view_src", "<u8"), ("view_offs", "<u8"), ("data", "<u8"), ("name", "S64"),
-    ("padding", "V4")])
+    ("use_count", "<i4")])
 assert RPC_TENSOR_DTYPE.itemsize == RPC_TENSOR_SIZE
 
 
@@ -108,6 +166,126 @@ def decode_graph(payload):
     n_tensors = struct.unpack_from("<I", payload, 8 + 8 * n_nodes)[0]
     tensors = np.frombuffer(payload, RPC_TENSOR_DTYPE, n_tensors, 12 + 8 * n_nodes)
     return device, ids, tensors
+
+
+class Protocol:
+    """One protocol version, read from COMMAND_TABLE and OP_INSERTIONS: the commands it
+    has (ids, requests, replies), how to pack a request and read a reply, and its op
+    numbers (op_ids[ggml_py's op id] = the server's)."""
+
+    def __init__(self, version):
+        if not isinstance(version, tuple) or version not in PROTO_VERSIONS:
+            raise ArgumentError(f"RPC protocol version must be one of {PROTO_VERSIONS}, got "
+                                f"{version!r}")
+        self.version = version
+        column = PROTO_VERSIONS.index(version)
+        self.ids, self.requests, self.replies = {}, {}, {}
+        for name, cid, request, *replies in COMMAND_TABLE:
+            reply = replies[column]
+            if reply == "-":
+                continue
+            self.ids[name] = cid
+            self.requests[name] = self._layout(request[column] if isinstance(request, tuple)
+                                               else request)
+            self.replies[name] = None if reply is None else self._layout(reply)
+        self.no_reply = frozenset(n for n, r in self.replies.items() if r is None)
+        ops = list(_OP_NAMES_LIST)
+        for before, names in OP_INSERTIONS.get(self.version[0], ()):
+            i = ops.index(before)
+            ops[i:i] = names
+        self.op_names = tuple(ops)
+        self.op_ids = tuple(ops.index(n) for n in _OP_NAMES_LIST)
+        self.alloc_size_ops = frozenset(_OP_IDS[n] for n in ALLOC_SIZE_OPS[self.version[0]])
+
+    @staticmethod
+    def _layout(text):
+        """[(field, code), ...] of a layout string, with each field's struct (None for
+        T and *: bytes)."""
+        out = []
+        for item in text.split():
+            field, code = item.split(":")
+            if code.startswith("T"):
+                out.append((field, code, None, int(code[1:] or 1) * sizeof(rpc_tensor)))
+            elif code == "*":
+                out.append((field, code, None, -1))
+            else:
+                st = struct.Struct("<" + code)
+                out.append((field, code, st, st.size))
+        return tuple(out)
+
+    @property
+    def name(self):
+        return ".".join(map(str, self.version))
+
+    def has(self, command):
+        """Is `command` (a name) in this version?"""
+        return isinstance(command, str) and command in self.ids
+
+    def _command(self, command):
+        if not self.has(command):
+            raise ArgumentError(f"RPC protocol {self.name} has no command {command!r}")
+        return command
+
+    def pack(self, command, fields):
+        """A command's request from {field: value} (T fields: rpc_tensor bytes; a trailing
+        `data` field is sent apart, unpacked); fields other versions have are ignored."""
+        parts = []
+        for field, code, st, size in self.requests[self._command(command)]:
+            if field == "data":
+                continue
+            try:
+                v = fields[field]
+                if st is not None:
+                    parts.append(st.pack(v))
+                    continue
+                v = bytes(v)
+            except (KeyError, TypeError, ValueError, struct.error) as e:
+                raise ArgumentError(f"RPC {command}: field {field} ({code}): {e}") from None
+            if size >= 0 and len(v) != size:
+                raise ArgumentError(f"RPC {command}: field {field} is {len(v)} bytes, not "
+                                    f"{size}")
+            parts.append(v)
+        return b"".join(parts)
+
+    def reply_size(self, command, asked=0):
+        """The exact size of a command's reply (`asked` for a * reply), or NO_REPLY."""
+        layout = self.replies[self._command(command)]
+        asked = int_arg(asked, "asked", 0, INT64_MAX)
+        if layout is None:
+            return NO_REPLY
+        return sum(asked if size < 0 else size for _, _, _, size in layout)
+
+    def unpack(self, command, reply):
+        """A reply's fields as a tuple (pad bytes left out; a * field: the bytes)."""
+        layout = self.replies[self._command(command)]
+        if layout is None:
+            return None
+        if len(layout) == 1 and layout[0][1] == "*":
+            return (reply,)
+        out, off = [], 0
+        try:
+            for field, code, st, size in layout:
+                if code != "x":
+                    out.extend(st.unpack_from(reply, off))
+                off += size
+        except (TypeError, struct.error) as e:
+            raise ArgumentError(f"RPC {command}: not a reply of its layout: {e}") from None
+        return tuple(out)
+
+    def __repr__(self):
+        return f"<RPC protocol {self.name}>"
+
+
+def _protocols():
+    out = {}
+    for v in PROTO_VERSIONS:
+        out[v[0]] = Protocol(v)
+    assert PROTO_VERSION == max(PROTO_VERSIONS)
+    assert len(out[7].op_names) == 101          # ggml's GGML_OP_COUNT there
+    return out
+
+
+PROTOCOLS = _protocols()
 
 
 cdef uint64_t fnv1a(const uint8_t * data, size_t n) noexcept nogil:
@@ -431,8 +609,10 @@ cdef inline uint64_t _remote_buffer(const ggml_tensor * t, Connection conn):
     return 0
 
 
-cdef void _fill(rpc_tensor * r, const ggml_tensor * t, uint64_t remote_buffer) noexcept nogil:
-    """serialize_tensor of ggml-rpc.cpp: data and buffer only for the server's memory."""
+cdef void _fill(rpc_tensor * r, const ggml_tensor * t, uint64_t remote_buffer,
+               const uint32_t * op_wire) noexcept nogil:
+    """serialize_tensor of ggml-rpc.cpp: data and buffer only for the server's memory;
+    the op in the server's numbering (op_wire, the connection's); use_count 0."""
     cdef int i
     memset(r, 0, sizeof(rpc_tensor))
     r.id = <uint64_t>t
@@ -443,7 +623,7 @@ cdef void _fill(rpc_tensor * r, const ggml_tensor * t, uint64_t remote_buffer) n
     for i in range(GGML_MAX_DIMS):
         r.ne[i] = <uint32_t>t.ne[i]
         r.nb[i] = <uint32_t>t.nb[i]
-    r.op = t.op
+    r.op = op_wire[t.op]
     for i in range(GGML_MAX_OP_PARAMS):
         r.op_params[i] = t.op_params[i]
     r.flags = t.flags
@@ -491,7 +671,7 @@ cdef bytes _tensor_wire(Tensor tensor, Connection conn):
                            f"memory (or its buffer was freed)")
     _check_wire(t, remote, f"RPC server {conn.endpoint}")
     out = PyBytes_FromStringAndSize(NULL, sizeof(rpc_tensor))
-    _fill(<rpc_tensor *>PyBytes_AS_STRING(out), t, remote)
+    _fill(<rpc_tensor *>PyBytes_AS_STRING(out), t, remote, conn.op_wire)
     return out
 
 
@@ -671,7 +851,7 @@ def serialize_graph(Backend backend, device, nodes, Connection conn):
             remote = _remote_buffer(t, conn)
             _check_wire(t, remote, where)
             r = <rpc_tensor *>(p + k * sizeof(rpc_tensor))
-            _fill(r, t, remote)
+            _fill(r, t, remote, conn.op_wire)
             if t.op != 0 and ggml_hash_contains(&listed, t):
                 r.flags |= GGML_TENSOR_FLAG_COMPUTE
     finally:
@@ -739,7 +919,10 @@ cdef object _device(value):
 
 
 cdef object _handle(value):
-    """A server buffer handle (a u64 on the wire; the server's address of its buffer)."""
+    """A server buffer handle (a u64 on the wire; the server's address of its buffer):
+    the whole u64 range (int_arg stops at INT64_MAX, and a server's reply can be above)."""
+    if type(value) is int and 0 <= value < 2**64:
+        return value
     return int_arg(value, "remote", 0, 2**64 - 1)
 
 
@@ -758,8 +941,10 @@ def seconds_arg(value, what):
 @cython.final
 @cython.no_gc_clear
 cdef class Connection:
-    """One TCP connection to a ggml RPC server (protocol 4.0.0): the HELLO handshake at
-    connect, then one method per command. Thread-safe (one command at a time).
+    """One TCP connection to a ggml RPC server: the HELLO handshake at connect, which
+    chooses the protocol (the server's: 4 or 7, `protocol`), then one method per command,
+    packed and read as that version's row of COMMAND_TABLE says. Thread-safe (one
+    command at a time).
 
     timeout: the default deadline of a command in seconds, its send and whole reply (a
     reply after GRAPH_COMPUTE waits for the compute); a command may be given its own.
@@ -770,6 +955,8 @@ cdef class Connection:
     cdef readonly int port
     cdef double _timeout
     cdef readonly tuple version
+    cdef readonly object protocol       # the Protocol spoken (the server's version)
+    cdef uint32_t op_wire[GGML_OP_COUNT_MAX]    # ggml_py's op id -> the server's
     cdef readonly int n_devices         # -1 until DEVICE_COUNT has answered
     cdef readonly object broken         # why the connection is unusable; None while usable
     cdef readonly dict stats            # command -> [calls, bytes sent, bytes received, seconds]
@@ -808,14 +995,23 @@ cdef class Connection:
             raise _error(self.endpoint, "connect", f"cannot connect ({e.strerror or e}); is a "
                          f"ggml RPC server running there?") from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        reply = self._call("HELLO", bytes(CONN_CAPS_SIZE), 4 + CONN_CAPS_SIZE, None,
-                           connect_timeout)
-        self.version = (reply[0], reply[1], reply[2])
-        if self.version[0] != PROTO_VERSION[0] or self.version[1] > PROTO_VERSION[1]:
+        # HELLO is the same in every version: asked in the newest's terms
+        self._use(PROTOCOLS[PROTO_VERSION[0]])
+        major, minor, patch, _ = self._cmd("HELLO", connect_timeout, conn_caps=bytes(CONN_CAPS_SIZE))
+        self.version = (major, minor, patch)
+        proto = PROTOCOLS.get(major)
+        if proto is None or minor > proto.version[1]:
             self._break("HELLO", f"the server speaks RPC protocol "
                         f"{'.'.join(map(str, self.version))}; ggml_py speaks "
-                        f"{'.'.join(map(str, PROTO_VERSION))}")
+                        f"{' and '.join('.'.join(map(str, v)) for v in PROTO_VERSIONS)}")
+        self._use(proto)
         self.n_devices = self.device_count()
+
+    def _use(self, proto):
+        cdef int i
+        self.protocol = proto
+        for i in range(GGML_OP_COUNT_MAX):
+            self.op_wire[i] = proto.op_ids[i] if i < len(proto.op_ids) else 0xFFFFFFFF
 
     def __dealloc__(self):
         if self.sock is not None:
@@ -833,7 +1029,8 @@ cdef class Connection:
 
     def __repr__(self):
         state = "broken" if self.broken is not None else "open"
-        return f"<RPC connection {self.endpoint} {state}, {self.n_devices} device(s)>"
+        return (f"<RPC connection {self.endpoint} {state}, protocol {self.protocol.name}, "
+                f"{self.n_devices} device(s)>")
 
     # --- the wire ---
 
@@ -888,6 +1085,16 @@ cdef class Connection:
                     f"bytes nobody asked for were waiting before it{after}; closed rather than "
                     f"read them as its reply")
 
+    def _cmd(self, str command, timeout=None, data=None, Py_ssize_t asked=0, **fields):
+        """Send `command` with its request packed from `fields` (+ `data`, sent without
+        copying) as the connection's protocol lays it out, and return its reply's fields
+        (a tuple; None for a command without a reply), within `timeout` seconds (None:
+        the connection's). `asked`: the size of a reply of any size (GET_TENSOR)."""
+        proto = self.protocol
+        reply = self._call(command, proto.pack(command, fields),
+                           proto.reply_size(command, asked), data, timeout)
+        return proto.unpack(command, reply)
+
     def _call(self, str command, payload, Py_ssize_t reply, data=None, timeout=None):
         """Send `command` with `payload` (+ `data`, sent without copying) and return its
         reply of exactly `reply` bytes (None for commands without a reply), all within
@@ -910,7 +1117,8 @@ cdef class Connection:
         try:
             self._check_nothing_unread(command)
             self._until(deadline)
-            self.sock.sendall(struct.pack("<BQ", CMD[command], len(payload) + n_data) + payload)
+            self.sock.sendall(struct.pack("<BQ", self.protocol.ids[command], len(payload) + n_data)
+                              + payload)
             if n_data:
                 self.sock.sendall(data)
             if reply == NO_REPLY:
@@ -926,7 +1134,8 @@ cdef class Connection:
                 self.pending = False
         except _Closed:
             if command == "HELLO":
-                after = " (is it a ggml RPC server of protocol 4?)"
+                after = (f" (is it a ggml RPC server of protocol "
+                         f"{' or '.join(str(v[0]) for v in PROTO_VERSIONS)}?)")
             elif self.unanswered:
                 after = f" (after {self.unanswered}, which it may have refused, or it crashed)"
             else:
@@ -953,9 +1162,11 @@ cdef class Connection:
     def _flush_frees(self):
         pending, self.free_later = self.free_later, []
         self.last_graph.clear()
+        proto = self.protocol
         for remote in pending:
             self.live.pop(remote, None)
-            self._exchange("FREE_BUFFER", struct.pack("<Q", remote), 0, None, self._timeout)
+            self._exchange("FREE_BUFFER", proto.pack("FREE_BUFFER", {"remote": remote}),
+                           proto.reply_size("FREE_BUFFER"), None, self._timeout)
 
     def close(self):
         """Close the connection; the server frees every buffer of this client."""
@@ -967,7 +1178,7 @@ cdef class Connection:
 
     def device_count(self, timeout=None):
         """The server's number of devices: at most MAX_DEVICES, and the same every time."""
-        n = struct.unpack("<I", self._call("DEVICE_COUNT", b"", 4, None, timeout))[0]
+        n, = self._cmd("DEVICE_COUNT", timeout)
         if n > MAX_DEVICES:
             self._break("DEVICE_COUNT", f"reported {n} devices, more than the {MAX_DEVICES} "
                         f"ggml_py accepts")
@@ -977,16 +1188,14 @@ cdef class Connection:
 
     def get_device_memory(self, device, timeout=None):
         """(free, total) bytes of a server device; free is at most total."""
-        free_mem, total = struct.unpack("<QQ", self._call(
-            "GET_DEVICE_MEMORY", struct.pack("<I", _device(device)), 16, None, timeout))
+        free_mem, total = self._cmd("GET_DEVICE_MEMORY", timeout, device=_device(device))
         if free_mem > total:
             self._break("GET_DEVICE_MEMORY", f"reported {free_mem} bytes free of {total}")
         return free_mem, total
 
     def get_alignment(self, device):
         """The device's alignment: a power of two, at most MAX_ALIGNMENT."""
-        align = struct.unpack("<Q", self._call("GET_ALIGNMENT", struct.pack("<I", _device(device)),
-                                               8))[0]
+        align, = self._cmd("GET_ALIGNMENT", device=_device(device))
         if align == 0 or align & (align - 1) or align > MAX_ALIGNMENT:
             self._break("GET_ALIGNMENT", f"reported alignment {align}, not a power of two "
                         f"up to {MAX_ALIGNMENT}")
@@ -994,23 +1203,22 @@ cdef class Connection:
 
     def get_max_size(self, device):
         """The device's largest buffer, in bytes."""
-        return struct.unpack("<Q", self._call("GET_MAX_SIZE", struct.pack("<I", _device(device)),
-                                              8))[0]
+        return self._cmd("GET_MAX_SIZE", device=_device(device))[0]
 
     def get_alloc_size(self, device, Tensor tensor):
         """What the server's buffer type needs for `tensor` (its sources go along)."""
-        cdef bytearray req = bytearray(4 + (1 + GGML_MAX_SRC) * sizeof(rpc_tensor))
+        cdef bytearray req = bytearray((1 + GGML_MAX_SRC) * sizeof(rpc_tensor))
         cdef char * p = req
         cdef const ggml_tensor * t = tensor.ptr
         cdef int i
-        cdef uint32_t dev = _device(device)
-        memcpy(p, &dev, 4)
-        _fill(<rpc_tensor *>(p + 4), t, _remote_buffer(t, self))
+        _fill(<rpc_tensor *>p, t, _remote_buffer(t, self), self.op_wire)
         for i in range(GGML_MAX_SRC):
             if t.src[i] != NULL:
-                _fill(<rpc_tensor *>(p + 4 + (1 + i) * sizeof(rpc_tensor)), t.src[i],
-                      _remote_buffer(t.src[i], self))
-        size = struct.unpack("<Q", self._call("GET_ALLOC_SIZE", req, 8))[0]
+                _fill(<rpc_tensor *>(p + (1 + i) * sizeof(rpc_tensor)), t.src[i],
+                      _remote_buffer(t.src[i], self), self.op_wire)
+        size, = self._cmd("GET_ALLOC_SIZE", device=_device(device),
+                          tensor=bytes(req[:sizeof(rpc_tensor)]),
+                          srcs=bytes(req[sizeof(rpc_tensor):]))
         if size < ggml_nbytes(t):      # ggml's client asserts this too
             self._break("GET_ALLOC_SIZE", f"answered {size} bytes for tensor '{_tname(t)}', "
                         f"less than its {ggml_nbytes(t)} bytes")
@@ -1018,18 +1226,17 @@ cdef class Connection:
 
     def alloc_buffer(self, device, size):
         """(server handle, size) of a new buffer; handle 0 when the server has no memory."""
-        return struct.unpack("<QQ", self._call("ALLOC_BUFFER", struct.pack(
-            "<IQ", _device(device), int_arg(size, "size", 0, INT64_MAX)), 16))
+        return self._cmd("ALLOC_BUFFER", device=_device(device),
+                         size=int_arg(size, "size", 0, INT64_MAX))
 
     def buffer_get_base(self, remote):
         """The server's address of the buffer's first byte."""
-        return struct.unpack("<Q", self._call("BUFFER_GET_BASE", struct.pack("<Q", _handle(remote)),
-                                              8))[0]
+        return self._cmd("BUFFER_GET_BASE", remote=_handle(remote))[0]
 
     def free_buffer(self, remote):
-        """Free a server buffer."""
+        """Free a server buffer (version 7: without waiting for the server)."""
         self.live.pop(remote, None)
-        self._call("FREE_BUFFER", struct.pack("<Q", _handle(remote)), 0)
+        self._cmd("FREE_BUFFER", remote=_handle(remote))
         self.last_graph.clear()
 
     def _adopt(self, remote, base, size, wanted, alignment):
@@ -1065,36 +1272,51 @@ cdef class Connection:
                 pass
 
     def buffer_clear(self, remote, value):
-        self._call("BUFFER_CLEAR", struct.pack("<QB", _handle(remote), byte_value(value)), 0)
+        self._cmd("BUFFER_CLEAR", remote=_handle(remote), value=byte_value(value))
 
     def init_tensor(self, Tensor tensor):
-        self._call("INIT_TENSOR", _tensor_wire(tensor, self), 0)
+        self._cmd("INIT_TENSOR", tensor=_tensor_wire(tensor, self))
 
     def set_tensor(self, Tensor tensor, offset, data):
         """Write `data` (bytes-like) at `offset` in the tensor; above HASH_THRESHOLD bytes
-        the server is first asked whether its cache has them (SET_TENSOR_HASH)."""
+        the server is first asked whether its cache has them (SET_TENSOR_HASH; when it
+        has not, version 7 asks it to keep them: the cache flag)."""
         offset = int_arg(offset, "offset", 0, INT64_MAX)
         head = _tensor_wire(tensor, self)
         view = memoryview(data).cast("B")
+        cache_flag = 0
         if view.nbytes > HASH_THRESHOLD:
-            req = head + struct.pack("<QQ", offset, fnv_hash(view))
-            if self._flag("SET_TENSOR_HASH", self._call("SET_TENSOR_HASH", req, 1)):
+            if self._flag("SET_TENSOR_HASH", self._cmd("SET_TENSOR_HASH", tensor=head,
+                                                       offset=offset, hash=fnv_hash(view))):
                 return
-        self._call("SET_TENSOR", head + struct.pack("<Q", offset), NO_REPLY, view)
+            cache_flag = 1
+        self._cmd("SET_TENSOR", None, view, tensor=head, cache_flag=cache_flag, offset=offset)
+
+    def memset_tensor(self, Tensor tensor, offset, size, value):
+        """Set `size` bytes at `offset` in the tensor to `value`: MEMSET_TENSOR where the
+        protocol has it (7), else the bytes are sent (SET_TENSOR)."""
+        offset = int_arg(offset, "offset", 0, INT64_MAX)
+        size = int_arg(size, "size", 0, INT64_MAX)
+        value = byte_value(value)
+        if self.protocol.has("MEMSET_TENSOR"):
+            self._cmd("MEMSET_TENSOR", tensor=_tensor_wire(tensor, self), offset=offset,
+                      size=size, value=value)
+        else:
+            self.set_tensor(tensor, offset, memoryview(bytes([value]) * size))
 
     def get_tensor(self, Tensor tensor, offset, size):
         offset = int_arg(offset, "offset", 0, INT64_MAX)
         size = int_arg(size, "size", 0, INT64_MAX)
-        return self._call("GET_TENSOR", _tensor_wire(tensor, self) + struct.pack("<QQ", offset, size),
-                          size)
+        return self._cmd("GET_TENSOR", asked=size, tensor=_tensor_wire(tensor, self),
+                         offset=offset, size=size)[0]
 
     def copy_tensor(self, Tensor src, Tensor dst):
         """A copy on the server; False when its buffer cannot copy from src's."""
-        return self._flag("COPY_TENSOR", self._call("COPY_TENSOR", _tensor_wire(src, self)
-                                                     + _tensor_wire(dst, self), 1))
+        return self._flag("COPY_TENSOR", self._cmd("COPY_TENSOR", src=_tensor_wire(src, self),
+                                                   dst=_tensor_wire(dst, self)))
 
     def _flag(self, str command, reply):
-        """A one-byte yes/no answer: 0 or 1, nothing else."""
+        """A one-byte yes/no answer (a reply's one field): 0 or 1, nothing else."""
         if reply[0] > 1:
             self._break(command, f"answered {reply[0]}, not 0 or 1")
         return bool(reply[0])
@@ -1107,10 +1329,10 @@ cdef class Connection:
         with self.lock:
             again = self.last_graph.get(device) == payload
             if again:
-                self._call("GRAPH_RECOMPUTE", struct.pack("<I", device), NO_REPLY, None, timeout)
+                self._cmd("GRAPH_RECOMPUTE", timeout, device=device)
             else:
                 self.last_graph.pop(device, None)
-                self._call("GRAPH_COMPUTE", payload, NO_REPLY, None, timeout)
+                self._cmd("GRAPH_COMPUTE", timeout, graph=payload)
                 self.last_graph[device] = payload
             self.pending = True
         return again
@@ -1209,12 +1431,13 @@ cdef class RPCBufferType(BufferType):
 
 cdef class RPCPaddedBufferType(RPCBufferType):
     """A server buffer type that needs more than ggml_nbytes for some tensors (a CUDA
-    server pads quantized rows): sizes are asked for as ggml's client asks for them."""
+    server pads quantized rows): sizes are asked for as ggml's client of the server's
+    protocol asks for them (ALLOC_SIZE_OPS)."""
 
     def get_alloc_size(self, Tensor tensor):
         cdef ggml_tensor * t = tensor.ptr
         if ((TYPE_TRAITS[t.type].is_quantized and t.ne[0] % 512 and t.view_src == NULL)
-                or t.op == O_FLASH_ATTN_EXT or t.op == O_MUL_MAT_ID):
+                or t.op in self.conn.protocol.alloc_size_ops):
             return self.conn.get_alloc_size(self.device, tensor)
         return ggml_nbytes(t)
 
@@ -1223,9 +1446,9 @@ cdef class RPCPaddedBufferType(RPCBufferType):
 cdef class RPCBuffer(Buffer):
     """A buffer in a server's memory. `base` is the server's address of its first byte,
     so tensors placed in it carry server addresses. ggml's buffer slots map onto
-    commands: set_tensor, get_tensor, cpy_tensor, clear, init_tensor; memset_tensor,
-    which ggml's RPC buffer lacks, sends the bytes. Freed on the server when collected (at the connection's next
-    command) or by free()."""
+    commands: set_tensor, get_tensor, cpy_tensor, clear, init_tensor, memset_tensor
+    (version 4 has no MEMSET_TENSOR: the bytes are sent). Freed on the server when
+    collected (at the connection's next command) or by free()."""
 
     cdef readonly Connection conn
     cdef readonly uint64_t remote       # the server's handle
@@ -1281,10 +1504,11 @@ cdef class RPCBuffer(Buffer):
         return self.conn.copy_tensor(src, dst)
 
     def memset_tensor(self, Tensor tensor, value, offset=0, size=None):
-        """ggml's RPC buffer has no memset_tensor: the bytes are sent (SET_TENSOR)."""
+        """MEMSET_TENSOR on a version 7 server; version 4 has none: the bytes are sent
+        (SET_TENSOR)."""
         cdef int v = byte_value(value)
         cdef Py_ssize_t n = self._region(tensor, offset, size)
-        self.conn.set_tensor(tensor, offset, memoryview(bytes([v]) * n))
+        self.conn.memset_tensor(tensor, offset, n, v)
 
     def clear(self, value=0):
         """Set every byte of the buffer to `value` (BUFFER_CLEAR)."""
