@@ -9,10 +9,13 @@ llama.cpp's own greedy tokens, logits within NMSE 1e-4 of llama.cpp's over all r
 llama.cpp's logged graph node counts equal to ggml_py's for the same batch.
 """
 
-import ctypes
 import dataclasses
+import json
 import os
+import pathlib
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -24,6 +27,7 @@ from ggml_py.models.config import arch_config
 from ggml_py.models.reference import reference_logits
 from ggml_py.models.transformer import Model, ModelConfig, Session
 
+HERE = pathlib.Path(__file__).resolve().parent
 ARCHS = ("llama", "qwen2", "qwen3")
 SMALL = dict(n_vocab=256, n_ctx=64, n_embd=64, n_head=4, n_head_kv=2, n_layer=2, n_ff=128,
              kv_pad=32)
@@ -278,43 +282,17 @@ def test_gguf_tied_output_qwen2(tmp_path):
 # ---------------------------------------------------------------------------
 # held to llama.cpp itself
 
-def _llama_cpp():
-    try:
-        import llama_cpp
-    except ImportError:
-        if os.environ.get("GGML_PY_REQUIRE_LLAMA_CPP") == "1":
-            raise
+def _llama_cpp(*args):
+    """tests/llama_cpp_ref.py in a child process (llama.cpp's ggml never shares a process
+    with ggml 0.10.1's, which other tests load): its JSON answer. Skips without
+    llama-cpp-python, unless GGML_PY_REQUIRE_LLAMA_CPP=1."""
+    r = subprocess.run([sys.executable, str(HERE / "llama_cpp_ref.py"), *map(str, args)],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode == 3 and os.environ.get("GGML_PY_REQUIRE_LLAMA_CPP") != "1":
         pytest.skip("llama-cpp-python is not installed (GGML_PY_REQUIRE_LLAMA_CPP=1 makes "
                     "this a failure)")
-    return llama_cpp
-
-
-class _Log:
-    """llama.cpp's log lines while it is set (llama_log_set), restored on exit."""
-
-    def __init__(self, llama_cpp):
-        self.llama_cpp = llama_cpp
-        self.text = []
-
-        @llama_cpp.llama_log_callback
-        def cb(level, text, user_data):
-            self.text.append(text.decode("utf-8", "replace"))
-        self.cb = cb
-
-    def __enter__(self):
-        self.llama_cpp.llama_log_set(self.cb, ctypes.c_void_p(0))
-        return self
-
-    def __exit__(self, *exc):
-        from llama_cpp import _logger
-        self.llama_cpp.llama_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
-
-    def graph_nodes(self):
-        """(prompt graph nodes, decode graph nodes) from 'graph...: nodes = N[ / M]'."""
-        m = re.findall(r"graph[^:\n]*: nodes = (\d+)(?: / (\d+))?", "".join(self.text))
-        assert m, "llama.cpp logged no graph node count"
-        pp, tg = m[-1]
-        return int(pp), int(tg or pp)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout.splitlines()[-1])
 
 
 @pytest.mark.parametrize("arch,wtype,extra", [
@@ -322,7 +300,6 @@ class _Log:
     ("qwen3", "f16", {"n_embd_head": 32}),       # heads that do not tile n_embd
 ], ids=[*[f"{a}-{w}" for w in ("f32", "f16") for a in ARCHS], "qwen3-f16-head32"])
 def test_logits_and_node_counts_match_llama_cpp(tmp_path, arch, wtype, extra):
-    llama_cpp = _llama_cpp()
     pytest.importorskip("gguf")
     from ggml_py.models.gguf import load_gguf, save_gguf
     cfg = arch_config(arch, **{**SMALL, "n_embd": 128, "n_head": 8, "n_layer": 3,
@@ -330,18 +307,9 @@ def test_logits_and_node_counts_match_llama_cpp(tmp_path, arch, wtype, extra):
     path = str(tmp_path / f"{arch}-{wtype}.gguf")
     save_gguf(Model.random(cfg, seed=11), path)
 
-    with _Log(llama_cpp) as log:
-        llm = llama_cpp.Llama(model_path=path, logits_all=True, n_threads=1,
-                              n_threads_batch=1, n_ctx=64, n_batch=64, flash_attn=False,
-                              verbose=False)
-    pp_nodes, tg_nodes = log.graph_nodes()
-    llm.eval(PROMPT)
-    fed = []
-    for _ in range(N_DECODE):
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-        fed.append(tok)
-        llm.eval([tok])
-    theirs = np.array(llm.scores[:llm.n_tokens], dtype=np.float64)
+    ref = _llama_cpp("logits", path, tmp_path / "theirs.npy", ",".join(map(str, PROMPT)), N_DECODE)
+    pp_nodes, tg_nodes, fed = ref["pp_nodes"], ref["tg_nodes"], ref["fed"]
+    theirs = np.load(tmp_path / "theirs.npy")
 
     cpu = CPUBackend()
     model = load_gguf(path, n_ctx=64, graph="llama.cpp").place(cpu)
@@ -360,53 +328,17 @@ def test_logits_and_node_counts_match_llama_cpp(tmp_path, arch, wtype, extra):
     assert (ours_pp, ours_tg) == (pp_nodes, tg_nodes) == (llama_cpp_nodes(arch, 3),) * 2
 
 
-# ggml_tensor's name field: after type, buffer, ne[4], nb[4], op, op_params[16], flags,
-# src[10], view_src, view_offs and data (ggml.h; x86-64 and aarch64 alike)
-_NAME_OFFSET = 256
-
-
 @pytest.mark.parametrize("arch", ARCHS)
 def test_node_names_and_order_match_llama_cpp(tmp_path, arch):
     """Every node of the prompt graph and of a decode step's graph, in order, with its name
     (views and reshapes named as ggml names them): llama.cpp's scheduler asks its eval
     callback about each node it computes, in graph order."""
-    L = _llama_cpp()
     pytest.importorskip("gguf")
     from ggml_py.models.gguf import load_gguf, save_gguf
     cfg = arch_config(arch, **{**SMALL, "n_ctx": 256}, wtype="f32")
     path = str(tmp_path / f"{arch}.gguf")
     save_gguf(Model.random(cfg, seed=1), path)
-    seen = []
-
-    @L.ggml_backend_sched_eval_callback
-    def cb(t, ask, user_data):
-        if ask:
-            seen.append(ctypes.string_at(t + _NAME_OFFSET).decode())
-        return False
-
-    with _Log(L):       # (quiet)
-        model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
-        cp = L.llama_context_default_params()
-        cp.n_ctx = cp.n_batch = cp.n_ubatch = 64
-        cp.n_threads = cp.n_threads_batch = 1
-        cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        cp.cb_eval = cb
-        ctx = L.llama_init_from_model(model, cp)
-    batch = L.llama_batch_init(64, 0, 1)
-    theirs = []
-    try:
-        for start, toks in ((0, PROMPT[:6]), (6, PROMPT[6:7])):
-            for i, t in enumerate(toks):
-                batch.token[i], batch.pos[i], batch.n_seq_id[i] = t, start + i, 1
-                batch.seq_id[i][0], batch.logits[i] = 0, 1
-            batch.n_tokens = len(toks)
-            seen.clear()
-            assert L.llama_decode(ctx, batch) == 0
-            theirs.append(list(seen))
-    finally:
-        L.llama_batch_free(batch)
-        L.llama_free(ctx)
-        L.llama_model_free(model)
+    theirs = _llama_cpp("names", path, ",".join(map(str, PROMPT[:7])), 6)["names"]
     cpu = CPUBackend()
     s = Session(load_gguf(path, n_ctx=64, graph="llama.cpp").place(cpu), [cpu])
     ours = []
