@@ -68,6 +68,15 @@ class SchedulerError(GgmlPyError, RuntimeError):
         self.kind = kind
 
 
+class ComputeError(BackendError):
+    """A kernel failed. `node` and `backend` name where (the Tensor and the Backend)."""
+
+    def __init__(self, message, node=None, backend=None):
+        super().__init__(message)
+        self.node = node
+        self.backend = backend
+
+
 class AllocationError(GgmlPyError, MemoryError):
     """A buffer that could not be allocated; names the backend or buffer type and the size."""
 

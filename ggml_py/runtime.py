@@ -35,7 +35,7 @@ import numpy as np
 
 from ggml_py._backend import Backend, GraphView, get_buffer, host_bytes, tensor_copy
 from ggml_py._core import Graph, Tensor, index_arg, instance_arg, int_arg, items_arg
-from ggml_py.errors import BackendError, OutOfRangeError, SchedulerError
+from ggml_py.errors import ComputeError, OutOfRangeError, SchedulerError  # noqa: F401 (ComputeError: re-exported)
 
 
 class Status(enum.IntEnum):
@@ -44,16 +44,6 @@ class Status(enum.IntEnum):
     FAILED = -1
     SUCCESS = 0
     ABORTED = 1
-
-
-class ComputeError(BackendError):
-    """A kernel failed. `node` and `backend` name where."""
-
-    def __init__(self, message: str, node: Tensor | None = None,
-                 backend: Backend | None = None) -> None:
-        super().__init__(message)
-        self.node = node
-        self.backend = backend
 
 
 # ---------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from ggml_py.backends.cpu import (CPUBackend, KERNELS, NUMPY_KERNELS, isa, isa_s
 from ggml_py.runtime import time_graph_compute
 from ggml_py.backends.cpu import blas
 from ggml_py.errors import AllocationError, ArgumentError, ArgumentTypeError
-from ggml_py.runtime import ComputeError, Status
+from ggml_py.errors import ComputeError
+from ggml_py.runtime import Status
 from ggml_py.sched import Scheduler
 
 FAST = CPUBackend(n_threads=1)

@@ -21,7 +21,8 @@ from ggml_py.backends import cpu
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.backends.numpy_device import NumpyDeviceBackend
 from ggml_py.errors import BackendError
-from ggml_py.runtime import ComputeError, Status, _ranges
+from ggml_py.errors import ComputeError
+from ggml_py.runtime import Status, _ranges
 from ggml_py.sched import Scheduler
 
 

@@ -455,7 +455,7 @@ cdef class Executor:
         return 0
 
     cdef _raise(self, gp_tensor * node, Exception cause):
-        from ggml_py.runtime import ComputeError
+        from ggml_py.errors import ComputeError
         cdef ggml_tensor * t = <ggml_tensor *>node
         name = t.name.decode(errors="replace")
         op = _OP_NAMES_LIST[t.op] if 0 <= t.op < len(_OP_NAMES_LIST) else str(t.op)
