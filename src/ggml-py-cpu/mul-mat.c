@@ -32,15 +32,7 @@ static dot_form form_of(int wtype) {
 
 // the dot tile of the weights, or NULL for a type read by its vec_dot
 static gp_dot_tile tile_of(int wtype) {
-    const gp_simd * s = gp_simd_active;
-    switch (wtype) {
-        case GP_TYPE_F32:  return s->dot_f32;
-        case GP_TYPE_F16:  return s->dot_f16;
-        case GP_TYPE_BF16: return s->dot_bf16;
-        case GP_TYPE_Q8_0: return s->dot_q8_0;
-        case GP_TYPE_Q4_0: return s->dot_q4_0;
-        default:           return NULL;
-    }
+    return wtype >= 0 && wtype < GP_TYPE_COUNT ? gp_simd_active->tile[wtype] : NULL;
 }
 
 // bytes of one src1 row in the dot form of weights of type wtype
