@@ -243,28 +243,36 @@ INLINE __m256i pick_row(int r) { return _mm256_load_si256((const __m256i *)pick_
 // scale 2i of the 8 for the low 16 values of a 32-value chunk, 2i + 1 for the high 16
 INLINE __m256i scale_pair(__m256i scales, int i) { return _mm256_shuffle_epi8(scales, pick_row(8 + i)); }
 
+// acc plus the int32 pair sums of sc * p (int16 lanes): AVX-512 VNNI in one instruction;
+// the sums are exact either way (the K-quants' products are far from int32's range)
+INLINE __m256i madd_add(__m256i acc, __m256i sc, __m256i p) {
+#ifdef GP_SIMD_AVX512
+    return _mm256_dpwssd_epi32(acc, sc, p);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(sc, p));
+#endif
+}
+
 // q2_K and q3_K share the 2-bit layout and 16-value groups; sc16 holds the 16 scales as
 // int16. Returns the block's 8 int32 lanes; for q3_K, hbits are the hmask bytes.
 INLINE __m256i sum_2bit(const uint8_t * qs, const int8_t * q8, __m128i sc16lo, __m128i sc16hi,
                         const uint8_t * hmask) {
     // q3_K: value - 4 where the third bit is clear, as a product with (~hmask bit) * 4
     const __m256i nh = hmask ? _mm256_xor_si256(load32(hmask), _mm256_set1_epi8(-1)) : _mm256_setzero_si256();
-    __m256i sumi = _mm256_setzero_si256();
+    __m256i sumi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     UNROLL for (int j = 0; j < 2; j++) {
         const __m128i half = j ? sc16hi : sc16lo;
         const __m256i scales = _mm256_set_m128i(half, half);
         const __m256i bits = load32(qs + 32 * j);
-        __m256i p[4];
         UNROLL for (int k = 0; k < 4; k++) {
             const __m256i q = field_to(bits, 2 * k, 0, 2);
             const __m256i y8 = load32((const uint8_t *)(q8 + 128 * j + 32 * k));
-            p[k] = _mm256_maddubs_epi16(q, y8);
-            if (hmask) p[k] = _mm256_sub_epi16(p[k], _mm256_maddubs_epi16(field_to(nh, 4 * j + k, 2, 1), y8));
-            p[k] = _mm256_madd_epi16(scale_pair(scales, k), p[k]);
+            __m256i p = _mm256_maddubs_epi16(q, y8);
+            if (hmask) p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(field_to(nh, 4 * j + k, 2, 1), y8));
+            sumi[k % 2] = madd_add(sumi[k % 2], scale_pair(scales, k), p);
         }
-        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3])));
     }
-    return sumi;
+    return _mm256_add_epi32(sumi[0], sumi[1]);
 }
 
 // Each type's vec_dot as a per-product state and a block step (dot-tile.h's BLOCK_TILE
@@ -322,20 +330,18 @@ INLINE __m256i k4_scales(const uint8_t * x, const uint8_t * y, __m128i * min_pro
 // the 8 int32 lanes of a q4_K / q5_K block (qh: the fifth bits, or NULL)
 INLINE __m256i k4_sum(const uint8_t * qs, const uint8_t * qh, const int8_t * q8, __m256i scales) {
     const __m256i hbits = qh ? load32(qh) : _mm256_setzero_si256();
-    __m256i sumi = _mm256_setzero_si256();
+    __m256i sumi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     UNROLL for (int j = 0; j < 4; j++) {
         const __m256i bits = load32(qs + 32 * j);
-        __m256i p[2];
         UNROLL for (int h = 0; h < 2; h++) {
             const int g = 2 * j + h;
             __m256i q = field_to(bits, 4 * h, 0, 4);
             if (qh) q = _mm256_or_si256(q, field_to(hbits, g, 4, 1));
             const __m256i sc = _mm256_shuffle_epi8(scales, pick_row(g));
-            p[h] = _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, load32((const uint8_t *)(q8 + 32 * g))));
+            sumi[h] = madd_add(sumi[h], sc, _mm256_maddubs_epi16(q, load32((const uint8_t *)(q8 + 32 * g))));
         }
-        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[0], p[1]));
     }
-    return sumi;
+    return _mm256_add_epi32(sumi[0], sumi[1]);
 }
 
 // q4_K: the mins in 4 lanes of their own; q5_K: in one float
@@ -383,7 +389,7 @@ INLINE void q6_K_step(acc8_state * st, const uint8_t * x, const uint8_t * y) {
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + Q6K_SCALES)));
     // the -32 of every value, as 32 * scale * bsum per pair of 16-value groups
     const __m256i minus = _mm256_slli_epi32(_mm256_madd_epi16(load32(y + Q8K_BSUMS), sc16), 5);
-    __m256i sumi = _mm256_setzero_si256();
+    __m256i sumi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     UNROLL for (int j = 0; j < 2; j++) {
         // scales 8j..8j+7 in both halves, picked in pairs by scale_pair
         const __m256i scales = _mm256_permute2x128_si256(sc16, sc16, j ? 0x11 : 0x00);
@@ -395,29 +401,27 @@ INLINE void q6_K_step(acc8_state * st, const uint8_t * x, const uint8_t * y) {
         UNROLL for (int k = 0; k < 4; k++) {
             q[k] = _mm256_or_si256(field_to(lo[k % 2], 4 * (k / 2), 0, 4), field_to(hi, 2 * k, 4, 2));
         }
-        __m256i p[4];
         UNROLL for (int k = 0; k < 4; k++) {
             const __m256i sc = scale_pair(scales, k);
-            p[k] = _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q[k], load32((const uint8_t *)(q8 + 128 * j + 32 * k))));
+            sumi[k % 2] = madd_add(sumi[k % 2], sc, _mm256_maddubs_epi16(q[k], load32((const uint8_t *)(q8 + 128 * j + 32 * k))));
         }
-        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[0], p[1]));
-        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[2], p[3]));
     }
-    sumi = _mm256_sub_epi32(sumi, minus);
-    st->acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), st->acc);
+    const __m256i sum = _mm256_sub_epi32(_mm256_add_epi32(sumi[0], sumi[1]), minus);
+    st->acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sum), st->acc);
 }
 
-// tiles: K_TM x K_TN with columns, K_MV rows for one column (measured at 4096 x 4096)
+// tiles: K_TM x K_TN with columns, K_MV rows for one column, K_PF: prefetch (measured at
+// 4096 x 4096 weights by 1 and 32 columns; the AVX-512 build has 32 vector registers
+// for the 12 products' states and the shared unpacking, AVX2 16)
 #ifndef K_TM
+#ifdef GP_SIMD_AVX512
+#define K_TM 4
+#define K_TN 3
+#else
 #define K_TM 2
-#endif
-#ifndef K_TN
 #define K_TN 2
 #endif
-#ifndef K_MV
 #define K_MV 1
-#endif
-#ifndef K_PF
 #define K_PF 0
 #endif
 
