@@ -243,16 +243,6 @@ INLINE __m256i pick_row(int r) { return _mm256_load_si256((const __m256i *)pick_
 // scale 2i of the 8 for the low 16 values of a 32-value chunk, 2i + 1 for the high 16
 INLINE __m256i scale_pair(__m256i scales, int i) { return _mm256_shuffle_epi8(scales, pick_row(8 + i)); }
 
-// acc plus the int32 pair sums of sc * p (int16 lanes): AVX-512 VNNI in one instruction;
-// the sums are exact either way (the K-quants' products are far from int32's range)
-INLINE __m256i madd_add(__m256i acc, __m256i sc, __m256i p) {
-#ifdef GP_SIMD_AVX512
-    return _mm256_dpwssd_epi32(acc, sc, p);
-#else
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(sc, p));
-#endif
-}
-
 // q2_K and q3_K share the 2-bit layout and 16-value groups; sc16 holds the 16 scales as
 // int16. Returns the block's 8 int32 lanes; for q3_K, hbits are the hmask bytes.
 INLINE __m256i sum_2bit(const uint8_t * qs, const int8_t * q8, __m128i sc16lo, __m128i sc16hi,

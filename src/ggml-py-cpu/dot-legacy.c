@@ -222,44 +222,44 @@ INLINE void iq4_xs_step(acc8_state * st, const uint8_t * x, const uint8_t * y) {
     const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)gp_kvalues_iq4nl));
     const uint32_t sl = gp_load_le32(x + 4);
     const uint16_t sh = gp_load_le16(x + 2);
-    __m256i sumi = _mm256_setzero_si256();           // (exact: any order)
+    __m256i sumi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};  // (exact: any order)
 #pragma GCC unroll 8
     for (int ib = 0; ib < 8; ib++) {
         const __m256i qx = lookup32(x + 8 + 16 * ib, table);
         const __m256i qy = _mm256_loadu_si256((const __m256i *)(y + 4 + 32 * ib));
         const __m256i ls = _mm256_set1_epi16((short)(gp_iq4_xs_scale(sl, sh, ib) - 32));
-        sumi = _mm256_add_epi32(_mm256_madd_epi16(i8_pairs(qx, qy), ls), sumi);
+        sumi[ib % 2] = madd_add(sumi[ib % 2], ls, i8_pairs(qx, qy));
     }
     const __m256 d = _mm256_set1_ps(scale_f16(x) * q8_K_scale(y));
-    st->acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), st->acc);
+    st->acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_add_epi32(sumi[0], sumi[1])), st->acc);
 }
 
-// tiles: L_TM x L_TN with columns, L_MV rows for one column (measured at 4096 x 4096)
+// tiles: L_TM x L_TN with columns; with one column, 2 weight rows at a time for the
+// 32-value types (as q8_0 / q4_0), 1 for iq4_xs (as the K-quants), and the next rows
+// prefetched (measured at 4096 x 4096 weights by 1 and 32 columns)
 #ifndef L_TM
+#ifdef GP_SIMD_AVX512
 #define L_TM 4
-#endif
-#ifndef L_TN
+#define L_TN 3
+#else
+#define L_TM 4
 #define L_TN 2
 #endif
-#ifndef L_MV
-#define L_MV 2
-#endif
-#ifndef L_PF
 #define L_PF 1
 #endif
 
-// T against V (blocks of QK values, XB / YB bytes), S blocks a step
-#define L_TILE(T, V, QK, XB, YB, S, STATE)                                                 \
+// T against V (blocks of QK values, XB / YB bytes), S blocks a step, MV rows for one column
+#define L_TILE(T, V, QK, XB, YB, S, STATE, MV)                                             \
     BLOCK_TILE(T, QK, XB, YB, S, STATE, L_PF)                                              \
     void DOT(T, V)(int64_t n, float * s, const void * x, const void * y) { vec_dot_tile_##T(n, s, x, y); } \
-    TILE_DISPATCH(GP_SIMD_FN(gp_dot_tile_##T), tile_##T, L_TM, L_TN, L_MV)
+    TILE_DISPATCH(GP_SIMD_FN(gp_dot_tile_##T), tile_##T, L_TM, L_TN, MV)
 
-L_TILE(q4_1, q8_1, 32, Q4_1_BYTES, Q8_1_BYTES, 1, affine_state)
-L_TILE(q5_1, q8_1, 32, Q5_1_BYTES, Q8_1_BYTES, 1, affine_state)
-L_TILE(q5_0, q8_0, 32, Q5_0_BYTES, Q8_0_BYTES, 1, acc8_state)
-L_TILE(iq4_nl, q8_0, 32, IQ4_NL_BYTES, Q8_0_BYTES, 2, table_state)
-L_TILE(mxfp4, q8_0, 32, MXFP4_BYTES, Q8_0_BYTES, 2, table_state)
-L_TILE(iq4_xs, q8_K, QK_K, IQ4_XS_BYTES, Q8_K_BYTES, 1, acc8_state)
+L_TILE(q4_1, q8_1, 32, Q4_1_BYTES, Q8_1_BYTES, 1, affine_state, 2)
+L_TILE(q5_1, q8_1, 32, Q5_1_BYTES, Q8_1_BYTES, 1, affine_state, 2)
+L_TILE(q5_0, q8_0, 32, Q5_0_BYTES, Q8_0_BYTES, 1, acc8_state, 2)
+L_TILE(iq4_nl, q8_0, 32, IQ4_NL_BYTES, Q8_0_BYTES, 2, table_state, 2)
+L_TILE(mxfp4, q8_0, 32, MXFP4_BYTES, Q8_0_BYTES, 2, table_state, 2)
+L_TILE(iq4_xs, q8_K, QK_K, IQ4_XS_BYTES, Q8_K_BYTES, 1, acc8_state, 1)
 
 #else   // baseline: ggml's generic C order
 
