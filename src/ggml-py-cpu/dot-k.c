@@ -1,7 +1,9 @@
 // Dot products of the K-quant weight types (q2_K .. q6_K) with q8_K rows, compiled once
 // per instruction set as simd.c: with GP_SIMD_AVX2 (and -mavx2 -mfma -mf16c) this file
-// defines the gp_vec_dot_*_q8_K_avx2 functions (_avx512 in the AVX-512 build, the same
-// code), without it the _baseline ones.
+// defines the gp_vec_dot_*_q8_K_avx2 functions and the gp_dot_tile_*_avx2 tiles of
+// several rows and columns (_avx512 in the AVX-512 build, the same code; its VNNI adds
+// the scaled pair sums in one instruction, the same integers), without it the _baseline
+// vec_dots. The AVX2 vec_dots are their tiles at 1 x 1 (dot-tile.h's BLOCK_TILE).
 //
 // Both keep ggml 0.10.1's float order, so that results carry its bits:
 //  * baseline: ggml-cpu's generic C code. q3_K..q6_K sum integer products into 8 lanes

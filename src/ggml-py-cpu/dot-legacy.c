@@ -1,7 +1,9 @@
 // Dot products of the legacy and non-linear block types with their vec_dot types
 // (block-quants.h), compiled once per instruction set as simd.c: with GP_SIMD_AVX2 (and
 // -mavx2 -mfma -mf16c) this file defines the gp_vec_dot_*_avx2 functions (_avx512 in the
-// AVX-512 build, the same code), without it the gp_vec_dot_*_baseline ones.
+// AVX-512 build, the same code), and with them the gp_dot_tile_* tiles of several rows
+// and columns (dot-tile.h's BLOCK_TILE, whose 1 x 1 tile is the vec_dot); without it
+// the gp_vec_dot_*_baseline ones.
 //
 // Integer products within a block are exact in any order; what decides the bits is the
 // float part, which follows ggml 0.10.1:

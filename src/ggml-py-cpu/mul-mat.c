@@ -6,9 +6,11 @@
 //   f16 / bf16 weights: src1 rounded to f16 / bf16 (kept as float32 values)
 //   block types:        src1 quantised to the type's vec_dot type (q8_0, q8_1 or q8_K)
 //                       with ggml-cpu's quantiser
-// f32 / f16 / bf16 / q8_0 / q4_0 weights are read by the active instruction set's dot
-// tiles (simd.c); the other block types by their vec_dot, one product at a time, as
-// ggml's CPU does. The converted rows go to the work buffer (each thread converts its
+// Weights are read by the active instruction set's dot tile of their type (gp_simd.tile:
+// simd.c for f32 / f16 / bf16 / q8_0 / q4_0, dot-k.c and dot-legacy.c for the other block
+// types, whose tiles give every product its vec_dot's bits), or, where the instruction
+// set has none (the baseline's other block types), by their vec_dot one product at a
+// time, as ggml's CPU does. The converted rows go to the work buffer (each thread converts its
 // share, then all wait); then the threads take chunks of (matrix, 16 weight rows) in
 // turn, each chunk running over all of its matrix's src1 rows. Every output is one dot
 // product summed in a fixed order, so the thread count does not change the result.

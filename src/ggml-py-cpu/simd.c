@@ -4,6 +4,10 @@
 // gp_simd_baseline (plain C that runs on any CPU). Nothing here is called unless the
 // CPU has the instruction set (gp_isa_set checks CPUID).
 //
+// The tile table (gp_simd.tile) holds every weight type's dot tile: the float types' and
+// q8_0 / q4_0's are here, the other block types' (AVX2 / AVX-512 builds) in dot-k.c and
+// dot-legacy.c, made from their vec_dot's block step (dot-tile.h).
+//
 // Dot tiles (gp_dot_tile in cpu-impl.h) compute rm x rn dot products at once, so that
 // each weight row loaded feeds rn products and each activation row rm: the register
 // tiles are 8x1 (matrix-vector) and 4x3 (f32/f16/bf16) or 4x2 (q8_0/q4_0) otherwise.
