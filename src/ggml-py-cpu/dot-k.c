@@ -406,7 +406,8 @@ INLINE void q6_K_step(acc8_state * st, const uint8_t * x, const uint8_t * y) {
 // products' states and the shared unpacking, AVX2 16); with one column K_MV rows at a
 // time, the next rows prefetched (K_PF) as they stream (measured at 4096 x 4096 weights
 // by 1 and 32 columns: q4_K n1 1 row 414-436 us, 2 rows 400-403 us, 4 rows 420 us;
-// 2 rows without the prefetch tripled q6_K's time)
+// q6_K takes 1 row: its 2-row tiles ran up to 3x slower in some runs, with weights that
+// another program's run had pushed out of the caches, as bench_vs_ggml's alternation does)
 #ifndef K_TM
 #ifdef GP_SIMD_AVX512
 #define K_TM 4
@@ -419,22 +420,22 @@ INLINE void q6_K_step(acc8_state * st, const uint8_t * x, const uint8_t * y) {
 #define K_PF 1
 #endif
 
-#define K_TILE(T, STATE)                                                                   \
+#define K_TILE(T, STATE, MV)                                                               \
     BLOCK_TILE(T, QK_K, T##_BYTES_, Q8_K_BYTES, 1, STATE, K_PF)                            \
     void GP_SIMD_FN(gp_vec_dot_##T##_q8_K)(int64_t n, float * s, const void * x, const void * y) { \
         vec_dot_tile_##T(n, s, x, y);                                                      \
     }                                                                                      \
-    TILE_DISPATCH(GP_SIMD_FN(gp_dot_tile_##T), tile_##T, K_TM, K_TN, K_MV)
+    TILE_DISPATCH(GP_SIMD_FN(gp_dot_tile_##T), tile_##T, K_TM, K_TN, MV)
 
 #define q2_K_BYTES_ Q2_K_BYTES
 #define q3_K_BYTES_ Q3_K_BYTES
 #define q4_K_BYTES_ Q4_K_BYTES
 #define q5_K_BYTES_ Q5_K_BYTES
 #define q6_K_BYTES_ Q6_K_BYTES
-K_TILE(q2_K, acc8_state)
-K_TILE(q3_K, acc8_state)
-K_TILE(q4_K, k4_state)
-K_TILE(q5_K, k4_state)
-K_TILE(q6_K, acc8_state)
+K_TILE(q2_K, acc8_state, K_MV)
+K_TILE(q3_K, acc8_state, K_MV)
+K_TILE(q4_K, k4_state, K_MV)
+K_TILE(q5_K, k4_state, K_MV)
+K_TILE(q6_K, acc8_state, 1)
 
 #endif
