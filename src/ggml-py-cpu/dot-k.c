@@ -406,8 +406,10 @@ INLINE void q6_K_step(acc8_state * st, const uint8_t * x, const uint8_t * y) {
 // products' states and the shared unpacking, AVX2 16); with one column K_MV rows at a
 // time, the next rows prefetched (K_PF) as they stream (measured at 4096 x 4096 weights
 // by 1 and 32 columns: q4_K n1 1 row 414-436 us, 2 rows 400-403 us, 4 rows 420 us;
-// q6_K takes 1 row: its 2-row tiles ran up to 3x slower in some runs, with weights that
-// another program's run had pushed out of the caches, as bench_vs_ggml's alternation does)
+// q6_K takes 1 row without prefetching, as its vec_dot read them: its 2-row tiles ran up
+// to 3x slower in some runs, with weights that another program's run had pushed out of
+// the caches, as bench_vs_ggml's alternation does; 1 row with the prefetch 0.97-1.14x
+// ggml's time there, without it 0.90-0.92x)
 #ifndef K_TM
 #ifdef GP_SIMD_AVX512
 #define K_TM 4
@@ -420,8 +422,8 @@ INLINE void q6_K_step(acc8_state * st, const uint8_t * x, const uint8_t * y) {
 #define K_PF 1
 #endif
 
-#define K_TILE(T, STATE, MV)                                                               \
-    BLOCK_TILE(T, QK_K, T##_BYTES_, Q8_K_BYTES, 1, STATE, K_PF)                            \
+#define K_TILE(T, STATE, MV, PF)                                                           \
+    BLOCK_TILE(T, QK_K, T##_BYTES_, Q8_K_BYTES, 1, STATE, PF)                            \
     void GP_SIMD_FN(gp_vec_dot_##T##_q8_K)(int64_t n, float * s, const void * x, const void * y) { \
         vec_dot_tile_##T(n, s, x, y);                                                      \
     }                                                                                      \
@@ -432,10 +434,10 @@ INLINE void q6_K_step(acc8_state * st, const uint8_t * x, const uint8_t * y) {
 #define q4_K_BYTES_ Q4_K_BYTES
 #define q5_K_BYTES_ Q5_K_BYTES
 #define q6_K_BYTES_ Q6_K_BYTES
-K_TILE(q2_K, acc8_state, K_MV)
-K_TILE(q3_K, acc8_state, K_MV)
-K_TILE(q4_K, k4_state, K_MV)
-K_TILE(q5_K, k4_state, K_MV)
-K_TILE(q6_K, acc8_state, 1)
+K_TILE(q2_K, acc8_state, K_MV, K_PF)
+K_TILE(q3_K, acc8_state, K_MV, K_PF)
+K_TILE(q4_K, k4_state, K_MV, K_PF)
+K_TILE(q5_K, k4_state, K_MV, K_PF)
+K_TILE(q6_K, acc8_state, 1, 0)
 
 #endif
