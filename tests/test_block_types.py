@@ -263,6 +263,32 @@ def test_mul_mat_runs_in_c_and_matches_numpy(t, n):
     assert _nmse(ref, fast) < NMSE_MUL_MAT
 
 
+@pytest.mark.parametrize("on_isa", ISAS, indirect=True)
+@pytest.mark.parametrize("t", NEW_TYPES)
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 7])
+def test_mul_mat_is_the_vec_dot_product_by_product(t, n, on_isa):
+    """Every output of MUL_MAT is the type's vec_dot of its weight row and src1 row (in
+    the vec_dot type, through the CPU quantiser), bit for bit, whatever dot tile of rows
+    and columns computed it (odd row counts and, for the 32-value types, an odd block
+    count, which the two-accumulator dots finish on their own)."""
+    from ggml_py import _quants
+    from ggml_py._core import type_id
+    qk = quants.BLOCKS[t][0]
+    k = 9 * qk if qk == 32 else 2 * qk
+    m = 21
+    ctx = Context()
+    wt, w = _weights(ctx, t, m, k, seed=11 + n)
+    xt = ops.new_tensor(ctx, "f32", [k, n, 1, 1], name="x")
+    x = np.random.default_rng(12 + n).uniform(-1, 1, (1, 1, n, k)).astype(np.float32)
+    out = ops.mul_mat(ctx, wt, xt)
+    fast, kinds = _compute(FAST, out, {wt: w, xt: x})
+    assert kinds[-1] == "c"
+    y = quants.quantize(quants.vec_dot_type(t), x.reshape(n, k), cpu=True)
+    want = np.array([[_quants.vec_dot(type_id(t), w[0, i], y[j]) for i in range(m)] for j in range(n)],
+                    np.float32)
+    np.testing.assert_array_equal(_bits(fast.reshape(n, m)), _bits(want))
+
+
 @pytest.mark.parametrize("t", NEW_TYPES)
 def test_mul_mat_id_runs_in_c_and_matches_numpy(t):
     k = max(quants.BLOCKS[t][0], 256)

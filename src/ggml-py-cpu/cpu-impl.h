@@ -256,11 +256,12 @@ typedef void (*gp_dot_tile)(int64_t k, const char * a, size_t lda, int rm,
 
 typedef struct gp_simd {
     const char * name;
-    gp_dot_tile  dot_f32;       // f32 weights   x float32 rows
-    gp_dot_tile  dot_f16;       // f16 weights   x float32 rows (values of f16)
-    gp_dot_tile  dot_bf16;      // bf16 weights  x float32 rows (values of bf16)
-    gp_dot_tile  dot_q8_0;      // q8_0 weights  x q8_0 rows
-    gp_dot_tile  dot_q4_0;      // q4_0 weights  x q8_0 rows
+    // the dot tiles of the weight types, by type (NULL: MUL_MAT reads that type with its
+    // vec_dot one product at a time, as the baseline build does for the block types
+    // other than q8_0 / q4_0); src1 comes as float32 rows for f32 weights, f16 / bf16
+    // values (as float32) for f16 / bf16 weights, and blocks of the weights' vec_dot
+    // type for block types
+    gp_dot_tile  tile[GP_TYPE_COUNT];
     void (*f16_to_f32)(const uint16_t * x, float * y, int64_t n);
     void (*f32_to_f16)(const float * x, uint16_t * y, int64_t n);
     void (*round_f16)(const float * x, float * y, int64_t n);
@@ -269,6 +270,25 @@ typedef struct gp_simd {
     gp_vec_dot_fn vec_dot[GP_TYPE_COUNT];   // weights read by a vec_dot (block-quants.h),
                                             // by type; NULL for the others
 } gp_simd;
+
+// the dot tiles of the types read by a vec_dot (dot-k.c, dot-legacy.c), in the AVX2 and
+// AVX-512 builds: every product has its vec_dot's bits
+#define GP_BLOCK_TILE(T)                                                                   \
+    void gp_dot_tile_##T##_avx2(int64_t k, const char * a, size_t lda, int rm,             \
+                                const void * const * b, int rn, float * const * c);        \
+    void gp_dot_tile_##T##_avx512(int64_t k, const char * a, size_t lda, int rm,           \
+                                  const void * const * b, int rn, float * const * c);
+GP_BLOCK_TILE(q4_1)
+GP_BLOCK_TILE(q5_0)
+GP_BLOCK_TILE(q5_1)
+GP_BLOCK_TILE(iq4_nl)
+GP_BLOCK_TILE(iq4_xs)
+GP_BLOCK_TILE(mxfp4)
+GP_BLOCK_TILE(q2_K)
+GP_BLOCK_TILE(q3_K)
+GP_BLOCK_TILE(q4_K)
+GP_BLOCK_TILE(q5_K)
+GP_BLOCK_TILE(q6_K)
 
 extern const gp_simd gp_simd_baseline;
 #if GP_HAVE_AVX2

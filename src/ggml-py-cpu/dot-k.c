@@ -1,7 +1,9 @@
 // Dot products of the K-quant weight types (q2_K .. q6_K) with q8_K rows, compiled once
 // per instruction set as simd.c: with GP_SIMD_AVX2 (and -mavx2 -mfma -mf16c) this file
-// defines the gp_vec_dot_*_q8_K_avx2 functions (_avx512 in the AVX-512 build, the same
-// code), without it the _baseline ones.
+// defines the gp_vec_dot_*_q8_K_avx2 functions and the gp_dot_tile_*_avx2 tiles of
+// several rows and columns (_avx512 in the AVX-512 build, the same code; its VNNI adds
+// the scaled pair sums in one instruction, the same integers), without it the _baseline
+// vec_dots. The AVX2 vec_dots are their tiles at 1 x 1 (dot-tile.h's BLOCK_TILE).
 //
 // Both keep ggml 0.10.1's float order, so that results carry its bits:
 //  * baseline: ggml-cpu's generic C code. q3_K..q6_K sum integer products into 8 lanes
@@ -17,6 +19,7 @@
 
 #include "cpu-impl.h"
 #include "block-k.h"
+#include "dot-tile.h"
 
 #ifdef GP_SIMD_AVX2
 #include <immintrin.h>
@@ -248,59 +251,59 @@ INLINE __m256i sum_2bit(const uint8_t * qs, const int8_t * q8, __m128i sc16lo, _
                         const uint8_t * hmask) {
     // q3_K: value - 4 where the third bit is clear, as a product with (~hmask bit) * 4
     const __m256i nh = hmask ? _mm256_xor_si256(load32(hmask), _mm256_set1_epi8(-1)) : _mm256_setzero_si256();
-    __m256i sumi = _mm256_setzero_si256();
+    __m256i sumi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     UNROLL for (int j = 0; j < 2; j++) {
         const __m128i half = j ? sc16hi : sc16lo;
         const __m256i scales = _mm256_set_m128i(half, half);
         const __m256i bits = load32(qs + 32 * j);
-        __m256i p[4];
         UNROLL for (int k = 0; k < 4; k++) {
             const __m256i q = field_to(bits, 2 * k, 0, 2);
             const __m256i y8 = load32((const uint8_t *)(q8 + 128 * j + 32 * k));
-            p[k] = _mm256_maddubs_epi16(q, y8);
-            if (hmask) p[k] = _mm256_sub_epi16(p[k], _mm256_maddubs_epi16(field_to(nh, 4 * j + k, 2, 1), y8));
-            p[k] = _mm256_madd_epi16(scale_pair(scales, k), p[k]);
+            __m256i p = _mm256_maddubs_epi16(q, y8);
+            if (hmask) p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(field_to(nh, 4 * j + k, 2, 1), y8));
+            sumi[k % 2] = madd_add(sumi[k % 2], scale_pair(scales, k), p);
         }
-        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3])));
     }
-    return sumi;
+    return _mm256_add_epi32(sumi[0], sumi[1]);
 }
 
-void GP_SIMD_FN(gp_vec_dot_q2_K_q8_K)(int64_t n, float * s, const void * vx, const void * vy) {
-    const uint8_t * x = vx;
-    const uint8_t * y = vy;
+// Each type's vec_dot as a per-product state and a block step (dot-tile.h's BLOCK_TILE
+// makes the tiles and the vec_dot of them): x, y point at one weight / q8_K block.
+
+typedef struct { __m256 acc; } acc8_state;
+INLINE void acc8_init(acc8_state * st) { st->acc = _mm256_setzero_ps(); }
+INLINE float acc8_fin(const acc8_state * st, const uint8_t * x, const uint8_t * y, int64_t left) {
+    (void)x, (void)y, (void)left;
+    return hsum8(st->acc);
+}
+
+#define q2_K_init acc8_init
+#define q2_K_fin  acc8_fin
+INLINE void q2_K_step(acc8_state * st, const uint8_t * x, const uint8_t * y) {
     const __m128i m4 = _mm_set1_epi8(0x0F);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / QK_K; b++, x += Q2_K_BYTES, y += Q8_K_BYTES) {
-        const __m128 dd = block_d_dmin(x + Q2K_D, y);
-        const __m128i raw = _mm_loadu_si128((const __m128i *)(x + Q2K_SCALES));
-        const __m256i mins = _mm256_cvtepi8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
-        const __m256i prod = _mm256_madd_epi16(mins, load32(y + Q8K_BSUMS));
-        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), _mm256_cvtepi32_ps(prod), acc);
+    const __m128 dd = block_d_dmin(x + Q2K_D, y);
+    const __m128i raw = _mm_loadu_si128((const __m128i *)(x + Q2K_SCALES));
+    const __m256i mins = _mm256_cvtepi8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
+    const __m256i prod = _mm256_madd_epi16(mins, load32(y + Q8K_BSUMS));
+    st->acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), _mm256_cvtepi32_ps(prod), st->acc);
 
-        const __m256i sc = _mm256_cvtepi8_epi16(_mm_and_si128(raw, m4));
-        const __m256i sumi = sum_2bit(x + Q2K_QS, (const int8_t *)(y + Q8K_QS), _mm256_castsi256_si128(sc),
-                                      _mm256_extracti128_si256(sc, 1), NULL);
-        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    *s = hsum8(acc);
+    const __m256i sc = _mm256_cvtepi8_epi16(_mm_and_si128(raw, m4));
+    const __m256i sumi = sum_2bit(x + Q2K_QS, (const int8_t *)(y + Q8K_QS), _mm256_castsi256_si128(sc),
+                                  _mm256_extracti128_si256(sc, 1), NULL);
+    st->acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi), st->acc);
 }
 
-void GP_SIMD_FN(gp_vec_dot_q3_K_q8_K)(int64_t n, float * s, const void * vx, const void * vy) {
-    const uint8_t * x = vx;
-    const uint8_t * y = vy;
-    __m256 acc = _mm256_setzero_ps();
+#define q3_K_init acc8_init
+#define q3_K_fin  acc8_fin
+INLINE void q3_K_step(acc8_state * st, const uint8_t * x, const uint8_t * y) {
     uint32_t w[4];
-    for (int64_t b = 0; b < n / QK_K; b++, x += Q3_K_BYTES, y += Q8_K_BYTES) {
-        const float d = block_d(x + Q3K_D, y);
-        kq_q3_words(x + Q3K_SCALES, w);
-        const __m128i sc8 = _mm_sub_epi8(_mm_set_epi32((int)w[3], (int)w[2], (int)w[1], (int)w[0]), _mm_set1_epi8(32));
-        const __m256i sc = _mm256_cvtepi8_epi16(sc8);
-        const __m256i sumi = sum_2bit(x + Q3K_QS, (const int8_t *)(y + Q8K_QS), _mm256_castsi256_si128(sc),
-                                      _mm256_extracti128_si256(sc, 1), x + Q3K_HMASK);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    *s = hsum8(acc);
+    const float d = block_d(x + Q3K_D, y);
+    kq_q3_words(x + Q3K_SCALES, w);
+    const __m128i sc8 = _mm_sub_epi8(_mm_set_epi32((int)w[3], (int)w[2], (int)w[1], (int)w[0]), _mm_set1_epi8(32));
+    const __m256i sc = _mm256_cvtepi8_epi16(sc8);
+    const __m256i sumi = sum_2bit(x + Q3K_QS, (const int8_t *)(y + Q8K_QS), _mm256_castsi256_si128(sc),
+                                  _mm256_extracti128_si256(sc, 1), x + Q3K_HMASK);
+    st->acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), st->acc);
 }
 
 // q4_K / q5_K: the block's mins as 4 int32 lanes (ggml pairs the bsums of each 32 values
@@ -319,93 +322,122 @@ INLINE __m256i k4_scales(const uint8_t * x, const uint8_t * y, __m128i * min_pro
 // the 8 int32 lanes of a q4_K / q5_K block (qh: the fifth bits, or NULL)
 INLINE __m256i k4_sum(const uint8_t * qs, const uint8_t * qh, const int8_t * q8, __m256i scales) {
     const __m256i hbits = qh ? load32(qh) : _mm256_setzero_si256();
-    __m256i sumi = _mm256_setzero_si256();
+    __m256i sumi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     UNROLL for (int j = 0; j < 4; j++) {
         const __m256i bits = load32(qs + 32 * j);
-        __m256i p[2];
         UNROLL for (int h = 0; h < 2; h++) {
             const int g = 2 * j + h;
             __m256i q = field_to(bits, 4 * h, 0, 4);
             if (qh) q = _mm256_or_si256(q, field_to(hbits, g, 4, 1));
             const __m256i sc = _mm256_shuffle_epi8(scales, pick_row(g));
-            p[h] = _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, load32((const uint8_t *)(q8 + 32 * g))));
+            sumi[h] = madd_add(sumi[h], sc, _mm256_maddubs_epi16(q, load32((const uint8_t *)(q8 + 32 * g))));
         }
-        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[0], p[1]));
     }
-    return sumi;
+    return _mm256_add_epi32(sumi[0], sumi[1]);
 }
 
-void GP_SIMD_FN(gp_vec_dot_q4_K_q8_K)(int64_t n, float * s, const void * vx, const void * vy) {
-    const uint8_t * x = vx;
-    const uint8_t * y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    __m128 acc_m = _mm_setzero_ps();
-    for (int64_t b = 0; b < n / QK_K; b++, x += Q4_K_BYTES, y += Q8_K_BYTES) {
-        const __m128 dd = block_d_dmin(x + Q4K_D, y);
-        __m128i prod;
-        const __m256i scales = k4_scales(x, y, &prod);
-        acc_m = _mm_fmadd_ps(_mm_shuffle_ps(dd, dd, 0x55), _mm_cvtepi32_ps(prod), acc_m);
-        const __m256i sumi = k4_sum(x + Q4K_QS, NULL, (const int8_t *)(y + Q8K_QS), scales);
-        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+// q4_K: the mins in 4 lanes of their own; q5_K: in one float
+typedef struct { __m256 acc; __m128 m; } k4_state;
+INLINE void k4_init(k4_state * st) { st->acc = _mm256_setzero_ps(); st->m = _mm_setzero_ps(); }
+
+#define q4_K_init k4_init
+INLINE void q4_K_step(k4_state * st, const uint8_t * x, const uint8_t * y) {
+    const __m128 dd = block_d_dmin(x + Q4K_D, y);
+    __m128i prod;
+    const __m256i scales = k4_scales(x, y, &prod);
+    st->m = _mm_fmadd_ps(_mm_shuffle_ps(dd, dd, 0x55), _mm_cvtepi32_ps(prod), st->m);
+    const __m256i sumi = k4_sum(x + Q4K_QS, NULL, (const int8_t *)(y + Q8K_QS), scales);
+    st->acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi), st->acc);
+}
+INLINE float q4_K_fin(const k4_state * st, const uint8_t * x, const uint8_t * y, int64_t left) {
+    (void)x, (void)y, (void)left;
+    __m128 acc_m = _mm_add_ps(st->m, _mm_movehl_ps(st->m, st->m));
     acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
-    *s = hsum8(acc) + _mm_cvtss_f32(acc_m);
+    return hsum8(st->acc) + _mm_cvtss_f32(acc_m);
 }
 
-void GP_SIMD_FN(gp_vec_dot_q5_K_q8_K)(int64_t n, float * s, const void * vx, const void * vy) {
-    const uint8_t * x = vx;
-    const uint8_t * y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    __m128 summs = _mm_setzero_ps();
-    for (int64_t b = 0; b < n / QK_K; b++, x += Q5_K_BYTES, y += Q8_K_BYTES) {
-        const __m128 dd = block_d_dmin(x + Q5K_D, y);
-        __m128i prod;
-        const __m256i scales = k4_scales(x, y, &prod);
-        // one int for the mins, then summs + dmin * it in one rounding (ggml's build fuses it)
-        const __m128i h = _mm_add_epi32(prod, _mm_unpackhi_epi64(prod, prod));
-        const int mins = _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32(h, 1)));
-        summs = _mm_fmadd_ss(_mm_movehdup_ps(dd), _mm_cvtsi32_ss(_mm_setzero_ps(), mins), summs);
-        const __m256i sumi = k4_sum(x + Q5K_QS, x + Q5K_QH, (const int8_t *)(y + Q8K_QS), scales);
-        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    *s = hsum8(acc) + _mm_cvtss_f32(summs);
+#define q5_K_init k4_init
+INLINE void q5_K_step(k4_state * st, const uint8_t * x, const uint8_t * y) {
+    const __m128 dd = block_d_dmin(x + Q5K_D, y);
+    __m128i prod;
+    const __m256i scales = k4_scales(x, y, &prod);
+    // one int for the mins, then summs + dmin * it in one rounding (ggml's build fuses it)
+    const __m128i h = _mm_add_epi32(prod, _mm_unpackhi_epi64(prod, prod));
+    const int mins = _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32(h, 1)));
+    st->m = _mm_fmadd_ss(_mm_movehdup_ps(dd), _mm_cvtsi32_ss(_mm_setzero_ps(), mins), st->m);
+    const __m256i sumi = k4_sum(x + Q5K_QS, x + Q5K_QH, (const int8_t *)(y + Q8K_QS), scales);
+    st->acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi), st->acc);
+}
+INLINE float q5_K_fin(const k4_state * st, const uint8_t * x, const uint8_t * y, int64_t left) {
+    (void)x, (void)y, (void)left;
+    return hsum8(st->acc) + _mm_cvtss_f32(st->m);
 }
 
-void GP_SIMD_FN(gp_vec_dot_q6_K_q8_K)(int64_t n, float * s, const void * vx, const void * vy) {
-    const uint8_t * x = vx;
-    const uint8_t * y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / QK_K; b++, x += Q6_K_BYTES, y += Q8_K_BYTES) {
-        const float d = block_d(x + Q6K_D, y);
-        const int8_t * q8 = (const int8_t *)(y + Q8K_QS);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + Q6K_SCALES)));
-        // the -32 of every value, as 32 * scale * bsum per pair of 16-value groups
-        const __m256i minus = _mm256_slli_epi32(_mm256_madd_epi16(load32(y + Q8K_BSUMS), sc16), 5);
-        __m256i sumi = _mm256_setzero_si256();
-        UNROLL for (int j = 0; j < 2; j++) {
-            // scales 8j..8j+7 in both halves, picked in pairs by scale_pair
-            const __m256i scales = _mm256_permute2x128_si256(sc16, sc16, j ? 0x11 : 0x00);
-            // part k (values 32k..32k+31 of these 128): nibble k / 2 of lo[k % 2], top
-            // bits 2k, 2k + 1 of hi
-            const __m256i lo[2] = {load32(x + Q6K_QL + 64 * j), load32(x + Q6K_QL + 64 * j + 32)};
-            const __m256i hi = load32(x + Q6K_QH + 32 * j);
-            __m256i q[4];
-            UNROLL for (int k = 0; k < 4; k++) {
-                q[k] = _mm256_or_si256(field_to(lo[k % 2], 4 * (k / 2), 0, 4), field_to(hi, 2 * k, 4, 2));
-            }
-            __m256i p[4];
-            UNROLL for (int k = 0; k < 4; k++) {
-                const __m256i sc = scale_pair(scales, k);
-                p[k] = _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q[k], load32((const uint8_t *)(q8 + 128 * j + 32 * k))));
-            }
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[0], p[1]));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p[2], p[3]));
+#define q6_K_init acc8_init
+#define q6_K_fin  acc8_fin
+INLINE void q6_K_step(acc8_state * st, const uint8_t * x, const uint8_t * y) {
+    const float d = block_d(x + Q6K_D, y);
+    const int8_t * q8 = (const int8_t *)(y + Q8K_QS);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x + Q6K_SCALES)));
+    // the -32 of every value, as 32 * scale * bsum per pair of 16-value groups
+    const __m256i minus = _mm256_slli_epi32(_mm256_madd_epi16(load32(y + Q8K_BSUMS), sc16), 5);
+    __m256i sumi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    UNROLL for (int j = 0; j < 2; j++) {
+        // scales 8j..8j+7 in both halves, picked in pairs by scale_pair
+        const __m256i scales = _mm256_permute2x128_si256(sc16, sc16, j ? 0x11 : 0x00);
+        // part k (values 32k..32k+31 of these 128): nibble k / 2 of lo[k % 2], top
+        // bits 2k, 2k + 1 of hi
+        const __m256i lo[2] = {load32(x + Q6K_QL + 64 * j), load32(x + Q6K_QL + 64 * j + 32)};
+        const __m256i hi = load32(x + Q6K_QH + 32 * j);
+        __m256i q[4];
+        UNROLL for (int k = 0; k < 4; k++) {
+            q[k] = _mm256_or_si256(field_to(lo[k % 2], 4 * (k / 2), 0, 4), field_to(hi, 2 * k, 4, 2));
         }
-        sumi = _mm256_sub_epi32(sumi, minus);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        UNROLL for (int k = 0; k < 4; k++) {
+            const __m256i sc = scale_pair(scales, k);
+            sumi[k % 2] = madd_add(sumi[k % 2], sc, _mm256_maddubs_epi16(q[k], load32((const uint8_t *)(q8 + 128 * j + 32 * k))));
+        }
     }
-    *s = hsum8(acc);
+    const __m256i sum = _mm256_sub_epi32(_mm256_add_epi32(sumi[0], sumi[1]), minus);
+    st->acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sum), st->acc);
 }
+
+// tiles: K_TM x K_TN with columns (the AVX-512 build has 32 vector registers for the 12
+// products' states and the shared unpacking, AVX2 16); with one column K_MV rows at a
+// time, the next rows prefetched (K_PF) as they stream (measured at 4096 x 4096 weights
+// by 1 and 32 columns: q4_K n1 1 row 414-436 us, 2 rows 400-403 us, 4 rows 420 us;
+// q6_K takes 1 row without prefetching, as its vec_dot read them: its 2-row tiles ran up
+// to 3x slower in some runs, with weights that another program's run had pushed out of
+// the caches, as bench_vs_ggml's alternation does; 1 row with the prefetch 0.97-1.14x
+// ggml's time there, without it 0.90-0.92x)
+#ifndef K_TM
+#ifdef GP_SIMD_AVX512
+#define K_TM 4
+#define K_TN 3
+#else
+#define K_TM 2
+#define K_TN 2
+#endif
+#define K_MV 2
+#define K_PF 1
+#endif
+
+#define K_TILE(T, STATE, MV, PF)                                                           \
+    BLOCK_TILE(T, QK_K, T##_BYTES_, Q8_K_BYTES, 1, STATE, PF)                            \
+    void GP_SIMD_FN(gp_vec_dot_##T##_q8_K)(int64_t n, float * s, const void * x, const void * y) { \
+        vec_dot_tile_##T(n, s, x, y);                                                      \
+    }                                                                                      \
+    TILE_DISPATCH(GP_SIMD_FN(gp_dot_tile_##T), tile_##T, K_TM, K_TN, MV)
+
+#define q2_K_BYTES_ Q2_K_BYTES
+#define q3_K_BYTES_ Q3_K_BYTES
+#define q4_K_BYTES_ Q4_K_BYTES
+#define q5_K_BYTES_ Q5_K_BYTES
+#define q6_K_BYTES_ Q6_K_BYTES
+K_TILE(q2_K, acc8_state, K_MV, K_PF)
+K_TILE(q3_K, acc8_state, K_MV, K_PF)
+K_TILE(q4_K, k4_state, K_MV, K_PF)
+K_TILE(q5_K, k4_state, K_MV, K_PF)
+K_TILE(q6_K, acc8_state, 1, 0)
 
 #endif

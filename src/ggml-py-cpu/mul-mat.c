@@ -6,9 +6,11 @@
 //   f16 / bf16 weights: src1 rounded to f16 / bf16 (kept as float32 values)
 //   block types:        src1 quantised to the type's vec_dot type (q8_0, q8_1 or q8_K)
 //                       with ggml-cpu's quantiser
-// f32 / f16 / bf16 / q8_0 / q4_0 weights are read by the active instruction set's dot
-// tiles (simd.c); the other block types by their vec_dot, one product at a time, as
-// ggml's CPU does. The converted rows go to the work buffer (each thread converts its
+// Weights are read by the active instruction set's dot tile of their type (gp_simd.tile:
+// simd.c for f32 / f16 / bf16 / q8_0 / q4_0, dot-k.c and dot-legacy.c for the other block
+// types, whose tiles give every product its vec_dot's bits), or, where the instruction
+// set has none (the baseline's other block types), by their vec_dot one product at a
+// time, as ggml's CPU does. The converted rows go to the work buffer (each thread converts its
 // share, then all wait); then the threads take chunks of (matrix, 16 weight rows) in
 // turn, each chunk running over all of its matrix's src1 rows. Every output is one dot
 // product summed in a fixed order, so the thread count does not change the result.
@@ -32,15 +34,7 @@ static dot_form form_of(int wtype) {
 
 // the dot tile of the weights, or NULL for a type read by its vec_dot
 static gp_dot_tile tile_of(int wtype) {
-    const gp_simd * s = gp_simd_active;
-    switch (wtype) {
-        case GP_TYPE_F32:  return s->dot_f32;
-        case GP_TYPE_F16:  return s->dot_f16;
-        case GP_TYPE_BF16: return s->dot_bf16;
-        case GP_TYPE_Q8_0: return s->dot_q8_0;
-        case GP_TYPE_Q4_0: return s->dot_q4_0;
-        default:           return NULL;
-    }
+    return wtype >= 0 && wtype < GP_TYPE_COUNT ? gp_simd_active->tile[wtype] : NULL;
 }
 
 // bytes of one src1 row in the dot form of weights of type wtype

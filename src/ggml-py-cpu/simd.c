@@ -4,6 +4,10 @@
 // gp_simd_baseline (plain C that runs on any CPU). Nothing here is called unless the
 // CPU has the instruction set (gp_isa_set checks CPUID).
 //
+// The tile table (gp_simd.tile) holds every weight type's dot tile: the float types' and
+// q8_0 / q4_0's are here, the other block types' (AVX2 / AVX-512 builds) in dot-k.c and
+// dot-legacy.c, made from their vec_dot's block step (dot-tile.h).
+//
 // Dot tiles (gp_dot_tile in cpu-impl.h) compute rm x rn dot products at once, so that
 // each weight row loaded feeds rn products and each activation row rm: the register
 // tiles are 8x1 (matrix-vector) and 4x3 (f32/f16/bf16) or 4x2 (q8_0/q4_0) otherwise.
@@ -18,6 +22,7 @@
 // block's integer products at once (exact) before scaling.
 
 #include "cpu-impl.h"
+#include "dot-tile.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -232,44 +237,11 @@ QUANT_TILE(q8_0, Q8_0_BYTES)
 QUANT_TILE(q4_0, Q4_0_BYTES)
 
 // ---------------------------------------------------------------------------
-// rm x rn requests -> register tiles with constant sizes (the compiler keeps their
-// accumulators in registers): rn = 1 takes up to 8 rows at once, more columns up to
-// TM rows and TN columns
+// rm x rn requests -> register tiles with constant sizes (dot-tile.h; the compiler keeps
+// their accumulators in registers): rn = 1 takes up to MV rows at once, more columns up
+// to TM rows and TN columns
 
-#define DOT_FN(T, TM, TN, MV)                                                                  \
-static void dot_##T(int64_t k, const char * a, size_t lda, int rm,                         \
-                    const void * const * b, int rn, float * const * c) {                   \
-    float * cc[3];                                                                         \
-    for (int j0 = 0; j0 < rn; j0 += TN) {                                                  \
-        const int n = GP_MIN(TN, rn - j0);                                                 \
-        const int mstep = n == 1 ? MV : TM;                                                 \
-        for (int i0 = 0; i0 < rm; i0 += mstep) {                                           \
-            const int m = GP_MIN(mstep, rm - i0);                                          \
-            for (int j = 0; j < n; j++) cc[j] = c[j0 + j] + i0;                            \
-            const char * ai = a + i0 * lda;                                                \
-            const void * const * bj = b + j0;                                              \
-            switch (n * 16 + m) {                                                          \
-            case 0x11: tile_##T(k, ai, lda, 1, bj, 1, cc); break;                          \
-            case 0x12: tile_##T(k, ai, lda, 2, bj, 1, cc); break;                          \
-            case 0x13: tile_##T(k, ai, lda, 3, bj, 1, cc); break;                          \
-            case 0x14: tile_##T(k, ai, lda, 4, bj, 1, cc); break;                          \
-            case 0x15: tile_##T(k, ai, lda, 5, bj, 1, cc); break;                          \
-            case 0x16: tile_##T(k, ai, lda, 6, bj, 1, cc); break;                          \
-            case 0x17: tile_##T(k, ai, lda, 7, bj, 1, cc); break;                          \
-            case 0x18: tile_##T(k, ai, lda, 8, bj, 1, cc); break;                          \
-            case 0x21: tile_##T(k, ai, lda, 1, bj, 2, cc); break;                          \
-            case 0x22: tile_##T(k, ai, lda, 2, bj, 2, cc); break;                          \
-            case 0x23: tile_##T(k, ai, lda, 3, bj, 2, cc); break;                          \
-            case 0x24: tile_##T(k, ai, lda, 4, bj, 2, cc); break;                          \
-            case 0x31: tile_##T(k, ai, lda, 1, bj, 3, cc); break;                          \
-            case 0x32: tile_##T(k, ai, lda, 2, bj, 3, cc); break;                          \
-            case 0x33: tile_##T(k, ai, lda, 3, bj, 3, cc); break;                          \
-            case 0x34: tile_##T(k, ai, lda, 4, bj, 3, cc); break;                          \
-            default: break;                                                                \
-            }                                                                              \
-        }                                                                                  \
-    }                                                                                      \
-}
+#define DOT_FN(T, TM, TN, MV) static TILE_DISPATCH(dot_##T, tile_##T, TM, TN, MV)
 
 DOT_FN(f32, 4, 3, 8)
 DOT_FN(q8_0, 4, 2, 2)
@@ -434,11 +406,26 @@ static void round_f16(const float * x, float * y, int64_t n) {
 
 const gp_simd GP_SIMD_FN(gp_simd) = {
     /* .name       = */ GP_SIMD_STR(GP_SIMD_SUFFIX),
-    /* .dot_f32    = */ dot_f32,
-    /* .dot_f16    = */ dot_f16,
-    /* .dot_bf16   = */ dot_bf16,
-    /* .dot_q8_0   = */ dot_q8_0,
-    /* .dot_q4_0   = */ dot_q4_0,
+    /* .tile       = */ {
+        [GP_TYPE_F32]    = dot_f32,
+        [GP_TYPE_F16]    = dot_f16,
+        [GP_TYPE_BF16]   = dot_bf16,
+        [GP_TYPE_Q8_0]   = dot_q8_0,
+        [GP_TYPE_Q4_0]   = dot_q4_0,
+#ifdef GP_SIMD_AVX2
+        [GP_TYPE_Q4_1]   = GP_SIMD_FN(gp_dot_tile_q4_1),
+        [GP_TYPE_Q5_0]   = GP_SIMD_FN(gp_dot_tile_q5_0),
+        [GP_TYPE_Q5_1]   = GP_SIMD_FN(gp_dot_tile_q5_1),
+        [GP_TYPE_Q2_K]   = GP_SIMD_FN(gp_dot_tile_q2_K),
+        [GP_TYPE_Q3_K]   = GP_SIMD_FN(gp_dot_tile_q3_K),
+        [GP_TYPE_Q4_K]   = GP_SIMD_FN(gp_dot_tile_q4_K),
+        [GP_TYPE_Q5_K]   = GP_SIMD_FN(gp_dot_tile_q5_K),
+        [GP_TYPE_Q6_K]   = GP_SIMD_FN(gp_dot_tile_q6_K),
+        [GP_TYPE_IQ4_NL] = GP_SIMD_FN(gp_dot_tile_iq4_nl),
+        [GP_TYPE_IQ4_XS] = GP_SIMD_FN(gp_dot_tile_iq4_xs),
+        [GP_TYPE_MXFP4]  = GP_SIMD_FN(gp_dot_tile_mxfp4),
+#endif
+    },
     /* .f16_to_f32 = */ f16_to_f32,
     /* .f32_to_f16 = */ f32_to_f16,
     /* .round_f16  = */ round_f16,
