@@ -193,14 +193,6 @@ void GP_SIMD_FN(gp_vec_dot_q6_K_q8_K)(int64_t n, float * s, const void * vx, con
 // ---------------------------------------------------------------------------
 // AVX2
 
-INLINE float hsum8(__m256 x) {
-    __m128 r = _mm256_extractf128_ps(x, 1);
-    r = _mm_add_ps(r, _mm256_castps256_ps128(x));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
-
 INLINE __m256i load32(const uint8_t * p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 // per byte, the width-bit field at bit `from` moved to bit `to` (constants): one 16-bit

@@ -60,15 +60,6 @@ static void build_tables(void) {
 INLINE __m256 f16_table8(const uint8_t * p) { return _mm256_broadcast_ss(&h2f_table[gp_load_le16(p)]); }
 INLINE __m256 e8m0_table8(const uint8_t * p) { return _mm256_broadcast_ss(&e8m0_table[*p]); }
 
-// ggml's hsum_float_8
-INLINE float hsum8(__m256 x) {
-    __m128 r = _mm256_extractf128_ps(x, 1);
-    r = _mm_add_ps(r, _mm256_castps256_ps128(x));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
-
 // 16 bytes in both halves, the upper half shifted right by 4 bits (a 32-bit shift: the
 // bits that come down from the next byte are above the nibble the callers keep)
 INLINE __m256i nibble_halves(const uint8_t * qs) {

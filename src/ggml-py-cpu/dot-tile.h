@@ -68,6 +68,15 @@ static inline __attribute__((always_inline)) __m256i madd_add(__m256i acc, __m25
 #endif
 }
 
+// ggml's hsum_float_8 (arch/x86): the sum of 8 float lanes, in its order
+static inline __attribute__((always_inline)) float hsum8(__m256 x) {
+    __m128 r = _mm256_extractf128_ps(x, 1);
+    r = _mm_add_ps(r, _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
 #define TILE_PREFETCH_(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 #else
 #define TILE_PREFETCH_(p) __builtin_prefetch(p)

@@ -196,6 +196,19 @@ static float fit_q6(const float * x, int8_t * L) {
     return scale;
 }
 
+// The last pass of q3_K's and q6_K's quantisers: every group of 16 values again against
+// its stored scale (d * sc[j]), L = round(x / (d sc)) in [-nmax, nmax) + nmax; a group
+// whose scale is 0 keeps the L of its search
+static void requantize_signed(const float * x, float d, const int8_t * sc, int nmax, int8_t * L) {
+    for (int j = 0; j < 16; j++) {
+        const float dj = d * (float)sc[j];
+        if (dj == 0) continue;
+        for (int i = 0; i < 16; i++) {
+            L[16 * j + i] = (int8_t)(clampi(nearest_int(x[16 * j + i] / dj), -nmax, nmax - 1) + nmax);
+        }
+    }
+}
+
 // q2_K / q3_K low bits: byte l of each 32-byte group holds values l, l+32, l+64, l+96
 static void pack_2bit(const uint8_t * L, uint8_t * qs) {
     for (int j = 0; j < QK_K; j += 128) {
@@ -302,14 +315,7 @@ void gp_quantize_row_q3_K_ref(const float * x, void * vy, int64_t n) {
         }
 
         kq_q3_scales(s, sc);
-        const float d = load_h(y + Q3K_D);
-        for (int j = 0; j < 16; j++) {
-            const float dj = d * (float)sc[j];
-            if (dj == 0) continue;
-            for (int i = 0; i < 16; i++) {
-                L[16 * j + i] = (int8_t)(clampi(nearest_int(x[16 * j + i] / dj), -4, 3) + 4);
-            }
-        }
+        requantize_signed(x, load_h(y + Q3K_D), sc, 4, L);
 
         // the third bit of value k goes to bit k / 32 of hmask byte k % 32
         uint8_t * hm = y + Q3K_HMASK;
@@ -488,14 +494,7 @@ void gp_quantize_row_q6_K_ref(const float * x, void * vy, int64_t n) {
         int8_t * sc = (int8_t *)(y + Q6K_SCALES);
         for (int j = 0; j < 16; j++) sc[j] = (int8_t)GP_MIN(127, nearest_int(iscale * scales[j]));
 
-        const float d = load_h(y + Q6K_D);
-        for (int j = 0; j < 16; j++) {
-            const float dj = d * (float)sc[j];
-            if (dj == 0) continue;
-            for (int i = 0; i < 16; i++) {
-                L[16 * j + i] = (int8_t)(clampi(nearest_int(x[16 * j + i] / dj), -32, 31) + 32);
-            }
-        }
+        requantize_signed(x, load_h(y + Q6K_D), sc, 32, L);
 
         uint8_t * ql = y + Q6K_QL;
         uint8_t * qh = y + Q6K_QH;

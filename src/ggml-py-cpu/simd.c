@@ -56,15 +56,6 @@ INLINE __m256 load8_bf16(const char * a, int64_t k) {
 // an f16 scale: F16C, as ggml's GGML_CPU_FP16_TO_FP32 on x86 (the bits of gp_h2f)
 INLINE float scale_f16(const uint8_t * p) { return _cvtsh_ss(gp_load_le16(p)); }
 
-// ggml's hsum_float_8 (arch/x86)
-INLINE float hsum8(__m256 x) {
-    __m128 r = _mm256_extractf128_ps(x, 1);
-    r = _mm_add_ps(r, _mm256_castps256_ps128(x));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
-
 #define FLOAT_TILE(T)                                                                      \
 INLINE void tile_##T(int64_t k, const char * a, size_t lda, const int RM,                  \
                      const void * const * b, const int RN, float * const * c) {            \
