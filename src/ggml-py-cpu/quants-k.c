@@ -133,18 +133,26 @@ static void fit_sums(const float * x, float iscale, int nmax, int shift, int8_t 
     *suml2 = sl2;
 }
 
+// The first fit of both, from iscale = -nmax / max (*max: the value of largest
+// magnitude); 0 for a group below GROUP_MAX_EPS, whose L is zeroed (and scale is 0)
+static int fit_start(const float * x, int nmax, int shift, int8_t * L, float * max,
+                     float * sumlx, float * suml2) {
+    float amax;
+    *max = signed_absmax(16, x, &amax);
+    if (amax < GROUP_MAX_EPS) {
+        memset(L, 0, 16);
+        return 0;
+    }
+    fit_sums(x, (float)-nmax / *max, nmax, shift, L, sumlx, suml2);
+    return 1;
+}
+
 // make_q3_quants with rmse (q3_K: 16 values, L in [0, 8)): x ~ scale * (L - 4), weights
 // x^2, then up to 5 rounds of moving single values while the fit improves
 static float fit_q3(const float * x, int8_t * L) {
     const int nmax = 4;
-    float amax;
-    float max = signed_absmax(16, x, &amax);
-    if (amax < GROUP_MAX_EPS) {
-        memset(L, 0, 16);
-        return 0.0f;
-    }
-    float sumlx, suml2;
-    fit_sums(x, (float)-nmax / max, nmax, 0, L, &sumlx, &suml2);
+    float max, sumlx, suml2;
+    if (!fit_start(x, nmax, 0, L, &max, &sumlx, &suml2)) return 0.0f;
     for (int itry = 0; itry < 5; itry++) {
         int changed = 0;
         for (int i = 0; i < 16; i++) {
@@ -173,14 +181,8 @@ static float fit_q3(const float * x, int8_t * L) {
 // the scale from the start nmax / max and 18 neighbours, refit by least squares
 static float fit_q6(const float * x, int8_t * L) {
     const int nmax = 32;
-    float amax;
-    float max = signed_absmax(16, x, &amax);
-    if (amax < GROUP_MAX_EPS) {
-        memset(L, 0, 16);
-        return 0.0f;
-    }
-    float sumlx, suml2;
-    fit_sums(x, (float)-nmax / max, nmax, nmax, L, &sumlx, &suml2);
+    float max, sumlx, suml2;
+    if (!fit_start(x, nmax, nmax, L, &max, &sumlx, &suml2)) return 0.0f;
     float scale = suml2 != 0 ? sumlx / suml2 : 0.0f;
     float best = scale * sumlx;
     int8_t trial[16];
