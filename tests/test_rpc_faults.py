@@ -516,11 +516,11 @@ def test_protocol_7_commands_on_the_wire(fake):
     ops7 = _rpc.PROTOCOLS[7].op_names
     assert [ops7[o] for o in rec["op"]] == ["NONE", "UNARY"]
     assert rec["op"][1] == _rpc.PROTOCOLS[4].op_names.index("UNARY") + 5    # 5 ops before it
-    buf.clear(0)
-    n = len(s.seen)
-    ybuf.free()                                             # no reply to wait for
-    r.conn.device_count()
-    assert s.seen[n:] == ["FREE_BUFFER", "DEVICE_COUNT"]
+    n = len(s.seen)                                         # the round trip above: all seen
+    buf.clear(0)                                            # no reply to wait for
+    ybuf.free()                                             # nor here
+    r.conn.device_count()                                   # in order behind them on the wire
+    assert s.seen[n:] == ["BUFFER_CLEAR", "FREE_BUFFER", "DEVICE_COUNT"]
     assert r.conn.stats["FREE_BUFFER"][2] == r.conn.stats["BUFFER_CLEAR"][2] == 0  # nothing read
     assert r.conn.broken is None
 
