@@ -1,4 +1,4 @@
-"""Architectures as llama.cpp builds them (models.arch): llama, qwen2 and qwen3.
+"""Architectures as llama.cpp builds them (models.arch): llama, qwen2, qwen3 and gemma2.
 
 Without llama.cpp: each graph against the float64 reference, its node count (llama.cpp's
 for that architecture), GGUF files written and read back, decode steps on the kept
@@ -28,9 +28,12 @@ from ggml_py.models.reference import reference_logits
 from ggml_py.models.transformer import Model, ModelConfig, Session
 
 HERE = pathlib.Path(__file__).resolve().parent
-ARCHS = ("llama", "qwen2", "qwen3")
+ARCHS = ("llama", "qwen2", "qwen3", "gemma2")
 SMALL = dict(n_vocab=256, n_ctx=64, n_embd=64, n_head=4, n_head_kv=2, n_layer=2, n_ff=128,
              kv_pad=32)
+# what makes an architecture's own features show on the short prompts here: a window they
+# slide past, an attention soft-cap the scores reach (gemma2's 50 would barely bend them)
+FEATURES = {"gemma2": dict(n_swa=5, attn_softcap=1.0)}
 PROMPT = [5, 17, 3, 88, 41, 0, 62, 9, 33, 71, 200, 255]
 N_DECODE = 8
 
@@ -44,10 +47,17 @@ def llama_cpp_nodes(arch, n_layer):
     """llama.cpp's node count for a dense, f16-cache, no-flash-attention graph: per layer
     36 for llama (norms 4, Q/K/V 6, rope 2, K/V stores 6, cache views 2, attention 9, output
     projection 1, FFN 4, residuals 2), qwen2 3 more (the biases), qwen3 4 more (the Q/K
-    norms); the embeddings' get_rows, the last layer's 2 get_rows of the output ids and the
-    output norm and head (3) once."""
-    per_layer = {"llama": 36, "qwen2": 39, "qwen3": 40}[arch]
-    return per_layer * n_layer + 1 + 2 + 3
+    norms), gemma2 8 more (Q's scale, the scores' soft-cap 3, the post-norms 4); the
+    embeddings' get_rows, the last layer's 2 get_rows of the output ids and the output norm
+    and head (3) once, gemma2's embedding scale and logit soft-cap (4) too."""
+    per_layer = {"llama": 36, "qwen2": 39, "qwen3": 40, "gemma2": 44}[arch]
+    once = {"gemma2": 4}.get(arch, 0)
+    return per_layer * n_layer + 1 + 2 + 3 + once
+
+
+def small(arch, **kw):
+    """A small config of `arch` (SMALL's sizes, FEATURES's settings)."""
+    return arch_config(arch, **{**SMALL, **FEATURES.get(arch, {}), **kw})
 
 
 def session(cfg, seed=0):
@@ -62,14 +72,14 @@ def test_registry():
     assert set(ARCHITECTURES) == set(ARCHS)
     with pytest.raises(UnknownNameError, match="gpt2"):
         get_builder("gpt2")
-    with pytest.raises(UnknownNameError, match="known: llama, qwen2, qwen3"):
-        arch_config("phi3")
+    with pytest.raises(UnknownNameError, match="known: llama, qwen2, qwen3, gemma2"):
+        arch_config("gpt2")
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("wtype,tol", [("f32", 1e-6), ("f16", 1e-5)])
 def test_graph_matches_reference(arch, wtype, tol):
-    cfg = arch_config(arch, **SMALL, wtype=wtype)
+    cfg = small(arch, wtype=wtype)
     s = session(cfg, seed=3)
     got = s.forward(PROMPT)
     assert nmse(reference_logits(s.model, PROMPT), got) < tol
@@ -80,7 +90,7 @@ def test_graph_matches_reference(arch, wtype, tol):
 def test_decode_steps_match_the_whole_sequence(arch):
     """A prompt then one token at a time on the kept decode graph: the logits of one pass
     over the whole sequence; every decode graph has llama.cpp's node count too."""
-    cfg = arch_config(arch, **SMALL, wtype="f32", cache_type="f32")
+    cfg = small(arch, wtype="f32", cache_type="f32")
     s = session(cfg, seed=4)
     rows = [s.forward(PROMPT[:5])]
     for tok in PROMPT[5:]:
@@ -134,10 +144,39 @@ def test_graph_names_and_order_follow_llama_cpp():
     (dict(arch="qwen2", rope_mode="NEOX", attn_bias=True, ffn="moe_topk", n_expert=4,
           n_expert_used=2), "dense FFNs only"),
     (dict(arch="qwen2", rope_mode="NEOX", n_rot=8), "rotates whole heads"),
+    (dict(arch="llama", graph="llama.cpp", n_swa=8), "llama models have no sliding window"),
+    (dict(arch="qwen3", rope_mode="NEOX", qk_norm=True, final_softcap=30.0),
+     "qwen3 models have no final logit soft-capping"),
+    (dict(arch="gemma2", rope_mode="NEOX"), r"gemma2 models have a sliding window"),
+    (dict(arch="gemma2", rope_mode="NEOX", n_swa=4, swa_layers=(1, 0)), "sorted tuple"),
+    (dict(arch="gemma2", rope_mode="NEOX", n_swa=4, swa_layers=(2,)), r"in \[0, 2\)"),
+    (dict(arch="gemma2", rope_mode="NEOX", n_swa=0, swa_layers=(0,)), "need a window"),
+    (dict(arch="gemma2", rope_mode="NEOX", n_swa=4, attn_softcap=-1.0), "attn_softcap"),
+    (dict(arch="gemma2", rope_mode="NEOX", n_swa=4, rope_freq_base_swa=0.0),
+     "rope_freq_base_swa must be None or a finite number > 0"),
+    (dict(arch="gemma2", rope_mode="NEOX", n_swa=4, graph="ggml_py"), "post-norms"),
 ])
 def test_config_refusals(kw, match):
     with pytest.raises(ModelError, match=match):
         ModelConfig(**{**SMALL, **kw})
+
+
+def test_sliding_window_hides_old_positions():
+    """gemma2's even layers see the last n_swa positions only: the first n_swa rows match a
+    model whose window covers everything, the later ones do not; a decode step's mask
+    moves with the window (the kept graph's inputs rewritten in place)."""
+    prompt = PROMPT[:9]
+    wide = session(small("gemma2", n_swa=64, swa_layers=(0,), wtype="f32"), seed=6)
+    narrow = session(small("gemma2", wtype="f32"), seed=6)
+    a, b = wide.forward(prompt), narrow.forward(prompt)
+    assert np.array_equal(a[:5], b[:5])
+    assert all(nmse(a[i], b[i]) > 1e-6 for i in range(5, 9))
+    steps = [narrow.forward([t]) for t in PROMPT[9:]]
+    mask = narrow.decode.kept.inputs
+    swa = next(v for t, v in mask if t.name == "kq_mask_swa")
+    assert np.flatnonzero(swa[0] == 0).tolist() == list(range(len(PROMPT) - 5, len(PROMPT)))
+    whole = session(small("gemma2", wtype="f32"), seed=6).forward(PROMPT)
+    assert nmse(whole[9:], np.concatenate(steps)) < 1e-9
 
 
 def test_head_size_other_than_n_embd_over_n_head():
@@ -156,7 +195,7 @@ def test_head_size_other_than_n_embd_over_n_head():
 def test_gguf_round_trip(tmp_path, arch, wtype):
     pytest.importorskip("gguf")
     from ggml_py.models.gguf import load_gguf, read_config, save_gguf
-    cfg = arch_config(arch, **SMALL, wtype=wtype)
+    cfg = small(arch, wtype=wtype)
     model = Model.random(cfg, seed=5)
     path = tmp_path / f"{arch}.gguf"
     save_gguf(model, path)
@@ -209,7 +248,7 @@ def test_gguf_refuses_missing_and_inconsistent_metadata(tmp_path):
     gguf = pytest.importorskip("gguf")
     from ggml_py.models.gguf import GGUFError, load_gguf, read_config
     K, U32 = gguf.Keys, gguf.GGUFValueType.UINT32
-    cfgs = {a: arch_config(a, **SMALL, wtype="f32") for a in ARCHS}
+    cfgs = {a: small(a, wtype="f32") for a in ARCHS}
     weights = {a: Model.random(c).weights for a, c in cfgs.items()}
 
     def path(name):
@@ -261,10 +300,40 @@ def test_gguf_refuses_missing_and_inconsistent_metadata(tmp_path):
                                         r"config implies \[16\]"):
         load_gguf(path("shape"))
     # an architecture not (yet) built
-    _write(gguf, path("phi3"), "phi3", cfgs["llama"], weights["llama"])
-    with pytest.raises(GGUFError, match=r"phi3\.gguf: architecture 'phi3' is not supported "
-                                        r"\(only 'llama', 'qwen2', 'qwen3'\)"):
-        read_config(path("phi3"))
+    _write(gguf, path("gpt2"), "gpt2", cfgs["llama"], weights["llama"])
+    with pytest.raises(GGUFError, match=r"gpt2\.gguf: architecture 'gpt2' is not supported "
+                                        r"\(only 'llama', 'qwen2', 'qwen3', 'gemma2'\)"):
+        read_config(path("gpt2"))
+
+
+def test_gguf_gemma2_defaults_and_refusals(tmp_path):
+    """A gemma2 file without window or soft-cap keys takes llama.cpp's defaults (a window of
+    4096 on the even layers, caps 50 and 30); a per-layer pattern array is read as flags;
+    an output.weight (llama.cpp's gemma2 has none) or a pattern of the wrong length is
+    refused."""
+    gguf = pytest.importorskip("gguf")
+    from ggml_py.models.gguf import GGUFError, load_gguf, read_config
+    K = gguf.Keys
+    cfg = small("gemma2", n_layer=3, wtype="f32")
+    weights = Model.random(cfg).weights
+    path = str(tmp_path / "g.gguf")
+    _write(gguf, path, "gemma2", cfg, weights)
+    got = read_config(path)
+    assert (got.n_swa, got.swa_layers, got.attn_softcap, got.final_softcap) == \
+        (4096, (0, 2), 50.0, 30.0)
+    flags = gguf.GGUFValueType.ARRAY
+    _write(gguf, path, "gemma2", cfg, weights,
+           extra={K.Attention.SLIDING_WINDOW_PATTERN: ([True, True, False], flags)})
+    assert read_config(path).swa_layers == (0, 1)
+    _write(gguf, path, "gemma2", cfg, weights,
+           extra={K.Attention.SLIDING_WINDOW_PATTERN: ([True, False], flags)})
+    with pytest.raises(GGUFError, match=r"g\.gguf: gemma2\.attention\.sliding_window_pattern "
+                                        r"has 2 flags for 3 layers"):
+        read_config(path)
+    _write(gguf, path, "gemma2", cfg, {**weights, "output.weight": weights["token_embd.weight"]})
+    with pytest.raises(GGUFError, match=r"g\.gguf: tensor 'output\.weight': gemma2's output "
+                                        r"head is token_embd\.weight"):
+        load_gguf(path)
 
 
 def test_gguf_tied_output_qwen2(tmp_path):
@@ -302,8 +371,8 @@ def _llama_cpp(*args):
 def test_logits_and_node_counts_match_llama_cpp(tmp_path, arch, wtype, extra):
     pytest.importorskip("gguf")
     from ggml_py.models.gguf import load_gguf, save_gguf
-    cfg = arch_config(arch, **{**SMALL, "n_embd": 128, "n_head": 8, "n_layer": 3,
-                               "n_ctx": 256, **extra}, wtype=wtype)
+    cfg = small(arch, **{"n_embd": 128, "n_head": 8, "n_layer": 3, "n_ctx": 256, **extra},
+                wtype=wtype)
     path = str(tmp_path / f"{arch}-{wtype}.gguf")
     save_gguf(Model.random(cfg, seed=11), path)
 
@@ -335,7 +404,7 @@ def test_node_names_and_order_match_llama_cpp(tmp_path, arch):
     callback about each node it computes, in graph order."""
     pytest.importorskip("gguf")
     from ggml_py.models.gguf import load_gguf, save_gguf
-    cfg = arch_config(arch, **{**SMALL, "n_ctx": 256}, wtype="f32")
+    cfg = small(arch, n_ctx=256, wtype="f32")
     path = str(tmp_path / f"{arch}.gguf")
     save_gguf(Model.random(cfg, seed=1), path)
     theirs = _llama_cpp("names", path, ",".join(map(str, PROMPT[:7])), 6)["names"]

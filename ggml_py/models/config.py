@@ -28,14 +28,20 @@ _INT_FIELDS = {
     "n_ff": (1, _INT32_MAX), "n_rot": (2, _INT32_MAX), "n_expert": (0, _INT32_MAX),
     "n_expert_used": (0, _INT32_MAX), "n_ff_exp": (1, _INT32_MAX),
     "n_expert_shared": (0, _INT32_MAX), "kv_pad": (1, _INT32_MAX),
-    "n_embd_head": (1, _INT32_MAX),
+    "n_embd_head": (1, _INT32_MAX), "n_swa": (0, _INT32_MAX),
 }
 # the architectures (llama.cpp's general.architecture names; models.arch builds them) and
 # the rope each one implies (llama.cpp's llama_model_rope_type)
-ARCH_ROPE = {"llama": "NORMAL", "qwen2": "NEOX", "qwen3": "NEOX"}
+ARCH_ROPE = {"llama": "NORMAL", "qwen2": "NEOX", "qwen3": "NEOX", "gemma2": "NEOX"}
+QK_NORM_ARCHS = ("qwen3", "gemma3")         # RMS norms of each Q and K head
+POST_NORM_ARCHS = ("gemma2", "gemma3")      # RMS norms after attention and after the FFN
+SWA_ARCHS = ("gemma2", "gemma3")            # sliding-window layers among global ones
 GRAPH_KINDS = ("ggml_py", "llama.cpp")
 # the float fields: whether 0 is allowed (they are finite and not negative)
-_FLOAT_FIELDS = {"rope_freq_base": False, "rope_freq_scale": False, "eps": True}
+_FLOAT_FIELDS = {"rope_freq_base": False, "rope_freq_scale": False, "eps": True,
+                 "attn_softcap": True, "final_softcap": True}
+# the float fields that may also be None (then they take another field's value)
+_OPTIONAL_FLOAT_FIELDS = ("rope_freq_base_swa", "rope_freq_scale_swa")
 
 
 # ---------------------------------------------------------------------------
@@ -71,6 +77,12 @@ class ModelConfig:
     n_embd_head: int | None = None    # channels per head (default n_embd / n_head)
     graph: str | None = None      # 'ggml_py' (llama's own graph, the default for llama) or
                                   # 'llama.cpp' (models.arch: llama.cpp's graph, node for node)
+    n_swa: int = 0                # sliding window: a token sees the n_swa last positions
+    swa_layers: tuple = ()        # the layers with the sliding window (the others see all)
+    rope_freq_base_swa: float | None = None     # the sliding layers' rope (default: the
+    rope_freq_scale_swa: float | None = None    # global layers')
+    attn_softcap: float = 0.0     # attention scores soft-capped: c * tanh(kq / c) (0: not)
+    final_softcap: float = 0.0    # the logits soft-capped likewise (0: not)
 
     def __post_init__(self):
         for f in ("wtype", "cache_type"):       # numpy dtypes and their names are types too
@@ -116,9 +128,10 @@ class ModelConfig:
             raise ModelError(f"{self.arch} models use {want} rope (llama.cpp fixes it by "
                              f"architecture), got rope_mode {self.rope_mode!r}")
         if self.graph_kind == "ggml_py":
-            if self.attn_bias or self.qk_norm or self.n_embd_head not in (None, self.n_embd // self.n_head):
-                raise ModelError("QKV biases, Q/K norms and a head size other than n_embd / "
-                                 "n_head need graph='llama.cpp'")
+            if (self.attn_bias or self.qk_norm or self.post_norms
+                    or self.n_embd_head not in (None, self.n_embd // self.n_head)):
+                raise ModelError("QKV biases, Q/K norms, post-norms and a head size other "
+                                 "than n_embd / n_head need graph='llama.cpp'")
         else:
             if self.ffn != "dense":
                 raise ModelError(f"graph='llama.cpp' builds dense FFNs only so far, got ffn "
@@ -126,10 +139,31 @@ class ModelConfig:
             if self.n_rot_ != self.head_dim:
                 raise ModelError(f"llama.cpp's {self.arch} graph rotates whole heads: n_rot "
                                  f"{self.n_rot_} != head size {self.head_dim}")
-        if self.arch == "qwen3" and not self.qk_norm:
-            raise ModelError("qwen3 models have Q/K norms (qk_norm=True)")
-        if self.arch != "qwen3" and self.qk_norm:
+        if self.arch in QK_NORM_ARCHS and not self.qk_norm:
+            raise ModelError(f"{self.arch} models have Q/K norms (qk_norm=True)")
+        if self.arch not in QK_NORM_ARCHS and self.qk_norm:
             raise ModelError(f"{self.arch} models have no Q/K norms")
+        self._check_swa()
+
+    def _check_swa(self) -> None:
+        """The sliding window: layer indices within the model, a window when any layer
+        slides (gemma2 always has one), and only where llama.cpp's graph has it."""
+        layers = self.swa_layers
+        if (not isinstance(layers, tuple) or
+                any(isinstance(i, bool) or not isinstance(i, int) for i in layers) or
+                list(layers) != sorted(set(layers)) or
+                any(not 0 <= i < self.n_layer for i in layers)):
+            raise ModelError(f"ModelConfig.swa_layers must be a sorted tuple of distinct layer "
+                             f"indices in [0, {self.n_layer}), got {layers!r}")
+        if self.arch not in SWA_ARCHS and (self.n_swa or layers or self.attn_softcap):
+            raise ModelError(f"{self.arch} models have no sliding window or attention "
+                             f"soft-capping here (n_swa, swa_layers, attn_softcap)")
+        if self.arch not in SWA_ARCHS and self.final_softcap:
+            raise ModelError(f"{self.arch} models have no final logit soft-capping")
+        if layers and not self.n_swa:
+            raise ModelError(f"swa_layers {layers} need a window (n_swa > 0)")
+        if self.arch == "gemma2" and not self.n_swa:
+            raise ModelError("gemma2 models have a sliding window (n_swa > 0)")
 
     @property
     def graph_kind(self) -> str:
@@ -166,6 +200,12 @@ class ModelConfig:
         if mode not in (ROPE_TYPES[m] for m in ROPE_MODES):
             raise ModelError(f"ModelConfig.rope_mode must be one of {ROPE_MODES} (the rope "
                              f"of llama models), got {self.rope_mode!r}")
+        for field in _OPTIONAL_FLOAT_FIELDS:
+            v = getattr(self, field)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                  or not math.isfinite(v) or v <= 0):
+                raise ModelError(f"ModelConfig.{field} must be None or a finite number > 0, "
+                                 f"got {v!r}")
         if not isinstance(self.name, str):
             raise ModelError(f"ModelConfig.name must be a string, got {self.name!r}")
 
@@ -200,21 +240,71 @@ class ModelConfig:
         return self.n_ff if self.n_ff_exp is None else self.n_ff_exp
 
     @property
+    def iswa(self) -> bool:
+        """Does the graph take llama.cpp's two attention inputs (global and sliding)?"""
+        return self.n_swa > 0
+
+    def is_swa(self, il: int) -> bool:
+        """Does layer il attend over the sliding window only?"""
+        return il in self.swa_layers
+
+    def rope_base_scale(self, il: int) -> tuple[float, float]:
+        """(rope frequency base, frequency scale) of layer il: the sliding layers' own
+        (llama_model::get_rope_freq_base / _scale)."""
+        if not self.is_swa(il):
+            return self.rope_freq_base, self.rope_freq_scale
+        base, scale = self.rope_freq_base_swa, self.rope_freq_scale_swa
+        return (self.rope_freq_base if base is None else base,
+                self.rope_freq_scale if scale is None else scale)
+
+    @property
+    def post_norms(self) -> bool:
+        """RMS norms of the attention and FFN outputs before their residuals (gemma)?"""
+        return self.arch in POST_NORM_ARCHS
+
+    @property
+    def tied_output(self) -> bool:
+        """Is the output head the token embedding itself (gemma2 has no output.weight)?"""
+        return self.arch == "gemma2"
+
+    @property
     def is_moe(self) -> bool:
         """Is the feed-forward a mixture of experts?"""
         return self.ffn != "dense"
 
 
+def swa_pattern(n_layer: int, n_pattern: int) -> tuple:
+    """The sliding layers of llama.cpp's set_swa_pattern: of every n_pattern layers, all
+    but the last slide (n_pattern 2: the even layers; 0: all layers)."""
+    return tuple(il for il in range(n_layer) if n_pattern == 0 or il % n_pattern < n_pattern - 1)
+
+
+# what a file of these architectures means when it leaves a key out (llama.cpp's
+# load_arch_hparams): the window, every how many layers one is global, the soft-caps
+ARCH_DEFAULTS = {
+    "gemma2": dict(n_swa=4096, swa_pattern=2, attn_softcap=50.0, final_softcap=30.0),
+    "gemma3": dict(n_swa=0, swa_pattern=6, attn_softcap=0.0, final_softcap=0.0,
+                   rope_freq_base_swa=10000.0, rope_freq_scale_swa=1.0),
+}
+
+
 def arch_config(arch: str, **kw: Any) -> ModelConfig:
     """A small model of architecture `arch` (llama_config's sizes) with what the
-    architecture implies: its rope, and qwen2's QKV biases or qwen3's Q/K norms."""
+    architecture implies: its rope, qwen2's QKV biases, qwen3's and gemma3's Q/K norms,
+    gemma's window pattern and soft-caps (kw may set n_swa; the sliding layers follow the
+    architecture's pattern unless swa_layers is given)."""
     if not isinstance(arch, str) or arch not in ARCH_ROPE:
         raise UnknownNameError(f"unknown architecture {arch!r}; known: {', '.join(ARCH_ROPE)}")
-    base = dict(name=arch, arch=arch, rope_mode=ARCH_ROPE[arch], attn_bias=arch == "qwen2",
-                qk_norm=arch == "qwen3")
+    base: dict[str, Any] = dict(name=arch, arch=arch, rope_mode=ARCH_ROPE[arch],
+                                attn_bias=arch == "qwen2", qk_norm=arch in QK_NORM_ARCHS)
     if arch == "llama":
         base["graph"] = "llama.cpp"
+    defaults = dict(ARCH_DEFAULTS.get(arch, {}))
+    n_pattern = defaults.pop("swa_pattern", None)
+    base.update(defaults)
     base.update(kw)
+    if n_pattern is not None and "swa_layers" not in kw and base["n_swa"]:
+        base["swa_layers"] = swa_pattern(base.get("n_layer", 4), n_pattern)
     return llama_config(**base)
 
 
@@ -269,10 +359,10 @@ def weight_shapes(cfg: ModelConfig) -> dict:
         if cfg.qk_norm:
             shapes.update({p + "attn_q_norm.weight": ("f32", (D,)),
                            p + "attn_k_norm.weight": ("f32", (D,))})
-        shapes.update({
-            p + "attn_output.weight": (w, (Q, E)),
-            p + "ffn_norm.weight": ("f32", (E,)),
-        })
+        shapes[p + "attn_output.weight"] = (w, (Q, E))
+        if cfg.post_norms:
+            shapes[p + "post_attention_norm.weight"] = ("f32", (E,))
+        shapes[p + "ffn_norm.weight"] = ("f32", (E,))
         if cfg.ffn == "dense":
             shapes.update({p + "ffn_gate.weight": (w, (E, F)), p + "ffn_up.weight": (w, (E, F)),
                            p + "ffn_down.weight": (w, (F, E))})
@@ -288,8 +378,11 @@ def weight_shapes(cfg: ModelConfig) -> dict:
             shapes.update({p + "ffn_gate_shexp.weight": (w, (E, Fs)),
                            p + "ffn_up_shexp.weight": (w, (E, Fs)),
                            p + "ffn_down_shexp.weight": (w, (Fs, E))})
+        if cfg.post_norms:
+            shapes[p + "post_ffw_norm.weight"] = ("f32", (E,))
     shapes["output_norm.weight"] = ("f32", (E,))
-    shapes["output.weight"] = (w, (E, V))
+    if not cfg.tied_output:
+        shapes["output.weight"] = (w, (E, V))
     return shapes
 
 

@@ -78,6 +78,10 @@ class DecodeGraph:
         a["inp_tokens"][0] = token
         a["inp_pos"][0] = n_past
         a["kq_mask"][..., n_past] = 0.0
+        if "kq_mask_swa" in a:      # the window moves: one cell in, one out
+            a["kq_mask_swa"][..., n_past] = 0.0
+            if n_past >= self.model.config.n_swa:
+                a["kq_mask_swa"][..., n_past - self.model.config.n_swa] = -np.inf
         a["inp_k_idxs"][0] = n_past
         np.add(self.v_cells, n_past, out=a["inp_v_idxs"])
 

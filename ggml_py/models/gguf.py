@@ -1,8 +1,9 @@
 """GGUF files in and out, through the `gguf` package (pip install "ggml-py-sched[gguf]").
 
-`load_gguf(path)` reads a llama (dense, or Mixtral-style MoE when it has experts), qwen2
-or qwen3 file into a `Model`: its metadata becomes the ModelConfig (the keys and tensor
-names those of the `gguf` package's Keys and TENSOR_NAMES), its tensors the
+`load_gguf(path)` reads a file of an architecture ARCHS lists (llama dense, or
+Mixtral-style MoE when it has experts; qwen2, qwen3, gemma2) into a `Model`: its
+metadata becomes the ModelConfig (the keys and tensor names those of the `gguf`
+package's Keys and TENSOR_NAMES), its tensors the
 weights (f32, f16, bf16 and every block type ggml_py computes with: q4_0 ... q8_0,
 q2_K ... q6_K, iq4_nl, iq4_xs, mxfp4; any other type is an error naming the tensor).
 `save_gguf(model, path)` writes such a file, which is how the tests make one.
@@ -18,7 +19,8 @@ import numpy as np
 from ggml_py._core import instance_arg
 from ggml_py.errors import ArgumentTypeError, ModelError
 from ggml_py import quants
-from ggml_py.models.config import ARCH_ROPE, GRAPH_KINDS
+from ggml_py.models.config import (ARCH_DEFAULTS, ARCH_ROPE, GRAPH_KINDS, QK_NORM_ARCHS,
+                                   SWA_ARCHS, swa_pattern)
 from ggml_py.models.transformer import WEIGHT_TYPES, Model, ModelConfig, weight_shapes
 
 ARCH = "llama"
@@ -66,7 +68,7 @@ def _tensor_name(gguf, tensor, bid=None, suffix="weight"):
 
 def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None,
                      graph: str | None = None) -> ModelConfig:
-    """llama / qwen2 / qwen3 metadata -> ModelConfig. n_ctx: KV cache cells (default: the
+    """A file's metadata (an architecture of ARCHS) -> ModelConfig. n_ctx: KV cache cells (default: the
     file's context_length); graph: ModelConfig.graph (llama's default is its own graph,
     'llama.cpp' builds llama.cpp's)."""
     gguf = _gguf()
@@ -117,19 +119,21 @@ def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None,
     if any(biases) and not all(biases):
         raise GGUFError(f"{path}: has {' and '.join(n for n, b in zip('QKV', biases) if b)} "
                         f"biases but not all three of Q, K and V")
+    n_layer = int(key(K.LLM.BLOCK_COUNT, required=True))
+    swa = _swa_fields(key, K, arch, n_layer, path) if arch in SWA_ARCHS else {}
     return ModelConfig(
         name=str(_field(reader, K.General.NAME, "gguf")),
         arch=arch,
         graph=graph,
         rope_mode=ARCH_ROPE[arch],
         attn_bias=all(biases),
-        qk_norm=arch == "qwen3",
+        qk_norm=arch in QK_NORM_ARCHS,
         n_embd_head=None if head * n_head == n_embd else head,
         n_vocab=int(n_vocab),
         n_ctx=int(n_ctx or key(K.LLM.CONTEXT_LENGTH, required=True)),
         n_embd=n_embd, n_head=n_head,
         n_head_kv=int(key(K.Attention.HEAD_COUNT_KV, n_head)),
-        n_layer=int(key(K.LLM.BLOCK_COUNT, required=True)),
+        n_layer=n_layer,
         n_ff=n_ff,
         n_rot=None if n_rot == head else n_rot,
         rope_freq_base=_f32_decimal(key(K.Rope.FREQ_BASE, 10000.0)),
@@ -141,10 +145,37 @@ def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None,
         n_expert=n_expert,
         n_expert_used=int(key(K.LLM.EXPERT_USED_COUNT, 0) or 0),
         n_ff_exp=int(key(K.LLM.EXPERT_FEED_FORWARD_LENGTH, n_ff)) if n_expert else None,
+        **swa,
     )
 
 
-# tensors llama.cpp's llama / qwen2 / qwen3 graphs would use that ggml_py's do not model yet:
+def _swa_fields(key, K, arch, n_layer, path) -> dict:
+    """gemma's window, its sliding layers, their rope and the soft-caps, with llama.cpp's
+    defaults for the keys a file leaves out (config.ARCH_DEFAULTS). The pattern is every
+    how many layers one is global (a number), or a flag per layer (an array)."""
+    d = ARCH_DEFAULTS[arch]
+    n_swa = int(key(K.Attention.SLIDING_WINDOW, d["n_swa"]))
+    pattern = key(K.Attention.SLIDING_WINDOW_PATTERN, d["swa_pattern"])
+    if isinstance(pattern, list):
+        if len(pattern) != n_layer:
+            raise GGUFError(f"{path}: {K.Attention.SLIDING_WINDOW_PATTERN.format(arch=arch)} "
+                            f"has {len(pattern)} flags for {n_layer} layers")
+        layers = tuple(il for il, f in enumerate(pattern) if f)
+    else:
+        layers = swa_pattern(n_layer, int(pattern))
+    out = dict(n_swa=n_swa, swa_layers=layers if n_swa else (),
+               attn_softcap=_f32_decimal(key(K.LLM.ATTN_LOGIT_SOFTCAPPING, d["attn_softcap"]))
+               if d["attn_softcap"] else 0.0,
+               final_softcap=_f32_decimal(key(K.LLM.FINAL_LOGIT_SOFTCAPPING, d["final_softcap"])))
+    base_swa = key(K.Rope.FREQ_BASE_SWA, d.get("rope_freq_base_swa"))
+    if base_swa is not None:
+        out["rope_freq_base_swa"] = _f32_decimal(base_swa)
+    if "rope_freq_scale_swa" in d:
+        out["rope_freq_scale_swa"] = d["rope_freq_scale_swa"]
+    return out
+
+
+# tensors llama.cpp's graphs of these architectures would use that ggml_py's do not model yet:
 # a file with one is refused rather than computed without it
 _UNSUPPORTED = (("ATTN_QKV", "weight"), ("ATTN_OUT", "bias"), ("FFN_GATE", "bias"),
                 ("FFN_UP", "bias"), ("FFN_DOWN", "bias"), ("ROPE_FREQS", "weight"),
@@ -159,6 +190,10 @@ def _check_tensors_known(gguf, tensors, arch, path):
     for n in tensors:
         if unsupported.fullmatch(n):
             raise GGUFError(f"{path}: tensor {n!r} ({arch}) is not supported yet")
+    head = _tensor_name(gguf, "OUTPUT")
+    if arch == "gemma2" and head in tensors:      # (llama.cpp refuses the file too)
+        raise GGUFError(f"{path}: tensor {head!r}: gemma2's output head is "
+                        f"{_tensor_name(gguf, 'TOKEN_EMBD')}, it has no other")
 
 
 def _f32_decimal(x) -> float:
@@ -201,13 +236,13 @@ def _config(reader, path, n_ctx, graph=None):
 
 
 def read_config(path, n_ctx: int | None = None, graph: str | None = None) -> ModelConfig:
-    """The ModelConfig of a llama, qwen2 or qwen3 GGUF file, from its metadata alone (no
+    """The ModelConfig of a GGUF file (an architecture of ARCHS), from its metadata alone (no
     tensor is read); graph: ModelConfig.graph."""
     return _config(_reader(path), path, n_ctx, graph)
 
 
 def load_gguf(path, n_ctx: int | None = None, graph: str | None = None) -> Model:
-    """A Model from a llama, qwen2 or qwen3 GGUF file (weights copied out of the file; not
+    """A Model from a GGUF file of an architecture of ARCHS (weights copied out of the file; not
     yet placed). graph: 'llama.cpp' builds llama.cpp's graph for a llama file too (qwen2
     and qwen3 always have it)."""
     reader = _reader(path)
@@ -222,7 +257,8 @@ def load_gguf(path, n_ctx: int | None = None, graph: str | None = None) -> Model
             raise GGUFError(f"tensor {t.name!r} has ne {list(ne)}, the config implies "
                             f"{list(want[t.name][1])}")
         weights[t.name] = (_type_name(t), np.array(t.data))
-    if "output.weight" not in weights and "token_embd.weight" in weights:
+    if ("output.weight" in want and "output.weight" not in weights
+            and "token_embd.weight" in weights):
         weights["output.weight"] = weights["token_embd.weight"]     # tied embeddings
     missing = [name for name in want if name not in weights]
     if missing:
@@ -232,9 +268,28 @@ def load_gguf(path, n_ctx: int | None = None, graph: str | None = None) -> Model
     return Model(cfg, weights)
 
 
+def _add_swa_keys(gguf, w, cfg, path) -> None:
+    """gemma's window, its pattern (as every how many layers one is global: llama.cpp reads
+    no other form it writes), the sliding layers' rope base and the soft-caps."""
+    K = gguf.Keys
+    if cfg.n_swa:
+        w.add_sliding_window(cfg.n_swa)
+        n = next((n for n in range(cfg.n_layer + 1)
+                  if swa_pattern(cfg.n_layer, n) == cfg.swa_layers), None)
+        if n is None:
+            raise GGUFError(f"{path}: sliding layers {cfg.swa_layers} are no 'all but every "
+                            f"n-th layer' pattern, which is all a GGUF file can say")
+        w.add_uint32(K.Attention.SLIDING_WINDOW_PATTERN.format(arch=cfg.arch), n)
+    if cfg.rope_freq_base_swa is not None:
+        w.add_float32(K.Rope.FREQ_BASE_SWA.format(arch=cfg.arch), cfg.rope_freq_base_swa)
+    if cfg.arch == "gemma2":
+        w.add_float32(K.LLM.ATTN_LOGIT_SOFTCAPPING.format(arch=cfg.arch), cfg.attn_softcap)
+    w.add_float32(K.LLM.FINAL_LOGIT_SOFTCAPPING.format(arch=cfg.arch), cfg.final_softcap)
+
+
 def save_gguf(model: Model, path) -> None:
     """Write `model` as a GGUF file of its architecture (llama dense or Mixtral-style top-k
-    MoE, qwen2, qwen3), with tokenizer.ggml.model 'none' so that llama.cpp loads it."""
+    MoE, qwen2, qwen3, gemma2), with tokenizer.ggml.model 'none' so that llama.cpp loads it."""
     gguf = _gguf()
     cfg = instance_arg(model, Model, "model").config
     if cfg.ffn not in ("dense", "moe_topk") or (cfg.ffn != "dense" and cfg.arch != "llama"):
@@ -259,6 +314,8 @@ def save_gguf(model: Model, path) -> None:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(1.0 / cfg.rope_freq_scale)
     w.add_layer_norm_rms_eps(cfg.eps)
+    if cfg.arch in SWA_ARCHS:
+        _add_swa_keys(gguf, w, cfg, path)
     if cfg.is_moe:
         w.add_expert_count(cfg.n_expert)
         w.add_expert_used_count(cfg.n_expert_used)

@@ -53,6 +53,9 @@ def step_inputs(cfg: ModelConfig, tokens: np.ndarray, n_past: int, n_kv: int,
     allowed = np.arange(n_kv)[None, :] <= pos[:, None]          # causal, one sequence
     data = {"inp_tokens": tokens, "inp_pos": pos,
             "kq_mask": np.where(allowed, 0.0, -np.inf)}
+    if cfg.iswa:        # the sliding layers' mask: the n_swa last positions only
+        in_window = pos[:, None] - np.arange(n_kv)[None, :] < cfg.n_swa
+        data["kq_mask_swa"] = np.where(allowed & in_window, 0.0, -np.inf)
     if cfg.ffn == "moe_dense":
         data["inp_all_experts"] = np.tile(np.arange(cfg.n_expert), (T, 1))
     if kv_rows:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ggml_py._core import instance_arg
+from ggml_py.models.arch.gemma2 import query_scale
 from ggml_py.models.transformer import Model, token_ids
 
 
@@ -41,8 +42,17 @@ def _softmax(x):
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def _swiglu(x, gate, up, down):
-    return (_silu(x @ gate.T) * (x @ up.T)) @ down.T
+def _gelu(x):
+    """GELU, tanh form (ggml's GELU and GEGLU)."""
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * x * (1.0 + 0.044715 * x * x)))
+
+
+def _swiglu(x, gate, up, down, act=_silu):
+    return (act(x @ gate.T) * (x @ up.T)) @ down.T
+
+
+def _softcap(x, cap):
+    return cap * np.tanh(x / cap) if cap else x
 
 
 def _moe(cfg, x, w):
@@ -76,7 +86,12 @@ def reference_logits(model: Model, tokens) -> np.ndarray:
     pos = np.arange(T, dtype=np.float64)
     neox = cfg.rope_neox
     x = V["token_embd.weight"][tokens]
+    gemma = cfg.post_norms      # gemma: scaled embeddings, Q scaled, post-norms, GEGLU
+    if gemma:
+        x = x * np.sqrt(cfg.n_embd)
+    q_scale = query_scale(cfg, {"gemma2": 46}.get(cfg.arch, 62)) if gemma else 1 / np.sqrt(D)
     causal = np.tril(np.ones((T, T), dtype=bool))
+    window = causal & (pos[:, None] - pos[None, :] < cfg.n_swa)
     for il in range(cfg.n_layer):
         def w(n, il=il):
             return V[f"blk.{il}.{n}.weight"]
@@ -89,21 +104,29 @@ def reference_logits(model: Model, tokens) -> np.ndarray:
                 y = _rms_norm(y, w(f"attn_{part}_norm"), cfg.eps)
             return y
 
+        def post_norm(y, n, il=il):
+            return _rms_norm(y, w(n), cfg.eps) if gemma else y
+
         h = _rms_norm(x, w("attn_norm"), cfg.eps)
-        q = _rope(proj("q", H), pos, cfg.n_rot_, cfg.rope_freq_base, cfg.rope_freq_scale, neox)
-        k = _rope(proj("k", Hkv), pos, cfg.n_rot_, cfg.rope_freq_base, cfg.rope_freq_scale, neox)
+        base, scale = cfg.rope_base_scale(il)
+        q = _rope(proj("q", H), pos, cfg.n_rot_, base, scale, neox)
+        k = _rope(proj("k", Hkv), pos, cfg.n_rot_, base, scale, neox)
         v = proj("v", Hkv)
+        mask = window if cfg.is_swa(il) else causal
         att = np.empty((T, H, D))
         for hd in range(H):
             g = hd // (H // Hkv)                         # the KV head of this query head
-            s = q[:, hd] @ k[:, g].T / np.sqrt(D)
-            s = np.where(causal, s, -np.inf)
+            s = _softcap(q[:, hd] * q_scale @ k[:, g].T, cfg.attn_softcap)
+            s = np.where(mask, s, -np.inf)
             att[:, hd] = _softmax(s) @ v[:, g]
-        x = x + att.reshape(T, H * D) @ w("attn_output").T
+        x = x + post_norm(att.reshape(T, H * D) @ w("attn_output").T, "post_attention_norm")
         h = _rms_norm(x, w("ffn_norm"), cfg.eps)
         if cfg.ffn == "dense":
-            x = x + _swiglu(h, w("ffn_gate"), w("ffn_up"), w("ffn_down"))
+            act = _gelu if gemma else _silu
+            x = x + post_norm(_swiglu(h, w("ffn_gate"), w("ffn_up"), w("ffn_down"), act),
+                              "post_ffw_norm")
         else:
             x = x + _moe(cfg, h, w)
     x = _rms_norm(x, V["output_norm.weight"], cfg.eps)
-    return x @ V["output.weight"].T
+    head = V["token_embd.weight" if cfg.tied_output else "output.weight"]
+    return _softcap(x @ head.T, cfg.final_softcap)

@@ -1,5 +1,5 @@
 """Architectures as llama.cpp builds them, one module each over the shared blocks of
-models.arch.blocks (llama.cpp's llm_graph_context): llama, qwen2 and qwen3 so far.
+models.arch.blocks (llama.cpp's llm_graph_context): llama, qwen2, qwen3 and gemma2 so far.
 
 ARCHITECTURES maps a GGUF general.architecture name to its module's `build(gc)`;
 `build_forward` is models.graph.build_forward for a config whose graph_kind is
@@ -8,15 +8,19 @@ ARCHITECTURES maps a GGUF general.architecture name to its module's `build(gc)`;
     llama  RMS norms, Q/K/V projections, NORMAL rope, SwiGLU (attn_output bias if any)
     qwen2  + Q, K and V biases; NEOX rope; output bias if any
     qwen3  + RMS norms of each Q and K head (attn_q_norm, attn_k_norm); NEOX rope
+    gemma2 + embeddings scaled by sqrt(n_embd), sliding-window layers alternating with
+             global ones (two masks), Q scaled before attention, attention and final
+             logits soft-capped, post-attention and post-FFN norms, GELU-gated FFN,
+             the token embedding as output head; NEOX rope
 """
 
 from __future__ import annotations
 
 from ggml_py.errors import ModelError, UnknownNameError
-from ggml_py.models.arch import llama, qwen2, qwen3
+from ggml_py.models.arch import gemma2, llama, qwen2, qwen3
 from ggml_py.models.arch.blocks import GraphContext
 
-ARCHITECTURES = {m.ARCH: m.build for m in (llama, qwen2, qwen3)}
+ARCHITECTURES = {m.ARCH: m.build for m in (llama, qwen2, qwen3, gemma2)}
 
 
 def get_builder(arch: str):

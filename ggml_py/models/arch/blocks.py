@@ -81,11 +81,16 @@ class GraphContext:
 
     def build_attn_inp_kv(self) -> dict:
         """The KV-cache attention inputs: the cell ids K and V are written at, and the
-        causal mask over the n_kv cells attention reads."""
+        causal mask over the n_kv cells attention reads; with a sliding window
+        (llama.cpp's kv_iswa input) the sliding layers' mask too. (The sliding layers'
+        cells are the global ones' here: one cache, two masks.)"""
         T, G = self.n_tokens, self.cfg.n_embd_gqa
-        return {"k_idxs": self.input("i64", (T,), "inp_k_idxs"),
-                "v_idxs": self.input("i64", (T * G,), "inp_v_idxs"),
-                "kq_mask": self.input("f32", (self.n_kv, T), "kq_mask")}
+        inp = {"k_idxs": self.input("i64", (T,), "inp_k_idxs"),
+               "v_idxs": self.input("i64", (T * G,), "inp_v_idxs"),
+               "kq_mask": self.input("f32", (self.n_kv, T), "kq_mask")}
+        if self.cfg.iswa:
+            inp["kq_mask_swa"] = self.input("f32", (self.n_kv, T), "kq_mask_swa")
+        return inp
 
     def build_inp_out_ids(self) -> Tensor:
         """The ids of the rows whose logits are computed (llama.cpp always has them)."""
@@ -120,23 +125,25 @@ class GraphContext:
                    zip(out, (cfg.n_head, cfg.n_head_kv, cfg.n_head_kv), ("Qcur", "Kcur", "Vcur")))
         return q, k, v
 
-    def rope(self, t: Tensor, pos: Tensor) -> Tensor:
-        """ggml_rope_ext of a [head, heads, tokens] tensor with the model's rope."""
+    def rope(self, t: Tensor, pos: Tensor, il: int = -1) -> Tensor:
+        """ggml_rope_ext of a [head, heads, tokens] tensor with the model's rope (layer
+        il's frequencies: a sliding layer may have its own)."""
         cfg = self.cfg
+        base, scale = cfg.rope_base_scale(il)
         return ops.rope_ext(self.ctx, t, pos, None, cfg.n_rot_, cfg.rope_mode, cfg.n_ctx,
-                            cfg.rope_freq_base, cfg.rope_freq_scale, 0.0, 1.0, 32.0, 1.0)
+                            base, scale, 0.0, 1.0, 32.0, 1.0)
 
     def build_attn(self, inp: dict, wo: Tensor, wo_b: Tensor | None, q: Tensor, k: Tensor,
                    v: Tensor, kq_scale: float, il: int) -> Tensor:
         """Attention with the KV cache (build_attn over llm_graph_input_attn_kv): this
         batch's K and V stored with set_rows, the scores over the cache's n_kv cells, the
-        output projection."""
+        output projection. A sliding layer reads through the sliding mask."""
         ctx, cfg, cache, T = self.ctx, self.cfg, self.cache, self.n_tokens
         G, D, Hkv, n_ctx = cfg.n_embd_gqa, cfg.head_dim, cfg.n_head_kv, cfg.n_ctx
-        # added together, so that they are not reordered; K last (rope fusion)
-        self.expand(q)
-        self.expand(v)
-        self.expand(k)
+        # added together, so that they are not reordered; K last (rope fusion), but in
+        # Q, K, V order with the iswa input (llama.cpp's two build_attn differ there)
+        for t in (q, k, v) if cfg.iswa else (q, v, k):
+            self.expand(t)
         # cpy_k: the batch's K rows at their cells
         k_cur = ops.view_2d(ctx, k, G, T, k.nb[2], 0)
         self.expand(_stored(ops.set_rows(ctx, cache.k[il], k_cur, inp["k_idxs"]), cache.k[il]))
@@ -152,7 +159,8 @@ class GraphContext:
         es = type_size(cv.type)
         vv = ops.view_4d(ctx, cv, self.n_kv, Hkv, D, 1, es * n_ctx * D, es * n_ctx,
                          es * n_ctx * G, 0)
-        cur = _name(self.build_attn_mha(q, kk, vv, inp["kq_mask"], kq_scale, il), "kqv_out", il)
+        mask = inp["kq_mask_swa"] if cfg.is_swa(il) else inp["kq_mask"]
+        cur = _name(self.build_attn_mha(q, kk, vv, mask, kq_scale, il), "kqv_out", il)
         cur = self.build_lora_mm(wo, cur)
         if wo_b is not None:
             cur = ops.add(ctx, cur, wo_b)
@@ -160,8 +168,9 @@ class GraphContext:
 
     def build_attn_mha(self, q: Tensor, k: Tensor, v: Tensor, kq_mask: Tensor,
                        kq_scale: float, il: int) -> Tensor:
-        """Multi-head attention without flash attention: kq = k q, soft_max_ext with the
-        mask and scale, kqv = v kq over the transposed V cache, heads merged again."""
+        """Multi-head attention without flash attention: kq = k q (soft-capped when the
+        model caps attention), soft_max_ext with the mask and scale, kqv = v kq over the
+        transposed V cache, heads merged again."""
         ctx = self.ctx
         q = ops.view_4d(ctx, q, q.ne[0], q.ne[1], q.ne[2], 1, q.nb[1], q.nb[2],
                         q.nb[2] * q.ne[2], 0)
@@ -170,19 +179,39 @@ class GraphContext:
         v = ops.permute(ctx, v, 0, 2, 1, 3)
         kq = _name(ops.mul_mat(ctx, k, q), "kq", il)
         ops.mul_mat_set_prec(kq, "F32")
+        if self.cfg.attn_softcap:
+            kq = self.softcap(kq, self.cfg.attn_softcap, ("kq_scaled_1", "kq_tanh", "kq_scaled_2"),
+                              il)
         kq = _name(ops.soft_max_ext(ctx, kq, kq_mask, kq_scale, 0.0), "kq_soft_max", il)
         kqv = _name(ops.mul_mat(ctx, v, kq), "kqv", il)
         cur = ops.permute(ctx, kqv, 0, 2, 1, 3)
         cur = ops.cont_2d(ctx, cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
         return self.expand(cur)
 
+    def softcap(self, t: Tensor, cap: float, names: tuple, il: int = -1) -> Tensor:
+        """cap * tanh(t / cap), its three nodes named `names` (None: left unnamed), as
+        llama.cpp soft-caps attention scores and logits."""
+        scaled = ops.scale(self.ctx, t, 1.0 / cap)
+        capped = ops.tanh(self.ctx, scaled)
+        out = ops.scale(self.ctx, capped, cap)
+        for part, label in zip((scaled, capped, out), names):
+            if label is not None:
+                _name(part, label, il)
+        return out
+
     def build_ffn_swiglu(self, up: Tensor, gate: Tensor, down: Tensor, cur: Tensor,
                          il: int) -> Tensor:
         """The SwiGLU feed-forward (build_ffn with LLM_FFN_SILU, LLM_FFN_PAR):
         down(silu(gate cur) * up cur)."""
+        return self.build_ffn_par(up, gate, down, cur, "swiglu", il)
+
+    def build_ffn_par(self, up: Tensor, gate: Tensor, down: Tensor, cur: Tensor, glu: str,
+                      il: int) -> Tensor:
+        """A gated feed-forward with parallel gate and up (build_ffn with LLM_FFN_PAR):
+        down(act(gate cur) * up cur), glu 'swiglu' (silu) or 'geglu' (gelu)."""
         tmp = _name(self.build_lora_mm(up, cur), "ffn_up", il)
         g = _name(self.build_lora_mm(gate, cur), "ffn_gate", il)
-        h = _name(ops.swiglu_split(self.ctx, g, tmp), "ffn_swiglu", il)
+        h = _name(ops.glu_split(self.ctx, g, tmp, glu.upper()), f"ffn_{glu}", il)
         return self.build_lora_mm(down, h)
 
     def build_inp_attn_scale(self) -> float:
