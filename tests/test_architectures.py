@@ -1,4 +1,5 @@
-"""Architectures as llama.cpp builds them (models.arch): llama, qwen2, qwen3 and gemma2.
+"""Architectures as llama.cpp builds them (models.arch): llama, qwen2, qwen3, gemma2 and
+gemma3.
 
 Without llama.cpp: each graph against the float64 reference, its node count (llama.cpp's
 for that architecture), GGUF files written and read back, decode steps on the kept
@@ -28,12 +29,16 @@ from ggml_py.models.reference import reference_logits
 from ggml_py.models.transformer import Model, ModelConfig, Session
 
 HERE = pathlib.Path(__file__).resolve().parent
-ARCHS = ("llama", "qwen2", "qwen3", "gemma2")
+ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3")
 SMALL = dict(n_vocab=256, n_ctx=64, n_embd=64, n_head=4, n_head_kv=2, n_layer=2, n_ff=128,
              kv_pad=32)
 # what makes an architecture's own features show on the short prompts here: a window they
-# slide past, an attention soft-cap the scores reach (gemma2's 50 would barely bend them)
-FEATURES = {"gemma2": dict(n_swa=5, attn_softcap=1.0)}
+# slide past, an attention soft-cap the scores reach (gemma2's 50 would barely bend them),
+# gemma3's optional logit soft-cap, its sliding layers' own rope base, and global layers
+# among the 2 or 3 here (its default pattern makes five sliding layers to a global one)
+FEATURES = {"gemma2": dict(n_swa=5, attn_softcap=1.0),
+            "gemma3": dict(n_swa=5, swa_pattern=2, rope_freq_base_swa=100.0,
+                           final_softcap=10.0)}
 PROMPT = [5, 17, 3, 88, 41, 0, 62, 9, 33, 71, 200, 255]
 N_DECODE = 8
 
@@ -47,11 +52,12 @@ def llama_cpp_nodes(arch, n_layer):
     """llama.cpp's node count for a dense, f16-cache, no-flash-attention graph: per layer
     36 for llama (norms 4, Q/K/V 6, rope 2, K/V stores 6, cache views 2, attention 9, output
     projection 1, FFN 4, residuals 2), qwen2 3 more (the biases), qwen3 4 more (the Q/K
-    norms), gemma2 8 more (Q's scale, the scores' soft-cap 3, the post-norms 4); the
-    embeddings' get_rows, the last layer's 2 get_rows of the output ids and the output norm
-    and head (3) once, gemma2's embedding scale and logit soft-cap (4) too."""
-    per_layer = {"llama": 36, "qwen2": 39, "qwen3": 40, "gemma2": 44}[arch]
-    once = {"gemma2": 4}.get(arch, 0)
+    norms), gemma2 8 more (Q's scale, the scores' soft-cap 3, the post-norms 4), gemma3
+    gemma2's less the scores' soft-cap plus the Q/K norms; the embeddings' get_rows, the
+    last layer's 2 get_rows of the output ids and the output norm and head (3) once,
+    gemma's embedding scale and logit soft-cap (4) too."""
+    per_layer = {"llama": 36, "qwen2": 39, "qwen3": 40, "gemma2": 44, "gemma3": 45}[arch]
+    once = {"gemma2": 4, "gemma3": 4}.get(arch, 0)
     return per_layer * n_layer + 1 + 2 + 3 + once
 
 
@@ -72,7 +78,7 @@ def test_registry():
     assert set(ARCHITECTURES) == set(ARCHS)
     with pytest.raises(UnknownNameError, match="gpt2"):
         get_builder("gpt2")
-    with pytest.raises(UnknownNameError, match="known: llama, qwen2, qwen3, gemma2"):
+    with pytest.raises(UnknownNameError, match="known: llama, qwen2, qwen3, gemma2, gemma3"):
         arch_config("gpt2")
 
 
@@ -155,6 +161,7 @@ def test_graph_names_and_order_follow_llama_cpp():
     (dict(arch="gemma2", rope_mode="NEOX", n_swa=4, rope_freq_base_swa=0.0),
      "rope_freq_base_swa must be None or a finite number > 0"),
     (dict(arch="gemma2", rope_mode="NEOX", n_swa=4, graph="ggml_py"), "post-norms"),
+    (dict(arch="gemma3", rope_mode="NEOX"), r"gemma3 models have Q/K norms"),
 ])
 def test_config_refusals(kw, match):
     with pytest.raises(ModelError, match=match):
@@ -302,7 +309,7 @@ def test_gguf_refuses_missing_and_inconsistent_metadata(tmp_path):
     # an architecture not (yet) built
     _write(gguf, path("gpt2"), "gpt2", cfgs["llama"], weights["llama"])
     with pytest.raises(GGUFError, match=r"gpt2\.gguf: architecture 'gpt2' is not supported "
-                                        r"\(only 'llama', 'qwen2', 'qwen3', 'gemma2'\)"):
+                                        r"\(only 'llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3'\)"):
         read_config(path("gpt2"))
 
 
@@ -367,7 +374,10 @@ def _llama_cpp(*args):
 @pytest.mark.parametrize("arch,wtype,extra", [
     *[(a, w, {}) for w in ("f32", "f16") for a in ARCHS],
     ("qwen3", "f16", {"n_embd_head": 32}),       # heads that do not tile n_embd
-], ids=[*[f"{a}-{w}" for w in ("f32", "f16") for a in ARCHS], "qwen3-f16-head32"])
+    ("gemma3", "f16", {"n_swa": 0}),             # no window: one mask, llama's input
+    ("gemma3", "f16", {"swa_pattern": 6}),       # every layer sliding: no global mask
+], ids=[*[f"{a}-{w}" for w in ("f32", "f16") for a in ARCHS], "qwen3-f16-head32",
+        "gemma3-f16-global", "gemma3-f16-all-sliding"])
 def test_logits_and_node_counts_match_llama_cpp(tmp_path, arch, wtype, extra):
     pytest.importorskip("gguf")
     from ggml_py.models.gguf import load_gguf, save_gguf

@@ -32,7 +32,8 @@ _INT_FIELDS = {
 }
 # the architectures (llama.cpp's general.architecture names; models.arch builds them) and
 # the rope each one implies (llama.cpp's llama_model_rope_type)
-ARCH_ROPE = {"llama": "NORMAL", "qwen2": "NEOX", "qwen3": "NEOX", "gemma2": "NEOX"}
+ARCH_ROPE = {"llama": "NORMAL", "qwen2": "NEOX", "qwen3": "NEOX", "gemma2": "NEOX",
+             "gemma3": "NEOX"}
 QK_NORM_ARCHS = ("qwen3", "gemma3")         # RMS norms of each Q and K head
 POST_NORM_ARCHS = ("gemma2", "gemma3")      # RMS norms after attention and after the FFN
 SWA_ARCHS = ("gemma2", "gemma3")            # sliding-window layers among global ones
@@ -292,7 +293,8 @@ def arch_config(arch: str, **kw: Any) -> ModelConfig:
     """A small model of architecture `arch` (llama_config's sizes) with what the
     architecture implies: its rope, qwen2's QKV biases, qwen3's and gemma3's Q/K norms,
     gemma's window pattern and soft-caps (kw may set n_swa; the sliding layers follow the
-    architecture's pattern unless swa_layers is given)."""
+    architecture's pattern, or kw's swa_pattern (see swa_pattern), unless swa_layers is
+    given)."""
     if not isinstance(arch, str) or arch not in ARCH_ROPE:
         raise UnknownNameError(f"unknown architecture {arch!r}; known: {', '.join(ARCH_ROPE)}")
     base: dict[str, Any] = dict(name=arch, arch=arch, rope_mode=ARCH_ROPE[arch],
@@ -300,7 +302,9 @@ def arch_config(arch: str, **kw: Any) -> ModelConfig:
     if arch == "llama":
         base["graph"] = "llama.cpp"
     defaults = dict(ARCH_DEFAULTS.get(arch, {}))
-    n_pattern = defaults.pop("swa_pattern", None)
+    kw = dict(kw)
+    n_pattern = kw.pop("swa_pattern", defaults.pop("swa_pattern", None))
+    defaults.pop("swa_pattern", None)
     base.update(defaults)
     base.update(kw)
     if n_pattern is not None and "swa_layers" not in kw and base["n_swa"]:

@@ -77,11 +77,12 @@ class DecodeGraph:
         a = self.arrays
         a["inp_tokens"][0] = token
         a["inp_pos"][0] = n_past
-        a["kq_mask"][..., n_past] = 0.0
-        if "kq_mask_swa" in a:      # the window moves: one cell in, one out
-            a["kq_mask_swa"][..., n_past] = 0.0
-            if n_past >= self.model.config.n_swa:
-                a["kq_mask_swa"][..., n_past - self.model.config.n_swa] = -np.inf
+        n_swa = self.model.config.n_swa
+        for mask in ("kq_mask", "kq_mask_swa"):     # (a graph has one of them, or both)
+            if mask in a:
+                a[mask][..., n_past] = 0.0
+        if "kq_mask_swa" in a and n_past >= n_swa:  # the window moves: one cell in, one out
+            a["kq_mask_swa"][..., n_past - n_swa] = -np.inf
         a["inp_k_idxs"][0] = n_past
         np.add(self.v_cells, n_past, out=a["inp_v_idxs"])
 

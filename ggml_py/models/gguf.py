@@ -1,7 +1,7 @@
 """GGUF files in and out, through the `gguf` package (pip install "ggml-py-sched[gguf]").
 
 `load_gguf(path)` reads a file of an architecture ARCHS lists (llama dense, or
-Mixtral-style MoE when it has experts; qwen2, qwen3, gemma2) into a `Model`: its
+Mixtral-style MoE when it has experts; qwen2, qwen3, gemma2, gemma3) into a `Model`: its
 metadata becomes the ModelConfig (the keys and tensor names those of the `gguf`
 package's Keys and TENSOR_NAMES), its tensors the
 weights (f32, f16, bf16 and every block type ggml_py computes with: q4_0 ... q8_0,
@@ -289,7 +289,7 @@ def _add_swa_keys(gguf, w, cfg, path) -> None:
 
 def save_gguf(model: Model, path) -> None:
     """Write `model` as a GGUF file of its architecture (llama dense or Mixtral-style top-k
-    MoE, qwen2, qwen3, gemma2), with tokenizer.ggml.model 'none' so that llama.cpp loads it."""
+    MoE, qwen2, qwen3, gemma2, gemma3), with tokenizer.ggml.model 'none' so that llama.cpp loads it."""
     gguf = _gguf()
     cfg = instance_arg(model, Model, "model").config
     if cfg.ffn not in ("dense", "moe_topk") or (cfg.ffn != "dense" and cfg.arch != "llama"):

@@ -82,13 +82,15 @@ class GraphContext:
     def build_attn_inp_kv(self) -> dict:
         """The KV-cache attention inputs: the cell ids K and V are written at, and the
         causal mask over the n_kv cells attention reads; with a sliding window
-        (llama.cpp's kv_iswa input) the sliding layers' mask too. (The sliding layers'
-        cells are the global ones' here: one cache, two masks.)"""
-        T, G = self.n_tokens, self.cfg.n_embd_gqa
+        (llama.cpp's kv_iswa input) the sliding layers' mask, and the global one only if
+        a layer is global. (The sliding layers' cells are the global ones' here: one
+        cache, two masks.)"""
+        cfg, T = self.cfg, self.n_tokens
         inp = {"k_idxs": self.input("i64", (T,), "inp_k_idxs"),
-               "v_idxs": self.input("i64", (T * G,), "inp_v_idxs"),
-               "kq_mask": self.input("f32", (self.n_kv, T), "kq_mask")}
-        if self.cfg.iswa:
+               "v_idxs": self.input("i64", (T * cfg.n_embd_gqa,), "inp_v_idxs")}
+        if len(cfg.swa_layers) < cfg.n_layer:
+            inp["kq_mask"] = self.input("f32", (self.n_kv, T), "kq_mask")
+        if cfg.iswa:
             inp["kq_mask_swa"] = self.input("f32", (self.n_kv, T), "kq_mask_swa")
         return inp
 
