@@ -1,5 +1,5 @@
-"""Architectures as llama.cpp builds them (models.arch): llama, qwen2, qwen3, gemma2 and
-gemma3.
+"""Architectures as llama.cpp builds them (models.arch): llama, qwen2, qwen3, gemma2,
+gemma3 and phi3.
 
 Without llama.cpp: each graph against the float64 reference, its node count (llama.cpp's
 for that architecture), GGUF files written and read back, decode steps on the kept
@@ -29,16 +29,19 @@ from ggml_py.models.reference import reference_logits
 from ggml_py.models.transformer import Model, ModelConfig, Session
 
 HERE = pathlib.Path(__file__).resolve().parent
-ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3")
+ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3")
 SMALL = dict(n_vocab=256, n_ctx=64, n_embd=64, n_head=4, n_head_kv=2, n_layer=2, n_ff=128,
              kv_pad=32)
 # what makes an architecture's own features show on the short prompts here: a window they
 # slide past, an attention soft-cap the scores reach (gemma2's 50 would barely bend them),
 # gemma3's optional logit soft-cap, its sliding layers' own rope base, and global layers
-# among the 2 or 3 here (its default pattern makes five sliding layers to a global one)
+# among the 2 or 3 here (its default pattern makes five sliding layers to a global one),
+# phi3's rope over half of each head with the long factors (a context past n_ctx_orig)
+# and an attn_factor
 FEATURES = {"gemma2": dict(n_swa=5, attn_softcap=1.0),
             "gemma3": dict(n_swa=5, swa_pattern=2, rope_freq_base_swa=100.0,
-                           final_softcap=10.0)}
+                           final_softcap=10.0),
+            "phi3": dict(n_rot=8, rope_factors=True, n_ctx_orig=32, rope_attn_factor=1.2)}
 PROMPT = [5, 17, 3, 88, 41, 0, 62, 9, 33, 71, 200, 255]
 N_DECODE = 8
 
@@ -53,10 +56,12 @@ def llama_cpp_nodes(arch, n_layer):
     36 for llama (norms 4, Q/K/V 6, rope 2, K/V stores 6, cache views 2, attention 9, output
     projection 1, FFN 4, residuals 2), qwen2 3 more (the biases), qwen3 4 more (the Q/K
     norms), gemma2 8 more (Q's scale, the scores' soft-cap 3, the post-norms 4), gemma3
-    gemma2's less the scores' soft-cap plus the Q/K norms; the embeddings' get_rows, the
-    last layer's 2 get_rows of the output ids and the output norm and head (3) once,
-    gemma's embedding scale and logit soft-cap (4) too."""
-    per_layer = {"llama": 36, "qwen2": 39, "qwen3": 40, "gemma2": 44, "gemma3": 45}[arch]
+    gemma2's less the scores' soft-cap plus the Q/K norms, phi3 34 (a fused QKV product and
+    its 3 views, Q's scale, V copied out of the view, a fused gate/up: 3 FFN nodes); the
+    embeddings' get_rows, the last layer's 2 get_rows of the output ids and the output norm
+    and head (3) once, gemma's embedding scale and logit soft-cap (4) too."""
+    per_layer = {"llama": 36, "qwen2": 39, "qwen3": 40, "gemma2": 44, "gemma3": 45,
+                 "phi3": 34}[arch]
     once = {"gemma2": 4, "gemma3": 4}.get(arch, 0)
     return per_layer * n_layer + 1 + 2 + 3 + once
 
@@ -78,7 +83,7 @@ def test_registry():
     assert set(ARCHITECTURES) == set(ARCHS)
     with pytest.raises(UnknownNameError, match="gpt2"):
         get_builder("gpt2")
-    with pytest.raises(UnknownNameError, match="known: llama, qwen2, qwen3, gemma2, gemma3"):
+    with pytest.raises(UnknownNameError, match="known: llama, qwen2, qwen3, gemma2, gemma3, phi3"):
         arch_config("gpt2")
 
 
@@ -162,6 +167,9 @@ def test_graph_names_and_order_follow_llama_cpp():
      "rope_freq_base_swa must be None or a finite number > 0"),
     (dict(arch="gemma2", rope_mode="NEOX", n_swa=4, graph="ggml_py"), "post-norms"),
     (dict(arch="gemma3", rope_mode="NEOX"), r"gemma3 models have Q/K norms"),
+    (dict(arch="qwen2", rope_mode="NEOX", fused_qkv=True), "no fused QKV or rope factors"),
+    (dict(arch="phi3", rope_mode="NEOX", n_rot=7), "n_rot must be even"),
+    (dict(rope_attn_factor=2.0), "rope attn_factor need graph='llama.cpp'"),
 ])
 def test_config_refusals(kw, match):
     with pytest.raises(ModelError, match=match):
@@ -239,6 +247,8 @@ def _write(gguf, path, arch, cfg, weights, drop=(), extra=None):
     for k, v in keys.items():
         if k not in drop:
             w.add_uint32(k.format(arch=arch), v)
+    if cfg.n_rot is not None:
+        w.add_uint32(K.Rope.DIMENSION_COUNT.format(arch=arch), cfg.n_rot)
     if K.Attention.LAYERNORM_RMS_EPS not in drop:
         w.add_float32(K.Attention.LAYERNORM_RMS_EPS.format(arch=arch), cfg.eps)
     for k, (v, vtype) in (extra or {}).items():
@@ -309,7 +319,8 @@ def test_gguf_refuses_missing_and_inconsistent_metadata(tmp_path):
     # an architecture not (yet) built
     _write(gguf, path("gpt2"), "gpt2", cfgs["llama"], weights["llama"])
     with pytest.raises(GGUFError, match=r"gpt2\.gguf: architecture 'gpt2' is not supported "
-                                        r"\(only 'llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3'\)"):
+                                        r"\(only 'llama', 'qwen2', 'qwen3', 'gemma2', "
+                                        r"'gemma3', 'phi3'\)"):
         read_config(path("gpt2"))
 
 
@@ -341,6 +352,38 @@ def test_gguf_gemma2_defaults_and_refusals(tmp_path):
     with pytest.raises(GGUFError, match=r"g\.gguf: tensor 'output\.weight': gemma2's output "
                                         r"head is token_embd\.weight"):
         load_gguf(path)
+
+
+def test_gguf_phi3_fused_weights_and_rope_factors(tmp_path):
+    """A phi3 file's fused attn_qkv is read as such (separate Q/K/V too), its rope factors
+    come in pairs, the long ones past the training context (rope.scaling's
+    original_context_length, else context_length); other architectures refuse both."""
+    gguf = pytest.importorskip("gguf")
+    from ggml_py.models.gguf import GGUFError, load_gguf, read_config
+    cfg = small("phi3", n_ctx_orig=None, wtype="f32")
+    weights = Model.random(cfg).weights
+    path = str(tmp_path / "p.gguf")
+    _write(gguf, path, "phi3", cfg, weights)
+    got = read_config(path)
+    assert got.fused_qkv and got.rope_factors and got.n_rot == 8 and got.n_ctx_orig == 64
+    assert got.rope_factors_name == "rope_factors_short.weight"
+    assert read_config(path, n_ctx=128).rope_factors_name == "rope_factors_long.weight"
+    _write(gguf, path, "phi3", cfg,
+           {k: v for k, v in weights.items() if k != "rope_factors_long.weight"})
+    with pytest.raises(GGUFError, match=r"p\.gguf: rope factors \(phi3\) are read for phi3 "
+                                        r"files with both the long and the short ones only"):
+        read_config(path)
+    sep = small("phi3", fused_qkv=False, rope_factors=False, n_ctx_orig=None,
+                rope_attn_factor=1.0, wtype="f32")
+    _write(gguf, path, "phi3", sep, Model.random(sep).weights)
+    assert load_gguf(path).config == dataclasses.replace(sep, name="gguf")
+    q2 = small("qwen2", wtype="f32")
+    w = dict(Model.random(q2).weights)
+    w["blk.0.attn_qkv.weight"] = ("f32", np.zeros((3 * 64, 64), np.float32))
+    _write(gguf, path, "qwen2", q2, w)
+    with pytest.raises(GGUFError, match=r"tensor 'blk\.0\.attn_qkv\.weight' \(qwen2\) is not "
+                                        r"supported yet"):
+        read_config(path)
 
 
 def test_gguf_tied_output_qwen2(tmp_path):
@@ -376,8 +419,9 @@ def _llama_cpp(*args):
     ("qwen3", "f16", {"n_embd_head": 32}),       # heads that do not tile n_embd
     ("gemma3", "f16", {"n_swa": 0}),             # no window: one mask, llama's input
     ("gemma3", "f16", {"swa_pattern": 6}),       # every layer sliding: no global mask
+    ("phi3", "f16", {"fused_qkv": False, "n_ctx_orig": 512}),   # separate Q/K/V, short factors
 ], ids=[*[f"{a}-{w}" for w in ("f32", "f16") for a in ARCHS], "qwen3-f16-head32",
-        "gemma3-f16-global", "gemma3-f16-all-sliding"])
+        "gemma3-f16-global", "gemma3-f16-all-sliding", "phi3-f16-separate-short"])
 def test_logits_and_node_counts_match_llama_cpp(tmp_path, arch, wtype, extra):
     pytest.importorskip("gguf")
     from ggml_py.models.gguf import load_gguf, save_gguf
@@ -404,7 +448,8 @@ def test_logits_and_node_counts_match_llama_cpp(tmp_path, arch, wtype, extra):
     print(f"{arch} {wtype}: NMSE {err:.3g}, graph nodes llama.cpp {pp_nodes}/{tg_nodes}, "
           f"ggml_py {ours_pp}/{ours_tg}")
     assert err <= 1e-4
-    assert (ours_pp, ours_tg) == (pp_nodes, tg_nodes) == (llama_cpp_nodes(arch, 3),) * 2
+    separate = 2 * 3 if extra.get("fused_qkv") is False else 0     # (Q/K/V: 6 nodes, not 4)
+    assert (ours_pp, ours_tg) == (pp_nodes, tg_nodes) == (llama_cpp_nodes(arch, 3) + separate,) * 2
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -28,19 +28,21 @@ _INT_FIELDS = {
     "n_ff": (1, _INT32_MAX), "n_rot": (2, _INT32_MAX), "n_expert": (0, _INT32_MAX),
     "n_expert_used": (0, _INT32_MAX), "n_ff_exp": (1, _INT32_MAX),
     "n_expert_shared": (0, _INT32_MAX), "kv_pad": (1, _INT32_MAX),
-    "n_embd_head": (1, _INT32_MAX), "n_swa": (0, _INT32_MAX),
+    "n_embd_head": (1, _INT32_MAX), "n_swa": (0, _INT32_MAX), "n_ctx_orig": (1, _INT32_MAX),
 }
 # the architectures (llama.cpp's general.architecture names; models.arch builds them) and
 # the rope each one implies (llama.cpp's llama_model_rope_type)
 ARCH_ROPE = {"llama": "NORMAL", "qwen2": "NEOX", "qwen3": "NEOX", "gemma2": "NEOX",
-             "gemma3": "NEOX"}
+             "gemma3": "NEOX", "phi3": "NEOX"}
 QK_NORM_ARCHS = ("qwen3", "gemma3")         # RMS norms of each Q and K head
 POST_NORM_ARCHS = ("gemma2", "gemma3")      # RMS norms after attention and after the FFN
 SWA_ARCHS = ("gemma2", "gemma3")            # sliding-window layers among global ones
+FUSED_ARCHS = ("phi3",)     # fused QKV (optional) and gate/up (always) weights, partial
+                            # rotary, rope factors
 GRAPH_KINDS = ("ggml_py", "llama.cpp")
 # the float fields: whether 0 is allowed (they are finite and not negative)
 _FLOAT_FIELDS = {"rope_freq_base": False, "rope_freq_scale": False, "eps": True,
-                 "attn_softcap": True, "final_softcap": True}
+                 "attn_softcap": True, "final_softcap": True, "rope_attn_factor": False}
 # the float fields that may also be None (then they take another field's value)
 _OPTIONAL_FLOAT_FIELDS = ("rope_freq_base_swa", "rope_freq_scale_swa")
 
@@ -84,6 +86,10 @@ class ModelConfig:
     rope_freq_scale_swa: float | None = None    # global layers')
     attn_softcap: float = 0.0     # attention scores soft-capped: c * tanh(kq / c) (0: not)
     final_softcap: float = 0.0    # the logits soft-capped likewise (0: not)
+    rope_attn_factor: float = 1.0     # rope's attn_factor (rope.scaling.attn_factor)
+    fused_qkv: bool = False       # Q, K and V as one matrix, attn_qkv (phi3)
+    rope_factors: bool = False    # rope frequency factors, long and short (phi3)
+    n_ctx_orig: int | None = None     # the training context: past it, the long factors
 
     def __post_init__(self):
         for f in ("wtype", "cache_type"):       # numpy dtypes and their names are types too
@@ -120,7 +126,7 @@ class ModelConfig:
         if self.graph is not None and self.graph not in GRAPH_KINDS:
             raise ModelError(f"ModelConfig.graph must be one of {GRAPH_KINDS} or None, got "
                              f"{self.graph!r}")
-        for flag in ("attn_bias", "qk_norm"):
+        for flag in ("attn_bias", "qk_norm", "fused_qkv", "rope_factors"):
             if not isinstance(getattr(self, flag), bool):
                 raise ModelError(f"ModelConfig.{flag} must be a bool, got "
                                  f"{getattr(self, flag)!r}")
@@ -130,14 +136,16 @@ class ModelConfig:
                              f"architecture), got rope_mode {self.rope_mode!r}")
         if self.graph_kind == "ggml_py":
             if (self.attn_bias or self.qk_norm or self.post_norms
-                    or self.n_embd_head not in (None, self.n_embd // self.n_head)):
-                raise ModelError("QKV biases, Q/K norms, post-norms and a head size other "
-                                 "than n_embd / n_head need graph='llama.cpp'")
+                    or self.n_embd_head not in (None, self.n_embd // self.n_head)
+                    or self.rope_attn_factor != 1.0):
+                raise ModelError("QKV biases, Q/K norms, post-norms, a head size other "
+                                 "than n_embd / n_head and a rope attn_factor need "
+                                 "graph='llama.cpp'")
         else:
             if self.ffn != "dense":
                 raise ModelError(f"graph='llama.cpp' builds dense FFNs only so far, got ffn "
                                  f"{self.ffn!r}")
-            if self.n_rot_ != self.head_dim:
+            if self.n_rot_ != self.head_dim and self.arch not in FUSED_ARCHS:
                 raise ModelError(f"llama.cpp's {self.arch} graph rotates whole heads: n_rot "
                                  f"{self.n_rot_} != head size {self.head_dim}")
         if self.arch in QK_NORM_ARCHS and not self.qk_norm:
@@ -145,6 +153,8 @@ class ModelConfig:
         if self.arch not in QK_NORM_ARCHS and self.qk_norm:
             raise ModelError(f"{self.arch} models have no Q/K norms")
         self._check_swa()
+        if self.arch not in FUSED_ARCHS and (self.fused_qkv or self.rope_factors):
+            raise ModelError(f"{self.arch} models have no fused QKV or rope factors here")
 
     def _check_swa(self) -> None:
         """The sliding window: layer indices within the model, a window when any layer
@@ -180,7 +190,7 @@ class ModelConfig:
         over billions of layers."""
         for field, (lo, hi) in _INT_FIELDS.items():
             v = getattr(self, field)
-            if v is None and field in ("n_rot", "n_ff_exp", "n_embd_head"):
+            if v is None and field in ("n_rot", "n_ff_exp", "n_embd_head", "n_ctx_orig"):
                 continue
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise ModelError(f"ModelConfig.{field} must be an integer in [{lo}, {hi}], "
@@ -259,6 +269,20 @@ class ModelConfig:
                 self.rope_freq_scale if scale is None else scale)
 
     @property
+    def fused_up(self) -> bool:
+        """Is the FFN's gate the first half of ffn_up (phi3's gate/up matrix)?"""
+        return self.arch in FUSED_ARCHS
+
+    @property
+    def rope_factors_name(self) -> str | None:
+        """The rope factors layers use (llama_model::get_rope_factors): the long ones for a
+        context past the training one, else the short ones; None without factors."""
+        if not self.rope_factors:
+            return None
+        long = self.n_ctx > (self.n_ctx if self.n_ctx_orig is None else self.n_ctx_orig)
+        return "rope_factors_long.weight" if long else "rope_factors_short.weight"
+
+    @property
     def post_norms(self) -> bool:
         """RMS norms of the attention and FFN outputs before their residuals (gemma)?"""
         return self.arch in POST_NORM_ARCHS
@@ -286,6 +310,7 @@ ARCH_DEFAULTS = {
     "gemma2": dict(n_swa=4096, swa_pattern=2, attn_softcap=50.0, final_softcap=30.0),
     "gemma3": dict(n_swa=0, swa_pattern=6, attn_softcap=0.0, final_softcap=0.0,
                    rope_freq_base_swa=10000.0, rope_freq_scale_swa=1.0),
+    "phi3": dict(fused_qkv=True),
 }
 
 
@@ -351,12 +376,12 @@ def weight_shapes(cfg: ModelConfig) -> dict:
     shapes = {"token_embd.weight": (w, (E, V))}
     for il in range(cfg.n_layer):
         p = f"blk.{il}."
-        shapes.update({
-            p + "attn_norm.weight": ("f32", (E,)),
-            p + "attn_q.weight": (w, (E, Q)),
-            p + "attn_k.weight": (w, (E, G)),
-            p + "attn_v.weight": (w, (E, G)),
-        })
+        shapes[p + "attn_norm.weight"] = ("f32", (E,))
+        if cfg.fused_qkv:
+            shapes[p + "attn_qkv.weight"] = (w, (E, Q + 2 * G))
+        else:
+            shapes.update({p + "attn_q.weight": (w, (E, Q)), p + "attn_k.weight": (w, (E, G)),
+                           p + "attn_v.weight": (w, (E, G))})
         if cfg.attn_bias:
             shapes.update({p + "attn_q.bias": ("f32", (Q,)), p + "attn_k.bias": ("f32", (G,)),
                            p + "attn_v.bias": ("f32", (G,))})
@@ -367,7 +392,10 @@ def weight_shapes(cfg: ModelConfig) -> dict:
         if cfg.post_norms:
             shapes[p + "post_attention_norm.weight"] = ("f32", (E,))
         shapes[p + "ffn_norm.weight"] = ("f32", (E,))
-        if cfg.ffn == "dense":
+        if cfg.fused_up:
+            shapes.update({p + "ffn_up.weight": (w, (E, 2 * F)),
+                           p + "ffn_down.weight": (w, (F, E))})
+        elif cfg.ffn == "dense":
             shapes.update({p + "ffn_gate.weight": (w, (E, F)), p + "ffn_up.weight": (w, (E, F)),
                            p + "ffn_down.weight": (w, (F, E))})
         else:
@@ -384,6 +412,9 @@ def weight_shapes(cfg: ModelConfig) -> dict:
                            p + "ffn_down_shexp.weight": (w, (Fs, E))})
         if cfg.post_norms:
             shapes[p + "post_ffw_norm.weight"] = ("f32", (E,))
+    if cfg.rope_factors:
+        for n in ("rope_factors_long.weight", "rope_factors_short.weight"):
+            shapes[n] = ("f32", (cfg.n_rot_ // 2,))
     shapes["output_norm.weight"] = ("f32", (E,))
     if not cfg.tied_output:
         shapes["output.weight"] = (w, (E, V))

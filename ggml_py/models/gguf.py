@@ -1,11 +1,11 @@
 """GGUF files in and out, through the `gguf` package (pip install "ggml-py-sched[gguf]").
 
 `load_gguf(path)` reads a file of an architecture ARCHS lists (llama dense, or
-Mixtral-style MoE when it has experts; qwen2, qwen3, gemma2, gemma3) into a `Model`: its
-metadata becomes the ModelConfig (the keys and tensor names those of the `gguf`
-package's Keys and TENSOR_NAMES), its tensors the
-weights (f32, f16, bf16 and every block type ggml_py computes with: q4_0 ... q8_0,
-q2_K ... q6_K, iq4_nl, iq4_xs, mxfp4; any other type is an error naming the tensor).
+Mixtral-style MoE when it has experts; qwen2, qwen3, gemma2, gemma3, phi3) into a
+`Model`: its metadata becomes the ModelConfig (the keys and tensor names those of the
+`gguf` package's Keys and TENSOR_NAMES), its tensors the weights (f32, f16, bf16 and
+every block type ggml_py computes with: q4_0 ... q8_0, q2_K ... q6_K, iq4_nl, iq4_xs,
+mxfp4; any other type is an error naming the tensor).
 `save_gguf(model, path)` writes such a file, which is how the tests make one.
 """
 
@@ -19,8 +19,8 @@ import numpy as np
 from ggml_py._core import instance_arg
 from ggml_py.errors import ArgumentTypeError, ModelError
 from ggml_py import quants
-from ggml_py.models.config import (ARCH_DEFAULTS, ARCH_ROPE, GRAPH_KINDS, QK_NORM_ARCHS,
-                                   SWA_ARCHS, swa_pattern)
+from ggml_py.models.config import (ARCH_DEFAULTS, ARCH_ROPE, FUSED_ARCHS, GRAPH_KINDS,
+                                   QK_NORM_ARCHS, SWA_ARCHS, swa_pattern)
 from ggml_py.models.transformer import WEIGHT_TYPES, Model, ModelConfig, weight_shapes
 
 ARCH = "llama"
@@ -68,9 +68,9 @@ def _tensor_name(gguf, tensor, bid=None, suffix="weight"):
 
 def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None,
                      graph: str | None = None) -> ModelConfig:
-    """A file's metadata (an architecture of ARCHS) -> ModelConfig. n_ctx: KV cache cells (default: the
-    file's context_length); graph: ModelConfig.graph (llama's default is its own graph,
-    'llama.cpp' builds llama.cpp's)."""
+    """A file's metadata (an architecture of ARCHS) -> ModelConfig. n_ctx: KV cache cells
+    (default: the file's context_length); graph: ModelConfig.graph (llama's default is its
+    own graph, 'llama.cpp' builds llama.cpp's)."""
     gguf = _gguf()
     K = gguf.Keys
     path = _path(reader)
@@ -107,11 +107,12 @@ def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None,
         if embd not in tensors:
             raise GGUFError(f"{path}: no {K.LLM.VOCAB_SIZE.format(arch=arch)} and no {embd}")
         n_vocab = int(tensors[embd].shape[1])
+    fused_qkv = arch in FUSED_ARCHS and _tensor_name(gguf, "ATTN_QKV", 0) in tensors
     if wtype is None:
-        q = tensors.get(_tensor_name(gguf, "ATTN_Q", 0))
+        q = tensors.get(_tensor_name(gguf, "ATTN_QKV" if fused_qkv else "ATTN_Q", 0))
         wtype = _type_name(q) if q is not None else "f32"
     if arch != "llama" or graph == "llama.cpp":
-        if n_rot != head:       # (llama.cpp asserts it for these graphs)
+        if n_rot != head and arch not in FUSED_ARCHS:   # (llama.cpp asserts it there)
             raise GGUFError(f"{path}: {K.Rope.DIMENSION_COUNT.format(arch=arch)} {n_rot} is "
                             f"not the head size {head}; llama.cpp's {arch} rotates whole heads")
         _check_tensors_known(gguf, tensors, arch, path)
@@ -121,6 +122,12 @@ def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None,
                         f"biases but not all three of Q, K and V")
     n_layer = int(key(K.LLM.BLOCK_COUNT, required=True))
     swa = _swa_fields(key, K, arch, n_layer, path) if arch in SWA_ARCHS else {}
+    factors = [_tensor_name(gguf, t) in tensors
+               for t in ("ROPE_FACTORS_LONG", "ROPE_FACTORS_SHORT")]
+    if any(factors) and not (all(factors) and arch in FUSED_ARCHS):
+        raise GGUFError(f"{path}: rope factors ({arch}) are read for phi3 files with both the "
+                        f"long and the short ones only")
+    n_ctx_train = int(key(K.LLM.CONTEXT_LENGTH, required=True))
     return ModelConfig(
         name=str(_field(reader, K.General.NAME, "gguf")),
         arch=arch,
@@ -130,7 +137,7 @@ def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None,
         qk_norm=arch in QK_NORM_ARCHS,
         n_embd_head=None if head * n_head == n_embd else head,
         n_vocab=int(n_vocab),
-        n_ctx=int(n_ctx or key(K.LLM.CONTEXT_LENGTH, required=True)),
+        n_ctx=int(n_ctx or n_ctx_train),
         n_embd=n_embd, n_head=n_head,
         n_head_kv=int(key(K.Attention.HEAD_COUNT_KV, n_head)),
         n_layer=n_layer,
@@ -145,6 +152,10 @@ def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None,
         n_expert=n_expert,
         n_expert_used=int(key(K.LLM.EXPERT_USED_COUNT, 0) or 0),
         n_ff_exp=int(key(K.LLM.EXPERT_FEED_FORWARD_LENGTH, n_ff)) if n_expert else None,
+        fused_qkv=fused_qkv,
+        rope_factors=all(factors),
+        n_ctx_orig=int(key(K.Rope.SCALING_ORIG_CTX_LEN, n_ctx_train)) if all(factors) else None,
+        rope_attn_factor=_f32_decimal(key(K.Rope.SCALING_ATTN_FACTOR, 1.0)),
         **swa,
     )
 
@@ -185,7 +196,8 @@ _UNSUPPORTED = (("ATTN_QKV", "weight"), ("ATTN_OUT", "bias"), ("FFN_GATE", "bias
 def _check_tensors_known(gguf, tensors, arch, path):
     """GGUFError for the first tensor (of any block) that _UNSUPPORTED names."""
     patterns = [re.escape(gguf.TENSOR_NAMES[getattr(gguf.MODEL_TENSOR, t)] + "." + suffix)
-                .replace(re.escape("{bid}"), r"\d+") for t, suffix in _UNSUPPORTED]
+                .replace(re.escape("{bid}"), r"\d+") for t, suffix in _UNSUPPORTED
+                if not (arch in FUSED_ARCHS and t == "ATTN_QKV")]
     unsupported = re.compile("|".join(patterns))
     for n in tensors:
         if unsupported.fullmatch(n):
@@ -289,7 +301,8 @@ def _add_swa_keys(gguf, w, cfg, path) -> None:
 
 def save_gguf(model: Model, path) -> None:
     """Write `model` as a GGUF file of its architecture (llama dense or Mixtral-style top-k
-    MoE, qwen2, qwen3, gemma2, gemma3), with tokenizer.ggml.model 'none' so that llama.cpp loads it."""
+    MoE, qwen2, qwen3, gemma2, gemma3, phi3), with tokenizer.ggml.model 'none' so that
+    llama.cpp loads it."""
     gguf = _gguf()
     cfg = instance_arg(model, Model, "model").config
     if cfg.ffn not in ("dense", "moe_topk") or (cfg.ffn != "dense" and cfg.arch != "llama"):
@@ -310,6 +323,11 @@ def save_gguf(model: Model, path) -> None:
         w.add_value_length(cfg.head_dim)
     w.add_rope_dimension_count(cfg.n_rot_)
     w.add_rope_freq_base(cfg.rope_freq_base)
+    if cfg.rope_attn_factor != 1.0:
+        w.add_float32(gguf.Keys.Rope.SCALING_ATTN_FACTOR.format(arch=cfg.arch),
+                      cfg.rope_attn_factor)
+    if cfg.n_ctx_orig is not None:
+        w.add_uint32(gguf.Keys.Rope.SCALING_ORIG_CTX_LEN.format(arch=cfg.arch), cfg.n_ctx_orig)
     if cfg.rope_freq_scale != 1.0:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(1.0 / cfg.rope_freq_scale)

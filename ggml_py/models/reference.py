@@ -20,12 +20,15 @@ def _rms_norm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def _rope(x, pos, n_rot, base, freq_scale, neox):
+def _rope(x, pos, n_rot, base, freq_scale, neox, factors=None, mscale=1.0):
     """x (T, heads, D): rotate the first n_rot dims by position; NORMAL rotates adjacent
-    pairs (2i, 2i+1), NEOX the halves (i, i + n_rot/2)."""
+    pairs (2i, 2i+1), NEOX the halves (i, i + n_rot/2). factors divide each pair's
+    frequency; mscale (rope's attn_factor) scales the rotated pairs."""
     i = np.arange(n_rot // 2)
     theta = pos[:, None] * freq_scale * base ** (-2.0 * i / n_rot)      # (T, n_rot/2)
-    c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+    if factors is not None:
+        theta = theta / factors
+    c, s = mscale * np.cos(theta)[:, None, :], mscale * np.sin(theta)[:, None, :]
     out = x.copy()
     a, b = (i, i + n_rot // 2) if neox else (2 * i, 2 * i + 1)
     out[..., a] = x[..., a] * c - x[..., b] * s
@@ -96,7 +99,11 @@ def reference_logits(model: Model, tokens) -> np.ndarray:
         def w(n, il=il):
             return V[f"blk.{il}.{n}.weight"]
         def proj(part, heads, il=il):
-            y = h @ w(f"attn_{part}").T
+            if cfg.fused_qkv:                            # phi3: rows of Q, then K, then V
+                start = {"q": 0, "k": H * D, "v": (H + Hkv) * D}[part]
+                y = h @ w("attn_qkv")[start:start + heads * D].T
+            else:
+                y = h @ w(f"attn_{part}").T
             if cfg.attn_bias:                            # qwen2's Q, K and V biases
                 y = y + V[f"blk.{il}.attn_{part}.bias"]
             y = y.reshape(T, heads, D)
@@ -109,8 +116,10 @@ def reference_logits(model: Model, tokens) -> np.ndarray:
 
         h = _rms_norm(x, w("attn_norm"), cfg.eps)
         base, scale = cfg.rope_base_scale(il)
-        q = _rope(proj("q", H), pos, cfg.n_rot_, base, scale, neox)
-        k = _rope(proj("k", Hkv), pos, cfg.n_rot_, base, scale, neox)
+        factors = V[cfg.rope_factors_name] if cfg.rope_factors_name else None
+        rope = (cfg.n_rot_, base, scale, neox, factors, cfg.rope_attn_factor)
+        q = _rope(proj("q", H), pos, *rope)
+        k = _rope(proj("k", Hkv), pos, *rope)
         v = proj("v", Hkv)
         mask = window if cfg.is_swa(il) else causal
         att = np.empty((T, H, D))
@@ -121,7 +130,10 @@ def reference_logits(model: Model, tokens) -> np.ndarray:
             att[:, hd] = _softmax(s) @ v[:, g]
         x = x + post_norm(att.reshape(T, H * D) @ w("attn_output").T, "post_attention_norm")
         h = _rms_norm(x, w("ffn_norm"), cfg.eps)
-        if cfg.ffn == "dense":
+        if cfg.fused_up:                                 # phi3: gate and up in one matrix
+            gate, up = np.split(w("ffn_up"), 2)
+            x = x + _swiglu(h, gate, up, w("ffn_down"))
+        elif cfg.ffn == "dense":
             act = _gelu if gemma else _silu
             x = x + post_norm(_swiglu(h, w("ffn_gate"), w("ffn_up"), w("ffn_down"), act),
                               "post_ffw_norm")

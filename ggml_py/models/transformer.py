@@ -25,8 +25,8 @@ logits, as llama_decode does.
 This module gathers them; the code lives by concern:
 
     config.py   ModelConfig, llama_config, moe_config, arch_config, weight shapes, graph_size
-    arch/       llama.cpp's graphs per architecture (llama, qwen2, qwen3, gemma2, gemma3) over
-                shared blocks; a config with graph_kind 'llama.cpp' is built there
+    arch/       llama.cpp's graphs per architecture (llama, qwen2, qwen3, gemma2, gemma3,
+                phi3) over shared blocks; a config with graph_kind 'llama.cpp' is built there
     model.py    Model (weights in backend buffers), KVCache, tensor_values
     graph.py    build_forward (the graph of one decode call), Forward, token_ids,
                 step_inputs (what changes from step to step), padded_kv

@@ -1,5 +1,6 @@
 """Architectures as llama.cpp builds them, one module each over the shared blocks of
-models.arch.blocks (llama.cpp's llm_graph_context): llama, qwen2, qwen3, gemma2 and gemma3 so far.
+models.arch.blocks (llama.cpp's llm_graph_context): llama, qwen2, qwen3, gemma2, gemma3 and
+phi3 so far.
 
 ARCHITECTURES maps a GGUF general.architecture name to its module's `build(gc)`;
 `build_forward` is models.graph.build_forward for a config whose graph_kind is
@@ -15,15 +16,17 @@ ARCHITECTURES maps a GGUF general.architecture name to its module's `build(gc)`;
     gemma3 + (over gemma2) RMS norms of each Q and K head; no attention soft-cap; the
              window, the logit soft-cap and the output head optional; the sliding
              layers' own rope base
+    phi3   + fused QKV (or separate) and gate/up matrices, Q scaled before attention,
+             rope over part of each head with rope factors; NEOX rope
 """
 
 from __future__ import annotations
 
 from ggml_py.errors import ModelError, UnknownNameError
-from ggml_py.models.arch import gemma2, gemma3, llama, qwen2, qwen3
+from ggml_py.models.arch import gemma2, gemma3, llama, phi3, qwen2, qwen3
 from ggml_py.models.arch.blocks import GraphContext
 
-ARCHITECTURES = {m.ARCH: m.build for m in (llama, qwen2, qwen3, gemma2, gemma3)}
+ARCHITECTURES = {m.ARCH: m.build for m in (llama, qwen2, qwen3, gemma2, gemma3, phi3)}
 
 
 def get_builder(arch: str):

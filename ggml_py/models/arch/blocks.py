@@ -114,8 +114,10 @@ class GraphContext:
 
     def build_qkv(self, p: str, cur: Tensor, il: int) -> tuple[Tensor, Tensor, Tensor]:
         """Separate Q, K and V projections (with their biases when the model has them),
-        reshaped to [head, heads, tokens]."""
+        reshaped to [head, heads, tokens]; or views of a fused QKV projection."""
         cfg, W, T, D = self.cfg, self.W, self.n_tokens, self.cfg.head_dim
+        if cfg.fused_qkv:
+            return self.build_qkv_fused(W[f"{p}attn_qkv.weight"], cur, il)
         out = []
         for part, heads in (("q", cfg.n_head), ("k", cfg.n_head_kv), ("v", cfg.n_head_kv)):
             label = part.upper() + "cur"
@@ -127,13 +129,29 @@ class GraphContext:
                    zip(out, (cfg.n_head, cfg.n_head_kv, cfg.n_head_kv), ("Qcur", "Kcur", "Vcur")))
         return q, k, v
 
+    def build_qkv_fused(self, wqkv: Tensor, cur: Tensor, il: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Q, K and V as [head, heads, tokens] views of one projection (build_qkv's fused
+        path): Q's rows first, then K's, then V's."""
+        cfg, T, D = self.cfg, self.n_tokens, self.cfg.head_dim
+        qkv = _name(self.build_lora_mm(wqkv, cur), "wqkv", il)
+        out, offset = [], 0
+        for heads, label in ((cfg.n_head, "Qcur"), (cfg.n_head_kv, "Kcur"),
+                             (cfg.n_head_kv, "Vcur")):
+            out.append(_name(ops.view_3d(self.ctx, qkv, D, heads, T, row_size(qkv.type, D),
+                                         qkv.nb[1], row_size(qkv.type, offset)), label, il))
+            offset += D * heads
+        q, k, v = out
+        return q, k, v
+
     def rope(self, t: Tensor, pos: Tensor, il: int = -1) -> Tensor:
         """ggml_rope_ext of a [head, heads, tokens] tensor with the model's rope (layer
-        il's frequencies: a sliding layer may have its own)."""
+        il's frequencies: a sliding layer may have its own; the rope factors and
+        attn_factor when the model has them)."""
         cfg = self.cfg
         base, scale = cfg.rope_base_scale(il)
-        return ops.rope_ext(self.ctx, t, pos, None, cfg.n_rot_, cfg.rope_mode, cfg.n_ctx,
-                            base, scale, 0.0, 1.0, 32.0, 1.0)
+        factors = self.W[cfg.rope_factors_name] if cfg.rope_factors_name else None
+        return ops.rope_ext(self.ctx, t, pos, factors, cfg.n_rot_, cfg.rope_mode, cfg.n_ctx,
+                            base, scale, 0.0, cfg.rope_attn_factor, 32.0, 1.0)
 
     def build_attn(self, inp: dict, wo: Tensor, wo_b: Tensor | None, q: Tensor, k: Tensor,
                    v: Tensor, kq_scale: float, il: int) -> Tensor:
@@ -150,7 +168,9 @@ class GraphContext:
         k_cur = ops.view_2d(ctx, k, G, T, k.nb[2], 0)
         self.expand(_stored(ops.set_rows(ctx, cache.k[il], k_cur, inp["k_idxs"]), cache.k[il]))
         # cpy_v: V is cached transposed, one element per (channel, cell)
-        v_cur = ops.reshape_2d(ctx, v, G, T)
+        # (V viewed out of a fused QKV is copied out first: its tokens' rows have gaps)
+        v_cur = (ops.reshape_2d(ctx, v, G, T) if v.nb[2] == row_size(v.type, G)
+                 else ops.cont_2d(ctx, v, G, T))
         v_view = ops.reshape_2d(ctx, cache.v[il], 1, G * n_ctx)
         v_cur = ops.reshape_2d(ctx, v_cur, 1, G * T)
         self.expand(_stored(ops.set_rows(ctx, v_view, v_cur, inp["v_idxs"]), v_view))
@@ -206,6 +226,13 @@ class GraphContext:
         """The SwiGLU feed-forward (build_ffn with LLM_FFN_SILU, LLM_FFN_PAR):
         down(silu(gate cur) * up cur)."""
         return self.build_ffn_par(up, gate, down, cur, "swiglu", il)
+
+    def build_ffn_fused_swiglu(self, up: Tensor, down: Tensor, cur: Tensor, il: int) -> Tensor:
+        """The feed-forward of a fused gate/up matrix (build_ffn with LLM_FFN_SWIGLU and no
+        gate): down(swiglu(up cur)), silu of the first half times the second."""
+        tmp = _name(self.build_lora_mm(up, cur), "ffn_up", il)
+        h = _name(ops.swiglu(self.ctx, tmp), "ffn_swiglu", il)
+        return self.build_lora_mm(down, h)
 
     def build_ffn_par(self, up: Tensor, gate: Tensor, down: Tensor, cur: Tensor, glu: str,
                       il: int) -> Tensor:

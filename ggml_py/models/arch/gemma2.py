@@ -54,7 +54,8 @@ def build_gemma(gc: GraphContext, q_scale: float, qk_norm: bool,
         if il == cfg.n_layer - 1:
             cur = ops.get_rows(ctx, cur, inp_out_ids)
             inpL = ops.get_rows(ctx, inpL, inp_out_ids)
-        cur = name(gc.build_norm(cur, W[p + "post_attention_norm.weight"], il), "attn_post_norm", il)
+        cur = gc.build_norm(cur, W[p + "post_attention_norm.weight"], il)
+        name(cur, "attn_post_norm", il)
         sa_out = name(ops.add(ctx, cur, inpL), "sa_out", il)
         cur = name(gc.build_norm(sa_out, W[p + "ffn_norm.weight"], il), "ffn_norm", il)
         cur = gc.build_ffn_par(W[p + "ffn_up.weight"], W[p + "ffn_gate.weight"],
