@@ -114,6 +114,27 @@ def test_decode_steps_match_the_whole_sequence(arch):
     assert np.allclose(last, whole[-1:], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_node_has_a_c_kernel(arch, monkeypatch):
+    """The prompt and decode graphs of each architecture run in the C executor: no node
+    falls back to its numpy kernel (partial rope with factors, soft-caps, GEGLU, ...)."""
+    from ggml_py.backends.cpu.backend import KernelPolicy
+    python = []
+    kernel_for = KernelPolicy.kernel_for
+
+    def spy(self, t, compiled):
+        fn = kernel_for(self, t, compiled)
+        if fn is not None:
+            python.append(f"{t.op} {t.name}")
+        return fn
+
+    monkeypatch.setattr(KernelPolicy, "kernel_for", spy)
+    s = session(small(arch, wtype="q8_0"), seed=2)
+    s.forward(PROMPT)
+    s.forward([7])
+    assert python == []
+
+
 def test_llama_keeps_its_own_graph_unless_asked():
     """A llama config builds ggml_py's llama graph (its golden node counts elsewhere) unless
     graph='llama.cpp'; both compute the same logits."""

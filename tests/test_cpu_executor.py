@@ -193,8 +193,9 @@ def test_rope(seed, d, heads, tokens, mode, type_name, partial, ext_factor):
     pos, fp = _tensor(ctx, "i32", np.random.default_rng(seed).integers(0, 500, tokens), "pos")
     n_dims = d // 2 if partial else d
     ff, feeds = None, [(a, fa), (pos, fp)]
-    if seed % 3 == 0:
-        ff, fff = _tensor(ctx, "f32", _arr(seed, (d // 2,), 1.0, 4.0), "ff")
+    if seed % 3 == 0:       # a factor per pair of the row, or per rotated pair (phi3's)
+        n_ff = d // 2 if seed % 2 else n_dims // 2
+        ff, fff = _tensor(ctx, "f32", _arr(seed, (n_ff,), 1.0, 4.0), "ff")
         feeds.append((ff, fff))
     out = ops.rope_ext(ctx, a, pos, ff, n_dims, mode, 4096, 10000.0, 0.5, ext_factor, 1.0,
                        32.0, 1.0)

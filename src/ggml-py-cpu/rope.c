@@ -92,7 +92,9 @@ static void rope_cache_row(const int32_t * params, int64_t ne0, const int64_t po
     if (!(mode & ROPE_MROPE)) {
         float theta = (float)pos[0];
         for (int64_t i0 = 0; i0 < ne0; i0 += 2) {
-            const float f = ff ? ff[i0 / 2] : 1.0f;
+            // (factors past the rotated channels: ggml reads beyond the n_dims/2 it asks
+            // for there, into cache entries no pair uses)
+            const float f = ff && i0 < n_dims ? ff[i0 / 2] : 1.0f;
             rope_yarn(theta / f, freq_scale, corr_dims, i0, ext_factor, attn_factor, &cache[i0], &cache[i0 + 1]);
             theta *= theta_scale;
         }
@@ -149,7 +151,7 @@ static rope_slot * rope_lookup(const gp_params * p, const gp_tensor * dst) {
     const int multi = (dst->op_params[2] & ROPE_MROPE) != 0;
     const int64_t n_rows = dst->ne[2], ne0 = dst->ne[0];
     const int64_t n_pos = multi ? 4 * n_rows : n_rows;
-    const int64_t n_ff = ff_t ? ne0 / 2 : 0;
+    const int64_t n_ff = ff_t ? (multi ? ne0 / 2 : dst->op_params[1] / 2) : 0;
     const int32_t * pos = (const int32_t *)pos_t->data;
     const float * ff = ff_t ? (const float *)ff_t->data : NULL;
     rope_slot * oldest = &rc->slots[0];
@@ -280,12 +282,14 @@ gp_kernel gp_select_rope(const gp_tensor * t, int nth, size_t * wsize, const cha
         *error = "positions must be contiguous i32, one per dim-2 index (four for multi-section)";
         return NULL;
     }
-    if (ff && (ff->type != GP_TYPE_F32 || !gp_is_contiguous(ff) || gp_nelements(ff) < t->ne[0] / 2)) {
+    if (ff) {
         if (ff->type != GP_TYPE_F32 || gp_nelements(ff) < n_dims / 2) {
             *error = "freq_factors must be f32 with n_dims/2 values";
             return NULL;
         }
-        return NULL;        // shorter than the cache row: the numpy kernel
+        // the multi-section modes read a factor per pair of the whole row: shorter ones
+        // (and factors not contiguous) take the numpy kernel
+        if (!gp_is_contiguous(ff) || (multi && gp_nelements(ff) < t->ne[0] / 2)) return NULL;
     }
     if (t->type != s0->type || (t->type != GP_TYPE_F32 && t->type != GP_TYPE_F16) ||
         s0->nb[0] != gp_type_size(s0->type) || t->nb[0] != gp_type_size(t->type)) return NULL;
