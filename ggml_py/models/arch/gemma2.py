@@ -9,9 +9,10 @@ norms and makes the window and the final soft-cap optional)."""
 
 from __future__ import annotations
 
-import numpy as np
+import math
 
 from ggml_py import ops
+from ggml_py._core import Tensor
 from ggml_py.models.arch.blocks import GraphContext, name
 from ggml_py.models.config import ModelConfig
 
@@ -19,21 +20,21 @@ ARCH = "gemma2"
 
 
 def query_scale(cfg: ModelConfig, n_layer_27b: int) -> float:
-    """The scale of Q before attention (llama.cpp's f_attention_scale, float32): over the
-    head size, except for the 27B models (n_layer_27b layers), whose is over n_embd /
-    n_head (gemma_pytorch's query_pre_attn_scalar)."""
+    """The scale of Q before attention (llama.cpp's f_attention_scale): 1 / sqrt(head
+    size), except for the 27B models (n_layer_27b layers), whose is 1 / sqrt(n_embd /
+    n_head) (gemma_pytorch's query_pre_attn_scalar)."""
     width = cfg.n_embd // cfg.n_head if cfg.n_layer == n_layer_27b else cfg.head_dim
-    return float(np.float32(1.0) / np.sqrt(np.float32(width)))
+    return 1.0 / math.sqrt(width)
 
 
 def build_gemma(gc: GraphContext, q_scale: float, qk_norm: bool,
-                ffn_post_norm_il: bool) -> object:
+                ffn_post_norm_il: bool) -> Tensor:
     """The gemma layer stack and head; returns the logits tensor. qk_norm: RMS-norm each
     Q and K head before rope (gemma3); ffn_post_norm_il: name the FFN's post-norm per
     layer (gemma3) rather than once for all (gemma2's `ffn_post_norm`)."""
     cfg, W, ctx = gc.cfg, gc.W, gc.ctx
     inpL = gc.build_inp_embd(W["token_embd.weight"])
-    inpL = name(ops.scale(ctx, inpL, float(np.sqrt(np.float32(cfg.n_embd)))), "inp_scaled")
+    inpL = name(ops.scale(ctx, inpL, math.sqrt(cfg.n_embd)), "inp_scaled")
     inp_pos = gc.build_inp_pos()
     inp_attn = gc.build_attn_inp_kv()
     inp_out_ids = gc.build_inp_out_ids()
@@ -72,6 +73,6 @@ def build_gemma(gc: GraphContext, q_scale: float, qk_norm: bool,
     return name(logits, "result_output")
 
 
-def build(gc: GraphContext):
+def build(gc: GraphContext) -> Tensor:
     """The logits tensor of gemma2's graph, built into gc.graph."""
     return build_gemma(gc, query_scale(gc.cfg, 46), qk_norm=False, ffn_post_norm_il=False)

@@ -5,18 +5,17 @@ Q scaled before attention, a fused gate/up matrix (SwiGLU of its halves)."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from ggml_py import ops
+from ggml_py._core import Tensor
 from ggml_py.models.arch.blocks import GraphContext, name
 
 ARCH = "phi3"
 
 
-def build(gc: GraphContext):
+def build(gc: GraphContext) -> Tensor:
     """The logits tensor of phi3's graph, built into gc.graph."""
     cfg, W, ctx = gc.cfg, gc.W, gc.ctx
-    q_scale = float(np.float32(1.0) / np.sqrt(np.float32(cfg.head_dim)))
+    q_scale = gc.build_inp_attn_scale()
     inpL = gc.build_inp_embd(W["token_embd.weight"])
     inp_pos = gc.build_inp_pos()
     inp_attn = gc.build_attn_inp_kv()
