@@ -98,6 +98,12 @@ class GraphContext:
         """The ids of the rows whose logits are computed (llama.cpp always has them)."""
         return self.input("i32", (self.n_outputs,), "inp_out_ids")
 
+    def build_inputs(self) -> tuple[Tensor, Tensor, dict, Tensor]:
+        """(token embeddings, positions, KV attention inputs, output ids): what every
+        builder starts with."""
+        inpL = self.build_inp_embd(self.W["token_embd.weight"])
+        return inpL, self.build_inp_pos(), self.build_attn_inp_kv(), self.build_inp_out_ids()
+
     # -- blocks ------------------------------------------------------------
 
     def build_norm(self, cur: Tensor, weight: Tensor | None, il: int) -> Tensor:

@@ -33,11 +33,8 @@ def build_gemma(gc: GraphContext, q_scale: float, qk_norm: bool,
     Q and K head before rope (gemma3); ffn_post_norm_il: name the FFN's post-norm per
     layer (gemma3) rather than once for all (gemma2's `ffn_post_norm`)."""
     cfg, W, ctx = gc.cfg, gc.W, gc.ctx
-    inpL = gc.build_inp_embd(W["token_embd.weight"])
+    inpL, inp_pos, inp_attn, inp_out_ids = gc.build_inputs()
     inpL = name(ops.scale(ctx, inpL, math.sqrt(cfg.n_embd)), "inp_scaled")
-    inp_pos = gc.build_inp_pos()
-    inp_attn = gc.build_attn_inp_kv()
-    inp_out_ids = gc.build_inp_out_ids()
     for il in range(cfg.n_layer):
         p = f"blk.{il}."
         cur = name(gc.build_norm(inpL, W[p + "attn_norm.weight"], il), "attn_norm", il)

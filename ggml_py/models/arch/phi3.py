@@ -16,10 +16,7 @@ def build(gc: GraphContext) -> Tensor:
     """The logits tensor of phi3's graph, built into gc.graph."""
     cfg, W, ctx = gc.cfg, gc.W, gc.ctx
     q_scale = gc.build_inp_attn_scale()
-    inpL = gc.build_inp_embd(W["token_embd.weight"])
-    inp_pos = gc.build_inp_pos()
-    inp_attn = gc.build_attn_inp_kv()
-    inp_out_ids = gc.build_inp_out_ids()
+    inpL, inp_pos, inp_attn, inp_out_ids = gc.build_inputs()
     for il in range(cfg.n_layer):
         p = f"blk.{il}."
         residual = inpL
