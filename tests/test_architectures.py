@@ -135,6 +135,24 @@ def test_every_node_has_a_c_kernel(arch, monkeypatch):
     assert python == []
 
 
+def test_gemma2_head_is_placed_with_the_output_layer():
+    """gemma2's head is its token embedding, duplicated as llama.cpp duplicates it: the
+    embeddings stay on the host, the head goes with the output layer, and the logits are
+    those of one backend."""
+    from ggml_py._backend import get_buffer
+    from ggml_py.backends.numpy_device import NumpyDeviceBackend
+    cfg = small("gemma2", wtype="f32")
+    model = Model.random(cfg, seed=8)
+    assert model.weights["output.weight"] is model.weights["token_embd.weight"]
+    cpu, dev = CPUBackend(), NumpyDeviceBackend()
+    model.place(dev, host=cpu)
+    W = model.tensors
+    assert get_buffer(W["token_embd.weight"]).buffer_type.name == "CPU"
+    assert get_buffer(W["output.weight"]).buffer_type.name != "CPU"
+    got = Session(model, [dev, cpu]).forward(PROMPT)
+    assert nmse(session(cfg, seed=8).forward(PROMPT), got) < 1e-10
+
+
 def test_llama_keeps_its_own_graph_unless_asked():
     """A llama config builds ggml_py's llama graph (its golden node counts elsewhere) unless
     graph='llama.cpp'; both compute the same logits."""
@@ -257,6 +275,12 @@ def test_gguf_qwen3_head_size_round_trip(tmp_path):
     assert read_config(tmp_path / "q3.gguf") == cfg
 
 
+def file_weights(model):
+    """A model's weights as its GGUF file holds them (gemma2's head is its token_embd)."""
+    tied = model.config.tied_output
+    return {k: v for k, v in model.weights.items() if not (tied and k == "output.weight")}
+
+
 def _write(gguf, path, arch, cfg, weights, drop=(), extra=None):
     """A GGUF file of `arch` with cfg's metadata (keys named by gguf.Keys) less `drop`, plus
     `extra` {key: (value, GGUFValueType)}, and these weights."""
@@ -287,7 +311,7 @@ def test_gguf_refuses_missing_and_inconsistent_metadata(tmp_path):
     from ggml_py.models.gguf import GGUFError, load_gguf, read_config
     K, U32 = gguf.Keys, gguf.GGUFValueType.UINT32
     cfgs = {a: small(a, wtype="f32") for a in ARCHS}
-    weights = {a: Model.random(c).weights for a, c in cfgs.items()}
+    weights = {a: file_weights(Model.random(c)) for a, c in cfgs.items()}
 
     def path(name):
         return str(tmp_path / f"{name}.gguf")
@@ -354,7 +378,7 @@ def test_gguf_gemma2_defaults_and_refusals(tmp_path):
     from ggml_py.models.gguf import GGUFError, load_gguf, read_config
     K = gguf.Keys
     cfg = small("gemma2", n_layer=3, wtype="f32")
-    weights = Model.random(cfg).weights
+    weights = file_weights(Model.random(cfg))
     path = str(tmp_path / "g.gguf")
     _write(gguf, path, "gemma2", cfg, weights)
     got = read_config(path)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ggml_py import quants
-from ggml_py._core import ggml_type, instance_arg
+from ggml_py._core import ggml_type, instance_arg, int_arg
 from ggml_py.errors import GraphError, ModelError, UnknownNameError
 from ggml_py.ops import ROPE_TYPES, rope_mode_id
 
@@ -289,7 +289,9 @@ class ModelConfig:
 
     @property
     def tied_output(self) -> bool:
-        """Is the output head the token embedding itself (gemma2 has no output.weight)?"""
+        """Is the output head always the token embedding (gemma2's files have no
+        output.weight; llama.cpp duplicates token_embd as the head, to place it with the
+        output layer)?"""
         return self.arch == "gemma2"
 
     @property
@@ -301,6 +303,8 @@ class ModelConfig:
 def swa_pattern(n_layer: int, n_pattern: int) -> tuple:
     """The sliding layers of llama.cpp's set_swa_pattern: of every n_pattern layers, all
     but the last slide (n_pattern 2: the even layers; 0: all layers)."""
+    n_layer = int_arg(n_layer, "n_layer", 0, MAX_LAYERS)
+    n_pattern = int_arg(n_pattern, "n_pattern", 0, _INT32_MAX)
     return tuple(il for il in range(n_layer) if n_pattern == 0 or il % n_pattern < n_pattern - 1)
 
 
@@ -416,8 +420,7 @@ def weight_shapes(cfg: ModelConfig) -> dict:
         for n in ("rope_factors_long.weight", "rope_factors_short.weight"):
             shapes[n] = ("f32", (cfg.n_rot_ // 2,))
     shapes["output_norm.weight"] = ("f32", (E,))
-    if not cfg.tied_output:
-        shapes["output.weight"] = (w, (E, V))
+    shapes["output.weight"] = (w, (E, V))
     return shapes
 
 

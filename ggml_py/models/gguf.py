@@ -269,8 +269,7 @@ def load_gguf(path, n_ctx: int | None = None, graph: str | None = None) -> Model
             raise GGUFError(f"tensor {t.name!r} has ne {list(ne)}, the config implies "
                             f"{list(want[t.name][1])}")
         weights[t.name] = (_type_name(t), np.array(t.data))
-    if ("output.weight" in want and "output.weight" not in weights
-            and "token_embd.weight" in weights):
+    if "output.weight" not in weights and "token_embd.weight" in weights:
         weights["output.weight"] = weights["token_embd.weight"]     # tied embeddings
     missing = [name for name in want if name not in weights]
     if missing:
@@ -340,6 +339,8 @@ def save_gguf(model: Model, path) -> None:
         w.add_expert_feed_forward_length(cfg.ff_exp)
     qtypes = {v: getattr(gguf.GGMLQuantizationType, k) for k, v in _TYPES.items()}
     for name in weight_shapes(cfg):
+        if name == "output.weight" and cfg.tied_output:
+            continue                    # (the file's head is its token_embd)
         t, stored = model.weights[name]
         if quants.is_quantized(t) or t == "bf16":
             w.add_tensor(name, np.ascontiguousarray(stored, dtype=np.uint8), raw_dtype=qtypes[t])

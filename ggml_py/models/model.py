@@ -52,6 +52,8 @@ def random_weights(cfg: ModelConfig, seed: int = 0) -> dict:
         except (MemoryError, ValueError) as e:     # (numpy: past its largest array)
             raise AllocationError(f"model {cfg.name}: cannot make weight {name} {list(ne)} "
                                   f"({type(e).__name__}: {e})") from None
+    if cfg.tied_output:
+        out["output.weight"] = out["token_embd.weight"]
     return out
 
 

@@ -140,5 +140,4 @@ def reference_logits(model: Model, tokens) -> np.ndarray:
         else:
             x = x + _moe(cfg, h, w)
     x = _rms_norm(x, V["output_norm.weight"], cfg.eps)
-    head = V["token_embd.weight" if cfg.tied_output else "output.weight"]
-    return _softcap(x @ head.T, cfg.final_softcap)
+    return _softcap(x @ V["output.weight"].T, cfg.final_softcap)

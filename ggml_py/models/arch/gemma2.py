@@ -2,7 +2,7 @@
 embeddings scaled by sqrt(n_embd); sliding-window layers alternating with global ones;
 Q scaled before attention (not the scores); attention scores soft-capped; RMS norms
 after attention and after the FFN as well as before; a GELU-gated FFN; the logits
-soft-capped; the output head is the token embedding.
+soft-capped; the output head is the token embedding (duplicated, as llama.cpp does).
 
 `build_gemma` is the layer stack gemma2 and gemma3 share (models.arch.gemma3 adds Q/K
 norms and makes the window and the final soft-cap optional)."""
@@ -63,8 +63,7 @@ def build_gemma(gc: GraphContext, q_scale: float, qk_norm: bool,
         name(cur, "ffn_post_norm", il if ffn_post_norm_il else -1)
         inpL = name(ops.add(ctx, cur, sa_out), "l_out", il)
     cur = name(gc.build_norm(inpL, W["output_norm.weight"], -1), "result_norm")
-    head = W["token_embd.weight"] if cfg.tied_output else W["output.weight"]
-    logits = gc.build_lora_mm(head, cur)
+    logits = gc.build_lora_mm(W["output.weight"], cur)
     if cfg.final_softcap:
         return gc.softcap(logits, cfg.final_softcap, (None, None, "result_output"))
     return name(logits, "result_output")
