@@ -1,4 +1,5 @@
-"""Architectures as llama.cpp builds them (models.arch): llama, qwen2 and qwen3.
+"""Architectures as llama.cpp builds them (models.arch): llama (dense and Mixtral-style
+MoE), qwen2, qwen3 and qwen3moe.
 
 Without llama.cpp: each graph against the float64 reference, its node count (llama.cpp's
 for that architecture), GGUF files written and read back, decode steps on the kept
@@ -28,7 +29,10 @@ from ggml_py.models.reference import reference_logits
 from ggml_py.models.transformer import Model, ModelConfig, Session
 
 HERE = pathlib.Path(__file__).resolve().parent
-ARCHS = ("llama", "qwen2", "qwen3")
+ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe")
+# the models the tests build: each architecture, and llama with experts (Mixtral-style)
+KINDS = ARCHS + ("llama-moe",)
+LLAMA_MOE = dict(ffn="moe_topk", n_expert=4, n_expert_used=2, n_ff_exp=128)   # (= n_ff)
 SMALL = dict(n_vocab=256, n_ctx=64, n_embd=64, n_head=4, n_head_kv=2, n_layer=2, n_ff=128,
              kv_pad=32)
 PROMPT = [5, 17, 3, 88, 41, 0, 62, 9, 33, 71, 200, 255]
@@ -40,14 +44,26 @@ def nmse(ref, x):
     return float(np.sum((ref - x) ** 2) / np.sum(ref ** 2))
 
 
-def llama_cpp_nodes(arch, n_layer):
-    """llama.cpp's node count for a dense, f16-cache, no-flash-attention graph: per layer
-    36 for llama (norms 4, Q/K/V 6, rope 2, K/V stores 6, cache views 2, attention 9, output
+def kind_config(kind, **kw):
+    """The small config of a test model kind (KINDS)."""
+    if kind == "llama-moe":
+        return arch_config("llama", **{**LLAMA_MOE, **kw})
+    return arch_config(kind, **kw)
+
+
+def llama_cpp_nodes(cfg):
+    """llama.cpp's node count for an f16-cache, no-flash-attention graph: per layer 36 for
+    dense llama (norms 4, Q/K/V 6, rope 2, K/V stores 6, cache views 2, attention 9, output
     projection 1, FFN 4, residuals 2), qwen2 3 more (the biases), qwen3 4 more (the Q/K
-    norms); the embeddings' get_rows, the last layer's 2 get_rows of the output ids and the
-    output norm and head (3) once."""
-    per_layer = {"llama": 36, "qwen2": 39, "qwen3": 40}[arch]
-    return per_layer * n_layer + 1 + 2 + 3
+    norms); routed experts replace the FFN's 4 by 16 + 2 k (router 1, softmax 1, top-k 2,
+    weights 7, input reshape 1, experts 4, k views and k - 1 adds; a cont when k is 1); the
+    embeddings' get_rows, the last layer's 2 get_rows of the output ids and the output norm
+    and head (3) once."""
+    per_layer = {"llama": 36, "qwen2": 39, "qwen3": 40, "qwen3moe": 40}[cfg.arch]
+    if cfg.is_moe:
+        k = cfg.n_expert_used
+        per_layer += 12 + 2 * k + (k == 1)
+    return per_layer * cfg.n_layer + 1 + 2 + 3
 
 
 def session(cfg, seed=0):
@@ -66,26 +82,29 @@ def test_registry():
         arch_config("phi3")
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kind", KINDS + ("llama-moe-k1",))
 @pytest.mark.parametrize("wtype,tol", [("f32", 1e-6), ("f16", 1e-5)])
-def test_graph_matches_reference(arch, wtype, tol):
-    cfg = arch_config(arch, **SMALL, wtype=wtype)
+def test_graph_matches_reference(kind, wtype, tol):
+    if kind == "llama-moe-k1":      # one expert per token: the sum is a cont, not an add
+        cfg = kind_config("llama-moe", **SMALL, wtype=wtype, n_expert_used=1)
+    else:
+        cfg = kind_config(kind, **SMALL, wtype=wtype)
     s = session(cfg, seed=3)
     got = s.forward(PROMPT)
     assert nmse(reference_logits(s.model, PROMPT), got) < tol
-    assert s.graph.n_nodes == llama_cpp_nodes(arch, cfg.n_layer)
+    assert s.graph.n_nodes == llama_cpp_nodes(cfg)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_decode_steps_match_the_whole_sequence(arch):
+@pytest.mark.parametrize("kind", KINDS)
+def test_decode_steps_match_the_whole_sequence(kind):
     """A prompt then one token at a time on the kept decode graph: the logits of one pass
     over the whole sequence; every decode graph has llama.cpp's node count too."""
-    cfg = arch_config(arch, **SMALL, wtype="f32", cache_type="f32")
+    cfg = kind_config(kind, **SMALL, wtype="f32", cache_type="f32")
     s = session(cfg, seed=4)
     rows = [s.forward(PROMPT[:5])]
     for tok in PROMPT[5:]:
         rows.append(s.forward([tok]))
-        assert s.graph.n_nodes == llama_cpp_nodes(arch, cfg.n_layer)
+        assert s.graph.n_nodes == llama_cpp_nodes(cfg)
     assert s.decode.n_reuses == len(PROMPT) - 6
     whole = session(cfg, seed=4).forward(PROMPT)
     assert nmse(whole, np.concatenate(rows)) < 1e-9
@@ -100,7 +119,7 @@ def test_llama_keeps_its_own_graph_unless_asked():
     own = session(base, seed=2)
     ported = session(dataclasses.replace(base, graph="llama.cpp"), seed=2)
     a, b = own.forward(PROMPT), ported.forward(PROMPT)
-    assert own.graph.n_nodes != ported.graph.n_nodes == llama_cpp_nodes("llama", 2)
+    assert own.graph.n_nodes != ported.graph.n_nodes == llama_cpp_nodes(ported.model.config)
     assert nmse(a, b) < 1e-10
 
 
@@ -132,7 +151,15 @@ def test_graph_names_and_order_follow_llama_cpp():
     (dict(arch="gpt2"), "ModelConfig.arch must be one of"),
     (dict(graph="ggml"), "ModelConfig.graph must be one of"),
     (dict(arch="qwen2", rope_mode="NEOX", attn_bias=True, ffn="moe_topk", n_expert=4,
-          n_expert_used=2), "dense FFNs only"),
+          n_expert_used=2), "llama.cpp's qwen2 graph has ffn dense, got 'moe_topk'"),
+    (dict(arch="qwen3moe", rope_mode="NEOX", qk_norm=True),
+     "llama.cpp's qwen3moe graph has ffn moe_topk, got 'dense'"),
+    (dict(arch="qwen3moe", rope_mode="NEOX", ffn="moe_topk", n_expert=4, n_expert_used=2),
+     "qwen3moe models have Q/K norms"),
+    (dict(arch="llama", graph="llama.cpp", ffn="moe_shared", n_expert=4, n_expert_used=2,
+          n_expert_shared=1), "llama graph has ffn dense or moe_topk, got 'moe_shared'"),
+    (dict(arch="llama", graph="llama.cpp", ffn="moe_topk", n_expert=4, n_expert_used=2,
+          n_ff_exp=64), r"llama experts are n_ff wide: n_ff_exp 64 != n_ff 128"),
     (dict(arch="qwen2", rope_mode="NEOX", n_rot=8), "rotates whole heads"),
 ])
 def test_config_refusals(kw, match):
@@ -151,14 +178,15 @@ def test_head_size_other_than_n_embd_over_n_head():
 # ---------------------------------------------------------------------------
 # GGUF files
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("wtype", ["f16", "q8_0"])
-def test_gguf_round_trip(tmp_path, arch, wtype):
+def test_gguf_round_trip(tmp_path, kind, wtype):
     pytest.importorskip("gguf")
     from ggml_py.models.gguf import load_gguf, read_config, save_gguf
-    cfg = arch_config(arch, **SMALL, wtype=wtype)
+    cfg = kind_config(kind, **SMALL, wtype=wtype)
+    arch = cfg.arch
     model = Model.random(cfg, seed=5)
-    path = tmp_path / f"{arch}.gguf"
+    path = tmp_path / f"{kind}.gguf"
     save_gguf(model, path)
     graph = "llama.cpp" if arch == "llama" else None
     loaded = load_gguf(path, graph=graph)
@@ -209,14 +237,15 @@ def test_gguf_refuses_missing_and_inconsistent_metadata(tmp_path):
     gguf = pytest.importorskip("gguf")
     from ggml_py.models.gguf import GGUFError, load_gguf, read_config
     K, U32 = gguf.Keys, gguf.GGUFValueType.UINT32
-    cfgs = {a: arch_config(a, **SMALL, wtype="f32") for a in ARCHS}
+    dense = ("llama", "qwen2", "qwen3")
+    cfgs = {a: arch_config(a, **SMALL, wtype="f32") for a in dense}
     weights = {a: Model.random(c).weights for a, c in cfgs.items()}
 
     def path(name):
         return str(tmp_path / f"{name}.gguf")
 
     # each architecture loads from the keys alone
-    for a in ARCHS:
+    for a in dense:
         _write(gguf, path(a), a, cfgs[a], weights[a])
         assert load_gguf(path(a)).config.arch == a
     # a required key missing: named, with the file
@@ -263,8 +292,46 @@ def test_gguf_refuses_missing_and_inconsistent_metadata(tmp_path):
     # an architecture not (yet) built
     _write(gguf, path("phi3"), "phi3", cfgs["llama"], weights["llama"])
     with pytest.raises(GGUFError, match=r"phi3\.gguf: architecture 'phi3' is not supported "
-                                        r"\(only 'llama', 'qwen2', 'qwen3'\)"):
+                                        r"\(only 'llama', 'qwen2', 'qwen3', 'qwen3moe'\)"):
         read_config(path("phi3"))
+
+
+def test_gguf_expert_metadata(tmp_path):
+    """qwen3moe's experts are expert_feed_forward_length wide, by default n_ff /
+    n_expert_used (llama.cpp's rule); it must have experts; llama.cpp's llama ignores that
+    key (its experts are n_ff wide), so a llama file read for llama.cpp's graph must not
+    contradict it; more experts used than there are is refused."""
+    gguf = pytest.importorskip("gguf")
+    from ggml_py.models.gguf import GGUFError, load_gguf, read_config
+    K, U32 = gguf.Keys, gguf.GGUFValueType.UINT32
+    cfg = arch_config("qwen3moe", **SMALL, wtype="f32", n_expert=4, n_expert_used=2, n_ff_exp=64)
+    weights = Model.random(cfg).weights
+    experts = {K.LLM.EXPERT_COUNT: (4, U32), K.LLM.EXPERT_USED_COUNT: (2, U32)}
+
+    def path(name):
+        return str(tmp_path / f"{name}.gguf")
+
+    _write(gguf, path("q3moe"), "qwen3moe", cfg, weights, extra=experts)
+    loaded = load_gguf(path("q3moe"))
+    assert (loaded.config.ffn, loaded.config.ff_exp, loaded.config.n_expert_used) == \
+        ("moe_topk", 64, 2)                 # 128 / 2
+    _write(gguf, path("nox"), "qwen3moe", cfg, weights, extra={K.LLM.EXPERT_USED_COUNT: (2, U32)})
+    with pytest.raises(GGUFError, match=r"nox\.gguf: qwen3moe needs experts: "
+                                        r"qwen3moe\.expert_count is missing"):
+        read_config(path("nox"))
+    _write(gguf, path("used"), "qwen3moe", cfg, weights,
+           extra={**experts, K.LLM.EXPERT_USED_COUNT: (5, U32)})
+    with pytest.raises(GGUFError, match=r"used\.gguf: qwen3moe\.expert_used_count 5 is not in "
+                                        r"1\.\.qwen3moe\.expert_count 4"):
+        read_config(path("used"))
+    lcfg = arch_config("llama", **SMALL, wtype="f32", **LLAMA_MOE)
+    _write(gguf, path("llama"), "llama", lcfg, Model.random(lcfg).weights,
+           extra={**experts, K.LLM.EXPERT_FEED_FORWARD_LENGTH: (64, U32)})
+    assert read_config(path("llama")).ff_exp == 64          # ggml_py's own llama reads it
+    with pytest.raises(GGUFError, match=r"llama\.gguf: llama\.expert_feed_forward_length 64 != "
+                                        r"llama\.feed_forward_length 128; llama\.cpp's llama "
+                                        r"experts are llama\.feed_forward_length wide"):
+        read_config(path("llama"), graph="llama.cpp")
 
 
 def test_gguf_tied_output_qwen2(tmp_path):
@@ -295,16 +362,18 @@ def _llama_cpp(*args):
     return json.loads(r.stdout.splitlines()[-1])
 
 
-@pytest.mark.parametrize("arch,wtype,extra", [
-    *[(a, w, {}) for w in ("f32", "f16") for a in ARCHS],
+@pytest.mark.parametrize("kind,wtype,extra", [
+    *[(k, w, {}) for w in ("f32", "f16") for k in KINDS],
     ("qwen3", "f16", {"n_embd_head": 32}),       # heads that do not tile n_embd
-], ids=[*[f"{a}-{w}" for w in ("f32", "f16") for a in ARCHS], "qwen3-f16-head32"])
-def test_logits_and_node_counts_match_llama_cpp(tmp_path, arch, wtype, extra):
+    ("llama-moe", "q8_0", {"n_expert": 8, "n_expert_used": 1}),     # one expert: a cont
+], ids=[*[f"{k}-{w}" for w in ("f32", "f16") for k in KINDS], "qwen3-f16-head32",
+        "llama-moe-q8_0-k1"])
+def test_logits_and_node_counts_match_llama_cpp(tmp_path, kind, wtype, extra):
     pytest.importorskip("gguf")
     from ggml_py.models.gguf import load_gguf, save_gguf
-    cfg = arch_config(arch, **{**SMALL, "n_embd": 128, "n_head": 8, "n_layer": 3,
+    cfg = kind_config(kind, **{**SMALL, "n_embd": 128, "n_head": 8, "n_layer": 3,
                                "n_ctx": 256, **extra}, wtype=wtype)
-    path = str(tmp_path / f"{arch}-{wtype}.gguf")
+    path = str(tmp_path / f"{kind}-{wtype}.gguf")
     save_gguf(Model.random(cfg, seed=11), path)
 
     ref = _llama_cpp("logits", path, tmp_path / "theirs.npy", ",".join(map(str, PROMPT)), N_DECODE)
@@ -322,21 +391,21 @@ def test_logits_and_node_counts_match_llama_cpp(tmp_path, arch, wtype, extra):
     ours = np.concatenate(rows)
     assert ours.shape == theirs.shape == (len(PROMPT) + N_DECODE, cfg.n_vocab)
     err = nmse(theirs, ours)
-    print(f"{arch} {wtype}: NMSE {err:.3g}, graph nodes llama.cpp {pp_nodes}/{tg_nodes}, "
+    print(f"{kind} {wtype}: NMSE {err:.3g}, graph nodes llama.cpp {pp_nodes}/{tg_nodes}, "
           f"ggml_py {ours_pp}/{ours_tg}")
     assert err <= 1e-4
-    assert (ours_pp, ours_tg) == (pp_nodes, tg_nodes) == (llama_cpp_nodes(arch, 3),) * 2
+    assert (ours_pp, ours_tg) == (pp_nodes, tg_nodes) == (llama_cpp_nodes(cfg),) * 2
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_node_names_and_order_match_llama_cpp(tmp_path, arch):
+@pytest.mark.parametrize("kind", KINDS)
+def test_node_names_and_order_match_llama_cpp(tmp_path, kind):
     """Every node of the prompt graph and of a decode step's graph, in order, with its name
     (views and reshapes named as ggml names them): llama.cpp's scheduler asks its eval
     callback about each node it computes, in graph order."""
     pytest.importorskip("gguf")
     from ggml_py.models.gguf import load_gguf, save_gguf
-    cfg = arch_config(arch, **{**SMALL, "n_ctx": 256}, wtype="f32")
-    path = str(tmp_path / f"{arch}.gguf")
+    cfg = kind_config(kind, **{**SMALL, "n_ctx": 256}, wtype="f32")
+    path = str(tmp_path / f"{kind}.gguf")
     save_gguf(Model.random(cfg, seed=1), path)
     theirs = _llama_cpp("names", path, ",".join(map(str, PROMPT[:7])), 6)["names"]
     cpu = CPUBackend()
@@ -347,4 +416,4 @@ def test_node_names_and_order_match_llama_cpp(tmp_path, arch):
         ours.append([s.graph.node(i).name for i in range(s.graph.n_nodes)])
     assert ours[0] == theirs[0]
     assert ours[1] == theirs[1]
-    assert len(ours[0]) == llama_cpp_nodes(arch, cfg.n_layer)
+    assert len(ours[0]) == llama_cpp_nodes(cfg)

@@ -32,7 +32,12 @@ _INT_FIELDS = {
 }
 # the architectures (llama.cpp's general.architecture names; models.arch builds them) and
 # the rope each one implies (llama.cpp's llama_model_rope_type)
-ARCH_ROPE = {"llama": "NORMAL", "qwen2": "NEOX", "qwen3": "NEOX"}
+ARCH_ROPE = {"llama": "NORMAL", "qwen2": "NEOX", "qwen3": "NEOX", "qwen3moe": "NEOX"}
+QK_NORM_ARCHS = ("qwen3", "qwen3moe")      # RMS norms of each Q and K head
+# the FFNs llama.cpp's graphs build: dense, or experts with softmax gating, top-k and
+# normalised weights (Mixtral's routing, in llama.cpp's build_moe_ffn form)
+ARCH_FFNS = {"llama": ("dense", "moe_topk"), "qwen2": ("dense",), "qwen3": ("dense",),
+             "qwen3moe": ("moe_topk",)}
 GRAPH_KINDS = ("ggml_py", "llama.cpp")
 # the float fields: whether 0 is allowed (they are finite and not negative)
 _FLOAT_FIELDS = {"rope_freq_base": False, "rope_freq_scale": False, "eps": True}
@@ -120,15 +125,18 @@ class ModelConfig:
                 raise ModelError("QKV biases, Q/K norms and a head size other than n_embd / "
                                  "n_head need graph='llama.cpp'")
         else:
-            if self.ffn != "dense":
-                raise ModelError(f"graph='llama.cpp' builds dense FFNs only so far, got ffn "
-                                 f"{self.ffn!r}")
+            if self.ffn not in ARCH_FFNS[self.arch]:
+                raise ModelError(f"llama.cpp's {self.arch} graph has ffn "
+                                 f"{' or '.join(ARCH_FFNS[self.arch])}, got {self.ffn!r}")
+            if self.arch == "llama" and self.is_moe and self.ff_exp != self.n_ff:
+                raise ModelError(f"llama.cpp's llama experts are n_ff wide: n_ff_exp "
+                                 f"{self.ff_exp} != n_ff {self.n_ff}")
             if self.n_rot_ != self.head_dim:
                 raise ModelError(f"llama.cpp's {self.arch} graph rotates whole heads: n_rot "
                                  f"{self.n_rot_} != head size {self.head_dim}")
-        if self.arch == "qwen3" and not self.qk_norm:
-            raise ModelError("qwen3 models have Q/K norms (qk_norm=True)")
-        if self.arch != "qwen3" and self.qk_norm:
+        if self.arch in QK_NORM_ARCHS and not self.qk_norm:
+            raise ModelError(f"{self.arch} models have Q/K norms (qk_norm=True)")
+        if self.arch not in QK_NORM_ARCHS and self.qk_norm:
             raise ModelError(f"{self.arch} models have no Q/K norms")
 
     @property
@@ -207,11 +215,14 @@ class ModelConfig:
 
 def arch_config(arch: str, **kw: Any) -> ModelConfig:
     """A small model of architecture `arch` (llama_config's sizes) with what the
-    architecture implies: its rope, and qwen2's QKV biases or qwen3's Q/K norms."""
+    architecture implies: its rope, qwen2's QKV biases, qwen3's Q/K norms, qwen3moe's
+    experts (MOE_DEFAULTS' moe_topk)."""
     if not isinstance(arch, str) or arch not in ARCH_ROPE:
         raise UnknownNameError(f"unknown architecture {arch!r}; known: {', '.join(ARCH_ROPE)}")
     base = dict(name=arch, arch=arch, rope_mode=ARCH_ROPE[arch], attn_bias=arch == "qwen2",
-                qk_norm=arch == "qwen3")
+                qk_norm=arch in QK_NORM_ARCHS)
+    if ARCH_FFNS[arch] == ("moe_topk",):
+        base.update(ffn="moe_topk", **MOE_DEFAULTS["moe_topk"])
     if arch == "llama":
         base["graph"] = "llama.cpp"
     base.update(kw)

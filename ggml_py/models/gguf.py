@@ -1,7 +1,7 @@
 """GGUF files in and out, through the `gguf` package (pip install "ggml-py-sched[gguf]").
 
-`load_gguf(path)` reads a llama (dense, or Mixtral-style MoE when it has experts), qwen2
-or qwen3 file into a `Model`: its metadata becomes the ModelConfig (the keys and tensor
+`load_gguf(path)` reads a llama (dense, or Mixtral-style MoE when it has experts), qwen2,
+qwen3 or qwen3moe file into a `Model`: its metadata becomes the ModelConfig (the keys and tensor
 names those of the `gguf` package's Keys and TENSOR_NAMES), its tensors the
 weights (f32, f16, bf16 and every block type ggml_py computes with: q4_0 ... q8_0,
 q2_K ... q6_K, iq4_nl, iq4_xs, mxfp4; any other type is an error naming the tensor).
@@ -18,7 +18,7 @@ import numpy as np
 from ggml_py._core import instance_arg
 from ggml_py.errors import ArgumentTypeError, ModelError
 from ggml_py import quants
-from ggml_py.models.config import ARCH_ROPE, GRAPH_KINDS
+from ggml_py.models.config import ARCH_FFNS, ARCH_ROPE, GRAPH_KINDS, QK_NORM_ARCHS
 from ggml_py.models.transformer import WEIGHT_TYPES, Model, ModelConfig, weight_shapes
 
 ARCH = "llama"
@@ -66,7 +66,7 @@ def _tensor_name(gguf, tensor, bid=None, suffix="weight"):
 
 def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None,
                      graph: str | None = None) -> ModelConfig:
-    """llama / qwen2 / qwen3 metadata -> ModelConfig. n_ctx: KV cache cells (default: the
+    """llama / qwen2 / qwen3 / qwen3moe metadata -> ModelConfig. n_ctx: KV cache cells (default: the
     file's context_length); graph: ModelConfig.graph (llama's default is its own graph,
     'llama.cpp' builds llama.cpp's)."""
     gguf = _gguf()
@@ -84,8 +84,8 @@ def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None,
     n_embd = int(key(K.LLM.EMBEDDING_LENGTH, required=True))
     if n_head < 1:
         raise GGUFError(f"{path}: {K.Attention.HEAD_COUNT.format(arch=arch)} is {n_head}")
-    n_expert = int(key(K.LLM.EXPERT_COUNT, 0) or 0)
     n_ff = int(key(K.LLM.FEED_FORWARD_LENGTH, required=True))
+    n_expert, n_expert_used, n_ff_exp = _experts(reader, arch, graph, n_ff)
     freq_scale = 1.0
     if key(K.Rope.SCALING_TYPE) == "linear":
         freq_scale = 1.0 / float(key(K.Rope.SCALING_FACTOR, 1.0))
@@ -123,7 +123,7 @@ def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None,
         graph=graph,
         rope_mode=ARCH_ROPE[arch],
         attn_bias=all(biases),
-        qk_norm=arch == "qwen3",
+        qk_norm=arch in QK_NORM_ARCHS,
         n_embd_head=None if head * n_head == n_embd else head,
         n_vocab=int(n_vocab),
         n_ctx=int(n_ctx or key(K.LLM.CONTEXT_LENGTH, required=True)),
@@ -139,16 +139,49 @@ def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None,
         wtype=wtype,
         ffn="moe_topk" if n_expert else "dense",
         n_expert=n_expert,
-        n_expert_used=int(key(K.LLM.EXPERT_USED_COUNT, 0) or 0),
-        n_ff_exp=int(key(K.LLM.EXPERT_FEED_FORWARD_LENGTH, n_ff)) if n_expert else None,
+        n_expert_used=n_expert_used,
+        n_ff_exp=n_ff_exp,
     )
+
+
+def _experts(reader, arch, graph, n_ff):
+    """(n_expert, n_expert_used, n_ff_exp) of a file: none for a dense one. qwen3moe must
+    have experts, and its experts' width is expert_feed_forward_length (by default
+    n_ff / n_expert_used); llama.cpp's llama ignores that key (its experts are n_ff wide),
+    so a llama file built as llama.cpp builds it must not contradict that."""
+    K = _gguf().Keys
+    path = _path(reader)
+
+    def key(k, default=None):
+        return _field(reader, k.format(arch=arch), default)
+
+    n_expert = int(key(K.LLM.EXPERT_COUNT, 0) or 0)
+    n_used = int(key(K.LLM.EXPERT_USED_COUNT, 0) or 0)
+    if "dense" not in ARCH_FFNS[arch]:
+        for k, v in ((K.LLM.EXPERT_COUNT, n_expert), (K.LLM.EXPERT_USED_COUNT, n_used)):
+            if v < 1:
+                raise GGUFError(f"{path}: {arch} needs experts: {k.format(arch=arch)} is "
+                                f"{'missing' if key(k) is None else v}")
+    if not n_expert:
+        return 0, n_used, None
+    if not 0 < n_used <= n_expert:
+        raise GGUFError(f"{path}: {K.LLM.EXPERT_USED_COUNT.format(arch=arch)} {n_used} is not "
+                        f"in 1..{K.LLM.EXPERT_COUNT.format(arch=arch)} {n_expert}")
+    n_ff_exp = key(K.LLM.EXPERT_FEED_FORWARD_LENGTH)
+    if arch == "qwen3moe":
+        return n_expert, n_used, int(n_ff_exp) if n_ff_exp is not None else n_ff // n_used
+    if graph == "llama.cpp" and n_ff_exp is not None and int(n_ff_exp) != n_ff:
+        ff = K.LLM.FEED_FORWARD_LENGTH.format(arch=arch)
+        raise GGUFError(f"{path}: {K.LLM.EXPERT_FEED_FORWARD_LENGTH.format(arch=arch)} "
+                        f"{n_ff_exp} != {ff} {n_ff}; llama.cpp's llama experts are {ff} wide")
+    return n_expert, n_used, int(n_ff_exp if n_ff_exp is not None else n_ff)
 
 
 # tensors llama.cpp's llama / qwen2 / qwen3 graphs would use that ggml_py's do not model yet:
 # a file with one is refused rather than computed without it
 _UNSUPPORTED = (("ATTN_QKV", "weight"), ("ATTN_OUT", "bias"), ("FFN_GATE", "bias"),
                 ("FFN_UP", "bias"), ("FFN_DOWN", "bias"), ("ROPE_FREQS", "weight"),
-                ("OUTPUT", "bias"))
+                ("OUTPUT", "bias"), ("FFN_UP_SHEXP", "weight"))
 
 
 def _check_tensors_known(gguf, tensors, arch, path):
@@ -201,13 +234,13 @@ def _config(reader, path, n_ctx, graph=None):
 
 
 def read_config(path, n_ctx: int | None = None, graph: str | None = None) -> ModelConfig:
-    """The ModelConfig of a llama, qwen2 or qwen3 GGUF file, from its metadata alone (no
+    """The ModelConfig of a llama, qwen2, qwen3 or qwen3moe GGUF file, from its metadata alone (no
     tensor is read); graph: ModelConfig.graph."""
     return _config(_reader(path), path, n_ctx, graph)
 
 
 def load_gguf(path, n_ctx: int | None = None, graph: str | None = None) -> Model:
-    """A Model from a llama, qwen2 or qwen3 GGUF file (weights copied out of the file; not
+    """A Model from a llama, qwen2, qwen3 or qwen3moe GGUF file (weights copied out of the file; not
     yet placed). graph: 'llama.cpp' builds llama.cpp's graph for a llama file too (qwen2
     and qwen3 always have it)."""
     reader = _reader(path)
@@ -237,9 +270,9 @@ def save_gguf(model: Model, path) -> None:
     MoE, qwen2, qwen3), with tokenizer.ggml.model 'none' so that llama.cpp loads it."""
     gguf = _gguf()
     cfg = instance_arg(model, Model, "model").config
-    if cfg.ffn not in ("dense", "moe_topk") or (cfg.ffn != "dense" and cfg.arch != "llama"):
-        raise GGUFError(f"the {cfg.arch} architecture has no {cfg.ffn} FFN here; only dense "
-                        "(and llama's moe_topk) models can be written")
+    if cfg.ffn not in ARCH_FFNS[cfg.arch]:
+        raise GGUFError(f"the {cfg.arch} architecture has no {cfg.ffn} FFN here; only "
+                        f"{' or '.join(ARCH_FFNS[cfg.arch])} {cfg.arch} models can be written")
     w = gguf.GGUFWriter(str(path), cfg.arch)
     w.add_name(cfg.name)
     w.add_tokenizer_model("none")

@@ -1,22 +1,24 @@
 """Architectures as llama.cpp builds them, one module each over the shared blocks of
-models.arch.blocks (llama.cpp's llm_graph_context): llama, qwen2 and qwen3 so far.
+models.arch.blocks (llama.cpp's llm_graph_context): llama, qwen2, qwen3 and qwen3moe so far.
 
 ARCHITECTURES maps a GGUF general.architecture name to its module's `build(gc)`;
 `build_forward` is models.graph.build_forward for a config whose graph_kind is
 'llama.cpp'. What each architecture brings over llama:
 
-    llama  RMS norms, Q/K/V projections, NORMAL rope, SwiGLU (attn_output bias if any)
-    qwen2  + Q, K and V biases; NEOX rope; output bias if any
-    qwen3  + RMS norms of each Q and K head (attn_q_norm, attn_k_norm); NEOX rope
+    llama     RMS norms, Q/K/V projections, NORMAL rope, SwiGLU (attn_output bias if
+              any); Mixtral-style experts when the file has them
+    qwen2     + Q, K and V biases; NEOX rope; output bias if any
+    qwen3     + RMS norms of each Q and K head (attn_q_norm, attn_k_norm); NEOX rope
+    qwen3moe  qwen3's attention; top-k experts with softmax gating and normalised weights
 """
 
 from __future__ import annotations
 
 from ggml_py.errors import ModelError, UnknownNameError
-from ggml_py.models.arch import llama, qwen2, qwen3
+from ggml_py.models.arch import llama, qwen2, qwen3, qwen3moe
 from ggml_py.models.arch.blocks import GraphContext
 
-ARCHITECTURES = {m.ARCH: m.build for m in (llama, qwen2, qwen3)}
+ARCHITECTURES = {m.ARCH: m.build for m in (llama, qwen2, qwen3, qwen3moe)}
 
 
 def get_builder(arch: str):
