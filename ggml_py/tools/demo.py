@@ -366,13 +366,13 @@ def run_whatif(n_layers: int, out: Out = say, maps: str | None = None) -> None:
 # ---------------------------------------------------------------------------
 # the command line: `ggml-py demo`
 
-def add_placement_arguments(p: argparse.ArgumentParser) -> None:
+def add_placement_arguments(p: argparse.ArgumentParser, default_device: str = "auto") -> None:
     """--device, --rpc, --tensor-split and --gpu-layers (-ngl): where a model's layers go,
     as llama.cpp's options say it (check_placement checks them together)."""
     devices = ["auto", *backend_registry.available(computes=True)]
     p.add_argument("--device", choices=devices, metavar="NAME",
-                   help=f"where the layers go: {', '.join(devices)}; auto (the default): "
-                        "the first of " + ", ".join(backend_registry.auto_order())
+                   help=f"where the layers go: {', '.join(devices)} (default "
+                        f"{default_device}); auto: the first of " + ", ".join(backend_registry.auto_order())
                         + " that works here, an OpenCL device only when it is not the CPU "
                         "emulated (PoCL's pthread device); cpu: no offload; rpc: needs --rpc")
     p.add_argument("--rpc", type=cli.endpoints, metavar="HOST:PORT[,HOST:PORT...]",

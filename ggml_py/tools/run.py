@@ -57,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(teacher forcing)")
     p.add_argument("--threads", type=cli.count(1), metavar="N",
                    help="CPU threads (default: the cores this process may use)")
-    demo.add_placement_arguments(p)
+    demo.add_placement_arguments(p, default_device="cpu")     # (llama.cpp without a GPU)
     p.add_argument("-c", "--ctx-size", dest="ctx", type=cli.count(1), metavar="N",
                    help="KV cache cells (default: the prompt and decode steps, rounded up "
                         "to 32)")
@@ -90,7 +90,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     for k, v in DEFAULTS.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
-    args.device = args.device or "auto"
+    args.device = args.device or "cpu"
     n_prompt = len(args.tokens) if args.tokens is not None else args.prompt_len
     n_tokens = n_prompt + args.n
     if args.ctx is None:
