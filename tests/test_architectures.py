@@ -417,3 +417,32 @@ def test_node_names_and_order_match_llama_cpp(tmp_path, kind):
     assert ours[0] == theirs[0]
     assert ours[1] == theirs[1]
     assert len(ours[0]) == llama_cpp_nodes(cfg)
+
+
+def test_llama_sliding_window_is_full_attention_as_in_llama_cpp(tmp_path, monkeypatch):
+    """Mistral-style files carry llama.attention.sliding_window; llama.cpp's llama graph
+    never reads it (its llama hparams have no window: every layer attends over the whole
+    context), and neither does ggml_py's loader. Held to llama.cpp with a window of 4 over
+    a 12-token prompt and 8 decode steps."""
+    gguf = pytest.importorskip("gguf")
+    from ggml_py.models.gguf import load_gguf, read_config, save_gguf
+    cfg = arch_config("llama", **{**SMALL, "n_ctx": 256}, wtype="f32")
+    add_eps = gguf.GGUFWriter.add_layer_norm_rms_eps
+
+    def add_eps_and_window(self, value):
+        add_eps(self, value)
+        self.add_sliding_window(4)
+    monkeypatch.setattr(gguf.GGUFWriter, "add_layer_norm_rms_eps", add_eps_and_window)
+    path = str(tmp_path / "mistral-style.gguf")
+    save_gguf(Model.random(cfg, seed=2), path)
+    assert gguf.GGUFReader(path).get_field("llama.attention.sliding_window").contents() == 4
+    assert read_config(path, graph="llama.cpp") == dataclasses.replace(cfg, graph="llama.cpp")
+
+    ref = _llama_cpp("logits", path, tmp_path / "theirs.npy", ",".join(map(str, PROMPT)), N_DECODE)
+    theirs = np.load(tmp_path / "theirs.npy")
+    cpu = CPUBackend()
+    s = Session(load_gguf(path, n_ctx=64, graph="llama.cpp").place(cpu), [cpu])
+    ours = np.concatenate([s.forward(PROMPT)] + [s.forward([t]) for t in ref["fed"]])
+    assert nmse(theirs, ours) <= 1e-4
+    full = reference_logits(s.model, PROMPT + ref["fed"])      # whole-context attention
+    assert nmse(full, theirs) <= 1e-4

@@ -6,6 +6,10 @@ names those of the `gguf` package's Keys and TENSOR_NAMES), its tensors the
 weights (f32, f16, bf16 and every block type ggml_py computes with: q4_0 ... q8_0,
 q2_K ... q6_K, iq4_nl, iq4_xs, mxfp4; any other type is an error naming the tensor).
 `save_gguf(model, path)` writes such a file, which is how the tests make one.
+
+A llama file's attention.sliding_window (Mistral 7B's files carry one) is not read:
+llama.cpp's llama graph does not read it either, every layer attending over the whole
+context.
 """
 
 from __future__ import annotations
