@@ -23,8 +23,8 @@ def write_model(tmp_path, kind, wtype="f32", **kw):
     return path, cfg
 
 
-def run_json(capsys, *argv):
-    assert main(["run", *map(str, argv), "--device", "cpu", "--json"]) == 0
+def run_json(capsys, *argv, device=("--device", "cpu")):
+    assert main(["run", *map(str, argv), *device, "--json"]) == 0
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
@@ -71,8 +71,25 @@ def test_run_batches_threads_and_text_output(tmp_path, capsys):
     assert main(["run", path, "--tokens", "1,2,3", "-n", "3", "--device", "cpu"]) == 0
     text = capsys.readouterr().out
     assert "qwen3moe: 3 layers" in text and "prompt   3 tokens [1, 2, 3]" in text
-    assert "graph nodes: prompt 174, decode 174 (kept in 2 of 3 steps)" in text
+    assert "graph nodes: prompt 174, decode 174 (kept in 2 of 3 steps); scheduler splits: " \
+        "prompt 1, decode 1" in text
     assert " pp " in text and " tg " in text
+
+
+def test_run_offloads_layers(tmp_path, capsys):
+    """-ngl 2 on the numpy device: the last two layers there, the rest on the CPU; the same
+    logits within float32 rounding, the same graph."""
+    path, _ = write_model(tmp_path, "llama-moe")
+    rows, nodes, splits = [], [], []
+    for device in (("--device", "cpu"), ("--device", "numpy_device", "-ngl", "2")):
+        r = run_json(capsys, path, "--tokens", "3,1,4,1,5", "--feed", "9,2,6",
+                     "--logits-out", tmp_path / "l.npy", device=device)
+        rows.append(np.load(tmp_path / "l.npy"))
+        nodes.append(r["graph_nodes"])
+        splits.append(r["splits"])
+    assert nodes[0] == nodes[1]
+    assert splits[0] == [1, 1] and splits[1][0] > 1 and splits[1][1] > 1
+    assert nmse(rows[0], rows[1]) < 1e-6
 
 
 @pytest.mark.parametrize("argv,words", [

@@ -7,7 +7,7 @@ keeps its own. The layers go where --device / --rpc, -ngl and --tensor-split say
 
 --logits-out FILE.npy writes one row of logits per prompt position and per decode step;
 --json prints one object: tokens, graph_nodes ([prompt, decode], as llama.cpp's log
-counts them), pp_tok_s, tg_tok_s.
+counts them), splits ([prompt, decode]: the scheduler's), pp_tok_s, tg_tok_s.
 """
 
 from __future__ import annotations
@@ -126,7 +126,6 @@ def generate(sess: Session, prompt: list[int], args: argparse.Namespace,
         rows.append(sess.forward(prompt[i:i + chunk], logits="all" if keep_all else "last"))
         bar.update(1)
     t1 = time.perf_counter()
-    pp_nodes = sess.history[0].n_nodes
     fed = []
     for step in range(args.n):
         tok = args.feed[step] if args.feed is not None else int(np.argmax(rows[-1][-1]))
@@ -136,7 +135,8 @@ def generate(sess: Session, prompt: list[int], args: argparse.Namespace,
     t2 = time.perf_counter()
     decode = sess.history[-args.n:] if args.n else []
     return dict(tokens=fed, rows=rows, pp_s=t1 - t0, tg_s=t2 - t1,
-                graph_nodes=[pp_nodes, decode[-1].n_nodes if decode else None],
+                graph_nodes=[sess.history[0].n_nodes, decode[-1].n_nodes if decode else None],
+                splits=[sess.history[0].n_splits, decode[-1].n_splits if decode else None],
                 kept=sum(s.graph_reused and s.plan_reused for s in decode))
 
 
@@ -172,14 +172,17 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(dict(model=args.model, arch=cfg.arch, n_prompt=len(prompt),
                               n_decode=args.n, tokens=r["tokens"], graph_nodes=r["graph_nodes"],
-                              pp_tok_s=pp, tg_tok_s=tg, decode_graph_kept=r["kept"])))
+                              splits=r["splits"], pp_tok_s=pp, tg_tok_s=tg,
+                              decode_graph_kept=r["kept"])))
         return 0
     shown = prompt if len(prompt) <= 32 else prompt[:32] + ["..."]
     out(f"   prompt   {len(prompt)} tokens {shown}")
     out(f"   tokens   {r['tokens']}" + ("   (fed: --feed)" if args.feed is not None else ""))
     pp_nodes, tg_nodes = r["graph_nodes"]
     out(f"   graph nodes: prompt {pp_nodes}" + (f", decode {tg_nodes} (kept in {r['kept']} "
-                                                 f"of {args.n} steps)" if args.n else ""))
+                                                 f"of {args.n} steps)" if args.n else "")
+        + f"; scheduler splits: prompt {r['splits'][0]}"
+        + (f", decode {r['splits'][1]}" if args.n else ""))
     out(f"   pp {pp:8.1f} tok/s ({len(prompt)} tokens)")
     if tg is not None:
         out(f"   tg {tg:8.1f} tok/s ({args.n} tokens)")
