@@ -15,7 +15,8 @@ Each repetition runs both sides once, in a fresh process each, in alternating or
 llama.cpp in a child process (n_threads = n_threads_batch = 1, the prompt in one batch,
 then TG greedy steps; an untimed one-token pass first, as both sides warm up). llama.cpp
 builds the graph ggml_py builds (no flash attention) unless --fa. OpenBLAS is held to 1
-thread. Ratios are ggml_py's tokens/s over llama.cpp's: above 1 ggml_py is faster.
+thread. Ratios are ggml_py's tokens/s over llama.cpp's (of the medians, and the median of
+each repetition's own ratio): above 1 ggml_py is faster.
 """
 
 from __future__ import annotations
@@ -122,10 +123,15 @@ def main() -> None:
                     runs[side].append(fn())
             med = {side: {k: statistics.median(r[k] for r in rs) for k in ("pp", "tg")}
                    for side, rs in runs.items()}
+            # each repetition's own ratio too: both sides of a pair ran under about the
+            # same load, which drifts on a shared machine
+            pairs = {k: statistics.median(a[k] / b[k] for a, b in zip(*runs.values()))
+                     for k in ("pp", "tg")}
             row = {"model": name, "reps": args.reps, "pp_tokens": args.pp, "tg_tokens": args.tg,
                    "llama_cpp_flash_attn": args.fa, "median_tok_s": med,
                    "all_tok_s": runs,
-                   "ratio": {k: med["ggml_py"][k] / med["llama.cpp"][k] for k in ("pp", "tg")}}
+                   "ratio": {k: med["ggml_py"][k] / med["llama.cpp"][k] for k in ("pp", "tg")},
+                   "median_pair_ratio": pairs}
             if args.json:
                 print(with_machine(row, machine))
                 continue
@@ -133,6 +139,8 @@ def main() -> None:
                   f"{med['llama.cpp']['pp']:.1f} ({row['ratio']['pp']:.2f}x); tg{args.tg} "
                   f"ggml_py {med['ggml_py']['tg']:.1f}, llama.cpp {med['llama.cpp']['tg']:.1f} "
                   f"({row['ratio']['tg']:.2f}x)   [medians of {args.reps}, alternating]")
+            print(f"   median of the repetitions' own ratios: pp {pairs['pp']:.2f}x, "
+                  f"tg {pairs['tg']:.2f}x")
             for side, rs in runs.items():
                 print(f"   {side:<9} pp " + " ".join(f"{r['pp']:.0f}" for r in rs)
                       + "   tg " + " ".join(f"{r['tg']:.0f}" for r in rs))

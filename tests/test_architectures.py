@@ -324,6 +324,12 @@ def test_gguf_expert_metadata(tmp_path):
     with pytest.raises(GGUFError, match=r"used\.gguf: qwen3moe\.expert_used_count 5 is not in "
                                         r"1\.\.qwen3moe\.expert_count 4"):
         read_config(path("used"))
+    dense = arch_config("llama", **SMALL, wtype="f32")
+    _write(gguf, path("used0"), "llama", dense, Model.random(dense).weights,
+           extra={K.LLM.EXPERT_USED_COUNT: (2, U32)})
+    with pytest.raises(GGUFError, match=r"used0\.gguf: llama\.expert_used_count 2 without "
+                                        r"experts \(llama\.expert_count\)"):
+        read_config(path("used0"))
     lcfg = arch_config("llama", **SMALL, wtype="f32", **LLAMA_MOE)
     _write(gguf, path("llama"), "llama", lcfg, Model.random(lcfg).weights,
            extra={**experts, K.LLM.EXPERT_FEED_FORWARD_LENGTH: (64, U32)})

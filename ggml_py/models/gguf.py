@@ -1,10 +1,10 @@
 """GGUF files in and out, through the `gguf` package (pip install "ggml-py-sched[gguf]").
 
 `load_gguf(path)` reads a llama (dense, or Mixtral-style MoE when it has experts), qwen2,
-qwen3 or qwen3moe file into a `Model`: its metadata becomes the ModelConfig (the keys and tensor
-names those of the `gguf` package's Keys and TENSOR_NAMES), its tensors the
-weights (f32, f16, bf16 and every block type ggml_py computes with: q4_0 ... q8_0,
-q2_K ... q6_K, iq4_nl, iq4_xs, mxfp4; any other type is an error naming the tensor).
+qwen3 or qwen3moe file into a `Model`: its metadata becomes the ModelConfig (the keys and
+tensor names those of the `gguf` package's Keys and TENSOR_NAMES), its tensors the weights
+(f32, f16, bf16 and every block type ggml_py computes with: q4_0 ... q8_0, q2_K ... q6_K,
+iq4_nl, iq4_xs, mxfp4; any other type is an error naming the tensor).
 `save_gguf(model, path)` writes such a file, which is how the tests make one.
 
 A llama file's attention.sliding_window (Mistral 7B's files carry one) is not read:
@@ -70,9 +70,9 @@ def _tensor_name(gguf, tensor, bid=None, suffix="weight"):
 
 def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None,
                      graph: str | None = None) -> ModelConfig:
-    """llama / qwen2 / qwen3 / qwen3moe metadata -> ModelConfig. n_ctx: KV cache cells (default: the
-    file's context_length); graph: ModelConfig.graph (llama's default is its own graph,
-    'llama.cpp' builds llama.cpp's)."""
+    """llama / qwen2 / qwen3 / qwen3moe metadata -> ModelConfig. n_ctx: KV cache cells
+    (default: the file's context_length); graph: ModelConfig.graph (llama's default is its
+    own graph, 'llama.cpp' builds llama.cpp's)."""
     gguf = _gguf()
     K = gguf.Keys
     path = _path(reader)
@@ -167,7 +167,10 @@ def _experts(reader, arch, graph, n_ff):
                 raise GGUFError(f"{path}: {arch} needs experts: {k.format(arch=arch)} is "
                                 f"{'missing' if key(k) is None else v}")
     if not n_expert:
-        return 0, n_used, None
+        if n_used:      # (llama.cpp asserts it)
+            raise GGUFError(f"{path}: {K.LLM.EXPERT_USED_COUNT.format(arch=arch)} {n_used} "
+                            f"without experts ({K.LLM.EXPERT_COUNT.format(arch=arch)})")
+        return 0, 0, None
     if not 0 < n_used <= n_expert:
         raise GGUFError(f"{path}: {K.LLM.EXPERT_USED_COUNT.format(arch=arch)} {n_used} is not "
                         f"in 1..{K.LLM.EXPERT_COUNT.format(arch=arch)} {n_expert}")

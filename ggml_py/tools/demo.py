@@ -372,7 +372,8 @@ def add_placement_arguments(p: argparse.ArgumentParser, default_device: str = "a
     devices = ["auto", *backend_registry.available(computes=True)]
     p.add_argument("--device", choices=devices, metavar="NAME",
                    help=f"where the layers go: {', '.join(devices)} (default "
-                        f"{default_device}); auto: the first of " + ", ".join(backend_registry.auto_order())
+                        f"{default_device}); auto: the first of "
+                        + ", ".join(backend_registry.auto_order())
                         + " that works here, an OpenCL device only when it is not the CPU "
                         "emulated (PoCL's pthread device); cpu: no offload; rpc: needs --rpc")
     p.add_argument("--rpc", type=cli.endpoints, metavar="HOST:PORT[,HOST:PORT...]",
@@ -427,7 +428,8 @@ def check_placement(args: argparse.Namespace, given: set[str]) -> None:
         raise cli.UsageError("--rpc and --device both say where the layers go: give one")
     if args.device not in (None, "auto", "cpu", "rpc") and backend_registry.needs(args.device):
         raise cli.UsageError(f"--device {args.device} needs "
-                             f"{backend_registry.needs(args.device)}, which the command line cannot give")
+                             f"{backend_registry.needs(args.device)}, which the command line "
+                             "cannot give")
     if args.device == "cpu" and given & {"gpu_layers", "tensor_split"}:
         raise cli.UsageError(f"{', '.join(_option(k) for k in sorted(given & {'gpu_layers', 'tensor_split'}))}"
                              " would be ignored with --device cpu (no offload)")
