@@ -1,5 +1,5 @@
-"""Architectures as llama.cpp builds them (models.arch): llama, qwen2, qwen3, gemma2,
-gemma3 and phi3.
+"""Architectures as llama.cpp builds them (models.arch): llama (dense and Mixtral-style
+MoE), qwen2, qwen3, qwen3moe, gemma2, gemma3 and phi3.
 
 Without llama.cpp: each graph against the float64 reference, its node count (llama.cpp's
 for that architecture), GGUF files written and read back, decode steps on the kept
@@ -29,7 +29,10 @@ from ggml_py.models.reference import reference_logits
 from ggml_py.models.transformer import Model, ModelConfig, Session
 
 HERE = pathlib.Path(__file__).resolve().parent
-ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3")
+ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3")
+# the models the tests build: each architecture, and llama with experts (Mixtral-style)
+KINDS = ARCHS + ("llama-moe",)
+LLAMA_MOE = dict(ffn="moe_topk", n_expert=4, n_expert_used=2, n_ff_exp=128)   # (= n_ff)
 SMALL = dict(n_vocab=256, n_ctx=64, n_embd=64, n_head=4, n_head_kv=2, n_layer=2, n_ff=128,
              kv_pad=32)
 # what makes an architecture's own features show on the short prompts here: a window they
@@ -51,24 +54,33 @@ def nmse(ref, x):
     return float(np.sum((ref - x) ** 2) / np.sum(ref ** 2))
 
 
-def llama_cpp_nodes(arch, n_layer):
-    """llama.cpp's node count for a dense, f16-cache, no-flash-attention graph: per layer
-    36 for llama (norms 4, Q/K/V 6, rope 2, K/V stores 6, cache views 2, attention 9, output
+def llama_cpp_nodes(cfg):
+    """llama.cpp's node count for an f16-cache, no-flash-attention graph: per layer 36 for
+    dense llama (norms 4, Q/K/V 6, rope 2, K/V stores 6, cache views 2, attention 9, output
     projection 1, FFN 4, residuals 2), qwen2 3 more (the biases), qwen3 4 more (the Q/K
     norms), gemma2 8 more (Q's scale, the scores' soft-cap 3, the post-norms 4), gemma3
     gemma2's less the scores' soft-cap plus the Q/K norms, phi3 34 (a fused QKV product and
-    its 3 views, Q's scale, V copied out of the view, a fused gate/up: 3 FFN nodes); the
-    embeddings' get_rows, the last layer's 2 get_rows of the output ids and the output norm
-    and head (3) once, gemma's embedding scale and logit soft-cap (4) too."""
-    per_layer = {"llama": 36, "qwen2": 39, "qwen3": 40, "gemma2": 44, "gemma3": 45,
-                 "phi3": 34}[arch]
-    once = {"gemma2": 4, "gemma3": 4}.get(arch, 0)
-    return per_layer * n_layer + 1 + 2 + 3 + once
+    its 3 views, Q's scale, V copied out of the view, a fused gate/up: 3 FFN nodes; 2 more
+    with separate Q/K/V); routed experts replace the FFN's 4 by 16 + 2 k (router 1, softmax
+    1, top-k 2, weights 7, input reshape 1, experts 4, k views and k - 1 adds; a cont when k
+    is 1); the embeddings' get_rows, the last layer's 2 get_rows of the output ids and the
+    output norm and head (3) once, gemma's embedding scale and logit soft-cap (4) too."""
+    per_layer = {"llama": 36, "qwen2": 39, "qwen3": 40, "qwen3moe": 40, "gemma2": 44,
+                 "gemma3": 45, "phi3": 34}[cfg.arch]
+    if cfg.arch == "phi3" and not cfg.fused_qkv:
+        per_layer += 2
+    if cfg.is_moe:
+        k = cfg.n_expert_used
+        per_layer += 12 + 2 * k + (k == 1)
+    once = {"gemma2": 4, "gemma3": 4}.get(cfg.arch, 0)
+    return per_layer * cfg.n_layer + 1 + 2 + 3 + once
 
 
-def small(arch, **kw):
-    """A small config of `arch` (SMALL's sizes, FEATURES's settings)."""
-    return arch_config(arch, **{**SMALL, **FEATURES.get(arch, {}), **kw})
+def small(kind, **kw):
+    """A small config of a test model kind (KINDS): SMALL's sizes, FEATURES's settings."""
+    if kind == "llama-moe":
+        return arch_config("llama", **{**SMALL, **LLAMA_MOE, **kw})
+    return arch_config(kind, **{**SMALL, **FEATURES.get(kind, {}), **kw})
 
 
 def session(cfg, seed=0):
@@ -83,30 +95,33 @@ def test_registry():
     assert set(ARCHITECTURES) == set(ARCHS)
     with pytest.raises(UnknownNameError, match="gpt2"):
         get_builder("gpt2")
-    with pytest.raises(UnknownNameError, match="known: llama, qwen2, qwen3, gemma2, gemma3, phi3"):
+    with pytest.raises(UnknownNameError, match="known: llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3"):
         arch_config("gpt2")
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kind", KINDS + ("llama-moe-k1",))
 @pytest.mark.parametrize("wtype,tol", [("f32", 1e-6), ("f16", 1e-5)])
-def test_graph_matches_reference(arch, wtype, tol):
-    cfg = small(arch, wtype=wtype)
+def test_graph_matches_reference(kind, wtype, tol):
+    if kind == "llama-moe-k1":      # one expert per token: the sum is a cont, not an add
+        cfg = small("llama-moe", wtype=wtype, n_expert_used=1)
+    else:
+        cfg = small(kind, wtype=wtype)
     s = session(cfg, seed=3)
     got = s.forward(PROMPT)
     assert nmse(reference_logits(s.model, PROMPT), got) < tol
-    assert s.graph.n_nodes == llama_cpp_nodes(arch, cfg.n_layer)
+    assert s.graph.n_nodes == llama_cpp_nodes(cfg)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_decode_steps_match_the_whole_sequence(arch):
+@pytest.mark.parametrize("kind", KINDS)
+def test_decode_steps_match_the_whole_sequence(kind):
     """A prompt then one token at a time on the kept decode graph: the logits of one pass
     over the whole sequence; every decode graph has llama.cpp's node count too."""
-    cfg = small(arch, wtype="f32", cache_type="f32")
+    cfg = small(kind, wtype="f32", cache_type="f32")
     s = session(cfg, seed=4)
     rows = [s.forward(PROMPT[:5])]
     for tok in PROMPT[5:]:
         rows.append(s.forward([tok]))
-        assert s.graph.n_nodes == llama_cpp_nodes(arch, cfg.n_layer)
+        assert s.graph.n_nodes == llama_cpp_nodes(cfg)
     assert s.decode.n_reuses == len(PROMPT) - 6
     whole = session(cfg, seed=4).forward(PROMPT)
     assert nmse(whole, np.concatenate(rows)) < 1e-9
@@ -114,8 +129,8 @@ def test_decode_steps_match_the_whole_sequence(arch):
     assert np.allclose(last, whole[-1:], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_every_node_has_a_c_kernel(arch, monkeypatch):
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_node_has_a_c_kernel(kind, monkeypatch):
     """The prompt and decode graphs of each architecture run in the C executor: no node
     falls back to its numpy kernel (partial rope with factors, soft-caps, GEGLU, ...)."""
     from ggml_py.backends.cpu.backend import KernelPolicy
@@ -129,7 +144,7 @@ def test_every_node_has_a_c_kernel(arch, monkeypatch):
         return fn
 
     monkeypatch.setattr(KernelPolicy, "kernel_for", spy)
-    s = session(small(arch, wtype="q8_0"), seed=2)
+    s = session(small(kind, wtype="q8_0"), seed=2)
     s.forward(PROMPT)
     s.forward([7])
     assert python == []
@@ -160,7 +175,7 @@ def test_llama_keeps_its_own_graph_unless_asked():
     own = session(base, seed=2)
     ported = session(dataclasses.replace(base, graph="llama.cpp"), seed=2)
     a, b = own.forward(PROMPT), ported.forward(PROMPT)
-    assert own.graph.n_nodes != ported.graph.n_nodes == llama_cpp_nodes("llama", 2)
+    assert own.graph.n_nodes != ported.graph.n_nodes == llama_cpp_nodes(ported.model.config)
     assert nmse(a, b) < 1e-10
 
 
@@ -192,7 +207,15 @@ def test_graph_names_and_order_follow_llama_cpp():
     (dict(arch="gpt2"), "ModelConfig.arch must be one of"),
     (dict(graph="ggml"), "ModelConfig.graph must be one of"),
     (dict(arch="qwen2", rope_mode="NEOX", attn_bias=True, ffn="moe_topk", n_expert=4,
-          n_expert_used=2), "dense FFNs only"),
+          n_expert_used=2), "llama.cpp's qwen2 graph has ffn dense, got 'moe_topk'"),
+    (dict(arch="qwen3moe", rope_mode="NEOX", qk_norm=True),
+     "llama.cpp's qwen3moe graph has ffn moe_topk, got 'dense'"),
+    (dict(arch="qwen3moe", rope_mode="NEOX", ffn="moe_topk", n_expert=4, n_expert_used=2),
+     "qwen3moe models have Q/K norms"),
+    (dict(arch="llama", graph="llama.cpp", ffn="moe_shared", n_expert=4, n_expert_used=2,
+          n_expert_shared=1), "llama graph has ffn dense or moe_topk, got 'moe_shared'"),
+    (dict(arch="llama", graph="llama.cpp", ffn="moe_topk", n_expert=4, n_expert_used=2,
+          n_ff_exp=64), r"llama experts are n_ff wide: n_ff_exp 64 != n_ff 128"),
     (dict(arch="qwen2", rope_mode="NEOX", n_rot=8), "rotates whole heads"),
     (dict(arch="llama", graph="llama.cpp", n_swa=8), "llama models have no sliding window"),
     (dict(arch="qwen3", rope_mode="NEOX", qk_norm=True, final_softcap=30.0),
@@ -244,14 +267,15 @@ def test_head_size_other_than_n_embd_over_n_head():
 # ---------------------------------------------------------------------------
 # GGUF files
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("wtype", ["f16", "q8_0"])
-def test_gguf_round_trip(tmp_path, arch, wtype):
+def test_gguf_round_trip(tmp_path, kind, wtype):
     pytest.importorskip("gguf")
     from ggml_py.models.gguf import load_gguf, read_config, save_gguf
-    cfg = small(arch, wtype=wtype)
+    cfg = small(kind, wtype=wtype)
+    arch = cfg.arch
     model = Model.random(cfg, seed=5)
-    path = tmp_path / f"{arch}.gguf"
+    path = tmp_path / f"{kind}.gguf"
     save_gguf(model, path)
     graph = "llama.cpp" if arch == "llama" else None
     loaded = load_gguf(path, graph=graph)
@@ -316,9 +340,13 @@ def test_gguf_refuses_missing_and_inconsistent_metadata(tmp_path):
     def path(name):
         return str(tmp_path / f"{name}.gguf")
 
-    # each architecture loads from the keys alone
+    # each architecture loads from the keys alone (qwen3moe with its expert keys)
+    moe = cfgs["qwen3moe"]
+    experts = {K.LLM.EXPERT_COUNT: (moe.n_expert, U32),
+               K.LLM.EXPERT_USED_COUNT: (moe.n_expert_used, U32),
+               K.LLM.EXPERT_FEED_FORWARD_LENGTH: (moe.ff_exp, U32)}
     for a in ARCHS:
-        _write(gguf, path(a), a, cfgs[a], weights[a])
+        _write(gguf, path(a), a, cfgs[a], weights[a], extra=experts if a == "qwen3moe" else None)
         assert load_gguf(path(a)).config.arch == a
     # a required key missing: named, with the file
     for a, k in [("qwen2", K.Attention.LAYERNORM_RMS_EPS), ("qwen3", K.LLM.BLOCK_COUNT),
@@ -364,8 +392,8 @@ def test_gguf_refuses_missing_and_inconsistent_metadata(tmp_path):
     # an architecture not (yet) built
     _write(gguf, path("gpt2"), "gpt2", cfgs["llama"], weights["llama"])
     with pytest.raises(GGUFError, match=r"gpt2\.gguf: architecture 'gpt2' is not supported "
-                                        r"\(only 'llama', 'qwen2', 'qwen3', 'gemma2', "
-                                        r"'gemma3', 'phi3'\)"):
+                                        r"\(only 'llama', 'qwen2', 'qwen3', 'qwen3moe', "
+                                        r"'gemma2', 'gemma3', 'phi3'\)"):
         read_config(path("gpt2"))
 
 
@@ -431,6 +459,50 @@ def test_gguf_phi3_fused_weights_and_rope_factors(tmp_path):
         read_config(path)
 
 
+def test_gguf_expert_metadata(tmp_path):
+    """qwen3moe's experts are expert_feed_forward_length wide, by default n_ff /
+    n_expert_used (llama.cpp's rule); it must have experts; llama.cpp's llama ignores that
+    key (its experts are n_ff wide), so a llama file read for llama.cpp's graph must not
+    contradict it; more experts used than there are is refused."""
+    gguf = pytest.importorskip("gguf")
+    from ggml_py.models.gguf import GGUFError, load_gguf, read_config
+    K, U32 = gguf.Keys, gguf.GGUFValueType.UINT32
+    cfg = arch_config("qwen3moe", **SMALL, wtype="f32", n_expert=4, n_expert_used=2, n_ff_exp=64)
+    weights = Model.random(cfg).weights
+    experts = {K.LLM.EXPERT_COUNT: (4, U32), K.LLM.EXPERT_USED_COUNT: (2, U32)}
+
+    def path(name):
+        return str(tmp_path / f"{name}.gguf")
+
+    _write(gguf, path("q3moe"), "qwen3moe", cfg, weights, extra=experts)
+    loaded = load_gguf(path("q3moe"))
+    assert (loaded.config.ffn, loaded.config.ff_exp, loaded.config.n_expert_used) == \
+        ("moe_topk", 64, 2)                 # 128 / 2
+    _write(gguf, path("nox"), "qwen3moe", cfg, weights, extra={K.LLM.EXPERT_USED_COUNT: (2, U32)})
+    with pytest.raises(GGUFError, match=r"nox\.gguf: qwen3moe needs experts: "
+                                        r"qwen3moe\.expert_count is missing"):
+        read_config(path("nox"))
+    _write(gguf, path("used"), "qwen3moe", cfg, weights,
+           extra={**experts, K.LLM.EXPERT_USED_COUNT: (5, U32)})
+    with pytest.raises(GGUFError, match=r"used\.gguf: qwen3moe\.expert_used_count 5 is not in "
+                                        r"1\.\.qwen3moe\.expert_count 4"):
+        read_config(path("used"))
+    dense = arch_config("llama", **SMALL, wtype="f32")
+    _write(gguf, path("used0"), "llama", dense, Model.random(dense).weights,
+           extra={K.LLM.EXPERT_USED_COUNT: (2, U32)})
+    with pytest.raises(GGUFError, match=r"used0\.gguf: llama\.expert_used_count 2 without "
+                                        r"experts \(llama\.expert_count\)"):
+        read_config(path("used0"))
+    lcfg = arch_config("llama", **SMALL, wtype="f32", **LLAMA_MOE)
+    _write(gguf, path("llama"), "llama", lcfg, Model.random(lcfg).weights,
+           extra={**experts, K.LLM.EXPERT_FEED_FORWARD_LENGTH: (64, U32)})
+    assert read_config(path("llama")).ff_exp == 64          # ggml_py's own llama reads it
+    with pytest.raises(GGUFError, match=r"llama\.gguf: llama\.expert_feed_forward_length 64 != "
+                                        r"llama\.feed_forward_length 128; llama\.cpp's llama "
+                                        r"experts are llama\.feed_forward_length wide"):
+        read_config(path("llama"), graph="llama.cpp")
+
+
 def test_gguf_tied_output_qwen2(tmp_path):
     gguf = pytest.importorskip("gguf")
     from ggml_py.models.gguf import load_gguf
@@ -459,20 +531,22 @@ def _llama_cpp(*args):
     return json.loads(r.stdout.splitlines()[-1])
 
 
-@pytest.mark.parametrize("arch,wtype,extra", [
-    *[(a, w, {}) for w in ("f32", "f16") for a in ARCHS],
+@pytest.mark.parametrize("kind,wtype,extra", [
+    *[(k, w, {}) for w in ("f32", "f16") for k in KINDS],
     ("qwen3", "f16", {"n_embd_head": 32}),       # heads that do not tile n_embd
     ("gemma3", "f16", {"n_swa": 0}),             # no window: one mask, llama's input
     ("gemma3", "f16", {"swa_pattern": 6}),       # every layer sliding: no global mask
     ("phi3", "f16", {"fused_qkv": False, "n_ctx_orig": 512}),   # separate Q/K/V, short factors
-], ids=[*[f"{a}-{w}" for w in ("f32", "f16") for a in ARCHS], "qwen3-f16-head32",
-        "gemma3-f16-global", "gemma3-f16-all-sliding", "phi3-f16-separate-short"])
-def test_logits_and_node_counts_match_llama_cpp(tmp_path, arch, wtype, extra):
+    ("llama-moe", "q8_0", {"n_expert": 8, "n_expert_used": 1}),     # one expert: a cont
+], ids=[*[f"{k}-{w}" for w in ("f32", "f16") for k in KINDS], "qwen3-f16-head32",
+        "gemma3-f16-global", "gemma3-f16-all-sliding", "phi3-f16-separate-short",
+        "llama-moe-q8_0-k1"])
+def test_logits_and_node_counts_match_llama_cpp(tmp_path, kind, wtype, extra):
     pytest.importorskip("gguf")
     from ggml_py.models.gguf import load_gguf, save_gguf
-    cfg = small(arch, **{"n_embd": 128, "n_head": 8, "n_layer": 3, "n_ctx": 256, **extra},
+    cfg = small(kind, **{"n_embd": 128, "n_head": 8, "n_layer": 3, "n_ctx": 256, **extra},
                 wtype=wtype)
-    path = str(tmp_path / f"{arch}-{wtype}.gguf")
+    path = str(tmp_path / f"{kind}-{wtype}.gguf")
     save_gguf(Model.random(cfg, seed=11), path)
 
     ref = _llama_cpp("logits", path, tmp_path / "theirs.npy", ",".join(map(str, PROMPT)), N_DECODE)
@@ -490,22 +564,21 @@ def test_logits_and_node_counts_match_llama_cpp(tmp_path, arch, wtype, extra):
     ours = np.concatenate(rows)
     assert ours.shape == theirs.shape == (len(PROMPT) + N_DECODE, cfg.n_vocab)
     err = nmse(theirs, ours)
-    print(f"{arch} {wtype}: NMSE {err:.3g}, graph nodes llama.cpp {pp_nodes}/{tg_nodes}, "
+    print(f"{kind} {wtype}: NMSE {err:.3g}, graph nodes llama.cpp {pp_nodes}/{tg_nodes}, "
           f"ggml_py {ours_pp}/{ours_tg}")
     assert err <= 1e-4
-    separate = 2 * 3 if extra.get("fused_qkv") is False else 0     # (Q/K/V: 6 nodes, not 4)
-    assert (ours_pp, ours_tg) == (pp_nodes, tg_nodes) == (llama_cpp_nodes(arch, 3) + separate,) * 2
+    assert (ours_pp, ours_tg) == (pp_nodes, tg_nodes) == (llama_cpp_nodes(cfg),) * 2
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_node_names_and_order_match_llama_cpp(tmp_path, arch):
+@pytest.mark.parametrize("kind", KINDS)
+def test_node_names_and_order_match_llama_cpp(tmp_path, kind):
     """Every node of the prompt graph and of a decode step's graph, in order, with its name
     (views and reshapes named as ggml names them): llama.cpp's scheduler asks its eval
     callback about each node it computes, in graph order."""
     pytest.importorskip("gguf")
     from ggml_py.models.gguf import load_gguf, save_gguf
-    cfg = small(arch, n_ctx=256, wtype="f32")
-    path = str(tmp_path / f"{arch}.gguf")
+    cfg = small(kind, n_ctx=256, wtype="f32")
+    path = str(tmp_path / f"{kind}.gguf")
     save_gguf(Model.random(cfg, seed=1), path)
     theirs = _llama_cpp("names", path, ",".join(map(str, PROMPT[:7])), 6)["names"]
     cpu = CPUBackend()
@@ -516,4 +589,33 @@ def test_node_names_and_order_match_llama_cpp(tmp_path, arch):
         ours.append([s.graph.node(i).name for i in range(s.graph.n_nodes)])
     assert ours[0] == theirs[0]
     assert ours[1] == theirs[1]
-    assert len(ours[0]) == llama_cpp_nodes(arch, cfg.n_layer)
+    assert len(ours[0]) == llama_cpp_nodes(cfg)
+
+
+def test_llama_sliding_window_is_full_attention_as_in_llama_cpp(tmp_path, monkeypatch):
+    """Mistral-style files carry llama.attention.sliding_window; llama.cpp's llama graph
+    never reads it (its llama hparams have no window: every layer attends over the whole
+    context), and neither does ggml_py's loader. Held to llama.cpp with a window of 4 over
+    a 12-token prompt and 8 decode steps."""
+    gguf = pytest.importorskip("gguf")
+    from ggml_py.models.gguf import load_gguf, read_config, save_gguf
+    cfg = arch_config("llama", **{**SMALL, "n_ctx": 256}, wtype="f32")
+    add_eps = gguf.GGUFWriter.add_layer_norm_rms_eps
+
+    def add_eps_and_window(self, value):
+        add_eps(self, value)
+        self.add_sliding_window(4)
+    monkeypatch.setattr(gguf.GGUFWriter, "add_layer_norm_rms_eps", add_eps_and_window)
+    path = str(tmp_path / "mistral-style.gguf")
+    save_gguf(Model.random(cfg, seed=2), path)
+    assert gguf.GGUFReader(path).get_field("llama.attention.sliding_window").contents() == 4
+    assert read_config(path, graph="llama.cpp") == dataclasses.replace(cfg, graph="llama.cpp")
+
+    ref = _llama_cpp("logits", path, tmp_path / "theirs.npy", ",".join(map(str, PROMPT)), N_DECODE)
+    theirs = np.load(tmp_path / "theirs.npy")
+    cpu = CPUBackend()
+    s = Session(load_gguf(path, n_ctx=64, graph="llama.cpp").place(cpu), [cpu])
+    ours = np.concatenate([s.forward(PROMPT)] + [s.forward([t]) for t in ref["fed"]])
+    assert nmse(theirs, ours) <= 1e-4
+    full = reference_logits(s.model, PROMPT + ref["fed"])      # whole-context attention
+    assert nmse(full, theirs) <= 1e-4

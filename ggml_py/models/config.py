@@ -32,13 +32,18 @@ _INT_FIELDS = {
 }
 # the architectures (llama.cpp's general.architecture names; models.arch builds them) and
 # the rope each one implies (llama.cpp's llama_model_rope_type)
-ARCH_ROPE = {"llama": "NORMAL", "qwen2": "NEOX", "qwen3": "NEOX", "gemma2": "NEOX",
-             "gemma3": "NEOX", "phi3": "NEOX"}
-QK_NORM_ARCHS = ("qwen3", "gemma3")         # RMS norms of each Q and K head
+ARCH_ROPE = {"llama": "NORMAL", "qwen2": "NEOX", "qwen3": "NEOX", "qwen3moe": "NEOX",
+             "gemma2": "NEOX", "gemma3": "NEOX", "phi3": "NEOX"}
+QK_NORM_ARCHS = ("qwen3", "qwen3moe", "gemma3")     # RMS norms of each Q and K head
 POST_NORM_ARCHS = ("gemma2", "gemma3")      # RMS norms after attention and after the FFN
 SWA_ARCHS = ("gemma2", "gemma3")            # sliding-window layers among global ones
 FUSED_ARCHS = ("phi3",)     # fused QKV (optional) and gate/up (always) weights, partial
                             # rotary, rope factors
+# the FFNs llama.cpp's graphs build: dense, or experts with softmax gating, top-k and
+# normalised weights (Mixtral's routing, in llama.cpp's build_moe_ffn form)
+ARCH_FFNS = {"llama": ("dense", "moe_topk"), "qwen2": ("dense",), "qwen3": ("dense",),
+             "qwen3moe": ("moe_topk",), "gemma2": ("dense",), "gemma3": ("dense",),
+             "phi3": ("dense",)}
 GRAPH_KINDS = ("ggml_py", "llama.cpp")
 # the float fields: whether 0 is allowed (they are finite and not negative)
 _FLOAT_FIELDS = {"rope_freq_base": False, "rope_freq_scale": False, "eps": True,
@@ -142,9 +147,12 @@ class ModelConfig:
                                  "than n_embd / n_head and a rope attn_factor need "
                                  "graph='llama.cpp'")
         else:
-            if self.ffn != "dense":
-                raise ModelError(f"graph='llama.cpp' builds dense FFNs only so far, got ffn "
-                                 f"{self.ffn!r}")
+            if self.ffn not in ARCH_FFNS[self.arch]:
+                raise ModelError(f"llama.cpp's {self.arch} graph has ffn "
+                                 f"{' or '.join(ARCH_FFNS[self.arch])}, got {self.ffn!r}")
+            if self.arch == "llama" and self.is_moe and self.ff_exp != self.n_ff:
+                raise ModelError(f"llama.cpp's llama experts are n_ff wide: n_ff_exp "
+                                 f"{self.ff_exp} != n_ff {self.n_ff}")
             if self.n_rot_ != self.head_dim and self.arch not in FUSED_ARCHS:
                 raise ModelError(f"llama.cpp's {self.arch} graph rotates whole heads: n_rot "
                                  f"{self.n_rot_} != head size {self.head_dim}")
@@ -320,14 +328,16 @@ ARCH_DEFAULTS = {
 
 def arch_config(arch: str, **kw: Any) -> ModelConfig:
     """A small model of architecture `arch` (llama_config's sizes) with what the
-    architecture implies: its rope, qwen2's QKV biases, qwen3's and gemma3's Q/K norms,
-    gemma's window pattern and soft-caps (kw may set n_swa; the sliding layers follow the
-    architecture's pattern, or kw's swa_pattern (see swa_pattern), unless swa_layers is
-    given)."""
+    architecture implies: its rope, qwen2's QKV biases, the Q/K norms of qwen3, qwen3moe
+    and gemma3, qwen3moe's experts (MOE_DEFAULTS' moe_topk), gemma's window pattern and
+    soft-caps (kw may set n_swa; the sliding layers follow the architecture's pattern, or
+    kw's swa_pattern (see swa_pattern), unless swa_layers is given)."""
     if not isinstance(arch, str) or arch not in ARCH_ROPE:
         raise UnknownNameError(f"unknown architecture {arch!r}; known: {', '.join(ARCH_ROPE)}")
     base: dict[str, Any] = dict(name=arch, arch=arch, rope_mode=ARCH_ROPE[arch],
                                 attn_bias=arch == "qwen2", qk_norm=arch in QK_NORM_ARCHS)
+    if ARCH_FFNS[arch] == ("moe_topk",):
+        base.update(ffn="moe_topk", **MOE_DEFAULTS["moe_topk"])
     if arch == "llama":
         base["graph"] = "llama.cpp"
     defaults = dict(ARCH_DEFAULTS.get(arch, {}))

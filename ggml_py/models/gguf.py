@@ -1,12 +1,16 @@
 """GGUF files in and out, through the `gguf` package (pip install "ggml-py-sched[gguf]").
 
 `load_gguf(path)` reads a file of an architecture ARCHS lists (llama dense, or
-Mixtral-style MoE when it has experts; qwen2, qwen3, gemma2, gemma3, phi3) into a
+Mixtral-style MoE when it has experts; qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3) into a
 `Model`: its metadata becomes the ModelConfig (the keys and tensor names those of the
 `gguf` package's Keys and TENSOR_NAMES), its tensors the weights (f32, f16, bf16 and
 every block type ggml_py computes with: q4_0 ... q8_0, q2_K ... q6_K, iq4_nl, iq4_xs,
 mxfp4; any other type is an error naming the tensor).
 `save_gguf(model, path)` writes such a file, which is how the tests make one.
+
+A llama file's attention.sliding_window (Mistral 7B's files carry one) is not read:
+llama.cpp's llama graph does not read it either, every layer attending over the whole
+context.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ import numpy as np
 from ggml_py._core import instance_arg
 from ggml_py.errors import ArgumentTypeError, ModelError
 from ggml_py import quants
-from ggml_py.models.config import (ARCH_DEFAULTS, ARCH_ROPE, FUSED_ARCHS, GRAPH_KINDS,
-                                   QK_NORM_ARCHS, SWA_ARCHS, swa_pattern)
+from ggml_py.models.config import (ARCH_DEFAULTS, ARCH_FFNS, ARCH_ROPE, FUSED_ARCHS,
+                                   GRAPH_KINDS, QK_NORM_ARCHS, SWA_ARCHS, swa_pattern)
 from ggml_py.models.transformer import WEIGHT_TYPES, Model, ModelConfig, weight_shapes
 
 ARCH = "llama"
@@ -86,8 +90,8 @@ def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None,
     n_embd = int(key(K.LLM.EMBEDDING_LENGTH, required=True))
     if n_head < 1:
         raise GGUFError(f"{path}: {K.Attention.HEAD_COUNT.format(arch=arch)} is {n_head}")
-    n_expert = int(key(K.LLM.EXPERT_COUNT, 0) or 0)
     n_ff = int(key(K.LLM.FEED_FORWARD_LENGTH, required=True))
+    n_expert, n_expert_used, n_ff_exp = _experts(reader, arch, graph, n_ff)
     freq_scale = 1.0
     if key(K.Rope.SCALING_TYPE) == "linear":
         freq_scale = 1.0 / float(key(K.Rope.SCALING_FACTOR, 1.0))
@@ -150,8 +154,8 @@ def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None,
         wtype=wtype,
         ffn="moe_topk" if n_expert else "dense",
         n_expert=n_expert,
-        n_expert_used=int(key(K.LLM.EXPERT_USED_COUNT, 0) or 0),
-        n_ff_exp=int(key(K.LLM.EXPERT_FEED_FORWARD_LENGTH, n_ff)) if n_expert else None,
+        n_expert_used=n_expert_used,
+        n_ff_exp=n_ff_exp,
         fused_qkv=fused_qkv,
         rope_factors=all(factors),
         n_ctx_orig=int(key(K.Rope.SCALING_ORIG_CTX_LEN, n_ctx_train)) if all(factors) else None,
@@ -186,11 +190,47 @@ def _swa_fields(key, K, arch, n_layer, path) -> dict:
     return out
 
 
+def _experts(reader, arch, graph, n_ff):
+    """(n_expert, n_expert_used, n_ff_exp) of a file: none for a dense one. qwen3moe must
+    have experts, and its experts' width is expert_feed_forward_length (by default
+    n_ff / n_expert_used); llama.cpp's llama ignores that key (its experts are n_ff wide),
+    so a llama file built as llama.cpp builds it must not contradict that."""
+    K = _gguf().Keys
+    path = _path(reader)
+
+    def key(k, default=None):
+        return _field(reader, k.format(arch=arch), default)
+
+    n_expert = int(key(K.LLM.EXPERT_COUNT, 0) or 0)
+    n_used = int(key(K.LLM.EXPERT_USED_COUNT, 0) or 0)
+    if "dense" not in ARCH_FFNS[arch]:
+        for k, v in ((K.LLM.EXPERT_COUNT, n_expert), (K.LLM.EXPERT_USED_COUNT, n_used)):
+            if v < 1:
+                raise GGUFError(f"{path}: {arch} needs experts: {k.format(arch=arch)} is "
+                                f"{'missing' if key(k) is None else v}")
+    if not n_expert:
+        if n_used:      # (llama.cpp asserts it)
+            raise GGUFError(f"{path}: {K.LLM.EXPERT_USED_COUNT.format(arch=arch)} {n_used} "
+                            f"without experts ({K.LLM.EXPERT_COUNT.format(arch=arch)})")
+        return 0, 0, None
+    if not 0 < n_used <= n_expert:
+        raise GGUFError(f"{path}: {K.LLM.EXPERT_USED_COUNT.format(arch=arch)} {n_used} is not "
+                        f"in 1..{K.LLM.EXPERT_COUNT.format(arch=arch)} {n_expert}")
+    n_ff_exp = key(K.LLM.EXPERT_FEED_FORWARD_LENGTH)
+    if arch == "qwen3moe":
+        return n_expert, n_used, int(n_ff_exp) if n_ff_exp is not None else n_ff // n_used
+    if graph == "llama.cpp" and n_ff_exp is not None and int(n_ff_exp) != n_ff:
+        ff = K.LLM.FEED_FORWARD_LENGTH.format(arch=arch)
+        raise GGUFError(f"{path}: {K.LLM.EXPERT_FEED_FORWARD_LENGTH.format(arch=arch)} "
+                        f"{n_ff_exp} != {ff} {n_ff}; llama.cpp's llama experts are {ff} wide")
+    return n_expert, n_used, int(n_ff_exp if n_ff_exp is not None else n_ff)
+
+
 # tensors llama.cpp's graphs of these architectures would use that ggml_py's do not model yet:
 # a file with one is refused rather than computed without it
 _UNSUPPORTED = (("ATTN_QKV", "weight"), ("ATTN_OUT", "bias"), ("FFN_GATE", "bias"),
                 ("FFN_UP", "bias"), ("FFN_DOWN", "bias"), ("ROPE_FREQS", "weight"),
-                ("OUTPUT", "bias"))
+                ("OUTPUT", "bias"), ("FFN_UP_SHEXP", "weight"))
 
 
 def _check_tensors_known(gguf, tensors, arch, path):
@@ -304,9 +344,9 @@ def save_gguf(model: Model, path) -> None:
     llama.cpp loads it."""
     gguf = _gguf()
     cfg = instance_arg(model, Model, "model").config
-    if cfg.ffn not in ("dense", "moe_topk") or (cfg.ffn != "dense" and cfg.arch != "llama"):
-        raise GGUFError(f"the {cfg.arch} architecture has no {cfg.ffn} FFN here; only dense "
-                        "(and llama's moe_topk) models can be written")
+    if cfg.ffn not in ARCH_FFNS[cfg.arch]:
+        raise GGUFError(f"the {cfg.arch} architecture has no {cfg.ffn} FFN here; only "
+                        f"{' or '.join(ARCH_FFNS[cfg.arch])} {cfg.arch} models can be written")
     w = gguf.GGUFWriter(str(path), cfg.arch)
     w.add_name(cfg.name)
     w.add_tokenizer_model("none")

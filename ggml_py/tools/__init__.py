@@ -1,8 +1,9 @@
 """The tools built on the library: the command line and what it runs.
 
-    commands.py   `ggml-py` / `python -m ggml_py`: demo, plan, bench, ops-check
+    commands.py   `ggml-py` / `python -m ggml_py`: demo, run, plan, bench, ops-check
     cli.py        argument parsing, checks and exit statuses shared by the commands
     demo.py       models through the scheduler on the backends at hand
+    run.py        `ggml-py run MODEL.gguf`: a GGUF model's tokens and pp / tg tokens/s
     opscheck.py   ggml's op and model cases on a backend, against ggml's results
     cases.py      scheduling case files (SCHED_CASES.md): load, save, rebuild
     planning.py   plans of case files, why splits exist, split timing

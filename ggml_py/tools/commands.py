@@ -1,5 +1,5 @@
-"""The command line, installed as `ggml-py` (also `python -m ggml_py`): `demo`, `plan`,
-`bench` and `ops-check`, each with its own `--help`. Parsing, argument checks and the
+"""The command line, installed as `ggml-py` (also `python -m ggml_py`): `demo`, `run`,
+`plan`, `bench` and `ops-check`, each with its own `--help`. Parsing, argument checks and the
 mapping of errors to exit statuses live in ggml_py.tools.cli.
 """
 
@@ -173,7 +173,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    from ggml_py.tools import demo, opscheck, splitmap
+    from ggml_py.tools import demo, opscheck, run, splitmap
     prog = prog or cli.program_name()
     p = cli.Parser(prog=prog, description="ggml_py: a port of ggml's backend scheduler, graph "
                    "allocator and backends.",
@@ -190,6 +190,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
     demo.add_arguments(command("demo", "run llama and MoE models through the scheduler "
                                "(the main job)", demo.__doc__ or ""))
+
+    run.add_arguments(command("run", "run a GGUF model: its tokens, prompt and decode "
+                              "tokens/s", run.__doc__ or ""))
 
     sp = command("plan", "split a case file and write its plan",
                  "Split a case file (*.case.json, SCHED_CASES.md) on a fresh scheduler and "

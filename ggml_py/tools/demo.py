@@ -132,16 +132,17 @@ def device_backends(which: str = "auto", out: Out = say) -> list[Backend]:
     return [] if backend is None else [backend]
 
 
-def gguf_config(path: str) -> ModelConfig:
-    """The config of a llama GGUF file, or a UsageError that says what is wrong with it."""
-    cli.require_module("gguf", "--gguf", "gguf")
+def gguf_config(path: str, graph: str | None = None) -> ModelConfig:
+    """The config of a GGUF file (graph: ModelConfig.graph), or a UsageError that says
+    what is wrong with it."""
+    cli.require_module("gguf", "reading a GGUF file", "gguf")
     from ggml_py.models.gguf import GGUFError, read_config
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic != b"GGUF":
         raise cli.UsageError(f"{path} is not a GGUF file (it does not start with 'GGUF')")
     try:
-        return read_config(path)
+        return read_config(path, graph=graph)
     except GGUFError as e:
         raise cli.UsageError(str(e)) from None
 
@@ -167,7 +168,8 @@ def demo_models(args: argparse.Namespace) -> Iterator[Model]:
         yield Model.random(c, seed=args.seed + i)
 
 
-def _describe(model: Model) -> str:
+def describe_model(model: Model) -> str:
+    """One line: the model's shape, FFN, weight type and size."""
     c = model.config
     ffn = {"dense": f"SwiGLU FFN {c.n_ff}",
            "moe_dense": f"dense MoE: all {c.n_expert} experts x {c.ff_exp}, softmax gate",
@@ -186,7 +188,7 @@ def run_model(model: Model, backends: list[Backend], args: argparse.Namespace,
     from ggml_py.models.placement import place_model
     from ggml_py.models.transformer import Session
     cfg = model.config
-    out(f"\n== {_describe(model)}")
+    out(f"\n== {describe_model(model)}")
     # llama.cpp's layout for -ngl N / --tensor-split: token embeddings stay on the CPU,
     # the last N layers go to the devices, and the output head too when N exceeds the
     # layer count
@@ -282,9 +284,12 @@ def _why_splits(reasons: list[Any], n_splits: int, out: Out, limit: int = 8) -> 
             "lists every node)")
 
 
-def run_models(args: argparse.Namespace, out: Out = say) -> list[dict[str, Any]]:
+def model_backends(args: argparse.Namespace, out: Out = say,
+                   n_threads: int | None = None) -> list[Backend]:
+    """The backends a model runs on, in priority order: the devices of the --rpc servers
+    or the --device backend, then the CPU (n_threads: its threads, default all cores);
+    says which in one line."""
     from ggml_py.backends.cpu import CPUBackend
-    out("== part 1: models computed through the scheduler")
     if args.rpc:
         from ggml_py.backends.rpc import rpc_backends
         devices: list[Backend] = list(rpc_backends(args.rpc))
@@ -293,8 +298,14 @@ def run_models(args: argparse.Namespace, out: Out = say) -> list[dict[str, Any]]
     if args.tensor_split and len(args.tensor_split) != len(devices):
         raise cli.UsageError(f"--tensor-split gives {len(args.tensor_split)} shares for "
                              f"{len(devices)} device(s): {', '.join(d.name for d in devices)}")
-    backends = devices + [CPUBackend()]
+    backends = devices + [CPUBackend(n_threads=n_threads)]
     out(f"   backends (priority order): {', '.join(b.name for b in backends)}")
+    return backends
+
+
+def run_models(args: argparse.Namespace, out: Out = say) -> list[dict[str, Any]]:
+    out("== part 1: models computed through the scheduler")
+    backends = model_backends(args, out)
     rows = [run_model(model, backends, args, out) for model in demo_models(args)]
     out(f"\n   {'model':<12} {'nodes':>6} {'splits':>6} {'copied':>10} {'prompt ms':>10} "
         f"{'decode ms':>10} {'wall s':>7}")
@@ -355,15 +366,14 @@ def run_whatif(n_layers: int, out: Out = say, maps: str | None = None) -> None:
 # ---------------------------------------------------------------------------
 # the command line: `ggml-py demo`
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_placement_arguments(p: argparse.ArgumentParser, default_device: str = "auto") -> None:
+    """--device, --rpc, --tensor-split and --gpu-layers (-ngl): where a model's layers go,
+    as llama.cpp's options say it (check_placement checks them together)."""
     devices = ["auto", *backend_registry.available(computes=True)]
-    d = DEFAULTS
-    p.add_argument("--gguf", metavar="PATH", type=cli.input_file(),
-                   help="run this llama GGUF file instead of the random models (needs the "
-                        "gguf package: pip install \"ggml-py-sched[gguf]\")")
     p.add_argument("--device", choices=devices, metavar="NAME",
-                   help=f"where the layers go: {', '.join(devices)}; auto (the default): "
-                        "the first of " + ", ".join(backend_registry.auto_order())
+                   help=f"where the layers go: {', '.join(devices)} (default "
+                        f"{default_device}); auto: the first of "
+                        + ", ".join(backend_registry.auto_order())
                         + " that works here, an OpenCL device only when it is not the CPU "
                         "emulated (PoCL's pthread device); cpu: no offload; rpc: needs --rpc")
     p.add_argument("--rpc", type=cli.endpoints, metavar="HOST:PORT[,HOST:PORT...]",
@@ -374,9 +384,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="shares of the offloaded layers per device, in order (llama.cpp's "
                         "--tensor-split; default: each device's free memory where it says, "
                         "else equal)")
-    p.add_argument("--gpu-layers", type=cli.count(0), metavar="N",
+    p.add_argument("-ngl", "--gpu-layers", type=cli.count(0), metavar="N",
                    help="offload the last N layers, and the output head when N exceeds the "
                         "layer count (llama.cpp's -ngl; default: everything)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    d = DEFAULTS
+    p.add_argument("--gguf", metavar="PATH", type=cli.input_file(),
+                   help="run this llama GGUF file instead of the random models (needs the "
+                        "gguf package: pip install \"ggml-py-sched[gguf]\")")
+    add_placement_arguments(p)
     p.add_argument("--layers", type=cli.count(1, MAX_LAYERS), metavar="N",
                    help=f"layers of the random models (default {d['layers']})")
     p.add_argument("--wtype", choices=WEIGHT_TYPES, metavar="TYPE",
@@ -400,6 +418,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run)
 
 
+def check_placement(args: argparse.Namespace, given: set[str]) -> None:
+    """The placement options (--device, --rpc, --gpu-layers, --tensor-split) agree with
+    each other; `given`: the options the user gave."""
+    if args.device == "rpc" and not args.rpc:
+        raise cli.UsageError("--device rpc needs the servers' addresses: --rpc "
+                             "HOST:PORT[,HOST:PORT...] (then --device may be left out)")
+    if args.rpc and "device" in given and args.device != "rpc":
+        raise cli.UsageError("--rpc and --device both say where the layers go: give one")
+    if args.device not in (None, "auto", "cpu", "rpc") and backend_registry.needs(args.device):
+        raise cli.UsageError(f"--device {args.device} needs "
+                             f"{backend_registry.needs(args.device)}, which the command line "
+                             "cannot give")
+    if args.device == "cpu" and given & {"gpu_layers", "tensor_split"}:
+        raise cli.UsageError(f"{', '.join(_option(k) for k in sorted(given & {'gpu_layers', 'tensor_split'}))}"
+                             " would be ignored with --device cpu (no offload)")
+    if args.tensor_split and not args.rpc and len(args.tensor_split) != 1:
+        raise cli.UsageError(f"--tensor-split gives {len(args.tensor_split)} shares for "
+                             f"1 device (--device); several devices come with --rpc")
+
+
 def check_arguments(args: argparse.Namespace) -> None:
     """Refuse options that would be ignored and limits that would be crossed, before
     anything runs; then fill in the defaults."""
@@ -414,20 +452,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.gguf and given & {"layers", "wtype"}:
         raise cli.UsageError(f"{', '.join(_option(k) for k in sorted(given & {'layers', 'wtype'}))}"
                              " apply to the random models; a GGUF file brings its own")
-    if args.device == "rpc" and not args.rpc:
-        raise cli.UsageError("--device rpc needs the servers' addresses: --rpc "
-                             "HOST:PORT[,HOST:PORT...] (then --device may be left out)")
-    if args.rpc and "device" in given and args.device != "rpc":
-        raise cli.UsageError("--rpc and --device both say where the layers go: give one")
-    if args.device not in (None, "auto", "cpu", "rpc") and backend_registry.needs(args.device):
-        raise cli.UsageError(f"--device {args.device} needs "
-                             f"{backend_registry.needs(args.device)}, which the demo cannot give")
-    if args.device == "cpu" and given & {"gpu_layers", "tensor_split"}:
-        raise cli.UsageError(f"{', '.join(_option(k) for k in sorted(given & {'gpu_layers', 'tensor_split'}))}"
-                             " would be ignored with --device cpu (no offload)")
-    if args.tensor_split and not args.rpc and len(args.tensor_split) != 1:
-        raise cli.UsageError(f"--tensor-split gives {len(args.tensor_split)} shares for "
-                             f"1 device (--device); several devices come with --rpc")
+    check_placement(args, given)
     for k, v in DEFAULTS.items():
         if getattr(args, k) is None:
             setattr(args, k, v)

@@ -1,32 +1,34 @@
 """Architectures as llama.cpp builds them, one module each over the shared blocks of
-models.arch.blocks (llama.cpp's llm_graph_context): llama, qwen2, qwen3, gemma2, gemma3 and
-phi3 so far.
+models.arch.blocks (llama.cpp's llm_graph_context): llama, qwen2, qwen3, qwen3moe,
+gemma2, gemma3 and phi3 so far.
 
 ARCHITECTURES maps a GGUF general.architecture name to its module's `build(gc)`;
 `build_forward` is models.graph.build_forward for a config whose graph_kind is
 'llama.cpp'. What each architecture brings over llama:
 
-    llama  RMS norms, Q/K/V projections, NORMAL rope, SwiGLU (attn_output bias if any)
-    qwen2  + Q, K and V biases; NEOX rope; output bias if any
-    qwen3  + RMS norms of each Q and K head (attn_q_norm, attn_k_norm); NEOX rope
-    gemma2 + embeddings scaled by sqrt(n_embd), sliding-window layers alternating with
-             global ones (two masks), Q scaled before attention, attention and final
-             logits soft-capped, post-attention and post-FFN norms, GELU-gated FFN,
-             the token embedding as output head; NEOX rope
-    gemma3 + (over gemma2) RMS norms of each Q and K head; no attention soft-cap; the
-             window, the logit soft-cap and the output head optional; the sliding
-             layers' own rope base
-    phi3   + fused QKV (or separate) and gate/up matrices, Q scaled before attention,
-             rope over part of each head with rope factors; NEOX rope
+    llama     RMS norms, Q/K/V projections, NORMAL rope, SwiGLU (attn_output bias if
+              any); Mixtral-style experts when the file has them
+    qwen2     + Q, K and V biases; NEOX rope; output bias if any
+    qwen3     + RMS norms of each Q and K head (attn_q_norm, attn_k_norm); NEOX rope
+    qwen3moe  qwen3's attention; top-k experts with softmax gating and normalised weights
+    gemma2    + embeddings scaled by sqrt(n_embd), sliding-window layers alternating with
+                global ones (two masks), Q scaled before attention, attention and final
+                logits soft-capped, post-attention and post-FFN norms, GELU-gated FFN,
+                the token embedding as output head; NEOX rope
+    gemma3    + (over gemma2) RMS norms of each Q and K head; no attention soft-cap; the
+                window, the logit soft-cap and the output head optional; the sliding
+                layers' own rope base
+    phi3      + fused QKV (or separate) and gate/up matrices, Q scaled before attention,
+                rope over part of each head with rope factors; NEOX rope
 """
 
 from __future__ import annotations
 
 from ggml_py.errors import ModelError, UnknownNameError
-from ggml_py.models.arch import gemma2, gemma3, llama, phi3, qwen2, qwen3
+from ggml_py.models.arch import gemma2, gemma3, llama, phi3, qwen2, qwen3, qwen3moe
 from ggml_py.models.arch.blocks import GraphContext
 
-ARCHITECTURES = {m.ARCH: m.build for m in (llama, qwen2, qwen3, gemma2, gemma3, phi3)}
+ARCHITECTURES = {m.ARCH: m.build for m in (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3)}
 
 
 def get_builder(arch: str):

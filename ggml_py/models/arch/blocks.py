@@ -249,6 +249,43 @@ class GraphContext:
         h = _name(ops.glu_split(self.ctx, g, tmp, glu.upper()), f"ffn_{glu}", il)
         return self.build_lora_mm(down, h)
 
+    def build_moe_ffn(self, cur: Tensor, gate_inp: Tensor, up_exps: Tensor, gate_exps: Tensor,
+                      down_exps: Tensor, il: int) -> Tensor:
+        """The routed experts (build_moe_ffn with softmax gating, SwiGLU and normalised
+        weights, as llama's and qwen3moe's call it): the router's softmax, the top-k experts
+        (a DESC argsort's first k), their probabilities renormalised to sum 1, each chosen
+        expert's SwiGLU FFN (mul_mat_id), weighted and summed over the experts."""
+        ctx, cfg = self.ctx, self.cfg
+        E, T, X, K = cur.ne[0], cur.ne[1], cfg.n_expert, cfg.n_expert_used
+        logits = _name(self.build_lora_mm(gate_inp, cur), "ffn_moe_logits", il)
+        probs = _name(ops.soft_max(ctx, logits), "ffn_moe_probs", il)        # [X, T]
+        selected = ops.argsort_top_k(ctx, probs, K)                          # [K, T]
+        _name(selected.view_src, "ffn_moe_argsort", il)
+        _name(selected, "ffn_moe_topk", il)
+        weights = ops.get_rows(ctx, ops.reshape_3d(ctx, probs, 1, X, T), selected)
+        weights = ops.reshape_2d(ctx, _name(weights, "ffn_moe_weights", il), K, T)
+        total = _name(ops.sum_rows(ctx, weights), "ffn_moe_weights_sum", il)
+        # (a floor at f16's smallest normal: no division by zero)
+        total = _name(ops.clamp(ctx, total, 6.103515625e-5, math.inf),
+                      "ffn_moe_weights_sum_clamped", il)
+        weights = _name(ops.div(ctx, weights, total), "ffn_moe_weights_norm", il)
+        weights = self.expand(ops.reshape_3d(ctx, weights, 1, K, T))
+        cur = ops.reshape_3d(ctx, cur, E, 1, T)
+        up = _name(ops.mul_mat_id(ctx, up_exps, cur, selected), "ffn_moe_up", il)
+        gate = _name(ops.mul_mat_id(ctx, gate_exps, cur, selected), "ffn_moe_gate", il)
+        h = _name(ops.swiglu_split(ctx, gate, up), "ffn_moe_swiglu", il)
+        experts = _name(ops.mul_mat_id(ctx, down_exps, h, selected), "ffn_moe_down", il)
+        experts = self.expand(_name(ops.mul(ctx, experts, weights), "ffn_moe_weighted", il))
+        # the experts' rows summed by adds of views, every view added to the graph first
+        views = [self.expand(ops.view_2d(ctx, experts, E, T, experts.nb[2], i * experts.nb[1]))
+                 for i in range(K)]
+        out = views[0]
+        for v in views[1:]:
+            out = self.expand(ops.add(ctx, out, v))
+        if K == 1:
+            out = ops.cont(ctx, out)        # (not a view)
+        return _name(out, "ffn_moe_out", il)
+
     def build_inp_attn_scale(self) -> float:
         """The attention scale: 1 / sqrt(head size)."""
         return 1.0 / math.sqrt(self.cfg.head_dim)
@@ -260,11 +297,11 @@ def name(t: Tensor, label: str, il: int = -1) -> Tensor:
 
 
 def build_decoder(gc: GraphContext, attention) -> Tensor:
-    """The dense decoder llama.cpp's llama, qwen2 and qwen3 builders each write out:
+    """The decoder llama.cpp's llama, qwen2, qwen3 and qwen3moe builders each write out:
     embeddings; per layer an RMS-normed `attention(gc, p, cur, inp_pos, inp_attn,
     kq_scale, il)` (the architecture's own part) and its residual, the last layer's
-    rows cut to the output ids, an RMS-normed SwiGLU FFN and its residual; the output
-    norm and head. Returns the logits tensor."""
+    rows cut to the output ids, an RMS-normed SwiGLU FFN (or the routed experts of a
+    MoE config) and its residual; the output norm and head. Returns the logits tensor."""
     cfg, W, ctx = gc.cfg, gc.W, gc.ctx
     inpL = gc.build_inp_embd(W["token_embd.weight"])
     inp_pos = gc.build_inp_pos()
@@ -281,9 +318,14 @@ def build_decoder(gc: GraphContext, attention) -> Tensor:
             inpSA = ops.get_rows(ctx, inpSA, inp_out_ids)
         ffn_inp = _name(ops.add(ctx, cur, inpSA), "ffn_inp", il)
         cur = _name(gc.build_norm(ffn_inp, W[p + "ffn_norm.weight"], il), "ffn_norm", il)
-        cur = gc.build_ffn_swiglu(W[p + "ffn_up.weight"], W[p + "ffn_gate.weight"],
-                                  W[p + "ffn_down.weight"], cur, il)
-        _name(cur, "ffn_out", il)
+        if cfg.is_moe:
+            cur = gc.build_moe_ffn(cur, W[p + "ffn_gate_inp.weight"], W[p + "ffn_up_exps.weight"],
+                                   W[p + "ffn_gate_exps.weight"], W[p + "ffn_down_exps.weight"],
+                                   il)
+        else:
+            cur = gc.build_ffn_swiglu(W[p + "ffn_up.weight"], W[p + "ffn_gate.weight"],
+                                      W[p + "ffn_down.weight"], cur, il)
+            _name(cur, "ffn_out", il)
         inpL = _name(ops.add(ctx, cur, ffn_inp), "l_out", il)
     cur = _name(gc.build_norm(inpL, W["output_norm.weight"], -1), "result_norm")
     return _name(gc.build_lora_mm(W["output.weight"], cur), "result_output")

@@ -1,0 +1,120 @@
+"""`ggml-py run MODEL.gguf` (ggml_py.tools.run): a GGUF model's greedy tokens, logits and
+node counts held to llama.cpp's for the same file (llama-cpp-python in a child process,
+as tests/test_architectures.py does), its prompt batches, threads and options."""
+
+import json
+
+import numpy as np
+import pytest
+
+from ggml_py.models.transformer import Model
+from ggml_py.tools.commands import main
+from test_architectures import N_DECODE, PROMPT, _llama_cpp, nmse, small
+
+pytest.importorskip("gguf")
+
+
+def write_model(tmp_path, kind, wtype="f32", **kw):
+    from ggml_py.models.gguf import save_gguf
+    cfg = small(kind, **{"n_embd": 128, "n_head": 8, "n_layer": 3, "n_ctx": 256, **kw},
+                wtype=wtype)
+    path = str(tmp_path / f"{kind}-{wtype}.gguf")
+    save_gguf(Model.random(cfg, seed=7), path)
+    return path, cfg
+
+
+def run_json(capsys, *argv, device=("--device", "cpu")):
+    assert main(["run", *map(str, argv), *device, "--json"]) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("kind,wtype", [("qwen3moe", "f16"), ("llama-moe", "f32"),
+                                        ("qwen2", "q8_0")])
+def test_run_matches_llama_cpp(tmp_path, capsys, kind, wtype):
+    """Greedy decode: llama.cpp's own picks; teacher-forced on them, the logits of every
+    prompt position and decode step within NMSE 1e-4 of llama.cpp's; the node counts of
+    llama.cpp's log."""
+    path, cfg = write_model(tmp_path, kind, wtype)
+    prompt = ",".join(map(str, PROMPT))
+    ref = _llama_cpp("logits", path, tmp_path / "theirs.npy", prompt, N_DECODE)
+    theirs = np.load(tmp_path / "theirs.npy")
+
+    greedy = run_json(capsys, path, "--tokens", prompt, "-n", N_DECODE)
+    assert greedy["tokens"] == ref["fed"]
+    assert greedy["graph_nodes"] == [ref["pp_nodes"], ref["tg_nodes"]]
+    assert greedy["decode_graph_kept"] == N_DECODE - 1        # built once, then kept
+    assert greedy["pp_tok_s"] > 0 and greedy["tg_tok_s"] > 0
+
+    out = tmp_path / "ours.npy"
+    fed = run_json(capsys, path, "--tokens", prompt, "--feed", ",".join(map(str, ref["fed"])),
+                   "--logits-out", out, "-ub", 5)          # the prompt in 3 batches
+    ours = np.load(out)
+    assert fed["tokens"] == ref["fed"]
+    assert ours.shape == theirs.shape == (len(PROMPT) + N_DECODE, cfg.n_vocab)
+    err = nmse(theirs, ours)
+    print(f"ggml-py run {kind} {wtype}: NMSE {err:.3g} vs llama.cpp")
+    assert err <= 1e-4
+
+
+def test_run_batches_threads_and_text_output(tmp_path, capsys):
+    """The prompt's logits do not depend on -b/-ub or --threads; the text output names
+    the tokens, node counts and both rates."""
+    path, _ = write_model(tmp_path, "qwen3moe")
+    rows = []
+    for extra in ([], ["-b", "4"], ["-ub", "3", "--threads", "2"]):
+        run_json(capsys, path, "--prompt-len", 10, "-n", 2, "--seed", 3,
+                 "--logits-out", tmp_path / "l.npy", *extra)
+        rows.append(np.load(tmp_path / "l.npy"))
+    assert rows[0].shape == (12, 256)
+    for r in rows[1:]:
+        assert nmse(rows[0], r) < 1e-10
+    assert main(["run", path, "--tokens", "1,2,3", "-n", "3", "--device", "cpu"]) == 0
+    text = capsys.readouterr().out
+    assert "qwen3moe: 3 layers" in text and "prompt   3 tokens [1, 2, 3]" in text
+    assert "graph nodes: prompt 174, decode 174 (kept in 2 of 3 steps); scheduler splits: " \
+        "prompt 1, decode 1" in text
+    assert " pp " in text and " tg " in text
+
+
+def test_run_offloads_layers(tmp_path, capsys):
+    """-ngl 2 on the numpy device: the last two layers there, the rest on the CPU; the same
+    logits within float32 rounding, the same graph."""
+    path, _ = write_model(tmp_path, "llama-moe")
+    rows, nodes, splits = [], [], []
+    for device in (("--device", "cpu"), ("--device", "numpy_device", "-ngl", "2")):
+        r = run_json(capsys, path, "--tokens", "3,1,4,1,5", "--feed", "9,2,6",
+                     "--logits-out", tmp_path / "l.npy", device=device)
+        rows.append(np.load(tmp_path / "l.npy"))
+        nodes.append(r["graph_nodes"])
+        splits.append(r["splits"])
+    assert nodes[0] == nodes[1]
+    assert splits[0] == [1, 1] and splits[1][0] > 1 and splits[1][1] > 1
+    assert nmse(rows[0], rows[1]) < 1e-6
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--tokens", "1,2", "--prompt-len", "4"], ["not allowed with argument"]),
+    (["--feed", "1,2", "-n", "3"], ["-n 3 and --feed's 2 tokens disagree"]),
+    (["--tokens", "1,256"], ["token id 256 is not in", "vocabulary (0..255)"]),
+    (["--tokens", "1,-2"], ["token ids are not negative"]),
+    (["--prompt-len", "30", "-n", "5", "-c", "32"], ["30 tokens + 5 decode steps exceed the "
+                                                    "context (-c 32)"]),
+    (["--tokens", "1", "--seed", "2"], ["--seed makes a random prompt"]),
+    (["--device", "cpu", "-ngl", "2"], ["--gpu-layers would be ignored with --device cpu"]),
+])
+def test_run_usage_errors(tmp_path, capsys, argv, words):
+    path, _ = write_model(tmp_path, "qwen2")
+    assert main(["run", path, *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    for w in words:
+        assert w in err, (w, err)
+
+
+def test_run_refuses_a_file_it_cannot_build(tmp_path, capsys):
+    (tmp_path / "x.gguf").write_bytes(b"GGUF" + bytes(60))
+    assert main(["run", str(tmp_path / "x.gguf"), "--device", "cpu"]) == 2
+    assert "x.gguf" in capsys.readouterr().err
+    (tmp_path / "model.bin").write_bytes(b"GGUF")
+    assert main(["run", str(tmp_path / "model.bin")]) == 2
+    assert "expected a .gguf file" in capsys.readouterr().err
