@@ -396,6 +396,57 @@ static void round_f16(const float * x, float * y, int64_t n) {
     }
 }
 
+// ---------------------------------------------------------------------------
+// FLASH_ATTN_EXT's V accumulation, as ggml's ggml_vec_mad_f16 / scale_f16 / mad_f32: an f16
+// accumulator is widened, updated (one FMA in the vector loop) and rounded back per
+// element; the tail (and the baseline) multiplies and adds separately, as ggml's scalar code
+
+// y = f16(y + x * v)
+static void vec_mad_f16(uint16_t * y, const uint16_t * x, float v, int64_t n) {
+    int64_t i = 0;
+#ifdef GP_SIMD_AVX2
+    const __m256 vv = _mm256_set1_ps(v);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 ax = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+        const __m256 ay = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i)));
+        _mm_storeu_si128((__m128i *)(y + i),
+                         _mm256_cvtps_ph(_mm256_fmadd_ps(ax, vv, ay), _MM_FROUND_TO_NEAREST_INT));
+    }
+#endif
+    for (; i < n; i++) {
+        y[i] = gp_f2h(gp_h2f(y[i]) + gp_h2f(x[i]) * v);
+    }
+}
+
+// y = f16(y * v)
+static void vec_scale_f16(uint16_t * y, float v, int64_t n) {
+    int64_t i = 0;
+#ifdef GP_SIMD_AVX2
+    const __m256 vv = _mm256_set1_ps(v);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 ay = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i)));
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_mul_ps(ay, vv), _MM_FROUND_TO_NEAREST_INT));
+    }
+#endif
+    for (; i < n; i++) {
+        y[i] = gp_f2h(gp_h2f(y[i]) * v);
+    }
+}
+
+// y = y + x * v
+static void vec_mad_f32(float * y, const float * x, float v, int64_t n) {
+    int64_t i = 0;
+#ifdef GP_SIMD_AVX2
+    const __m256 vv = _mm256_set1_ps(v);
+    for (; i + 8 <= n; i += 8) {
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vv, _mm256_loadu_ps(y + i)));
+    }
+#endif
+    for (; i < n; i++) {
+        y[i] += x[i] * v;
+    }
+}
+
 const gp_simd GP_SIMD_FN(gp_simd) = {
     /* .name       = */ GP_SIMD_STR(GP_SIMD_SUFFIX),
     /* .tile       = */ {
@@ -423,6 +474,9 @@ const gp_simd GP_SIMD_FN(gp_simd) = {
     /* .round_f16  = */ round_f16,
     /* .exp_sum    = */ exp_sum,
     /* .silu_mul   = */ silu_mul,
+    /* .mad_f16    = */ vec_mad_f16,
+    /* .scale_f16  = */ vec_scale_f16,
+    /* .mad_f32    = */ vec_mad_f32,
     /* .vec_dot    = */ {
         [GP_TYPE_Q4_1]   = GP_SIMD_FN(gp_vec_dot_q4_1_q8_1),
         [GP_TYPE_Q5_0]   = GP_SIMD_FN(gp_vec_dot_q5_0_q8_0),

@@ -1,0 +1,238 @@
+// FLASH_ATTN_EXT (ggml-cpu's ggml_compute_forward_flash_attn_ext_f16, its one-chunk path):
+// softmax(K . Q * scale [soft-capped] + slope * mask) . V, one query row at a time, with
+// the online softmax and ggml's numerics:
+//   * Q goes to K's dot form first (rounded to f16 for f16 K, quantised to q8_0 for q8_0 /
+//     q4_0 K, ...) and K . Q is MUL_MAT's dot product of that type (mul-mat.c);
+//   * with f16 V the accumulator is f16: every rescale and every V * p is rounded to f16;
+//     other V types accumulate in float32;
+//   * a new maximum rescales the accumulator and the sum by expf(Mold - M); the sinks come
+//     in last, as one more logit without a V row.
+// Each row's K . Q products are computed a block of KV positions at a time (the same
+// products, in the same order, as one by one), skipping positions the mask sets to -inf.
+// Threads take whole query rows (flat over [n_q, n_head, n_seq]), so results do not
+// depend on the thread count. ggml 0.10.1 also has a tiled path (64 or more queries,
+// f32 / f16 K and V) and one that splits a long KV cache between threads (one query);
+// their float32 sums round differently and are not ported: the op cases hold either
+// within their tolerance.
+
+#include "cpu-impl.h"
+
+#define KV_BLOCK 64     // KV positions whose K . Q products are computed in one call
+#define PREC_DEFAULT 0  // ggml_prec
+#define PREC_F32     10
+
+typedef struct {
+    int64_t DK, DV, n_kv;
+    float   scale, softcap, max_bias;
+    float   m0, m1;
+    uint32_t n_head_log2;
+} fa_shape;
+
+static fa_shape shape_of(const gp_tensor * dst) {
+    const gp_tensor * q = dst->src[0];
+    fa_shape f;
+    f.DK = dst->src[1]->ne[0];
+    f.DV = dst->src[2]->ne[0];
+    f.n_kv = dst->src[1]->ne[1];
+    f.scale = gp_param_f32(dst, 0);
+    f.max_bias = gp_param_f32(dst, 1);
+    f.softcap = gp_param_f32(dst, 2);
+    if (f.softcap != 0.0f) f.scale /= f.softcap;
+    const uint32_t n_head = (uint32_t)q->ne[2];
+    f.n_head_log2 = 1u << (uint32_t)floor(log2(n_head));
+    f.m0 = powf(2.0f, -(f.max_bias) / f.n_head_log2);
+    f.m1 = powf(2.0f, -(f.max_bias / 2.0f) / f.n_head_log2);
+    return f;
+}
+
+// ALiBi's slope of head h (1 without max_bias)
+static float slope_of(const fa_shape * f, uint32_t h) {
+    if (f->max_bias <= 0.0f) return 1.0f;
+    return h < f->n_head_log2 ? powf(f->m0, h + 1) : powf(f->m1, 2 * (h - f->n_head_log2) + 1);
+}
+
+// the per-thread work buffer: Q in K's dot form, the accumulator (float32), the f16
+// accumulator or a V row as float32, a block's logits and its mask values
+typedef struct {
+    char *     qf;
+    float *    acc;
+    void *     tmp;
+    float *    kq;
+    float *    mv;
+} fa_work;
+
+static size_t work_bytes(const gp_tensor * dst) {
+    const gp_tensor * k = dst->src[1];
+    const int64_t DV = dst->src[2]->ne[0];
+    return gp_pad(gp_dot_form_size(k->type, k->ne[0])) + 2 * gp_pad((size_t)DV * sizeof(float)) +
+           2 * gp_pad(KV_BLOCK * sizeof(float));
+}
+
+static fa_work work_of(const gp_params * p, const gp_tensor * dst) {
+    const gp_tensor * k = dst->src[1];
+    const size_t vb = gp_pad((size_t)dst->src[2]->ne[0] * sizeof(float));
+    fa_work w;
+    w.qf = p->wdata + (size_t)p->ith * work_bytes(dst);
+    w.acc = (float *)(w.qf + gp_pad(gp_dot_form_size(k->type, k->ne[0])));
+    w.tmp = (char *)w.acc + vb;
+    w.kq = (float *)((char *)w.tmp + vb);
+    w.mv = w.kq + KV_BLOCK;
+    return w;
+}
+
+// The online softmax over the KV positions of one query row: the accumulator (f16 or
+// float32, in w) and its maximum logit M and sum S.
+static void attend_row(const gp_tensor * dst, const fa_shape * f, const fa_work * w,
+                       int64_t iq1, int64_t iq2, int64_t iq3, float * M_out, float * S_out) {
+    const gp_tensor * q = dst->src[0];
+    const gp_tensor * k = dst->src[1];
+    const gp_tensor * v = dst->src[2];
+    const gp_tensor * mask = dst->src[3];
+    const gp_simd * simd = gp_simd_active;
+    const int64_t DK = f->DK, DV = f->DV;
+    const int v_f16 = v->type == GP_TYPE_F16;
+    const int64_t ik2 = iq2 / (q->ne[2] / k->ne[2]), ik3 = iq3 / (q->ne[3] / k->ne[3]);
+    const int64_t iv2 = iq2 / (q->ne[2] / v->ne[2]), iv3 = iq3 / (q->ne[3] / v->ne[3]);
+    const float slope = slope_of(f, (uint32_t)iq2);
+    const uint16_t * mp = mask ? (const uint16_t *)gp_row(mask, iq1, iq2 % mask->ne[2], iq3 % mask->ne[3]) : NULL;
+    uint16_t * acc16 = (uint16_t *)w->tmp;
+
+    gp_dot_form(k->type, GP_TYPE_F32, gp_row(q, iq1, iq2, iq3), DK, w->qf);
+    if (v_f16) memset(acc16, 0, (size_t)DV * sizeof(uint16_t));
+    else memset(w->acc, 0, (size_t)DV * sizeof(float));
+
+    float M = -INFINITY, S = 0.0f;
+    for (int64_t ic0 = 0; ic0 < f->n_kv; ic0 += KV_BLOCK) {
+        const int n = (int)GP_MIN(KV_BLOCK, f->n_kv - ic0);
+        int first = n, last = -1;               // the unmasked positions' range
+        for (int j = 0; j < n; j++) {
+            w->mv[j] = mp ? slope * gp_h2f(mp[ic0 + j]) : 0.0f;
+            if (w->mv[j] != -INFINITY) {
+                first = GP_MIN(first, j);
+                last = j;
+            }
+        }
+        if (last < first) continue;
+        const void * qb = w->qf;
+        float * kq = w->kq + first;
+        gp_dot_rows(k->type, DK, gp_row(k, ic0 + first, ik2, ik3), k->nb[1], last - first + 1, &qb, 1, &kq);
+
+        for (int j = first; j <= last; j++) {
+            if (w->mv[j] == -INFINITY) continue;
+            float s = w->kq[j] * f->scale;
+            if (f->softcap != 0.0f) s = f->softcap * tanhf(s);
+            s += w->mv[j];
+
+            float ms = 1.0f;        // the rescale of what was summed, on a new maximum
+            float vs = 1.0f;        // this position's weight, expf(s - M)
+            if (s > M) {
+                ms = expf(M - s);
+                M = s;
+                if (v_f16) simd->scale_f16(acc16, ms, DV);
+                else for (int64_t d = 0; d < DV; d++) w->acc[d] *= ms;
+            } else {
+                vs = expf(s - M);
+            }
+            const char * vrow = gp_row(v, ic0 + j, iv2, iv3);
+            if (v_f16) {
+                simd->mad_f16(acc16, (const uint16_t *)vrow, vs, DV);
+            } else {
+                simd->mad_f32(w->acc, gp_load_row(v->type, vrow, v->nb[0], DV, (float *)w->tmp), vs, DV);
+            }
+            S = S * ms + vs;
+        }
+    }
+    if (v_f16) simd->f16_to_f32(acc16, w->acc, DV);
+    *M_out = M;
+    *S_out = S;
+}
+
+static int k_flash_attn(const gp_params * p, gp_tensor * dst) {
+    const gp_tensor * q = dst->src[0];
+    const gp_tensor * sinks = dst->src[4];
+    const fa_shape f = shape_of(dst);
+    const fa_work w = work_of(p, dst);
+    int64_t r0, r1;
+    gp_rows_of(p, gp_nrows(q), &r0, &r1);
+    for (int64_t ir = r0; ir < r1; ir++) {
+        int64_t iq1, iq2, iq3;
+        gp_unravel_row(q, ir, &iq1, &iq2, &iq3);
+        float M, S;
+        attend_row(dst, &f, &w, iq1, iq2, iq3, &M, &S);
+        if (sinks) {            // one more logit, with no V row
+            const float s = ((const float *)sinks->data)[iq2];
+            float ms = 1.0f, vs = 1.0f;
+            if (s > M) {
+                ms = expf(M - s);
+                for (int64_t d = 0; d < f.DV; d++) w.acc[d] *= ms;
+            } else {
+                vs = expf(s - M);
+            }
+            S = S * ms + vs;
+        }
+        const float S_inv = S == 0.0f ? 0.0f : 1.0f / S;
+        float * y = (float *)gp_row(dst, iq2, iq1, iq3);     // [DV, n_head, n_q, n_seq]
+        for (int64_t d = 0; d < f.DV; d++) y[d] = w.acc[d] * S_inv;
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+// selection
+
+// what ggml asserts (NULL: fine)
+static const char * flash_attn_check(const gp_tensor * t) {
+    const gp_tensor * q = t->src[0];
+    const gp_tensor * k = t->src[1];
+    const gp_tensor * v = t->src[2];
+    const gp_tensor * mask = t->src[3];
+    const gp_tensor * sinks = t->src[4];
+    if (!q || !k || !v) return "needs q, k and v";
+    if (q->ne[0] != k->ne[0]) return "q's and k's rows differ in length";
+    if (k->ne[1] != v->ne[1]) return "k and v hold different numbers of positions";
+    if (t->ne[0] != v->ne[0] || t->ne[1] != q->ne[2] || t->ne[2] != q->ne[1] || t->ne[3] != q->ne[3])
+        return "the result is not [v.ne0, q.ne2, q.ne1, q.ne3]";
+    if (k->ne[2] == 0 || k->ne[3] == 0 || v->ne[2] == 0 || v->ne[3] == 0 || q->ne[2] % k->ne[2] ||
+        q->ne[3] % k->ne[3] || q->ne[2] % v->ne[2] || q->ne[3] % v->ne[3])
+        return "k's or v's heads do not divide q's";
+    if (mask && (mask->ne[0] < k->ne[1] || mask->ne[1] < q->ne[1] || mask->ne[2] == 0 ||
+                 mask->ne[3] == 0 || q->ne[2] % mask->ne[2] || q->ne[3] % mask->ne[3]))
+        return "the mask is smaller than [n_kv, n_q] or does not broadcast over q's heads";
+    if (sinks && gp_nelements(sinks) < q->ne[2]) return "fewer sinks than heads";
+    if (t->op_params[3] != PREC_DEFAULT && t->op_params[3] != PREC_F32) return "unknown precision";
+    return NULL;
+}
+
+// a float or block type whose packed rows of n values the kernel reads
+static int packed_rows(const gp_tensor * t, int64_t n) {
+    const int float_type = t->type == GP_TYPE_F32 || t->type == GP_TYPE_F16 || t->type == GP_TYPE_BF16 ||
+                           (gp_is_quant(t->type) && gp_get_type_traits(t->type) != NULL);
+    return float_type && t->nb[0] == gp_type_size(t->type) && n % gp_blck_size(t->type) == 0;
+}
+
+// Can the C kernel take it? (otherwise the numpy kernel does)
+static int flash_attn_supported(const gp_tensor * t) {
+    const gp_tensor * q = t->src[0];
+    const gp_tensor * k = t->src[1];
+    const gp_tensor * v = t->src[2];
+    const gp_tensor * mask = t->src[3];
+    const gp_tensor * sinks = t->src[4];
+    const int vdt = gp_vec_dot_type(k->type);
+    return t->type == GP_TYPE_F32 && gp_is_contiguous(t) && q->type == GP_TYPE_F32 && q->nb[0] == sizeof(float) &&
+           gp_dot_type_ok(k->type) && packed_rows(k, k->ne[0]) && k->ne[0] % gp_blck_size(vdt) == 0 &&
+           packed_rows(v, v->ne[0]) && (!mask || (mask->type == GP_TYPE_F16 && mask->nb[0] == 2)) &&
+           (!sinks || (sinks->type == GP_TYPE_F32 && gp_is_contiguous(sinks)));
+}
+
+// below this many multiply-adds a node runs on one thread
+#define PARALLEL_MIN_WORK (1 << 16)
+
+gp_kernel gp_select_flash_attn(const gp_tensor * t, int nth, int * n_tasks, size_t * wsize, const char ** error) {
+    if ((*error = flash_attn_check(t))) return NULL;
+    if (!flash_attn_supported(t)) return NULL;
+    const gp_tensor * q = t->src[0];
+    const int64_t work = gp_nrows(q) * t->src[1]->ne[1] * (t->src[1]->ne[0] + t->src[2]->ne[0]);
+    *n_tasks = work >= PARALLEL_MIN_WORK ? nth : 1;
+    *wsize = (size_t)*n_tasks * work_bytes(t);
+    return k_flash_attn;
+}
