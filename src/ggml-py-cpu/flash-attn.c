@@ -1,23 +1,26 @@
 // FLASH_ATTN_EXT (ggml-cpu's ggml_compute_forward_flash_attn_ext_f16, its one-chunk path):
-// softmax(K . Q * scale [soft-capped] + slope * mask) . V, one query row at a time, with
-// the online softmax and ggml's numerics:
+// softmax(K . Q * scale [soft-capped] + slope * mask) . V for each query row, with the
+// online softmax and ggml's numerics:
 //   * Q goes to K's dot form first (rounded to f16 for f16 K, quantised to q8_0 for q8_0 /
 //     q4_0 K, ...) and K . Q is MUL_MAT's dot product of that type (mul-mat.c);
 //   * with f16 V the accumulator is f16: every rescale and every V * p is rounded to f16;
 //     other V types accumulate in float32;
 //   * a new maximum rescales the accumulator and the sum by expf(Mold - M); the sinks come
 //     in last, as one more logit without a V row.
-// Each row's K . Q products are computed a block of KV positions at a time (the same
-// products, in the same order, as one by one), skipping positions the mask sets to -inf.
-// Threads take whole query rows (flat over [n_q, n_head, n_seq]), so results do not
-// depend on the thread count. ggml 0.10.1 also has a tiled path (64 or more queries,
-// f32 / f16 K and V) and one that splits a long KV cache between threads (one query);
-// their float32 sums round differently and are not ported: the op cases hold either
-// within their tolerance.
+// Up to ROW_GROUP query rows that read the same K and V heads (a head's tokens, or the
+// heads of a GQA group) go together: their K . Q products are computed a block of KV
+// positions at a time by MUL_MAT's dot tiles, and each V row, loaded once, feeds all of
+// them; every row's sums are the ones it would have alone, in ggml's order. Positions the
+// mask sets to -inf are skipped. Threads take whole query rows (flat over [n_q, n_head,
+// n_seq]), so results do not depend on the thread count or on the grouping.
+// ggml 0.10.1 also has a tiled path (64 or more queries, f32 / f16 K and V) and one that
+// splits a long KV cache between threads (one query); their float32 sums round
+// differently and are not ported: the op cases hold either within their tolerance.
 
 #include "cpu-impl.h"
 
-#define KV_BLOCK 64     // KV positions whose K . Q products are computed in one call
+#define KV_BLOCK  64    // KV positions whose K . Q products are computed in one call
+#define ROW_GROUP 4     // query rows sharing K and V heads taken together
 #define PREC_DEFAULT 0  // ggml_prec
 #define PREC_F32     10
 
@@ -51,128 +54,170 @@ static float slope_of(const fa_shape * f, uint32_t h) {
     return h < f->n_head_log2 ? powf(f->m0, h + 1) : powf(f->m1, 2 * (h - f->n_head_log2) + 1);
 }
 
-// the per-thread work buffer: Q in K's dot form, the accumulator (float32), the f16
+// the work buffer of one query row: Q in K's dot form, the accumulator (float32), the f16
 // accumulator or a V row as float32, a block's logits and its mask values
 typedef struct {
-    char *     qf;
-    float *    acc;
-    void *     tmp;
-    float *    kq;
-    float *    mv;
-} fa_work;
+    char *  qf;
+    float * acc;
+    void *  tmp;
+    float * kq;
+    float * mv;
+} fa_row_work;
 
-static size_t work_bytes(const gp_tensor * dst) {
+static size_t row_work_bytes(const gp_tensor * dst) {
     const gp_tensor * k = dst->src[1];
     const int64_t DV = dst->src[2]->ne[0];
     return gp_pad(gp_dot_form_size(k->type, k->ne[0])) + 2 * gp_pad((size_t)DV * sizeof(float)) +
            2 * gp_pad(KV_BLOCK * sizeof(float));
 }
 
-static fa_work work_of(const gp_params * p, const gp_tensor * dst) {
+// this thread's ROW_GROUP rows' work buffers
+static void work_of(const gp_params * p, const gp_tensor * dst, fa_row_work * w) {
     const gp_tensor * k = dst->src[1];
     const size_t vb = gp_pad((size_t)dst->src[2]->ne[0] * sizeof(float));
-    fa_work w;
-    w.qf = p->wdata + (size_t)p->ith * work_bytes(dst);
-    w.acc = (float *)(w.qf + gp_pad(gp_dot_form_size(k->type, k->ne[0])));
-    w.tmp = (char *)w.acc + vb;
-    w.kq = (float *)((char *)w.tmp + vb);
-    w.mv = w.kq + KV_BLOCK;
-    return w;
+    const size_t rb = row_work_bytes(dst);
+    for (int r = 0; r < ROW_GROUP; r++) {
+        w[r].qf = p->wdata + ((size_t)p->ith * ROW_GROUP + (size_t)r) * rb;
+        w[r].acc = (float *)(w[r].qf + gp_pad(gp_dot_form_size(k->type, k->ne[0])));
+        w[r].tmp = (char *)w[r].acc + vb;
+        w[r].kq = (float *)((char *)w[r].tmp + vb);
+        w[r].mv = w[r].kq + KV_BLOCK;
+    }
 }
 
-// The online softmax over the KV positions of one query row: the accumulator (f16 or
-// float32, in w) and its maximum logit M and sum S.
-static void attend_row(const gp_tensor * dst, const fa_shape * f, const fa_work * w,
-                       int64_t iq1, int64_t iq2, int64_t iq3, float * M_out, float * S_out) {
+// one query row's place and its online softmax: the maximum logit M and the sum S
+typedef struct {
+    int64_t  i1, i2, i3;
+    float    slope;
+    const uint16_t * mp;    // its mask row, or NULL
+    float    M, S;
+} fa_row;
+
+// One KV position j (V row vrow) into row r's online softmax: a new maximum rescales
+// what was summed by expf(Mold - M), any other logit weighs its V row by expf(s - M).
+static inline void accumulate(const fa_shape * f, int v_type, fa_row * row, const fa_row_work * w,
+                              float s, const char * vrow, const float * vf) {
+    const gp_simd * simd = gp_simd_active;
+    const int64_t DV = f->DV;
+    float ms = 1.0f, vs = 1.0f;
+    if (s > row->M) {
+        ms = expf(row->M - s);
+        row->M = s;
+        if (v_type == GP_TYPE_F16) simd->scale_f16((uint16_t *)w->tmp, ms, DV);
+        else for (int64_t d = 0; d < DV; d++) w->acc[d] *= ms;
+    } else {
+        vs = expf(s - row->M);
+    }
+    if (v_type == GP_TYPE_F16) simd->mad_f16((uint16_t *)w->tmp, (const uint16_t *)vrow, vs, DV);
+    else simd->mad_f32(w->acc, vf, vs, DV);
+    row->S = row->S * ms + vs;
+}
+
+// The online softmax over the KV positions of n query rows that share their K and V
+// heads: each K . Q block and each V row, loaded once, feeds them all (every row's sums
+// are those it would have alone). The accumulators end as float32 in w[r].acc.
+static void attend_rows(const gp_tensor * dst, const fa_shape * f, const fa_row_work * w,
+                        fa_row * rows, int n) {
     const gp_tensor * q = dst->src[0];
     const gp_tensor * k = dst->src[1];
     const gp_tensor * v = dst->src[2];
-    const gp_tensor * mask = dst->src[3];
-    const gp_simd * simd = gp_simd_active;
     const int64_t DK = f->DK, DV = f->DV;
-    const int v_f16 = v->type == GP_TYPE_F16;
-    const int64_t ik2 = iq2 / (q->ne[2] / k->ne[2]), ik3 = iq3 / (q->ne[3] / k->ne[3]);
-    const int64_t iv2 = iq2 / (q->ne[2] / v->ne[2]), iv3 = iq3 / (q->ne[3] / v->ne[3]);
-    const float slope = slope_of(f, (uint32_t)iq2);
-    const uint16_t * mp = mask ? (const uint16_t *)gp_row(mask, iq1, iq2 % mask->ne[2], iq3 % mask->ne[3]) : NULL;
-    uint16_t * acc16 = (uint16_t *)w->tmp;
+    const int64_t i2 = rows[0].i2, i3 = rows[0].i3;
+    const int64_t ik2 = i2 / (q->ne[2] / k->ne[2]), ik3 = i3 / (q->ne[3] / k->ne[3]);
+    const int64_t iv2 = i2 / (q->ne[2] / v->ne[2]), iv3 = i3 / (q->ne[3] / v->ne[3]);
+    const void * qf[ROW_GROUP];
+    float * kq[ROW_GROUP];
+    for (int r = 0; r < n; r++) {
+        gp_dot_form(k->type, GP_TYPE_F32, gp_row(q, rows[r].i1, rows[r].i2, rows[r].i3), DK, w[r].qf);
+        qf[r] = w[r].qf;
+        if (v->type == GP_TYPE_F16) memset(w[r].tmp, 0, (size_t)DV * sizeof(uint16_t));
+        else memset(w[r].acc, 0, (size_t)DV * sizeof(float));
+        rows[r].M = -INFINITY;
+        rows[r].S = 0.0f;
+    }
+    float * vtmp = (float *)w[0].tmp;       // (a V row as float32, when V is not f16)
 
-    gp_dot_form(k->type, GP_TYPE_F32, gp_row(q, iq1, iq2, iq3), DK, w->qf);
-    if (v_f16) memset(acc16, 0, (size_t)DV * sizeof(uint16_t));
-    else memset(w->acc, 0, (size_t)DV * sizeof(float));
-
-    float M = -INFINITY, S = 0.0f;
     for (int64_t ic0 = 0; ic0 < f->n_kv; ic0 += KV_BLOCK) {
-        const int n = (int)GP_MIN(KV_BLOCK, f->n_kv - ic0);
-        int first = n, last = -1;               // the unmasked positions' range
-        for (int j = 0; j < n; j++) {
-            w->mv[j] = mp ? slope * gp_h2f(mp[ic0 + j]) : 0.0f;
-            if (w->mv[j] != -INFINITY) {
-                first = GP_MIN(first, j);
-                last = j;
+        const int nb = (int)GP_MIN(KV_BLOCK, f->n_kv - ic0);
+        int first = nb, last = -1;          // the positions some row does not mask
+        for (int r = 0; r < n; r++) {
+            for (int j = 0; j < nb; j++) {
+                w[r].mv[j] = rows[r].mp ? rows[r].slope * gp_h2f(rows[r].mp[ic0 + j]) : 0.0f;
+                if (w[r].mv[j] != -INFINITY) {
+                    first = GP_MIN(first, j);
+                    last = GP_MAX(last, j);
+                }
             }
         }
         if (last < first) continue;
-        const void * qb = w->qf;
-        float * kq = w->kq + first;
-        gp_dot_rows(k->type, DK, gp_row(k, ic0 + first, ik2, ik3), k->nb[1], last - first + 1, &qb, 1, &kq);
+        for (int r = 0; r < n; r++) kq[r] = w[r].kq + first;
+        gp_dot_rows(k->type, DK, gp_row(k, ic0 + first, ik2, ik3), k->nb[1], last - first + 1, qf, n, kq);
 
         for (int j = first; j <= last; j++) {
-            if (w->mv[j] == -INFINITY) continue;
-            float s = w->kq[j] * f->scale;
-            if (f->softcap != 0.0f) s = f->softcap * tanhf(s);
-            s += w->mv[j];
-
-            float ms = 1.0f;        // the rescale of what was summed, on a new maximum
-            float vs = 1.0f;        // this position's weight, expf(s - M)
-            if (s > M) {
-                ms = expf(M - s);
-                M = s;
-                if (v_f16) simd->scale_f16(acc16, ms, DV);
-                else for (int64_t d = 0; d < DV; d++) w->acc[d] *= ms;
-            } else {
-                vs = expf(s - M);
-            }
             const char * vrow = gp_row(v, ic0 + j, iv2, iv3);
-            if (v_f16) {
-                simd->mad_f16(acc16, (const uint16_t *)vrow, vs, DV);
-            } else {
-                simd->mad_f32(w->acc, gp_load_row(v->type, vrow, v->nb[0], DV, (float *)w->tmp), vs, DV);
+            const float * vf = NULL;
+            for (int r = 0; r < n; r++) {
+                if (w[r].mv[j] == -INFINITY) continue;
+                float s = w[r].kq[j] * f->scale;
+                if (f->softcap != 0.0f) s = f->softcap * tanhf(s);
+                s += w[r].mv[j];
+                if (!vf && v->type != GP_TYPE_F16) vf = gp_load_row(v->type, vrow, v->nb[0], DV, vtmp);
+                accumulate(f, v->type, &rows[r], &w[r], s, vrow, vf);
             }
-            S = S * ms + vs;
         }
     }
-    if (v_f16) simd->f16_to_f32(acc16, w->acc, DV);
-    *M_out = M;
-    *S_out = S;
+    if (v->type == GP_TYPE_F16) {
+        for (int r = 0; r < n; r++) gp_simd_active->f16_to_f32((const uint16_t *)w[r].tmp, w[r].acc, DV);
+    }
+}
+
+// do flat query rows a and b read the same K and V heads?
+static int same_kv(const gp_tensor * dst, const fa_row * a, const fa_row * b) {
+    const int64_t nh = dst->src[0]->ne[2];
+    const int64_t rk = nh / dst->src[1]->ne[2], rv = nh / dst->src[2]->ne[2];
+    return a->i3 == b->i3 && a->i2 / rk == b->i2 / rk && a->i2 / rv == b->i2 / rv;
 }
 
 static int k_flash_attn(const gp_params * p, gp_tensor * dst) {
     const gp_tensor * q = dst->src[0];
+    const gp_tensor * mask = dst->src[3];
     const gp_tensor * sinks = dst->src[4];
     const fa_shape f = shape_of(dst);
-    const fa_work w = work_of(p, dst);
+    fa_row_work w[ROW_GROUP];
+    fa_row rows[ROW_GROUP];
+    work_of(p, dst, w);
     int64_t r0, r1;
     gp_rows_of(p, gp_nrows(q), &r0, &r1);
-    for (int64_t ir = r0; ir < r1; ir++) {
-        int64_t iq1, iq2, iq3;
-        gp_unravel_row(q, ir, &iq1, &iq2, &iq3);
-        float M, S;
-        attend_row(dst, &f, &w, iq1, iq2, iq3, &M, &S);
-        if (sinks) {            // one more logit, with no V row
-            const float s = ((const float *)sinks->data)[iq2];
-            float ms = 1.0f, vs = 1.0f;
-            if (s > M) {
-                ms = expf(M - s);
-                for (int64_t d = 0; d < f.DV; d++) w.acc[d] *= ms;
-            } else {
-                vs = expf(s - M);
-            }
-            S = S * ms + vs;
+    for (int64_t ir = r0; ir < r1;) {
+        int n = 0;                          // the next rows (up to ROW_GROUP) sharing K and V
+        for (; n < ROW_GROUP && ir + n < r1; n++) {
+            fa_row * row = &rows[n];
+            gp_unravel_row(q, ir + n, &row->i1, &row->i2, &row->i3);
+            if (n > 0 && !same_kv(dst, &rows[0], row)) break;
+            row->slope = slope_of(&f, (uint32_t)row->i2);
+            row->mp = mask ? (const uint16_t *)gp_row(mask, row->i1, row->i2 % mask->ne[2], row->i3 % mask->ne[3])
+                           : NULL;
         }
-        const float S_inv = S == 0.0f ? 0.0f : 1.0f / S;
-        float * y = (float *)gp_row(dst, iq2, iq1, iq3);     // [DV, n_head, n_q, n_seq]
-        for (int64_t d = 0; d < f.DV; d++) y[d] = w.acc[d] * S_inv;
+        attend_rows(dst, &f, w, rows, n);
+        for (int r = 0; r < n; r++) {
+            float S = rows[r].S;
+            float * acc = w[r].acc;
+            if (sinks) {            // one more logit, with no V row
+                const float s = ((const float *)sinks->data)[rows[r].i2];
+                float ms = 1.0f, vs = 1.0f;
+                if (s > rows[r].M) {
+                    ms = expf(rows[r].M - s);
+                    for (int64_t d = 0; d < f.DV; d++) acc[d] *= ms;
+                } else {
+                    vs = expf(s - rows[r].M);
+                }
+                S = S * ms + vs;
+            }
+            const float S_inv = S == 0.0f ? 0.0f : 1.0f / S;
+            float * y = (float *)gp_row(dst, rows[r].i2, rows[r].i1, rows[r].i3);  // [DV, n_head, n_q, n_seq]
+            for (int64_t d = 0; d < f.DV; d++) y[d] = acc[d] * S_inv;
+        }
+        ir += n;
     }
     return 0;
 }
@@ -233,6 +278,6 @@ gp_kernel gp_select_flash_attn(const gp_tensor * t, int nth, int * n_tasks, size
     const gp_tensor * q = t->src[0];
     const int64_t work = gp_nrows(q) * t->src[1]->ne[1] * (t->src[1]->ne[0] + t->src[2]->ne[0]);
     *n_tasks = work >= PARALLEL_MIN_WORK ? nth : 1;
-    *wsize = (size_t)*n_tasks * work_bytes(t);
+    *wsize = (size_t)*n_tasks * ROW_GROUP * row_work_bytes(t);
     return k_flash_attn;
 }

@@ -1,6 +1,6 @@
 """The CPU backend's kernels in numpy: the reference for the C kernels and the kernels
 of the nodes they do not take (ops, types or layouts the C kernels lack, such as
-FLASH_ATTN_EXT or TIMESTEP_EMBEDDING), with the numerics of ggml 0.10.1's CPU backend.
+TIMESTEP_EMBEDDING), with the numerics of ggml 0.10.1's CPU backend.
 
 Every kernel reads its sources and writes its result in place through numpy views
 built from the tensor's address and byte strides, so views share memory as in ggml.
