@@ -197,3 +197,22 @@ def test_live_against_ggml(ggml, seed, s, kv_type):
     assert np.array_equal(np.isnan(fast.reshape(-1)), np.isnan(ref))
     ok = ~np.isnan(ref)
     assert nmse(ref[ok], fast.reshape(-1)[ok]) < (1e-7 if kv_type == "f16" else 1e-11)
+
+
+@pytest.mark.parametrize("kv_type", ["f16", "f32"])
+def test_live_against_ggmls_tiled_path(ggml, kv_type):
+    """64 queries or more: ggml's tiled path, not ported; it keeps f16 V's sums in float32,
+    ours rounds them to f16 as the one-row path does."""
+    from bench_vs_ggml import Mirror, nmse
+    shape = dict(dk=128, dv=128, n_q=70, n_kv=300, heads_kv=2, gqa=2, n_seq=1, mask_heads=1,
+                 max_bias=0.0, softcap=0.0, sinks=True)
+    ctx = Context()
+    out, feeds = _attention(ctx, np.random.default_rng(1), kv_type=kv_type, v_type=kv_type, **shape)
+    g, alloc, fast = _compute(FAST, out, feeds)
+    mirror = Mirror(ggml, g)
+    try:
+        mirror.compute()
+        ref = mirror.values(out).astype(np.float64)
+    finally:
+        mirror.close()
+    assert nmse(ref, fast.reshape(-1)) < (2e-5 if kv_type == "f16" else 1e-11)

@@ -267,10 +267,13 @@ typedef struct gp_simd {
     void (*round_f16)(const float * x, float * y, int64_t n);
     double (*exp_sum)(const float * x, float * y, int64_t n, float max);   // y = exp(x - max)
     void (*silu_mul)(const float * x, const float * g, float * y, int64_t n);  // silu(x) * g
-    // FLASH_ATTN_EXT's accumulators: y = f16(y + x * v), y = f16(y * v), y += x * v
-    void (*mad_f16)(uint16_t * y, const uint16_t * x, float v, int64_t n);
-    void (*scale_f16)(uint16_t * y, float v, int64_t n);
-    void (*mad_f32)(float * y, const float * x, float v, int64_t n);
+    // FLASH_ATTN_EXT's accumulator of n values through m steps: acc *= ms[t] where
+    // ms[t] != 1, then acc += v[t] * vs[t] (rows of n f16 / float32 values); f16: each
+    // step rounded to f16
+    void (*acc_steps_f16)(uint16_t * acc, const void * const * v, const float * ms, const float * vs,
+                          int m, int64_t n);
+    void (*acc_steps_f32)(float * acc, const void * const * v, const float * ms, const float * vs,
+                          int m, int64_t n);
     gp_vec_dot_fn vec_dot[GP_TYPE_COUNT];   // weights read by a vec_dot (block-quants.h),
                                             // by type; NULL for the others
 } gp_simd;

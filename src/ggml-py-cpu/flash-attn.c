@@ -54,35 +54,40 @@ static float slope_of(const fa_shape * f, uint32_t h) {
     return h < f->n_head_log2 ? powf(f->m0, h + 1) : powf(f->m1, 2 * (h - f->n_head_log2) + 1);
 }
 
-// the work buffer of one query row: Q in K's dot form, the accumulator (float32), the f16
-// accumulator or a V row as float32, a block's logits and its mask values
+// the work buffer of one query row: Q in K's dot form, its float32 accumulator, its f16
+// accumulator (f16 V), a block's logits and mask values
 typedef struct {
-    char *  qf;
-    float * acc;
-    void *  tmp;
-    float * kq;
-    float * mv;
+    char *     qf;
+    float *    acc;
+    uint16_t * acc16;
+    float *    kq;
+    float *    mv;
 } fa_row_work;
 
+static size_t qf_bytes(const gp_tensor * dst) {
+    return gp_pad(gp_dot_form_size(dst->src[1]->type, dst->src[1]->ne[0]));
+}
+static size_t acc_bytes(const gp_tensor * dst) { return gp_pad((size_t)dst->src[2]->ne[0] * sizeof(float)); }
 static size_t row_work_bytes(const gp_tensor * dst) {
-    const gp_tensor * k = dst->src[1];
-    const int64_t DV = dst->src[2]->ne[0];
-    return gp_pad(gp_dot_form_size(k->type, k->ne[0])) + 2 * gp_pad((size_t)DV * sizeof(float)) +
-           2 * gp_pad(KV_BLOCK * sizeof(float));
+    return qf_bytes(dst) + 2 * acc_bytes(dst) + 2 * gp_pad(KV_BLOCK * sizeof(float));
+}
+// a block of V rows as float32 (V types other than f16 and f32)
+static size_t vblock_bytes(const gp_tensor * dst) { return KV_BLOCK * acc_bytes(dst); }
+static size_t thread_work_bytes(const gp_tensor * dst) {
+    return ROW_GROUP * row_work_bytes(dst) + vblock_bytes(dst);
 }
 
-// this thread's ROW_GROUP rows' work buffers
-static void work_of(const gp_params * p, const gp_tensor * dst, fa_row_work * w) {
-    const gp_tensor * k = dst->src[1];
-    const size_t vb = gp_pad((size_t)dst->src[2]->ne[0] * sizeof(float));
-    const size_t rb = row_work_bytes(dst);
+// this thread's ROW_GROUP rows' work buffers; returns its V block
+static float * work_of(const gp_params * p, const gp_tensor * dst, fa_row_work * w) {
+    char * base = p->wdata + (size_t)p->ith * thread_work_bytes(dst);
     for (int r = 0; r < ROW_GROUP; r++) {
-        w[r].qf = p->wdata + ((size_t)p->ith * ROW_GROUP + (size_t)r) * rb;
-        w[r].acc = (float *)(w[r].qf + gp_pad(gp_dot_form_size(k->type, k->ne[0])));
-        w[r].tmp = (char *)w[r].acc + vb;
-        w[r].kq = (float *)((char *)w[r].tmp + vb);
+        w[r].qf = base + (size_t)r * row_work_bytes(dst);
+        w[r].acc = (float *)(w[r].qf + qf_bytes(dst));
+        w[r].acc16 = (uint16_t *)((char *)w[r].acc + acc_bytes(dst));
+        w[r].kq = (float *)((char *)w[r].acc16 + acc_bytes(dst));
         w[r].mv = w[r].kq + KV_BLOCK;
     }
+    return (float *)(base + ROW_GROUP * row_work_bytes(dst));
 }
 
 // one query row's place and its online softmax: the maximum logit M and the sum S
@@ -93,49 +98,60 @@ typedef struct {
     float    M, S;
 } fa_row;
 
-// One KV position j (V row vrow) into row r's online softmax: a new maximum rescales
-// what was summed by expf(Mold - M), any other logit weighs its V row by expf(s - M).
-static inline void accumulate(const fa_shape * f, int v_type, fa_row * row, const fa_row_work * w,
-                              float s, const char * vrow, const float * vf) {
-    const gp_simd * simd = gp_simd_active;
-    const int64_t DV = f->DV;
-    float ms = 1.0f, vs = 1.0f;
-    if (s > row->M) {
-        ms = expf(row->M - s);
-        row->M = s;
-        if (v_type == GP_TYPE_F16) simd->scale_f16((uint16_t *)w->tmp, ms, DV);
-        else for (int64_t d = 0; d < DV; d++) w->acc[d] *= ms;
-    } else {
-        vs = expf(s - row->M);
+// The online softmax of one row over a block's positions [first, last] (V rows vrows[j]):
+// its steps for the accumulator, ggml's: a new maximum rescales what was summed by
+// expf(Mold - M), any other logit weighs its V row by expf(s - M); masked positions are
+// no step.
+static void softmax_steps(const fa_shape * f, fa_row * row, const fa_row_work * w, int first, int last,
+                          const void * const * vrows, int v_f16) {
+    const void * v[KV_BLOCK];
+    float ms[KV_BLOCK], vs[KV_BLOCK];
+    int m = 0;
+    for (int j = first; j <= last; j++) {
+        if (w->mv[j] == -INFINITY) continue;
+        float s = w->kq[j] * f->scale;
+        if (f->softcap != 0.0f) s = f->softcap * tanhf(s);
+        s += w->mv[j];
+        ms[m] = 1.0f;
+        vs[m] = 1.0f;
+        if (s > row->M) {
+            ms[m] = expf(row->M - s);
+            row->M = s;
+        } else {
+            vs[m] = expf(s - row->M);
+        }
+        row->S = row->S * ms[m] + vs[m];
+        v[m++] = vrows[j];
     }
-    if (v_type == GP_TYPE_F16) simd->mad_f16((uint16_t *)w->tmp, (const uint16_t *)vrow, vs, DV);
-    else simd->mad_f32(w->acc, vf, vs, DV);
-    row->S = row->S * ms + vs;
+    if (v_f16) gp_simd_active->acc_steps_f16(w->acc16, v, ms, vs, m, f->DV);
+    else gp_simd_active->acc_steps_f32(w->acc, v, ms, vs, m, f->DV);
 }
 
 // The online softmax over the KV positions of n query rows that share their K and V
-// heads: each K . Q block and each V row, loaded once, feeds them all (every row's sums
-// are those it would have alone). The accumulators end as float32 in w[r].acc.
-static void attend_rows(const gp_tensor * dst, const fa_shape * f, const fa_row_work * w,
+// heads: each block's K rows and V rows, loaded (and converted) once, feed them all
+// (every row's sums are those it would have alone). The accumulators end as float32 in
+// w[r].acc.
+static void attend_rows(const gp_tensor * dst, const fa_shape * f, const fa_row_work * w, float * vblock,
                         fa_row * rows, int n) {
     const gp_tensor * q = dst->src[0];
     const gp_tensor * k = dst->src[1];
     const gp_tensor * v = dst->src[2];
     const int64_t DK = f->DK, DV = f->DV;
+    const int v_f16 = v->type == GP_TYPE_F16;
     const int64_t i2 = rows[0].i2, i3 = rows[0].i3;
     const int64_t ik2 = i2 / (q->ne[2] / k->ne[2]), ik3 = i3 / (q->ne[3] / k->ne[3]);
     const int64_t iv2 = i2 / (q->ne[2] / v->ne[2]), iv3 = i3 / (q->ne[3] / v->ne[3]);
     const void * qf[ROW_GROUP];
     float * kq[ROW_GROUP];
+    const void * vrows[KV_BLOCK];
     for (int r = 0; r < n; r++) {
         gp_dot_form(k->type, GP_TYPE_F32, gp_row(q, rows[r].i1, rows[r].i2, rows[r].i3), DK, w[r].qf);
         qf[r] = w[r].qf;
-        if (v->type == GP_TYPE_F16) memset(w[r].tmp, 0, (size_t)DV * sizeof(uint16_t));
+        if (v_f16) memset(w[r].acc16, 0, (size_t)DV * sizeof(uint16_t));
         else memset(w[r].acc, 0, (size_t)DV * sizeof(float));
         rows[r].M = -INFINITY;
         rows[r].S = 0.0f;
     }
-    float * vtmp = (float *)w[0].tmp;       // (a V row as float32, when V is not f16)
 
     for (int64_t ic0 = 0; ic0 < f->n_kv; ic0 += KV_BLOCK) {
         const int nb = (int)GP_MIN(KV_BLOCK, f->n_kv - ic0);
@@ -152,22 +168,15 @@ static void attend_rows(const gp_tensor * dst, const fa_shape * f, const fa_row_
         if (last < first) continue;
         for (int r = 0; r < n; r++) kq[r] = w[r].kq + first;
         gp_dot_rows(k->type, DK, gp_row(k, ic0 + first, ik2, ik3), k->nb[1], last - first + 1, qf, n, kq);
-
         for (int j = first; j <= last; j++) {
             const char * vrow = gp_row(v, ic0 + j, iv2, iv3);
-            const float * vf = NULL;
-            for (int r = 0; r < n; r++) {
-                if (w[r].mv[j] == -INFINITY) continue;
-                float s = w[r].kq[j] * f->scale;
-                if (f->softcap != 0.0f) s = f->softcap * tanhf(s);
-                s += w[r].mv[j];
-                if (!vf && v->type != GP_TYPE_F16) vf = gp_load_row(v->type, vrow, v->nb[0], DV, vtmp);
-                accumulate(f, v->type, &rows[r], &w[r], s, vrow, vf);
-            }
+            float * vf = (float *)((char *)vblock + (size_t)j * acc_bytes(dst));
+            vrows[j] = v_f16 ? (const void *)vrow : (const void *)gp_load_row(v->type, vrow, v->nb[0], DV, vf);
         }
+        for (int r = 0; r < n; r++) softmax_steps(f, &rows[r], &w[r], first, last, vrows, v_f16);
     }
-    if (v->type == GP_TYPE_F16) {
-        for (int r = 0; r < n; r++) gp_simd_active->f16_to_f32((const uint16_t *)w[r].tmp, w[r].acc, DV);
+    if (v_f16) {
+        for (int r = 0; r < n; r++) gp_simd_active->f16_to_f32(w[r].acc16, w[r].acc, DV);
     }
 }
 
@@ -185,7 +194,7 @@ static int k_flash_attn(const gp_params * p, gp_tensor * dst) {
     const fa_shape f = shape_of(dst);
     fa_row_work w[ROW_GROUP];
     fa_row rows[ROW_GROUP];
-    work_of(p, dst, w);
+    float * vblock = work_of(p, dst, w);
     int64_t r0, r1;
     gp_rows_of(p, gp_nrows(q), &r0, &r1);
     for (int64_t ir = r0; ir < r1;) {
@@ -198,7 +207,7 @@ static int k_flash_attn(const gp_params * p, gp_tensor * dst) {
             row->mp = mask ? (const uint16_t *)gp_row(mask, row->i1, row->i2 % mask->ne[2], row->i3 % mask->ne[3])
                            : NULL;
         }
-        attend_rows(dst, &f, w, rows, n);
+        attend_rows(dst, &f, w, vblock, rows, n);
         for (int r = 0; r < n; r++) {
             float S = rows[r].S;
             float * acc = w[r].acc;
@@ -278,6 +287,6 @@ gp_kernel gp_select_flash_attn(const gp_tensor * t, int nth, int * n_tasks, size
     const gp_tensor * q = t->src[0];
     const int64_t work = gp_nrows(q) * t->src[1]->ne[1] * (t->src[1]->ne[0] + t->src[2]->ne[0]);
     *n_tasks = work >= PARALLEL_MIN_WORK ? nth : 1;
-    *wsize = (size_t)*n_tasks * ROW_GROUP * row_work_bytes(t);
+    *wsize = (size_t)*n_tasks * thread_work_bytes(t);
     return k_flash_attn;
 }

@@ -397,53 +397,83 @@ static void round_f16(const float * x, float * y, int64_t n) {
 }
 
 // ---------------------------------------------------------------------------
-// FLASH_ATTN_EXT's V accumulation, as ggml's ggml_vec_mad_f16 / scale_f16 / mad_f32: an f16
-// accumulator is widened, updated (one FMA in the vector loop) and rounded back per
-// element; the tail (and the baseline) multiplies and adds separately, as ggml's scalar code
+// FLASH_ATTN_EXT's V accumulation: m steps into one query row's accumulator, each
+// acc = acc * ms[t] where ms[t] != 1 (a new maximum), then acc += v[t] * vs[t], as ggml's
+// ggml_vec_scale_f16 / ggml_vec_mad_f16 (f16 accumulator: every step rounds to f16) and
+// ggml_vec_scale_f32 / ggml_vec_mad_f32 do them. Each element sees the same operations in
+// the same order as ggml's step-by-step loops; here a chunk of the accumulator stays in
+// registers through all m steps. The vector part fuses the multiply-add, the tail (and the
+// baseline) multiplies and adds separately, as ggml's scalar code.
 
-// y = f16(y + x * v)
-static void vec_mad_f16(uint16_t * y, const uint16_t * x, float v, int64_t n) {
+#ifdef GP_SIMD_AVX2
+INLINE __m256 round8_f16(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
+INLINE __m256 load8_h(const uint16_t * x) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x)); }
+
+// NR registers of 8 at acc + i through the m steps
+#define ACC_STEPS(NR, LOAD, ROUND, STORE)                                                  \
+    for (; i + 8 * (NR) <= n; i += 8 * (NR)) {                                             \
+        __m256 a[NR];                                                                      \
+        for (int r = 0; r < (NR); r++) a[r] = LOAD(acc + i + 8 * r);                       \
+        for (int t = 0; t < m; t++) {                                                      \
+            if (ms[t] != 1.0f) {                                                           \
+                const __m256 vm = _mm256_set1_ps(ms[t]);                                   \
+                for (int r = 0; r < (NR); r++) a[r] = ROUND(_mm256_mul_ps(a[r], vm));      \
+            }                                                                              \
+            const __m256 vv = _mm256_set1_ps(vs[t]);                                       \
+            const V_T * x = (const V_T *)v[t] + i;                                         \
+            for (int r = 0; r < (NR); r++)                                                 \
+                a[r] = ROUND(_mm256_fmadd_ps(LOAD(x + 8 * r), vv, a[r]));                  \
+        }                                                                                  \
+        for (int r = 0; r < (NR); r++) STORE(acc + i + 8 * r, a[r]);                       \
+    }
+INLINE void store8_h(uint16_t * y, __m256 a) {
+    _mm_storeu_si128((__m128i *)y, _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
+}
+INLINE __m256 same8(__m256 x) { return x; }
+// accumulator registers per pass: each step is a chain of dependent operations (an FMA and,
+// for f16, the round trip through f16), so as many chains as the registers hold
+#ifdef GP_SIMD_AVX512
+#define ACC_REGS 16
+#else
+#define ACC_REGS 8
+#endif
+#endif
+
+static void acc_steps_f16(uint16_t * acc, const void * const * v, const float * ms, const float * vs,
+                          int m, int64_t n) {
     int64_t i = 0;
 #ifdef GP_SIMD_AVX2
-    const __m256 vv = _mm256_set1_ps(v);
-    for (; i + 8 <= n; i += 8) {
-        const __m256 ax = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
-        const __m256 ay = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i)));
-        _mm_storeu_si128((__m128i *)(y + i),
-                         _mm256_cvtps_ph(_mm256_fmadd_ps(ax, vv, ay), _MM_FROUND_TO_NEAREST_INT));
-    }
+#define V_T uint16_t
+    ACC_STEPS(ACC_REGS, load8_h, round8_f16, store8_h)
+    ACC_STEPS(1, load8_h, round8_f16, store8_h)
+#undef V_T
 #endif
     for (; i < n; i++) {
-        y[i] = gp_f2h(gp_h2f(y[i]) + gp_h2f(x[i]) * v);
+        float a = gp_h2f(acc[i]);
+        for (int t = 0; t < m; t++) {
+            if (ms[t] != 1.0f) a = gp_round_f16(a * ms[t]);
+            a = gp_round_f16(a + gp_h2f(((const uint16_t *)v[t])[i]) * vs[t]);
+        }
+        acc[i] = gp_f2h(a);
     }
 }
 
-// y = f16(y * v)
-static void vec_scale_f16(uint16_t * y, float v, int64_t n) {
+static void acc_steps_f32(float * acc, const void * const * v, const float * ms, const float * vs,
+                          int m, int64_t n) {
     int64_t i = 0;
 #ifdef GP_SIMD_AVX2
-    const __m256 vv = _mm256_set1_ps(v);
-    for (; i + 8 <= n; i += 8) {
-        const __m256 ay = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i)));
-        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_mul_ps(ay, vv), _MM_FROUND_TO_NEAREST_INT));
-    }
+#define V_T float
+    ACC_STEPS(ACC_REGS, _mm256_loadu_ps, same8, _mm256_storeu_ps)
+    ACC_STEPS(1, _mm256_loadu_ps, same8, _mm256_storeu_ps)
+#undef V_T
 #endif
     for (; i < n; i++) {
-        y[i] = gp_f2h(gp_h2f(y[i]) * v);
-    }
-}
-
-// y = y + x * v
-static void vec_mad_f32(float * y, const float * x, float v, int64_t n) {
-    int64_t i = 0;
-#ifdef GP_SIMD_AVX2
-    const __m256 vv = _mm256_set1_ps(v);
-    for (; i + 8 <= n; i += 8) {
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vv, _mm256_loadu_ps(y + i)));
-    }
-#endif
-    for (; i < n; i++) {
-        y[i] += x[i] * v;
+        float a = acc[i];
+        for (int t = 0; t < m; t++) {
+            if (ms[t] != 1.0f) a *= ms[t];
+            a += ((const float *)v[t])[i] * vs[t];
+        }
+        acc[i] = a;
     }
 }
 
@@ -474,9 +504,8 @@ const gp_simd GP_SIMD_FN(gp_simd) = {
     /* .round_f16  = */ round_f16,
     /* .exp_sum    = */ exp_sum,
     /* .silu_mul   = */ silu_mul,
-    /* .mad_f16    = */ vec_mad_f16,
-    /* .scale_f16  = */ vec_scale_f16,
-    /* .mad_f32    = */ vec_mad_f32,
+    /* .acc_steps_f16 = */ acc_steps_f16,
+    /* .acc_steps_f32 = */ acc_steps_f32,
     /* .vec_dot    = */ {
         [GP_TYPE_Q4_1]   = GP_SIMD_FN(gp_vec_dot_q4_1_q8_1),
         [GP_TYPE_Q5_0]   = GP_SIMD_FN(gp_vec_dot_q5_0_q8_0),
