@@ -177,42 +177,42 @@ def ggml():
     return Ggml(library_dir())
 
 
+def _ours_and_ggmls(ggml, out, feeds):
+    """out computed by the C kernel and by ggml's CPU backend (1 thread), flat."""
+    from bench_vs_ggml import Mirror
+    g, alloc, fast = _compute(FAST, out, feeds)
+    mirror = Mirror(ggml, g)
+    try:
+        mirror.compute()
+        return fast.reshape(-1), mirror.values(out).astype(np.float64)
+    finally:
+        mirror.close()
+
+
 @settings(max_examples=25, **HYP)
 @given(st.integers(0, 2**31), _SHAPES, st.sampled_from(KV_TYPES))
 def test_live_against_ggml(ggml, seed, s, kv_type):
     """ggml's one-query-row path (fewer than 64 queries), the same K/V types."""
-    from bench_vs_ggml import Mirror, nmse
+    from bench_vs_ggml import nmse
     s = dict(s, mask_heads=s["heads_kv"] * s["gqa"] if s["mask_heads"] == "all" else s["mask_heads"])
     if quants.is_quantized(kv_type):
         s["dv"] = 32 * -(-s["dv"] // 32)
     ctx = Context()
     out, feeds = _attention(ctx, np.random.default_rng(seed), kv_type=kv_type, v_type=kv_type, **s)
-    g, alloc, fast = _compute(FAST, out, feeds)
-    mirror = Mirror(ggml, g)
-    try:
-        mirror.compute()
-        ref = mirror.values(out).astype(np.float64)
-    finally:
-        mirror.close()
-    assert np.array_equal(np.isnan(fast.reshape(-1)), np.isnan(ref))
+    fast, ref = _ours_and_ggmls(ggml, out, feeds)
+    assert np.array_equal(np.isnan(fast), np.isnan(ref))
     ok = ~np.isnan(ref)
-    assert nmse(ref[ok], fast.reshape(-1)[ok]) < (1e-7 if kv_type == "f16" else 1e-11)
+    assert nmse(ref[ok], fast[ok]) < (1e-7 if kv_type == "f16" else 1e-11)
 
 
 @pytest.mark.parametrize("kv_type", ["f16", "f32"])
 def test_live_against_ggmls_tiled_path(ggml, kv_type):
     """64 queries or more: ggml's tiled path, not ported; it keeps f16 V's sums in float32,
     ours rounds them to f16 as the one-row path does."""
-    from bench_vs_ggml import Mirror, nmse
+    from bench_vs_ggml import nmse
     shape = dict(dk=128, dv=128, n_q=70, n_kv=300, heads_kv=2, gqa=2, n_seq=1, mask_heads=1,
                  max_bias=0.0, softcap=0.0, sinks=True)
     ctx = Context()
     out, feeds = _attention(ctx, np.random.default_rng(1), kv_type=kv_type, v_type=kv_type, **shape)
-    g, alloc, fast = _compute(FAST, out, feeds)
-    mirror = Mirror(ggml, g)
-    try:
-        mirror.compute()
-        ref = mirror.values(out).astype(np.float64)
-    finally:
-        mirror.close()
-    assert nmse(ref, fast.reshape(-1)) < (2e-5 if kv_type == "f16" else 1e-11)
+    fast, ref = _ours_and_ggmls(ggml, out, feeds)
+    assert nmse(ref, fast) < (2e-5 if kv_type == "f16" else 1e-11)

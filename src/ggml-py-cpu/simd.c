@@ -405,12 +405,26 @@ static void round_f16(const float * x, float * y, int64_t n) {
 // registers through all m steps. The vector part fuses the multiply-add, the tail (and the
 // baseline) multiplies and adds separately, as ggml's scalar code.
 
+INLINE float same1(float x) { return x; }
+
 #ifdef GP_SIMD_AVX2
 INLINE __m256 round8_f16(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
 INLINE __m256 load8_h(const uint16_t * x) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x)); }
+INLINE void store8_h(uint16_t * y, __m256 a) {
+    _mm_storeu_si128((__m128i *)y, _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
+}
+INLINE __m256 same8(__m256 x) { return x; }
 
-// NR registers of 8 at acc + i through the m steps
-#define ACC_STEPS(NR, LOAD, ROUND, STORE)                                                  \
+// accumulator registers per pass: each step is a chain of dependent operations (an FMA and,
+// for f16, the round trip through f16), so as many chains as the registers hold
+#ifdef GP_SIMD_AVX512
+#define ACC_REGS 16
+#else
+#define ACC_REGS 8
+#endif
+
+// NR registers of 8 values of type T at acc + i through the m steps
+#define ACC_STEPS(NR, T, LOAD, ROUND, STORE)                                               \
     for (; i + 8 * (NR) <= n; i += 8 * (NR)) {                                             \
         __m256 a[NR];                                                                      \
         for (int r = 0; r < (NR); r++) a[r] = LOAD(acc + i + 8 * r);                       \
@@ -420,62 +434,36 @@ INLINE __m256 load8_h(const uint16_t * x) { return _mm256_cvtph_ps(_mm_loadu_si1
                 for (int r = 0; r < (NR); r++) a[r] = ROUND(_mm256_mul_ps(a[r], vm));      \
             }                                                                              \
             const __m256 vv = _mm256_set1_ps(vs[t]);                                       \
-            const V_T * x = (const V_T *)v[t] + i;                                         \
+            const T * x = (const T *)v[t] + i;                                             \
             for (int r = 0; r < (NR); r++)                                                 \
                 a[r] = ROUND(_mm256_fmadd_ps(LOAD(x + 8 * r), vv, a[r]));                  \
         }                                                                                  \
         for (int r = 0; r < (NR); r++) STORE(acc + i + 8 * r, a[r]);                       \
     }
-INLINE void store8_h(uint16_t * y, __m256 a) {
-    _mm_storeu_si128((__m128i *)y, _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
-}
-INLINE __m256 same8(__m256 x) { return x; }
-// accumulator registers per pass: each step is a chain of dependent operations (an FMA and,
-// for f16, the round trip through f16), so as many chains as the registers hold
-#ifdef GP_SIMD_AVX512
-#define ACC_REGS 16
+#define ACC_VECTOR(T, LOAD, ROUND, STORE) \
+    ACC_STEPS(ACC_REGS, T, LOAD, ROUND, STORE) ACC_STEPS(1, T, LOAD, ROUND, STORE)
 #else
-#define ACC_REGS 8
-#endif
+#define ACC_VECTOR(T, LOAD, ROUND, STORE)
 #endif
 
-static void acc_steps_f16(uint16_t * acc, const void * const * v, const float * ms, const float * vs,
-                          int m, int64_t n) {
-    int64_t i = 0;
-#ifdef GP_SIMD_AVX2
-#define V_T uint16_t
-    ACC_STEPS(ACC_REGS, load8_h, round8_f16, store8_h)
-    ACC_STEPS(1, load8_h, round8_f16, store8_h)
-#undef V_T
-#endif
-    for (; i < n; i++) {
-        float a = gp_h2f(acc[i]);
-        for (int t = 0; t < m; t++) {
-            if (ms[t] != 1.0f) a = gp_round_f16(a * ms[t]);
-            a = gp_round_f16(a + gp_h2f(((const uint16_t *)v[t])[i]) * vs[t]);
-        }
-        acc[i] = gp_f2h(a);
-    }
+// acc_steps_f16 / _f32: the vector part (8-value loads LOAD8, rounding ROUND8, stores STORE8),
+// then the tail one value at a time (LOAD1 widens, ROUND1 rounds, STORE1 narrows)
+#define ACC_STEPS_FN(name, T, LOAD8, ROUND8, STORE8, LOAD1, ROUND1, STORE1)                 \
+static void name(T * acc, const void * const * v, const float * ms, const float * vs, int m, int64_t n) { \
+    int64_t i = 0;                                                                         \
+    ACC_VECTOR(T, LOAD8, ROUND8, STORE8)                                                   \
+    for (; i < n; i++) {                                                                   \
+        float a = LOAD1(acc[i]);                                                           \
+        for (int t = 0; t < m; t++) {                                                      \
+            if (ms[t] != 1.0f) a = ROUND1(a * ms[t]);                                      \
+            a = ROUND1(a + LOAD1(((const T *)v[t])[i]) * vs[t]);                           \
+        }                                                                                  \
+        acc[i] = STORE1(a);                                                                \
+    }                                                                                      \
 }
 
-static void acc_steps_f32(float * acc, const void * const * v, const float * ms, const float * vs,
-                          int m, int64_t n) {
-    int64_t i = 0;
-#ifdef GP_SIMD_AVX2
-#define V_T float
-    ACC_STEPS(ACC_REGS, _mm256_loadu_ps, same8, _mm256_storeu_ps)
-    ACC_STEPS(1, _mm256_loadu_ps, same8, _mm256_storeu_ps)
-#undef V_T
-#endif
-    for (; i < n; i++) {
-        float a = acc[i];
-        for (int t = 0; t < m; t++) {
-            if (ms[t] != 1.0f) a *= ms[t];
-            a += ((const float *)v[t])[i] * vs[t];
-        }
-        acc[i] = a;
-    }
-}
+ACC_STEPS_FN(acc_steps_f16, uint16_t, load8_h, round8_f16, store8_h, gp_h2f, gp_round_f16, gp_f2h)
+ACC_STEPS_FN(acc_steps_f32, float, _mm256_loadu_ps, same8, _mm256_storeu_ps, same1, same1, same1)
 
 const gp_simd GP_SIMD_FN(gp_simd) = {
     /* .name       = */ GP_SIMD_STR(GP_SIMD_SUFFIX),
