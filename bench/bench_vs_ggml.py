@@ -27,7 +27,7 @@ Q4_K_M, Q6_K and IQ4_NL weight mixes (MIXES). --mul-mat TYPES: one MUL_MAT of 40
 weights of each type by 1, 32 and 512 f32 columns (--columns). Both hold ggml_py to at
 most 1.0x ggml's time (issue 30); lower is better. --flash-attn: one FLASH_ATTN_EXT with
 an f16 KV cache, Llama-3-8B's shape (32 heads of 128, 8 KV heads), decode over 512 to 4096
-positions and a 32-token prompt batch, held to 1.0x too (issue 31).
+positions, 32- and 128-token prompt batches, held to 1.0x too (issue 31).
 """
 
 from __future__ import annotations
@@ -462,10 +462,11 @@ def flash_attn_graph(n_q, n_kv, n_head=32, n_head_kv=8, d=128, seed=0):
 
 def flash_attn_graphs():
     """FLASH_ATTN_EXT as a Llama-3-8B-shaped layer computes it (32 heads of 128, 8 KV
-    heads): decode (one query) over 512 to 4096 cached positions, and a 32-token prompt
-    batch."""
+    heads): decode (one query) over 512 to 4096 cached positions, a 32-token prompt batch
+    (ggml's one-row path) and a 128-token one (its tiled path)."""
     return ([(f"flash_attn decode kv{n}", flash_attn_graph(1, n)) for n in (512, 1024, 2048, 4096)] +
-            [(f"flash_attn prompt t32 kv{n}", flash_attn_graph(32, n)) for n in (32, 512)])
+            [(f"flash_attn prompt t32 kv{n}", flash_attn_graph(32, n)) for n in (32, 512)] +
+            [("flash_attn prompt t128 kv512", flash_attn_graph(128, 512))])
 
 
 def type_graphs():
@@ -564,7 +565,7 @@ def main(argv=None):
     ap.add_argument("--columns", default="1,32,512", help="--mul-mat's column counts")
     ap.add_argument("--flash-attn", action="store_true",
                     help="FLASH_ATTN_EXT instead: f16 K/V, 32 heads x 128, 8 KV heads; decode "
-                         "over 512-4096 positions and a 32-token prompt")
+                         "over 512-4096 positions, 32- and 128-token prompts")
     ap.add_argument("--json", action="store_true", help="one JSON object per graph")
     a = ap.parse_args(argv)
     machine = announce(a.json)

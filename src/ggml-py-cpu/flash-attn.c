@@ -1,25 +1,30 @@
-// FLASH_ATTN_EXT (ggml-cpu's ggml_compute_forward_flash_attn_ext_f16, its one-chunk path):
+// FLASH_ATTN_EXT (ggml-cpu's ggml_compute_forward_flash_attn_ext_f16):
 // softmax(K . Q * scale [soft-capped] + slope * mask) . V for each query row, with the
-// online softmax and ggml's numerics:
-//   * Q goes to K's dot form first (rounded to f16 for f16 K, quantised to q8_0 for q8_0 /
-//     q4_0 K, ...) and K . Q is MUL_MAT's dot product of that type (mul-mat.c);
-//   * with f16 V the accumulator is f16: every rescale and every V * p is rounded to f16;
-//     other V types accumulate in float32;
-//   * a new maximum rescales the accumulator and the sum by expf(Mold - M); the sinks come
-//     in last, as one more logit without a V row.
+// online softmax and ggml's numerics on its two paths:
+//   * one query row at a time (fewer than 64 queries, or other K/V types): Q goes to K's
+//     dot form first (rounded to f16 for f16 K, quantised to q8_0 for q8_0 / q4_0 K, ...)
+//     and K . Q is MUL_MAT's dot product of that type (mul-mat.c); position by position, a
+//     new maximum rescales the accumulator and the sum by expf(Mold - M); with f16 V the
+//     accumulator is f16, every rescale and every V * p rounded to f16;
+//   * tiled (64 queries or more, K and V both f32 or both f16): Q stays float32, and a
+//     block of 64 positions at a time is one rescale, then weights summed in double and V
+//     rows summed in float32;
+//   * the sinks come in last, as one more logit without a V row.
 // Up to ROW_GROUP query rows that read the same K and V heads (a head's tokens, or the
 // heads of a GQA group) go together: their K . Q products are computed a block of KV
 // positions at a time by MUL_MAT's dot tiles, and each V row, loaded once, feeds all of
 // them; every row's sums are the ones it would have alone, in ggml's order. Positions the
 // mask sets to -inf are skipped. Threads take whole query rows (flat over [n_q, n_head,
 // n_seq]), so results do not depend on the thread count or on the grouping.
-// ggml 0.10.1 also has a tiled path (64 or more queries, f32 / f16 K and V) and one that
-// splits a long KV cache between threads (one query); their float32 sums round
-// differently and are not ported: the op cases hold either within their tolerance.
+// ggml 0.10.1 also splits one query's long KV cache between threads (one query, 512
+// positions or more, more than one thread): its partial sums round differently and that
+// split is not ported (results would then depend on the thread count).
 
 #include "cpu-impl.h"
 
-#define KV_BLOCK  64    // KV positions whose K . Q products are computed in one call
+#define KV_BLOCK  64    // KV positions whose K . Q products are computed in one call (and
+                        // ggml's tile of KV positions in its tiled path)
+#define TILED_MIN_Q 64  // queries from which ggml takes its tiled path (GGML_FA_TILE_Q)
 #define ROW_GROUP 4     // query rows sharing K and V heads taken together
 #define PREC_DEFAULT 0  // ggml_prec
 #define PREC_F32     10
@@ -29,10 +34,14 @@ typedef struct {
     float   scale, softcap, max_bias;
     float   m0, m1;
     uint32_t n_head_log2;
+    int     tiled;          // ggml's tiled path: Q float32, V summed in float32, a block at once
+    int     acc16;          // the accumulator is f16 (f16 V, one-row path)
 } fa_shape;
 
 static fa_shape shape_of(const gp_tensor * dst) {
     const gp_tensor * q = dst->src[0];
+    const gp_tensor * k = dst->src[1];
+    const gp_tensor * v = dst->src[2];
     fa_shape f;
     f.DK = dst->src[1]->ne[0];
     f.DV = dst->src[2]->ne[0];
@@ -45,6 +54,11 @@ static fa_shape shape_of(const gp_tensor * dst) {
     f.n_head_log2 = 1u << (uint32_t)floor(log2(n_head));
     f.m0 = powf(2.0f, -(f.max_bias) / f.n_head_log2);
     f.m1 = powf(2.0f, -(f.max_bias / 2.0f) / f.n_head_log2);
+    // (ggml built for this CPU asks DV to be a whole number of its float vectors)
+    const int64_t epr = gp_isa_get() == GP_ISA_AVX512 ? 16 : gp_isa_get() == GP_ISA_AVX2 ? 8 : 1;
+    f.tiled = q->ne[1] >= TILED_MIN_Q && k->type == v->type && (k->type == GP_TYPE_F32 || k->type == GP_TYPE_F16) &&
+              f.DV % epr == 0;
+    f.acc16 = v->type == GP_TYPE_F16 && !f.tiled;
     return f;
 }
 
@@ -98,20 +112,25 @@ typedef struct {
     float    M, S;
 } fa_row;
 
-// The online softmax of one row over a block's positions [first, last] (V rows vrows[j]):
-// its steps for the accumulator, ggml's: a new maximum rescales what was summed by
-// expf(Mold - M), any other logit weighs its V row by expf(s - M); masked positions are
-// no step.
+// position j's logit in row w: K . Q scaled, soft-capped, masked
+static inline float logit(const fa_shape * f, const fa_row_work * w, int j) {
+    float s = w->kq[j] * f->scale;
+    if (f->softcap != 0.0f) s = f->softcap * tanhf(s);
+    return s + w->mv[j];
+}
+
+// The online softmax of one row over a block's positions [first, last] (V rows vrows[j])
+// as ggml's one-row path runs it, position by position: a new maximum rescales what was
+// summed by expf(Mold - M), any other logit weighs its V row by expf(s - M); masked
+// positions are no step.
 static void softmax_steps(const fa_shape * f, fa_row * row, const fa_row_work * w, int first, int last,
-                          const void * const * vrows, int v_f16) {
+                          const void * const * vrows) {
     const void * v[KV_BLOCK];
     float ms[KV_BLOCK], vs[KV_BLOCK];
     int m = 0;
     for (int j = first; j <= last; j++) {
         if (w->mv[j] == -INFINITY) continue;
-        float s = w->kq[j] * f->scale;
-        if (f->softcap != 0.0f) s = f->softcap * tanhf(s);
-        s += w->mv[j];
+        const float s = logit(f, w, j);
         ms[m] = 1.0f;
         vs[m] = 1.0f;
         if (s > row->M) {
@@ -123,8 +142,44 @@ static void softmax_steps(const fa_shape * f, fa_row * row, const fa_row_work * 
         row->S = row->S * ms[m] + vs[m];
         v[m++] = vrows[j];
     }
-    if (v_f16) gp_simd_active->acc_steps_f16(w->acc16, v, ms, vs, m, f->DV);
+    if (f->acc16) gp_simd_active->acc_steps_f16(w->acc16, v, ms, vs, m, f->DV);
     else gp_simd_active->acc_steps_f32(w->acc, v, ms, vs, m, f->DV);
+}
+
+// The same as ggml's tiled path runs it, a block of KV_BLOCK logits at once: one rescale
+// to the block's maximum, then every position's weight expf(s - M), summed in double
+// (ggml_vec_soft_max_f32) and added to S; V rows summed in float32. ggml pads a short last
+// block with logits of -inf, which it soft-caps to -softcap where no mask adds -inf back:
+// those count in S, with the V rows its buffer still holds from the block before (none
+// after the first block), and so they do here.
+static void softmax_block(const fa_shape * f, fa_row * row, const fa_row_work * w, int64_t ic0, int first,
+                          int last, int nb, const void * const * vrows) {
+    const float pad = f->softcap != 0.0f && !row->mp ? -f->softcap : -INFINITY;
+    float s[KV_BLOCK], p[KV_BLOCK], ms[KV_BLOCK], vs[KV_BLOCK];
+    const void * v[KV_BLOCK];
+    float mx = -INFINITY;
+    for (int j = 0; j < KV_BLOCK; j++) {
+        s[j] = j >= nb ? pad : j < first || j > last ? -INFINITY : logit(f, w, j);
+        mx = fmaxf(mx, s[j]);
+    }
+    if (mx == -INFINITY) return;
+    const float M = fmaxf(row->M, mx);
+    float rescale = 1.0f;
+    if (M > row->M) {
+        rescale = expf(row->M - M);
+        row->S *= rescale;
+    }
+    row->M = M;
+    row->S = (float)((double)row->S + gp_simd_active->exp_sum(s, p, KV_BLOCK, M));
+    int m = 0;
+    const int end = pad != -INFINITY && ic0 > 0 ? KV_BLOCK : last + 1;
+    for (int j = first; j < end; j++) {
+        if (j > last && j < nb) continue;
+        ms[m] = m == 0 ? rescale : 1.0f;
+        vs[m] = p[j];
+        v[m++] = vrows[j];
+    }
+    gp_simd_active->acc_steps_f32(w->acc, v, ms, vs, m, f->DV);
 }
 
 // The online softmax over the KV positions of n query rows that share their K and V
@@ -137,7 +192,6 @@ static void attend_rows(const gp_tensor * dst, const fa_shape * f, const fa_row_
     const gp_tensor * k = dst->src[1];
     const gp_tensor * v = dst->src[2];
     const int64_t DK = f->DK, DV = f->DV;
-    const int v_f16 = v->type == GP_TYPE_F16;
     const int64_t i2 = rows[0].i2, i3 = rows[0].i3;
     const int64_t ik2 = i2 / (q->ne[2] / k->ne[2]), ik3 = i3 / (q->ne[3] / k->ne[3]);
     const int64_t iv2 = i2 / (q->ne[2] / v->ne[2]), iv3 = i3 / (q->ne[3] / v->ne[3]);
@@ -145,9 +199,10 @@ static void attend_rows(const gp_tensor * dst, const fa_shape * f, const fa_row_
     float * kq[ROW_GROUP];
     const void * vrows[KV_BLOCK];
     for (int r = 0; r < n; r++) {
-        gp_dot_form(k->type, GP_TYPE_F32, gp_row(q, rows[r].i1, rows[r].i2, rows[r].i3), DK, w[r].qf);
+        gp_dot_form(f->tiled ? GP_TYPE_F32 : k->type, GP_TYPE_F32, gp_row(q, rows[r].i1, rows[r].i2, rows[r].i3),
+                    DK, w[r].qf);
         qf[r] = w[r].qf;
-        if (v_f16) memset(w[r].acc16, 0, (size_t)DV * sizeof(uint16_t));
+        if (f->acc16) memset(w[r].acc16, 0, (size_t)DV * sizeof(uint16_t));
         else memset(w[r].acc, 0, (size_t)DV * sizeof(float));
         rows[r].M = -INFINITY;
         rows[r].S = 0.0f;
@@ -157,8 +212,10 @@ static void attend_rows(const gp_tensor * dst, const fa_shape * f, const fa_row_
         const int nb = (int)GP_MIN(KV_BLOCK, f->n_kv - ic0);
         int first = nb, last = -1;          // the positions some row does not mask
         for (int r = 0; r < n; r++) {
+            if (rows[r].mp) gp_simd_active->f16_to_f32(rows[r].mp + ic0, w[r].mv, nb);
+            else memset(w[r].mv, 0, (size_t)nb * sizeof(float));
             for (int j = 0; j < nb; j++) {
-                w[r].mv[j] = rows[r].mp ? rows[r].slope * gp_h2f(rows[r].mp[ic0 + j]) : 0.0f;
+                w[r].mv[j] *= rows[r].slope;
                 if (w[r].mv[j] != -INFINITY) {
                     first = GP_MIN(first, j);
                     last = GP_MAX(last, j);
@@ -171,11 +228,14 @@ static void attend_rows(const gp_tensor * dst, const fa_shape * f, const fa_row_
         for (int j = first; j <= last; j++) {
             const char * vrow = gp_row(v, ic0 + j, iv2, iv3);
             float * vf = (float *)((char *)vblock + (size_t)j * acc_bytes(dst));
-            vrows[j] = v_f16 ? (const void *)vrow : (const void *)gp_load_row(v->type, vrow, v->nb[0], DV, vf);
+            vrows[j] = f->acc16 ? (const void *)vrow : (const void *)gp_load_row(v->type, vrow, v->nb[0], DV, vf);
         }
-        for (int r = 0; r < n; r++) softmax_steps(f, &rows[r], &w[r], first, last, vrows, v_f16);
+        for (int r = 0; r < n; r++) {
+            if (f->tiled) softmax_block(f, &rows[r], &w[r], ic0, first, last, nb, vrows);
+            else softmax_steps(f, &rows[r], &w[r], first, last, vrows);
+        }
     }
-    if (v_f16) {
+    if (f->acc16) {
         for (int r = 0; r < n; r++) gp_simd_active->f16_to_f32(w[r].acc16, w[r].acc, DV);
     }
 }
