@@ -274,6 +274,9 @@ typedef struct gp_simd {
                           int m, int64_t n);
     void (*acc_steps_f32)(float * acc, const void * const * v, const float * ms, const float * vs,
                           int m, int64_t n);
+    // its tiled path's: nr (<= 6) accumulators acc[r] += sum over t of v[t] * p[r][t], in order
+    void (*acc_gemm_f32)(float * const * acc, const float * const * p, int nr, const void * const * v, int m,
+                         int64_t n);
     gp_vec_dot_fn vec_dot[GP_TYPE_COUNT];   // weights read by a vec_dot (block-quants.h),
                                             // by type; NULL for the others
 } gp_simd;

@@ -25,7 +25,7 @@
 #define KV_BLOCK  64    // KV positions whose K . Q products are computed in one call (and
                         // ggml's tile of KV positions in its tiled path)
 #define TILED_MIN_Q 64  // queries from which ggml takes its tiled path (GGML_FA_TILE_Q)
-#define ROW_GROUP 4     // query rows sharing K and V heads taken together
+#define ROW_GROUP 6     // query rows sharing K and V heads taken together
 #define PREC_DEFAULT 0  // ggml_prec
 #define PREC_F32     10
 
@@ -36,6 +36,7 @@ typedef struct {
     uint32_t n_head_log2;
     int     tiled;          // ggml's tiled path: Q float32, V summed in float32, a block at once
     int     acc16;          // the accumulator is f16 (f16 V, one-row path)
+    float   pad;            // the tiled path's logit for a short last block's padding
 } fa_shape;
 
 static fa_shape shape_of(const gp_tensor * dst) {
@@ -59,6 +60,7 @@ static fa_shape shape_of(const gp_tensor * dst) {
     f.tiled = q->ne[1] >= TILED_MIN_Q && k->type == v->type && (k->type == GP_TYPE_F32 || k->type == GP_TYPE_F16) &&
               f.DV % epr == 0;
     f.acc16 = v->type == GP_TYPE_F16 && !f.tiled;
+    f.pad = f.softcap != 0.0f && !dst->src[3] ? -f.softcap : -INFINITY;
     return f;
 }
 
@@ -146,40 +148,29 @@ static void softmax_steps(const fa_shape * f, fa_row * row, const fa_row_work * 
     else gp_simd_active->acc_steps_f32(w->acc, v, ms, vs, m, f->DV);
 }
 
-// The same as ggml's tiled path runs it, a block of KV_BLOCK logits at once: one rescale
-// to the block's maximum, then every position's weight expf(s - M), summed in double
-// (ggml_vec_soft_max_f32) and added to S; V rows summed in float32. ggml pads a short last
-// block with logits of -inf, which it soft-caps to -softcap where no mask adds -inf back:
-// those count in S, with the V rows its buffer still holds from the block before (none
-// after the first block), and so they do here.
-static void softmax_block(const fa_shape * f, fa_row * row, const fa_row_work * w, int64_t ic0, int first,
-                          int last, int nb, const void * const * vrows) {
-    const float pad = f->softcap != 0.0f && !row->mp ? -f->softcap : -INFINITY;
-    float s[KV_BLOCK], p[KV_BLOCK], ms[KV_BLOCK], vs[KV_BLOCK];
-    const void * v[KV_BLOCK];
+// ggml's tiled path takes a block of KV_BLOCK logits at once: per row, one rescale of the
+// accumulator and S to the block's maximum, the weights expf(s - M) summed in double
+// (ggml_vec_soft_max_f32) into S; then the rows' V sums, in float32 (acc_gemm_f32). The
+// weights go to w->kq, 0 for a row the block leaves wholly masked (as ggml zeroes it).
+static void block_weights(const fa_shape * f, fa_row * row, const fa_row_work * w, int first, int last, int nb) {
+    float s[KV_BLOCK];
     float mx = -INFINITY;
     for (int j = 0; j < KV_BLOCK; j++) {
-        s[j] = j >= nb ? pad : j < first || j > last ? -INFINITY : logit(f, w, j);
+        s[j] = j >= nb ? f->pad : j < first || j > last ? -INFINITY : logit(f, w, j);
         mx = fmaxf(mx, s[j]);
     }
-    if (mx == -INFINITY) return;
+    if (mx == -INFINITY) {
+        memset(w->kq, 0, sizeof(float) * KV_BLOCK);
+        return;
+    }
     const float M = fmaxf(row->M, mx);
-    float rescale = 1.0f;
     if (M > row->M) {
-        rescale = expf(row->M - M);
-        row->S *= rescale;
+        const float ms = expf(row->M - M);
+        for (int64_t d = 0; d < f->DV; d++) w->acc[d] *= ms;
+        row->S *= ms;
     }
     row->M = M;
-    row->S = (float)((double)row->S + gp_simd_active->exp_sum(s, p, KV_BLOCK, M));
-    int m = 0;
-    const int end = pad != -INFINITY && ic0 > 0 ? KV_BLOCK : last + 1;
-    for (int j = first; j < end; j++) {
-        if (j > last && j < nb) continue;
-        ms[m] = m == 0 ? rescale : 1.0f;
-        vs[m] = p[j];
-        v[m++] = vrows[j];
-    }
-    gp_simd_active->acc_steps_f32(w->acc, v, ms, vs, m, f->DV);
+    row->S = (float)((double)row->S + gp_simd_active->exp_sum(s, w->kq, KV_BLOCK, M));
 }
 
 // The online softmax over the KV positions of n query rows that share their K and V
@@ -230,10 +221,23 @@ static void attend_rows(const gp_tensor * dst, const fa_shape * f, const fa_row_
             float * vf = (float *)((char *)vblock + (size_t)j * acc_bytes(dst));
             vrows[j] = f->acc16 ? (const void *)vrow : (const void *)gp_load_row(v->type, vrow, v->nb[0], DV, vf);
         }
-        for (int r = 0; r < n; r++) {
-            if (f->tiled) softmax_block(f, &rows[r], &w[r], ic0, first, last, nb, vrows);
-            else softmax_steps(f, &rows[r], &w[r], first, last, vrows);
+        if (!f->tiled) {
+            for (int r = 0; r < n; r++) softmax_steps(f, &rows[r], &w[r], first, last, vrows);
+            continue;
         }
+        float * accs[ROW_GROUP];
+        const float * ps[ROW_GROUP];
+        for (int r = 0; r < n; r++) {
+            block_weights(f, &rows[r], &w[r], first, last, nb);
+            accs[r] = w[r].acc;
+            ps[r] = w[r].kq + first;
+        }
+        // ggml pads a short last block with logits of -inf, which it soft-caps to -softcap
+        // where no mask adds -inf back (f->pad): they count, with the V rows its buffer
+        // still holds from the block before (none after the first block); there is no mask
+        // then, so that [first, last] is the whole block
+        const int end = f->pad != -INFINITY && ic0 > 0 ? KV_BLOCK : last + 1;
+        gp_simd_active->acc_gemm_f32(accs, ps, n, vrows + first, end - first, DV);
     }
     if (f->acc16) {
         for (int r = 0; r < n; r++) gp_simd_active->f16_to_f32(w[r].acc16, w[r].acc, DV);

@@ -465,6 +465,58 @@ static void name(T * acc, const void * const * v, const float * ms, const float 
 ACC_STEPS_FN(acc_steps_f16, uint16_t, load8_h, round8_f16, store8_h, gp_h2f, gp_round_f16, gp_f2h)
 ACC_STEPS_FN(acc_steps_f32, float, _mm256_loadu_ps, same8, _mm256_storeu_ps, same1, same1, same1)
 
+// FLASH_ATTN_EXT's tiled path (ggml's simd_gemm): nr (at most 6) float32 accumulators
+// acc[r] of n values each plus the m float32 rows v[t] weighted by p[r][t], t in order,
+// one FMA each; a V row's chunk, loaded once, feeds every accumulator
+#ifdef GP_SIMD_AVX2
+#define GEMM_CHUNKS (ACC_REGS / 4)      // registers of 8 per accumulator and pass
+#define GEMM_ROWS   6
+INLINE void gemm_pass(float * const * acc, const float * const * p, const int R, const void * const * v, int m,
+                      int64_t i, const int C) {
+    __m256 a[GEMM_ROWS][GEMM_CHUNKS];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) a[r][c] = _mm256_loadu_ps(acc[r] + i + 8 * c);
+    for (int t = 0; t < m; t++) {
+        const float * x = (const float *)v[t] + i;
+        __m256 xv[GEMM_CHUNKS];
+        for (int c = 0; c < C; c++) xv[c] = _mm256_loadu_ps(x + 8 * c);
+        for (int r = 0; r < R; r++) {
+            const __m256 pv = _mm256_set1_ps(p[r][t]);
+            for (int c = 0; c < C; c++) a[r][c] = _mm256_fmadd_ps(xv[c], pv, a[r][c]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) _mm256_storeu_ps(acc[r] + i + 8 * c, a[r][c]);
+}
+#define GEMM_PASSES(C)                                                                     \
+    for (; i + 8 * (C) <= n; i += 8 * (C)) {                                               \
+        switch (nr) {                                                                      \
+            case 1: gemm_pass(acc, p, 1, v, m, i, C); break;                               \
+            case 2: gemm_pass(acc, p, 2, v, m, i, C); break;                               \
+            case 3: gemm_pass(acc, p, 3, v, m, i, C); break;                               \
+            case 4: gemm_pass(acc, p, 4, v, m, i, C); break;                               \
+            case 5: gemm_pass(acc, p, 5, v, m, i, C); break;                               \
+            default: gemm_pass(acc, p, 6, v, m, i, C); break;                              \
+        }                                                                                  \
+    }
+#endif
+
+static void acc_gemm_f32(float * const * acc, const float * const * p, int nr, const void * const * v, int m,
+                         int64_t n) {
+    int64_t i = 0;
+#ifdef GP_SIMD_AVX2
+    GEMM_PASSES(GEMM_CHUNKS)
+    GEMM_PASSES(1)
+#endif
+    for (; i < n; i++) {
+        for (int r = 0; r < nr; r++) {
+            float a = acc[r][i];
+            for (int t = 0; t < m; t++) a += ((const float *)v[t])[i] * p[r][t];
+            acc[r][i] = a;
+        }
+    }
+}
+
 const gp_simd GP_SIMD_FN(gp_simd) = {
     /* .name       = */ GP_SIMD_STR(GP_SIMD_SUFFIX),
     /* .tile       = */ {
@@ -494,6 +546,7 @@ const gp_simd GP_SIMD_FN(gp_simd) = {
     /* .silu_mul   = */ silu_mul,
     /* .acc_steps_f16 = */ acc_steps_f16,
     /* .acc_steps_f32 = */ acc_steps_f32,
+    /* .acc_gemm_f32  = */ acc_gemm_f32,
     /* .vec_dot    = */ {
         [GP_TYPE_Q4_1]   = GP_SIMD_FN(gp_vec_dot_q4_1_q8_1),
         [GP_TYPE_Q5_0]   = GP_SIMD_FN(gp_vec_dot_q5_0_q8_0),
