@@ -25,7 +25,9 @@ replaced (same machine kind, ggml's times of that run beside it).
 --types: the llama structure (2 layers, n_embd 512, 1 and 32 tokens) in llama.cpp's
 Q4_K_M, Q6_K and IQ4_NL weight mixes (MIXES). --mul-mat TYPES: one MUL_MAT of 4096 x 4096
 weights of each type by 1, 32 and 512 f32 columns (--columns). Both hold ggml_py to at
-most 1.0x ggml's time (issue 30); lower is better.
+most 1.0x ggml's time (issue 30); lower is better. --flash-attn: one FLASH_ATTN_EXT with
+an f16 KV cache, Llama-3-8B's shape (32 heads of 128, 8 KV heads), decode over 512 to 4096
+positions, 32- and 128-token prompt batches, held to 1.0x too (issue 31).
 """
 
 from __future__ import annotations
@@ -429,6 +431,44 @@ def mul_mat_graphs(types, m=4096, k=4096, columns=(1, 32, 512)):
     return [(f"mul_mat {t} {m}x{k} n{n}", mul_mat_graph(t, m, k, n)) for t in types for n in columns]
 
 
+def flash_attn_graph(n_q, n_kv, n_head=32, n_head_kv=8, d=128, seed=0):
+    """A maker of one FLASH_ATTN_EXT as llama.cpp's f16 KV cache feeds it: q f32
+    [d, n_q, n_head], K and V f16 [d, n_kv, n_head_kv], an f16 causal mask (the n_q
+    queries are the last positions of the n_kv)."""
+    rng = np.random.default_rng(seed)
+    q = _uniform(rng, (n_head, n_q, d), -1, 1)
+    k = quants.from_f32("f16", _uniform(rng, (n_head_kv, n_kv, d), -1, 1))
+    v = quants.from_f32("f16", _uniform(rng, (n_head_kv, n_kv, d), -1, 1))
+    pos = np.arange(n_kv)[None, :]
+    mask = np.where(pos <= (n_kv - n_q + np.arange(n_q))[:, None], 0.0, -np.inf).astype(np.float32)
+    mask = quants.from_f32("f16", mask)
+
+    def make(backend):
+        ctx = Context(f"flash_attn q{n_q} kv{n_kv}")
+        alloc = opscheck.HostAllocation(backend)
+        qt = ops.new_tensor(ctx, "f32", [d, n_q, n_head, 1], name="q")
+        kt = ops.new_tensor(ctx, "f16", [d, n_kv, n_head_kv, 1], name="k")
+        vt = ops.new_tensor(ctx, "f16", [d, n_kv, n_head_kv, 1], name="v")
+        mt = ops.new_tensor(ctx, "f16", [n_kv, n_q, 1, 1], name="mask")
+        for tensor, arr in ((qt, q), (kt, k), (vt, v), (mt, mask)):
+            alloc.alloc(tensor)
+            backend.set_tensor(tensor, np.ascontiguousarray(arr).tobytes())
+        out = ops.flash_attn_ext(ctx, qt, kt, vt, mt, 1.0 / math.sqrt(d))
+        graph = Graph(16).build_forward_expand(out)
+        alloc.alloc_graph(graph)
+        return graph, out, alloc
+    return make
+
+
+def flash_attn_graphs():
+    """FLASH_ATTN_EXT as a Llama-3-8B-shaped layer computes it (32 heads of 128, 8 KV
+    heads): decode (one query) over 512 to 4096 cached positions, a 32-token prompt batch
+    (ggml's one-row path) and a 128-token one (its tiled path)."""
+    return ([(f"flash_attn decode kv{n}", flash_attn_graph(1, n)) for n in (512, 1024, 2048, 4096)] +
+            [(f"flash_attn prompt t32 kv{n}", flash_attn_graph(32, n)) for n in (32, 512)] +
+            [("flash_attn prompt t128 kv512", flash_attn_graph(128, 512))])
+
+
 def type_graphs():
     """Issue 30's models: llama 2 layers at n_embd 512 in Q4_K_M, Q6_K and IQ4_NL, one
     token and 32 tokens."""
@@ -497,7 +537,7 @@ def compare(name, maker, g, n_threads, reps):
         row["ok"] = row["ggml_py_us_per_node"] <= 0.5
     else:
         words = name.split()
-        bound = (1.0 if words[0] == "mul_mat" or words[-1] in MIXES      # issue 30
+        bound = (1.0 if words[0] in ("mul_mat", "flash_attn") or words[-1] in MIXES  # issues 30, 31
                  else TARGETS.get(words[-1]) if " " in name else None)
         if bound is not None:
             row["target"] = f"<= {bound:.1f}x"
@@ -523,6 +563,9 @@ def main(argv=None):
                     help="the MUL_MAT microbenchmark instead, for these comma-separated "
                          "weight types ('all': every block type), 4096 x 4096 by 1/32/512 columns")
     ap.add_argument("--columns", default="1,32,512", help="--mul-mat's column counts")
+    ap.add_argument("--flash-attn", action="store_true",
+                    help="FLASH_ATTN_EXT instead: f16 K/V, 32 heads x 128, 8 KV heads; decode "
+                         "over 512-4096 positions, 32- and 128-token prompts")
     ap.add_argument("--json", action="store_true", help="one JSON object per graph")
     a = ap.parse_args(argv)
     machine = announce(a.json)
@@ -545,6 +588,8 @@ def main(argv=None):
         types = ([t for t in quants.BLOCKS if t not in ("q8_1", "q8_K")] if a.mul_mat == "all"
                  else a.mul_mat.split(","))
         todo = mul_mat_graphs(types, columns=[int(c) for c in a.columns.split(",")])
+    elif a.flash_attn:
+        todo = flash_attn_graphs()
     else:
         todo = type_graphs() if a.types else graphs(a.quick)
     for name, maker in todo:

@@ -267,6 +267,16 @@ typedef struct gp_simd {
     void (*round_f16)(const float * x, float * y, int64_t n);
     double (*exp_sum)(const float * x, float * y, int64_t n, float max);   // y = exp(x - max)
     void (*silu_mul)(const float * x, const float * g, float * y, int64_t n);  // silu(x) * g
+    // FLASH_ATTN_EXT's accumulator of n values through m steps: acc *= ms[t] where
+    // ms[t] != 1, then acc += v[t] * vs[t] (rows of n f16 / float32 values); f16: each
+    // step rounded to f16
+    void (*acc_steps_f16)(uint16_t * acc, const void * const * v, const float * ms, const float * vs,
+                          int m, int64_t n);
+    void (*acc_steps_f32)(float * acc, const void * const * v, const float * ms, const float * vs,
+                          int m, int64_t n);
+    // its tiled path's: nr (<= 6) accumulators acc[r] += sum over t of v[t] * p[r][t], in order
+    void (*acc_gemm_f32)(float * const * acc, const float * const * p, int nr, const void * const * v, int m,
+                         int64_t n);
     gp_vec_dot_fn vec_dot[GP_TYPE_COUNT];   // weights read by a vec_dot (block-quants.h),
                                             // by type; NULL for the others
 } gp_simd;
@@ -312,7 +322,20 @@ extern const gp_simd gp_simd_avx512;
 extern const gp_simd * gp_simd_active;
 
 // ---------------------------------------------------------------------------
-// kernel selection (ops.c, mul-mat.c, rope.c); kernels are int k(params, dst): 0, or -1
+// MUL_MAT's dot products (mul-mat.c), which FLASH_ATTN_EXT's K . Q shares: weights of type
+// wtype (K) against rows in its dot form, as ggml's vec_dot_type
+
+int    gp_dot_type_ok(int wtype);                       // a tile or a vec_dot reads it
+size_t gp_dot_form_size(int wtype, int64_t k);          // bytes of a row in the dot form
+// one row (k values of type xtype at x: f32, or f16 against f16) into the dot form at y
+void   gp_dot_form(int wtype, int xtype, const char * x, int64_t k, char * y);
+// rm x rn products c[j][i] of the weight rows at a (stride lda) with the dot-form rows b[j]:
+// the weights' dot tile, or their vec_dot product by product
+void   gp_dot_rows(int wtype, int64_t k, const char * a, size_t lda, int rm,
+                   const void * const * b, int rn, float * const * c);
+
+// ---------------------------------------------------------------------------
+// kernel selection (ops.c, mul-mat.c, rope.c, flash-attn.c); kernels are int k(params, dst): 0, or -1
 // through gp_fail
 
 
@@ -325,6 +348,8 @@ gp_kernel gp_select_mul_mat(const gp_tensor * t, int nth, int * n_tasks, size_t 
                             const char ** error);
 
 gp_kernel gp_select_rope(const gp_tensor * t, int nth, size_t * wsize, const char ** error);
+gp_kernel gp_select_flash_attn(const gp_tensor * t, int nth, int * n_tasks, size_t * wsize,
+                               const char ** error);
 
 // rope cos/sin cache (rope.c), kept per plan
 typedef struct gp_rope_cache gp_rope_cache;

@@ -37,8 +37,7 @@ static gp_dot_tile tile_of(int wtype) {
     return wtype >= 0 && wtype < GP_TYPE_COUNT ? gp_simd_active->tile[wtype] : NULL;
 }
 
-// bytes of one src1 row in the dot form of weights of type wtype
-static size_t form_row_size(int wtype, int64_t k) {
+size_t gp_dot_form_size(int wtype, int64_t k) {
     return form_of(wtype) == FORM_BLOCKS ? gp_row_size(gp_vec_dot_type(wtype), k)
                                          : (size_t)k * sizeof(float);
 }
@@ -48,8 +47,7 @@ static int needs_form(const gp_tensor * w, const gp_tensor * x) {
     return !(form_of(w->type) == FORM_F32 && x->type == GP_TYPE_F32);
 }
 
-// one src1 row (k values of type xtype at x) into the dot form of wtype at y
-static void to_form(int wtype, int xtype, const char * x, int64_t k, char * y) {
+void gp_dot_form(int wtype, int xtype, const char * x, int64_t k, char * y) {
     if (xtype == GP_TYPE_F16) {                 // (f16 src1 only meets f16 weights)
         gp_f16_to_f32_row((const uint16_t *)x, (float *)y, k);
         return;
@@ -65,20 +63,18 @@ static void to_form(int wtype, int xtype, const char * x, int64_t k, char * y) {
 
 // the src1 rows [r0, r1) of this thread, flat over (i1, i2, i3), into the work buffer
 static void convert_rows(const gp_params * p, const gp_tensor * w, const gp_tensor * x) {
-    const size_t rb = form_row_size(w->type, x->ne[0]);
+    const size_t rb = gp_dot_form_size(w->type, x->ne[0]);
     int64_t r0, r1;
     gp_rows_of(p, gp_nrows(x), &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t i1, i2, i3;
         gp_unravel_row(x, r, &i1, &i2, &i3);
-        to_form(w->type, x->type, gp_row(x, i1, i2, i3), x->ne[0], p->wdata + r * rb);
+        gp_dot_form(w->type, x->type, gp_row(x, i1, i2, i3), x->ne[0], p->wdata + r * rb);
     }
 }
 
-// rm x rn products of the weight rows at a (stride lda) with the converted rows b[j]:
-// the weights' dot tile, or their vec_dot product by product
-static void dot_block(int wtype, int64_t k, const char * a, size_t lda, int rm,
-                      const void * const * b, int rn, float * const * c) {
+void gp_dot_rows(int wtype, int64_t k, const char * a, size_t lda, int rm,
+                 const void * const * b, int rn, float * const * c) {
     const gp_dot_tile tile = tile_of(wtype);
     if (tile) {
         tile(k, a, lda, rm, b, rn, c);
@@ -96,7 +92,7 @@ static int src1_type_ok(const gp_tensor * w, const gp_tensor * x) {
     return x->type == GP_TYPE_F32 || (x->type == GP_TYPE_F16 && w->type == GP_TYPE_F16);
 }
 
-static int weight_type_ok(int type) {
+int gp_dot_type_ok(int type) {
     return tile_of(type) != NULL || gp_vec_dot_of(type) != NULL;
 }
 
@@ -119,7 +115,7 @@ static const char * mul_mat_check(const gp_tensor * dst) {
 static int mul_mat_supported(const gp_tensor * dst) {
     const gp_tensor * w = dst->src[0];
     const gp_tensor * x = dst->src[1];
-    return dst->type == GP_TYPE_F32 && dst->nb[0] == sizeof(float) && weight_type_ok(w->type) &&
+    return dst->type == GP_TYPE_F32 && dst->nb[0] == sizeof(float) && gp_dot_type_ok(w->type) &&
            src1_type_ok(w, x) && w->nb[0] == gp_type_size(w->type) &&
            x->nb[0] == gp_type_size(x->type) && w->ne[0] % gp_blck_size(w->type) == 0;
 }
@@ -128,7 +124,7 @@ static size_t mul_mat_wsize(const gp_tensor * dst) {
     const gp_tensor * w = dst->src[0];
     const gp_tensor * x = dst->src[1];
     if (!needs_form(w, x)) return 0;
-    return gp_pad(form_row_size(w->type, x->ne[0]) * (size_t)gp_nrows(x));
+    return gp_pad(gp_dot_form_size(w->type, x->ne[0]) * (size_t)gp_nrows(x));
 }
 
 static int k_mul_mat(const gp_params * p, gp_tensor * dst) {
@@ -138,7 +134,7 @@ static int k_mul_mat(const gp_params * p, gp_tensor * dst) {
     const int64_t n = x->ne[1], ne12 = x->ne[2], ne13 = x->ne[3];
     const int64_t r2 = ne12 / w->ne[2], r3 = ne13 / w->ne[3];
     const int converted = needs_form(w, x);
-    const size_t rb = form_row_size(w->type, k);
+    const size_t rb = gp_dot_form_size(w->type, k);
 
     if (converted) {
         convert_rows(p, w, x);
@@ -163,7 +159,7 @@ static int k_mul_mat(const gp_params * p, gp_tensor * dst) {
                                  : gp_row(x, i11, i12, i13);
                 c[j] = (float *)gp_row(dst, i11, i12, i13) + m0;
             }
-            dot_block(w->type, k, a, w->nb[1], rm, b, rn, c);
+            gp_dot_rows(w->type, k, a, w->nb[1], rm, b, rn, c);
         }
     }
     return 0;
@@ -201,7 +197,7 @@ static int k_mul_mat_id(const gp_params * p, gp_tensor * dst) {
     const int64_t ne11 = x->ne[1];
     const int64_t n_used = ids->ne[0], n_tok = ids->ne[1];
     const int converted = needs_form(w, x);
-    const size_t rb = form_row_size(w->type, k);
+    const size_t rb = gp_dot_form_size(w->type, k);
 
     // every thread checks the ids alike, so all return before the barrier or none
     for (int64_t t = 0; t < n_tok; t++) {
@@ -234,12 +230,12 @@ static int k_mul_mat_id(const gp_params * p, gp_tensor * dst) {
                 b[rn] = converted ? p->wdata + (t * ne11 + i11) * rb : gp_row(x, i11, t, 0);
                 c[rn] = (float *)gp_row(dst, e, t, 0) + m0;
                 if (++rn == MM_COLS) {
-                    dot_block(w->type, k, a, w->nb[1], rm, b, rn, c);
+                    gp_dot_rows(w->type, k, a, w->nb[1], rm, b, rn, c);
                     rn = 0;
                 }
             }
         }
-        if (rn) dot_block(w->type, k, a, w->nb[1], rm, b, rn, c);
+        if (rn) gp_dot_rows(w->type, k, a, w->nb[1], rm, b, rn, c);
     }
     return 0;
 }

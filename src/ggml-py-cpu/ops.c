@@ -4,7 +4,7 @@
 //     to nearest even, q8_0 with the CPU quantiser);
 //   * RMS_NORM / NORM / SUM / SOFT_MAX sum in double (ggml_float) where ggml does;
 //   * GELU / GELU_QUICK / GEGLU* look f16-rounded inputs up in ggml's 65536-entry tables.
-// (ROPE is in rope.c, MUL_MAT / MUL_MAT_ID in mul-mat.c.)
+// (ROPE is in rope.c, MUL_MAT / MUL_MAT_ID in mul-mat.c, FLASH_ATTN_EXT in flash-attn.c.)
 // Each kernel takes the rows of its thread (gp_rows); gp_select_kernel decides whether a
 // node is one the C kernels take (types, layouts) and checks what ggml asserts.
 
@@ -689,6 +689,9 @@ gp_kernel gp_select_kernel(const gp_tensor * t, int nth, int * n_tasks, size_t *
         case GP_OP_MUL_MAT:
         case GP_OP_MUL_MAT_ID:
             return gp_select_mul_mat(t, nth, n_tasks, wsize, error);
+
+        case GP_OP_FLASH_ATTN_EXT:
+            return gp_select_flash_attn(t, nth, n_tasks, wsize, error);
 
         case GP_OP_ADD: case GP_OP_SUB: case GP_OP_MUL: case GP_OP_DIV:
             if (!s0 || !s1 || !gp_same_shape(s0, t) || !can_repeat(s1, s0)) {

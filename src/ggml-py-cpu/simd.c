@@ -396,6 +396,127 @@ static void round_f16(const float * x, float * y, int64_t n) {
     }
 }
 
+// ---------------------------------------------------------------------------
+// FLASH_ATTN_EXT's V accumulation: m steps into one query row's accumulator, each
+// acc = acc * ms[t] where ms[t] != 1 (a new maximum), then acc += v[t] * vs[t], as ggml's
+// ggml_vec_scale_f16 / ggml_vec_mad_f16 (f16 accumulator: every step rounds to f16) and
+// ggml_vec_scale_f32 / ggml_vec_mad_f32 do them. Each element sees the same operations in
+// the same order as ggml's step-by-step loops; here a chunk of the accumulator stays in
+// registers through all m steps. The vector part fuses the multiply-add, the tail (and the
+// baseline) multiplies and adds separately, as ggml's scalar code.
+
+INLINE float same1(float x) { return x; }
+
+#ifdef GP_SIMD_AVX2
+INLINE __m256 round8_f16(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
+INLINE __m256 load8_h(const uint16_t * x) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x)); }
+INLINE void store8_h(uint16_t * y, __m256 a) {
+    _mm_storeu_si128((__m128i *)y, _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
+}
+INLINE __m256 same8(__m256 x) { return x; }
+
+// accumulator registers per pass: each step is a chain of dependent operations (an FMA and,
+// for f16, the round trip through f16), so as many chains as the registers hold
+#ifdef GP_SIMD_AVX512
+#define ACC_REGS 16
+#else
+#define ACC_REGS 8
+#endif
+
+// NR registers of 8 values of type T at acc + i through the m steps
+#define ACC_STEPS(NR, T, LOAD, ROUND, STORE)                                               \
+    for (; i + 8 * (NR) <= n; i += 8 * (NR)) {                                             \
+        __m256 a[NR];                                                                      \
+        for (int r = 0; r < (NR); r++) a[r] = LOAD(acc + i + 8 * r);                       \
+        for (int t = 0; t < m; t++) {                                                      \
+            if (ms[t] != 1.0f) {                                                           \
+                const __m256 vm = _mm256_set1_ps(ms[t]);                                   \
+                for (int r = 0; r < (NR); r++) a[r] = ROUND(_mm256_mul_ps(a[r], vm));      \
+            }                                                                              \
+            const __m256 vv = _mm256_set1_ps(vs[t]);                                       \
+            const T * x = (const T *)v[t] + i;                                             \
+            for (int r = 0; r < (NR); r++)                                                 \
+                a[r] = ROUND(_mm256_fmadd_ps(LOAD(x + 8 * r), vv, a[r]));                  \
+        }                                                                                  \
+        for (int r = 0; r < (NR); r++) STORE(acc + i + 8 * r, a[r]);                       \
+    }
+#define ACC_VECTOR(T, LOAD, ROUND, STORE) \
+    ACC_STEPS(ACC_REGS, T, LOAD, ROUND, STORE) ACC_STEPS(1, T, LOAD, ROUND, STORE)
+#else
+#define ACC_VECTOR(T, LOAD, ROUND, STORE)
+#endif
+
+// acc_steps_f16 / _f32: the vector part (8-value loads LOAD8, rounding ROUND8, stores STORE8),
+// then the tail one value at a time (LOAD1 widens, ROUND1 rounds, STORE1 narrows)
+#define ACC_STEPS_FN(name, T, LOAD8, ROUND8, STORE8, LOAD1, ROUND1, STORE1)                 \
+static void name(T * acc, const void * const * v, const float * ms, const float * vs, int m, int64_t n) { \
+    int64_t i = 0;                                                                         \
+    ACC_VECTOR(T, LOAD8, ROUND8, STORE8)                                                   \
+    for (; i < n; i++) {                                                                   \
+        float a = LOAD1(acc[i]);                                                           \
+        for (int t = 0; t < m; t++) {                                                      \
+            if (ms[t] != 1.0f) a = ROUND1(a * ms[t]);                                      \
+            a = ROUND1(a + LOAD1(((const T *)v[t])[i]) * vs[t]);                           \
+        }                                                                                  \
+        acc[i] = STORE1(a);                                                                \
+    }                                                                                      \
+}
+
+ACC_STEPS_FN(acc_steps_f16, uint16_t, load8_h, round8_f16, store8_h, gp_h2f, gp_round_f16, gp_f2h)
+ACC_STEPS_FN(acc_steps_f32, float, _mm256_loadu_ps, same8, _mm256_storeu_ps, same1, same1, same1)
+
+// FLASH_ATTN_EXT's tiled path (ggml's simd_gemm): nr (at most 6) float32 accumulators
+// acc[r] of n values each plus the m float32 rows v[t] weighted by p[r][t], t in order,
+// one FMA each; a V row's chunk, loaded once, feeds every accumulator
+#ifdef GP_SIMD_AVX2
+#define GEMM_CHUNKS (ACC_REGS / 4)      // registers of 8 per accumulator and pass
+#define GEMM_ROWS   6
+INLINE void gemm_pass(float * const * acc, const float * const * p, const int R, const void * const * v, int m,
+                      int64_t i, const int C) {
+    __m256 a[GEMM_ROWS][GEMM_CHUNKS];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) a[r][c] = _mm256_loadu_ps(acc[r] + i + 8 * c);
+    for (int t = 0; t < m; t++) {
+        const float * x = (const float *)v[t] + i;
+        __m256 xv[GEMM_CHUNKS];
+        for (int c = 0; c < C; c++) xv[c] = _mm256_loadu_ps(x + 8 * c);
+        for (int r = 0; r < R; r++) {
+            const __m256 pv = _mm256_set1_ps(p[r][t]);
+            for (int c = 0; c < C; c++) a[r][c] = _mm256_fmadd_ps(xv[c], pv, a[r][c]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) _mm256_storeu_ps(acc[r] + i + 8 * c, a[r][c]);
+}
+#define GEMM_PASSES(C)                                                                     \
+    for (; i + 8 * (C) <= n; i += 8 * (C)) {                                               \
+        switch (nr) {                                                                      \
+            case 1: gemm_pass(acc, p, 1, v, m, i, C); break;                               \
+            case 2: gemm_pass(acc, p, 2, v, m, i, C); break;                               \
+            case 3: gemm_pass(acc, p, 3, v, m, i, C); break;                               \
+            case 4: gemm_pass(acc, p, 4, v, m, i, C); break;                               \
+            case 5: gemm_pass(acc, p, 5, v, m, i, C); break;                               \
+            default: gemm_pass(acc, p, 6, v, m, i, C); break;                              \
+        }                                                                                  \
+    }
+#endif
+
+static void acc_gemm_f32(float * const * acc, const float * const * p, int nr, const void * const * v, int m,
+                         int64_t n) {
+    int64_t i = 0;
+#ifdef GP_SIMD_AVX2
+    GEMM_PASSES(GEMM_CHUNKS)
+    GEMM_PASSES(1)
+#endif
+    for (; i < n; i++) {
+        for (int r = 0; r < nr; r++) {
+            float a = acc[r][i];
+            for (int t = 0; t < m; t++) a += ((const float *)v[t])[i] * p[r][t];
+            acc[r][i] = a;
+        }
+    }
+}
+
 const gp_simd GP_SIMD_FN(gp_simd) = {
     /* .name       = */ GP_SIMD_STR(GP_SIMD_SUFFIX),
     /* .tile       = */ {
@@ -423,6 +544,9 @@ const gp_simd GP_SIMD_FN(gp_simd) = {
     /* .round_f16  = */ round_f16,
     /* .exp_sum    = */ exp_sum,
     /* .silu_mul   = */ silu_mul,
+    /* .acc_steps_f16 = */ acc_steps_f16,
+    /* .acc_steps_f32 = */ acc_steps_f32,
+    /* .acc_gemm_f32  = */ acc_gemm_f32,
     /* .vec_dot    = */ {
         [GP_TYPE_Q4_1]   = GP_SIMD_FN(gp_vec_dot_q4_1_q8_1),
         [GP_TYPE_Q5_0]   = GP_SIMD_FN(gp_vec_dot_q5_0_q8_0),

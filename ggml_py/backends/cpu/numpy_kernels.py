@@ -1,6 +1,6 @@
 """The CPU backend's kernels in numpy: the reference for the C kernels and the kernels
 of the nodes they do not take (ops, types or layouts the C kernels lack, such as
-FLASH_ATTN_EXT or TIMESTEP_EMBEDDING), with the numerics of ggml 0.10.1's CPU backend.
+TIMESTEP_EMBEDDING), with the numerics of ggml 0.10.1's CPU backend.
 
 Every kernel reads its sources and writes its result in place through numpy views
 built from the tensor's address and byte strides, so views share memory as in ggml.
@@ -13,7 +13,9 @@ Numerics follow ggml-cpu where they decide whether results match:
     the CPU quantiser (127/max, halves to even);
   * GELU / GELU_QUICK (and GEGLU*) go through ggml's 65536-entry f16 table;
   * ROPE builds theta by repeated float32 multiplication, as the CPU does;
-  * FLASH_ATTN_EXT with f16 V accumulates V*p in f16 with the online softmax.
+  * FLASH_ATTN_EXT with f16 V accumulates V*p in f16 with the online softmax, except on
+    ggml's tiled path (64 queries or more, f32 / f16 K and V), which sums in float32
+    a block of 64 positions at a time.
 """
 
 import math
@@ -25,6 +27,7 @@ from ggml_py import quants
 from ggml_py.ops import (bits_f32, alibi_bases, powf, rope_theta_scale, rope_yarn_corr_dims,
                          UNARY_OPS, GLU_OPS, ROPE_TYPES)
 from ggml_py._core import acc_region_end
+from ggml_py._cpu import isa
 from ggml_py.backends.cpu.memory import tensor_array
 
 
@@ -642,6 +645,71 @@ def _k_glu(t):
 
 # --- flash attention
 
+FA_TILE = 64        # ggml's tiled path: from this many queries on, in blocks of this many positions
+
+
+def _fa_tiled(q, k, v):
+    """Does ggml's CPU (built for this CPU) take its tiled path? 64 queries or more, K and V
+    both f32 or both f16, DV a whole number of its float vectors."""
+    epr = {"avx512": 16, "avx2": 8}.get(isa(), 1)
+    return (q.ne[1] >= FA_TILE and k.type == v.type and k.type in ("f32", "f16")
+            and v.ne[0] % epr == 0)
+
+
+def _fa_rows(S, V, mv, f16_acc):
+    """ggml's one-row path: the online softmax position by position; (acc, M, sum)."""
+    s3, H, N, n_kv = S.shape
+    M = np.full((s3, H, N), -np.inf, dtype=F32)
+    Ssum = np.zeros((s3, H, N), dtype=F32)
+    acc = np.zeros((s3, H, N, V.shape[-1]), dtype=F32)
+    for ic in range(n_kv):
+        valid = mv[..., ic] != -np.inf
+        s = S[..., ic]
+        new = valid & (s > M)
+        ms = np.where(new, np.exp(M - s), F32(1)).astype(F32)
+        vs = np.where(new, F32(1), np.exp(s - M)).astype(F32)
+        M = np.where(new, s, M)
+        scaled = acc * ms[..., None]
+        if f16_acc:
+            scaled = quants.round_f16(scaled)
+        acc = np.where(new[..., None], scaled, acc)
+        upd = acc + V[:, :, ic, :][:, :, None, :] * vs[..., None]
+        if f16_acc:
+            upd = quants.round_f16(upd)
+        acc = np.where(valid[..., None], upd, acc)
+        Ssum = np.where(valid, Ssum * ms + vs, Ssum).astype(F32)
+    return acc, M, Ssum
+
+
+def _fa_tiled_blocks(S, V, pad):
+    """ggml's tiled path: the online softmax FA_TILE positions at a time, V summed in
+    float32, each block's weights summed in double. A short last block is padded with
+    logits `pad` (-softcap without a mask, else -inf) and the V rows ggml's buffer still
+    holds from the block before (zeros in the first)."""
+    s3, H, N, n_kv = S.shape
+    DV = V.shape[-1]
+    M = np.full((s3, H, N), -np.inf, dtype=F32)
+    Ssum = np.zeros((s3, H, N), dtype=F32)
+    acc = np.zeros((s3, H, N, DV), dtype=F32)
+    vbuf = np.zeros((s3, H, FA_TILE, DV), dtype=F32)
+    for c0 in range(0, n_kv, FA_TILE):
+        nb = min(FA_TILE, n_kv - c0)
+        s = np.concatenate([S[..., c0:c0 + nb], np.full((s3, H, N, FA_TILE - nb), pad, F32)], axis=-1)
+        vbuf[:, :, :nb] = V[:, :, c0:c0 + nb]
+        mx = s.max(axis=-1)
+        valid = mx != -np.inf
+        Mnew = np.maximum(M, mx)
+        grow = valid & (Mnew > M)
+        ms = np.where(grow, np.exp(M - Mnew), F32(1)).astype(F32)
+        acc = np.where(grow[..., None], acc * ms[..., None], acc)
+        Ssum = np.where(grow, Ssum * ms, Ssum)
+        M = np.where(valid, Mnew, M)
+        p = np.where(valid[..., None], np.exp(s - M[..., None]), F32(0)).astype(F32)
+        Ssum = np.where(valid, (Ssum.astype(np.float64) + p.sum(axis=-1, dtype=np.float64)).astype(F32), Ssum)
+        acc = (acc + np.matmul(p, vbuf)).astype(F32)
+    return acc, M, Ssum
+
+
 def _k_flash_attn_ext(t):
     srcs = t.src
     q, k, v = srcs[0], srcs[1], srcs[2]
@@ -650,7 +718,8 @@ def _k_flash_attn_ext(t):
     scale, max_bias, softcap = (F32(_f(t, i)) for i in range(3))
     if softcap != 0:
         scale = F32(scale / softcap)
-    Q = quants.vec_dot_round(k.type, values(q))          # (s, H, N, DK)
+    tiled = _fa_tiled(q, k, v)
+    Q = values(q) if tiled else quants.vec_dot_round(k.type, values(q))    # (s, H, N, DK)
     K = values(k)                                        # (s_k, Hk, n_kv, DK)
     V = values(v)                                        # (s_v, Hv, n_kv, DV)
     s3, H, N, _ = Q.shape
@@ -669,28 +738,11 @@ def _k_flash_attn_ext(t):
     else:
         mv = np.zeros_like(S)
     S = (S + mv).astype(F32)
-    DV = V.shape[-1]
-    f16_acc = v.type == "f16"
-    M = np.full((s3, H, N), -np.inf, dtype=F32)
-    Ssum = np.zeros((s3, H, N), dtype=F32)
-    acc = np.zeros((s3, H, N, DV), dtype=F32)
     with np.errstate(all="ignore"):
-        for ic in range(n_kv):
-            valid = mv[..., ic] != -np.inf
-            s = S[..., ic]
-            new = valid & (s > M)
-            ms = np.where(new, np.exp(M - s), F32(1)).astype(F32)
-            vs = np.where(new, F32(1), np.exp(s - M)).astype(F32)
-            M = np.where(new, s, M)
-            scaled = acc * ms[..., None]
-            if f16_acc:
-                scaled = quants.round_f16(scaled)
-            acc = np.where(new[..., None], scaled, acc)
-            upd = acc + V[:, :, ic, :][:, :, None, :] * vs[..., None]
-            if f16_acc:
-                upd = quants.round_f16(upd)
-            acc = np.where(valid[..., None], upd, acc)
-            Ssum = np.where(valid, Ssum * ms + vs, Ssum).astype(F32)
+        if tiled:
+            acc, M, Ssum = _fa_tiled_blocks(S, V, -softcap if softcap != 0 and mask is None else -np.inf)
+        else:
+            acc, M, Ssum = _fa_rows(S, V, mv, v.type == "f16")
         if sinks is not None:
             sk = values(sinks).reshape(-1)[:H][None, :, None]
             new = sk > M
