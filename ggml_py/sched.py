@@ -367,10 +367,45 @@ class Scheduler:
             missing = self._core.unwritten_inputs(graph)
             if missing:
                 self._refuse_unwritten(missing)
+        self._refuse_unreachable_views(graph)
         core = self._core
         splits = [ComputeSplit(b, i0, i1, core.get_split_copies(k))
                   for k, (b, i0, i1, _) in enumerate(core.get_splits())]
         return self.runtime.compute_splits(graph, splits, core.cur_copy)
+
+    def _refuse_unreachable_views(self, graph: Graph) -> None:
+        """A view the user assigned away from its memory (cause 'usr.away') is planned as
+        ggml plans it: its readers on that backend read the view_src's memory in place, and
+        a backend that cannot use the assigned one's memory copies the view at the start of
+        its split. Refused where that computes from the wrong bytes: the assigned backend
+        cannot use the memory, or the copy is made before the view_src is computed."""
+        away = self._core.away_views
+        if not away:
+            return
+        splits = self._core.get_splits()
+        for i, b in away:
+            view, backend = graph.node(i), self.backends[b]
+            base = view.view_src
+            if base is None:
+                continue
+            buf = get_buffer(base)
+            if buf is not None and not backend.supports_buft(buf.buffer_type):
+                why = (f"which cannot use the memory it views: its view_src '{base.name}' "
+                       f"lives in buffer type '{buf.buffer_type.name}'")
+            else:
+                early = next((self.backends[sb] for sb, i0, i1, inputs in splits
+                              if view in inputs and any(graph.node(k) == base
+                                                        for k in range(i0, i1))), None)
+                if early is None:
+                    continue
+                why = (f"and {early.name} would copy it at the start of the split that "
+                       f"computes its view_src '{base.name}', before it is "
+                       f"computed")
+            raise SchedulerError(
+                f"graph_compute: view '{view.name}' is assigned to backend {backend.name}, "
+                f"{why}. Leave the view unassigned (it then runs where its view_src "
+                f"lives) or assign it to a backend that can use that memory",
+                "view-assigned-away")
 
     def _refuse_unwritten(self, missing: list[Tensor]) -> None:
         names = ", ".join(describe(t) + ("" if "INPUT" in t.flags else " (not flagged INPUT)")
