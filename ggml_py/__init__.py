@@ -1,5 +1,7 @@
 """ggml_py: a Cython port of ggml's backend scheduler, graph allocator and backends."""
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
 try:
@@ -27,6 +29,19 @@ from ggml_py.errors import (GgmlPyError, GraphError, CaseFormatError, BackendErr
 
 from ggml_py import arrays, ops, quants
 
+if TYPE_CHECKING:
+    from ggml_py.sched import Scheduler
+
+
+def __getattr__(name: str) -> Any:
+    # the scheduler's modules load on first use of ggml_py.Scheduler: `import ggml_py`
+    # stays as light as the tensors and ops need (the scheduler adds ~70 ms)
+    if name == "Scheduler":
+        from ggml_py.sched import Scheduler
+        return Scheduler
+    raise AttributeError(f"module 'ggml_py' has no attribute {name!r}")
+
+
 __all__ = [
     "__version__",
     # tensors and graphs
@@ -34,6 +49,8 @@ __all__ = [
     # buffers and backends
     "Backend", "BufferType", "Buffer", "fake_buffer", "host_buffer", "set_buffer",
     "get_buffer", "view_init", "memory_available",
+    # splitting and computing graphs
+    "Scheduler",
     # errors
     "GgmlPyError", "GraphError", "CaseFormatError", "BackendError", "SchedulerError",
     "AllocationError",

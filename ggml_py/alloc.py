@@ -189,7 +189,7 @@ def _in_place(parent, parent_last, node, node_first, nodes):
             and any(s == parent for s in node.src if s is not None))
 
 
-def validate_allocation(graph, allocator=None):
+def validate_allocation(graph: Graph, allocator: GraphAllocator | None = None) -> int:
     """Raise AllocationError listing every problem of an allocated graph (see
     allocation_problems); return the number of tensors checked otherwise."""
     problems = allocation_problems(graph, allocator)
