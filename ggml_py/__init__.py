@@ -30,16 +30,19 @@ from ggml_py.errors import (GgmlPyError, GraphError, CaseFormatError, BackendErr
 from ggml_py import arrays, ops, quants
 
 if TYPE_CHECKING:
+    from ggml_py.alloc import tensors_from_arrays
     from ggml_py.sched import Scheduler
+
+# loaded on first use, so that `import ggml_py` stays as light as tensors and ops need
+# (the scheduler's modules add ~70 ms)
+_LAZY = {"Scheduler": "ggml_py.sched", "tensors_from_arrays": "ggml_py.alloc"}
 
 
 def __getattr__(name: str) -> Any:
-    # the scheduler's modules load on first use of ggml_py.Scheduler: `import ggml_py`
-    # stays as light as the tensors and ops need (the scheduler adds ~70 ms)
-    if name == "Scheduler":
-        from ggml_py.sched import Scheduler
-        return Scheduler
-    raise AttributeError(f"module 'ggml_py' has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module 'ggml_py' has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(_LAZY[name]), name)
 
 
 __all__ = [
@@ -48,7 +51,7 @@ __all__ = [
     "Context", "Graph", "Tensor", "HashSet", "hash_size", "type_id", "op_id", "ggml_type",
     # buffers and backends
     "Backend", "BufferType", "Buffer", "fake_buffer", "host_buffer", "set_buffer",
-    "get_buffer", "view_init", "memory_available",
+    "get_buffer", "view_init", "memory_available", "tensors_from_arrays",
     # splitting and computing graphs
     "Scheduler",
     # errors

@@ -14,8 +14,8 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import (TYPE_CHECKING, Any, Callable, Concatenate, Iterable, Iterator, ParamSpec,
-                    Sequence, TypeVar)
+from typing import (TYPE_CHECKING, Any, Callable, Concatenate, Iterable, Iterator, Mapping,
+                    ParamSpec, Sequence, TypeVar, overload)
 
 import numpy as np
 
@@ -456,6 +456,37 @@ class Scheduler:
         instance_arg(tensor, Tensor, "tensor")
         self.synchronize()
         return read(tensor, dtype, copy)
+
+    @overload
+    def run(self, graph: Graph, inputs: Mapping[Tensor, Any], outputs: Tensor) -> np.ndarray: ...
+
+    @overload
+    def run(self, graph: Graph, inputs: Mapping[Tensor, Any],
+            outputs: Sequence[Tensor]) -> list[np.ndarray]: ...
+
+    def run(self, graph: Graph, inputs: Mapping[Tensor, Any],
+            outputs: Tensor | Sequence[Tensor]) -> np.ndarray | list[np.ndarray]:
+        """One step, as ONNX Runtime's run(): alloc_graph(graph) unless it is the graph
+        allocated last, set_input for each {tensor: array} of `inputs`, graph_compute, and
+        get_output of `outputs` (a tensor: its array; a sequence: a list of them). Another
+        graph allocated before needs reset() first, as for alloc_graph. SchedulerError
+        (kind 'not-computed') where the compute did not finish (the eval callback
+        cancelled it)."""
+        with self.lock:
+            _check_graph(graph)
+            if not isinstance(inputs, Mapping):
+                raise ArgumentTypeError(f"run: inputs is a mapping of tensors to arrays, got "
+                                        f"{type(inputs).__name__}")
+            if not (self.is_alloc and self._graph is graph):
+                self.alloc_graph(graph)
+            for tensor, array in inputs.items():
+                self.set_input(tensor, array)
+            status = self.graph_compute(graph)
+            if status != Status.SUCCESS:
+                raise SchedulerError(f"run: graph_compute returned {status.name}", "not-computed")
+            if isinstance(outputs, Tensor):
+                return self.get_output(outputs)
+            return [self.get_output(t) for t in items_arg(outputs, "run: outputs", Tensor)]
 
     @_locked
     def set_eval_callback(self, callback: EvalCallback | None) -> None:

@@ -63,8 +63,9 @@ def test_the_scheduler_modules_pass_mypy_strict():
 def test_the_scheduler_is_exported_and_imported_on_first_use():
     # `import ggml_py` does not load the scheduler's modules; `ggml_py.Scheduler` does
     code = ("import sys, ggml_py; assert 'ggml_py.sched' not in sys.modules; "
-            "from ggml_py import Scheduler; import ggml_py.sched; "
+            "from ggml_py import Scheduler, tensors_from_arrays; import ggml_py.sched; "
             "assert Scheduler is ggml_py.sched.Scheduler and 'Scheduler' in ggml_py.__all__; "
+            "assert tensors_from_arrays is ggml_py.alloc.tensors_from_arrays; "
             "print('ok')")
     r = subprocess.run([sys.executable, "-c", code], cwd=tempfile.gettempdir(),
                        capture_output=True, text=True, timeout=120)
