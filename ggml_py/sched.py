@@ -300,8 +300,7 @@ class Scheduler:
             raise SchedulerError("no graph is allocated")
         nodes, _, leafs, _ = self.graph_copy
         copy = Graph.from_lists(nodes, leafs, allow_duplicates=True)
-        n: int = validate_allocation(copy, self._core.galloc)
-        return n
+        return validate_allocation(copy, self._core.galloc)
 
     @_locked
     def synchronize(self, raise_errors: bool = True) -> None:
