@@ -1,5 +1,7 @@
 """ggml_py: a Cython port of ggml's backend scheduler, graph allocator and backends."""
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
 try:
@@ -27,13 +29,31 @@ from ggml_py.errors import (GgmlPyError, GraphError, CaseFormatError, BackendErr
 
 from ggml_py import arrays, ops, quants
 
+if TYPE_CHECKING:
+    from ggml_py.alloc import tensors_from_arrays
+    from ggml_py.sched import Scheduler
+
+# loaded on first use, so that `import ggml_py` stays as light as tensors and ops need
+# (the scheduler's modules add ~70 ms)
+_LAZY = {"Scheduler": "ggml_py.sched", "tensors_from_arrays": "ggml_py.alloc"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'ggml_py' has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(_LAZY[name]), name)
+
+
 __all__ = [
     "__version__",
     # tensors and graphs
     "Context", "Graph", "Tensor", "HashSet", "hash_size", "type_id", "op_id", "ggml_type",
     # buffers and backends
     "Backend", "BufferType", "Buffer", "fake_buffer", "host_buffer", "set_buffer",
-    "get_buffer", "view_init", "memory_available",
+    "get_buffer", "view_init", "memory_available", "tensors_from_arrays",
+    # splitting and computing graphs
+    "Scheduler",
     # errors
     "GgmlPyError", "GraphError", "CaseFormatError", "BackendError", "SchedulerError",
     "AllocationError",

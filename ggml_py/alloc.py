@@ -3,7 +3,8 @@ ggml's names: reserve, reserve_n, reserve_n_size, alloc_graph, get_buffer_size) 
 `TensorAllocator` (ggml_tallocr) are the Cython classes of _alloc.pyx.
 
 `alloc_ctx_tensors_from_buft` places a context's tensors (weights, caches, the tensors
-of a test) in as few buffers of one buffer type as its largest buffer allows.
+of a test) in as few buffers of one buffer type as its largest buffer allows;
+`tensors_from_arrays` makes, places and fills such tensors from numpy arrays in one call.
 
 `validate_allocation` checks an allocated graph: every tensor lies inside its
 buffer, and no two tensors that are alive at the same time share bytes.
@@ -11,16 +12,22 @@ buffer, and no two tensors that are alive at the same time share bytes.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+import numpy as np
 
 from ggml_py._alloc import (GraphAllocator, TensorAllocator, VBuffer,
                             op_can_inplace, INPLACE_OPS)
-from ggml_py._backend import Buffer, BufferType, BUFFER_USAGES, get_buffer, view_init
+from ggml_py._backend import Backend, Buffer, BufferType, BUFFER_USAGES, get_buffer, view_init
 from ggml_py._core import Context, Graph, Tensor, instance_arg, items_arg
-from ggml_py.errors import AllocationError, UnknownNameError
+from ggml_py.errors import AllocationError, ArgumentTypeError, UnknownNameError
+
+if TYPE_CHECKING:
+    from ggml_py._core import TypeSpec
 
 __all__ = ["GraphAllocator", "TensorAllocator", "VBuffer", "op_can_inplace", "INPLACE_OPS",
-           "alloc_ctx_tensors_from_buft", "validate_allocation", "allocation_problems"]
+           "alloc_ctx_tensors_from_buft", "tensors_from_arrays", "validate_allocation",
+           "allocation_problems"]
 
 
 # ---------------------------------------------------------------------------
@@ -189,7 +196,35 @@ def _in_place(parent, parent_last, node, node_first, nodes):
             and any(s == parent for s in node.src if s is not None))
 
 
-def validate_allocation(graph, allocator=None):
+def tensors_from_arrays(arrays: Mapping[str, Any], where: Backend | BufferType,
+                        type: TypeSpec | None = None, usage: str = "weights"
+                        ) -> dict[str, Tensor]:
+    """Weights (or any tensors the graphs read) from numpy arrays, in one call: a new
+    context with a tensor per array, named by its key, of the array's numpy-order shape
+    and of `type` (default: the array's dtype), placed by alloc_ctx_tensors_from_buft in
+    `where` (a backend: its default buffer type) with `usage`, each array then written
+    with ggml's rounding (Tensor.write). {name: Tensor}, in the mapping's order; the
+    tensors keep their context and memory alive."""
+    if not isinstance(arrays, Mapping):
+        raise ArgumentTypeError(f"tensors_from_arrays: arrays is a mapping of names to arrays, "
+                                f"got {_type_name(arrays)}")
+    buft = where.get_default_buffer_type() if isinstance(where, Backend) else where
+    instance_arg(buft, BufferType, "tensors_from_arrays: where (a Backend or a BufferType)")
+    ctx = Context()
+    values = {name: np.asarray(a) for name, a in arrays.items()}
+    tensors = {name: ctx.new_tensor(a.dtype if type is None else type, a.shape, name=name)
+               for name, a in values.items()}
+    alloc_ctx_tensors_from_buft(ctx, buft, usage)
+    for name, t in tensors.items():
+        t.write(values[name])
+    return tensors
+
+
+def _type_name(x: object) -> str:
+    return type(x).__name__
+
+
+def validate_allocation(graph: Graph, allocator: GraphAllocator | None = None) -> int:
     """Raise AllocationError listing every problem of an allocated graph (see
     allocation_problems); return the number of tensors checked otherwise."""
     problems = allocation_problems(graph, allocator)

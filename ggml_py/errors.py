@@ -6,6 +6,10 @@ the TypeError Cython's argument checks raise for None or an object of the
 wrong class in a typed parameter (Python's convention for a programming error).
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 
 class GgmlPyError(Exception):
     """Base of every ggml_py error."""
@@ -63,7 +67,7 @@ class SchedulerError(GgmlPyError, RuntimeError):
     `kind` is one of the abort classes of SCHED_CASES.md ('unsupported-preallocated',
     'no-backend-supports-op', 'too-many-graph-inputs', ...)."""
 
-    def __init__(self, message, kind=None):
+    def __init__(self, message: str, kind: str | None = None) -> None:
         super().__init__(message)
         self.kind = kind
 
@@ -71,7 +75,7 @@ class SchedulerError(GgmlPyError, RuntimeError):
 class ComputeError(BackendError):
     """A kernel failed. `node` and `backend` name where (the Tensor and the Backend)."""
 
-    def __init__(self, message, node=None, backend=None):
+    def __init__(self, message: str, node: Any = None, backend: Any = None) -> None:
         super().__init__(message)
         self.node = node
         self.backend = backend

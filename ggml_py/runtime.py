@@ -30,12 +30,19 @@ import enum
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from ggml_py._backend import Backend, GraphView, get_buffer, host_bytes, tensor_copy
 from ggml_py._core import Graph, Tensor, index_arg, instance_arg, int_arg, items_arg
 from ggml_py.errors import ComputeError, OutOfRangeError, SchedulerError  # noqa: F401 (ComputeError: re-exported)
+
+if TYPE_CHECKING:
+    from ggml_py._types import EvalCallback
+
+# (an input, its backend's index, its copy on the split's backend)
+InputCopy = tuple[Tensor, int, Tensor]
 
 
 class Status(enum.IntEnum):
@@ -77,9 +84,9 @@ class Profile:
     name, destination backend name): the links."""
     n_computes: int = 0
     wall_s: float = 0.0
-    splits: list = field(default_factory=list)          # SplitProfile, every compute
-    bytes_by_pair: dict = field(default_factory=dict)
-    seconds_by_pair: dict = field(default_factory=dict)
+    splits: list[SplitProfile] = field(default_factory=list)    # every compute's
+    bytes_by_pair: dict[tuple[str, str], int] = field(default_factory=dict)
+    seconds_by_pair: dict[tuple[str, str], float] = field(default_factory=dict)
     n_async_copies: int = 0
     n_sync_copies: int = 0
     n_input_copies: int = 0                 # user inputs (INPUT flag), always blocking
@@ -89,11 +96,11 @@ class Profile:
     n_backend_syncs: int = 0                # synchronize() used where no event exists
     moe_bytes_copied: int = 0               # expert ranges copied, padding included
     moe_bytes_saved: int = 0                # whole expert tensors minus the above
-    moe_experts_used: list = field(default_factory=list)   # (tensor name, sorted ids)
+    moe_experts_used: list[tuple[str, list[int]]] = field(default_factory=list)  # (name, ids)
 
     def reset(self) -> None:
         """Every count and time back to zero."""
-        self.__init__()
+        self.__dict__.update(Profile().__dict__)
 
     @property
     def bytes_copied(self) -> int:
@@ -107,7 +114,7 @@ class Profile:
 
     def summary(self) -> dict[str, dict[str, float]]:
         """Per backend: splits, total copy and compute seconds, bytes copied in."""
-        out = {}
+        out: dict[str, dict[str, float]] = {}
         for s in self.splits:
             d = out.setdefault(s.backend, {"splits": 0, "copy_s": 0.0, "compute_s": 0.0,
                                            "bytes_in": 0})
@@ -121,7 +128,8 @@ class Profile:
 # ---------------------------------------------------------------------------
 # tensor copies between backends (blocking ones are _backend.tensor_copy)
 
-def _set_tensor_async(backend, t, data, offset):
+def _set_tensor_async(backend: Backend, t: Tensor, data: bytes | memoryview,
+                      offset: int) -> None:
     """ggml_backend_tensor_set_async: the backend's async set, or a blocking set."""
     setter = getattr(backend, "set_tensor_async", None)
     (setter or backend.set_tensor)(t, data, offset)
@@ -137,9 +145,9 @@ class ComputeSplit:
     backend: int
     i_start: int
     i_end: int
-    copies: list
+    copies: list[InputCopy]
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for what in ("backend", "i_start", "i_end"):
             int_arg(getattr(self, what), f"ComputeSplit.{what}", 0, 2**31 - 1)
         items_arg(self.copies, "ComputeSplit.copies", tuple)
@@ -149,20 +157,20 @@ class Runtime:
     """Runs the splits a Scheduler hands it, on its backends. One per scheduler, created
     with it (the events are made then, as ggml_backend_sched_new makes them)."""
 
-    def __init__(self, backends, n_copies):
+    def __init__(self, backends: Sequence[Backend], n_copies: int) -> None:
         self.backends = items_arg(backends, "backends", of=Backend)
         n_copies = int_arg(n_copies, "n_copies", 1, 1 << 16)
         # events[backend][copy slot]; None where the backend has no events, and all None
         # without pipeline parallelism (then synchronize() is used instead)
         self.events = [[b.event_new() if n_copies > 1 else None for _ in range(n_copies)]
                        for b in self.backends]
-        self.callback = None
+        self.callback: EvalCallback | None = None
         self.profile = Profile()
         self.sync_splits = False
 
     # --- waiting for a copy slot ---
 
-    def _wait_slot_host(self, b, backend, cur):
+    def _wait_slot_host(self, b: int, backend: Backend, cur: int) -> None:
         """Block the caller until `backend` is done with copy slot `cur`."""
         ev = self.events[b][cur]
         if ev is not None:
@@ -172,7 +180,7 @@ class Runtime:
             backend.synchronize()
             self.profile.n_backend_syncs += 1
 
-    def _wait_slot_queue(self, b, backend, cur):
+    def _wait_slot_queue(self, b: int, backend: Backend, cur: int) -> None:
         """Make `backend`'s queue wait until it is done with copy slot `cur`."""
         ev = self.events[b][cur]
         if ev is not None:
@@ -220,7 +228,7 @@ class Runtime:
                         sp.n_sync += 1
                     else:
                         self._wait_slot_queue(b, backend, cur)
-                        if moe.applies(first, inp, cpy):
+                        if first is not None and moe.applies(first, inp, cpy):
                             nbytes = moe.copy(split_id, first, copies, input_id, b,
                                               in_backend, backend)
                             sp.n_async += 1
@@ -261,11 +269,12 @@ class Runtime:
             prof.wall_s += time.perf_counter() - t_start
         return Status.SUCCESS
 
-    def _compute_observed(self, backend, nodes):
+    def _compute_observed(self, backend: Backend, nodes: list[Tensor]) -> Status:
         """The split's nodes with the eval callback: nodes the user does not ask for are
         computed together up to the next one asked for, which is then shown to the user
         (after a synchronize). ABORTED when the user cancels."""
         cb = self.callback
+        assert cb is not None
         n = len(nodes)
         j0 = 0
         while j0 < n:
@@ -284,7 +293,7 @@ class Runtime:
         return Status.SUCCESS
 
 
-def _status(ok):
+def _status(ok: bool | int | None) -> Status:
     """A backend's graph_compute answer as a Status: True / None are success, False a
     failure, anything else a ggml_status value."""
     if ok is True or ok is None:
@@ -299,21 +308,20 @@ class _ExpertCopier:
 
     PADDING = 512       # bytes copied past the last expert of a range (CUDA's MMQ reads them)
 
-    def __init__(self, runtime):
+    def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
-        self.prev_ids = None
-        self.used = None
+        self.prev_ids: Tensor | None = None
+        self.used: np.ndarray[Any, np.dtype[np.int32]] = np.zeros(0, np.int32)
 
     @staticmethod
-    def applies(node, inp, cpy):
+    def applies(node: Tensor, inp: Tensor, cpy: Tensor) -> bool:
         """Is `inp` (copied to `cpy`) the expert weights of `node`, a split's first node?"""
-        if node is None:
-            return False
         buf = get_buffer(inp)
         return (node.op == "MUL_MAT_ID" and node.src[0] == cpy and buf is not None
                 and buf.usage == "weights" and buf.is_host)
 
-    def copy(self, split_id, node, copies, input_id, b, in_backend, backend):
+    def copy(self, split_id: int, node: Tensor, copies: list[InputCopy], input_id: int, b: int,
+             in_backend: Backend, backend: Backend) -> int:
         """Copy the used experts of copies[input_id]; returns the bytes copied."""
         inp, _, cpy = copies[input_id]
         n_expert = inp.ne[2]
@@ -322,6 +330,7 @@ class _ExpertCopier:
 
         # the ids may be a later input of this split, not copied yet: read the original
         ids_t, ids_backend = node.src[2], backend
+        assert ids_t is not None            # (a MUL_MAT_ID has its ids)
         for later, lb, later_cpy in copies[input_id + 1:]:
             if later_cpy == ids_t:
                 ids_t, ids_backend = later, self.rt.backends[lb]
@@ -356,16 +365,16 @@ class _ExpertCopier:
         return copied
 
 
-def _ranges(sorted_ids):
+def _ranges(sorted_ids: Any) -> list[tuple[int, int]]:
     """Runs of consecutive ids: [0, 1, 2, 5, 7, 8] -> (0, 2), (5, 5), (7, 8)."""
-    out = []
+    out: list[list[int]] = []
     for i in sorted_ids:
         i = int(i)
         if out and i == out[-1][1] + 1:
             out[-1][1] = i
         else:
             out.append([i, i])
-    return [tuple(r) for r in out]
+    return [(first, last) for first, last in out]
 
 
 # ---------------------------------------------------------------------------

@@ -14,7 +14,8 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import (TYPE_CHECKING, Any, Callable, Concatenate, Iterable, Iterator, Mapping,
+                    ParamSpec, Sequence, TypeVar, overload)
 
 import numpy as np
 
@@ -43,7 +44,7 @@ MAX_GRAPH_SIZE = 2**31 - 1   # ggml's graph sizes are C ints
 MAX_BACKENDS_LIMIT = 64      # the most max_backends may be (the core's C limit)
 
 
-def _env_int(name):
+def _env_int(name: str) -> int:
     value = os.environ.get(name, "0") or "0"
     try:
         return int(value)
@@ -52,23 +53,29 @@ def _env_int(name):
                             f"{value!r}") from None
 
 
-def _check_graph(graph):
+def _check_graph(graph: object) -> None:
     instance_arg(graph, Graph, "graph")
 
 
-def _locked(method):
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _locked(method: Callable[Concatenate[Scheduler, _P], _R]
+            ) -> Callable[Concatenate[Scheduler, _P], _R]:
     """Run `method` holding the scheduler's lock: a scheduler is one piece of C state,
     so calls from several threads take turns (hold `sched.lock` to make a sequence of
     calls -- alloc, set inputs, compute, read -- one turn)."""
-    @functools.wraps(method)
-    def locked(self, *args, **kwargs):
+    def locked(self: Scheduler, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         with _scheduler(self).lock:
             return method(self, *args, **kwargs)
+    functools.update_wrapper(locked, method)
     return locked
 
 
-def _scheduler(sched):
-    return instance_arg(sched, Scheduler, "sched")
+def _scheduler(sched: object) -> Scheduler:
+    checked: Scheduler = instance_arg(sched, Scheduler, "sched")
+    return checked
 
 
 @dataclass(frozen=True)
@@ -128,7 +135,6 @@ class Scheduler:
                  validate: bool | None = None, graph_reuse: bool = True,
                  check_inputs: bool = True) -> None:
         self.lock = threading.RLock()
-        self._core = None
         backends = items_arg(backends, "backends", of=Backend)
         if not backends:
             raise SchedulerError("a scheduler needs at least one backend (the CPU, last)",
@@ -155,8 +161,8 @@ class Scheduler:
         graph_size = int_arg(graph_size, "graph_size", 1, MAX_GRAPH_SIZE)
         max_split_inputs = int_arg(max_split_inputs, "max_split_inputs", 1, 1 << 16)
         max_copies = int_arg(max_copies, "max_copies", 1, 1 << 16)
-        self.backends = backends
-        self.buffer_types = buffer_types
+        self.backends: list[Backend] = backends
+        self.buffer_types: list[BufferType] = buffer_types
         self.graph_size = graph_size
         self.parallel = bool(parallel)
         self.op_offload = bool(op_offload)
@@ -166,11 +172,11 @@ class Scheduler:
                                _env_int("GGML_SCHED_DEBUG_REALLOC")
                                if debug_realloc is None else debug_realloc, realloc_raises)
         self._core.graph_reuse = bool(graph_reuse)
-        self._graph = None
+        self._graph: Graph | None = None
         # graphs whose placements a later alloc_graph took back: their inputs are gone,
         # so graph_compute does not allocate them again behind the user's back
-        self._allocated = None
-        self._displaced = weakref.WeakSet()
+        self._allocated: weakref.ref[Graph] | None = None
+        self._displaced: weakref.WeakSet[Graph] = weakref.WeakSet()
         self.debug = _env_int("GGML_SCHED_DEBUG")
         # debug mode: prove every allocation sound (alloc.validate_allocation)
         self.validate = (os.environ.get("GGML_PY_VALIDATE_ALLOC", "0") not in ("", "0")
@@ -181,7 +187,7 @@ class Scheduler:
     # --- lifetime ---
 
     @_locked
-    def close(self):
+    def close(self) -> None:
         """Give the graph split last its own sources back, take back the compute-buffer
         placements of the graph allocated last and release the compute buffers. The
         scheduler stays usable: the next alloc_graph allocates again. Dropping the
@@ -194,10 +200,10 @@ class Scheduler:
             self._displaced.add(last)
         self._allocated = None
 
-    def __enter__(self):
+    def __enter__(self) -> Scheduler:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # --- state ---
@@ -367,10 +373,45 @@ class Scheduler:
             missing = self._core.unwritten_inputs(graph)
             if missing:
                 self._refuse_unwritten(missing)
+        self._refuse_unreachable_views(graph)
         core = self._core
         splits = [ComputeSplit(b, i0, i1, core.get_split_copies(k))
                   for k, (b, i0, i1, _) in enumerate(core.get_splits())]
         return self.runtime.compute_splits(graph, splits, core.cur_copy)
+
+    def _refuse_unreachable_views(self, graph: Graph) -> None:
+        """A view the user assigned away from its memory (cause 'usr.away') is planned as
+        ggml plans it: its readers on that backend read the view_src's memory in place, and
+        a backend that cannot use the assigned one's memory copies the view at the start of
+        its split. Refused where that computes from the wrong bytes: the assigned backend
+        cannot use the memory, or the copy is made before the view_src is computed."""
+        away = self._core.away_views
+        if not away:
+            return
+        splits = self._core.get_splits()
+        for i, b in away:
+            view, backend = graph.node(i), self.backends[b]
+            base = view.view_src
+            if base is None:
+                continue
+            buf = get_buffer(base)
+            if buf is not None and not backend.supports_buft(buf.buffer_type):
+                why = (f"which cannot use the memory it views: its view_src '{base.name}' "
+                       f"lives in buffer type '{buf.buffer_type.name}'")
+            else:
+                early = next((self.backends[sb] for sb, i0, i1, inputs in splits
+                              if view in inputs and any(graph.node(k) == base
+                                                        for k in range(i0, i1))), None)
+                if early is None:
+                    continue
+                why = (f"and {early.name} would copy it at the start of the split that "
+                       f"computes its view_src '{base.name}', before it is "
+                       f"computed")
+            raise SchedulerError(
+                f"graph_compute: view '{view.name}' is assigned to backend {backend.name}, "
+                f"{why}. Leave the view unassigned (it then runs where its view_src "
+                f"lives) or assign it to a backend that can use that memory",
+                "view-assigned-away")
 
     def _refuse_unwritten(self, missing: list[Tensor]) -> None:
         names = ", ".join(describe(t) + ("" if "INPUT" in t.flags else " (not flagged INPUT)")
@@ -414,6 +455,37 @@ class Scheduler:
         instance_arg(tensor, Tensor, "tensor")
         self.synchronize()
         return read(tensor, dtype, copy)
+
+    @overload
+    def run(self, graph: Graph, inputs: Mapping[Tensor, Any], outputs: Tensor) -> np.ndarray: ...
+
+    @overload
+    def run(self, graph: Graph, inputs: Mapping[Tensor, Any],
+            outputs: Sequence[Tensor]) -> list[np.ndarray]: ...
+
+    def run(self, graph: Graph, inputs: Mapping[Tensor, Any],
+            outputs: Tensor | Sequence[Tensor]) -> np.ndarray | list[np.ndarray]:
+        """One step, as ONNX Runtime's run(): alloc_graph(graph) unless it is the graph
+        allocated last, set_input for each {tensor: array} of `inputs`, graph_compute, and
+        get_output of `outputs` (a tensor: its array; a sequence: a list of them). Another
+        graph allocated before needs reset() first, as for alloc_graph. SchedulerError
+        (kind 'not-computed') where the compute did not finish (the eval callback
+        cancelled it)."""
+        with self.lock:
+            _check_graph(graph)
+            if not isinstance(inputs, Mapping):
+                raise ArgumentTypeError(f"run: inputs is a mapping of tensors to arrays, got "
+                                        f"{type(inputs).__name__}")
+            if not (self.is_alloc and self._graph is graph):
+                self.alloc_graph(graph)
+            for tensor, array in inputs.items():
+                self.set_input(tensor, array)
+            status = self.graph_compute(graph)
+            if status != Status.SUCCESS:
+                raise SchedulerError(f"run: graph_compute returned {status.name}", "not-computed")
+            if isinstance(outputs, Tensor):
+                return self.get_output(outputs)
+            return [self.get_output(t) for t in items_arg(outputs, "run: outputs", Tensor)]
 
     @_locked
     def set_eval_callback(self, callback: EvalCallback | None) -> None:
@@ -569,9 +641,11 @@ class Scheduler:
 
     # --- results ---
 
-    def _require_split(self) -> None:
+    def _require_split(self) -> Graph:
+        """The graph split last (SchedulerError where none is)."""
         if self._graph is None:
             raise SchedulerError("no graph has been split yet")
+        return self._graph
 
     @property
     @_locked
@@ -591,7 +665,8 @@ class Scheduler:
 
     @property
     @_locked
-    def graph_copy(self):
+    def graph_copy(self) -> tuple[list[Tensor], list[Backend | None], list[Tensor],
+                                  list[Backend | None]]:
         """(nodes, node_backends, leafs, leaf_backends) of the graph that is allocated and run."""
         self._require_split()
         nodes, nids, leafs, lids = self._core.get_graph_copy()
@@ -634,8 +709,27 @@ class Scheduler:
     def plan(self, name: str = "") -> Plan:
         """The plan of the last split, in the plan-file format; with its `alloc`
         block when the graph was allocated (alloc_graph)."""
-        self._require_split()
-        return Plan.from_scheduler(self, self._graph, name)
+        graph = self._require_split()
+        # every node's and source's answer from the scheduler's tables in one call
+        tables = self.plan_tables(graph)
+        tok = self.token
+        splits = [{"backend": s.backend.name, "i_start": s.i_start, "i_end": s.i_end,
+                   "inputs": [tok(t) for t in s.inputs]} for s in self.splits]
+        alloc = None
+        if self.is_alloc:
+            names = [b.name for b in self.backends]
+            alloc = {
+                "buffer_sizes": {n: self.get_buffer_size(i) for i, n in enumerate(names)},
+                "chunk_sizes": {n: self.get_chunk_sizes(i) for i, n in enumerate(names)},
+                "graph_copy_nodes": tables["graph_copy_nodes"],
+                "graph_copy_leafs": tables["graph_copy_leafs"],
+            }
+        return Plan(case=name, n_splits=self.n_splits, splits=splits,
+                    node_backends=tables["node_backends"],
+                    leaf_backends=tables["leaf_backends"], node_srcs=tables["node_srcs"],
+                    graph_inputs=[tok(t) for t in self.graph_inputs],
+                    graph_copy=tables["graph_copy"], causes=tables["node_causes"],
+                    alloc=alloc)
 
     def walk(self, graph: Graph) -> Iterator[tuple[int, Tensor, int, Split | None]]:
         """(node index, node, split index, the split where it starts here else None) for
@@ -652,7 +746,7 @@ class Scheduler:
     @_locked
     def log_assignments(self) -> None:
         """GGML_SCHED_DEBUG output: splits with their inputs, and (level 2) nodes."""
-        g = self._graph
+        g = self._require_split()
         for i, node, k, s in self.walk(g):
             if s is not None:
                 ins = " ".join(f"[{t.name} ({_fmt_size(t.nbytes)})]" for t in s.inputs)

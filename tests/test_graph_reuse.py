@@ -275,12 +275,21 @@ MUTATIONS = {
                                             get_buffer(_pick(_weights(g), i)).usage),
     "graph": lambda g, i, s: g.build_forward_expand(g.nodes[-1]),
     "assignment": lambda g, i, s: s.set_tensor_backend(_pick(_computed(g), i), "CPU"),
+    # a view op to the CPU: away from its memory where that is a GPU's (cause usr.away)
+    "view_assignment": lambda g, i, s: s.set_tensor_backend(_pick(_view_ops(g), i), "CPU"),
     "backend_tables": lambda g, i, s: s.backends[-1].set_offload_ops(()),
 }
 
 
 def _computed(graph):
     return [t for t in graph.nodes if t.view_src is None]
+
+
+def _view_ops(graph):
+    return [t for t in graph.nodes if t.op in ops.VIEW_OPS]
+
+
+ASSIGNED = {"assignment": _computed, "view_assignment": _view_ops}   # what each assigns
 
 
 def _pick(seq, i):
@@ -303,8 +312,8 @@ def test_any_single_change_forces_a_fresh_plan(kind, index, name):
     assert sched.n_graph_reuses == 0, kind
     # ... and then the new plan is kept
     state = _state(sched, case.graph)
-    extra = [(_pick(_computed(case.graph), index), sched.backend_id("CPU"))] \
-        if kind == "assignment" else []
+    extra = [(_pick(ASSIGNED[kind](case.graph), index), sched.backend_id("CPU"))] \
+        if kind in ASSIGNED else []
     # (pipeline parallelism: round the copy slots, back to the plan's)
     for _ in range(sched.n_copies):
         sched.reset()

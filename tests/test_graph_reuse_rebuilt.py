@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from ggml_py._backend import get_buffer, set_buffer
 from ggml_py.errors import GgmlPyError
+from ggml_py.ops import VIEW_OPS
 from ggml_py.tools.cases import _build_case, load_case
 from ggml_py.tools.planning import scheduler_for_case
 
@@ -150,6 +151,11 @@ def _doc_change(kind, d, i):
     elif kind == "assignment":
         t = _pick(_nodes(d, _computing), i)
         t["backend"] = d["backends"][-1]["name"] if t["backend"] is None else None
+    elif kind == "view_assignment":     # to the CPU: away from its memory where that is a GPU's
+        t = _pick(_nodes(d, lambda t: t["op"] in VIEW_OPS), i)
+        if t is None:
+            return False
+        t["backend"] = d["backends"][-1]["name"] if t["backend"] is None else None
     elif kind == "node_count":
         d["nodes"] = d["nodes"][:-1]
     else:
@@ -179,7 +185,7 @@ def _built_change(kind, case, i):
 
 
 KINDS = ["op", "type", "ne", "nb", "src", "view_offs", "flags", "name", "assignment",
-         "node_count", "op_params", "buffer", "offset"]
+         "view_assignment", "node_count", "op_params", "buffer", "offset"]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import pytest
 from conftest import REPO_ROOT, require_ggml_rpc
@@ -44,6 +45,31 @@ def test_the_stubs_pass_mypy_strict():
                         "--cache-dir", str(REPO_ROOT / "build" / "mypy-cache"), *stubs],
                        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# modules held to `mypy --strict` as a whole (the rest type their public API, which the
+# README examples and the stubs check): the package's face and its Scheduler
+STRICT_MODULES = ["ggml_py", "ggml_py.sched", "ggml_py.runtime", "ggml_py.plan", "ggml_py.errors"]
+
+
+def test_the_scheduler_modules_pass_mypy_strict():
+    modules = [arg for m in STRICT_MODULES for arg in ("-m", m)]
+    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
+                        "--cache-dir", str(REPO_ROOT / "build" / "mypy-cache"), *modules],
+                       cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_scheduler_is_exported_and_imported_on_first_use():
+    # `import ggml_py` does not load the scheduler's modules; `ggml_py.Scheduler` does
+    code = ("import sys, ggml_py; assert 'ggml_py.sched' not in sys.modules; "
+            "from ggml_py import Scheduler, tensors_from_arrays; import ggml_py.sched; "
+            "assert Scheduler is ggml_py.sched.Scheduler and 'Scheduler' in ggml_py.__all__; "
+            "assert tensors_from_arrays is ggml_py.alloc.tensors_from_arrays; "
+            "print('ok')")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tempfile.gettempdir(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "ok", r.stdout + r.stderr
 
 
 @pytest.mark.parametrize("k", range(len(EXAMPLES)))

@@ -6,12 +6,17 @@ import json
 import os
 import time
 
+import numpy as np
 import pytest
 
 from conftest import shared_path
+from ggml_py import Context, Graph, ops
+from ggml_py.backends.cpu import CPUBackend
+from ggml_py.backends.numpy_device import NumpyDeviceBackend
+from ggml_py.sched import Scheduler
 from ggml_py.tools.cases import load_case
 from ggml_py.errors import AllocationError, CaseFormatError, GgmlPyError, SchedulerError
-from ggml_py.tools.planning import plan_case
+from ggml_py.tools.planning import cause_text, plan_case
 from test_robust_api import run_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -141,15 +146,83 @@ def test_seventeen_backends_load_and_the_scheduler_refuses_them():
     assert e.value.kind == "too-many-backends"
 
 
-def test_a_view_assigned_away_from_its_memory_is_refused():
-    # the permute of Qcur-1 on the CPU, its ROPE on the GPU: ggml would copy the view at
-    # the start of the split that reads it, before the ROPE runs
+def test_a_view_assigned_away_from_its_memory_is_planned_as_ggml_plans_it():
+    # the permute of Qcur-1 on the CPU, its ROPE on the GPU: ggml keeps the view on the
+    # CPU and copies it to the GPU at the start of the split that reads it (before the
+    # ROPE runs: computing it is refused, test_a_view_on_a_backend_that_cannot_reach_...)
     d = json.loads((shared_path() / "cases" / "llama-2L-full-offload.case.json").read_text())
     names = [t["name"] for t in d["tensors"]]
     d["tensors"][names.index("Qcur-1 (permuted)")]["backend"] = "CPU"
-    with pytest.raises(SchedulerError, match="runs where its view_src lives") as e:
-        plan_case(load_case(d))
+    case = load_case(d)
+    sched, plan = plan_case(case)
+    view = next(t for t in case.graph.nodes if t.name == "Qcur-1 (permuted)")
+    assert sched.get_tensor_backend(view).name == "CPU"
+    assert sched.get_cause(view) == "usr.away"
+    assert cause_text("usr.away").startswith("assigned by the user away from the memory")
+    reader = next(s for s in sched.splits if view in s.inputs)
+    assert reader.backend.name == "GPU0"
+    assert view.view_src in [case.graph.nodes[i] for i in range(reader.i_start, reader.i_end)]
+
+
+def _away_view_graph(backends, view_backend):
+    """x -> h = gelu(x + x) on backends[0] -> its transpose v (a view of h's memory) ->
+    y = cont(v) on backends[0], read back; v assigned to `view_backend` (None: not
+    assigned, it goes with h). ggml reads v in place where y runs, or copies it there at
+    the start of y's split, before h is computed."""
+    ctx = Context()
+    x = ctx.new_tensor(np.float32, (6, 8), name="x").set_input()
+    h = ops.gelu(ctx, ops.add(ctx, x, x))
+    v = ops.transpose(ctx, h)
+    v.name = "h (transposed)"
+    y = ops.cont(ctx, v).set_output()
+    graph = Graph(64).build_forward_expand(y)
+    sched = Scheduler(backends)
+    for t, b in ((h, backends[0]), (v, view_backend), (y, backends[0])):
+        if b is not None:
+            sched.set_tensor_backend(t, b)
+    sched.alloc_graph(graph)
+    sched.set_input(x, np.linspace(-2, 2, 48).reshape(6, 8))
+    return sched, graph, v, y
+
+
+def test_a_view_on_a_backend_that_cannot_reach_its_memory_is_refused_at_compute():
+    dev, cpu = NumpyDeviceBackend(), CPUBackend()
+    sched, graph, v, _ = _away_view_graph([dev, cpu], cpu)
+    assert sched.get_cause(v) == "usr.away"             # planned: ggml plans it
+    with pytest.raises(SchedulerError, match=r"view 'h \(transposed\)' is assigned to "
+                       r"backend CPU, which cannot use .* buffer type 'NUMPY_DEV'") as e:
+        sched.graph_compute(graph)
     assert e.value.kind == "view-assigned-away"
+    sched, graph, v, _ = _away_view_graph([dev, cpu], dev)  # where its memory is
+    assert sched.get_cause(v) == "usr"
+    sched.graph_compute(graph)
+
+
+def test_a_view_copied_before_its_view_src_is_computed_is_refused():
+    # the CPU told it may use the device's memory, the device not the CPU's: y's split on
+    # the device copies v at its start, where h is computed later (ggml reads stale bytes)
+    dev, cpu = NumpyDeviceBackend(), CPUBackend()
+    cpu.set_supported_buffer_types([cpu.buffer_type, dev.buffer_type])
+    sched, graph, v, _ = _away_view_graph([dev, cpu], cpu)
+    with pytest.raises(SchedulerError, match=r"view 'h \(transposed\)' is assigned to backend "
+                       r"CPU, and NUMPY_DEV would copy it at the start of the split that "
+                       r"computes its view_src") as e:
+        sched.graph_compute(graph)
+    assert e.value.kind == "view-assigned-away"
+
+
+def test_a_view_on_a_backend_that_reaches_its_memory_computes():
+    # two host-memory backends (as ggml's BLAS beside its CPU): each uses the other's memory
+    backends = [CPUBackend("CPU0"), CPUBackend()]
+    expected_sched, expected_graph, _, expected_y = _away_view_graph(backends, None)
+    expected_sched.graph_compute(expected_graph)
+    sched, graph, v, y = _away_view_graph(backends, backends[1])
+    assert sched.get_cause(v) == "usr.away"
+    sched.graph_compute(graph)
+    out = sched.get_output(y)
+    assert out.shape == (8, 6)
+    np.testing.assert_array_equal(out, expected_sched.get_output(expected_y))
+    assert np.abs(out).max() > 0.5                      # gelu of 2x over [-4, 4], not zeros
 
 
 def test_a_computed_input_is_refused():

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 # the scheduler's rules (Scheduler.get_cause), in words
 CAUSE_TEXT = {
     "usr": "assigned by the user",
+    "usr.away": "assigned by the user away from the memory it views (read there in place)",
     "1.dst": "its memory is already allocated there",
     "1.vsrc": "it views memory allocated there",
     "1.inp": "graph inputs start on the CPU",

@@ -10,6 +10,7 @@ from ggml_py._alloc cimport GraphAllocator, recorded_place
 cdef enum:
     CAUSE_NONE = 0
     CAUSE_USR
+    CAUSE_USR_AWAY      # a view the user assigned away from the memory it views
     CAUSE_1_DST
     CAUSE_1_VSRC
     CAUSE_1_INP
@@ -266,6 +267,8 @@ cdef class SchedCore:
     cdef dict user_assignments                  # {address: (Tensor, backend id)} since the
                                                 # last reset
     cdef dict plan_assignments                  # ... in force when the plan was made
+    cdef readonly list away_views               # (position, backend id) of each view the
+                                                # user assigned away from its memory (pass 5)
 
     # graph reuse, level 2: the fingerprint of the plan's graph (made at the first
     # alloc_graph of another graph) and what re-points the plan at an equal graph

@@ -38,8 +38,8 @@ from ggml_py._core import OP_NAMES_LIST as _OP_NAMES_LIST, check_memory_availabl
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, GraphError,
                             SchedulerError)
 
-CAUSE_NAMES = {CAUSE_NONE: "", CAUSE_USR: "usr", CAUSE_1_DST: "1.dst", CAUSE_1_VSRC: "1.vsrc",
-               CAUSE_1_INP: "1.inp", CAUSE_1_OFF: "1.off", CAUSE_2_SUP: "2.sup",
+CAUSE_NAMES = {CAUSE_NONE: "", CAUSE_USR: "usr", CAUSE_USR_AWAY: "usr.away", CAUSE_1_DST: "1.dst",
+               CAUSE_1_VSRC: "1.vsrc", CAUSE_1_INP: "1.inp", CAUSE_1_OFF: "1.off", CAUSE_2_SUP: "2.sup",
                CAUSE_3_BEST: "3.best", CAUSE_3_UPG: "3.upg", CAUSE_4_VSRC: "4.vsrc",
                CAUSE_4_CUR: "4.cur"}
 for _i in range(GGML_MAX_SRC):
@@ -502,7 +502,8 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
         if ggml_is_view_op(t.op):
             s.node_bits[i] |= NODE_VIEW_OP
             if (s.hv_tensor_backend_ids[h] != -1
-                    and s.hv_tensor_causes[h] == CAUSE_USR):
+                    and (s.hv_tensor_causes[h] == CAUSE_USR
+                         or s.hv_tensor_causes[h] == CAUSE_USR_AWAY)):
                 s.node_bits[i] |= NODE_USER
         else:
             s.compute_nodes[s.n_compute] = i
@@ -766,17 +767,16 @@ cdef int new_split(SchedCore s, int i_start, int backend_id) except -1:
     return 0
 
 
-cdef int check_view_assignment(SchedCore s, ggml_tensor * view, Py_ssize_t h) except -1:
-    """A view the user assigned must run where its memory is: ggml copies it at the
-    start of the split that reads it, which may come before its view_src is computed."""
+cdef int note_view_assignment(SchedCore s, ggml_tensor * view, int i, Py_ssize_t h) except -1:
+    """A view the user assigned to a backend other than its memory's is planned as ggml
+    plans it (its readers there read that memory; others may copy it at the start of
+    their split). Its cause says so, and graph_compute refuses it where that computes
+    from the wrong bytes (Scheduler._refuse_unreachable_views)."""
     cdef int b = s.hv_tensor_backend_ids[h]
     cdef int vb = backend_of(s, view.view_src)
     if view.view_src != NULL and vb != -1 and s.bufts[vb] != s.bufts[b]:
-        raise SchedulerError(
-            f"view '{tensor_name(view)}' is assigned to backend "
-            f"{s.backends[b].name.decode()}, but its memory is that of its view_src "
-            f"'{tensor_name(view.view_src)}' on {s.backends[vb].name.decode()}: a view runs "
-            f"where its view_src lives", "view-assigned-away")
+        s.hv_tensor_causes[h] = CAUSE_USR_AWAY
+        s.away_views.append((i, b))
     return 0
 
 
@@ -864,6 +864,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
     cdef const int * refs = node_refs_of(s)
 
     s.n_splits = 0
+    s.away_views = []
     new_split(s, 0, -2)
     split = &s.splits[0]
     # the first split's backend is that of the first non-view node
@@ -878,7 +879,7 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
         node = graph.nodes[i]
         if s.node_bits[i] & NODE_VIEW_OP:
             if s.node_bits[i] & NODE_USER:
-                check_view_assignment(s, node, s.node_slots[i])
+                note_view_assignment(s, node, i, s.node_slots[i])
             i += 1
             continue
         node_backend_id = ids[node_ref(refs, i)]
@@ -2029,6 +2030,7 @@ cdef class SchedCore:
         self.graph_reuse = True
         self.user_assignments = {}
         self.plan_assignments = None
+        self.away_views = []
         self.is_reset = False
         sched_reset(self)
 
