@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,6 +40,15 @@ def _gguf():
 
 class GGUFError(ModelError):
     """A GGUF file this loader cannot turn into a model (or cannot read at all)."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A weight as the file describes it: ggml type, ne, and where its bytes lie."""
+    type: str
+    ne: tuple[int, ...]
+    offset: int             # from the file's start
+    nbytes: int
 
 
 def _path(reader):
@@ -206,14 +216,11 @@ def read_config(path, n_ctx: int | None = None, graph: str | None = None) -> Mod
     return _config(_reader(path), path, n_ctx, graph)
 
 
-def load_gguf(path, n_ctx: int | None = None, graph: str | None = None) -> Model:
-    """A Model from a llama, qwen2 or qwen3 GGUF file (weights copied out of the file; not
-    yet placed). graph: 'llama.cpp' builds llama.cpp's graph for a llama file too (qwen2
-    and qwen3 always have it)."""
-    reader = _reader(path)
-    cfg = _config(reader, path, n_ctx, graph)
+def _model_tensors(reader, cfg: ModelConfig, path) -> dict:
+    """{weight name: the reader's tensor} of every weight cfg's graph uses, shapes checked
+    (no weight byte is read); a tied output is the token embeddings."""
     want = weight_shapes(cfg)
-    weights = {}
+    found = {}
     for t in reader.tensors:
         if t.name not in want:
             continue            # tensors the graph does not use (rope_freqs, ...)
@@ -221,15 +228,35 @@ def load_gguf(path, n_ctx: int | None = None, graph: str | None = None) -> Model
         if ne != tuple(want[t.name][1]) + (1,) * (len(ne) - len(want[t.name][1])):
             raise GGUFError(f"tensor {t.name!r} has ne {list(ne)}, the config implies "
                             f"{list(want[t.name][1])}")
-        weights[t.name] = (_type_name(t), np.array(t.data))
-    if "output.weight" not in weights and "token_embd.weight" in weights:
-        weights["output.weight"] = weights["token_embd.weight"]     # tied embeddings
-    missing = [name for name in want if name not in weights]
+        found[t.name] = t
+    if "output.weight" not in found and "token_embd.weight" in found:
+        found["output.weight"] = found["token_embd.weight"]     # tied embeddings
+    missing = [name for name in want if name not in found]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise GGUFError(f"{path}: has no tensor {missing[0]!r}{more}, which its metadata "
                         "implies")
-    return Model(cfg, weights)
+    return {name: found[name] for name in want}
+
+
+def read_tensor_infos(path, n_ctx: int | None = None) -> tuple[ModelConfig, dict]:
+    """(the file's ModelConfig with llama.cpp's graph, {weight name: TensorInfo}) from the
+    metadata and tensor infos alone: what planning needs, without a weight byte."""
+    reader = _reader(path)
+    cfg = _config(reader, path, n_ctx, "llama.cpp")
+    return cfg, {name: TensorInfo(_type_name(t), tuple(int(x) for x in t.shape),
+                                  int(t.data_offset), int(t.n_bytes))
+                 for name, t in _model_tensors(reader, cfg, path).items()}
+
+
+def load_gguf(path, n_ctx: int | None = None, graph: str | None = None) -> Model:
+    """A Model from a llama, qwen2 or qwen3 GGUF file (weights copied out of the file; not
+    yet placed). graph: 'llama.cpp' builds llama.cpp's graph for a llama file too (qwen2
+    and qwen3 always have it)."""
+    reader = _reader(path)
+    cfg = _config(reader, path, n_ctx, graph)
+    return Model(cfg, {name: (_type_name(t), np.array(t.data))
+                       for name, t in _model_tensors(reader, cfg, path).items()})
 
 
 def save_gguf(model: Model, path) -> None:

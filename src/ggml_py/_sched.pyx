@@ -919,14 +919,31 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
             if src_backend_id == -1:
                 raise SchedulerError(f"source '{tensor_name(src_tensor(s, graph, e))}' of node "
                                      f"'{tensor_name(node)}' has no backend", "source-without-backend")
-            if e.bits & SRC_INPUT and s.n_copies > 1:
+            if e.bits & SRC_INPUT and s.n_copies > 1 and not s.copy_all_inputs:
                 add_graph_input(s, src_tensor(s, graph, e), src_slot(s, e), src_backend_id)
             if src_backend_id != cur_backend_id and not src_readable(s, graph, e, cur_backend_id):
                 add_split_input(s, split, node, i, e.j, src_tensor(s, graph, e), src_slot(s, e),
                                 cur_backend_id)
         i += 1
     split.i_end = graph.n_nodes
+    if s.n_copies > 1 and s.copy_all_inputs:
+        add_every_input_leaf(s, graph)
     apply_rewirings(s)
+    return 0
+
+
+cdef int add_every_input_leaf(SchedCore s, ggml_cgraph * graph) except -1:
+    """Pass 6 of the ggml in llama.cpp 0.3.36 (copy_all_inputs), parallel mode: every
+    input leaf gets its copies, in leaf order, read by a node or not (ggml 0.10.1 copies
+    those pass 5 meets as sources), so that a graph's memory does not depend on which of
+    its inputs a batch uses."""
+    cdef int i
+    cdef ggml_tensor * leaf
+    for i in range(graph.n_leafs):
+        leaf = graph.leafs[i]
+        if leaf.flags & GGML_TENSOR_FLAG_INPUT:
+            add_graph_input(s, leaf, s.node_slots[graph.n_nodes + i],
+                            s.dense_ids[s.leaf_refs[i]])
     return 0
 
 
@@ -1977,7 +1994,7 @@ cdef class SchedCore:
 
     def __init__(self, backends, bufts, graph_size, bint parallel, bint op_offload,
                  max_split_inputs=30, max_graph_inputs=30, n_copies=4, debug_realloc=0,
-                 bint realloc_raises=False):
+                 bint realloc_raises=False, bint copy_all_inputs=False):
         cdef int b
         backends, bufts = list(backends), list(bufts)
         if not 1 <= len(backends) <= _MAX_BACKENDS_C or len(bufts) != len(backends):
@@ -1995,6 +2012,7 @@ cdef class SchedCore:
         self.n_copies = int_arg(n_copies, "n_copies", 1, _MAX_LIMIT) if parallel else 1
         self.debug_realloc = int_arg(debug_realloc, "debug_realloc", 0, 2)
         self.realloc_raises = realloc_raises
+        self.copy_all_inputs = copy_all_inputs
         self.op_offload = op_offload
         self._keep = backends + bufts
         self.n_backends = len(backends)

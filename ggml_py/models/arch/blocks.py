@@ -43,7 +43,7 @@ class GraphContext:
     data: {input name: values} of the step (graph.step_inputs with kv_rows)."""
 
     def __init__(self, cfg: ModelConfig, weights: dict, cache, n_tokens: int, n_past: int,
-                 n_kv: int, n_outputs: int, data: dict) -> None:
+                 n_kv: int, n_outputs: int, data: dict, embd_input: bool = False) -> None:
         self.cfg = cfg
         self.W = weights
         self.cache = cache
@@ -52,6 +52,7 @@ class GraphContext:
         self.n_kv = n_kv
         self.n_outputs = n_outputs
         self.data = data
+        self.embd_input = embd_input
         self.ctx = Context(f"{cfg.name}.forward")
         self.graph = Graph(graph_size(cfg))
         self.inputs: list = []          # [(Tensor, numpy values)]
@@ -71,9 +72,15 @@ class GraphContext:
         return t
 
     def build_inp_embd(self, tok_embd: Tensor) -> Tensor:
-        """The token embeddings (get_rows of the batch's ids), expanded at once."""
+        """The token embeddings (get_rows of the batch's ids), expanded at once. With
+        `embd_input`, llama.cpp's other input beside them too: the embeddings of a batch
+        given as vectors (inp_embd), a leaf no node reads in a batch of tokens, which the
+        scheduler and allocator still give memory (what planning must count)."""
         tokens = self.input("i32", (self.n_tokens,), "inp_tokens")
-        return self.expand(_name(ops.get_rows(self.ctx, tok_embd, tokens), "embd"))
+        embd = self.expand(_name(ops.get_rows(self.ctx, tok_embd, tokens), "embd"))
+        if self.embd_input:
+            self.expand(self.input("f32", (self.cfg.n_embd, self.n_tokens), "inp_embd"))
+        return embd
 
     def build_inp_pos(self) -> Tensor:
         """The batch's positions."""

@@ -1,0 +1,183 @@
+"""`ggml-py plan MODEL.gguf` (models.model_plan): a GGUF file planned on simulated devices as
+llama.cpp would load it, from its metadata and tensor infos alone.
+
+Held to llama.cpp itself: a random-weight GGUF of each architecture is loaded by llama.cpp
+(llama-cpp-python 0.3.36, in a child process: tests/llama_cpp_ref.py load) on two of its
+own protocol-7 RPC servers on localhost, with each option set; what it logs -- every model,
+KV, compute and output buffer per device to its printed 0.01 MiB, and the graph nodes and
+splits of the prompt ubatch and the decode token -- must be what the planner reports for
+`--device rpc:<free>,rpc:<free>,cpu` with the free memory the servers reported. These
+tests skip without llama-cpp-python unless GGML_PY_REQUIRE_LLAMA_CPP=1.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import require_ggml_rpc
+from test_architectures import HERE
+
+from ggml_py.errors import ArgumentError, ModelError
+from ggml_py.models.config import arch_config
+from ggml_py.models.devices import parse_devices
+from ggml_py.models.model_plan import PlanOptions, plan_gguf
+from ggml_py.models.transformer import Model
+
+pytest.importorskip("gguf")
+
+ARCHS = ("llama", "qwen2", "qwen3")
+# 32-wide heads: a q8_0 K cache can be viewed per head, and llama.cpp does not rotate it
+SHAPE = dict(n_vocab=256, n_ctx=512, n_embd=128, n_head=4, n_head_kv=2, n_layer=4,
+             n_ff=256)
+CTX = dict(n_ctx=512, n_batch=256, n_ubatch=256)
+# (id, llama.cpp's options beside CTX)
+OPTION_SETS = [
+    ("ngl-all", {}),
+    ("ngl-half", {"n_gpu_layers": 3}),
+    ("ngl-0", {"n_gpu_layers": 0}),
+    ("tensor-split-3-1", {"tensor_split": [3, 1]}),
+    ("q8_0-k", {"type_k": "q8_0", "n_ubatch": 128}),
+    ("split-none-main-1", {"split_mode": "none", "main_gpu": 1}),
+    ("no-kv-offload", {"offload_kqv": False, "n_gpu_layers": 4}),
+    ("ubatch-64-ctx-300", {"n_ctx": 300, "n_ubatch": 64}),
+]
+
+
+def write_model(path, arch, **shape):
+    from ggml_py.models.gguf import save_gguf
+    save_gguf(Model.random(arch_config(arch, **{**SHAPE, **shape}, wtype="f16"), seed=3), path)
+    return str(path)
+
+
+def plan_options(llama: dict) -> PlanOptions:
+    """llama.cpp's options (tests/llama_cpp_ref.py's names) as the planner's."""
+    o = {**CTX, **llama}
+    return PlanOptions(n_gpu_layers=o.get("n_gpu_layers", -1),
+                       split_mode=o.get("split_mode", "layer"), main_gpu=o.get("main_gpu", 0),
+                       tensor_split=tuple(o["tensor_split"]) if "tensor_split" in o else None,
+                       n_ctx=o["n_ctx"], n_batch=o["n_batch"], n_ubatch=o["n_ubatch"],
+                       cache_type_k=o.get("type_k", "f16"), cache_type_v=o.get("type_v", "f16"),
+                       kv_offload=o.get("offload_kqv", True), op_offload=o.get("op_offload", True))
+
+
+def mib_rows(plan):
+    """The plan's buffers as llama.cpp prints them: (device, kind, MiB to 0.01)."""
+    return sorted((b.device, b.kind, f"{b.bytes / 1024 / 1024:.2f}") for b in plan.buffers)
+
+
+# ---------------------------------------------------------------------------
+# without llama.cpp
+
+def test_devices_are_named_as_llama_cpp_names_them():
+    devs = parse_devices("rpc:24105MiB, rpc:1.5GiB,cpu:64GiB")
+    assert [(d.name, d.kind, d.memory) for d in devs] == [
+        ("RPC0", "rpc", 24105 << 20), ("RPC1", "rpc", 3 << 29), ("CPU", "cpu", 64 << 30)]
+    # the CPU is always there, and last
+    assert [d.name for d in parse_devices("cpu,rpc")] == ["RPC0", "CPU"]
+    for bad in ("", "gpu:1GiB", "rpc:12XB", "cpu,cpu", "rpc:"):
+        with pytest.raises(ArgumentError):
+            parse_devices(bad)
+
+
+def test_plan_reads_no_weight_bytes(tmp_path):
+    """The weights' bytes are never read: a file whose tensor data is all zero bytes
+    past the header plans the same as the model it was written from."""
+    path = write_model(tmp_path / "m.gguf", "qwen2")
+    devices = "rpc:24105MiB,rpc:24105MiB,cpu"
+    want = plan_gguf(path, parse_devices(devices), plan_options({}))
+    from ggml_py.models.gguf import read_tensor_infos
+    _, infos = read_tensor_infos(path)
+    start = min(i.offset for i in infos.values())
+    with open(path, "r+b") as f:
+        f.seek(start)
+        f.write(bytes(os.path.getsize(path) - start))
+    got = plan_gguf(path, parse_devices(devices), plan_options({}))
+    assert got.to_dict() == want.to_dict()
+    assert got.layer_devices == ["RPC0", "RPC0", "RPC0", "RPC1"] and got.output_device == "RPC1"
+
+
+def test_plan_report(tmp_path):
+    path = write_model(tmp_path / "m.gguf", "llama")
+    plan = plan_gguf(path, parse_devices("rpc:4MiB,rpc:24105MiB,cpu"), plan_options({}))
+    d = plan.to_dict()
+    assert json.loads(json.dumps(d)) == d
+    assert d["graph_nodes"] == [150, 150] and d["graph_splits"] == [3, 3]
+    assert {b["kind"] for b in d["buffers"]} == {"model", "kv", "compute", "output"}
+    assert {b["device"] for b in d["buffers"]} == {"RPC0", "RPC1", "CPU"}
+    # RPC0 has 4 MiB for about 5: the one warning, in the text too
+    assert len(d["warnings"]) == 1 and d["warnings"][0].startswith("RPC0 needs ")
+    assert "warning: RPC0 needs" in plan.text()
+
+
+@pytest.mark.parametrize("options,match", [
+    ({"flash_attn": "on"}, "-fa on"),
+    ({"cache_type_v": "q8_0"}, "flash attention"),
+    ({"split_mode": "row"}, "--split-mode"),
+    ({"cache_type_k": "q3_K"}, "--cache-type-k"),
+    ({"n_ubatch": 0}, "-ub"),
+    ({"main_gpu": 2, "split_mode": "none"}, "--main-gpu"),
+    ({"tensor_split": (1.0, 1.0, 1.0)}, "--tensor-split"),
+])
+def test_plan_refusals(tmp_path, options, match):
+    path = write_model(tmp_path / "m.gguf", "llama")
+    with pytest.raises(ArgumentError, match=match):
+        plan_gguf(path, parse_devices("rpc,rpc,cpu"), PlanOptions(**options))
+
+
+def test_rotated_k_cache_is_refused(tmp_path):
+    """A quantized K cache of 64-wide heads gets llama.cpp's Hadamard rotation, which the
+    planner does not build: refused by name rather than planned wrong."""
+    path = write_model(tmp_path / "m.gguf", "llama", n_head=2, n_head_kv=1)
+    with pytest.raises(ModelError, match="rotation"):
+        plan_gguf(path, parse_devices("rpc,cpu"), PlanOptions(cache_type_k="q8_0"))
+
+
+# ---------------------------------------------------------------------------
+# held to llama.cpp itself
+
+@pytest.fixture(scope="module")
+def servers():
+    """Two of llama.cpp's own RPC servers (protocol 7) on localhost."""
+    require_ggml_rpc(7)
+    from ggml_py.rpc_server import start_server
+    started = []
+    try:
+        for _ in range(2):
+            started.append(start_server(threads=1, protocol=7))
+        yield ",".join(f"{s.host}:{s.port}" for s in started)
+    finally:
+        for s in started:
+            s.stop()
+
+
+def llama_cpp_load(path, servers, options):
+    r = subprocess.run([sys.executable, str(HERE / "llama_cpp_ref.py"), "load", path, servers,
+                        json.dumps(options)], capture_output=True, text=True, timeout=600)
+    if r.returncode == 3 and os.environ.get("GGML_PY_REQUIRE_LLAMA_CPP") != "1":
+        pytest.skip("llama-cpp-python is not installed (GGML_PY_REQUIRE_LLAMA_CPP=1 makes "
+                    "this a failure)")
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("plan-models")
+    return {arch: write_model(root / f"{arch}.gguf", arch) for arch in ARCHS}
+
+
+@pytest.mark.parametrize("options", [o for _, o in OPTION_SETS], ids=[i for i, _ in OPTION_SETS])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_plan_matches_llama_cpp(models, servers, arch, options):
+    theirs = llama_cpp_load(models[arch], servers, {**CTX, **options})
+    # (with --split-mode none llama.cpp reports the main device alone; the servers' are alike)
+    free = theirs["free_mib"]
+    spec = ",".join(f"rpc:{free.get(f'RPC{i}', max(free.values()))}MiB" for i in range(2))
+    spec += ",cpu"
+    plan = plan_gguf(models[arch], parse_devices(spec), plan_options(options))
+    print(arch, options, plan.text(), sep="\n")
+    assert list(plan.graph_nodes) == theirs["graph_nodes"]
+    assert list(plan.graph_splits) == theirs["graph_splits"]
+    assert mib_rows(plan) == sorted(map(tuple, theirs["buffers"]))
