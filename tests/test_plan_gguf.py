@@ -181,3 +181,39 @@ def test_plan_matches_llama_cpp(models, servers, arch, options):
     assert list(plan.graph_nodes) == theirs["graph_nodes"]
     assert list(plan.graph_splits) == theirs["graph_splits"]
     assert mib_rows(plan) == sorted(map(tuple, theirs["buffers"]))
+
+
+# ---------------------------------------------------------------------------
+# a 70B-shaped file: tensor infos only (bench/bench_plan_gguf.py times it)
+
+LLAMA_70B = dict(n_vocab=128256, n_ctx=8192, n_embd=8192, n_head=64, n_head_kv=8, n_layer=80,
+                 n_ff=28672, wtype="q4_K", rope_freq_base=500000.0)
+
+
+def write_70b(path):
+    """A Llama-3-70B-shaped GGUF (q4_K matrices, a q6_K output) with no weight data."""
+    from ggml_py.models.gguf import save_gguf_layout
+    save_gguf_layout(arch_config("llama", **LLAMA_70B), path, {"output.weight": "q6_K"})
+    return str(path)
+
+
+def test_70b_shaped_file_plan(tmp_path):
+    path = write_70b(tmp_path / "70b.gguf")
+    assert os.stat(path).st_blocks * 512 < 1 << 20      # a hole where the weights would be
+    plan = plan_gguf(path, parse_devices("rpc:24GiB,rpc:24GiB,cpu"), PlanOptions(n_ctx=8192))
+    # 81 layers with the output, halved by equal memories: 0..40, then 41..79 and the output
+    assert plan.layer_devices == ["RPC0"] * 41 + ["RPC1"] * 39 and plan.output_device == "RPC1"
+    assert plan.graph_nodes == (36 * 80 + 6,) * 2 and plan.graph_splits == (3, 3)
+    assert plan.n_copies == 4
+    E, F, G, V = 8192, 28672, 1024, 128256         # q4_K: 144 bytes per 256 weights
+    layer = (E * E * 2 + E * G * 2 + E * F * 3) // 256 * 144 + 2 * E * 4   # + the 2 norms
+    kv_layer = 2 * G * 8192 * 2
+    got = {(b.device, b.kind): b.bytes for b in plan.buffers}
+    assert got[("RPC0", "model")] == 41 * layer
+    assert got[("RPC1", "model")] == 39 * layer + E * 4 + E * V // 256 * 210   # + output
+    assert got[("CPU", "model")] == E * V // 256 * 144                      # token_embd
+    assert (got[("RPC0", "kv")], got[("RPC1", "kv")]) == (41 * kv_layer, 39 * kv_layer)
+    assert got[("CPU", "output")] == 4 * V
+    # the prompt's scores dominate each device's compute buffer: kq of 64 heads, f32
+    assert all(got[(d, "compute")] > 8192 * 512 * 64 * 4 for d in ("RPC0", "RPC1"))
+    assert not plan.warnings

@@ -10,13 +10,14 @@ q2_K ... q6_K, iq4_nl, iq4_xs, mxfp4; any other type is an error naming the tens
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
 
 import numpy as np
 
-from ggml_py._core import instance_arg
+from ggml_py._core import instance_arg, row_size
 from ggml_py.errors import ArgumentTypeError, ModelError
 from ggml_py import quants
 from ggml_py.models.config import ARCH_ROPE, GRAPH_KINDS
@@ -263,7 +264,43 @@ def save_gguf(model: Model, path) -> None:
     """Write `model` as a GGUF file of its architecture (llama dense or Mixtral-style top-k
     MoE, qwen2, qwen3), with tokenizer.ggml.model 'none' so that llama.cpp loads it."""
     gguf = _gguf()
-    cfg = instance_arg(model, Model, "model").config
+    w = _metadata_writer(gguf, instance_arg(model, Model, "model").config, path)
+    qtypes = {v: getattr(gguf.GGMLQuantizationType, k) for k, v in _TYPES.items()}
+    for name in weight_shapes(model.config):
+        t, stored = model.weights[name]
+        if quants.is_quantized(t) or t == "bf16":
+            w.add_tensor(name, np.ascontiguousarray(stored, dtype=np.uint8), raw_dtype=qtypes[t])
+        else:
+            w.add_tensor(name, np.ascontiguousarray(stored))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def save_gguf_layout(cfg: ModelConfig, path, types: dict[str, str] | None = None) -> None:
+    """Write the GGUF file of a model of `cfg` without its weights: the metadata and tensor
+    infos, the data section left a hole of the right size (a sparse file where the file
+    system allows), which is all that planning reads. types: {weight name: ggml type}
+    over weight_shapes(cfg)'s (cfg.wtype for matrices, f32 for norms)."""
+    gguf = _gguf()
+    w = _metadata_writer(gguf, instance_arg(cfg, ModelConfig, "config"), path)
+    qtypes = {v: getattr(gguf.GGMLQuantizationType, k) for k, v in _TYPES.items()}
+    for name, (t, ne) in weight_shapes(cfg).items():
+        t = (types or {}).get(name, t)
+        w.add_tensor_info(name, tuple(reversed(ne)), np.dtype(np.float32),
+                          row_size(t, ne[0]) * math.prod(ne[1:]), raw_dtype=qtypes[t])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    data = -(-os.path.getsize(path) // w.data_alignment) * w.data_alignment
+    os.truncate(path, data + sum(-(-ti.nbytes // w.data_alignment) * w.data_alignment
+                                 for ti in w.tensors[0].values()))
+
+
+def _metadata_writer(gguf, cfg: ModelConfig, path):
+    """A GGUFWriter of `path` with cfg's metadata added."""
     if cfg.ffn not in ("dense", "moe_topk") or (cfg.ffn != "dense" and cfg.arch != "llama"):
         raise GGUFError(f"the {cfg.arch} architecture has no {cfg.ffn} FFN here; only dense "
                         "(and llama's moe_topk) models can be written")
@@ -290,14 +327,4 @@ def save_gguf(model: Model, path) -> None:
         w.add_expert_count(cfg.n_expert)
         w.add_expert_used_count(cfg.n_expert_used)
         w.add_expert_feed_forward_length(cfg.ff_exp)
-    qtypes = {v: getattr(gguf.GGMLQuantizationType, k) for k, v in _TYPES.items()}
-    for name in weight_shapes(cfg):
-        t, stored = model.weights[name]
-        if quants.is_quantized(t) or t == "bf16":
-            w.add_tensor(name, np.ascontiguousarray(stored, dtype=np.uint8), raw_dtype=qtypes[t])
-        else:
-            w.add_tensor(name, np.ascontiguousarray(stored))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    return w

@@ -237,7 +237,8 @@ def plan_gguf(path: str, devices: Sequence[Device],
     for d in [*gpus, cpu]:
         held = per_device.get(id(d.backend), [])
         if d.is_cpu:
-            repacked = [n for n in held if layer_of(n) is not None and infos[n].type in _REPACKED]
+            repacked = [n for n in held if n != "token_embd.weight"     # (read by get_rows)
+                        and infos[n].type in _REPACKED]
             if repacked:
                 raise ModelError(f"{repacked[0]} ({infos[repacked[0]].type}) would go to "
                                  "ggml-cpu's CPU_REPACK buffer, which is not planned yet")
