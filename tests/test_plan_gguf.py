@@ -134,6 +134,42 @@ def test_rotated_k_cache_is_refused(tmp_path):
         plan_gguf(path, parse_devices("rpc,cpu"), PlanOptions(cache_type_k="q8_0"))
 
 
+def test_command_line(tmp_path, capsys):
+    from ggml_py.tools.commands import main
+    path = write_model(tmp_path / "m.gguf", "qwen3")
+    args = ["plan", path, "--device", "rpc:24105MiB,rpc:24105MiB,cpu", "-c", "512", "-b",
+            "256", "-ub", "256", "-ngl", "3", "-ctk", "q8_0"]
+    want = plan_gguf(path, parse_devices(args[3]), plan_options({"n_gpu_layers": 3,
+                                                                 "type_k": "q8_0"}))
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == want.to_dict()
+    assert main(args) == 0
+    assert capsys.readouterr().out == want.text() + "\n"
+    assert want.layer_devices == ["CPU", "CPU", "RPC0", "RPC0"] and want.output_device == "RPC1"
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["-fa", "on"], "-fa on: only -fa off"),
+    (["--dot", "x.dot"], "--dot applies to a case file"),
+    (["--explain"], "--explain applies to a case file"),
+    (["-ngl", "x"], "not a layer count"),
+    (["--device", "tpu"], "expected KIND[:MEMORY]"),
+])
+def test_command_line_refusals(tmp_path, capsys, extra, message):
+    from ggml_py.tools.commands import main
+    path = write_model(tmp_path / "m.gguf", "llama")
+    assert main(["plan", path, *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_case_file_refuses_model_options(capsys):
+    from conftest import shared_path
+    from ggml_py.tools.commands import main
+    case = str(shared_path() / "cases" / "mlp-cpu-only.case.json")
+    assert main(["plan", case, "-ngl", "2"]) == 2
+    assert "--n-gpu-layers applies to a model file" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------------
 # held to llama.cpp itself
 

@@ -34,7 +34,8 @@ from ggml_py.sched import Scheduler
 
 CTX_PAD = 256           # llama_context pads n_ctx to this
 SPLIT_MODES = ("layer", "none")
-CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+UNQUANTIZED = ("f32", "f16", "bf16")
+CACHE_TYPES = (*UNQUANTIZED, "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 BUFFER_KINDS = ("model", "kv", "compute", "output")
 # weight types ggml-cpu repacks into its CPU_REPACK buffer type (not modelled yet)
 _REPACKED = ("q4_0", "q4_K", "iq4_nl", "q8_0", "mxfp4")
@@ -69,7 +70,7 @@ class PlanOptions:
         if self.flash_attn != "off":
             raise ArgumentError(f"-fa {self.flash_attn}: only -fa off is planned so far (the "
                                 "flash-attention graph is not built yet); pass -fa off")
-        if self.cache_type_v not in ("f32", "f16", "bf16"):
+        if self.cache_type_v not in UNQUANTIZED:
             raise ArgumentError(f"--cache-type-v {self.cache_type_v}: a quantized V cache "
                                 "needs flash attention (llama.cpp refuses it with -fa off)")
         for opt, v, lo in (("-c", self.n_ctx, 0), ("-b", self.n_batch, 1),
@@ -104,6 +105,7 @@ class ModelPlan:
     buffers: list[BufferUse] = field(default_factory=list)
 
     def device_bytes(self, device: str) -> int:
+        """Bytes of every buffer on `device` (a name: RPC0, CPU, ...)."""
         return sum(b.bytes for b in self.buffers if b.device == device)
 
     @property
@@ -189,8 +191,7 @@ def _weight_device(name: str, layers: Sequence[Backend], output: Backend, cpu: B
 def _check_cache_rotation(cfg: ModelConfig, opts: PlanOptions) -> None:
     """llama.cpp rotates a quantized K cache (Hadamard) when heads are a multiple of 64:
     graph nodes this planner does not build yet."""
-    from ggml_py import quants
-    if quants.is_quantized(opts.cache_type_k) and cfg.head_dim % 64 == 0:
+    if opts.cache_type_k not in UNQUANTIZED and cfg.head_dim % 64 == 0:
         raise ModelError(f"--cache-type-k {opts.cache_type_k} with {cfg.head_dim}-wide heads: "
                          "llama.cpp adds its K rotation to the graph, not planned yet")
 

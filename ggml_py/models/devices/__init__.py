@@ -32,6 +32,7 @@ class Device:
 
     @property
     def is_cpu(self) -> bool:
+        """Whether this is the CPU (llama.cpp's fallback device, always last)."""
         return self.kind == cpu.KIND
 
 
