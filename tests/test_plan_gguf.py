@@ -42,6 +42,11 @@ OPTION_SETS = [
     ("split-none-main-1", {"split_mode": "none", "main_gpu": 1}),
     ("no-kv-offload", {"offload_kqv": False, "n_gpu_layers": 4}),
     ("ubatch-64-ctx-300", {"n_ctx": 300, "n_ubatch": 64}),
+    ("fa-on", {"flash_attn": "on"}),
+    ("fa-on-q8_0-kv-ngl-half", {"flash_attn": "on", "type_k": "q8_0", "type_v": "q8_0",
+                                "n_gpu_layers": 3}),
+    ("fa-on-f32-kv-tensor-split", {"flash_attn": "on", "type_k": "f32", "type_v": "f32",
+                                   "tensor_split": [1, 2]}),
 ]
 
 
@@ -59,7 +64,8 @@ def plan_options(llama: dict) -> PlanOptions:
                        tensor_split=tuple(o["tensor_split"]) if "tensor_split" in o else None,
                        n_ctx=o["n_ctx"], n_batch=o["n_batch"], n_ubatch=o["n_ubatch"],
                        cache_type_k=o.get("type_k", "f16"), cache_type_v=o.get("type_v", "f16"),
-                       kv_offload=o.get("offload_kqv", True), op_offload=o.get("op_offload", True))
+                       kv_offload=o.get("offload_kqv", True), op_offload=o.get("op_offload", True),
+                       flash_attn=o.get("flash_attn", "off"))
 
 
 def mib_rows(plan):
@@ -112,7 +118,8 @@ def test_plan_report(tmp_path):
 
 
 @pytest.mark.parametrize("options,match", [
-    ({"flash_attn": "on"}, "-fa on"),
+    ({"flash_attn": "auto"}, "-fa auto"),
+    ({"flash_attn": "on", "kv_offload": False}, "--no-kv-offload"),
     ({"cache_type_v": "q8_0"}, "flash attention"),
     ({"split_mode": "row"}, "--split-mode"),
     ({"cache_type_k": "q3_K"}, "--cache-type-k"),
@@ -149,7 +156,7 @@ def test_command_line(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra,message", [
-    (["-fa", "on"], "-fa on: only -fa off"),
+    (["-fa", "auto"], "-fa auto: only -fa on and -fa off"),
     (["--dot", "x.dot"], "--dot applies to a case file"),
     (["--explain"], "--explain applies to a case file"),
     (["-ngl", "x"], "not a layer count"),

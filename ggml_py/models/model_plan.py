@@ -55,7 +55,7 @@ class PlanOptions:
     cache_type_v: str = "f16"           # --cache-type-v
     kv_offload: bool = True             # --no-kv-offload clears it
     op_offload: bool = True             # --no-op-offload clears it
-    flash_attn: str = "off"             # -fa (only off is planned so far)
+    flash_attn: str = "off"             # -fa on|off (llama.cpp's auto is not planned yet)
     use_mmap: bool = True               # CPU weights stay in the mapped file (CPU_Mapped)
 
     def check(self) -> None:
@@ -67,10 +67,13 @@ class PlanOptions:
                                                                   self.cache_type_v)):
             if t not in CACHE_TYPES:
                 raise ArgumentError(f"{opt} must be one of {', '.join(CACHE_TYPES)}, got {t!r}")
-        if self.flash_attn != "off":
-            raise ArgumentError(f"-fa {self.flash_attn}: only -fa off is planned so far (the "
-                                "flash-attention graph is not built yet); pass -fa off")
-        if self.cache_type_v not in UNQUANTIZED:
+        if self.flash_attn not in ("on", "off"):
+            raise ArgumentError(f"-fa {self.flash_attn}: only -fa on and -fa off are planned "
+                                "so far (auto would probe the devices); pass one of them")
+        if self.flash_attn == "on" and not self.kv_offload:
+            raise ArgumentError("-fa on with --no-kv-offload: llama.cpp pins a view to the CPU "
+                                "there, which this scheduler refuses; not planned yet")
+        if self.cache_type_v not in UNQUANTIZED and self.flash_attn == "off":
             raise ArgumentError(f"--cache-type-v {self.cache_type_v}: a quantized V cache "
                                 "needs flash attention (llama.cpp refuses it with -fa off)")
         for opt, v, lo in (("-c", self.n_ctx, 0), ("-b", self.n_batch, 1),
@@ -189,11 +192,12 @@ def _weight_device(name: str, layers: Sequence[Backend], output: Backend, cpu: B
 
 
 def _check_cache_rotation(cfg: ModelConfig, opts: PlanOptions) -> None:
-    """llama.cpp rotates a quantized K cache (Hadamard) when heads are a multiple of 64:
-    graph nodes this planner does not build yet."""
-    if opts.cache_type_k not in UNQUANTIZED and cfg.head_dim % 64 == 0:
-        raise ModelError(f"--cache-type-k {opts.cache_type_k} with {cfg.head_dim}-wide heads: "
-                         "llama.cpp adds its K rotation to the graph, not planned yet")
+    """llama.cpp rotates a quantized K or V cache (Hadamard) when heads are a multiple of
+    64: graph nodes this planner does not build yet."""
+    for kv, t in (("k", opts.cache_type_k), ("v", opts.cache_type_v)):
+        if t not in UNQUANTIZED and cfg.head_dim % 64 == 0:
+            raise ModelError(f"--cache-type-{kv} {t} with {cfg.head_dim}-wide heads: llama.cpp "
+                             f"adds its {kv.upper()} rotation to the graph, not planned yet")
 
 
 def plan_gguf(path: str, devices: Sequence[Device],
@@ -257,7 +261,7 @@ def plan_gguf(path: str, devices: Sequence[Device],
     for il in range(cfg.n_layer):
         k = ops.new_tensor_2d(kctx, opts.cache_type_k, cfg.n_embd_gqa, n_ctx,
                               name=f"cache_k_l{il}")
-        v = ops.new_tensor_2d(kctx, opts.cache_type_v, n_ctx, cfg.n_embd_gqa,
+        v = ops.new_tensor_2d(kctx, opts.cache_type_v, cfg.n_embd_gqa, n_ctx,
                               name=f"cache_v_l{il}")
         ks.append(k)
         vs.append(v)
@@ -279,7 +283,7 @@ def plan_gguf(path: str, devices: Sequence[Device],
                       op_offload=opts.op_offload, copy_all_inputs=True, graph_reuse=False)
     nodes, splits = [], []
     for n_tokens in (n_ubatch, 1, n_ubatch):
-        graph = _reserve_graph(cfg, weights, cache, n_tokens)
+        graph = _reserve_graph(cfg, weights, cache, n_tokens, opts.flash_attn == "on")
         _pin_as_llama_cpp(sched, graph, layers, cpu.backend, n_tokens < 32 or n_gpu > cfg.n_layer,
                           not opts.kv_offload)
         sched.reserve(graph)
@@ -314,14 +318,16 @@ def _pin_as_llama_cpp(sched: Scheduler, graph: Graph, layers: Sequence[Backend],
 
 
 def _reserve_graph(cfg: ModelConfig, weights: dict[str, Tensor], cache: _Cache,
-                   n_tokens: int) -> Graph:
+                   n_tokens: int, flash_attn: bool) -> Graph:
     """llama.cpp's graph_reserve graph: `n_tokens` tokens, each an output, over the whole
     cache (init_full: every cell)."""
     data = step_inputs(cfg, np.zeros(n_tokens, dtype=np.int32), 0, cfg.n_ctx, kv_rows=True)
     data["inp_out_ids"] = np.arange(n_tokens)
+    if flash_attn:                  # V rows are cells, as K's
+        data["inp_v_idxs"] = data["inp_k_idxs"]
     data["inp_embd"] = np.zeros((n_tokens, cfg.n_embd), dtype=np.float32)
     gc = GraphContext(cfg, weights, cache, n_tokens, 0, cfg.n_ctx, n_tokens, data,
-                      embd_input=True)
+                      embd_input=True, flash_attn=flash_attn)
     gc.expand(get_builder(cfg.arch)(gc).set_output())
     return gc.graph
 

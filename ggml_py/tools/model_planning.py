@@ -59,8 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> dict[str, object]:
     g.add_argument("--no-op-offload", action="store_true",
                    help="no offload of host-weight ops to the devices")
     g.add_argument("-fa", "--flash-attn", choices=("on", "off", "auto"), default=d.flash_attn,
-                   help="flash attention; only off is planned so far (llama.cpp's default "
-                        "is auto)")
+                   help="flash attention (default off; llama.cpp's default auto is not "
+                        "planned yet)")
     g.add_argument("--no-mmap", action="store_true",
                    help="CPU weights in a CPU buffer, not the mapped file")
     g.add_argument("--json", action="store_true", help="print the plan as one JSON object")

@@ -23,7 +23,7 @@ from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handl
                             ggml_context_reset, ggml_context_tensor, ggml_is_node_from,
                             ggml_views_computed_node, leaf_view_message,
                             ggml_hash_size, ggml_context, ggml_is_computed_from,
-                            ggml_computes, OP_NONE, mutation_epoch, tensor_changed, tensor_set_src,
+                            ggml_computes, OP_NONE, OP_CPY, mutation_epoch, tensor_changed, tensor_set_src,
                             graph_unchanged_since, order_message, LAYOUT_BYTES, new_epoch,
                             source_mask, lowest_bit, PREFETCH_AHEAD, prefetch, prefetch_bytes,
                             prefetch_memory, prefetch_leaf_ahead, prefetch_node_ahead,
@@ -532,7 +532,9 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
             ref = hashed_ref(s, graph, src, i)
             if ref != -1:
                 bits = s.dense_bits[ref]
-                if ref == i:            # (a node reading itself)
+                # a node reading itself is out of order, but for ggml_cast's CPY, whose
+                # src[1] is itself (its destination; computed as one op)
+                if ref == i and not (j == 1 and t.op == OP_CPY):
                     bits |= SRC_NOT_BEFORE
                 buft = NULL
                 if bits & SRC_WEIGHTS and bits & SRC_MEMORY:

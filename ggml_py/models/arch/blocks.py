@@ -6,8 +6,10 @@ Each block adds the ops llama.cpp's adds, in its order and with its names (a nam
 `x` of layer il is `x-il`, as llama.cpp's graph callback writes it), so that an
 architecture written over them (models.arch.llama, qwen2, qwen3) gives llama.cpp's
 graph node for node: the same node count for the same batch, and the same order.
-This is llama.cpp's graph without flash attention (its `-fa off`): the scores are a
-mul_mat, soft_max_ext'ed with the causal mask, and V is cached transposed.
+By default this is llama.cpp's graph without flash attention (its `-fa off`): the
+scores are a mul_mat, soft_max_ext'ed with the causal mask, and V is cached transposed.
+With `flash_attn` (its `-fa on`), V is cached row by row like K, the mask is f16 and
+one FLASH_ATTN_EXT per layer reads them.
 
 The inputs keep ggml_py's names (inp_tokens, inp_pos, kq_mask, inp_k_idxs,
 inp_v_idxs, inp_out_ids), which models.decode_graph rewrites between decode steps.
@@ -43,7 +45,8 @@ class GraphContext:
     data: {input name: values} of the step (graph.step_inputs with kv_rows)."""
 
     def __init__(self, cfg: ModelConfig, weights: dict, cache, n_tokens: int, n_past: int,
-                 n_kv: int, n_outputs: int, data: dict, embd_input: bool = False) -> None:
+                 n_kv: int, n_outputs: int, data: dict, embd_input: bool = False,
+                 flash_attn: bool = False) -> None:
         self.cfg = cfg
         self.W = weights
         self.cache = cache
@@ -53,6 +56,7 @@ class GraphContext:
         self.n_outputs = n_outputs
         self.data = data
         self.embd_input = embd_input
+        self.flash_attn = flash_attn
         self.ctx = Context(f"{cfg.name}.forward")
         self.graph = Graph(graph_size(cfg))
         self.inputs: list = []          # [(Tensor, numpy values)]
@@ -90,9 +94,13 @@ class GraphContext:
         """The KV-cache attention inputs: the cell ids K and V are written at, and the
         causal mask over the n_kv cells attention reads."""
         T, G = self.n_tokens, self.cfg.n_embd_gqa
-        return {"k_idxs": self.input("i64", (T,), "inp_k_idxs"),
-                "v_idxs": self.input("i64", (T * G,), "inp_v_idxs"),
-                "kq_mask": self.input("f32", (self.n_kv, T), "kq_mask")}
+        inp = {"k_idxs": self.input("i64", (T,), "inp_k_idxs"),
+               # a cell per token, or (V transposed) per channel and token
+               "v_idxs": self.input("i64", (T if self.flash_attn else T * G,), "inp_v_idxs"),
+               # (FLASH_ATTN_EXT takes an f16 mask)
+               "kq_mask": self.input("f16" if self.flash_attn else "f32", (self.n_kv, T),
+                                     "kq_mask")}
+        return inp
 
     def build_inp_out_ids(self) -> Tensor:
         """The ids of the rows whose logits are computed (llama.cpp always has them)."""
@@ -147,18 +155,27 @@ class GraphContext:
         # cpy_k: the batch's K rows at their cells
         k_cur = ops.view_2d(ctx, k, G, T, k.nb[2], 0)
         self.expand(_stored(ops.set_rows(ctx, cache.k[il], k_cur, inp["k_idxs"]), cache.k[il]))
-        # cpy_v: V is cached transposed, one element per (channel, cell)
-        v_cur = ops.reshape_2d(ctx, v, G, T)
-        v_view = ops.reshape_2d(ctx, cache.v[il], 1, G * n_ctx)
-        v_cur = ops.reshape_2d(ctx, v_cur, 1, G * T)
-        self.expand(_stored(ops.set_rows(ctx, v_view, v_cur, inp["v_idxs"]), v_view))
-        # get_k / get_v: the first n_kv cells
         ck, cv = cache.k[il], cache.v[il]
+        if self.flash_attn:
+            # cpy_v: V cached as K is, a row per cell
+            v_cur = ops.view_2d(ctx, v, G, T, v.nb[2], 0)
+            self.expand(_stored(ops.set_rows(ctx, cv, v_cur, inp["v_idxs"]), cv))
+        else:
+            # cpy_v: V is cached transposed, one element per (channel, cell)
+            v_cur = ops.reshape_2d(ctx, v, G, T)
+            v_view = ops.reshape_2d(ctx, cv, 1, G * n_ctx)
+            v_cur = ops.reshape_2d(ctx, v_cur, 1, G * T)
+            self.expand(_stored(ops.set_rows(ctx, v_view, v_cur, inp["v_idxs"]), v_view))
+        # get_k / get_v: the first n_kv cells
         kk = ops.view_4d(ctx, ck, D, Hkv, self.n_kv, 1, row_size(ck.type, D),
                          row_size(ck.type, G), row_size(ck.type, G * n_ctx), 0)
-        es = type_size(cv.type)
-        vv = ops.view_4d(ctx, cv, self.n_kv, Hkv, D, 1, es * n_ctx * D, es * n_ctx,
-                         es * n_ctx * G, 0)
+        if self.flash_attn:
+            vv = ops.view_4d(ctx, cv, D, Hkv, self.n_kv, 1, row_size(cv.type, D),
+                             row_size(cv.type, G), row_size(cv.type, G * n_ctx), 0)
+        else:
+            es = type_size(cv.type)
+            vv = ops.view_4d(ctx, cv, self.n_kv, Hkv, D, 1, es * n_ctx * D, es * n_ctx,
+                             es * n_ctx * G, 0)
         cur = _name(self.build_attn_mha(q, kk, vv, inp["kq_mask"], kq_scale, il), "kqv_out", il)
         cur = self.build_lora_mm(wo, cur)
         if wo_b is not None:
@@ -167,14 +184,21 @@ class GraphContext:
 
     def build_attn_mha(self, q: Tensor, k: Tensor, v: Tensor, kq_mask: Tensor,
                        kq_scale: float, il: int) -> Tensor:
-        """Multi-head attention without flash attention: kq = k q, soft_max_ext with the
-        mask and scale, kqv = v kq over the transposed V cache, heads merged again."""
+        """Multi-head attention. Without flash attention: kq = k q, soft_max_ext with the
+        mask and scale, kqv = v kq over the transposed V cache, heads merged again; with
+        it, one FLASH_ATTN_EXT (f32 K or V cast to f16 first), reshaped to rows."""
         ctx = self.ctx
         q = ops.view_4d(ctx, q, q.ne[0], q.ne[1], q.ne[2], 1, q.nb[1], q.nb[2],
                         q.nb[2] * q.ne[2], 0)
         q = ops.permute(ctx, q, 0, 2, 1, 3)
         k = ops.permute(ctx, k, 0, 2, 1, 3)
         v = ops.permute(ctx, v, 0, 2, 1, 3)
+        if self.flash_attn:
+            k, v = (ops.cast(ctx, t, "f16") if t.type == "f32" else t for t in (k, v))
+            cur = ops.flash_attn_ext(ctx, q, k, v, kq_mask, kq_scale, 0.0, 0.0)
+            ops.flash_attn_ext_set_prec(cur, "F32")
+            cur = ops.reshape_2d(ctx, cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
+            return self.expand(cur)
         kq = _name(ops.mul_mat(ctx, k, q), "kq", il)
         ops.mul_mat_set_prec(kq, "F32")
         kq = _name(ops.soft_max_ext(ctx, kq, kq_mask, kq_scale, 0.0), "kq_soft_max", il)
