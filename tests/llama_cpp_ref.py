@@ -15,7 +15,7 @@ through ctypes (and fork into children), so the two never share a process.
         loads GGUF with the RPC servers SERVERS (host:port,...) as its devices and the
         llama.cpp options OPTIONS (JSON: n_gpu_layers, split_mode, main_gpu, tensor_split,
         n_ctx, n_batch, n_ubatch, type_k, type_v, offload_kqv, op_offload, flash_attn
-        on|off) and prints
+        on|off|auto) and prints
         what it logged (JSON): {"free_mib": {device: MiB}, "buffers": [[device, kind,
         "MiB with 2 decimals"], ...], "graph_nodes": [pp, tg], "graph_splits": [pp, tg]}
 
@@ -154,7 +154,8 @@ def load(L, path, servers, options):
     cp.offload_kqv = options.get("offload_kqv", True)
     cp.op_offload = options.get("op_offload", True)
     cp.flash_attn_type = {"on": L.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-                          "off": L.LLAMA_FLASH_ATTN_TYPE_DISABLED}[options.get("flash_attn", "off")]
+                          "off": L.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+                          "auto": L.LLAMA_FLASH_ATTN_TYPE_AUTO}[options.get("flash_attn", "off")]
     with Log(L) as log:
         model = L.llama_model_load_from_file(path.encode(), mp)
         if not model:

@@ -34,6 +34,7 @@ from ggml_py.sched import Scheduler
 
 CTX_PAD = 256           # llama_context pads n_ctx to this
 SPLIT_MODES = ("layer", "none")
+FLASH_ATTN = ("on", "off", "auto")
 UNQUANTIZED = ("f32", "f16", "bf16")
 CACHE_TYPES = (*UNQUANTIZED, "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 BUFFER_KINDS = ("model", "kv", "compute", "output")
@@ -55,7 +56,7 @@ class PlanOptions:
     cache_type_v: str = "f16"           # --cache-type-v
     kv_offload: bool = True             # --no-kv-offload clears it
     op_offload: bool = True             # --no-op-offload clears it
-    flash_attn: str = "off"             # -fa on|off (llama.cpp's auto is not planned yet)
+    flash_attn: str = "auto"            # -fa on|off|auto (auto: on where the devices run it)
     use_mmap: bool = True               # CPU weights stay in the mapped file (CPU_Mapped)
 
     def check(self) -> None:
@@ -67,12 +68,13 @@ class PlanOptions:
                                                                   self.cache_type_v)):
             if t not in CACHE_TYPES:
                 raise ArgumentError(f"{opt} must be one of {', '.join(CACHE_TYPES)}, got {t!r}")
-        if self.flash_attn not in ("on", "off"):
-            raise ArgumentError(f"-fa {self.flash_attn}: only -fa on and -fa off are planned "
-                                "so far (auto would probe the devices); pass one of them")
-        if self.flash_attn == "on" and not self.kv_offload:
-            raise ArgumentError("-fa on with --no-kv-offload: llama.cpp pins a view to the CPU "
-                                "there, which this scheduler refuses; not planned yet")
+        if self.flash_attn not in FLASH_ATTN:
+            raise ArgumentError(f"-fa must be one of {', '.join(FLASH_ATTN)}, got "
+                                f"{self.flash_attn!r}")
+        if self.flash_attn != "off" and not self.kv_offload:
+            raise ArgumentError(f"-fa {self.flash_attn} with --no-kv-offload: llama.cpp pins a "
+                                "view to the CPU there, which this scheduler refuses; not "
+                                "planned yet (pass -fa off)")
         if self.cache_type_v not in UNQUANTIZED and self.flash_attn == "off":
             raise ArgumentError(f"--cache-type-v {self.cache_type_v}: a quantized V cache "
                                 "needs flash attention (llama.cpp refuses it with -fa off)")
@@ -281,9 +283,11 @@ def plan_gguf(path: str, devices: Sequence[Device],
     backends = [d.backend for d in gpus] + [cpu.backend]
     sched = Scheduler(backends, graph_size=graph_size(cfg), parallel=parallel,
                       op_offload=opts.op_offload, copy_all_inputs=True, graph_reuse=False)
+    flash_attn = opts.flash_attn == "on" or (
+        opts.flash_attn == "auto" and _flash_attn_runs_on_layers(sched, cfg, weights, cache, layers))
     nodes, splits = [], []
     for n_tokens in (n_ubatch, 1, n_ubatch):
-        graph = _reserve_graph(cfg, weights, cache, n_tokens, opts.flash_attn == "on")
+        graph = _reserve_graph(cfg, weights, cache, n_tokens, flash_attn)
         _pin_as_llama_cpp(sched, graph, layers, cpu.backend, n_tokens < 32 or n_gpu > cfg.n_layer,
                           not opts.kv_offload)
         sched.reserve(graph)
@@ -315,6 +319,24 @@ def _pin_as_llama_cpp(sched: Scheduler, graph: Graph, layers: Sequence[Backend],
                 sched.set_tensor_backend(node, layers[int(il)])
         elif kqv_on_cpu and label == "kqv_out" and il.isdigit():
             sched.set_tensor_backend(node, cpu)
+
+
+def _flash_attn_runs_on_layers(sched: Scheduler, cfg: ModelConfig, weights: dict[str, Tensor],
+                               cache: _Cache, layers: Sequence[Backend]) -> bool:
+    """-fa auto as llama.cpp resolves it: split a one-token graph with flash attention and
+    keep it where each layer's FLASH_ATTN_EXT runs on the layer's device. (Where one does
+    not, llama.cpp computes without it over a V cache laid out for it: not planned yet.)"""
+    graph = _reserve_graph(cfg, weights, cache, 1, True)
+    _pin_as_llama_cpp(sched, graph, layers, layers[0], True, False)
+    sched.split_graph(graph)
+    fa = [node for node in graph.nodes if node.op == "FLASH_ATTN_EXT"]     # one per layer
+    off = [il for il, node in enumerate(fa) if sched.get_tensor_backend(node) is not layers[il]]
+    sched.reset()
+    if off:
+        raise ModelError(f"-fa auto: layer {off[0]}'s flash attention would not run on its "
+                         "device, so llama.cpp would turn it off over a V cache laid out for "
+                         "it: not planned yet; pass -fa off or -fa on")
+    return True
 
 
 def _reserve_graph(cfg: ModelConfig, weights: dict[str, Tensor], cache: _Cache,

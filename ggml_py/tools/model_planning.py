@@ -30,7 +30,7 @@ def gpu_layers(text: str) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> dict[str, object]:
     """Add the model options of `plan` (defaults: llama.cpp's common ones); returns
     {dest: default} of them."""
-    from ggml_py.models.model_plan import CACHE_TYPES, SPLIT_MODES, PlanOptions
+    from ggml_py.models.model_plan import CACHE_TYPES, FLASH_ATTN, SPLIT_MODES, PlanOptions
     d = PlanOptions()
     g = p.add_argument_group("a model file (MODEL.gguf): llama.cpp's options")
     g.add_argument("--device", default="cpu", metavar="KIND[:MEMORY],...",
@@ -58,9 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> dict[str, object]:
                    help="keep the KV cache and attention on the CPU")
     g.add_argument("--no-op-offload", action="store_true",
                    help="no offload of host-weight ops to the devices")
-    g.add_argument("-fa", "--flash-attn", choices=("on", "off", "auto"), default=d.flash_attn,
-                   help="flash attention (default off; llama.cpp's default auto is not "
-                        "planned yet)")
+    g.add_argument("-fa", "--flash-attn", choices=FLASH_ATTN, default=d.flash_attn,
+                   help="flash attention (default auto: on where every layer's device runs "
+                        "it)")
     g.add_argument("--no-mmap", action="store_true",
                    help="CPU weights in a CPU buffer, not the mapped file")
     g.add_argument("--json", action="store_true", help="print the plan as one JSON object")
