@@ -6,8 +6,8 @@ Writes the Llama-3-70B-shaped file of tests/test_plan_gguf.py (80 layers, q4_K, 
 infos only: the weights a hole in a sparse file), then runs, each in a fresh interpreter,
 the command's work -- read the metadata and tensor infos, place, build the prompt and
 decode graphs, reserve them three times as llama.cpp does -- on two 24 GiB RPC devices and
-the CPU, -c 8192 (-fa auto: on, after its one-token probe). Prints the median wall time of plan_gguf, of the whole command (imports
-and interpreter start included) and the peak RSS.
+the CPU, -c 8192 (-fa auto: on, after its one-token probe). Prints the median wall time of
+plan_gguf, of the whole command (imports and interpreter start included) and the peak RSS.
 """
 
 import argparse
