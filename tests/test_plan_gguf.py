@@ -12,12 +12,10 @@ tests skip without llama-cpp-python unless GGML_PY_REQUIRE_LLAMA_CPP=1.
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 from conftest import require_ggml_rpc
-from test_architectures import HERE
+from test_architectures import _llama_cpp
 
 from ggml_py.errors import ArgumentError, ModelError
 from ggml_py.models.config import arch_config
@@ -198,16 +196,6 @@ def servers():
             s.stop()
 
 
-def llama_cpp_load(path, servers, options):
-    r = subprocess.run([sys.executable, str(HERE / "llama_cpp_ref.py"), "load", path, servers,
-                        json.dumps(options)], capture_output=True, text=True, timeout=600)
-    if r.returncode == 3 and os.environ.get("GGML_PY_REQUIRE_LLAMA_CPP") != "1":
-        pytest.skip("llama-cpp-python is not installed (GGML_PY_REQUIRE_LLAMA_CPP=1 makes "
-                    "this a failure)")
-    assert r.returncode == 0, r.stdout + r.stderr
-    return json.loads(r.stdout.splitlines()[-1])
-
-
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("plan-models")
@@ -217,7 +205,7 @@ def models(tmp_path_factory):
 @pytest.mark.parametrize("options", [o for _, o in OPTION_SETS], ids=[i for i, _ in OPTION_SETS])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_plan_matches_llama_cpp(models, servers, arch, options):
-    theirs = llama_cpp_load(models[arch], servers, {**CTX, **options})
+    theirs = _llama_cpp("load", models[arch], servers, json.dumps({**CTX, **options}))
     # (with --split-mode none llama.cpp reports the main device alone; the servers' are alike)
     free = theirs["free_mib"]
     spec = ",".join(f"rpc:{free.get(f'RPC{i}', max(free.values()))}MiB" for i in range(2))

@@ -13,6 +13,7 @@ device's model, KV, compute and output buffer sizes.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -139,13 +140,11 @@ class ModelPlan:
     def text(self) -> str:
         """The report in words, sizes in MiB as llama.cpp prints them."""
         cfg = self.config
-        runs: list[str] = []
-        for il, name in enumerate(self.layer_devices):
-            if runs and runs[-1].endswith(f" {name}"):
-                start = runs[-1].split()[1].split("..")[0]
-                runs[-1] = f"layers {start}..{il} {name}"
-            else:
-                runs.append(f"layers {il}..{il} {name}")
+        runs, il = [], 0
+        for name, group in itertools.groupby(self.layer_devices):
+            n = len(list(group))
+            runs.append(f"layers {il}..{il + n - 1} {name}")
+            il += n
         lines = [f"{self.path}: {cfg.arch}, {cfg.n_layer} layers, n_ctx {self.n_ctx}, "
                  f"ubatch {self.n_ubatch}",
                  "placement: " + ", ".join(runs) + f", output {self.output_device}",
@@ -212,37 +211,75 @@ def plan_gguf(path: str, devices: Sequence[Device],
     n_ctx = -(-(opts.n_ctx or cfg.n_ctx) // CTX_PAD) * CTX_PAD
     cfg = dataclasses.replace(cfg, n_ctx=n_ctx)
     _check_cache_rotation(cfg, opts)
-    n_batch = min(n_ctx, opts.n_batch)
-    n_ubatch = min(n_batch, opts.n_ubatch)
-
+    n_ubatch = min(n_ctx, opts.n_batch, opts.n_ubatch)
     cpu = devices[-1]
+    gpus, shares = _model_devices(devices, opts)
+    layers, output = split_layers(cfg.n_layer, [d.backend for d in gpus], cpu.backend,
+                                  opts.n_gpu_layers, shares)
+    used = [*gpus, cpu]
+    weights, buffers = _place_weights(infos, used, layers, output, opts.use_mmap)
+    cache, kv_buffers = _place_cache(cfg, used, layers if opts.kv_offload else
+                                     [cpu.backend] * cfg.n_layer, opts)
+    buffers += kv_buffers
+
+    # the compute buffers: sched_reserve's prompt, decode and prompt graphs
+    full_offload = (cfg.n_layer + 1 if opts.n_gpu_layers < 0 else opts.n_gpu_layers) > cfg.n_layer
+    parallel = len(gpus) > 1 and full_offload and opts.split_mode == "layer" and opts.kv_offload
+    sched = Scheduler([d.backend for d in used], graph_size=graph_size(cfg), parallel=parallel,
+                      op_offload=opts.op_offload, copy_all_inputs=True, graph_reuse=False)
+    flash_attn = opts.flash_attn == "on" or (
+        opts.flash_attn == "auto" and _flash_attn_runs_on_layers(sched, cfg, weights, cache, layers))
+    nodes, splits = [], []
+    for n_tokens in (n_ubatch, 1, n_ubatch):
+        graph = _reserve_graph(cfg, weights, cache, n_tokens, flash_attn)
+        _pin_as_llama_cpp(sched, graph, layers, cpu.backend, n_tokens < 32 or full_offload,
+                          not opts.kv_offload)
+        sched.reserve(graph)
+        nodes.append(graph.n_nodes)
+        splits.append(sched.n_splits)
+    buffers += [BufferUse(d.name, "compute", sched.get_buffer_size(d.backend)) for d in used
+                if sched.get_buffer_size(d.backend) > 1]      # (llama.cpp prints those only)
+    sched.close()
+    buffers.append(BufferUse(cpu.name, "output", 4 * cfg.n_vocab))     # one sequence's logits
+    names = {id(d.backend): d.name for d in devices}
+    return ModelPlan(str(path), cfg, list(devices), [names[id(b)] for b in layers],
+                     names[id(output)], n_ctx, n_ubatch, (nodes[0], nodes[1]),
+                     (splits[0], splits[1]), sched.n_copies, buffers)
+
+
+def _model_devices(devices: Sequence[Device],
+                   opts: PlanOptions) -> tuple[list[Device], tuple[float, ...] | None]:
+    """The devices llama.cpp's model uses besides the CPU (--split-mode none: the main one
+    alone) and their shares of the layers: --tensor-split, else (or all 0) their memories
+    (equal where none is given)."""
     gpus = [d for d in devices if not d.is_cpu]
+    if not gpus:
+        return [], None
     shares = opts.tensor_split
-    if opts.split_mode == "none" and gpus:
+    if opts.split_mode == "none":
         if opts.main_gpu >= len(gpus):
             raise ArgumentError(f"--main-gpu {opts.main_gpu}: there are {len(gpus)} devices")
         gpus, shares = [gpus[opts.main_gpu]], None
     if shares is not None and len(shares) > len(gpus):
         raise ArgumentError(f"--tensor-split has {len(shares)} shares for {len(gpus)} devices")
     if shares is None or not any(shares):
-        shares = tuple(d.memory if d.memory is not None else 1 for d in gpus)
-    else:
-        shares = tuple(shares) + (0.0,) * (len(gpus) - len(shares))
-    layers, output = split_layers(cfg.n_layer, [d.backend for d in gpus], cpu.backend,
-                                  opts.n_gpu_layers, shares if gpus else None)
-    names = {id(d.backend): d.name for d in devices}
-    buffers: list[BufferUse] = []
+        return gpus, tuple(d.memory if d.memory is not None else 1 for d in gpus)
+    return gpus, tuple(shares) + (0.0,) * (len(gpus) - len(shares))
 
-    # the weights, a buffer per device (the CPU's the mapped file)
-    wctx = Context(f"{cfg.name}.weights")
-    weights: dict[str, Tensor] = {}
-    per_device: dict[int, list[str]] = {}
-    for name, info in infos.items():
-        weights[name] = ops.new_tensor(wctx, info.type, info.ne, name=name)
-        be = _weight_device(name, layers, output, cpu.backend)
-        per_device.setdefault(id(be), []).append(name)
-    for d in [*gpus, cpu]:
-        held = per_device.get(id(d.backend), [])
+
+def _place_weights(infos: dict[str, TensorInfo], used: list[Device], layers: Sequence[Backend],
+                   output: Backend, use_mmap: bool) -> tuple[dict[str, Tensor], list[BufferUse]]:
+    """The weight tensors, in a buffer per device (`used`, the CPU last), and those
+    buffers: the CPU's is the span of the mapped file its weights lie in (CPU_Mapped)."""
+    cpu = used[-1]
+    ctx = Context("weights")
+    weights = {name: ops.new_tensor(ctx, info.type, info.ne, name=name)
+               for name, info in infos.items()}
+    buffers = []
+    for d in used:
+        held = [n for n in infos if _weight_device(n, layers, output, cpu.backend) is d.backend]
+        if not held:
+            continue
         if d.is_cpu:
             repacked = [n for n in held if n != "token_embd.weight"     # (read by get_rows)
                         and infos[n].type in _REPACKED]
@@ -251,58 +288,28 @@ def plan_gguf(path: str, devices: Sequence[Device],
                                  "ggml-cpu's CPU_REPACK buffer, which is not planned yet")
         bufs = alloc_ctx_tensors_from_buft([weights[n] for n in held],
                                            d.backend.get_default_buffer_type(), "weights")
-        if held:
-            size = (_mapped_bytes([infos[n] for n in held]) if d.is_cpu and opts.use_mmap
-                    else _buffers_bytes(bufs))
-            buffers.append(BufferUse(d.name, "model", size))
+        size = (_mapped_bytes([infos[n] for n in held]) if d.is_cpu and use_mmap
+                else _buffers_bytes(bufs))
+        buffers.append(BufferUse(d.name, "model", size))
+    return weights, buffers
 
-    # the KV cache, each layer's on its device (all on the CPU with --no-kv-offload)
-    kctx = Context(f"{cfg.name}.kv")
-    ks, vs = [], []
-    kv_per_device: dict[int, list[Tensor]] = {}
+
+def _place_cache(cfg: ModelConfig, used: list[Device], layers: Sequence[Backend],
+                 opts: PlanOptions) -> tuple[_Cache, list[BufferUse]]:
+    """llama_kv_cache's K and V of every layer ([n_embd_gqa, cells] each), in a buffer per
+    device of `used`: each layer's on `layers[il]`."""
+    ctx = Context("kv")
+    cache = _Cache([], [])
+    held: dict[int, list[Tensor]] = {}
     for il in range(cfg.n_layer):
-        k = ops.new_tensor_2d(kctx, opts.cache_type_k, cfg.n_embd_gqa, n_ctx,
-                              name=f"cache_k_l{il}")
-        v = ops.new_tensor_2d(kctx, opts.cache_type_v, cfg.n_embd_gqa, n_ctx,
-                              name=f"cache_v_l{il}")
-        ks.append(k)
-        vs.append(v)
-        be = layers[il] if opts.kv_offload else cpu.backend
-        kv_per_device.setdefault(id(be), []).extend([k, v])
-    for d in [*gpus, cpu]:
-        if id(d.backend) in kv_per_device:
-            bufs = alloc_ctx_tensors_from_buft(kv_per_device[id(d.backend)],
-                                               d.backend.get_default_buffer_type(), "any")
-            buffers.append(BufferUse(d.name, "kv", _buffers_bytes(bufs)))
-    cache = _Cache(ks, vs)
-
-    # the compute buffers: sched_reserve's prompt, decode and prompt graphs
-    n_gpu = cfg.n_layer + 1 if opts.n_gpu_layers < 0 else opts.n_gpu_layers
-    parallel = (len(gpus) > 1 and n_gpu > cfg.n_layer and opts.split_mode == "layer"
-                and opts.kv_offload)
-    backends = [d.backend for d in gpus] + [cpu.backend]
-    sched = Scheduler(backends, graph_size=graph_size(cfg), parallel=parallel,
-                      op_offload=opts.op_offload, copy_all_inputs=True, graph_reuse=False)
-    flash_attn = opts.flash_attn == "on" or (
-        opts.flash_attn == "auto" and _flash_attn_runs_on_layers(sched, cfg, weights, cache, layers))
-    nodes, splits = [], []
-    for n_tokens in (n_ubatch, 1, n_ubatch):
-        graph = _reserve_graph(cfg, weights, cache, n_tokens, flash_attn)
-        _pin_as_llama_cpp(sched, graph, layers, cpu.backend, n_tokens < 32 or n_gpu > cfg.n_layer,
-                          not opts.kv_offload)
-        sched.reserve(graph)
-        nodes.append(graph.n_nodes)
-        splits.append(sched.n_splits)
-    for d in [*gpus, cpu]:
-        size = sched.get_buffer_size(d.backend)
-        if size > 1:                # (llama.cpp prints those only)
-            buffers.append(BufferUse(d.name, "compute", size))
-    buffers.append(BufferUse(cpu.name, "output", 4 * cfg.n_vocab))     # one sequence's logits
-    plan = ModelPlan(str(path), cfg, list(devices), [names[id(b)] for b in layers],
-                     names[id(output)], n_ctx, n_ubatch, (nodes[0], nodes[1]),
-                     (splits[0], splits[1]), sched.n_copies, buffers)
-    sched.close()
-    return plan
+        for part, t, out in (("k", opts.cache_type_k, cache.k), ("v", opts.cache_type_v, cache.v)):
+            out.append(ops.new_tensor_2d(ctx, t, cfg.n_embd_gqa, cfg.n_ctx,
+                                         name=f"cache_{part}_l{il}"))
+            held.setdefault(id(layers[il]), []).append(out[-1])
+    buffers = [BufferUse(d.name, "kv", _buffers_bytes(alloc_ctx_tensors_from_buft(
+                   held[id(d.backend)], d.backend.get_default_buffer_type(), "any")))
+               for d in used if id(d.backend) in held]
+    return cache, buffers
 
 
 def _pin_as_llama_cpp(sched: Scheduler, graph: Graph, layers: Sequence[Backend], cpu: Backend,
