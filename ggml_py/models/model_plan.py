@@ -227,8 +227,9 @@ def plan_gguf(path: str, devices: Sequence[Device],
     parallel = len(gpus) > 1 and full_offload and opts.split_mode == "layer" and opts.kv_offload
     sched = Scheduler([d.backend for d in used], graph_size=graph_size(cfg), parallel=parallel,
                       op_offload=opts.op_offload, copy_all_inputs=True, graph_reuse=False)
-    flash_attn = opts.flash_attn == "on" or (
-        opts.flash_attn == "auto" and _flash_attn_runs_on_layers(sched, cfg, weights, cache, layers))
+    flash_attn = opts.flash_attn == "on" or (opts.flash_attn == "auto" and
+                                             _flash_attn_runs_on_layers(sched, cfg, weights,
+                                                                        cache, layers))
     nodes, splits = [], []
     for n_tokens in (n_ubatch, 1, n_ubatch):
         graph = _reserve_graph(cfg, weights, cache, n_tokens, flash_attn)
