@@ -231,6 +231,17 @@ def write_70b(path):
     return str(path)
 
 
+def test_layout_file_refusals(tmp_path):
+    from ggml_py.errors import ArgumentTypeError
+    from ggml_py.models.gguf import GGUFError, save_gguf_layout
+    cfg = arch_config("llama", **SHAPE, wtype="f16")
+    with pytest.raises(ArgumentTypeError, match="path"):
+        save_gguf_layout(cfg, 3)
+    for types in ({"nope.weight": "f16"}, {"output.weight": "q9_9"}):
+        with pytest.raises(GGUFError, match="types"):
+            save_gguf_layout(cfg, tmp_path / "m.gguf", types)
+
+
 def test_70b_shaped_file_plan(tmp_path):
     path = write_70b(tmp_path / "70b.gguf")
     assert os.stat(path).st_blocks * 512 < 1 << 20      # a hole where the weights would be

@@ -186,10 +186,15 @@ def _type_name(t) -> str:
     return _TYPES[name]
 
 
-def _reader(path):
-    """A GGUFReader of `path`; GGUFError, naming the file, when it cannot be read as GGUF."""
+def _check_path(path) -> None:
+    """ArgumentTypeError unless `path` is a path (an int would be taken for a descriptor)."""
     if not isinstance(path, (str, os.PathLike)):
         raise ArgumentTypeError(f"a GGUF file is given by its path, got {type(path).__name__}")
+
+
+def _reader(path):
+    """A GGUFReader of `path`; GGUFError, naming the file, when it cannot be read as GGUF."""
+    _check_path(path)
     gguf = _gguf()
     try:
         with np.errstate(all="raise"):      # sizes that overflow: damage, not a warning
@@ -284,10 +289,17 @@ def save_gguf_layout(cfg: ModelConfig, path, types: dict[str, str] | None = None
     system allows), which is all that planning reads. types: {weight name: ggml type}
     over weight_shapes(cfg)'s (cfg.wtype for matrices, f32 for norms)."""
     gguf = _gguf()
-    w = _metadata_writer(gguf, instance_arg(cfg, ModelConfig, "config"), path)
+    shapes = weight_shapes(instance_arg(cfg, ModelConfig, "config"))
+    _check_path(path)
+    types = {} if types is None else instance_arg(types, dict, "types")
+    for name, t in types.items():
+        if name not in shapes or t not in _TYPES.values():
+            raise GGUFError(f"types: {name!r}: {t!r} is not a weight of this config and one of "
+                            f"{', '.join(_TYPES.values())}")
+    w = _metadata_writer(gguf, cfg, path)
     qtypes = {v: getattr(gguf.GGMLQuantizationType, k) for k, v in _TYPES.items()}
-    for name, (t, ne) in weight_shapes(cfg).items():
-        t = (types or {}).get(name, t)
+    for name, (t, ne) in shapes.items():
+        t = types.get(name, t)
         w.add_tensor_info(name, tuple(reversed(ne)), np.dtype(np.float32),
                           row_size(t, ne[0]) * math.prod(ne[1:]), raw_dtype=qtypes[t])
     w.write_header_to_file()
