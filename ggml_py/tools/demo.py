@@ -375,8 +375,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "--tensor-split; default: each device's free memory where it says, "
                         "else equal)")
     p.add_argument("--gpu-layers", type=cli.count(0), metavar="N",
-                   help="offload the last N layers, and the output head when N exceeds the "
-                        "layer count (llama.cpp's -ngl; default: everything)")
+                   help="offload the last N of the layers and the output head, the head "
+                        "counting as the last (llama.cpp's -ngl; default: everything)")
     p.add_argument("--layers", type=cli.count(1, MAX_LAYERS), metavar="N",
                    help=f"layers of the random models (default {d['layers']})")
     p.add_argument("--wtype", choices=WEIGHT_TYPES, metavar="TYPE",
