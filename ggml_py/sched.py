@@ -109,6 +109,9 @@ class Scheduler:
         which `n_graph_reuses` includes).
     max_split_inputs / max_graph_inputs / max_copies / max_backends: ggml's fixed limits
         (30, 30, 4, 16), here arguments.
+    copy_all_inputs: with pipeline parallelism, give every input leaf of the graph its
+        copies, read by a node or not, as the ggml of llama.cpp 0.3.36 does (its pass 6);
+        ggml 0.10.1 copies only the inputs nodes read.
     check_inputs: graph_compute refuses (SchedulerError, kind 'input-not-written') a
         graph whose inputs were not written since the allocation placed them, naming them,
         where ggml computes from whatever bytes lie there. A graph input is a leaf of the
@@ -133,7 +136,7 @@ class Scheduler:
                  max_copies: int = MAX_COPIES, max_graph_inputs: int | None = None,
                  debug_realloc: int | None = None, realloc_raises: bool = False,
                  validate: bool | None = None, graph_reuse: bool = True,
-                 check_inputs: bool = True) -> None:
+                 check_inputs: bool = True, copy_all_inputs: bool = False) -> None:
         self.lock = threading.RLock()
         backends = items_arg(backends, "backends", of=Backend)
         if not backends:
@@ -170,7 +173,8 @@ class Scheduler:
                                max_split_inputs, MAX_SPLIT_INPUTS if max_graph_inputs is None
                                else max_graph_inputs, max_copies,
                                _env_int("GGML_SCHED_DEBUG_REALLOC")
-                               if debug_realloc is None else debug_realloc, realloc_raises)
+                               if debug_realloc is None else debug_realloc, realloc_raises,
+                               copy_all_inputs)
         self._core.graph_reuse = bool(graph_reuse)
         self._graph: Graph | None = None
         # graphs whose placements a later alloc_graph took back: their inputs are gone,

@@ -66,8 +66,9 @@ def main(argv=None):
     rng = random.Random(args.seed)
     counts = {"rounds": args.rounds, "interrupted": 0, "clean_errors": 0, "errors": []}
     for k in range(args.rounds):
-        signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0002, 0.015))
         try:
+            # (armed inside the try: a short timer can fire before the next statement)
+            signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0002, 0.015))
             tokens = generate(backends, model)
             signal.setitimer(signal.ITIMER_REAL, 0)
         except KeyboardInterrupt:

@@ -11,12 +11,21 @@ through ctypes (and fork into children), so the two never share a process.
         order) for the prompt's first SPLIT tokens, then one decode step; prints JSON
         {"names": [prompt names, decode names]}
 
+    python tests/llama_cpp_ref.py load GGUF SERVERS OPTIONS
+        loads GGUF with the RPC servers SERVERS (host:port,...) as its devices and the
+        llama.cpp options OPTIONS (JSON: n_gpu_layers, split_mode, main_gpu, tensor_split,
+        n_ctx, n_batch, n_ubatch, type_k, type_v, offload_kqv, op_offload, flash_attn
+        on|off|auto) and prints
+        what it logged (JSON): {"free_mib": {device: MiB}, "buffers": [[device, kind,
+        "MiB with 2 decimals"], ...], "graph_nodes": [pp, tg], "graph_splits": [pp, tg]}
+
 PROMPT is a comma-separated list of token ids. Exit status 3: llama-cpp-python is not
 installed.
 """
 
 import ctypes
 import json
+import os
 import re
 import sys
 
@@ -107,6 +116,70 @@ def names(L, path, prompt, split):
     return {"names": out}
 
 
+# llama.cpp's log lines of a load: the devices, each buffer and the reserved graphs
+DEVICE_LINE = re.compile(r"using device (\w+) \(([^)]*)\).* - (\d+) MiB free")
+BUFFER_LINE = re.compile(r"^(load_tensors|llama_kv_cache|sched_reserve|llama_context): +(\S+) +"
+                         r"(model|KV|compute|output) buffer size = +([\d.]+) MiB", re.M)
+GRAPH_LINE = re.compile(r"graph[^:\n]*: nodes = (\d+)(?: / (\d+))?, splits = (\d+)(?: / (\d+))?")
+GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
+              "iq4_nl": 20, "bf16": 30}
+
+
+def add_rpc_servers(L, servers):
+    """Register each server's devices (common's add_rpc_devices): llama.cpp then uses them."""
+    lib = os.path.join(os.path.dirname(L.__file__), "lib")
+    ggml = ctypes.CDLL(os.path.join(lib, "libggml.so"))
+    rpc = ctypes.CDLL(os.path.join(lib, "libggml-rpc.so"))
+    rpc.ggml_backend_rpc_add_server.restype = ctypes.c_void_p
+    rpc.ggml_backend_rpc_add_server.argtypes = [ctypes.c_char_p]
+    ggml.ggml_backend_register.argtypes = [ctypes.c_void_p]
+    for endpoint in servers:
+        ggml.ggml_backend_register(rpc.ggml_backend_rpc_add_server(endpoint.encode()))
+
+
+def load(L, path, servers, options):
+    add_rpc_servers(L, servers)
+    mp = L.llama_model_default_params()
+    mp.n_gpu_layers = options.get("n_gpu_layers", -1)
+    mp.split_mode = {"none": 0, "layer": 1}[options.get("split_mode", "layer")]
+    mp.main_gpu = options.get("main_gpu", 0)
+    split = (ctypes.c_float * 16)(*options.get("tensor_split", []))
+    mp.tensor_split = split
+    cp = L.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch = options["n_ctx"], options["n_batch"], options["n_ubatch"]
+    cp.n_seq_max = 1
+    cp.n_threads = cp.n_threads_batch = 1
+    cp.type_k = GGML_TYPES[options.get("type_k", "f16")]
+    cp.type_v = GGML_TYPES[options.get("type_v", "f16")]
+    cp.offload_kqv = options.get("offload_kqv", True)
+    cp.op_offload = options.get("op_offload", True)
+    cp.flash_attn_type = {"on": L.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+                          "off": L.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+                          "auto": L.LLAMA_FLASH_ATTN_TYPE_AUTO}[options.get("flash_attn", "off")]
+    with Log(L) as log:
+        model = L.llama_model_load_from_file(path.encode(), mp)
+        if not model:
+            raise SystemExit("llama.cpp could not load the model:\n" + "".join(log.text))
+        ctx = L.llama_init_from_model(model, cp)
+        if not ctx:
+            raise SystemExit("llama.cpp could not make the context:\n" + "".join(log.text))
+    L.llama_free(ctx)
+    L.llama_model_free(model)
+    text = "".join(log.text)
+    # RPC buffer types are named RPC0[endpoint] whatever the device: the endpoint says which
+    devices = {m[2]: (m[1], int(m[3])) for m in DEVICE_LINE.finditer(text)}
+
+    def device(buffer_name):
+        m = re.fullmatch(r"\w+\[(.*)\]", buffer_name)
+        return devices[m[1]][0] if m else buffer_name.split("_")[0]
+
+    nodes_pp, nodes_tg, splits_pp, splits_tg = GRAPH_LINE.findall(text)[-1]
+    return {"free_mib": {name: mib for name, mib in devices.values()},
+            "buffers": [[device(m[2]), m[3].lower(), m[4]] for m in BUFFER_LINE.finditer(text)],
+            "graph_nodes": [int(nodes_pp), int(nodes_tg or nodes_pp)],
+            "graph_splits": [int(splits_pp), int(splits_tg or splits_pp)]}
+
+
 def main(argv):
     try:
         import llama_cpp
@@ -117,6 +190,9 @@ def main(argv):
     if mode == "logits":
         out, prompt, n_decode = rest
         r = logits(llama_cpp, path, out, [int(t) for t in prompt.split(",")], int(n_decode))
+    elif mode == "load":
+        servers, options = rest
+        r = load(llama_cpp, path, servers.split(","), json.loads(options))
     else:
         prompt, split = rest
         r = names(llama_cpp, path, [int(t) for t in prompt.split(",")], int(split))

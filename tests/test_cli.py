@@ -34,6 +34,11 @@ def test_plan_explain_names_passes(capsys):
     text = capsys.readouterr().out
     assert "## split 0:" in text
     assert "1.wgt" in text and "2.sup" in text
+    legend = text[text.index("legend"):].splitlines()[1:]
+    assert "  1.wgtN  it runs where its weight is" in legend
+    assert "  2.sup   it follows its neighbours there" in legend
+    # a sentence for each rule met, once
+    assert len(legend) == len(set(legend)) and all(" " in line.strip() for line in legend)
 
 
 def test_plan_dot_picture(tmp_path):

@@ -89,6 +89,26 @@ def test_an_input_the_graph_computes_is_refused():
         Scheduler([cpu], graph_size=16).split_graph(g)
 
 
+def test_a_node_reading_itself_is_refused_but_ggml_cast():
+    """ggml_cast's CPY names itself as its src[1] (its destination) and is in order, as in
+    ggml (llama.cpp's flash attention casts an f32 cache so); any other self-read is not."""
+    cpu = CPUBackend()
+    ctx = gp.Context()
+    x, a, b, c = chain(ctx)
+    h = ops.cast(ctx, a, "f16")
+    assert h.src[1] == h
+    g = gp.Graph.from_lists([a, h], [x])
+    sched = Scheduler([cpu], graph_size=16)
+    values = np.arange(32, dtype=np.float32).reshape(4, 8) / 3
+    sched.alloc_graph(g)
+    sched.set_input(x, values)
+    sched.graph_compute(g)
+    assert np.array_equal(sched.get_output(h), (values * 2).astype(np.float16))
+    b.set_src(1, b)
+    with pytest.raises(GraphError, match="node 1 'b' reads 'b'"):
+        Scheduler([cpu], graph_size=16).split_graph(gp.Graph.from_lists([a, b], [x]))
+
+
 @st.composite
 def dags(draw):
     """A random DAG of element-wise nodes over two inputs, in a random node order."""

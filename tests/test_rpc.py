@@ -517,7 +517,7 @@ def test_random_models_on_servers_match_the_cpu(rpc, cfg, where):
         model = model.place(rpc[0])
     else:
         backends = [*rpc, cpu]
-        model = place_model(model, backends, n_gpu_layers=max(cfg.n_layer - 1, 1),
+        model = place_model(model, backends, n_gpu_layers=max(cfg.n_layer, 2),
                             tensor_split=[1, 1])
     sess = Session(model, backends)
     ref = Session(LlamaModel.random(cfg, seed=2).place(cpu), [cpu])

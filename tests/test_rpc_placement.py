@@ -38,8 +38,11 @@ def names(layers, out):
     # cumulative shares of n_layer + 1 offloaded layers
     (None, [1, 1], (["d0", "d0", "d0", "d1"], "d1")),
     (5, [1, 1], (["d0", "d0", "d0", "d1"], "d1")),
-    # the last two layers offloaded, the output stays on the CPU
-    (2, [1, 1], (["cpu", "cpu", "d0", "d1"], "cpu")),
+    # -ngl counts the output layer as the last of n_layer + 1 (llama.cpp 0.3.36's
+    # load_tensors): 2 offloads layer 3 and the output, 4 layers 1..3 and the output
+    (2, [1, 1], (["cpu", "cpu", "cpu", "d0"], "d1")),
+    (4, [1, 1], (["cpu", "d0", "d0", "d1"], "d1")),
+    (-1, [1, 1], (["d0", "d0", "d0", "d1"], "d1")),
     (0, [1, 1], (["cpu"] * 4, "cpu")),
     (None, [3, 1], (["d0", "d0", "d0", "d0"], "d1")),
     (None, [0, 1], (["d1"] * 4, "d1")),

@@ -10,6 +10,10 @@ non-null base and no memory, so graphs of any size can be split and
 allocated without touching RAM.
 """
 
+from __future__ import annotations
+
+from typing import Sequence
+
 from ggml_py import _rpc
 from ggml_py._backend import Backend, BufferType, fake_buffer, DEVICE_TYPES
 from ggml_py._core import OP_IDS
@@ -123,9 +127,10 @@ class SimBackend(Backend):
     """A backend of a case file: table-driven supports_op / offload_op /
     supports_buft (never a Python call while splitting), no compute."""
 
-    def __init__(self, name, buffer_type, device_type="cpu", supports_ops="*",
-                 unsupported_ops=(), offload_ops=(), offload_min_batch=0,
-                 supported_buffer_types=None):
+    def __init__(self, name: str, buffer_type: BufferType, device_type: str = "cpu",
+                 supports_ops: str | Sequence[str] = "*", unsupported_ops: Sequence[str] = (),
+                 offload_ops: str | Sequence[str] = (), offload_min_batch: int = 0,
+                 supported_buffer_types: Sequence[BufferType] | None = None) -> None:
         self._omitted = set()
         super().__init__(name, buffer_type, device_type, supports_ops, unsupported_ops,
                          offload_ops, offload_min_batch, supported_buffer_types)

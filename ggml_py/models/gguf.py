@@ -15,12 +15,14 @@ context.
 
 from __future__ import annotations
 
+import math
 import os
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
-from ggml_py._core import instance_arg
+from ggml_py._core import instance_arg, row_size
 from ggml_py.errors import ArgumentTypeError, ModelError
 from ggml_py import quants
 from ggml_py.models.config import (ARCH_DEFAULTS, ARCH_FFNS, ARCH_ROPE, FUSED_ARCHS,
@@ -45,6 +47,15 @@ def _gguf():
 
 class GGUFError(ModelError):
     """A GGUF file this loader cannot turn into a model (or cannot read at all)."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A weight as the file describes it: ggml type, ne, and where its bytes lie."""
+    type: str
+    ne: tuple[int, ...]
+    offset: int             # from the file's start
+    nbytes: int
 
 
 def _path(reader):
@@ -262,10 +273,15 @@ def _type_name(t) -> str:
     return _TYPES[name]
 
 
-def _reader(path):
-    """A GGUFReader of `path`; GGUFError, naming the file, when it cannot be read as GGUF."""
+def _check_path(path) -> None:
+    """ArgumentTypeError unless `path` is a path (an int would be taken for a descriptor)."""
     if not isinstance(path, (str, os.PathLike)):
         raise ArgumentTypeError(f"a GGUF file is given by its path, got {type(path).__name__}")
+
+
+def _reader(path):
+    """A GGUFReader of `path`; GGUFError, naming the file, when it cannot be read as GGUF."""
+    _check_path(path)
     gguf = _gguf()
     try:
         with np.errstate(all="raise"):      # sizes that overflow: damage, not a warning
@@ -293,14 +309,11 @@ def read_config(path, n_ctx: int | None = None, graph: str | None = None) -> Mod
     return _config(_reader(path), path, n_ctx, graph)
 
 
-def load_gguf(path, n_ctx: int | None = None, graph: str | None = None) -> Model:
-    """A Model from a GGUF file of an architecture of ARCHS (weights copied out of the file; not
-    yet placed). graph: 'llama.cpp' builds llama.cpp's graph for a llama file too (qwen2
-    and qwen3 always have it)."""
-    reader = _reader(path)
-    cfg = _config(reader, path, n_ctx, graph)
+def _model_tensors(reader, cfg: ModelConfig, path) -> dict:
+    """{weight name: the reader's tensor} of every weight cfg's graph uses, shapes checked
+    (no weight byte is read); a tied output is the token embeddings."""
     want = weight_shapes(cfg)
-    weights = {}
+    found = {}
     for t in reader.tensors:
         if t.name not in want:
             continue            # tensors the graph does not use (rope_freqs, ...)
@@ -308,14 +321,39 @@ def load_gguf(path, n_ctx: int | None = None, graph: str | None = None) -> Model
         if ne != tuple(want[t.name][1]) + (1,) * (len(ne) - len(want[t.name][1])):
             raise GGUFError(f"tensor {t.name!r} has ne {list(ne)}, the config implies "
                             f"{list(want[t.name][1])}")
-        weights[t.name] = (_type_name(t), np.array(t.data))
-    if "output.weight" not in weights and "token_embd.weight" in weights:
-        weights["output.weight"] = weights["token_embd.weight"]     # tied embeddings
-    missing = [name for name in want if name not in weights]
+        found[t.name] = t
+    if "output.weight" not in found and "token_embd.weight" in found:
+        found["output.weight"] = found["token_embd.weight"]     # tied embeddings
+    missing = [name for name in want if name not in found]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise GGUFError(f"{path}: has no tensor {missing[0]!r}{more}, which its metadata "
                         "implies")
+    return {name: found[name] for name in want}
+
+
+def read_tensor_infos(path, n_ctx: int | None = None) -> tuple[ModelConfig, dict]:
+    """(the file's ModelConfig with llama.cpp's graph, {weight name: TensorInfo}) from the
+    metadata and tensor infos alone: what planning needs, without a weight byte."""
+    reader = _reader(path)
+    cfg = _config(reader, path, n_ctx, "llama.cpp")
+    return cfg, {name: TensorInfo(_type_name(t), tuple(int(x) for x in t.shape),
+                                  int(t.data_offset), int(t.n_bytes))
+                 for name, t in _model_tensors(reader, cfg, path).items()}
+
+
+def load_gguf(path, n_ctx: int | None = None, graph: str | None = None) -> Model:
+    """A Model from a GGUF file of an architecture of ARCHS (weights copied out of the file;
+    not yet placed). graph: 'llama.cpp' builds llama.cpp's graph for a llama file too (the
+    other architectures always have it)."""
+    reader = _reader(path)
+    cfg = _config(reader, path, n_ctx, graph)
+    copied: dict = {}           # by the file's name: a tied output is its token_embd
+    weights = {}
+    for name, t in _model_tensors(reader, cfg, path).items():
+        if t.name not in copied:
+            copied[t.name] = (_type_name(t), np.array(t.data))
+        weights[name] = copied[t.name]
     return Model(cfg, weights)
 
 
@@ -343,7 +381,58 @@ def save_gguf(model: Model, path) -> None:
     MoE, qwen2, qwen3, gemma2, gemma3, phi3), with tokenizer.ggml.model 'none' so that
     llama.cpp loads it."""
     gguf = _gguf()
-    cfg = instance_arg(model, Model, "model").config
+    w = _metadata_writer(gguf, instance_arg(model, Model, "model").config, path)
+    qtypes = {v: getattr(gguf.GGMLQuantizationType, k) for k, v in _TYPES.items()}
+    for name in _file_weights(model.config):
+        t, stored = model.weights[name]
+        if quants.is_quantized(t) or t == "bf16":
+            w.add_tensor(name, np.ascontiguousarray(stored, dtype=np.uint8), raw_dtype=qtypes[t])
+        else:
+            w.add_tensor(name, np.ascontiguousarray(stored))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def save_gguf_layout(cfg: ModelConfig, path, types: dict[str, str] | None = None) -> None:
+    """Write the GGUF file of a model of `cfg` without its weights: the metadata and tensor
+    infos, the data section left a hole of the right size (a sparse file where the file
+    system allows), which is all that planning reads. types: {weight name: ggml type}
+    over weight_shapes(cfg)'s (cfg.wtype for matrices, f32 for norms)."""
+    gguf = _gguf()
+    shapes = weight_shapes(instance_arg(cfg, ModelConfig, "config"))
+    _check_path(path)
+    types = {} if types is None else instance_arg(types, dict, "types")
+    for name, t in types.items():
+        if name not in shapes or t not in _TYPES.values():
+            raise GGUFError(f"types: {name!r}: {t!r} is not a weight of this config and one of "
+                            f"{', '.join(_TYPES.values())}")
+    w = _metadata_writer(gguf, cfg, path)
+    qtypes = {v: getattr(gguf.GGMLQuantizationType, k) for k, v in _TYPES.items()}
+    for name in _file_weights(cfg):
+        t, ne = shapes[name]
+        t = types.get(name, t)
+        w.add_tensor_info(name, tuple(reversed(ne)), np.dtype(np.float32),
+                          row_size(t, ne[0]) * math.prod(ne[1:]), raw_dtype=qtypes[t])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    data = -(-os.path.getsize(path) // w.data_alignment) * w.data_alignment
+    os.truncate(path, data + sum(-(-ti.nbytes // w.data_alignment) * w.data_alignment
+                                 for ti in w.tensors[0].values()))
+
+
+def _file_weights(cfg: ModelConfig) -> list:
+    """The weights a file of cfg holds: weight_shapes' less a tied output (the file's head
+    is its token_embd)."""
+    return [name for name in weight_shapes(cfg)
+            if not (name == "output.weight" and cfg.tied_output)]
+
+
+def _metadata_writer(gguf, cfg: ModelConfig, path):
+    """A GGUFWriter of `path` with cfg's metadata added."""
     if cfg.ffn not in ARCH_FFNS[cfg.arch]:
         raise GGUFError(f"the {cfg.arch} architecture has no {cfg.ffn} FFN here; only "
                         f"{' or '.join(ARCH_FFNS[cfg.arch])} {cfg.arch} models can be written")
@@ -377,16 +466,4 @@ def save_gguf(model: Model, path) -> None:
         w.add_expert_count(cfg.n_expert)
         w.add_expert_used_count(cfg.n_expert_used)
         w.add_expert_feed_forward_length(cfg.ff_exp)
-    qtypes = {v: getattr(gguf.GGMLQuantizationType, k) for k, v in _TYPES.items()}
-    for name in weight_shapes(cfg):
-        if name == "output.weight" and cfg.tied_output:
-            continue                    # (the file's head is its token_embd)
-        t, stored = model.weights[name]
-        if quants.is_quantized(t) or t == "bf16":
-            w.add_tensor(name, np.ascontiguousarray(stored, dtype=np.uint8), raw_dtype=qtypes[t])
-        else:
-            w.add_tensor(name, np.ascontiguousarray(stored))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    return w

@@ -1,8 +1,9 @@
 """Where a model's layers run: llama.cpp's placement over devices and the CPU.
 
-`split_layers` gives the assignment (`-ngl N`: the last N layers, and the output layer
-when N exceeds the layer count, go to the devices; `--tensor-split`: consecutive runs of
-layers sized in proportion to the shares); `place_model` places a Model's weights by it.
+`split_layers` gives the assignment of llama.cpp's load_tensors (`-ngl N`: the last N of
+the n_layer + 1 layers, the output layer counting as the last, go to the devices;
+`--tensor-split`: consecutive runs of layers sized in proportion to the shares);
+`place_model` places a Model's weights by it.
 The token embeddings stay on the CPU, as llama.cpp keeps its input layer there.
 """
 
@@ -22,12 +23,13 @@ def split_layers(n_layer: int, devices: Sequence[Backend], cpu: Backend,
                  n_gpu_layers: int | None = None,
                  tensor_split: Sequence[float] | None = None) -> tuple[list[Backend], Backend]:
     """Which backend runs each layer, and the output layer, as llama.cpp assigns them:
-    the last `n_gpu_layers` layers (default: all, and the output) go to `devices`, cut
+    the last `n_gpu_layers` of the n_layer + 1 layers (the output layer last; default and
+    any negative count: all) go to `devices`, cut
     into consecutive runs in proportion to `tensor_split` (default: each device's free
     memory where every device reports it, else equal shares); the rest stay on `cpu`.
     Returns (per-layer backends, output backend)."""
     devices = list(devices)
-    n_gpu = n_layer + 1 if n_gpu_layers is None else max(0, int(n_gpu_layers))
+    n_gpu = n_layer + 1 if n_gpu_layers is None or n_gpu_layers < 0 else int(n_gpu_layers)
     if not devices:
         return [cpu] * n_layer, cpu
     if tensor_split is None:
@@ -51,7 +53,7 @@ def split_layers(n_layer: int, devices: Sequence[Backend], cpu: Backend,
     for x in shares:
         acc += x
         bounds.append(acc / total)
-    i_gpu_start = max(n_layer - n_gpu, 0)
+    i_gpu_start = max(n_layer + 1 - n_gpu, 0)
     act_gpu_layers = min(n_gpu, n_layer + 1)
 
     def backend_of(il: int) -> Backend:

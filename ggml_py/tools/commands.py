@@ -58,7 +58,13 @@ def load_case_file(path: str) -> Case:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from ggml_py.tools import model_planning
     from ggml_py.tools.cases import gc_paused
+    if args.case.endswith(".gguf"):
+        if args.explain:
+            raise cli.UsageError("--explain applies to a case file, not to a model file")
+        return model_planning.run(args)
+    model_planning.check_case_arguments(args)
     if args.map:
         cli.require_module("matplotlib", "--map", "plot")
     # the collector off from the load to the end: the case is a million objects, none
@@ -173,7 +179,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    from ggml_py.tools import demo, opscheck, run, splitmap
+    from ggml_py.tools import demo, model_planning, opscheck, run, splitmap
     prog = prog or cli.program_name()
     p = cli.Parser(prog=prog, description="ggml_py: a port of ggml's backend scheduler, graph "
                    "allocator and backends.",
@@ -194,12 +200,17 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     run.add_arguments(command("run", "run a GGUF model: its tokens, prompt and decode "
                               "tokens/s", run.__doc__ or ""))
 
-    sp = command("plan", "split a case file and write its plan",
+    sp = command("plan", "split a case file, or plan a model file as llama.cpp loads it",
                  "Split a case file (*.case.json, SCHED_CASES.md) on a fresh scheduler and "
                  "write what it decided:\nthe plan JSON (stdout unless -o), an explanation "
-                 "per node, a Graphviz picture, a split map.")
-    sp.add_argument("case", type=cli.input_file(), metavar="CASE.case.json",
-                    help="the scheduling case to split")
+                 "per node, a Graphviz picture, a split map.\n\n"
+                 "Or plan a model file (MODEL.gguf: llama, qwen2, qwen3) on simulated "
+                 "devices with llama.cpp's options,\nreading only its metadata and tensor "
+                 "infos: each device's model, KV, compute and output buffers and\nthe graph "
+                 "nodes and splits of the prompt ubatch and the decode token, as llama.cpp "
+                 "logs them.")
+    sp.add_argument("case", type=cli.input_file(), metavar="CASE.case.json|MODEL.gguf",
+                    help="the scheduling case to split, or the model to plan")
     sp.add_argument("-o", "--output", type=cli.output_file(), metavar="PLAN.json",
                     help="write the plan JSON here (default: stdout)")
     sp.add_argument("--explain", action="store_true",
@@ -213,7 +224,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                          "(needs matplotlib: pip install \"ggml-py-sched[plot]\")")
     sp.add_argument("--alloc", action="store_true",
                     help="also allocate (alloc_graph) and write the plan's alloc block")
-    sp.set_defaults(func=cmd_plan)
+    sp.set_defaults(func=cmd_plan, model_defaults=model_planning.add_arguments(sp))
 
     sb = command("bench", "time the split of case files against ggml's", BENCH_HELP)
     sb.add_argument("cases", nargs="+", type=cli.input_file(), metavar="CASE.case.json")

@@ -385,8 +385,8 @@ def add_placement_arguments(p: argparse.ArgumentParser, default_device: str = "a
                         "--tensor-split; default: each device's free memory where it says, "
                         "else equal)")
     p.add_argument("-ngl", "--gpu-layers", type=cli.count(0), metavar="N",
-                   help="offload the last N layers, and the output head when N exceeds the "
-                        "layer count (llama.cpp's -ngl; default: everything)")
+                   help="offload the last N of the layers and the output head, the head "
+                        "counting as the last (llama.cpp's -ngl; default: everything)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

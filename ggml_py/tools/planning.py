@@ -55,8 +55,10 @@ def plan_case(case: Case, alloc: bool = False) -> tuple[Scheduler, Plan]:
 
 
 def explain(sched: Scheduler, graph: Graph) -> str:
-    """A readable table: each split, then each node's backend and the rule that chose it."""
+    """A readable table: each split, then each node's backend and the rule that chose it;
+    last, a legend: each rule met, in words."""
     out = []
+    causes: dict[str, str] = {}
     for i, node, k, s in sched.walk(graph):
         if s is not None:
             ins = ", ".join(t.name for t in s.inputs) or "-"
@@ -66,8 +68,13 @@ def explain(sched: Scheduler, graph: Graph) -> str:
         srcs = ", ".join(
             (f"{s.name}" if sched.describe(s) is None else f"{s.name} (copy)")
             for s in node.src if s is not None)
+        cause = sched.get_cause(node)
+        causes.setdefault("1.wgtN" if cause.startswith("1.wgt") else cause or "-",
+                          cause_text(cause))
         out.append(f"  #{i:<5} {node.op:<12} {node.name:<32} {b.name if b else 'NULL':<8} "
-                   f"{sched.get_cause(node) or '-':<7} <- {srcs}")
+                   f"{cause or '-':<7} <- {srcs}")
+    out.append("legend (why each node went to its backend):")
+    out += [f"  {cause:<7} {text}" for cause, text in sorted(causes.items())]
     return "\n".join(out)
 
 

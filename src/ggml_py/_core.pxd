@@ -98,6 +98,7 @@ cdef inline bint ggml_is_view_op(int op) noexcept nogil:
 # OP_NAMES_LIST, the one list of op names, when it is imported)
 cdef enum:
     OP_NONE = 0
+    OP_CPY = 34
     OP_RESHAPE = 36
     OP_VIEW = 37
     OP_PERMUTE = 38

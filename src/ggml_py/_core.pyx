@@ -350,7 +350,8 @@ OP_IDS = {name: i for i, name in enumerate(OP_NAMES_LIST)}
 for _name, _id in (("NONE", OP_NONE), ("RESHAPE", OP_RESHAPE), ("VIEW", OP_VIEW),
                    ("PERMUTE", OP_PERMUTE), ("TRANSPOSE", OP_TRANSPOSE),
                    ("GET_ROWS", OP_GET_ROWS), ("MUL_MAT", OP_MUL_MAT),
-                   ("MUL_MAT_ID", OP_MUL_MAT_ID), ("ROPE", OP_ROPE), ("ROPE_BACK", OP_ROPE_BACK)):
+                   ("MUL_MAT_ID", OP_MUL_MAT_ID), ("ROPE", OP_ROPE), ("ROPE_BACK", OP_ROPE_BACK),
+                   ("CPY", OP_CPY)):
     if OP_IDS[_name] != _id:
         raise ImportError(f"_core.pxd gives op {_name} id {_id}, OP_NAMES_LIST {OP_IDS[_name]}")
 

@@ -230,6 +230,7 @@ cdef class SchedCore:
     cdef readonly GraphAllocator galloc
     cdef readonly int debug_realloc             # GGML_SCHED_DEBUG_REALLOC level
     cdef readonly bint realloc_raises           # raise instead of warning
+    cdef readonly bint copy_all_inputs          # pass 6: every input leaf gets copies
     cdef readonly int n_reallocs                # reserves made by alloc_graph
     cdef readonly int n_unexpected_reallocs     # ... of them with an unchanged graph
 

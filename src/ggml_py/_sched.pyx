@@ -23,7 +23,7 @@ from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handl
                             ggml_context_reset, ggml_context_tensor, ggml_is_node_from,
                             ggml_views_computed_node, leaf_view_message,
                             ggml_hash_size, ggml_context, ggml_is_computed_from,
-                            ggml_computes, OP_NONE, mutation_epoch, tensor_changed, tensor_set_src,
+                            ggml_computes, OP_NONE, OP_CPY, mutation_epoch, tensor_changed, tensor_set_src,
                             graph_unchanged_since, order_message, LAYOUT_BYTES, new_epoch,
                             source_mask, lowest_bit, PREFETCH_AHEAD, prefetch, prefetch_bytes,
                             prefetch_memory, prefetch_leaf_ahead, prefetch_node_ahead,
@@ -533,7 +533,9 @@ cdef bint pass1_sweep(SchedCore s, ggml_cgraph * graph, bint exact,
             ref = hashed_ref(s, graph, src, i)
             if ref != -1:
                 bits = s.dense_bits[ref]
-                if ref == i:            # (a node reading itself)
+                # a node reading itself is out of order, but for ggml_cast's CPY, whose
+                # src[1] is itself (its destination; computed as one op)
+                if ref == i and not (j == 1 and t.op == OP_CPY):
                     bits |= SRC_NOT_BEFORE
                 buft = NULL
                 if bits & SRC_WEIGHTS and bits & SRC_MEMORY:
@@ -920,14 +922,31 @@ cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
             if src_backend_id == -1:
                 raise SchedulerError(f"source '{tensor_name(src_tensor(s, graph, e))}' of node "
                                      f"'{tensor_name(node)}' has no backend", "source-without-backend")
-            if e.bits & SRC_INPUT and s.n_copies > 1:
+            if e.bits & SRC_INPUT and s.n_copies > 1 and not s.copy_all_inputs:
                 add_graph_input(s, src_tensor(s, graph, e), src_slot(s, e), src_backend_id)
             if src_backend_id != cur_backend_id and not src_readable(s, graph, e, cur_backend_id):
                 add_split_input(s, split, node, i, e.j, src_tensor(s, graph, e), src_slot(s, e),
                                 cur_backend_id)
         i += 1
     split.i_end = graph.n_nodes
+    if s.n_copies > 1 and s.copy_all_inputs:
+        add_every_input_leaf(s, graph)
     apply_rewirings(s)
+    return 0
+
+
+cdef int add_every_input_leaf(SchedCore s, ggml_cgraph * graph) except -1:
+    """Pass 6 of the ggml in llama.cpp 0.3.36 (copy_all_inputs), parallel mode: every
+    input leaf gets its copies, in leaf order, read by a node or not (ggml 0.10.1 copies
+    those pass 5 meets as sources), so that a graph's memory does not depend on which of
+    its inputs a batch uses."""
+    cdef int i
+    cdef ggml_tensor * leaf
+    for i in range(graph.n_leafs):
+        leaf = graph.leafs[i]
+        if leaf.flags & GGML_TENSOR_FLAG_INPUT:
+            add_graph_input(s, leaf, s.node_slots[graph.n_nodes + i],
+                            s.dense_ids[s.leaf_refs[i]])
     return 0
 
 
@@ -1978,7 +1997,7 @@ cdef class SchedCore:
 
     def __init__(self, backends, bufts, graph_size, bint parallel, bint op_offload,
                  max_split_inputs=30, max_graph_inputs=30, n_copies=4, debug_realloc=0,
-                 bint realloc_raises=False):
+                 bint realloc_raises=False, bint copy_all_inputs=False):
         cdef int b
         backends, bufts = list(backends), list(bufts)
         if not 1 <= len(backends) <= _MAX_BACKENDS_C or len(bufts) != len(backends):
@@ -1996,6 +2015,7 @@ cdef class SchedCore:
         self.n_copies = int_arg(n_copies, "n_copies", 1, _MAX_LIMIT) if parallel else 1
         self.debug_realloc = int_arg(debug_realloc, "debug_realloc", 0, 2)
         self.realloc_raises = realloc_raises
+        self.copy_all_inputs = copy_all_inputs
         self.op_offload = op_offload
         self._keep = backends + bufts
         self.n_backends = len(backends)

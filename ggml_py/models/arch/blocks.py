@@ -6,8 +6,10 @@ Each block adds the ops llama.cpp's adds, in its order and with its names (a nam
 `x` of layer il is `x-il`, as llama.cpp's graph callback writes it), so that an
 architecture written over them (models.arch.llama, qwen2, qwen3) gives llama.cpp's
 graph node for node: the same node count for the same batch, and the same order.
-This is llama.cpp's graph without flash attention (its `-fa off`): the scores are a
-mul_mat, soft_max_ext'ed with the causal mask, and V is cached transposed.
+By default this is llama.cpp's graph without flash attention (its `-fa off`): the
+scores are a mul_mat, soft_max_ext'ed with the causal mask, and V is cached transposed.
+With `flash_attn` (its `-fa on`), V is cached row by row like K, the mask is f16 and
+one FLASH_ATTN_EXT per layer reads them.
 
 The inputs keep ggml_py's names (inp_tokens, inp_pos, kq_mask, inp_k_idxs,
 inp_v_idxs, inp_out_ids), which models.decode_graph rewrites between decode steps.
@@ -43,7 +45,8 @@ class GraphContext:
     data: {input name: values} of the step (graph.step_inputs with kv_rows)."""
 
     def __init__(self, cfg: ModelConfig, weights: dict, cache, n_tokens: int, n_past: int,
-                 n_kv: int, n_outputs: int, data: dict) -> None:
+                 n_kv: int, n_outputs: int, data: dict, embd_input: bool = False,
+                 flash_attn: bool = False) -> None:
         self.cfg = cfg
         self.W = weights
         self.cache = cache
@@ -52,6 +55,8 @@ class GraphContext:
         self.n_kv = n_kv
         self.n_outputs = n_outputs
         self.data = data
+        self.embd_input = embd_input
+        self.flash_attn = flash_attn
         self.ctx = Context(f"{cfg.name}.forward")
         self.graph = Graph(graph_size(cfg))
         self.inputs: list = []          # [(Tensor, numpy values)]
@@ -71,9 +76,15 @@ class GraphContext:
         return t
 
     def build_inp_embd(self, tok_embd: Tensor) -> Tensor:
-        """The token embeddings (get_rows of the batch's ids), expanded at once."""
+        """The token embeddings (get_rows of the batch's ids), expanded at once. With
+        `embd_input`, llama.cpp's other input beside them too: the embeddings of a batch
+        given as vectors (inp_embd), a leaf no node reads in a batch of tokens, which the
+        scheduler and allocator still give memory (what planning must count)."""
         tokens = self.input("i32", (self.n_tokens,), "inp_tokens")
-        return self.expand(_name(ops.get_rows(self.ctx, tok_embd, tokens), "embd"))
+        embd = self.expand(_name(ops.get_rows(self.ctx, tok_embd, tokens), "embd"))
+        if self.embd_input:
+            self.expand(self.input("f32", (self.cfg.n_embd, self.n_tokens), "inp_embd"))
+        return embd
 
     def build_inp_pos(self) -> Tensor:
         """The batch's positions."""
@@ -85,13 +96,15 @@ class GraphContext:
         (llama.cpp's kv_iswa input) the sliding layers' mask, and the global one only if
         a layer is global. (The sliding layers' cells are the global ones' here: one
         cache, two masks.)"""
-        cfg, T = self.cfg, self.n_tokens
+        cfg, T, G = self.cfg, self.n_tokens, self.cfg.n_embd_gqa
+        mask_type = "f16" if self.flash_attn else "f32"     # (FLASH_ATTN_EXT's mask is f16)
         inp = {"k_idxs": self.input("i64", (T,), "inp_k_idxs"),
-               "v_idxs": self.input("i64", (T * cfg.n_embd_gqa,), "inp_v_idxs")}
+               # a cell per token, or (V transposed) per channel and token
+               "v_idxs": self.input("i64", (T if self.flash_attn else T * G,), "inp_v_idxs")}
         if len(cfg.swa_layers) < cfg.n_layer:
-            inp["kq_mask"] = self.input("f32", (self.n_kv, T), "kq_mask")
+            inp["kq_mask"] = self.input(mask_type, (self.n_kv, T), "kq_mask")
         if cfg.iswa:
-            inp["kq_mask_swa"] = self.input("f32", (self.n_kv, T), "kq_mask_swa")
+            inp["kq_mask_swa"] = self.input(mask_type, (self.n_kv, T), "kq_mask_swa")
         return inp
 
     def build_inp_out_ids(self) -> Tensor:
@@ -173,20 +186,29 @@ class GraphContext:
         # cpy_k: the batch's K rows at their cells
         k_cur = ops.view_2d(ctx, k, G, T, k.nb[2], 0)
         self.expand(_stored(ops.set_rows(ctx, cache.k[il], k_cur, inp["k_idxs"]), cache.k[il]))
-        # cpy_v: V is cached transposed, one element per (channel, cell)
-        # (V viewed out of a fused QKV is copied out first: its tokens' rows have gaps)
-        v_cur = (ops.reshape_2d(ctx, v, G, T) if v.nb[2] == row_size(v.type, G)
-                 else ops.cont_2d(ctx, v, G, T))
-        v_view = ops.reshape_2d(ctx, cache.v[il], 1, G * n_ctx)
-        v_cur = ops.reshape_2d(ctx, v_cur, 1, G * T)
-        self.expand(_stored(ops.set_rows(ctx, v_view, v_cur, inp["v_idxs"]), v_view))
-        # get_k / get_v: the first n_kv cells
         ck, cv = cache.k[il], cache.v[il]
+        if self.flash_attn:
+            # cpy_v: V cached as K is, a row per cell
+            v_cur = ops.view_2d(ctx, v, G, T, v.nb[2], 0)
+            self.expand(_stored(ops.set_rows(ctx, cv, v_cur, inp["v_idxs"]), cv))
+        else:
+            # cpy_v: V is cached transposed, one element per (channel, cell)
+            # (V viewed out of a fused QKV is copied out first: its tokens' rows have gaps)
+            v_cur = (ops.reshape_2d(ctx, v, G, T) if v.nb[2] == row_size(v.type, G)
+                     else ops.cont_2d(ctx, v, G, T))
+            v_view = ops.reshape_2d(ctx, cv, 1, G * n_ctx)
+            v_cur = ops.reshape_2d(ctx, v_cur, 1, G * T)
+            self.expand(_stored(ops.set_rows(ctx, v_view, v_cur, inp["v_idxs"]), v_view))
+        # get_k / get_v: the first n_kv cells
         kk = ops.view_4d(ctx, ck, D, Hkv, self.n_kv, 1, row_size(ck.type, D),
                          row_size(ck.type, G), row_size(ck.type, G * n_ctx), 0)
-        es = type_size(cv.type)
-        vv = ops.view_4d(ctx, cv, self.n_kv, Hkv, D, 1, es * n_ctx * D, es * n_ctx,
-                         es * n_ctx * G, 0)
+        if self.flash_attn:
+            vv = ops.view_4d(ctx, cv, D, Hkv, self.n_kv, 1, row_size(cv.type, D),
+                             row_size(cv.type, G), row_size(cv.type, G * n_ctx), 0)
+        else:
+            es = type_size(cv.type)
+            vv = ops.view_4d(ctx, cv, self.n_kv, Hkv, D, 1, es * n_ctx * D, es * n_ctx,
+                             es * n_ctx * G, 0)
         mask = inp["kq_mask_swa"] if cfg.is_swa(il) else inp["kq_mask"]
         cur = _name(self.build_attn_mha(q, kk, vv, mask, kq_scale, il), "kqv_out", il)
         cur = self.build_lora_mm(wo, cur)
@@ -196,15 +218,22 @@ class GraphContext:
 
     def build_attn_mha(self, q: Tensor, k: Tensor, v: Tensor, kq_mask: Tensor,
                        kq_scale: float, il: int) -> Tensor:
-        """Multi-head attention without flash attention: kq = k q (soft-capped when the
+        """Multi-head attention. Without flash attention: kq = k q (soft-capped when the
         model caps attention), soft_max_ext with the mask and scale, kqv = v kq over the
-        transposed V cache, heads merged again."""
+        transposed V cache, heads merged again; with it, one FLASH_ATTN_EXT (f32 K or V
+        cast to f16 first, the soft-cap its parameter), reshaped to rows."""
         ctx = self.ctx
         q = ops.view_4d(ctx, q, q.ne[0], q.ne[1], q.ne[2], 1, q.nb[1], q.nb[2],
                         q.nb[2] * q.ne[2], 0)
         q = ops.permute(ctx, q, 0, 2, 1, 3)
         k = ops.permute(ctx, k, 0, 2, 1, 3)
         v = ops.permute(ctx, v, 0, 2, 1, 3)
+        if self.flash_attn:
+            k, v = (ops.cast(ctx, t, "f16") if t.type == "f32" else t for t in (k, v))
+            cur = ops.flash_attn_ext(ctx, q, k, v, kq_mask, kq_scale, 0.0, self.cfg.attn_softcap)
+            ops.flash_attn_ext_set_prec(cur, "F32")
+            cur = ops.reshape_2d(ctx, cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
+            return self.expand(cur)
         kq = _name(ops.mul_mat(ctx, k, q), "kq", il)
         ops.mul_mat_set_prec(kq, "F32")
         if self.cfg.attn_softcap:

@@ -1,0 +1,73 @@
+"""Simulated devices for planning a model without loading it: `--device` specs.
+
+A spec is `KIND[:MEMORY]` (`rpc:24105MiB`, `cpu`), one per device, comma-separated;
+each kind is a module of this package with its ggml backend's rules (supports_op, buffer
+alignment and size) and llama.cpp's device name prefix (RPC0, RPC1, ..., CPU). A kind
+module defines KIND, PREFIX, DEVICE_TYPE and `buffer_type(name)`, `backend(name, buft)`;
+adding a kind (cuda, metal, vulkan, opencl) is adding such a module to KINDS.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from types import ModuleType
+
+from ggml_py._backend import Backend
+from ggml_py.errors import ArgumentError
+from ggml_py.models.devices import cpu, rpc
+
+KINDS: dict[str, ModuleType] = {m.KIND: m for m in (rpc, cpu)}
+_UNITS = {"": 1, "B": 1, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}
+_SPEC = re.compile(r"(?P<kind>[a-z]+)(?::(?P<amount>\d+(?:\.\d+)?)(?P<unit>[a-zA-Z]*))?")
+
+
+@dataclass
+class Device:
+    """One simulated device: its llama.cpp name, kind, memory (None: not said) and backend."""
+    name: str
+    kind: str
+    memory: int | None
+    backend: Backend
+
+    @property
+    def is_cpu(self) -> bool:
+        """Whether this is the CPU (llama.cpp's fallback device, always last)."""
+        return self.kind == cpu.KIND
+
+
+def parse_memory(text: str, unit: str) -> int:
+    """Bytes of '24105' + 'MiB' (units B, KiB, MiB, GiB, TiB; none: bytes)."""
+    if unit.upper() not in _UNITS:
+        raise ArgumentError(f"unknown memory unit {unit!r}; use one of B, KiB, MiB, GiB, TiB")
+    return int(float(text) * _UNITS[unit.upper()])
+
+
+def parse_devices(spec: str) -> list[Device]:
+    """The devices of a `--device` spec, named as llama.cpp names them (the kind's prefix and
+    its index among that kind's devices; the CPU is `CPU`). The CPU comes last, added when
+    the spec leaves it out: llama.cpp always has it."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ArgumentError("--device needs at least one device, e.g. rpc:24GiB,cpu")
+    devices: list[Device] = []
+    counts: dict[str, int] = {}
+    for item in (s.strip() for s in spec.split(",")):
+        m = _SPEC.fullmatch(item)
+        if m is None or m["kind"] not in KINDS:
+            raise ArgumentError(f"--device {item!r}: expected KIND[:MEMORY] with KIND one of "
+                                f"{', '.join(KINDS)} (e.g. rpc:24105MiB)")
+        kind = KINDS[m["kind"]]
+        memory = parse_memory(m["amount"], m["unit"]) if m["amount"] is not None else None
+        index = counts.get(kind.KIND, 0)
+        counts[kind.KIND] = index + 1
+        name = kind.PREFIX if kind is cpu else f"{kind.PREFIX}{index}"
+        devices.append(Device(name, kind.KIND, memory, kind.backend(name)))
+    if counts.get(cpu.KIND, 0) > 1:
+        raise ArgumentError(f"--device {spec!r}: one cpu at most")
+    if cpu.KIND not in counts:
+        devices.append(Device(cpu.PREFIX, cpu.KIND, None, cpu.backend(cpu.PREFIX)))
+    devices.sort(key=lambda d: d.is_cpu)        # the CPU last, the others in spec order
+    return devices
+
+
+__all__ = ["Device", "KINDS", "parse_devices", "parse_memory"]

@@ -1,0 +1,101 @@
+"""`ggml-py plan MODEL.gguf`: llama.cpp's placement options on the command line, and the
+plan of the model (models.model_plan) in words or as JSON.
+
+The options keep llama.cpp's names and meanings (-ngl, --split-mode, --tensor-split,
+--main-gpu, -c, -b, -ub, --cache-type-k/-v, --no-kv-offload, --no-op-offload, -fa);
+`--device` says what to plan on: `rpc:24105MiB,rpc:24105MiB,cpu` (simulated devices with
+that much free memory, named RPC0, RPC1, ..., CPU as llama.cpp names them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ggml_py.tools import cli
+
+def gpu_layers(text: str) -> int:
+    """-ngl: a layer count, or 'all' (-1: every layer and the output)."""
+    if text == "all":
+        return -1
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a layer count or 'all'") from None
+    if n < -1:
+        raise argparse.ArgumentTypeError(f"must be -1 (all), 0 or more, got {n}")
+    return n
+
+
+def add_arguments(p: argparse.ArgumentParser) -> dict[str, object]:
+    """Add the model options of `plan` (defaults: llama.cpp's common ones); returns
+    {dest: default} of them."""
+    from ggml_py.models.model_plan import CACHE_TYPES, FLASH_ATTN, SPLIT_MODES, PlanOptions
+    d = PlanOptions()
+    g = p.add_argument_group("a model file (MODEL.gguf): llama.cpp's options")
+    g.add_argument("--device", default="cpu", metavar="KIND[:MEMORY],...",
+                   help="the devices to plan on, e.g. rpc:24105MiB,rpc:24105MiB,cpu "
+                        "(kinds: rpc, cpu; the CPU is always there; default: cpu)")
+    g.add_argument("-ngl", "--n-gpu-layers", type=gpu_layers, default=d.n_gpu_layers,
+                   metavar="N", help="layers on the devices, the output layer counting as "
+                                     "the last (default: all)")
+    g.add_argument("-sm", "--split-mode", choices=SPLIT_MODES, default=d.split_mode,
+                   help="layer: layers over the devices; none: all on --main-gpu")
+    g.add_argument("-ts", "--tensor-split", type=cli.shares, metavar="A,B,...",
+                   help="each device's share of the layers (default: by free memory)")
+    g.add_argument("-mg", "--main-gpu", type=cli.count(0), default=d.main_gpu, metavar="I",
+                   help="the device of --split-mode none (default 0)")
+    g.add_argument("-c", "--ctx-size", dest="n_ctx", type=cli.count(0), default=d.n_ctx,
+                   metavar="N", help="KV cache cells, 0: the file's (default %(default)s)")
+    g.add_argument("-b", "--batch-size", dest="n_batch", type=cli.count(), default=d.n_batch,
+                   metavar="N", help="logical batch (default %(default)s)")
+    g.add_argument("-ub", "--ubatch-size", dest="n_ubatch", type=cli.count(),
+                   default=d.n_ubatch, metavar="N", help="physical batch (default %(default)s)")
+    for kv in ("k", "v"):
+        g.add_argument(f"-ct{kv}", f"--cache-type-{kv}", choices=CACHE_TYPES, default="f16",
+                       help=f"the {kv.upper()} cache's type (default f16)")
+    g.add_argument("-nkvo", "--no-kv-offload", action="store_true",
+                   help="keep the KV cache and attention on the CPU")
+    g.add_argument("--no-op-offload", action="store_true",
+                   help="no offload of host-weight ops to the devices")
+    g.add_argument("-fa", "--flash-attn", choices=FLASH_ATTN, default=d.flash_attn,
+                   help="flash attention (default auto: on where every layer's device runs "
+                        "it)")
+    g.add_argument("--no-mmap", action="store_true",
+                   help="CPU weights in a CPU buffer, not the mapped file")
+    g.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    return {a.dest: a.default for a in g._group_actions}
+
+
+def check_case_arguments(args: argparse.Namespace) -> None:
+    """A UsageError for a model option given with a case file."""
+    given = [k for k, v in args.model_defaults.items() if getattr(args, k) != v]
+    if given:
+        raise cli.UsageError(f"--{given[0].replace('_', '-')} applies to a model file "
+                             f"(MODEL.gguf), not to a case file")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Plan args.case (a GGUF file) and print the plan."""
+    from ggml_py.errors import ArgumentError
+    from ggml_py.models.devices import parse_devices
+    from ggml_py.models.model_plan import PlanOptions, plan_gguf
+    for opt in ("output", "dot", "map"):
+        if getattr(args, opt):
+            raise cli.UsageError(f"--{opt} applies to a case file, not to a model file")
+    if args.alloc:
+        raise cli.UsageError("--alloc applies to a case file, not to a model file")
+    options = PlanOptions(
+        n_gpu_layers=args.n_gpu_layers, split_mode=args.split_mode,
+        tensor_split=tuple(args.tensor_split) if args.tensor_split else None,
+        main_gpu=args.main_gpu, n_ctx=args.n_ctx, n_batch=args.n_batch,
+        n_ubatch=args.n_ubatch, cache_type_k=args.cache_type_k,
+        cache_type_v=args.cache_type_v, kv_offload=not args.no_kv_offload,
+        op_offload=not args.no_op_offload, flash_attn=args.flash_attn,
+        use_mmap=not args.no_mmap)
+    try:
+        plan = plan_gguf(args.case, parse_devices(args.device), options)
+    except ArgumentError as e:
+        raise cli.UsageError(str(e)) from None
+    print(json.dumps(plan.to_dict()) if args.json else plan.text())
+    return 0

@@ -1,0 +1,285 @@
+"""`ggml-py plan MODEL.gguf` (models.model_plan): a GGUF file planned on simulated devices as
+llama.cpp would load it, from its metadata and tensor infos alone.
+
+Held to llama.cpp itself: a random-weight GGUF of each architecture is loaded by llama.cpp
+(llama-cpp-python 0.3.36, in a child process: tests/llama_cpp_ref.py load) on two of its
+own protocol-7 RPC servers on localhost, with each option set; what it logs -- every model,
+KV, compute and output buffer per device to its printed 0.01 MiB, and the graph nodes and
+splits of the prompt ubatch and the decode token -- must be what the planner reports for
+`--device rpc:<free>,rpc:<free>,cpu` with the free memory the servers reported. These
+tests skip without llama-cpp-python unless GGML_PY_REQUIRE_LLAMA_CPP=1.
+"""
+
+import json
+import os
+
+import pytest
+from conftest import require_ggml_rpc
+from test_architectures import _llama_cpp
+
+from ggml_py.errors import ArgumentError, ModelError
+from ggml_py.models.config import arch_config
+from ggml_py.models.devices import parse_devices
+from ggml_py.models.model_plan import PlanOptions, plan_gguf
+from ggml_py.models.transformer import Model
+
+pytest.importorskip("gguf")
+
+ARCHS = ("llama", "qwen2", "qwen3")
+# 32-wide heads: a q8_0 K cache can be viewed per head, and llama.cpp does not rotate it
+SHAPE = dict(n_vocab=256, n_ctx=512, n_embd=128, n_head=4, n_head_kv=2, n_layer=4,
+             n_ff=256)
+CTX = dict(n_ctx=512, n_batch=256, n_ubatch=256)
+# (id, llama.cpp's options beside CTX)
+OPTION_SETS = [
+    ("ngl-all", {}),
+    ("ngl-half", {"n_gpu_layers": 3}),
+    ("ngl-0", {"n_gpu_layers": 0}),
+    ("tensor-split-3-1", {"tensor_split": [3, 1]}),
+    ("q8_0-k", {"type_k": "q8_0", "n_ubatch": 128}),
+    ("split-none-main-1", {"split_mode": "none", "main_gpu": 1}),
+    ("no-kv-offload", {"offload_kqv": False, "n_gpu_layers": 4}),
+    ("ubatch-64-ctx-300", {"n_ctx": 300, "n_ubatch": 64}),
+    ("fa-on", {"flash_attn": "on"}),
+    ("fa-auto-ngl-0", {"flash_attn": "auto", "n_gpu_layers": 0}),
+    ("fa-on-q8_0-kv-ngl-half", {"flash_attn": "on", "type_k": "q8_0", "type_v": "q8_0",
+                                "n_gpu_layers": 3}),
+    ("fa-on-f32-kv-tensor-split", {"flash_attn": "on", "type_k": "f32", "type_v": "f32",
+                                   "tensor_split": [1, 2]}),
+]
+
+
+def write_model(path, arch, **shape):
+    from ggml_py.models.gguf import save_gguf
+    save_gguf(Model.random(arch_config(arch, **{**SHAPE, **shape}, wtype="f16"), seed=3), path)
+    return str(path)
+
+
+def plan_options(llama: dict) -> PlanOptions:
+    """llama.cpp's options (tests/llama_cpp_ref.py's names) as the planner's."""
+    o = {**CTX, **llama}
+    return PlanOptions(n_gpu_layers=o.get("n_gpu_layers", -1),
+                       split_mode=o.get("split_mode", "layer"), main_gpu=o.get("main_gpu", 0),
+                       tensor_split=tuple(o["tensor_split"]) if "tensor_split" in o else None,
+                       n_ctx=o["n_ctx"], n_batch=o["n_batch"], n_ubatch=o["n_ubatch"],
+                       cache_type_k=o.get("type_k", "f16"), cache_type_v=o.get("type_v", "f16"),
+                       kv_offload=o.get("offload_kqv", True), op_offload=o.get("op_offload", True),
+                       flash_attn=o.get("flash_attn", "off"))
+
+
+def mib_rows(plan):
+    """The plan's buffers as llama.cpp prints them: (device, kind, MiB to 0.01)."""
+    return sorted((b.device, b.kind, f"{b.bytes / 1024 / 1024:.2f}") for b in plan.buffers)
+
+
+# ---------------------------------------------------------------------------
+# without llama.cpp
+
+def test_devices_are_named_as_llama_cpp_names_them():
+    devs = parse_devices("rpc:24105MiB, rpc:1.5GiB,cpu:64GiB")
+    assert [(d.name, d.kind, d.memory) for d in devs] == [
+        ("RPC0", "rpc", 24105 << 20), ("RPC1", "rpc", 3 << 29), ("CPU", "cpu", 64 << 30)]
+    # the CPU is always there, and last
+    assert [d.name for d in parse_devices("cpu,rpc")] == ["RPC0", "CPU"]
+    for bad in ("", "gpu:1GiB", "rpc:12XB", "cpu,cpu", "rpc:"):
+        with pytest.raises(ArgumentError):
+            parse_devices(bad)
+
+
+def test_plan_reads_no_weight_bytes(tmp_path):
+    """The weights' bytes are never read: a file whose tensor data is all zero bytes
+    past the header plans the same as the model it was written from."""
+    path = write_model(tmp_path / "m.gguf", "qwen2")
+    devices = "rpc:24105MiB,rpc:24105MiB,cpu"
+    want = plan_gguf(path, parse_devices(devices), plan_options({}))
+    from ggml_py.models.gguf import read_tensor_infos
+    _, infos = read_tensor_infos(path)
+    start = min(i.offset for i in infos.values())
+    with open(path, "r+b") as f:
+        f.seek(start)
+        f.write(bytes(os.path.getsize(path) - start))
+    got = plan_gguf(path, parse_devices(devices), plan_options({}))
+    assert got.to_dict() == want.to_dict()
+    assert got.layer_devices == ["RPC0", "RPC0", "RPC0", "RPC1"] and got.output_device == "RPC1"
+
+
+def test_plan_report(tmp_path):
+    path = write_model(tmp_path / "m.gguf", "llama")
+    plan = plan_gguf(path, parse_devices("rpc:4MiB,rpc:24105MiB,cpu"), plan_options({}))
+    d = plan.to_dict()
+    assert json.loads(json.dumps(d)) == d
+    assert d["graph_nodes"] == [150, 150] and d["graph_splits"] == [3, 3]
+    assert {b["kind"] for b in d["buffers"]} == {"model", "kv", "compute", "output"}
+    assert {b["device"] for b in d["buffers"]} == {"RPC0", "RPC1", "CPU"}
+    # RPC0 has 4 MiB for about 5: the one warning, in the text too
+    assert len(d["warnings"]) == 1 and d["warnings"][0].startswith("RPC0 needs ")
+    assert "warning: RPC0 needs" in plan.text()
+
+
+@pytest.mark.parametrize("options,match", [
+    ({"flash_attn": "maybe"}, "-fa must be"),
+    ({"flash_attn": "on", "kv_offload": False}, "--no-kv-offload"),
+    ({"flash_attn": "auto", "kv_offload": False}, "--no-kv-offload"),
+    ({"cache_type_v": "q8_0", "flash_attn": "off"}, "flash attention"),
+    ({"split_mode": "row"}, "--split-mode"),
+    ({"cache_type_k": "q3_K"}, "--cache-type-k"),
+    ({"n_ubatch": 0}, "-ub"),
+    ({"main_gpu": 2, "split_mode": "none"}, "--main-gpu"),
+    ({"tensor_split": (1.0, 1.0, 1.0)}, "--tensor-split"),
+])
+def test_plan_refusals(tmp_path, options, match):
+    path = write_model(tmp_path / "m.gguf", "llama")
+    with pytest.raises(ArgumentError, match=match):
+        plan_gguf(path, parse_devices("rpc,rpc,cpu"), PlanOptions(**options))
+
+
+def test_rotated_k_cache_is_refused(tmp_path):
+    """A quantized K cache of 64-wide heads gets llama.cpp's Hadamard rotation, which the
+    planner does not build: refused by name rather than planned wrong."""
+    path = write_model(tmp_path / "m.gguf", "llama", n_head=2, n_head_kv=1)
+    with pytest.raises(ModelError, match="rotation"):
+        plan_gguf(path, parse_devices("rpc,cpu"), PlanOptions(cache_type_k="q8_0"))
+
+
+@pytest.mark.parametrize("arch,extra", [
+    ("gemma2", {}), ("phi3", {}), ("qwen3moe", {}),
+    ("llama", {"ffn": "moe_topk", "n_expert": 4, "n_expert_used": 2, "n_ff_exp": 256}),
+])
+def test_unplanned_architectures_are_refused(tmp_path, arch, extra):
+    """Architectures whose buffers llama.cpp lays out otherwise (a second KV cache for the
+    sliding layers, experts) are refused by name rather than planned wrong."""
+    path = write_model(tmp_path / "m.gguf", arch, **extra)
+    what = "llama with experts" if extra else arch
+    with pytest.raises(ModelError, match=f"planning {what} models is not supported yet"):
+        plan_gguf(path, parse_devices("rpc,cpu"))
+
+
+def test_command_line(tmp_path, capsys):
+    from ggml_py.tools.commands import main
+    path = write_model(tmp_path / "m.gguf", "qwen3")
+    args = ["plan", path, "--device", "rpc:24105MiB,rpc:24105MiB,cpu", "-c", "512", "-b",
+            "256", "-ub", "256", "-ngl", "3", "-ctk", "q8_0"]
+    want = plan_gguf(path, parse_devices(args[3]), plan_options({"n_gpu_layers": 3,
+                                                                 "type_k": "q8_0",
+                                                                 "flash_attn": "auto"}))
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == want.to_dict()
+    assert main(args) == 0
+    assert capsys.readouterr().out == want.text() + "\n"
+    assert want.layer_devices == ["CPU", "CPU", "RPC0", "RPC0"] and want.output_device == "RPC1"
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["-fa", "on", "-nkvo"], "-fa on with --no-kv-offload"),
+    (["--dot", "x.dot"], "--dot applies to a case file"),
+    (["--explain"], "--explain applies to a case file"),
+    (["-ngl", "x"], "not a layer count"),
+    (["--device", "tpu"], "expected KIND[:MEMORY]"),
+])
+def test_command_line_refusals(tmp_path, capsys, extra, message):
+    from ggml_py.tools.commands import main
+    path = write_model(tmp_path / "m.gguf", "llama")
+    assert main(["plan", path, *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_case_file_refuses_model_options(capsys):
+    from conftest import shared_path
+    from ggml_py.tools.commands import main
+    case = str(shared_path() / "cases" / "mlp-cpu-only.case.json")
+    assert main(["plan", case, "-ngl", "2"]) == 2
+    assert "--n-gpu-layers applies to a model file" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------
+# held to llama.cpp itself
+
+@pytest.fixture(scope="module")
+def servers():
+    """Two of llama.cpp's own RPC servers (protocol 7) on localhost."""
+    require_ggml_rpc(7)
+    from ggml_py.rpc_server import start_server
+    started = []
+    try:
+        for _ in range(2):
+            started.append(start_server(threads=1, protocol=7))
+        yield ",".join(f"{s.host}:{s.port}" for s in started)
+    finally:
+        for s in started:
+            s.stop()
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("plan-models")
+    return {arch: write_model(root / f"{arch}.gguf", arch) for arch in ARCHS}
+
+
+@pytest.mark.parametrize("options", [o for _, o in OPTION_SETS], ids=[i for i, _ in OPTION_SETS])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_plan_matches_llama_cpp(models, servers, arch, options):
+    theirs = _llama_cpp("load", models[arch], servers, json.dumps({**CTX, **options}))
+    # (with --split-mode none llama.cpp reports the main device alone; the servers' are alike)
+    free = theirs["free_mib"]
+    spec = ",".join(f"rpc:{free.get(f'RPC{i}', max(free.values()))}MiB" for i in range(2))
+    spec += ",cpu"
+    plan = plan_gguf(models[arch], parse_devices(spec), plan_options(options))
+    print(arch, options, plan.text(), sep="\n")
+    assert list(plan.graph_nodes) == theirs["graph_nodes"]
+    assert list(plan.graph_splits) == theirs["graph_splits"]
+    assert mib_rows(plan) == sorted(map(tuple, theirs["buffers"]))
+
+
+# ---------------------------------------------------------------------------
+# a 70B-shaped file: tensor infos only (bench/bench_plan_gguf.py times it)
+
+LLAMA_70B = dict(n_vocab=128256, n_ctx=8192, n_embd=8192, n_head=64, n_head_kv=8, n_layer=80,
+                 n_ff=28672, wtype="q4_K", rope_freq_base=500000.0)
+
+
+def write_70b(path):
+    """A Llama-3-70B-shaped GGUF (q4_K matrices, a q6_K output) with no weight data."""
+    from ggml_py.models.gguf import save_gguf_layout
+    save_gguf_layout(arch_config("llama", **LLAMA_70B), path, {"output.weight": "q6_K"})
+    return str(path)
+
+
+def test_layout_file_refusals(tmp_path):
+    from ggml_py.errors import ArgumentTypeError
+    from ggml_py.models.gguf import GGUFError, save_gguf_layout
+    cfg = arch_config("llama", **SHAPE, wtype="f16")
+    with pytest.raises(ArgumentTypeError, match="path"):
+        save_gguf_layout(cfg, 3)
+    for types in ({"nope.weight": "f16"}, {"output.weight": "q9_9"}):
+        with pytest.raises(GGUFError, match="types"):
+            save_gguf_layout(cfg, tmp_path / "m.gguf", types)
+
+
+def test_70b_shaped_file_plan(tmp_path):
+    path = write_70b(tmp_path / "70b.gguf")
+    assert os.stat(path).st_blocks * 512 < 1 << 20      # a hole where the weights would be
+    plan = plan_gguf(path, parse_devices("rpc:24GiB,rpc:24GiB,cpu"), PlanOptions(n_ctx=8192))
+    # 81 layers with the output, halved by equal memories: 0..40, then 41..79 and the output
+    assert plan.layer_devices == ["RPC0"] * 41 + ["RPC1"] * 39 and plan.output_device == "RPC1"
+    # -fa auto (llama.cpp's default) is on: 31 nodes a layer, 5 fewer than without it
+    assert plan.graph_nodes == (31 * 80 + 6,) * 2 and plan.graph_splits == (3, 3)
+    assert plan.n_copies == 4
+    E, F, G, V = 8192, 28672, 1024, 128256         # q4_K: 144 bytes per 256 weights
+    layer = (E * E * 2 + E * G * 2 + E * F * 3) // 256 * 144 + 2 * E * 4   # + the 2 norms
+    kv_layer = 2 * G * 8192 * 2
+    got = {(b.device, b.kind): b.bytes for b in plan.buffers}
+    assert got[("RPC0", "model")] == 41 * layer
+    assert got[("RPC1", "model")] == 39 * layer + E * 4 + E * V // 256 * 210   # + output
+    assert got[("CPU", "model")] == E * V // 256 * 144                      # token_embd
+    assert (got[("RPC0", "kv")], got[("RPC1", "kv")]) == (41 * kv_layer, 39 * kv_layer)
+    assert got[("CPU", "output")] == 4 * V
+    assert not plan.warnings
+    # without flash attention the prompt's scores (kq of 64 heads, f32) fill each device's
+    # compute buffer; with it they are never materialised
+    off = plan_gguf(path, parse_devices("rpc:24GiB,rpc:24GiB,cpu"),
+                    PlanOptions(n_ctx=8192, flash_attn="off"))
+    assert off.graph_nodes == (36 * 80 + 6,) * 2
+    scores = 8192 * 512 * 64 * 4
+    for d in ("RPC0", "RPC1"):
+        compute = {b.kind: b.bytes for b in off.buffers if b.device == d}["compute"]
+        assert compute > scores > 2 * got[(d, "compute")]
