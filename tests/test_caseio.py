@@ -3,6 +3,7 @@ the Python they stand in for: json.dumps with indent=1, json.loads, the case che
 words, the tensor builder's API and the scheduler's per-tensor answers."""
 
 import copy
+import itertools
 import json
 
 import pytest
@@ -279,3 +280,20 @@ def test_a_faulty_file_is_refused_as_its_dict(tmp_path, change):
     with pytest.raises(cases.CaseFormatError) as from_file:
         load_case(str(path))
     assert str(from_file.value) == str(from_dict.value)
+
+
+def test_the_reader_takes_utf8_as_pythons_strict_decoder_does():
+    """Every string of 1-4 bytes drawn from the edges of UTF-8's ranges (overlong forms,
+    surrogates, past U+10FFFF, cut sequences): the reader takes it where bytes.decode
+    does."""
+    edges = [0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC1, 0xC2, 0xDF, 0xE0, 0xED,
+             0xEF, 0xF0, 0xF4, 0xF5]
+    for k in range(1, 5):
+        for seq in itertools.product(edges, repeat=k):
+            b = bytes(seq)
+            try:
+                b.decode("utf-8")
+                valid = True
+            except UnicodeDecodeError:
+                valid = False
+            assert _reads_as_json_loads(b'"' + b + b'"') == valid, b

@@ -1,8 +1,9 @@
 """Case and plan files at C speed (issue 36: `ggml-py plan` on a 100k-node case): the plan
 file's text (json.dumps with indent=1, byte for byte, whose pure-Python encoder a large
-plan keeps busy for seconds); the typed checks of a case's tensor list that
-ggml_py.tools.cases runs before it explains any fault in words; and the making and
-wiring of a checked case's tensors."""
+plan keeps busy for seconds); a case's tensors, nodes and leafs as typed tables
+(CaseTables), read straight from the file's bytes by a JSON reader in C or taken from a
+parsed case; the typed checks that ggml_py.tools.cases runs on them before it explains
+any fault in words; and the making and wiring of a checked case's tensors."""
 
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.stdio cimport snprintf
@@ -699,23 +700,18 @@ cdef bint utf8_ok(const unsigned char * p, Py_ssize_t n) noexcept:
         if c < 0x80:
             i += 1
             continue
-        lo, hi = 0x80, 0xBF
         if 0xC2 <= c <= 0xDF:
             need = 1
         elif 0xE0 <= c <= 0xEF:
             need = 2
-            if c == 0xE0:
-                lo = 0xA0
-            elif c == 0xED:
-                hi = 0x9F
         elif 0xF0 <= c <= 0xF4:
             need = 3
-            if c == 0xF0:
-                lo = 0x90
-            elif c == 0xF4:
-                hi = 0x8F
         else:
             return False
+        # the second byte's range is narrower after lead bytes that would otherwise start
+        # overlong forms (E0, F0), surrogates (ED) or code points past U+10FFFF (F4)
+        lo = 0xA0 if c == 0xE0 else 0x90 if c == 0xF0 else 0x80
+        hi = 0x9F if c == 0xED else 0x8F if c == 0xF4 else 0xBF
         if i + need >= n or not lo <= p[i + 1] <= hi:
             return False
         for k in range(2, need + 1):
