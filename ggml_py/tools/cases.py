@@ -13,15 +13,15 @@ import json
 import math
 import os
 
-from ggml_py._backend import BUFFER_USAGES, get_buffer, set_buffer
-from ggml_py._caseio import build_tensors, case_tensors_ok, wire
+from ggml_py._backend import BUFFER_USAGES, fake_buffers, get_buffer, set_buffer
+from ggml_py._caseio import document_tables, read_case_tables
 from ggml_py._core import (Context, Graph, FLAG_NAMES, MAX_BYTES, MAX_ELEMENTS, OP_IDS,
                            TYPE_IDS, blck_size, row_size)
 from ggml_py._validate import (INT32_MAX, INT64_MAX, SIZE_MAX, check_keys, check_int,
                                check_bool, check_str, check_name, check_list, check_choice,
                                fail, is_int)
 from ggml_py.backends.sim import SimBackend, buffer_types_from_dicts
-from ggml_py.errors import ArgumentTypeError, CaseFormatError, UnknownNameError
+from ggml_py.errors import ArgumentTypeError, CaseFormatError, GgmlPyError, UnknownNameError
 
 FORMAT = "ggml-sched-case/1"
 CASE_KEYS = ("format", "name", "graph_size", "parallel", "op_offload", "backends", "tensors",
@@ -54,7 +54,7 @@ class Case:
     """
 
     def __init__(self, name, graph_size, parallel, op_offload, backends, buffer_types,
-                 context, tensors, graph, assignments, buffers, wiring, placements):
+                 context, tensors, graph, assignments, buffers, tables, placements, source):
         self.name = name
         self.graph_size = graph_size
         self.parallel = parallel
@@ -66,20 +66,30 @@ class Case:
         self.graph = graph
         self.assignments = assignments
         self.buffers = buffers
-        # per tensor: (src ids as written, view_src id, view_offs, flags)
-        self._wiring = wiring
+        # the tensors, nodes and leafs as the case wrote them (a CaseTables)
+        self._tables = tables
         # tensor id -> (dummy buffer, offset in it) for pre-allocated tensors
         self._placements = placements
+        # the case dict, or the path of the file, it was loaded from
+        self._source = source
+
+    @property
+    def _document(self):
+        """The case dict it was loaded from, or its file's document (read again)."""
+        return self._source if isinstance(self._source, dict) else read_json(self._source)
 
     def restore(self):
         """Reset sources, views, flags, buffers and data pointers to the loaded state."""
-        _wire(self.tensors, self._wiring, self._placements)
+        _wire(self.tensors, self._tables, self._placements)
 
     def rebuilt(self):
         """The case built again: new tensors and graph in a new context, on the same
         backends, with the pre-allocated tensors in the same buffers at the same
         offsets (a model's next step, which builds an equal graph)."""
-        return _build_case(self._document, self.backends, self.buffer_types, self._placements)
+        settings = {"name": self.name, "graph_size": self.graph_size,
+                    "parallel": self.parallel, "op_offload": self.op_offload}
+        return _build_case(settings, self.backends, self.buffer_types, self._placements,
+                           self._tables, self._source)
 
     def backend(self, name):
         """The backend called `name` (UnknownNameError, a KeyError, if there is none)."""
@@ -115,7 +125,7 @@ class Case:
             where = f"tensor {i} {t.name!r}"
             src = [self._id_of(s, f"{where} src") for s in t.src]
             # keep trailing nulls where the file wrote them (the shared files never do)
-            src += [None] * (len(self._wiring[i][0]) - len(src))
+            src += [None] * (self._tables.n_src(i) - len(src))
             buf = get_buffer(t)
             tensors.append({
                 "id": i,
@@ -298,8 +308,9 @@ def _check_graph_lists(d, n):
             seen[i] = where
 
 
-def _check_case(d):
-    """Check a case dict; return the buffer types and backends it describes."""
+def _check_header(d):
+    """Check everything of a case dict but its tensor entries, nodes and leafs; return
+    the buffer types and backends it describes."""
     check_keys(d, CASE_KEYS, (), "case")
     if d["format"] != FORMAT:
         fail("format", f"expected {FORMAT!r}, got {d['format']!r}")
@@ -322,27 +333,38 @@ def _check_case(d):
     for k, name in enumerate(names):
         if name in names[:k]:
             fail(f"backends[{k}]", f"duplicate backend name {name!r}")
-    tensors = check_list(d["tensors"], "tensors", "value")
+    return buffer_types, backends
+
+
+def _check_case(d):
+    """Check a case dict; return the buffer types and backends it describes and the
+    typed tables of its tensors, nodes and leafs."""
+    buffer_types, backends = _check_header(d)
+    names = [b.name for b in backends]
+    tensors = d["tensors"]
     # one typed pass clears a sound file; where it doubts, the checks below find the
     # fault and say it in words
-    if not case_tensors_ok(tensors, d["nodes"], d["leafs"], buffer_types, names):
+    tables = document_tables(tensors, d["nodes"], d["leafs"])
+    if tables is None or not tables.check(buffer_types, names):
         for i, t in enumerate(tensors):
             _check_tensor(i, t, len(tensors), buffer_types, names)
         _check_views(tensors)
         _check_acyclic(tensors)
         _check_graph_lists(d, len(tensors))
-    return buffer_types, backends
+        if tables is None:      # passed in words, but with values of no JSON kind
+            fail("tensors", "a tensor entry holds a value of a kind no case file has")
+    return buffer_types, backends, tables
 
 
 # ---------------------------------------------------------------------------
 # load and write
 
 
-def _wire(tensors, wiring, placements):
+def _wire(tensors, tables, placements):
     """Set every tensor's sources, view, flags and placement (see Case.restore)."""
-    wire(tensors, wiring)
+    tables.wire(tensors)
     # the bases first: a view is placed after its view_src
-    for i in sorted(placements, key=lambda i: wiring[i][1] is not None):
+    for i in sorted(placements, key=tables.is_view):
         set_buffer(tensors[i], *placements[i])
 
 
@@ -353,9 +375,34 @@ def load_case(source):
     malformed input.
     """
     with gc_paused():
-        d = source if isinstance(source, dict) else read_json(source)
-        buffer_types, backends = _check_case(d)
-        return _build_case(d, backends, buffer_types, None)
+        if isinstance(source, dict):
+            d = source
+        else:
+            raw = _read_bytes(source)
+            case = _load_typed(raw, source)
+            if case is not None:
+                return case
+            d = _json_document(raw, source)
+        buffer_types, backends, tables = _check_case(d)
+        return _build_case(d, backends, buffer_types, None, tables, source)
+
+
+def _load_typed(raw, path):
+    """The case in file bytes `raw`, read straight into typed tables (no Python object
+    per tensor); None where the reader or the typed checks doubt: json.loads and the
+    checks in words then read the file and name any fault."""
+    try:
+        header, tables = read_case_tables(raw)
+    except ValueError:
+        return None
+    d = dict(header, tensors=[], nodes=[], leafs=[])
+    try:
+        buffer_types, backends = _check_header(d)
+    except GgmlPyError:
+        return None
+    if not tables.check(buffer_types, [b.name for b in backends]):
+        return None
+    return _build_case(d, backends, buffer_types, None, tables, path)
 
 
 @contextlib.contextmanager
@@ -372,46 +419,40 @@ def gc_paused():
             gc.enable()
 
 
-def _build_case(d, backends, buffer_types, placements):
-    """The case of checked document d on these backends; its pre-allocated tensors in
+def _build_case(d, backends, buffer_types, placements, tables=None, source=None):
+    """The case of checked document d on these backends (its tensors, nodes and leafs
+    in typed `tables`, made from d when None); its pre-allocated tensors in
     `placements` (tensor id -> (buffer, offset)), or in new dummy buffers when None."""
+    if tables is None:
+        tables = document_tables(d["tensors"], d["nodes"], d["leafs"])
+        if tables is None:
+            fail("tensors", "a tensor entry holds a value of a kind no case file has")
     ctx = Context(d["name"])
-    # create every tensor first (ne and nb exactly as written; the builder takes
-    # numpy order), then wire sources and views: a tensor may name a later one
-    tensors = build_tensors(ctx, d["tensors"])
-    wiring = [(list(t["src"]), t["view_src"], t["view_offs"], list(t["flags"]))
-              for t in d["tensors"]]
+    # create every tensor first (ne and nb exactly as written), then wire sources and
+    # views: a tensor may name a later one
+    tensors = tables.build(ctx)
 
-    # each pre-allocated tensor sits in a dummy buffer of its own: at offset 0,
-    # or at its view_offs for a view (the buffer then spans the whole extent)
     if placements is None:
-        placements = {}
-        for i, t in enumerate(d["tensors"]):
-            if t["buffer"] is None:
-                continue
-            offset = t["view_offs"] if t["view_src"] is not None else 0
-            buft = buffer_types[t["buffer"]["buffer_type"]]
-            buf = buft.alloc_buffer(max(offset + tensors[i].nbytes, 1))
-            buf.usage = t["buffer"]["usage"]
-            placements[i] = (buf, offset)
-    _wire(tensors, wiring, placements)
+        ids, types, usages, offsets, sizes = tables.preallocated()
+        # made in one call: a case's buffer types are simulated (SimBufferType, whose
+        # alloc_buffer is fake_buffer)
+        buffers = fake_buffers([buffer_types[t] for t in types], sizes, usages)
+        placements = dict(zip(ids, zip(buffers, offsets)))
+    _wire(tensors, tables, placements)
 
     # the graph holds what it lists: graph_size sizes the scheduler (a case may ask for
     # more than the machine has, which the scheduler refuses), not the graph
-    graph = Graph.from_lists([tensors[i] for i in d["nodes"]], [tensors[i] for i in d["leafs"]],
-                             context=ctx)
-    assignments = [(tensors[i], t["backend"]) for i, t in enumerate(d["tensors"])
-                   if t["backend"] is not None]
+    nodes, leafs = tables.graph_tensors(tensors)
+    graph = Graph.from_lists(nodes, leafs, context=ctx)
     buffers = [buf for buf, _ in placements.values()]
-    case = Case(d["name"], d["graph_size"], d["parallel"], d["op_offload"], backends,
-                buffer_types, ctx, tensors, graph, assignments, buffers, wiring, placements)
-    case._document = d
-    return case
+    return Case(d["name"], d["graph_size"], d["parallel"], d["op_offload"], backends,
+                buffer_types, ctx, tensors, graph, tables.assignments(tensors), buffers,
+                tables, placements, d if source is None else source)
 
 
-def read_json(source):
-    """The JSON document in file `source`: UTF-8 text (a BOM allowed), as RFC 8259 asks.
-    CaseFormatError, naming the file, for anything else."""
+def _read_bytes(source):
+    """The bytes of case file `source` (CaseFormatError, naming it, where it cannot be
+    read)."""
     try:
         path = os.fspath(source)
     except TypeError:
@@ -419,9 +460,21 @@ def read_json(source):
                                 f"{type(source).__name__}") from None
     try:
         with open(path, "rb") as f:
-            raw = f.read()
+            return f.read()
     except OSError as e:
         raise CaseFormatError(f"{path}: cannot read: {e}") from None
+
+
+def read_json(source):
+    """The JSON document in file `source`: UTF-8 text (a BOM allowed), as RFC 8259 asks.
+    CaseFormatError, naming the file, for anything else."""
+    return _json_document(_read_bytes(source), source)
+
+
+def _json_document(raw, source):
+    """The JSON document in a file's bytes (CaseFormatError, naming the file, where they
+    are not one)."""
+    path = os.fspath(source)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:

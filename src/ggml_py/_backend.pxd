@@ -17,6 +17,7 @@ cdef class Buffer:
     cdef object _memory                 # the bytes of a host buffer (numpy array) or None
     cdef bint _has_init_tensor          # its class overrides the optional init_tensor slot
     cdef bint _has_reset                # ... and the optional reset slot
+    cdef void setup(self, BufferType buffer_type, size_t size, size_t base, object memory)
 
 cdef Buffer _live(Buffer buffer)
 

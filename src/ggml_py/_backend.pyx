@@ -199,6 +199,27 @@ def fake_buffer(BufferType buft not None, size):
     return Buffer(buft, n, fake_address(n, buft.c.alignment))
 
 
+def fake_buffers(list buffer_types not None, list sizes not None, list usages not None):
+    """[fake_buffer(buffer_types[i], sizes[i]) with usage usages[i] for every i], made in
+    one call, in order (a case's dummy buffers: one per pre-allocated tensor)."""
+    cdef Py_ssize_t i, n = len(sizes)
+    cdef BufferType buft
+    cdef Buffer buf
+    cdef size_t size
+    if len(buffer_types) != n or len(usages) != n:
+        raise ArgumentError(f"fake_buffers: {len(buffer_types)} buffer types, {n} sizes and "
+                            f"{len(usages)} usages")
+    out = []
+    for i in range(n):
+        buft = _buffer_type(buffer_types[i])
+        size = size_arg(sizes[i], f"fake_buffers({buft.name!r}): size")
+        buf = Buffer.__new__(Buffer)
+        buf.setup(buft, size, fake_address(size, buft.c.alignment), None)
+        buf.c.usage = BUFFER_USAGES[_choice(usages[i], BUFFER_USAGES, "buffer usage")]
+        out.append(buf)
+    return out
+
+
 cdef class Buffer:
     """A block of memory of one buffer type (ggml_backend_buffer).
 
@@ -220,14 +241,18 @@ cdef class Buffer:
         if memory is not None and memoryview(memory).nbytes < n:
             raise ArgumentError(f"a buffer of {n} bytes needs at least as many bytes of "
                                 f"memory, got {memoryview(memory).nbytes}")
-        self.buffer_type = _buffer_type(buffer_type)
+        self.setup(_buffer_type(buffer_type), n, b, memory)
+        self.usage = usage
+
+    cdef void setup(self, BufferType buffer_type, size_t size, size_t base, object memory):
+        """The fields __init__ sets from its checked arguments (usage aside)."""
+        self.buffer_type = buffer_type
         self._has_init_tensor = type(self).init_tensor is not Buffer.init_tensor
         self._has_reset = type(self).reset is not Buffer.reset
         self.c.buft = &buffer_type.c
-        self.c.base = <char *>b
-        self.c.size = n
+        self.c.base = <char *>base
+        self.c.size = size
         self._memory = memory
-        self.usage = usage
 
     @property
     def memory(self):
