@@ -240,7 +240,30 @@ def test_command_line(tmp_path, capsys):
     assert want.layer_devices == ["CPU", "CPU", "RPC0", "RPC0"] and want.output_device == "RPC1"
 
 
+def test_command_line_overrides_keep_their_order(tmp_path, capsys):
+    """-ot, --n-cpu-moe and --cpu-moe add their rules in command-line order: here layer 0's
+    experts go to RPC1 by the first rule, layer 1's to the CPU by the second, the rest to
+    the CPU by the third."""
+    from ggml_py.tools.commands import main
+    path = write_model(tmp_path / "m.gguf", "llama-moe")
+    devices = "rpc:24105MiB,rpc:24105MiB,cpu"
+    rules = ((r"blk\.0\.ffn_.*_exps", "RPC1"), *cpu_moe_overrides(2), *cpu_moe_overrides())
+    want = plan_gguf(path, parse_devices(devices), PlanOptions(tensor_overrides=rules))
+    assert main(["plan", path, "--device", devices, "-ot", r"blk\.0\.ffn_.*_exps=RPC1",
+                 "--n-cpu-moe", "2", "--cpu-moe", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got == want.to_dict()
+    assert got["tensor_overrides"] == {f"blk.{il}.ffn_{m}_exps.weight": "RPC1" if il == 0
+                                       else "CPU" for il in range(4)
+                                       for m in ("gate", "up", "down")}
+    assert "tensor overrides: 3 weights to RPC1, 9 weights to CPU" in want.text()
+
+
 @pytest.mark.parametrize("extra,message", [
+    (["-ot", "blk(=CPU"], "-ot blk(=CPU: not a regular expression"),
+    (["-ot", "output=GPU0"], "-ot output=GPU0: unknown buffer type (the model's: CPU)"),
+    (["-ot", "output"], "-ot 'output': expected REGEX=BUFFER_TYPE"),
+    (["--n-cpu-moe", "-1"], "must be at least 0"),
     (["-fa", "on", "-nkvo"], "-fa on with --no-kv-offload"),
     (["--dot", "x.dot"], "--dot applies to a case file"),
     (["--explain"], "--explain applies to a case file"),
@@ -260,6 +283,9 @@ def test_case_file_refuses_model_options(capsys):
     case = str(shared_path() / "cases" / "mlp-cpu-only.case.json")
     assert main(["plan", case, "-ngl", "2"]) == 2
     assert "--n-gpu-layers applies to a model file" in capsys.readouterr().err
+    assert main(["plan", case, "--cpu-moe"]) == 2
+    assert "--override-tensor/--cpu-moe/--n-cpu-moe applies to a model file" in \
+        capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------
