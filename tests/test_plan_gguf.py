@@ -56,21 +56,26 @@ OPTION_SETS = [
     ("ot-ffn-up-cpu-output-rpc0", {"tensor_overrides": [[r"blk\.[12]\.ffn_up\.", "CPU"],
                                                         [r"^output", "RPC0"]]}),
 ]
-# (id, llama.cpp's options for a model with experts) -- --cpu-moe and --n-cpu-moe N are
-# the tensor overrides common's options add
+# (id, llama.cpp's options for a model with experts, expert weights the rules move) --
+# --cpu-moe and --n-cpu-moe N are the tensor overrides common's options add
+CPU_MOE = [FFN_EXPS_REGEX, "CPU"]
+N_CPU_MOE_2 = [[rf"blk\.{il}{FFN_EXPS_REGEX}", "CPU"] for il in range(2)]
 MOE_OPTION_SETS = [
-    ("ngl-all", {}),
-    ("ngl-half", {"n_gpu_layers": 3}),
-    ("n-cpu-moe-2", {"tensor_overrides": [[rf"blk\.{il}{FFN_EXPS_REGEX}", "CPU"]
-                                          for il in range(2)]}),
-    ("cpu-moe", {"tensor_overrides": [[FFN_EXPS_REGEX, "CPU"]]}),
-    ("cpu-moe-ngl-half", {"tensor_overrides": [[FFN_EXPS_REGEX, "CPU"]], "n_gpu_layers": 3}),
+    ("ngl-all", {}, 0),
+    ("ngl-half", {"n_gpu_layers": 3}, 0),
+    ("n-cpu-moe-2", {"tensor_overrides": N_CPU_MOE_2}, 6),
+    ("cpu-moe", {"tensor_overrides": [CPU_MOE]}, 12),
+    ("cpu-moe-ngl-half", {"tensor_overrides": [CPU_MOE], "n_gpu_layers": 3}, 12),
     # the first rule wins: layer 3's down experts stay on RPC1, the other experts of
     # layers 2 and 3 go to RPC0
     ("ot-first-rule-wins", {"tensor_overrides": [[r"blk\.3\.ffn_down_exps", "RPC1"],
-                                                 [r"blk\.[23]\.ffn_.*_exps\.", "RPC0"]]}),
-    ("cpu-moe-fa-on-no-op-offload", {"tensor_overrides": [[FFN_EXPS_REGEX, "CPU"]],
-                                     "flash_attn": "on", "op_offload": False}),
+                                                 [r"blk\.[23]\.ffn_.*_exps\.", "RPC0"]]}, 6),
+    ("cpu-moe-fa-on-no-op-offload", {"tensor_overrides": [CPU_MOE], "flash_attn": "on",
+                                     "op_offload": False}, 12),
+    ("n-cpu-moe-2-tensor-split-1-3", {"tensor_overrides": N_CPU_MOE_2,
+                                      "tensor_split": [1, 3]}, 6),
+    ("cpu-moe-no-kv-offload-q8_0-k", {"tensor_overrides": [CPU_MOE], "offload_kqv": False,
+                                      "type_k": "q8_0"}, 12),
 ]
 
 
@@ -334,15 +339,13 @@ def test_plan_matches_llama_cpp(models, servers, arch, options):
     held_to_llama_cpp(models[arch], servers, options)
 
 
-@pytest.mark.parametrize("options", [o for _, o in MOE_OPTION_SETS],
-                         ids=[i for i, _ in MOE_OPTION_SETS])
+@pytest.mark.parametrize("options,n_moved", [o[1:] for o in MOE_OPTION_SETS],
+                         ids=[o[0] for o in MOE_OPTION_SETS])
 @pytest.mark.parametrize("kind", MOE_KINDS)
-def test_moe_plan_matches_llama_cpp(models, servers, kind, options):
+def test_moe_plan_matches_llama_cpp(models, servers, kind, options, n_moved):
     plan = held_to_llama_cpp(models[kind], servers, options)
-    experts = [n for n in plan.overridden if "_exps" in n]
-    assert len(plan.overridden) == len(experts) == {
-        "ngl-all": 0, "ngl-half": 0, "n-cpu-moe-2": 6, "ot-first-rule-wins": 6,
-        }.get(next(i for i, o in MOE_OPTION_SETS if o is options), 12)
+    assert len(plan.overridden) == n_moved
+    assert all("_exps." in n for n in plan.overridden)
 
 
 # ---------------------------------------------------------------------------
