@@ -15,7 +15,8 @@ through ctypes (and fork into children), so the two never share a process.
         loads GGUF with the RPC servers SERVERS (host:port,...) as its devices and the
         llama.cpp options OPTIONS (JSON: n_gpu_layers, split_mode, main_gpu, tensor_split,
         n_ctx, n_batch, n_ubatch, type_k, type_v, offload_kqv, op_offload, flash_attn
-        on|off|auto) and prints
+        on|off|auto, tensor_overrides: [[REGEX, "CPU" | "RPC<i>"], ...], -ot's rules in
+        order, RPC<i> being the i-th server's device) and prints
         what it logged (JSON): {"free_mib": {device: MiB}, "buffers": [[device, kind,
         "MiB with 2 decimals"], ...], "graph_nodes": [pp, tg], "graph_splits": [pp, tg]}
 
@@ -125,21 +126,47 @@ GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q
               "iq4_nl": 20, "bf16": 30}
 
 
-def add_rpc_servers(L, servers):
-    """Register each server's devices (common's add_rpc_devices): llama.cpp then uses them."""
+class TensorOverride(ctypes.Structure):
+    """llama_model_tensor_buft_override (llama.h); llama-cpp-python's binding types the
+    buffer type as an int."""
+    _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
+
+
+def ggml_libs(L):
     lib = os.path.join(os.path.dirname(L.__file__), "lib")
-    ggml = ctypes.CDLL(os.path.join(lib, "libggml.so"))
-    rpc = ctypes.CDLL(os.path.join(lib, "libggml-rpc.so"))
+    return {name: ctypes.CDLL(os.path.join(lib, f"libggml{name}.so"))
+            for name in ("", "-rpc", "-cpu")}
+
+
+def add_rpc_servers(L, servers):
+    """Register each server's devices (common's add_rpc_devices): llama.cpp then uses them.
+    Returns {"RPC<i>": the i-th server's device's buffer type, "CPU": the CPU's}."""
+    libs = ggml_libs(L)
+    ggml, rpc = libs[""], libs["-rpc"]
     rpc.ggml_backend_rpc_add_server.restype = ctypes.c_void_p
     rpc.ggml_backend_rpc_add_server.argtypes = [ctypes.c_char_p]
     ggml.ggml_backend_register.argtypes = [ctypes.c_void_p]
-    for endpoint in servers:
-        ggml.ggml_backend_register(rpc.ggml_backend_rpc_add_server(endpoint.encode()))
+    for fn in ("ggml_backend_reg_dev_get", "ggml_backend_dev_buffer_type"):
+        getattr(ggml, fn).restype = ctypes.c_void_p
+    ggml.ggml_backend_reg_dev_get.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    ggml.ggml_backend_dev_buffer_type.argtypes = [ctypes.c_void_p]
+    libs["-cpu"].ggml_backend_cpu_buffer_type.restype = ctypes.c_void_p
+    bufts = {"CPU": libs["-cpu"].ggml_backend_cpu_buffer_type()}
+    for i, endpoint in enumerate(servers):
+        reg = rpc.ggml_backend_rpc_add_server(endpoint.encode())
+        ggml.ggml_backend_register(reg)
+        bufts[f"RPC{i}"] = ggml.ggml_backend_dev_buffer_type(ggml.ggml_backend_reg_dev_get(reg, 0))
+    return bufts
 
 
 def load(L, path, servers, options):
-    add_rpc_servers(L, servers)
+    bufts = add_rpc_servers(L, servers)
     mp = L.llama_model_default_params()
+    rules = options.get("tensor_overrides", [])
+    overrides = (TensorOverride * (len(rules) + 1))(
+        *[TensorOverride(pattern.encode(), bufts[buft]) for pattern, buft in rules])
+    if rules:
+        mp.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p)
     mp.n_gpu_layers = options.get("n_gpu_layers", -1)
     mp.split_mode = {"none": 0, "layer": 1}[options.get("split_mode", "layer")]
     mp.main_gpu = options.get("main_gpu", 0)

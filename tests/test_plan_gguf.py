@@ -20,12 +20,17 @@ from test_architectures import _llama_cpp
 from ggml_py.errors import ArgumentError, ModelError
 from ggml_py.models.config import arch_config
 from ggml_py.models.devices import parse_devices
-from ggml_py.models.model_plan import PlanOptions, plan_gguf
+from ggml_py.models.model_plan import (FFN_EXPS_REGEX, PlanOptions, cpu_moe_overrides,
+                                       parse_overrides, plan_gguf)
 from ggml_py.models.transformer import Model
 
 pytest.importorskip("gguf")
 
 ARCHS = ("llama", "qwen2", "qwen3")
+# the models with experts: qwen3moe, and llama with experts (Mixtral-style)
+MOE_KINDS = {"qwen3moe": ("qwen3moe", {}),
+             "llama-moe": ("llama", dict(ffn="moe_topk", n_expert=4, n_expert_used=2,
+                                         n_ff_exp=256))}
 # 32-wide heads: a q8_0 K cache can be viewed per head, and llama.cpp does not rotate it
 SHAPE = dict(n_vocab=256, n_ctx=512, n_embd=128, n_head=4, n_head_kv=2, n_layer=4,
              n_ff=256)
@@ -46,10 +51,38 @@ OPTION_SETS = [
                                 "n_gpu_layers": 3}),
     ("fa-on-f32-kv-tensor-split", {"flash_attn": "on", "type_k": "f32", "type_v": "f32",
                                    "tensor_split": [1, 2]}),
+    # -ot: two layers' up projections to the CPU, the output layer's weights to RPC0 (and
+    # with the overrides llama.cpp turns pipeline parallelism off)
+    ("ot-ffn-up-cpu-output-rpc0", {"tensor_overrides": [[r"blk\.[12]\.ffn_up\.", "CPU"],
+                                                        [r"^output", "RPC0"]]}),
+]
+# (id, llama.cpp's options for a model with experts, expert weights the rules move) --
+# --cpu-moe and --n-cpu-moe N are the tensor overrides common's options add
+CPU_MOE = [FFN_EXPS_REGEX, "CPU"]
+N_CPU_MOE_2 = [[rf"blk\.{il}{FFN_EXPS_REGEX}", "CPU"] for il in range(2)]
+MOE_OPTION_SETS = [
+    ("ngl-all", {}, 0),
+    ("ngl-half", {"n_gpu_layers": 3}, 0),
+    ("n-cpu-moe-2", {"tensor_overrides": N_CPU_MOE_2}, 6),
+    ("cpu-moe", {"tensor_overrides": [CPU_MOE]}, 12),
+    ("cpu-moe-ngl-half", {"tensor_overrides": [CPU_MOE], "n_gpu_layers": 3}, 12),
+    # the first rule wins: layer 3's down experts stay on RPC1, the other experts of
+    # layers 2 and 3 go to RPC0
+    ("ot-first-rule-wins", {"tensor_overrides": [[r"blk\.3\.ffn_down_exps", "RPC1"],
+                                                 [r"blk\.[23]\.ffn_.*_exps\.", "RPC0"]]}, 6),
+    ("cpu-moe-fa-on-no-op-offload", {"tensor_overrides": [CPU_MOE], "flash_attn": "on",
+                                     "op_offload": False}, 12),
+    ("n-cpu-moe-2-tensor-split-1-3", {"tensor_overrides": N_CPU_MOE_2,
+                                      "tensor_split": [1, 3]}, 6),
+    ("cpu-moe-no-kv-offload-q8_0-k", {"tensor_overrides": [CPU_MOE], "offload_kqv": False,
+                                      "type_k": "q8_0"}, 12),
 ]
 
 
 def write_model(path, arch, **shape):
+    if arch in MOE_KINDS:
+        arch, extra = MOE_KINDS[arch]
+        shape = {**extra, **shape}
     from ggml_py.models.gguf import save_gguf
     save_gguf(Model.random(arch_config(arch, **{**SHAPE, **shape}, wtype="f16"), seed=3), path)
     return str(path)
@@ -64,7 +97,8 @@ def plan_options(llama: dict) -> PlanOptions:
                        n_ctx=o["n_ctx"], n_batch=o["n_batch"], n_ubatch=o["n_ubatch"],
                        cache_type_k=o.get("type_k", "f16"), cache_type_v=o.get("type_v", "f16"),
                        kv_offload=o.get("offload_kqv", True), op_offload=o.get("op_offload", True),
-                       flash_attn=o.get("flash_attn", "off"))
+                       flash_attn=o.get("flash_attn", "off"),
+                       tensor_overrides=tuple(map(tuple, o.get("tensor_overrides", ()))))
 
 
 def mib_rows(plan):
@@ -141,17 +175,59 @@ def test_rotated_k_cache_is_refused(tmp_path):
         plan_gguf(path, parse_devices("rpc,cpu"), PlanOptions(cache_type_k="q8_0"))
 
 
-@pytest.mark.parametrize("arch,extra", [
-    ("gemma2", {}), ("phi3", {}), ("qwen3moe", {}),
-    ("llama", {"ffn": "moe_topk", "n_expert": 4, "n_expert_used": 2, "n_ff_exp": 256}),
-])
-def test_unplanned_architectures_are_refused(tmp_path, arch, extra):
+@pytest.mark.parametrize("arch", ["gemma2", "phi3"])
+def test_unplanned_architectures_are_refused(tmp_path, arch):
     """Architectures whose buffers llama.cpp lays out otherwise (a second KV cache for the
-    sliding layers, experts) are refused by name rather than planned wrong."""
-    path = write_model(tmp_path / "m.gguf", arch, **extra)
-    what = "llama with experts" if extra else arch
-    with pytest.raises(ModelError, match=f"planning {what} models is not supported yet"):
+    sliding layers) are refused by name rather than planned wrong."""
+    path = write_model(tmp_path / "m.gguf", arch)
+    with pytest.raises(ModelError, match=f"planning {arch} models is not supported yet"):
         plan_gguf(path, parse_devices("rpc,cpu"))
+
+
+def test_override_rules():
+    """-ot's value splits as common splits it; --cpu-moe and --n-cpu-moe N are common's
+    rules, which match the expert matrices (of the first N layers) and nothing else."""
+    assert parse_overrides(r"blk\.[0-3]\.ffn_.*_exps\.=CPU,^output=RPC1") == (
+        (r"blk\.[0-3]\.ffn_.*_exps\.", "CPU"), ("^output", "RPC1"))
+    assert parse_overrides("a=b=c") == (("a", "b=c"),)       # the first '=' ends the regex
+    with pytest.raises(ArgumentError, match="expected REGEX=BUFFER_TYPE"):
+        parse_overrides("blk=CPU,output")
+    names = [f"blk.{il}.{t}.weight" for il in (0, 1, 2, 10)
+             for t in ("ffn_up_exps", "ffn_gate_exps", "ffn_down_exps", "ffn_gate_up_exps",
+                       "ffn_up_chexps", "ffn_gate_inp", "ffn_up", "attn_q")]
+    import re
+
+    def matched(rules):
+        return {n for n in names if any(re.search(r, n) for r, _ in rules)}
+    experts = {n for n in names if "exps" in n}
+    assert matched(cpu_moe_overrides()) == experts
+    assert matched(cpu_moe_overrides(2)) == {n for n in experts if n.startswith(("blk.0.",
+                                                                                 "blk.1."))}
+    assert cpu_moe_overrides(0) == ()
+
+
+@pytest.mark.parametrize("rules,match", [
+    ([("blk.(0", "CPU")], r"-ot blk.\(0=CPU: not a regular expression"),
+    ([("output", "CUDA0")], "-ot output=CUDA0: unknown buffer type .the model's: RPC0, CPU"),
+    ([("output", "RPC1")], "not used by the model with --split-mode none"),
+])
+def test_override_refusals(tmp_path, rules, match):
+    path = write_model(tmp_path / "m.gguf", "qwen3moe")
+    with pytest.raises(ArgumentError, match=match):
+        plan_gguf(path, parse_devices("rpc,rpc,cpu"),
+                  PlanOptions(split_mode="none", tensor_overrides=tuple(rules)))
+
+
+def test_experts_overridden_to_cpu_keep_the_repack_refusal(tmp_path):
+    """q4_0 experts sent to the CPU would go to ggml-cpu's CPU_REPACK buffer: refused."""
+    from ggml_py.models.gguf import save_gguf_layout
+    path = str(tmp_path / "m.gguf")
+    save_gguf_layout(arch_config("qwen3moe", **SHAPE, wtype="f16"), path,
+                     {"blk.0.ffn_up_exps.weight": "q4_0"})
+    plan_gguf(path, parse_devices("rpc,cpu"))                   # on the device: planned
+    with pytest.raises(ModelError, match="blk.0.ffn_up_exps.weight .q4_0. would go to "
+                                         "ggml-cpu's CPU_REPACK"):
+        plan_gguf(path, parse_devices("rpc,cpu"), PlanOptions(tensor_overrides=cpu_moe_overrides()))
 
 
 def test_command_line(tmp_path, capsys):
@@ -169,7 +245,30 @@ def test_command_line(tmp_path, capsys):
     assert want.layer_devices == ["CPU", "CPU", "RPC0", "RPC0"] and want.output_device == "RPC1"
 
 
+def test_command_line_overrides_keep_their_order(tmp_path, capsys):
+    """-ot, --n-cpu-moe and --cpu-moe add their rules in command-line order: here layer 0's
+    experts go to RPC1 by the first rule, layer 1's to the CPU by the second, the rest to
+    the CPU by the third."""
+    from ggml_py.tools.commands import main
+    path = write_model(tmp_path / "m.gguf", "llama-moe")
+    devices = "rpc:24105MiB,rpc:24105MiB,cpu"
+    rules = ((r"blk\.0\.ffn_.*_exps", "RPC1"), *cpu_moe_overrides(2), *cpu_moe_overrides())
+    want = plan_gguf(path, parse_devices(devices), PlanOptions(tensor_overrides=rules))
+    assert main(["plan", path, "--device", devices, "-ot", r"blk\.0\.ffn_.*_exps=RPC1",
+                 "--n-cpu-moe", "2", "--cpu-moe", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got == want.to_dict()
+    assert got["tensor_overrides"] == {f"blk.{il}.ffn_{m}_exps.weight": "RPC1" if il == 0
+                                       else "CPU" for il in range(4)
+                                       for m in ("gate", "up", "down")}
+    assert "tensor overrides: 3 weights to RPC1, 9 weights to CPU" in want.text()
+
+
 @pytest.mark.parametrize("extra,message", [
+    (["-ot", "blk(=CPU"], "-ot blk(=CPU: not a regular expression"),
+    (["-ot", "output=GPU0"], "-ot output=GPU0: unknown buffer type (the model's: CPU)"),
+    (["-ot", "output"], "-ot 'output': expected REGEX=BUFFER_TYPE"),
+    (["--n-cpu-moe", "-1"], "must be at least 0"),
     (["-fa", "on", "-nkvo"], "-fa on with --no-kv-offload"),
     (["--dot", "x.dot"], "--dot applies to a case file"),
     (["--explain"], "--explain applies to a case file"),
@@ -189,6 +288,9 @@ def test_case_file_refuses_model_options(capsys):
     case = str(shared_path() / "cases" / "mlp-cpu-only.case.json")
     assert main(["plan", case, "-ngl", "2"]) == 2
     assert "--n-gpu-layers applies to a model file" in capsys.readouterr().err
+    assert main(["plan", case, "--cpu-moe"]) == 2
+    assert "--override-tensor/--cpu-moe/--n-cpu-moe applies to a model file" in \
+        capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------
@@ -212,22 +314,38 @@ def servers():
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("plan-models")
-    return {arch: write_model(root / f"{arch}.gguf", arch) for arch in ARCHS}
+    return {kind: write_model(root / f"{kind}.gguf", kind) for kind in (*ARCHS, *MOE_KINDS)}
+
+
+def held_to_llama_cpp(path, servers, options):
+    """The plan of `path` with llama.cpp's `options` equals what llama.cpp logs loading it;
+    returns the plan."""
+    theirs = _llama_cpp("load", path, servers, json.dumps({**CTX, **options}))
+    # (with --split-mode none llama.cpp reports the main device alone; the servers' are alike)
+    free = theirs["free_mib"]
+    spec = ",".join(f"rpc:{free.get(f'RPC{i}', max(free.values()))}MiB" for i in range(2))
+    spec += ",cpu"
+    plan = plan_gguf(path, parse_devices(spec), plan_options(options))
+    print(path, options, plan.text(), sep="\n")
+    assert list(plan.graph_nodes) == theirs["graph_nodes"]
+    assert list(plan.graph_splits) == theirs["graph_splits"]
+    assert mib_rows(plan) == sorted(map(tuple, theirs["buffers"]))
+    return plan
 
 
 @pytest.mark.parametrize("options", [o for _, o in OPTION_SETS], ids=[i for i, _ in OPTION_SETS])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_plan_matches_llama_cpp(models, servers, arch, options):
-    theirs = _llama_cpp("load", models[arch], servers, json.dumps({**CTX, **options}))
-    # (with --split-mode none llama.cpp reports the main device alone; the servers' are alike)
-    free = theirs["free_mib"]
-    spec = ",".join(f"rpc:{free.get(f'RPC{i}', max(free.values()))}MiB" for i in range(2))
-    spec += ",cpu"
-    plan = plan_gguf(models[arch], parse_devices(spec), plan_options(options))
-    print(arch, options, plan.text(), sep="\n")
-    assert list(plan.graph_nodes) == theirs["graph_nodes"]
-    assert list(plan.graph_splits) == theirs["graph_splits"]
-    assert mib_rows(plan) == sorted(map(tuple, theirs["buffers"]))
+    held_to_llama_cpp(models[arch], servers, options)
+
+
+@pytest.mark.parametrize("options,n_moved", [o[1:] for o in MOE_OPTION_SETS],
+                         ids=[o[0] for o in MOE_OPTION_SETS])
+@pytest.mark.parametrize("kind", MOE_KINDS)
+def test_moe_plan_matches_llama_cpp(models, servers, kind, options, n_moved):
+    plan = held_to_llama_cpp(models[kind], servers, options)
+    assert len(plan.overridden) == n_moved
+    assert all("_exps." in n for n in plan.overridden)
 
 
 # ---------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 `plan_gguf(path, devices, options)` reads the file's metadata and tensor infos (never a
 weight byte), places the weights and the KV cache as llama.cpp's load_tensors and
 llama_kv_cache do for `options` (its -ngl, --split-mode, --tensor-split, --main-gpu,
--c, -b, -ub, --cache-type-k/-v, --no-kv-offload, --no-op-offload), builds llama.cpp's
+-ot/--override-tensor, --cpu-moe, --n-cpu-moe, -c, -b, -ub, --cache-type-k/-v,
+--no-kv-offload, --no-op-offload), builds llama.cpp's
 worst-case prompt-ubatch graph and its one-token decode graph, and reserves them with the
 scheduler as llama-context's sched_reserve does (prompt, decode, prompt again). The
 ModelPlan holds what llama.cpp logs: the graph nodes and splits of both graphs and each
@@ -12,8 +13,10 @@ device's model, KV, compute and output buffer sizes.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
+import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -41,6 +44,29 @@ CACHE_TYPES = (*UNQUANTIZED, "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 BUFFER_KINDS = ("model", "kv", "compute", "output")
 # weight types ggml-cpu repacks into its CPU_REPACK buffer type (not modelled yet)
 _REPACKED = ("q4_0", "q4_K", "iq4_nl", "q8_0", "mxfp4")
+# the expert matrices' names as common's --cpu-moe and --n-cpu-moe match them
+FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+
+
+def parse_overrides(text: str) -> tuple[tuple[str, str], ...]:
+    """-ot's value as llama.cpp's common splits it: comma-separated REGEX=BUFFER_TYPE rules
+    (the first '=' ends the regex), each (regex, buffer type)."""
+    rules = []
+    for rule in text.split(","):
+        regex, eq, buft = rule.partition("=")
+        if not eq:
+            raise ArgumentError(f"-ot {rule!r}: expected REGEX=BUFFER_TYPE, e.g. "
+                                r"blk\.[0-3]\.ffn_.*_exps\.=CPU")
+        rules.append((regex, buft))
+    return tuple(rules)
+
+
+def cpu_moe_overrides(n_layers: int | None = None) -> tuple[tuple[str, str], ...]:
+    """The rules of --cpu-moe (n_layers None: every layer's experts on the CPU) and of
+    --n-cpu-moe N (the experts of layers 0..N-1), as common adds them."""
+    if n_layers is None:
+        return ((FFN_EXPS_REGEX, "CPU"),)
+    return tuple((rf"blk\.{il}{FFN_EXPS_REGEX}", "CPU") for il in range(n_layers))
 
 
 @dataclass(frozen=True)
@@ -59,6 +85,9 @@ class PlanOptions:
     op_offload: bool = True             # --no-op-offload clears it
     flash_attn: str = "auto"            # -fa on|off|auto (auto: on where the devices run it)
     use_mmap: bool = True               # CPU weights stay in the mapped file (CPU_Mapped)
+    # -ot, --cpu-moe and --n-cpu-moe in their order on the command line: (regex, buffer
+    # type) rules; a weight whose name the regex finds goes to that device (first rule wins)
+    tensor_overrides: tuple[tuple[str, str], ...] = ()
 
     def check(self) -> None:
         """ArgumentError naming the first option llama.cpp or this planner refuses."""
@@ -85,6 +114,12 @@ class PlanOptions:
                 raise ArgumentError(f"{opt} must be an integer >= {lo}, got {v!r}")
         if self.tensor_split is not None and any(x < 0 for x in self.tensor_split):
             raise ArgumentError(f"--tensor-split shares must be >= 0, got {self.tensor_split}")
+        for regex, buft in self.tensor_overrides:
+            try:
+                re.compile(regex)
+            except re.error as e:
+                raise ArgumentError(f"-ot {regex}={buft}: not a regular expression ({e})") \
+                    from None
 
 
 @dataclass(frozen=True)
@@ -109,6 +144,7 @@ class ModelPlan:
     graph_splits: tuple[int, int]
     n_copies: int                       # pipeline parallelism's copies of split inputs
     buffers: list[BufferUse] = field(default_factory=list)
+    overridden: dict[str, str] = field(default_factory=dict)   # weight -> device, by -ot
 
     def device_bytes(self, device: str) -> int:
         """Bytes of every buffer on `device` (a name: RPC0, CPU, ...)."""
@@ -133,7 +169,7 @@ class ModelPlan:
                             for d in self.devices],
                 "layers": self.layer_devices, "output_layer": self.output_device,
                 "graph_nodes": list(self.graph_nodes), "graph_splits": list(self.graph_splits),
-                "n_copies": self.n_copies,
+                "n_copies": self.n_copies, "tensor_overrides": self.overridden,
                 "buffers": [dataclasses.asdict(b) for b in self.buffers],
                 "warnings": self.warnings}
 
@@ -148,6 +184,10 @@ class ModelPlan:
         lines = [f"{self.path}: {cfg.arch}, {cfg.n_layer} layers, n_ctx {self.n_ctx}, "
                  f"ubatch {self.n_ubatch}",
                  "placement: " + ", ".join(runs) + f", output {self.output_device}",
+                 *(["tensor overrides: " + ", ".join(
+                     f"{n} weight{'s' * (n > 1)} to {name}" for name, n in
+                     collections.Counter(self.overridden.values()).items())]
+                   if self.overridden else []),
                  f"graph nodes: {self.graph_nodes[0]} / {self.graph_nodes[1]} "
                  f"(prompt ubatch / decode token)",
                  f"graph splits: {self.graph_splits[0]} / {self.graph_splits[1]}"
@@ -183,9 +223,13 @@ def _mapped_bytes(infos: Sequence[TensorInfo]) -> int:
     return max(i.offset + i.nbytes for i in infos) - min(i.offset for i in infos)
 
 
-def _weight_device(name: str, layers: Sequence[Backend], output: Backend, cpu: Backend) -> Backend:
-    """llama.cpp's device of a weight: its layer's, the output layer's, or (the input
-    layer, the token embeddings) the CPU's."""
+def _weight_device(name: str, layers: Sequence[Backend], output: Backend, cpu: Backend,
+                   overrides: Sequence[tuple[re.Pattern[str], Backend]]) -> Backend:
+    """llama.cpp's device of a weight: the first override whose regex it matches, else its
+    layer's, the output layer's, or (the input layer, the token embeddings) the CPU's."""
+    for regex, device in overrides:
+        if regex.search(name):
+            return device
     il = layer_of(name)
     if il is not None:
         return layers[il]
@@ -201,17 +245,34 @@ def _check_cache_rotation(cfg: ModelConfig, opts: PlanOptions) -> None:
                              f"adds its {kv.upper()} rotation to the graph, not planned yet")
 
 
-# the models planned as llama.cpp loads them (checked against its logs); the others'
-# buffers differ (iSWA's second KV cache, experts' placement) and are not planned yet
-PLANNED_ARCHS = ("llama", "qwen2", "qwen3")
+# the models planned as llama.cpp loads them (checked against its logs: llama with or
+# without experts); the others' buffers differ (iSWA's second KV cache) and are not
+# planned yet
+PLANNED_ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe")
 
 
 def _check_planned(cfg: ModelConfig, path: str) -> None:
     """ModelError for a model this planner would not plan as llama.cpp loads it."""
-    if cfg.arch not in PLANNED_ARCHS or cfg.is_moe:
-        what = cfg.arch if cfg.arch not in PLANNED_ARCHS else f"{cfg.arch} with experts"
-        raise ModelError(f"{path}: planning {what} models is not supported yet (planned: "
-                         f"dense {', '.join(PLANNED_ARCHS)})")
+    if cfg.arch not in PLANNED_ARCHS:
+        raise ModelError(f"{path}: planning {cfg.arch} models is not supported yet (planned: "
+                         f"{', '.join(PLANNED_ARCHS)})")
+
+
+def _overrides(opts: PlanOptions, devices: Sequence[Device],
+               used: Sequence[Device]) -> list[tuple[re.Pattern[str], Backend]]:
+    """The tensor overrides' compiled regexes and devices. Their buffer types are device
+    names (llama.cpp names a device's buffer type so: CPU, RPC0, ...); one the model does
+    not use (--split-mode none's other devices) is refused."""
+    by_name = {d.name: d for d in used}
+    out = []
+    for regex, buft in opts.tensor_overrides:
+        if buft not in by_name:
+            why = ("not used by the model with --split-mode none"
+                   if any(d.name == buft for d in devices) else "unknown buffer type")
+            raise ArgumentError(f"-ot {regex}={buft}: {why} (the model's: "
+                                f"{', '.join(by_name)})")
+        out.append((re.compile(regex), by_name[buft].backend))
+    return out
 
 
 def plan_gguf(path: str, devices: Sequence[Device],
@@ -231,14 +292,17 @@ def plan_gguf(path: str, devices: Sequence[Device],
     layers, output = split_layers(cfg.n_layer, [d.backend for d in gpus], cpu.backend,
                                   opts.n_gpu_layers, shares)
     used = [*gpus, cpu]
-    weights, buffers = _place_weights(infos, used, layers, output, opts.use_mmap)
+    overrides = _overrides(opts, devices, used)
+    placed = {n: _weight_device(n, layers, output, cpu.backend, overrides) for n in infos}
+    weights, buffers = _place_weights(infos, used, placed, opts.use_mmap)
     cache, kv_buffers = _place_cache(cfg, used, layers if opts.kv_offload else
                                      [cpu.backend] * cfg.n_layer, opts)
     buffers += kv_buffers
 
     # the compute buffers: sched_reserve's prompt, decode and prompt graphs
     full_offload = (cfg.n_layer + 1 if opts.n_gpu_layers < 0 else opts.n_gpu_layers) > cfg.n_layer
-    parallel = len(gpus) > 1 and full_offload and opts.split_mode == "layer" and opts.kv_offload
+    parallel = (len(gpus) > 1 and full_offload and opts.split_mode == "layer" and
+                opts.kv_offload and not opts.tensor_overrides)
     sched = Scheduler([d.backend for d in used], graph_size=graph_size(cfg), parallel=parallel,
                       op_offload=opts.op_offload, copy_all_inputs=True, graph_reuse=False)
     flash_attn = opts.flash_attn == "on" or (opts.flash_attn == "auto" and
@@ -257,9 +321,11 @@ def plan_gguf(path: str, devices: Sequence[Device],
     sched.close()
     buffers.append(BufferUse(cpu.name, "output", 4 * cfg.n_vocab))     # one sequence's logits
     names = {id(d.backend): d.name for d in devices}
+    overridden = {n: names[id(placed[n])] for n in infos
+                  if any(regex.search(n) for regex, _ in overrides)}
     return ModelPlan(str(path), cfg, list(devices), [names[id(b)] for b in layers],
                      names[id(output)], n_ctx, n_ubatch, (nodes[0], nodes[1]),
-                     (splits[0], splits[1]), sched.n_copies, buffers)
+                     (splits[0], splits[1]), sched.n_copies, buffers, overridden)
 
 
 def _model_devices(devices: Sequence[Device],
@@ -282,17 +348,17 @@ def _model_devices(devices: Sequence[Device],
     return gpus, tuple(shares) + (0.0,) * (len(gpus) - len(shares))
 
 
-def _place_weights(infos: dict[str, TensorInfo], used: list[Device], layers: Sequence[Backend],
-                   output: Backend, use_mmap: bool) -> tuple[dict[str, Tensor], list[BufferUse]]:
-    """The weight tensors, in a buffer per device (`used`, the CPU last), and those
-    buffers: the CPU's is the span of the mapped file its weights lie in (CPU_Mapped)."""
-    cpu = used[-1]
+def _place_weights(infos: dict[str, TensorInfo], used: list[Device], placed: dict[str, Backend],
+                   use_mmap: bool) -> tuple[dict[str, Tensor], list[BufferUse]]:
+    """The weight tensors, in a buffer per device (`used`, the CPU last) as `placed` says,
+    and those buffers: the CPU's is the span of the mapped file its weights lie in
+    (CPU_Mapped)."""
     ctx = Context("weights")
     weights = {name: ops.new_tensor(ctx, info.type, info.ne, name=name)
                for name, info in infos.items()}
     buffers = []
     for d in used:
-        held = [n for n in infos if _weight_device(n, layers, output, cpu.backend) is d.backend]
+        held = [n for n in infos if placed[n] is d.backend]
         if not held:
             continue
         if d.is_cpu:

@@ -204,8 +204,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                  "Split a case file (*.case.json, SCHED_CASES.md) on a fresh scheduler and "
                  "write what it decided:\nthe plan JSON (stdout unless -o), an explanation "
                  "per node, a Graphviz picture, a split map.\n\n"
-                 "Or plan a model file (MODEL.gguf: llama, qwen2, qwen3) on simulated "
-                 "devices with llama.cpp's options,\nreading only its metadata and tensor "
+                 "Or plan a model file (MODEL.gguf: llama with or without experts, qwen2, "
+                 "qwen3, qwen3moe) on\nsimulated devices with llama.cpp's options (its "
+                 "tensor overrides too), reading only its\nmetadata and tensor "
                  "infos: each device's model, KV, compute and output buffers and\nthe graph "
                  "nodes and splits of the prompt ubatch and the decode token, as llama.cpp "
                  "logs them.")

@@ -2,7 +2,8 @@
 plan of the model (models.model_plan) in words or as JSON.
 
 The options keep llama.cpp's names and meanings (-ngl, --split-mode, --tensor-split,
---main-gpu, -c, -b, -ub, --cache-type-k/-v, --no-kv-offload, --no-op-offload, -fa);
+--main-gpu, -ot/--override-tensor, --cpu-moe, --n-cpu-moe, -c, -b, -ub, --cache-type-k/-v,
+--no-kv-offload, --no-op-offload, -fa);
 `--device` says what to plan on: `rpc:24105MiB,rpc:24105MiB,cpu` (simulated devices with
 that much free memory, named RPC0, RPC1, ..., CPU as llama.cpp names them).
 """
@@ -11,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any, Sequence
 
 from ggml_py.tools import cli
+
 
 def gpu_layers(text: str) -> int:
     """-ngl: a layer count, or 'all' (-1: every layer and the output)."""
@@ -27,10 +30,37 @@ def gpu_layers(text: str) -> int:
     return n
 
 
-def add_arguments(p: argparse.ArgumentParser) -> dict[str, object]:
+def override_rules(text: str) -> tuple[tuple[str, str], ...]:
+    """-ot's value: REGEX=BUFFER_TYPE rules, comma-separated."""
+    from ggml_py.errors import ArgumentError
+    from ggml_py.models.model_plan import parse_overrides
+    try:
+        return parse_overrides(text)
+    except ArgumentError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def n_cpu_moe_rules(text: str) -> tuple[tuple[str, str], ...]:
+    """--n-cpu-moe N's rules: the experts of layers 0..N-1 on the CPU."""
+    from ggml_py.models.model_plan import cpu_moe_overrides
+    return cpu_moe_overrides(cli.count(0)(text))
+
+
+class AddOverrides(argparse.Action):
+    """-ot, --cpu-moe and --n-cpu-moe add their rules to one list in command-line order, as
+    llama.cpp's common does (the first rule a weight's name matches places it)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        rules: Sequence[tuple[str, str]] = self.const if self.nargs == 0 else values
+        setattr(namespace, self.dest, (*(getattr(namespace, self.dest) or ()), *rules))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> dict[str, tuple[object, str]]:
     """Add the model options of `plan` (defaults: llama.cpp's common ones); returns
-    {dest: default} of them."""
-    from ggml_py.models.model_plan import CACHE_TYPES, FLASH_ATTN, SPLIT_MODES, PlanOptions
+    {dest: (default, the options' names)} of them."""
+    from ggml_py.models.model_plan import (CACHE_TYPES, FLASH_ATTN, SPLIT_MODES, PlanOptions,
+                                           cpu_moe_overrides)
     d = PlanOptions()
     g = p.add_argument_group("a model file (MODEL.gguf): llama.cpp's options")
     g.add_argument("--device", default="cpu", metavar="KIND[:MEMORY],...",
@@ -45,6 +75,16 @@ def add_arguments(p: argparse.ArgumentParser) -> dict[str, object]:
                    help="each device's share of the layers (default: by free memory)")
     g.add_argument("-mg", "--main-gpu", type=cli.count(0), default=d.main_gpu, metavar="I",
                    help="the device of --split-mode none (default 0)")
+    g.add_argument("-ot", "--override-tensor", dest="tensor_overrides", action=AddOverrides,
+                   type=override_rules, metavar="REGEX=DEVICE,...",
+                   help="weights whose names the (Python) regex finds go to DEVICE (RPC0, "
+                        "CPU, ...); the first matching rule wins, e.g. "
+                        r"'blk\.[0-3]\.ffn_.*_exps\.=CPU'")
+    g.add_argument("-cmoe", "--cpu-moe", dest="tensor_overrides", action=AddOverrides, nargs=0,
+                   const=cpu_moe_overrides(), help="every expert weight on the CPU")
+    g.add_argument("-ncmoe", "--n-cpu-moe", dest="tensor_overrides", action=AddOverrides,
+                   type=n_cpu_moe_rules, metavar="N",
+                   help="the expert weights of the first N layers on the CPU")
     g.add_argument("-c", "--ctx-size", dest="n_ctx", type=cli.count(0), default=d.n_ctx,
                    metavar="N", help="KV cache cells, 0: the file's (default %(default)s)")
     g.add_argument("-b", "--batch-size", dest="n_batch", type=cli.count(), default=d.n_batch,
@@ -64,15 +104,18 @@ def add_arguments(p: argparse.ArgumentParser) -> dict[str, object]:
     g.add_argument("--no-mmap", action="store_true",
                    help="CPU weights in a CPU buffer, not the mapped file")
     g.add_argument("--json", action="store_true", help="print the plan as one JSON object")
-    return {a.dest: a.default for a in g._group_actions}
+    return {a.dest: (a.default, "/".join(o for b in g._group_actions if b.dest == a.dest
+                                         for o in b.option_strings if o.startswith("--")))
+            for a in g._group_actions}
 
 
 def check_case_arguments(args: argparse.Namespace) -> None:
     """A UsageError for a model option given with a case file."""
-    given = [k for k, v in args.model_defaults.items() if getattr(args, k) != v]
+    given = [names for k, (default, names) in args.model_defaults.items()
+             if getattr(args, k) != default]
     if given:
-        raise cli.UsageError(f"--{given[0].replace('_', '-')} applies to a model file "
-                             f"(MODEL.gguf), not to a case file")
+        raise cli.UsageError(f"{given[0]} applies to a model file (MODEL.gguf), not to a "
+                             f"case file")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         n_ubatch=args.n_ubatch, cache_type_k=args.cache_type_k,
         cache_type_v=args.cache_type_v, kv_offload=not args.no_kv_offload,
         op_offload=not args.no_op_offload, flash_attn=args.flash_attn,
-        use_mmap=not args.no_mmap)
+        use_mmap=not args.no_mmap, tensor_overrides=args.tensor_overrides or ())
     try:
         plan = plan_gguf(args.case, parse_devices(args.device), options)
     except ArgumentError as e:
