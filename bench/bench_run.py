@@ -2,7 +2,7 @@
 CPU thread each, alternating, medians: llama-bench's two figures, prompt tokens/s (pp,
 a prompt of --pp tokens in one batch) and decode tokens/s (tg, --tg greedy steps).
 
-    python bench/bench_run.py [--reps N] [--pp N] [--tg N] [--fa] [--models NAMES] [--json]
+    python bench/bench_run.py [--reps N] [--pp N] [--tg N] [-fa on|off] [--models NAMES] [--json]
 
 The models (issue 31), random weights written with the gguf package into a temporary
 folder:
@@ -11,10 +11,11 @@ folder:
             (top-4: the active FFN is llama's 2816), Q8_0
 
 Each repetition runs both sides once, in a fresh process each, in alternating order:
-`python -m ggml_py run FILE --prompt-len PP -n TG --threads 1 --device cpu --json`, and
-llama.cpp in a child process (n_threads = n_threads_batch = 1, the prompt in one batch,
-then TG greedy steps; an untimed one-token pass first, as both sides warm up). llama.cpp
-builds the graph ggml_py builds (no flash attention) unless --fa. OpenBLAS is held to 1
+`python -m ggml_py run FILE --prompt-len PP -n TG --threads 1 --device cpu -fa FA --json`,
+and llama.cpp in a child process (n_threads = n_threads_batch = 1, the prompt in one
+batch, then TG greedy steps; an untimed one-token pass first, as both sides warm up).
+Both sides at the same -fa: on by default (llama.cpp's default on the CPU, where its
+auto resolves to on), off for the KQ / soft_max / KQV graph. OpenBLAS is held to 1
 thread. Ratios are ggml_py's tokens/s over llama.cpp's (of the medians, and the median of
 each repetition's own ratio): above 1 ggml_py is faster.
 """
@@ -55,9 +56,10 @@ def env() -> dict[str, str]:
     return {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
-def ours(path: str, pp: int, tg: int) -> dict[str, float]:
+def ours(path: str, pp: int, tg: int, fa: str) -> dict[str, float]:
     r = subprocess.run([sys.executable, "-m", "ggml_py", "run", path, "--prompt-len", str(pp),
-                        "-n", str(tg), "--threads", "1", "--device", "cpu", "--json"],
+                        "-n", str(tg), "--threads", "1", "--device", "cpu", "-fa", fa,
+                        "--json"],
                        capture_output=True, text=True, env=env(), cwd=ROOT, timeout=1800)
     if r.returncode:
         raise SystemExit(f"ggml-py run failed: {r.stderr.strip()}")
@@ -65,9 +67,9 @@ def ours(path: str, pp: int, tg: int) -> dict[str, float]:
     return {"pp": out["pp_tok_s"], "tg": out["tg_tok_s"]}
 
 
-def theirs(path: str, pp: int, tg: int, fa: bool) -> dict[str, float]:
-    r = subprocess.run([sys.executable, __file__, "--llama-cpp", path, str(pp), str(tg),
-                        str(int(fa))], capture_output=True, text=True, env=env(), timeout=1800)
+def theirs(path: str, pp: int, tg: int, fa: str) -> dict[str, float]:
+    r = subprocess.run([sys.executable, __file__, "--llama-cpp", path, str(pp), str(tg), fa],
+                       capture_output=True, text=True, env=env(), timeout=1800)
     if r.returncode:
         raise SystemExit(f"llama.cpp failed: {r.stderr.strip()[-2000:]}")
     return json.loads(r.stdout.splitlines()[-1])
@@ -99,13 +101,14 @@ def llama_cpp_child(path: str, pp: int, tg: int, fa: bool) -> None:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--llama-cpp":
         path, pp, tg, fa = sys.argv[2:6]
-        llama_cpp_child(path, int(pp), int(tg), fa == "1")
+        llama_cpp_child(path, int(pp), int(tg), fa == "on")
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--pp", type=int, default=128)
     ap.add_argument("--tg", type=int, default=64)
-    ap.add_argument("--fa", action="store_true", help="llama.cpp with flash attention")
+    ap.add_argument("-fa", "--flash-attn", dest="fa", choices=("on", "off"), default="on",
+                    help="flash attention on both sides (default on: llama.cpp's on the CPU)")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -117,7 +120,7 @@ def main() -> None:
             path = write_model(name, folder)
             runs: dict[str, list[dict[str, float]]] = {"ggml_py": [], "llama.cpp": []}
             for rep in range(args.reps):
-                sides = [("ggml_py", lambda: ours(path, args.pp, args.tg)),
+                sides = [("ggml_py", lambda: ours(path, args.pp, args.tg, args.fa)),
                          ("llama.cpp", lambda: theirs(path, args.pp, args.tg, args.fa))]
                 for side, fn in sides[::1 if rep % 2 == 0 else -1]:
                     runs[side].append(fn())
@@ -128,7 +131,7 @@ def main() -> None:
             pairs = {k: statistics.median(a[k] / b[k] for a, b in zip(*runs.values()))
                      for k in ("pp", "tg")}
             row = {"model": name, "reps": args.reps, "pp_tokens": args.pp, "tg_tokens": args.tg,
-                   "llama_cpp_flash_attn": args.fa, "median_tok_s": med,
+                   "flash_attn": args.fa, "median_tok_s": med,
                    "all_tok_s": runs,
                    "ratio": {k: med["ggml_py"][k] / med["llama.cpp"][k] for k in ("pp", "tg")},
                    "median_pair_ratio": pairs}
@@ -138,7 +141,8 @@ def main() -> None:
             print(f"{name}: pp{args.pp} ggml_py {med['ggml_py']['pp']:.1f} tok/s, llama.cpp "
                   f"{med['llama.cpp']['pp']:.1f} ({row['ratio']['pp']:.2f}x); tg{args.tg} "
                   f"ggml_py {med['ggml_py']['tg']:.1f}, llama.cpp {med['llama.cpp']['tg']:.1f} "
-                  f"({row['ratio']['tg']:.2f}x)   [medians of {args.reps}, alternating]")
+                  f"({row['ratio']['tg']:.2f}x)   [-fa {args.fa}, medians of {args.reps}, "
+                  "alternating]")
             print(f"   median of the repetitions' own ratios: pp {pairs['pp']:.2f}x, "
                   f"tg {pairs['tg']:.2f}x")
             for side, rs in runs.items():

@@ -403,6 +403,7 @@ def cast(ctx: Context, a: Tensor, type: TypeSpec) -> Tensor:
     _check_tensor(a, "CPY", "a")
     t = _new(ctx, "CPY", [a], type, a.ne)
     t.set_src(1, t)
+    t.name = f"{a.name} (copy)".encode()[:63].decode(errors="ignore")
     return t
 
 

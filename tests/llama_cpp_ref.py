@@ -2,11 +2,11 @@
 loads its own ggml, whose symbols carry the same names as ggml 0.10.1's that other tests load
 through ctypes (and fork into children), so the two never share a process.
 
-    python tests/llama_cpp_ref.py logits GGUF OUT.npy PROMPT N_DECODE
+    python tests/llama_cpp_ref.py logits GGUF OUT.npy PROMPT N_DECODE [FLASH_ATTN]
         the prompt then N_DECODE greedy steps (teacher forcing: each step feeds llama.cpp's
         own pick); writes every row's logits to OUT.npy and prints JSON
         {"pp_nodes", "tg_nodes", "fed"} (the graph node counts llama.cpp logged)
-    python tests/llama_cpp_ref.py names GGUF PROMPT SPLIT
+    python tests/llama_cpp_ref.py names GGUF PROMPT SPLIT [FLASH_ATTN]
         the names of every node llama.cpp computes (its scheduler's eval callback, in graph
         order) for the prompt's first SPLIT tokens, then one decode step; prints JSON
         {"names": [prompt names, decode names]}
@@ -20,8 +20,8 @@ through ctypes (and fork into children), so the two never share a process.
         what it logged (JSON): {"free_mib": {device: MiB}, "buffers": [[device, kind,
         "MiB with 2 decimals"], ...], "graph_nodes": [pp, tg], "graph_splits": [pp, tg]}
 
-PROMPT is a comma-separated list of token ids. Exit status 3: llama-cpp-python is not
-installed.
+PROMPT is a comma-separated list of token ids; FLASH_ATTN is on or off (the default: the
+KQ / soft_max / KQV graph). Exit status 3: llama-cpp-python is not installed.
 """
 
 import ctypes
@@ -66,10 +66,13 @@ class Log:
         return int(pp), int(tg or pp)
 
 
-def logits(L, path, out, prompt, n_decode):
+FLASH_ATTN = ("off", "on")
+
+
+def logits(L, path, out, prompt, n_decode, flash_attn):
     with Log(L) as log:
         llm = L.Llama(model_path=path, logits_all=True, n_threads=1, n_threads_batch=1,
-                      n_ctx=64, n_batch=64, flash_attn=False, verbose=False)
+                      n_ctx=64, n_batch=64, flash_attn=flash_attn, verbose=False)
     pp_nodes, tg_nodes = log.graph_nodes()
     llm.eval(prompt)
     fed = []
@@ -81,7 +84,7 @@ def logits(L, path, out, prompt, n_decode):
     return {"pp_nodes": pp_nodes, "tg_nodes": tg_nodes, "fed": fed}
 
 
-def names(L, path, prompt, split):
+def names(L, path, prompt, split, flash_attn):
     seen = []
 
     @L.ggml_backend_sched_eval_callback
@@ -95,7 +98,8 @@ def names(L, path, prompt, split):
         cp = L.llama_context_default_params()
         cp.n_ctx = cp.n_batch = cp.n_ubatch = 64
         cp.n_threads = cp.n_threads_batch = 1
-        cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        cp.flash_attn_type = (L.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn
+                              else L.LLAMA_FLASH_ATTN_TYPE_DISABLED)
         cp.cb_eval = cb
         ctx = L.llama_init_from_model(model, cp)
     batch = L.llama_batch_init(64, 0, 1)
@@ -214,15 +218,19 @@ def main(argv):
         print(f"llama-cpp-python is not installed: {e}", file=sys.stderr)
         return 3
     mode, path, *rest = argv
+    flash_attn = False
+    if mode in ("logits", "names") and rest[-1] in FLASH_ATTN:
+        flash_attn = rest.pop() == "on"
     if mode == "logits":
         out, prompt, n_decode = rest
-        r = logits(llama_cpp, path, out, [int(t) for t in prompt.split(",")], int(n_decode))
+        r = logits(llama_cpp, path, out, [int(t) for t in prompt.split(",")], int(n_decode),
+                   flash_attn)
     elif mode == "load":
         servers, options = rest
         r = load(llama_cpp, path, servers.split(","), json.loads(options))
     else:
         prompt, split = rest
-        r = names(llama_cpp, path, [int(t) for t in prompt.split(",")], int(split))
+        r = names(llama_cpp, path, [int(t) for t in prompt.split(",")], int(split), flash_attn)
     print(json.dumps(r))
     return 0
 

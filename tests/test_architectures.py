@@ -47,6 +47,7 @@ FEATURES = {"gemma2": dict(n_swa=5, attn_softcap=1.0),
             "phi3": dict(n_rot=8, rope_factors=True, n_ctx_orig=32, rope_attn_factor=1.2)}
 PROMPT = [5, 17, 3, 88, 41, 0, 62, 9, 33, 71, 200, 255]
 N_DECODE = 8
+FA = {"flash_attn": True}       # llama.cpp's -fa on
 
 
 def nmse(ref, x):
@@ -55,7 +56,7 @@ def nmse(ref, x):
 
 
 def llama_cpp_nodes(cfg):
-    """llama.cpp's node count for an f16-cache, no-flash-attention graph: per layer 36 for
+    """llama.cpp's node count for an f16-cache graph without flash attention: per layer 36 for
     dense llama (norms 4, Q/K/V 6, rope 2, K/V stores 6, cache views 2, attention 9, output
     projection 1, FFN 4, residuals 2), qwen2 3 more (the biases), qwen3 4 more (the Q/K
     norms), gemma2 8 more (Q's scale, the scores' soft-cap 3, the post-norms 4), gemma3
@@ -72,8 +73,18 @@ def llama_cpp_nodes(cfg):
     if cfg.is_moe:
         k = cfg.n_expert_used
         per_layer += 12 + 2 * k + (k == 1)
+    if cfg.flash_attn:
+        # V stored as K is (2 nodes, not 4); attention a FLASH_ATTN_EXT over Q's view and
+        # the three permutes, reshaped (6, not 9), soft-capping its parameter; the cache
+        # cast to f16 when f32
+        per_layer -= 5 + 3 * (cfg.attn_softcap > 0) - 2 * (cfg.cache_type == "f32")
     once = {"gemma2": 4, "gemma3": 4}.get(cfg.arch, 0)
     return per_layer * cfg.n_layer + 1 + 2 + 3 + once
+
+
+def fa_flag(flash_attn):
+    """llama.cpp's -fa value of a flash_attn setting."""
+    return "on" if flash_attn else "off"
 
 
 def small(kind, **kw):
@@ -113,10 +124,11 @@ def test_graph_matches_reference(kind, wtype, tol):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_decode_steps_match_the_whole_sequence(kind):
+@pytest.mark.parametrize("flash_attn", [False, True], ids=["fa-off", "fa-on"])
+def test_decode_steps_match_the_whole_sequence(kind, flash_attn):
     """A prompt then one token at a time on the kept decode graph: the logits of one pass
     over the whole sequence; every decode graph has llama.cpp's node count too."""
-    cfg = small(kind, wtype="f32", cache_type="f32")
+    cfg = small(kind, wtype="f32", cache_type="f32", flash_attn=flash_attn)
     s = session(cfg, seed=4)
     rows = [s.forward(PROMPT[:5])]
     for tok in PROMPT[5:]:
@@ -130,9 +142,11 @@ def test_decode_steps_match_the_whole_sequence(kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_every_node_has_a_c_kernel(kind, monkeypatch):
+@pytest.mark.parametrize("flash_attn", [False, True], ids=["fa-off", "fa-on"])
+def test_every_node_has_a_c_kernel(kind, flash_attn, monkeypatch):
     """The prompt and decode graphs of each architecture run in the C executor: no node
-    falls back to its numpy kernel (partial rope with factors, soft-caps, GEGLU, ...)."""
+    falls back to its numpy kernel (partial rope with factors, soft-caps, GEGLU, flash
+    attention, ...)."""
     from ggml_py.backends.cpu.backend import KernelPolicy
     python = []
     kernel_for = KernelPolicy.kernel_for
@@ -144,10 +158,27 @@ def test_every_node_has_a_c_kernel(kind, monkeypatch):
         return fn
 
     monkeypatch.setattr(KernelPolicy, "kernel_for", spy)
-    s = session(small(kind, wtype="q8_0"), seed=2)
+    s = session(small(kind, wtype="q8_0", flash_attn=flash_attn), seed=2)
     s.forward(PROMPT)
     s.forward([7])
     assert python == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("cache_type", ["f16", "f32"])
+def test_flash_attention_graph_matches_reference(kind, cache_type):
+    """With flash attention (llama.cpp's -fa on): V cached a row per cell as K is, one
+    FLASH_ATTN_EXT per layer (an f32 cache cast to f16 first), llama.cpp's node count, and
+    the logits of the float64 reference."""
+    cfg = small(kind, wtype="f32", cache_type=cache_type, flash_attn=True)
+    s = session(cfg, seed=3)
+    got = s.forward(PROMPT)
+    assert s.cache.v[0].ne[:2] == s.cache.k[0].ne[:2] == (cfg.n_embd_gqa, cfg.n_ctx)
+    nodes = [s.graph.node(i) for i in range(s.graph.n_nodes)]
+    assert sum(n.op == "FLASH_ATTN_EXT" for n in nodes) == cfg.n_layer
+    assert not any(n.name.split("-")[0] in ("kq", "kq_soft_max", "kqv") for n in nodes)
+    assert s.graph.n_nodes == llama_cpp_nodes(cfg)
+    assert nmse(reference_logits(s.model, PROMPT), got) < 1e-6
 
 
 def test_gemma2_head_is_placed_with_the_output_layer():
@@ -231,7 +262,9 @@ def test_graph_names_and_order_follow_llama_cpp():
     (dict(arch="gemma3", rope_mode="NEOX"), r"gemma3 models have Q/K norms"),
     (dict(arch="qwen2", rope_mode="NEOX", fused_qkv=True), "no fused QKV or rope factors"),
     (dict(arch="phi3", rope_mode="NEOX", n_rot=7), "n_rot must be even"),
-    (dict(rope_attn_factor=2.0), "rope attn_factor need graph='llama.cpp'"),
+    (dict(rope_attn_factor=2.0), "rope attn_factor and flash attention need graph='llama.cpp'"),
+    (dict(flash_attn=True), "flash attention need graph='llama.cpp'"),
+    (dict(arch="llama", graph="llama.cpp", flash_attn=1), "flash_attn must be a bool"),
 ])
 def test_config_refusals(kw, match):
     with pytest.raises(ModelError, match=match):
@@ -538,9 +571,16 @@ def _llama_cpp(*args):
     ("gemma3", "f16", {"swa_pattern": 6}),       # every layer sliding: no global mask
     ("phi3", "f16", {"fused_qkv": False, "n_ctx_orig": 512}),   # separate Q/K/V, short factors
     ("llama-moe", "q8_0", {"n_expert": 8, "n_expert_used": 1}),     # one expert: a cont
+    # llama.cpp's default on the CPU: flash attention (-fa on)
+    *[(k, "f16", FA) for k in KINDS],
+    ("gemma3", "f16", {"n_swa": 0, **FA}),
+    ("gemma3", "f16", {"swa_pattern": 6, **FA}),
+    ("phi3", "f16", {"fused_qkv": False, "n_ctx_orig": 512, **FA}),
+    ("llama-moe", "q8_0", {"n_expert": 8, "n_expert_used": 1, **FA}),
 ], ids=[*[f"{k}-{w}" for w in ("f32", "f16") for k in KINDS], "qwen3-f16-head32",
         "gemma3-f16-global", "gemma3-f16-all-sliding", "phi3-f16-separate-short",
-        "llama-moe-q8_0-k1"])
+        "llama-moe-q8_0-k1", *[f"{k}-f16-fa" for k in KINDS], "gemma3-f16-global-fa",
+        "gemma3-f16-all-sliding-fa", "phi3-f16-separate-short-fa", "llama-moe-q8_0-k1-fa"])
 def test_logits_and_node_counts_match_llama_cpp(tmp_path, kind, wtype, extra):
     pytest.importorskip("gguf")
     from ggml_py.models.gguf import load_gguf, save_gguf
@@ -549,12 +589,13 @@ def test_logits_and_node_counts_match_llama_cpp(tmp_path, kind, wtype, extra):
     path = str(tmp_path / f"{kind}-{wtype}.gguf")
     save_gguf(Model.random(cfg, seed=11), path)
 
-    ref = _llama_cpp("logits", path, tmp_path / "theirs.npy", ",".join(map(str, PROMPT)), N_DECODE)
+    ref = _llama_cpp("logits", path, tmp_path / "theirs.npy", ",".join(map(str, PROMPT)), N_DECODE,
+                     fa_flag(cfg.flash_attn))
     pp_nodes, tg_nodes, fed = ref["pp_nodes"], ref["tg_nodes"], ref["fed"]
     theirs = np.load(tmp_path / "theirs.npy")
 
     cpu = CPUBackend()
-    model = load_gguf(path, n_ctx=64, graph="llama.cpp").place(cpu)
+    model = load_gguf(path, n_ctx=64, graph="llama.cpp", flash_attn=cfg.flash_attn).place(cpu)
     s = Session(model, [cpu])
     rows = [s.forward(PROMPT)]
     ours_pp = s.graph.n_nodes
@@ -564,25 +605,28 @@ def test_logits_and_node_counts_match_llama_cpp(tmp_path, kind, wtype, extra):
     ours = np.concatenate(rows)
     assert ours.shape == theirs.shape == (len(PROMPT) + N_DECODE, cfg.n_vocab)
     err = nmse(theirs, ours)
-    print(f"{kind} {wtype}: NMSE {err:.3g}, graph nodes llama.cpp {pp_nodes}/{tg_nodes}, "
-          f"ggml_py {ours_pp}/{ours_tg}")
+    print(f"{kind} {wtype} -fa {fa_flag(cfg.flash_attn)}: NMSE {err:.3g}, graph nodes "
+          f"llama.cpp {pp_nodes}/{tg_nodes}, ggml_py {ours_pp}/{ours_tg}")
     assert err <= 1e-4
     assert (ours_pp, ours_tg) == (pp_nodes, tg_nodes) == (llama_cpp_nodes(cfg),) * 2
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_node_names_and_order_match_llama_cpp(tmp_path, kind):
+@pytest.mark.parametrize("flash_attn", [False, True], ids=["fa-off", "fa-on"])
+def test_node_names_and_order_match_llama_cpp(tmp_path, kind, flash_attn):
     """Every node of the prompt graph and of a decode step's graph, in order, with its name
     (views and reshapes named as ggml names them): llama.cpp's scheduler asks its eval
-    callback about each node it computes, in graph order."""
+    callback about each node it computes, in graph order. With flash attention too."""
     pytest.importorskip("gguf")
     from ggml_py.models.gguf import load_gguf, save_gguf
-    cfg = small(kind, n_ctx=256, wtype="f32")
+    cfg = small(kind, n_ctx=256, wtype="f32", flash_attn=flash_attn)
     path = str(tmp_path / f"{kind}.gguf")
     save_gguf(Model.random(cfg, seed=1), path)
-    theirs = _llama_cpp("names", path, ",".join(map(str, PROMPT[:7])), 6)["names"]
+    theirs = _llama_cpp("names", path, ",".join(map(str, PROMPT[:7])), 6,
+                        fa_flag(flash_attn))["names"]
     cpu = CPUBackend()
-    s = Session(load_gguf(path, n_ctx=64, graph="llama.cpp").place(cpu), [cpu])
+    s = Session(load_gguf(path, n_ctx=64, graph="llama.cpp", flash_attn=flash_attn).place(cpu),
+                [cpu])
     ours = []
     for toks in (PROMPT[:6], PROMPT[6:7]):
         s.forward(toks)

@@ -30,16 +30,20 @@ def run_json(capsys, *argv, device=("--device", "cpu")):
 
 @pytest.mark.parametrize("kind,wtype", [("qwen3moe", "f16"), ("llama-moe", "f32"),
                                         ("qwen2", "q8_0")])
-def test_run_matches_llama_cpp(tmp_path, capsys, kind, wtype):
+@pytest.mark.parametrize("fa", ["auto", "off"])
+def test_run_matches_llama_cpp(tmp_path, capsys, kind, wtype, fa):
     """Greedy decode: llama.cpp's own picks; teacher-forced on them, the logits of every
     prompt position and decode step within NMSE 1e-4 of llama.cpp's; the node counts of
-    llama.cpp's log."""
+    llama.cpp's log. -fa auto (the default) is on, on the CPU: llama.cpp with -fa on."""
     path, cfg = write_model(tmp_path, kind, wtype)
     prompt = ",".join(map(str, PROMPT))
-    ref = _llama_cpp("logits", path, tmp_path / "theirs.npy", prompt, N_DECODE)
+    ref = _llama_cpp("logits", path, tmp_path / "theirs.npy", prompt, N_DECODE,
+                     "off" if fa == "off" else "on")
     theirs = np.load(tmp_path / "theirs.npy")
 
-    greedy = run_json(capsys, path, "--tokens", prompt, "-n", N_DECODE)
+    greedy = run_json(capsys, path, "--tokens", prompt, "-n", N_DECODE,
+                      *(["-fa", fa] if fa == "off" else []))
+    assert greedy["flash_attn"] == (fa != "off")
     assert greedy["tokens"] == ref["fed"]
     assert greedy["graph_nodes"] == [ref["pp_nodes"], ref["tg_nodes"]]
     assert greedy["decode_graph_kept"] == N_DECODE - 1        # built once, then kept
@@ -47,12 +51,12 @@ def test_run_matches_llama_cpp(tmp_path, capsys, kind, wtype):
 
     out = tmp_path / "ours.npy"
     fed = run_json(capsys, path, "--tokens", prompt, "--feed", ",".join(map(str, ref["fed"])),
-                   "--logits-out", out, "-ub", 5)          # the prompt in 3 batches
+                   "--logits-out", out, "-ub", 5, "-fa", fa)      # the prompt in 3 batches
     ours = np.load(out)
     assert fed["tokens"] == ref["fed"]
     assert ours.shape == theirs.shape == (len(PROMPT) + N_DECODE, cfg.n_vocab)
     err = nmse(theirs, ours)
-    print(f"ggml-py run {kind} {wtype}: NMSE {err:.3g} vs llama.cpp")
+    print(f"ggml-py run {kind} {wtype} -fa {fa}: NMSE {err:.3g} vs llama.cpp")
     assert err <= 1e-4
 
 
@@ -71,8 +75,8 @@ def test_run_batches_threads_and_text_output(tmp_path, capsys):
     assert main(["run", path, "--tokens", "1,2,3", "-n", "3", "--device", "cpu"]) == 0
     text = capsys.readouterr().out
     assert "qwen3moe: 3 layers" in text and "prompt   3 tokens [1, 2, 3]" in text
-    assert "graph nodes: prompt 174, decode 174 (kept in 2 of 3 steps); scheduler splits: " \
-        "prompt 1, decode 1" in text
+    assert "graph nodes: prompt 159, decode 159 (kept in 2 of 3 steps); scheduler splits: " \
+        "prompt 1, decode 1; flash attention on" in text
     assert " pp " in text and " tg " in text
 
 
@@ -92,6 +96,33 @@ def test_run_offloads_layers(tmp_path, capsys):
     assert nmse(rows[0], rows[1]) < 1e-6
 
 
+def test_run_fa_auto_turns_flash_attention_off_where_a_device_lacks_it(tmp_path, capsys,
+                                                                         monkeypatch):
+    """-fa auto as llama.cpp resolves it: off when a layer's FLASH_ATTN_EXT would not run on
+    its device (then the graph and logits of -fa off); on where it runs, as -fa on."""
+    from ggml_py.backends.cpu import CPUBackend
+    from ggml_py.backends.numpy_device import NumpyDeviceBackend
+    from ggml_py.tools import demo
+    path, _ = write_model(tmp_path, "qwen3")
+    run = dict(device=("--device", "numpy_device", "-ngl", "2"))
+    argv = (path, "--tokens", "3,1,4,1,5", "--feed", "9,2,6", "--logits-out", tmp_path / "l.npy")
+    rows, results = [], []
+    for fa in ("on", "off", "auto"):
+        results.append(run_json(capsys, *argv, "-fa", fa, **run))
+        rows.append(np.load(tmp_path / "l.npy"))
+    assert [r["flash_attn"] for r in results] == [True, False, True]
+    assert results[2]["graph_nodes"] == results[0]["graph_nodes"] != results[1]["graph_nodes"]
+    monkeypatch.setattr(demo, "model_backends", lambda *a, **kw: [
+        NumpyDeviceBackend(unsupported_ops=("FLASH_ATTN_EXT",)), CPUBackend()])
+    assert main(["run", *map(str, argv), *run["device"]]) == 0
+    assert "-fa auto: layer 2's flash attention would not run on its device: off" in \
+        capsys.readouterr().out
+    auto_off = run_json(capsys, *argv, **run)
+    assert not auto_off["flash_attn"] and auto_off["graph_nodes"] == results[1]["graph_nodes"]
+    assert nmse(rows[1], np.load(tmp_path / "l.npy")) < 1e-12
+    assert nmse(rows[1], rows[0]) < 1e-5
+
+
 @pytest.mark.parametrize("argv,words", [
     (["--tokens", "1,2", "--prompt-len", "4"], ["not allowed with argument"]),
     (["--feed", "1,2", "-n", "3"], ["-n 3 and --feed's 2 tokens disagree"]),
@@ -101,6 +132,7 @@ def test_run_offloads_layers(tmp_path, capsys):
                                                     "context (-c 32)"]),
     (["--tokens", "1", "--seed", "2"], ["--seed makes a random prompt"]),
     (["--device", "cpu", "-ngl", "2"], ["--gpu-layers would be ignored with --device cpu"]),
+    (["-fa", "yes"], ["argument -fa/--flash-attn: invalid choice: 'yes'"]),
 ])
 def test_run_usage_errors(tmp_path, capsys, argv, words):
     path, _ = write_model(tmp_path, "qwen2")

@@ -95,6 +95,8 @@ class ModelConfig:
     fused_qkv: bool = False       # Q, K and V as one matrix, attn_qkv (phi3)
     rope_factors: bool = False    # rope frequency factors, long and short (phi3)
     n_ctx_orig: int | None = None     # the training context: past it, the long factors
+    flash_attn: bool = False      # llama.cpp's -fa on: V cached by rows, one FLASH_ATTN_EXT
+                                  # per layer (llama.cpp's graph only)
 
     def __post_init__(self):
         for f in ("wtype", "cache_type"):       # numpy dtypes and their names are types too
@@ -131,7 +133,7 @@ class ModelConfig:
         if self.graph is not None and self.graph not in GRAPH_KINDS:
             raise ModelError(f"ModelConfig.graph must be one of {GRAPH_KINDS} or None, got "
                              f"{self.graph!r}")
-        for flag in ("attn_bias", "qk_norm", "fused_qkv", "rope_factors"):
+        for flag in ("attn_bias", "qk_norm", "fused_qkv", "rope_factors", "flash_attn"):
             if not isinstance(getattr(self, flag), bool):
                 raise ModelError(f"ModelConfig.{flag} must be a bool, got "
                                  f"{getattr(self, flag)!r}")
@@ -142,10 +144,10 @@ class ModelConfig:
         if self.graph_kind == "ggml_py":
             if (self.attn_bias or self.qk_norm or self.post_norms
                     or self.n_embd_head not in (None, self.n_embd // self.n_head)
-                    or self.rope_attn_factor != 1.0):
+                    or self.rope_attn_factor != 1.0 or self.flash_attn):
                 raise ModelError("QKV biases, Q/K norms, post-norms, a head size other "
-                                 "than n_embd / n_head and a rope attn_factor need "
-                                 "graph='llama.cpp'")
+                                 "than n_embd / n_head, a rope attn_factor and flash "
+                                 "attention need graph='llama.cpp'")
         else:
             if self.ffn not in ARCH_FFNS[self.arch]:
                 raise ModelError(f"llama.cpp's {self.arch} graph has ffn "

@@ -54,7 +54,8 @@ class DecodeGraph:
             fw = build_forward(self.model, self.cache, tokens, logits=logits, kv_rows=True)
             self.kept, self.key = fw, key
             self.arrays = {t.name: values for t, values in fw.inputs}
-            # the V cell ids of position 0 (channel c's cell row starts at c * n_ctx)
+            # the V cell ids of position 0 (transposed, channel c's cell row starts at
+            # c * n_ctx; with flash attention, V's row 0 as K's)
             self.v_cells = self.arrays["inp_v_idxs"] - n_past
             self.n_builds += 1
             return fw, False

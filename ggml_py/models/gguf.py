@@ -82,10 +82,10 @@ def _tensor_name(gguf, tensor, bid=None, suffix="weight"):
 
 
 def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None,
-                     graph: str | None = None) -> ModelConfig:
+                     graph: str | None = None, flash_attn: bool = False) -> ModelConfig:
     """A file's metadata (an architecture of ARCHS) -> ModelConfig. n_ctx: KV cache cells
     (default: the file's context_length); graph: ModelConfig.graph (llama's default is its
-    own graph, 'llama.cpp' builds llama.cpp's)."""
+    own graph, 'llama.cpp' builds llama.cpp's); flash_attn: ModelConfig.flash_attn."""
     gguf = _gguf()
     K = gguf.Keys
     path = _path(reader)
@@ -171,6 +171,7 @@ def config_from_gguf(reader, n_ctx: int | None = None, wtype: str | None = None,
         rope_factors=all(factors),
         n_ctx_orig=int(key(K.Rope.SCALING_ORIG_CTX_LEN, n_ctx_train)) if all(factors) else None,
         rope_attn_factor=_f32_decimal(key(K.Rope.SCALING_ATTN_FACTOR, 1.0)),
+        flash_attn=flash_attn,
         **swa,
     )
 
@@ -292,21 +293,22 @@ def _reader(path):
         raise GGUFError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e})") from None
 
 
-def _config(reader, path, n_ctx, graph=None):
+def _config(reader, path, n_ctx, graph=None, flash_attn=False):
     if graph is not None and graph not in GRAPH_KINDS:
         raise GGUFError(f"graph must be one of {GRAPH_KINDS} or None, got {graph!r}")
     try:
-        return config_from_gguf(reader, n_ctx, graph=graph)
+        return config_from_gguf(reader, n_ctx, graph=graph, flash_attn=flash_attn)
     except GGUFError:
         raise
     except (ValueError, TypeError, ArithmeticError) as e:   # metadata the config refuses
         raise GGUFError(f"{path}: {e}") from None
 
 
-def read_config(path, n_ctx: int | None = None, graph: str | None = None) -> ModelConfig:
+def read_config(path, n_ctx: int | None = None, graph: str | None = None,
+                flash_attn: bool = False) -> ModelConfig:
     """The ModelConfig of a GGUF file (an architecture of ARCHS), from its metadata alone (no
-    tensor is read); graph: ModelConfig.graph."""
-    return _config(_reader(path), path, n_ctx, graph)
+    tensor is read); graph and flash_attn: ModelConfig's."""
+    return _config(_reader(path), path, n_ctx, graph, flash_attn)
 
 
 def _model_tensors(reader, cfg: ModelConfig, path) -> dict:
@@ -342,12 +344,14 @@ def read_tensor_infos(path, n_ctx: int | None = None) -> tuple[ModelConfig, dict
                  for name, t in _model_tensors(reader, cfg, path).items()}
 
 
-def load_gguf(path, n_ctx: int | None = None, graph: str | None = None) -> Model:
+def load_gguf(path, n_ctx: int | None = None, graph: str | None = None,
+              flash_attn: bool = False) -> Model:
     """A Model from a GGUF file of an architecture of ARCHS (weights copied out of the file;
     not yet placed). graph: 'llama.cpp' builds llama.cpp's graph for a llama file too (the
-    other architectures always have it)."""
+    other architectures always have it); flash_attn: with flash attention, as llama.cpp's
+    -fa on (llama.cpp's graph only)."""
     reader = _reader(path)
-    cfg = _config(reader, path, n_ctx, graph)
+    cfg = _config(reader, path, n_ctx, graph, flash_attn)
     copied: dict = {}           # by the file's name: a tied output is its token_embd
     weights = {}
     for name, t in _model_tensors(reader, cfg, path).items():

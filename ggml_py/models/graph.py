@@ -59,11 +59,12 @@ def step_inputs(cfg: ModelConfig, tokens: np.ndarray, n_past: int, n_kv: int,
     if cfg.ffn == "moe_dense":
         data["inp_all_experts"] = np.tile(np.arange(cfg.n_expert), (T, 1))
     if kv_rows:
-        # K: a cache row per cell; V (transposed): one element per (channel, cell), the
-        # source element (channel c, token t) is row c + t * n_embd_gqa of the reshape
+        # K: a cache row per cell; V likewise with flash attention, else (transposed) one
+        # element per (channel, cell): the source element (channel c, token t) is row
+        # c + t * n_embd_gqa of the reshape
         data["inp_k_idxs"] = pos
-        data["inp_v_idxs"] = (np.arange(cfg.n_embd_gqa)[None, :] * cfg.n_ctx
-                              + pos[:, None]).reshape(-1)
+        data["inp_v_idxs"] = pos if cfg.flash_attn else (
+            np.arange(cfg.n_embd_gqa)[None, :] * cfg.n_ctx + pos[:, None]).reshape(-1)
     return data
 
 

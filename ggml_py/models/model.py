@@ -173,7 +173,8 @@ class Model:
 class KVCache:
     """Per-layer K and V cache tensors in the layer's backend (llama_kv_cache, one
     sequence). K: ne [n_embd_gqa, n_ctx], a row per cell; V: ne [n_ctx, n_embd_gqa],
-    stored transposed (a row per channel), as llama.cpp does without flash attention."""
+    stored transposed (a row per channel), as llama.cpp does without flash attention, or
+    with it (config.flash_attn) a row per cell as K."""
 
     def __init__(self, model: Model):
         if not instance_arg(model, Model, "model").tensors:
@@ -186,8 +187,8 @@ class KVCache:
         for il in range(cfg.n_layer):
             k = ops.new_tensor_2d(self.ctx, cfg.cache_type, cfg.n_embd_gqa, cfg.n_ctx,
                                   name=f"cache_k_l{il}")
-            v = ops.new_tensor_2d(self.ctx, cfg.cache_type, cfg.n_ctx, cfg.n_embd_gqa,
-                                  name=f"cache_v_l{il}")
+            v_ne = (cfg.n_embd_gqa, cfg.n_ctx) if cfg.flash_attn else (cfg.n_ctx, cfg.n_embd_gqa)
+            v = ops.new_tensor_2d(self.ctx, cfg.cache_type, *v_ne, name=f"cache_v_l{il}")
             self.k.append(k)
             self.v.append(v)
             be = model.layer_backend[il]

@@ -6,7 +6,8 @@ helper), with the op builders of ggml_py.ops:
   * attention: GQA heads, rope_ext, scores soft_max_ext'ed with a causal mask,
     a KV cache per layer written with cpy into views of the cache tensors (K row
     per cell; V stored transposed, one row per channel) and read back through
-    strided views;
+    strided views (llama.cpp's graphs, models.arch, also with flash attention:
+    config.flash_attn caches V a row per cell, one FLASH_ATTN_EXT per layer);
   * FFN kinds (FFN_KINDS):
       dense      llama SwiGLU;
       moe_dense  every expert runs, weighted by a softmax over all router logits;

@@ -4,10 +4,12 @@ llama.cpp user runs one: the prompt (--tokens, or --prompt-len random ids) in ba
 prints the decode steps' tokens and llama-bench's two figures, prompt tokens/s (pp) and
 decode tokens/s (tg). The decode graph is kept across steps (graph reuse), as llama.cpp
 keeps its own. The layers go where --device / --rpc, -ngl and --tensor-split say.
+-fa on|off|auto is llama.cpp's flash attention (default auto: on where every layer's
+FLASH_ATTN_EXT runs on the layer's own device, as llama.cpp resolves it; on the CPU, on).
 
 --logits-out FILE.npy writes one row of logits per prompt position and per decode step;
 --json prints one object: tokens, graph_nodes ([prompt, decode], as llama.cpp's log
-counts them), splits ([prompt, decode]: the scheduler's), pp_tok_s, tg_tok_s.
+counts them), splits ([prompt, decode]: the scheduler's), flash_attn, pp_tok_s, tg_tok_s.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ import numpy as np
 from ggml_py.tools import cli, demo
 
 if TYPE_CHECKING:
+    from ggml_py._backend import Backend
     from ggml_py.models.transformer import Model, Session
 
 DEFAULTS = {"prompt_len": 16, "n": 16, "batch": 512, "ubatch": 512, "seed": 0}
+FLASH_ATTN = ("on", "off", "auto")      # llama.cpp's -fa values
 PLACEMENT = ("device", "rpc", "gpu_layers", "tensor_split")
 
 
@@ -61,6 +65,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-c", "--ctx-size", dest="ctx", type=cli.count(1), metavar="N",
                    help="KV cache cells (default: the prompt and decode steps, rounded up "
                         "to 32)")
+    p.add_argument("-fa", "--flash-attn", choices=FLASH_ATTN, default="auto",
+                   help="flash attention (default auto: on where every layer's device runs "
+                        "it, as llama.cpp resolves it)")
     p.add_argument("-b", "--batch-size", dest="batch", type=cli.count(1), metavar="N",
                    help=f"prompt tokens per decode call (default {d['batch']})")
     p.add_argument("-ub", "--ubatch-size", dest="ubatch", type=cli.count(1), metavar="N",
@@ -105,12 +112,43 @@ def check_arguments(args: argparse.Namespace) -> None:
                              f"(0..{cfg.n_vocab - 1})")
 
 
-def load(args: argparse.Namespace) -> Model:
+def load(args: argparse.Namespace, flash_attn: bool) -> Model:
     from ggml_py.models.gguf import GGUFError, load_gguf
     try:
-        return load_gguf(args.model, n_ctx=args.ctx, graph="llama.cpp")
+        return load_gguf(args.model, n_ctx=args.ctx, graph="llama.cpp", flash_attn=flash_attn)
     except GGUFError as e:
         raise cli.UsageError(str(e)) from None
+
+
+def flash_attn_off_layers(sess: Session) -> list[int]:
+    """The layers whose FLASH_ATTN_EXT the scheduler would not run on the layer's own device
+    (llama.cpp's -fa auto splits a one-token graph with flash attention and turns it off if
+    there is one)."""
+    from ggml_py.models.graph import build_forward
+    fw = build_forward(sess.model, sess.cache, [0], logits="last")
+    sess.sched.split_graph(fw.graph)
+    fa = [fw.graph.node(i) for i in range(fw.graph.n_nodes)
+          if fw.graph.node(i).op == "FLASH_ATTN_EXT"]            # one per layer
+    off = [il for il, node in enumerate(fa)
+           if sess.sched.get_tensor_backend(node) is not sess.model.layer_backend[il]]
+    sess.sched.reset()
+    return off
+
+
+def start_session(args: argparse.Namespace, model: Model, backends: list[Backend],
+                  out: demo.Out) -> Session:
+    """The model (loaded with flash attention unless -fa off) placed on `backends`, and its
+    Session; with -fa auto loaded again without flash attention if a layer's device would
+    not run it."""
+    from ggml_py.models.placement import place_model
+    from ggml_py.models.transformer import Session
+    sess = Session(place_model(model, backends, args.gpu_layers, args.tensor_split), backends)
+    off = flash_attn_off_layers(sess) if args.flash_attn == "auto" else []
+    if off:
+        out(f"   -fa auto: layer {off[0]}'s flash attention would not run on its device: off")
+        model = place_model(load(args, False), backends, args.gpu_layers, args.tensor_split)
+        sess = Session(model, backends)
+    return sess
 
 
 def generate(sess: Session, prompt: list[int], args: argparse.Namespace,
@@ -141,16 +179,13 @@ def generate(sess: Session, prompt: list[int], args: argparse.Namespace,
 
 
 def run(args: argparse.Namespace) -> int:
-    from ggml_py.models.placement import place_model
-    from ggml_py.models.transformer import Session
     check_arguments(args)
     out = demo.say if not args.json else (lambda text: None)
-    model = load(args)
-    cfg = model.config
+    model = load(args, args.flash_attn != "off")
     out(f"ggml-py run {args.model}: {demo.describe_model(model)}")
     backends = demo.model_backends(args, out, n_threads=args.threads)
-    place_model(model, backends, args.gpu_layers, args.tensor_split)
-    sess = Session(model, backends)
+    sess = start_session(args, model, backends, out)
+    cfg = sess.model.config
     if args.tokens is not None:
         prompt = list(args.tokens)
     else:
@@ -172,7 +207,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(dict(model=args.model, arch=cfg.arch, n_prompt=len(prompt),
                               n_decode=args.n, tokens=r["tokens"], graph_nodes=r["graph_nodes"],
-                              splits=r["splits"], pp_tok_s=pp, tg_tok_s=tg,
+                              splits=r["splits"], flash_attn=cfg.flash_attn,
+                              pp_tok_s=pp, tg_tok_s=tg,
                               decode_graph_kept=r["kept"])))
         return 0
     shown = prompt if len(prompt) <= 32 else prompt[:32] + ["..."]
@@ -182,7 +218,8 @@ def run(args: argparse.Namespace) -> int:
     out(f"   graph nodes: prompt {pp_nodes}" + (f", decode {tg_nodes} (kept in {r['kept']} "
                                                  f"of {args.n} steps)" if args.n else "")
         + f"; scheduler splits: prompt {r['splits'][0]}"
-        + (f", decode {r['splits'][1]}" if args.n else ""))
+        + (f", decode {r['splits'][1]}" if args.n else "")
+        + f"; flash attention {'on' if cfg.flash_attn else 'off'}")
     out(f"   pp {pp:8.1f} tok/s ({len(prompt)} tokens)")
     if tg is not None:
         out(f"   tg {tg:8.1f} tok/s ({args.n} tokens)")

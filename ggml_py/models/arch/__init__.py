@@ -43,7 +43,8 @@ def build_forward(model, cache, tokens, n_past: int | None = None, logits: str =
     """llama.cpp's graph of one llama_decode call for the model's architecture: `tokens`
     at positions n_past.. (default: the cache's), K/V written with set_rows at the cell
     ids the inputs give (so a decode graph serves the next position too), logits of
-    every row ('all') or of the last one ('last')."""
+    every row ('all') or of the last one ('last'); with flash attention when the config
+    says so (llama.cpp's -fa on)."""
     from ggml_py.models.graph import Forward, check_step, padded_kv, step_inputs
     tokens, n_past = check_step(model, cache, tokens, n_past)
     cfg, T = model.config, int(tokens.size)
@@ -53,7 +54,8 @@ def build_forward(model, cache, tokens, n_past: int | None = None, logits: str =
     data = step_inputs(cfg, tokens, n_past, n_kv, kv_rows=True)
     data["inp_out_ids"] = list(range(T)) if logits == "all" else [T - 1]
     n_out = len(data["inp_out_ids"])
-    gc = GraphContext(cfg, model.tensors, cache, T, n_past, n_kv, n_out, data)
+    gc = GraphContext(cfg, model.tensors, cache, T, n_past, n_kv, n_out, data,
+                      flash_attn=cfg.flash_attn)
     out = get_builder(cfg.arch)(gc).set_output()
     gc.expand(out)
     return Forward(gc.graph, gc.ctx, out, gc.inputs, T, n_past, n_kv, n_out)
