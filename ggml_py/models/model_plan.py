@@ -33,7 +33,7 @@ from ggml_py.models.config import ModelConfig, graph_size, layer_of
 from ggml_py.models.devices import Device
 from ggml_py.models.graph import step_inputs
 from ggml_py.models.gguf import TensorInfo, read_tensor_infos
-from ggml_py.models.placement import split_layers
+from ggml_py.models.placement import flash_attn_off_layers, split_layers
 from ggml_py.sched import Scheduler
 
 CTX_PAD = 256           # llama_context pads n_ctx to this
@@ -416,10 +416,7 @@ def _flash_attn_runs_on_layers(sched: Scheduler, cfg: ModelConfig, weights: dict
     not, llama.cpp computes without it over a V cache laid out for it: not planned yet.)"""
     graph = _reserve_graph(cfg, weights, cache, 1, True)
     _pin_as_llama_cpp(sched, graph, layers, layers[0], True, False)
-    sched.split_graph(graph)
-    fa = [node for node in graph.nodes if node.op == "FLASH_ATTN_EXT"]     # one per layer
-    off = [il for il, node in enumerate(fa) if sched.get_tensor_backend(node) is not layers[il]]
-    sched.reset()
+    off = flash_attn_off_layers(sched, graph, layers)
     if off:
         raise ModelError(f"-fa auto: layer {off[0]}'s flash attention would not run on its "
                          "device, so llama.cpp would turn it off over a V cache laid out for "

@@ -3,7 +3,8 @@
 `split_layers` gives the assignment of llama.cpp's load_tensors (`-ngl N`: the last N of
 the n_layer + 1 layers, the output layer counting as the last, go to the devices;
 `--tensor-split`: consecutive runs of layers sized in proportion to the shares);
-`place_model` places a Model's weights by it.
+`place_model` places a Model's weights by it; `flash_attn_off_layers` is how llama.cpp's
+`-fa auto` decides.
 The token embeddings stay on the CPU, as llama.cpp keeps its input layer there.
 """
 
@@ -16,7 +17,7 @@ from ggml_py._core import instance_arg, items_arg
 from ggml_py.errors import ArgumentError, BackendError
 from ggml_py.models.model import Model
 
-__all__ = ["split_layers", "place_model"]
+__all__ = ["split_layers", "place_model", "flash_attn_off_layers"]
 
 
 def split_layers(n_layer: int, devices: Sequence[Backend], cpu: Backend,
@@ -78,3 +79,17 @@ def place_model(model: Model, backends: Sequence[Backend], n_gpu_layers: int | N
     layers, output = split_layers(model.config.n_layer, backends[:-1], cpu, n_gpu_layers,
                                   tensor_split)
     return model.place(layers, host=cpu, output_backend=output)
+
+
+def flash_attn_off_layers(sched, graph, layers: Sequence[Backend]) -> list[int]:
+    """The layers whose FLASH_ATTN_EXT `sched` would not run on the layer's own backend
+    (`layers[il]`), from a split of `graph` (a one-token graph with flash attention, one
+    FLASH_ATTN_EXT per layer); the scheduler is reset after. llama.cpp's -fa auto keeps
+    flash attention only where there is none."""
+    sched.split_graph(graph)
+    try:
+        fa = [node for node in graph.nodes if node.op == "FLASH_ATTN_EXT"]
+        return [il for il, node in enumerate(fa)
+                if sched.get_tensor_backend(node) is not layers[il]]
+    finally:
+        sched.reset()

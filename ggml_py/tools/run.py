@@ -121,18 +121,12 @@ def load(args: argparse.Namespace, flash_attn: bool) -> Model:
 
 
 def flash_attn_off_layers(sess: Session) -> list[int]:
-    """The layers whose FLASH_ATTN_EXT the scheduler would not run on the layer's own device
-    (llama.cpp's -fa auto splits a one-token graph with flash attention and turns it off if
-    there is one)."""
+    """The layers whose flash attention would not run on the layer's own device, from a
+    one-token graph of the session (placement.flash_attn_off_layers)."""
     from ggml_py.models.graph import build_forward
+    from ggml_py.models.placement import flash_attn_off_layers as off_layers
     fw = build_forward(sess.model, sess.cache, [0], logits="last")
-    sess.sched.split_graph(fw.graph)
-    fa = [fw.graph.node(i) for i in range(fw.graph.n_nodes)
-          if fw.graph.node(i).op == "FLASH_ATTN_EXT"]            # one per layer
-    off = [il for il, node in enumerate(fa)
-           if sess.sched.get_tensor_backend(node) is not sess.model.layer_backend[il]]
-    sess.sched.reset()
-    return off
+    return off_layers(sess.sched, fw.graph, sess.model.layer_backend)
 
 
 def start_session(args: argparse.Namespace, model: Model, backends: list[Backend],
