@@ -10,12 +10,15 @@ The token embeddings stay on the CPU, as llama.cpp keeps its input layer there.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ggml_py._backend import Backend
-from ggml_py._core import instance_arg, items_arg
+from ggml_py._core import Graph, instance_arg, items_arg
 from ggml_py.errors import ArgumentError, BackendError
 from ggml_py.models.model import Model
+
+if TYPE_CHECKING:
+    from ggml_py.sched import Scheduler
 
 __all__ = ["split_layers", "place_model", "flash_attn_off_layers"]
 
@@ -81,14 +84,22 @@ def place_model(model: Model, backends: Sequence[Backend], n_gpu_layers: int | N
     return model.place(layers, host=cpu, output_backend=output)
 
 
-def flash_attn_off_layers(sched, graph, layers: Sequence[Backend]) -> list[int]:
+def flash_attn_off_layers(sched: Scheduler, graph: Graph,
+                          layers: Sequence[Backend]) -> list[int]:
     """The layers whose FLASH_ATTN_EXT `sched` would not run on the layer's own backend
     (`layers[il]`), from a split of `graph` (a one-token graph with flash attention, one
     FLASH_ATTN_EXT per layer); the scheduler is reset after. llama.cpp's -fa auto keeps
     flash attention only where there is none."""
+    from ggml_py.sched import Scheduler
+    instance_arg(sched, Scheduler, "sched")
+    instance_arg(graph, Graph, "graph")
+    layers = items_arg(layers, "layers", Backend)
     sched.split_graph(graph)
     try:
         fa = [node for node in graph.nodes if node.op == "FLASH_ATTN_EXT"]
+        if len(fa) != len(layers):
+            raise ArgumentError(f"the graph has {len(fa)} FLASH_ATTN_EXT nodes for "
+                                f"{len(layers)} layers (one per layer)")
         return [il for il, node in enumerate(fa)
                 if sched.get_tensor_backend(node) is not layers[il]]
     finally:
