@@ -157,3 +157,24 @@ def test_70b_shaped_fit(tmp_path):
     assert_fit_is_llama_cpps(path, devices, options, fit)
     assert fit.layers[1] > fit.layers[0] > 0 and sum(fit.layers) < 81
     assert all(fit.plan.device_bytes(d.name) <= t for d, t in zip(devices, fit.targets))
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--fit", "on", "--device", "rpc"], "--fit needs each device's memory"),
+    (["--fit", "on", "--fit-target", "1,x"], "'x' is not a whole number"),
+    (["--fit", "on", "--fit-target", "1,2", "--device", "rpc:1GiB"], "2 values for 1 devices"),
+    (["--fit", "on", "--device", "rpc:1MiB", "-ngl", "4"], "-ngl 4 is set"),
+    (["--fit", "maybe"], "invalid choice: 'maybe'"),
+])
+def test_command_line_refusals(model, capsys, extra, message):
+    from ggml_py.tools.commands import main
+    assert main(["plan", model, *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_case_file_refuses_fit(capsys):
+    from conftest import shared_path
+    from ggml_py.tools.commands import main
+    case = str(shared_path() / "cases" / "mlp-cpu-only.case.json")
+    assert main(["plan", case, "--fit", "on"]) == 2
+    assert "--fit applies to a model file" in capsys.readouterr().err

@@ -116,7 +116,7 @@ def add_arguments(p: argparse.ArgumentParser) -> dict[str, tuple[object, str]]:
                         "would for the devices' memories (default off: plan as given)")
     g.add_argument("-fitt", "--fit-target", type=fit_targets, default=(DEFAULT_MARGIN_MIB,),
                    metavar="MiB0,MiB1,...", help="memory --fit leaves free on each device "
-                   "(one value: every device's; default %(default)s)")
+                   f"(one value: every device's; default {DEFAULT_MARGIN_MIB})")
     g.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     return {a.dest: (a.default, "/".join(o for b in g._group_actions if b.dest == a.dest
                                          for o in b.option_strings if o.startswith("--")))
