@@ -3,7 +3,8 @@ choose for the devices' memories, found by planning.
 
 On random f16 GGUFs and several device memories: the chosen placement fits every device
 within its target (free memory less --fit-target) by the planner's own figures, and the
-layer more that llama.cpp's back-to-front fill would have tried for each device does not.
+layer more that llama.cpp's back-to-front fill would have tried for each device does not;
+with -c 0 the file's context shrinks first, to a size 256 cells short of not fitting.
 (llama-cpp-python 0.3.36 ships libllama without common, so its common_fit_params cannot be
 called here; each trial is a plan, and the plans are held to llama.cpp in
 tests/test_plan_gguf.py.)
@@ -104,12 +105,44 @@ def test_c_step_is_llama_cpps_integer_arithmetic():
     (dict(tensor_split=(1.0, 1.0)), "--tensor-split is set"),
     (dict(tensor_overrides=cpu_moe_overrides()), "tensor overrides"),
     (dict(split_mode="none"), "--split-mode none"),
-    (dict(n_ctx=0), "-c 0"),
 ])
 def test_fit_refusals(model, options, match):
     with pytest.raises((ArgumentError, ModelError), match=match):
         fit_gguf(model, parse_devices("rpc:3MiB,rpc:3MiB,cpu"),
                  dataclasses.replace(OPTIONS, **options), (0,))
+
+
+@pytest.fixture(scope="module")
+def long_model(tmp_path_factory):
+    """A file trained for 4096 tokens: 6 MiB more on the devices per 1024 cells."""
+    return write_model(tmp_path_factory.mktemp("fit") / "long.gguf", "llama", n_ctx=4096)
+
+
+@pytest.mark.parametrize("spec, n_ctx", [
+    ("rpc:20MiB,cpu", 3072), ("rpc:10MiB,cpu", 1280), ("rpc:5MiB,cpu", 512)])
+def test_fit_shrinks_the_files_context_on_one_device(long_model, spec, n_ctx):
+    """-c 0 with one device: the context shrinks, all layers stay; the memory being linear
+    in the context here, 256 cells more would not fit."""
+    devices = parse_devices(spec)
+    fit = fit_gguf(long_model, devices, dataclasses.replace(OPTIONS, n_ctx=0), (0,), 512)
+    assert fit.args() == f"-c {n_ctx} -ngl -1" and fit.changed and fit.n_plans == 3
+    assert fit.plan.device_bytes("RPC0") <= fit.targets[0]
+    if n_ctx > 512:
+        more = plan_gguf(long_model, devices, dataclasses.replace(OPTIONS, n_ctx=n_ctx + 256))
+        assert more.device_bytes("RPC0") > fit.targets[0]
+
+
+@pytest.mark.parametrize("spec, fit_ctx, args", [
+    ("rpc:3MiB,cpu", 512, "-c 512 -ngl 1"),             # the least context, then the layers
+    ("rpc:10MiB,cpu", 4096, "-c 4096 -ngl 1"),          # no shrinking below --fit-ctx
+    ("rpc:12MiB,rpc:12MiB,cpu", 512, "-c 1024 -ngl 5 -ts 0,5"),   # shrunk, then the layers
+])
+def test_fit_fills_the_layers_at_the_shrunk_context(long_model, spec, fit_ctx, args):
+    devices = parse_devices(spec)
+    fit = fit_gguf(long_model, devices, dataclasses.replace(OPTIONS, n_ctx=0), (0,), fit_ctx)
+    assert fit.args() == args
+    at = dataclasses.replace(OPTIONS, n_ctx=fit.options.n_ctx)
+    assert_fit_is_llama_cpps(long_model, devices, at, fit)
 
 
 def test_fit_needs_sizes_and_margins_per_device(model, tmp_path):
@@ -119,6 +152,8 @@ def test_fit_needs_sizes_and_margins_per_device(model, tmp_path):
         margins_of((1, 2), 3)
     with pytest.raises(ArgumentError, match=">= 0"):
         margins_of((-1,), 3)
+    with pytest.raises(ArgumentError, match="--fit-ctx must be a positive integer"):
+        fit_gguf(model, parse_devices("rpc:3MiB,cpu"), OPTIONS, (0,), 0)
     assert margins_of((1, 2), 2) == [MIB, 2 * MIB]
     moe = write_model(tmp_path / "moe.gguf", "qwen3moe")
     with pytest.raises(ModelError, match="experts"):
@@ -139,6 +174,16 @@ def test_command_line(model, capsys):
     assert report["fit"]["args"] == "-c 512 -ngl 4 -ts 2,2"
     assert [d["layers"] for d in report["fit"]["devices"]] == [2, 2]
     assert report["layers"] == ["CPU", "RPC0", "RPC0", "RPC1"]
+
+
+def test_command_line_shrinks_the_context(long_model, capsys):
+    from ggml_py.tools.commands import main
+    assert main(["plan", long_model, "--device", "rpc:20MiB", "-c", "0", "-b", "256", "-ub",
+                 "256", "-fa", "off", "--fit", "on", "--fit-target", "0", "--fit-ctx",
+                 "512"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("fit: -c 3072 -ngl -1\n  RPC0       5 layers")
+    assert "n_ctx 3072" in out
 
 
 def test_70b_shaped_fit(tmp_path):
@@ -165,6 +210,7 @@ def test_70b_shaped_fit(tmp_path):
     (["--fit", "on", "--fit-target", "1,2", "--device", "rpc:1GiB"], "2 values for 1 devices"),
     (["--fit", "on", "--device", "rpc:1MiB", "-ngl", "4"], "-ngl 4 is set"),
     (["--fit", "maybe"], "invalid choice: 'maybe'"),
+    (["--fit", "on", "--fit-ctx", "0"], "must be positive"),
 ])
 def test_command_line_refusals(model, capsys, extra, message):
     from ggml_py.tools.commands import main

@@ -4,17 +4,21 @@ choose for the devices' memories, found by planning (models.model_plan) instead 
 llama.cpp's rule, as ported here:
 1. Plan the options as given. Where every device keeps at least its margin (`--fit-target`,
    MiB per device, 1024 by default) free, nothing changes.
-2. Otherwise only options the user left at their defaults are changed: -ngl, --tensor-split
+2. Where the devices together lack memory and `-c 0` asks for the file's context, the
+   context shrinks: linearly between the file's and `--fit-ctx` (4096 by default) by the
+   memory of both, rounded down to 256 cells; with several devices the budget keeps half a
+   layer per device (and one more) spare for whole-layer waste. With one device that is
+   the fit; with several, the layers are fitted at that context.
+3. Otherwise only options the user left at their defaults are changed: -ngl, --tensor-split
    and the tensor overrides (any of them set: the fit gives up, as llama.cpp's does).
-3. The devices are filled back to front: the last device first takes as many of the
+4. The devices are filled back to front: the last device first takes as many of the
    n_layer + 1 layers (the output layer counting as the last) as keep its memory within
    its target (free memory less its margin), then the device before it from what is left,
    and so on. Each device's count is searched by false position between the count that
    fits and the one that does not, as llama.cpp does, each trial a plan. The result is
    `-ngl` (the sum) and `--tensor-split` (the counts, with several devices).
 
-Not ported yet: shrinking the context when `-c 0` asks for the file's (llama.cpp's step 2),
-and the partial layers of models with experts (its step 4); both are refused.
+Not ported yet: the partial layers of models with experts (llama.cpp's step 4), refused.
 """
 
 from __future__ import annotations
@@ -25,10 +29,13 @@ from typing import Any, Callable, Sequence
 
 from ggml_py.errors import ArgumentError, ModelError
 from ggml_py.models.devices import Device
+from ggml_py.models.gguf import read_tensor_infos
 from ggml_py.models.model_plan import ModelPlan, PlanOptions, plan_gguf
 
 MIB = 1 << 20
 DEFAULT_MARGIN_MIB = 1024       # common's --fit-target default
+DEFAULT_MIN_CTX = 4096          # common's --fit-ctx default
+CTX_ALIGN = 256                 # llama.cpp rounds a shrunk context down to this
 
 
 @dataclass
@@ -91,10 +98,17 @@ def _c_step(delta: int, room: int, span: int) -> int:
 
 
 def fit_gguf(path: str, devices: Sequence[Device], options: PlanOptions | None = None,
-             margins_mib: Sequence[int] = (DEFAULT_MARGIN_MIB,)) -> FitResult:
+             margins_mib: Sequence[int] = (DEFAULT_MARGIN_MIB,),
+             n_ctx_min: int = DEFAULT_MIN_CTX) -> FitResult:
     """The options llama.cpp's --fit would choose from `options` for the GGUF file at
-    `path` on `devices` (each device besides the CPU with its memory), and their plan."""
+    `path` on `devices` (each device besides the CPU with its memory), and their plan;
+    `n_ctx_min` (--fit-ctx): the least context a shrink of `-c 0`'s may leave."""
     opts = options or PlanOptions()
+    if isinstance(n_ctx_min, bool) or not isinstance(n_ctx_min, int) or n_ctx_min < 1:
+        raise ArgumentError(f"--fit-ctx must be a positive integer, got {n_ctx_min!r}")
+    n_ctx_auto = opts.n_ctx == 0                # resolved to the file's before any plan
+    if n_ctx_auto:
+        opts = dataclasses.replace(opts, n_ctx=read_tensor_infos(path)[0].n_ctx)
     gpus = [d for d in devices if not d.is_cpu]
     unsized = [d.name for d in gpus if d.memory is None]
     if unsized:
@@ -114,6 +128,20 @@ def fit_gguf(path: str, devices: Sequence[Device], options: PlanOptions | None =
     if all(u <= t for u, t in zip(used, targets)):        # step 1: nothing to change
         return FitResult(opts, given, False, _layer_counts(given, gpus), tuple(targets),
                          n_plans)
+    if n_ctx_auto and sum(used) > sum(targets) and opts.n_ctx > n_ctx_min:
+        budget = sum(targets)
+        if len(gpus) > 1:       # whole layers waste about half a layer per device
+            model = sum(b.bytes for b in given.buffers if b.kind == "model" and
+                        b.device in {d.name for d in gpus})
+            budget -= (len(gpus) + 1) * (model // given.config.n_layer) // 2
+        least = dataclasses.replace(opts, n_ctx=n_ctx_min)
+        used_least = sum(plan(least)[1])
+        opts = least if budget <= used_least else dataclasses.replace(opts, n_ctx=max(
+            _shrunk_context(n_ctx_min, opts.n_ctx, used_least, sum(used), budget), n_ctx_min))
+        if len(gpus) <= 1 and budget > used_least:
+            shrunk = plan(opts)[0]
+            return FitResult(opts, shrunk, True, _layer_counts(shrunk, gpus), tuple(targets),
+                             n_plans)
     _check_fittable(opts, given)
 
     def with_layers(counts: Sequence[int]) -> PlanOptions:
@@ -124,6 +152,13 @@ def fit_gguf(path: str, devices: Sequence[Device], options: PlanOptions | None =
                                  lambda c: plan(with_layers(c))[1])
     chosen = with_layers(counts)
     return FitResult(chosen, plan(chosen)[0], True, tuple(counts), tuple(targets), n_plans)
+
+
+def _shrunk_context(n_min: int, n_max: int, used_min: int, used_max: int, budget: int) -> int:
+    """The context between n_min and n_max whose memory, interpolated linearly between
+    theirs, is the budget, rounded down to CTX_ALIGN cells."""
+    n = n_min + (n_max - n_min) * (budget - used_min) // (used_max - used_min)
+    return n - n % CTX_ALIGN
 
 
 def _check_fittable(opts: PlanOptions, given: ModelPlan) -> None:
@@ -140,9 +175,6 @@ def _check_fittable(opts: PlanOptions, given: ModelPlan) -> None:
     if opts.split_mode == "none":
         raise ArgumentError("--fit with --split-mode none: the model uses one device, "
                             "whose layers llama.cpp's fit does not place; use layer")
-    if opts.n_ctx == 0:
-        raise ModelError("--fit with -c 0 (the file's context): llama.cpp would shrink the "
-                         "context first, not planned yet; give -c")
     if given.config.n_expert:
         raise ModelError(f"--fit for {given.path}: models with experts are fitted with "
                          "partial layers, not planned yet")
@@ -183,4 +215,4 @@ def _layer_counts(plan: ModelPlan, gpus: Sequence[Device]) -> tuple[int, ...]:
     return tuple(placed.count(d.name) for d in gpus)
 
 
-__all__ = ["DEFAULT_MARGIN_MIB", "FitResult", "fit_gguf", "margins_of"]
+__all__ = ["DEFAULT_MARGIN_MIB", "DEFAULT_MIN_CTX", "FitResult", "fit_gguf", "margins_of"]

@@ -4,8 +4,8 @@ plan of the model (models.model_plan) in words or as JSON.
 The options keep llama.cpp's names and meanings (-ngl, --split-mode, --tensor-split,
 --main-gpu, -ot/--override-tensor, --cpu-moe, --n-cpu-moe, -c, -b, -ub, --cache-type-k/-v,
 --no-kv-offload, --no-op-offload, -fa);
-`--fit on` (with `--fit-target`) chooses -ngl and --tensor-split as llama.cpp's fit would
-(models.fit);
+`--fit on` (with `--fit-target`, `--fit-ctx`) chooses -c 0's context, -ngl and
+--tensor-split as llama.cpp's fit would (models.fit);
 `--device` says what to plan on: `rpc:24105MiB,rpc:24105MiB,cpu` (simulated devices with
 that much free memory, named RPC0, RPC1, ..., CPU as llama.cpp names them).
 """
@@ -66,7 +66,7 @@ class AddOverrides(argparse.Action):
 def add_arguments(p: argparse.ArgumentParser) -> dict[str, tuple[object, str]]:
     """Add the model options of `plan` (defaults: llama.cpp's common ones); returns
     {dest: (default, the options' names)} of them."""
-    from ggml_py.models.fit import DEFAULT_MARGIN_MIB
+    from ggml_py.models.fit import DEFAULT_MARGIN_MIB, DEFAULT_MIN_CTX
     from ggml_py.models.model_plan import (CACHE_TYPES, FLASH_ATTN, SPLIT_MODES, PlanOptions,
                                            cpu_moe_overrides)
     d = PlanOptions()
@@ -117,6 +117,9 @@ def add_arguments(p: argparse.ArgumentParser) -> dict[str, tuple[object, str]]:
     g.add_argument("-fitt", "--fit-target", type=fit_targets, default=(DEFAULT_MARGIN_MIB,),
                    metavar="MiB0,MiB1,...", help="memory --fit leaves free on each device "
                    f"(one value: every device's; default {DEFAULT_MARGIN_MIB})")
+    g.add_argument("-fitc", "--fit-ctx", type=cli.count(), default=DEFAULT_MIN_CTX,
+                   metavar="N", help="the least context --fit may shrink -c 0's to "
+                                     "(default %(default)s)")
     g.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     return {a.dest: (a.default, "/".join(o for b in g._group_actions if b.dest == a.dest
                                          for o in b.option_strings if o.startswith("--")))
@@ -157,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
             plan = plan_gguf(args.case, devices, options)
             print(json.dumps(plan.to_dict()) if args.json else plan.text())
             return 0
-        fit = fit_gguf(args.case, devices, options, args.fit_target)
+        fit = fit_gguf(args.case, devices, options, args.fit_target, args.fit_ctx)
     except ArgumentError as e:
         raise cli.UsageError(str(e)) from None
     print(json.dumps({**fit.plan.to_dict(), "fit": fit.to_dict()}) if args.json
