@@ -7,8 +7,8 @@ llama.cpp's rule, as ported here:
 2. Where the devices together lack memory and `-c 0` asks for the file's context, the
    context shrinks: linearly between the file's and `--fit-ctx` (4096 by default) by the
    memory of both, rounded down to 256 cells; with several devices the budget keeps half a
-   layer per device (and one more) spare for whole-layer waste. With one device that is
-   the fit; with several, the layers are fitted at that context.
+   layer (a sixth with experts) per device, and one more, spare for whole-layer waste.
+   With one device that is the fit; with several, the layers are fitted at that context.
 3. Otherwise only options the user left at their defaults are changed: -ngl, --tensor-split
    and the tensor overrides (any of them set: the fit gives up, as llama.cpp's does).
 4. The devices are filled back to front: the last device first takes as many of the
@@ -18,7 +18,8 @@ llama.cpp's rule, as ported here:
    fits and the one that does not, as llama.cpp does, each trial a plan. The result is
    `-ngl` (the sum) and `--tensor-split` (the counts, with several devices).
 
-Not ported yet: the partial layers of models with experts (llama.cpp's step 4), refused.
+Not ported yet: the partial layers of models with experts (llama.cpp's step 4 for
+them), refused.
 """
 
 from __future__ import annotations
@@ -128,12 +129,14 @@ def fit_gguf(path: str, devices: Sequence[Device], options: PlanOptions | None =
     if all(u <= t for u, t in zip(used, targets)):        # step 1: nothing to change
         return FitResult(opts, given, False, _layer_counts(given, gpus), tuple(targets),
                          n_plans)
+    # step 2: the devices together lack memory: shrink -c 0's context
     if n_ctx_auto and sum(used) > sum(targets) and opts.n_ctx > n_ctx_min:
         budget = sum(targets)
-        if len(gpus) > 1:       # whole layers waste about half a layer per device
+        if len(gpus) > 1:       # whole layers (or expert tensors, a third of one) waste
             model = sum(b.bytes for b in given.buffers if b.kind == "model" and
-                        b.device in {d.name for d in gpus})
-            budget -= (len(gpus) + 1) * (model // given.config.n_layer) // 2
+                        b.device in {d.name for d in gpus})      # about half one per device
+            per_layer = model // given.config.n_layer
+            budget -= (len(gpus) + 1) * per_layer // (6 if given.config.n_expert else 2)
         least = dataclasses.replace(opts, n_ctx=n_ctx_min)
         used_least = sum(plan(least)[1])
         opts = least if budget <= used_least else dataclasses.replace(opts, n_ctx=max(
@@ -142,12 +145,13 @@ def fit_gguf(path: str, devices: Sequence[Device], options: PlanOptions | None =
             shrunk = plan(opts)[0]
             return FitResult(opts, shrunk, True, _layer_counts(shrunk, gpus), tuple(targets),
                              n_plans)
-    _check_fittable(opts, given)
+    _check_fittable(opts, given)                          # step 3
 
     def with_layers(counts: Sequence[int]) -> PlanOptions:
         return dataclasses.replace(opts, n_gpu_layers=sum(counts), tensor_split=(
             tuple(float(n) for n in counts) if len(counts) > 1 else None))
 
+    # step 4: the layers, back to front
     counts = _fill_back_to_front(given.config.n_layer + 1, targets,
                                  lambda c: plan(with_layers(c))[1])
     chosen = with_layers(counts)
