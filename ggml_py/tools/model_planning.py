@@ -4,6 +4,8 @@ plan of the model (models.model_plan) in words or as JSON.
 The options keep llama.cpp's names and meanings (-ngl, --split-mode, --tensor-split,
 --main-gpu, -ot/--override-tensor, --cpu-moe, --n-cpu-moe, -c, -b, -ub, --cache-type-k/-v,
 --no-kv-offload, --no-op-offload, -fa);
+`--fit on` (with `--fit-target`, `--fit-ctx`) chooses -c 0's context, -ngl and
+--tensor-split as llama.cpp's fit would (models.fit);
 `--device` says what to plan on: `rpc:24105MiB,rpc:24105MiB,cpu` (simulated devices with
 that much free memory, named RPC0, RPC1, ..., CPU as llama.cpp names them).
 """
@@ -28,6 +30,11 @@ def gpu_layers(text: str) -> int:
     if n < -1:
         raise argparse.ArgumentTypeError(f"must be -1 (all), 0 or more, got {n}")
     return n
+
+
+def fit_targets(text: str) -> tuple[int, ...]:
+    """--fit-target's value: MiB per device, comma-separated (one value: every device's)."""
+    return tuple(cli.count(0)(x) for x in text.split(","))
 
 
 def override_rules(text: str) -> tuple[tuple[str, str], ...]:
@@ -59,6 +66,7 @@ class AddOverrides(argparse.Action):
 def add_arguments(p: argparse.ArgumentParser) -> dict[str, tuple[object, str]]:
     """Add the model options of `plan` (defaults: llama.cpp's common ones); returns
     {dest: (default, the options' names)} of them."""
+    from ggml_py.models.fit import DEFAULT_MARGIN_MIB, DEFAULT_MIN_CTX
     from ggml_py.models.model_plan import (CACHE_TYPES, FLASH_ATTN, SPLIT_MODES, PlanOptions,
                                            cpu_moe_overrides)
     d = PlanOptions()
@@ -103,6 +111,15 @@ def add_arguments(p: argparse.ArgumentParser) -> dict[str, tuple[object, str]]:
                         "it)")
     g.add_argument("--no-mmap", action="store_true",
                    help="CPU weights in a CPU buffer, not the mapped file")
+    g.add_argument("-fit", "--fit", choices=("on", "off"), default="off",
+                   help="choose the unset -ngl and --tensor-split as llama.cpp's --fit on "
+                        "would for the devices' memories (default off: plan as given)")
+    g.add_argument("-fitt", "--fit-target", type=fit_targets, default=(DEFAULT_MARGIN_MIB,),
+                   metavar="MiB0,MiB1,...", help="memory --fit leaves free on each device "
+                   f"(one value: every device's; default {DEFAULT_MARGIN_MIB})")
+    g.add_argument("-fitc", "--fit-ctx", type=cli.count(), default=DEFAULT_MIN_CTX,
+                   metavar="N", help="the least context --fit may shrink -c 0's to "
+                                     "(default %(default)s)")
     g.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     return {a.dest: (a.default, "/".join(o for b in g._group_actions if b.dest == a.dest
                                          for o in b.option_strings if o.startswith("--")))
@@ -122,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
     """Plan args.case (a GGUF file) and print the plan."""
     from ggml_py.errors import ArgumentError
     from ggml_py.models.devices import parse_devices
+    from ggml_py.models.fit import fit_gguf
     from ggml_py.models.model_plan import PlanOptions, plan_gguf
     for opt in ("output", "dot", "map"):
         if getattr(args, opt):
@@ -137,8 +155,14 @@ def run(args: argparse.Namespace) -> int:
         op_offload=not args.no_op_offload, flash_attn=args.flash_attn,
         use_mmap=not args.no_mmap, tensor_overrides=args.tensor_overrides or ())
     try:
-        plan = plan_gguf(args.case, parse_devices(args.device), options)
+        devices = parse_devices(args.device)
+        if args.fit == "off":
+            plan = plan_gguf(args.case, devices, options)
+            print(json.dumps(plan.to_dict()) if args.json else plan.text())
+            return 0
+        fit = fit_gguf(args.case, devices, options, args.fit_target, args.fit_ctx)
     except ArgumentError as e:
         raise cli.UsageError(str(e)) from None
-    print(json.dumps(plan.to_dict()) if args.json else plan.text())
+    print(json.dumps({**fit.plan.to_dict(), "fit": fit.to_dict()}) if args.json
+          else f"{fit.text()}\n{fit.plan.text()}")
     return 0
