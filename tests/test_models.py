@@ -384,9 +384,10 @@ def test_demo_runs_models_and_plans(capsys):
     assert main(["demo", "--layers", "1", "--prompt", "4", "--steps", "3",
                  "--plan-layers", "2"]) == 0
     out = capsys.readouterr().out
-    for name in ("llama", "moe-dense", "moe-topk", "moe-shared"):
+    for name in ("llama", "moe-dense", "moe-topk", "moe-shared", "gemma2"):
         assert f"== {name}:" in out
-    assert out.count("greedy   [") == 4
+    assert "== gemma2: 1 layers, a window of 8 tokens in 1 of them" in out
+    assert out.count("greedy   [") == 5
     assert "what-if" in out and "GPU without ROPE" in out
 
 
@@ -399,3 +400,26 @@ def test_demo_loads_gguf(tmp_path, capsys):
     assert main(["demo", "--gguf", str(path), "--prompt", "3", "--steps", "2", "--no-plan"]) == 0
     out = capsys.readouterr().out
     assert "== tiny-gguf:" in out and out.count("greedy   [") == 1
+
+
+def test_demo_loads_a_gguf_of_another_architecture(tmp_path, capsys):
+    """A qwen3 file runs on llama.cpp's qwen3 graph, its greedy tokens those of the float64
+    reference."""
+    pytest.importorskip("gguf")
+    from ggml_py.__main__ import main
+    from ggml_py.models.config import arch_config
+    from ggml_py.models.gguf import load_gguf, save_gguf
+    from ggml_py.models.reference import reference_logits
+    path = tmp_path / "q3.gguf"
+    save_gguf(Model.random(arch_config("qwen3", **SMALL, name="tiny-qwen3", wtype="f32"),
+                           seed=4), path)
+    assert main(["demo", "--gguf", str(path), "--prompt", "3", "--steps", "2", "--no-plan",
+                 "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    prompt = [int(t) for t in out.split("prompt   [")[1].split("]")[0].split(",")]
+    greedy = [int(t) for t in out.split("greedy   [")[1].split("]")[0].split(",")]
+    model = load_gguf(path, n_ctx=32)
+    tokens = list(prompt)
+    for _ in range(2):
+        tokens.append(int(np.argmax(reference_logits(model, tokens)[-1])))
+    assert "== tiny-qwen3:" in out and greedy == tokens[3:]

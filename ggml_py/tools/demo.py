@@ -1,7 +1,8 @@
 """The main job: run model graphs through the scheduler on the backends at hand.
 
-Part 1 builds a small llama and the three classic MoE forms with seeded random
-weights (or loads a llama GGUF file), offloads their layers to the best device
+Part 1 builds a small llama, the three classic MoE forms and a gemma2 (llama.cpp's graph:
+sliding-window layers among global ones, soft-capped scores and logits, post-norms) with
+seeded random weights (or loads a GGUF file of an architecture ggml_py builds), offloads their layers to the best device
 backend here (an OpenCL device that is not the CPU emulated, else the numpy device;
 --device auto says which and why), or spreads them over
 ggml RPC servers (--rpc, as llama.cpp does; the CPU always last), and
@@ -149,6 +150,7 @@ def gguf_config(path: str, graph: str | None = None) -> ModelConfig:
 
 def demo_models(args: argparse.Namespace) -> Iterator[Model]:
     """The models to run, built one at a time as they are needed."""
+    from ggml_py.models.config import arch_config
     from ggml_py.models.transformer import Model, llama_config, moe_config
     if args.gguf:
         from ggml_py.models.gguf import GGUFError, load_gguf
@@ -163,7 +165,9 @@ def demo_models(args: argparse.Namespace) -> Iterator[Model]:
         # (rows of 256-value blocks: the K-quants and iq4_xs need wider matrices)
         kw.update(n_embd=256, n_ff=512, n_ff_exp=256)
     cfgs = [llama_config(**kw), moe_config("moe_dense", **kw), moe_config("moe_topk", **kw),
-            moe_config("moe_shared", **kw)]
+            moe_config("moe_shared", **kw),
+            # a window the prompt slides past, and a cap the scores reach
+            arch_config("gemma2", **kw, n_swa=8, attn_softcap=20.0)]
     for i, c in enumerate(cfgs):
         yield Model.random(c, seed=args.seed + i)
 
@@ -171,12 +175,14 @@ def demo_models(args: argparse.Namespace) -> Iterator[Model]:
 def describe_model(model: Model) -> str:
     """One line: the model's shape, FFN, weight type and size."""
     c = model.config
-    ffn = {"dense": f"SwiGLU FFN {c.n_ff}",
+    ffn = {"dense": f"{'GELU' if c.arch in ('gemma2', 'gemma3') else 'SwiGLU'}-gated FFN {c.n_ff}",
            "moe_dense": f"dense MoE: all {c.n_expert} experts x {c.ff_exp}, softmax gate",
            "moe_topk": f"sparse MoE: top-{c.n_expert_used} of {c.n_expert} experts x {c.ff_exp}",
            "moe_shared": f"shared+routed MoE: {c.n_expert_shared} shared + top-"
                          f"{c.n_expert_used} of {c.n_expert} experts x {c.ff_exp}"}[c.ffn]
-    return (f"{c.name}: {c.n_layer} layers, n_embd {c.n_embd}, {c.n_head} heads "
+    window = (f", a window of {c.n_swa} tokens in {len(c.swa_layers)} of them"
+              if c.swa_layers else "")
+    return (f"{c.name}: {c.n_layer} layers{window}, n_embd {c.n_embd}, {c.n_head} heads "
             f"({c.n_head_kv} KV), vocab {c.n_vocab}, {ffn}; {c.wtype} weights, "
             f"{model.n_params / 1e6:.2f} M params ({fmt_bytes(model.nbytes)})")
 
@@ -392,8 +398,9 @@ def add_placement_arguments(p: argparse.ArgumentParser, default_device: str = "a
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = DEFAULTS
     p.add_argument("--gguf", metavar="PATH", type=cli.input_file(),
-                   help="run this llama GGUF file instead of the random models (needs the "
-                        "gguf package: pip install \"ggml-py-sched[gguf]\")")
+                   help="run this GGUF file (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, "
+                        "phi3) instead of the random models (needs the gguf package: pip "
+                        "install \"ggml-py-sched[gguf]\")")
     add_placement_arguments(p)
     p.add_argument("--layers", type=cli.count(1, MAX_LAYERS), metavar="N",
                    help=f"layers of the random models (default {d['layers']})")
