@@ -5,13 +5,15 @@ The options keep llama.cpp's names and meanings (-ngl, --split-mode, --tensor-sp
 --main-gpu, -ot/--override-tensor, --cpu-moe, --n-cpu-moe, -c, -b, -ub, --cache-type-k/-v,
 --no-kv-offload, --no-op-offload, -fa);
 `--device` says what to plan on: `rpc:24105MiB,rpc:24105MiB,cpu` (simulated devices with
-that much free memory, named RPC0, RPC1, ..., CPU as llama.cpp names them).
+that much free memory, named RPC0, RPC1, ..., CPU as llama.cpp names them); `--map`
+draws the split maps of the decode token and the prompt ubatch.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any, Sequence
 
 from ggml_py.tools import cli
@@ -123,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     from ggml_py.errors import ArgumentError
     from ggml_py.models.devices import parse_devices
     from ggml_py.models.model_plan import PlanOptions, plan_gguf
-    for opt in ("output", "dot", "map"):
+    for opt in ("output", "dot"):
         if getattr(args, opt):
             raise cli.UsageError(f"--{opt} applies to a case file, not to a model file")
     if args.alloc:
@@ -141,4 +143,15 @@ def run(args: argparse.Namespace) -> int:
     except ArgumentError as e:
         raise cli.UsageError(str(e)) from None
     print(json.dumps(plan.to_dict()) if args.json else plan.text())
+    if args.map:
+        from ggml_py.tools.splitmap import SplitMap
+        for graph, path in enumerate(map_paths(args.map)):
+            SplitMap.from_model_plan(plan, graph).save(path)
     return 0
+
+
+def map_paths(path: str) -> tuple[str, str]:
+    """The files of --map FILE for a model: (the prompt ubatch's, FILE-prompt.EXT; the
+    decode token's, FILE)."""
+    stem, ext = os.path.splitext(path)
+    return f"{stem}-prompt{ext}", path
