@@ -368,6 +368,56 @@ def test_case_file_refuses_model_options(capsys):
 
 
 # ---------------------------------------------------------------------------
+# live RPC servers asked for their memory
+
+@pytest.fixture(scope="module")
+def server_of_each_protocol():
+    """ggml 0.10.1's RPC server (protocol 4) and llama.cpp's (protocol 7) on localhost."""
+    require_ggml_rpc(4)
+    require_ggml_rpc(7)
+    from ggml_py.rpc_server import start_server
+    started = []
+    try:
+        for protocol in (4, 7):
+            started.append(start_server(threads=1, protocol=protocol))
+        yield [f"{s.host}:{s.port}" for s in started]
+    finally:
+        for s in started:
+            s.stop()
+
+
+def test_live_rpc_servers_are_asked_for_their_memory(tmp_path, server_of_each_protocol):
+    """rpc:HOST:PORT is each server's device with the free memory it reports (a CPU
+    server's: ggml-cpu reports the host's physical memory as free), planned like the
+    simulated device given that memory."""
+    v4, v7 = server_of_each_protocol
+    devices = parse_devices(f"rpc:{v4},rpc:{v7},cpu")
+    assert [(d.name, d.kind) for d in devices] == [("RPC0", "rpc"), ("RPC1", "rpc"),
+                                                   ("CPU", "cpu")]
+    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert [d.memory for d in devices] == [physical, physical, None]
+    path = write_model(tmp_path / "m.gguf", "llama")
+    options = plan_options({})
+    live = plan_gguf(path, devices, options)
+    spec = ",".join(f"rpc:{d.memory}B" for d in devices[:2])
+    assert live.to_dict() == plan_gguf(path, parse_devices(spec), options).to_dict()
+
+
+def test_unreachable_rpc_server_is_named(tmp_path, capsys):
+    from ggml_py.errors import RPCError
+    from ggml_py.rpc_server import free_port
+    from ggml_py.tools.commands import main
+    ep = f"127.0.0.1:{free_port('127.0.0.1')}"
+    with pytest.raises(RPCError, match=f"--device rpc:{ep}: RPC server {ep}: connect: "
+                                       "cannot connect"):
+        parse_devices(f"rpc:{ep},cpu")
+    path = write_model(tmp_path / "m.gguf", "llama")
+    assert main(["plan", path, "--device", f"rpc:{ep}"]) != 0
+    assert f"--device rpc:{ep}: RPC server {ep}: connect: cannot connect" in \
+        capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------
 # held to llama.cpp itself
 
 @pytest.fixture(scope="module")
@@ -391,13 +441,16 @@ def models(tmp_path_factory):
     return {kind: write_model(root / f"{kind}.gguf", kind) for kind in (*ARCHS, *MOE_KINDS)}
 
 
-def held_to_llama_cpp(path, servers, options):
+def held_to_llama_cpp(path, servers, options, live=False):
     """The plan of `path` with llama.cpp's `options` equals what llama.cpp logs loading it;
-    returns the plan."""
+    returns the plan. The devices: the servers' free memory as llama.cpp logs it, or with
+    `live` the servers themselves (--device rpc:HOST:PORT asks them)."""
     theirs = _llama_cpp("load", path, servers, json.dumps({**CTX, **options}))
     # (with --split-mode none llama.cpp reports the main device alone; the servers' are alike)
     free = theirs["free_mib"]
     spec = ",".join(f"rpc:{free.get(f'RPC{i}', max(free.values()))}MiB" for i in range(2))
+    if live:
+        spec = ",".join(f"rpc:{ep}" for ep in servers.split(","))
     spec += ",cpu"
     plan = plan_gguf(path, parse_devices(spec), plan_options(options))
     print(path, options, plan.text(), sep="\n")
@@ -411,6 +464,13 @@ def held_to_llama_cpp(path, servers, options):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_plan_matches_llama_cpp(models, servers, arch, options):
     held_to_llama_cpp(models[arch], servers, options)
+
+
+def test_plan_on_live_servers_matches_llama_cpp(models, servers):
+    """--device rpc:HOST:PORT,rpc:HOST:PORT on llama.cpp's own servers: the memory they
+    report places the layers as llama.cpp placed them."""
+    plan = held_to_llama_cpp(models["llama"], servers, {"n_gpu_layers": 3}, live=True)
+    assert plan.layer_devices == ["CPU", "CPU", "RPC0", "RPC0"]
 
 
 @pytest.mark.parametrize("options,n_moved", [o[1:] for o in MOE_OPTION_SETS],

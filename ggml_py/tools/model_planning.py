@@ -5,7 +5,8 @@ The options keep llama.cpp's names and meanings (-ngl, --split-mode, --tensor-sp
 --main-gpu, -ot/--override-tensor, --cpu-moe, --n-cpu-moe, -c, -b, -ub, --cache-type-k/-v,
 --no-kv-offload, --no-op-offload, -fa);
 `--device` says what to plan on: `rpc:24105MiB,rpc:24105MiB,cpu` (simulated devices with
-that much free memory, named RPC0, RPC1, ..., CPU as llama.cpp names them); `--map`
+that much free memory, named RPC0, RPC1, ..., CPU as llama.cpp names them; or
+`rpc:HOST:PORT`, a live server's devices with the memory it reports); `--map`
 draws the split maps of the decode token and the prompt ubatch.
 """
 
@@ -67,7 +68,8 @@ def add_arguments(p: argparse.ArgumentParser) -> dict[str, tuple[object, str]]:
     g = p.add_argument_group("a model file (MODEL.gguf): llama.cpp's options")
     g.add_argument("--device", default="cpu", metavar="KIND[:MEMORY],...",
                    help="the devices to plan on, e.g. rpc:24105MiB,rpc:24105MiB,cpu "
-                        "(kinds: rpc, cpu; the CPU is always there; default: cpu)")
+                        "(kinds: rpc, cpu; the CPU is always there; default: cpu); "
+                        "rpc:HOST:PORT asks a live ggml RPC server for its free memory")
     g.add_argument("-ngl", "--n-gpu-layers", type=gpu_layers, default=d.n_gpu_layers,
                    metavar="N", help="layers on the devices, the output layer counting as "
                                      "the last (default: all)")
