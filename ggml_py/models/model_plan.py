@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -151,6 +152,7 @@ class SplitUse:
         return sum(n for _, n in self.copies)
 
     def to_dict(self) -> dict[str, Any]:
+        """The split in --json's `splits`."""
         return {"device": self.device, "nodes": [self.i_start, self.i_end],
                 "copy_bytes": self.copy_bytes,
                 "copies": [{"from": d, "bytes": n} for d, n in self.copies],
@@ -354,15 +356,14 @@ def plan_gguf(path: str, devices: Sequence[Device],
     nodes, splits = [], []
     for n_tokens in (n_ubatch, 1, n_ubatch):
         graph = _reserve_graph(cfg, weights, cache, n_tokens, flash_attn)
-        # split first to read the splits (reserve forgets the assignments they need)
-        for reserve in (False, True):
-            _pin_as_llama_cpp(sched, graph, layers, cpu.backend,
-                              n_tokens < 32 or full_offload, not opts.kv_offload)
-            if reserve:
-                sched.reserve(graph)
-            else:
-                splits.append(_split_uses(sched.split_graph(graph), graph))
-                sched.reset()
+        pin = functools.partial(_pin_as_llama_cpp, sched, graph, layers, cpu.backend,
+                                n_tokens < 32 or full_offload, not opts.kv_offload)
+        # the splits are read from a split of their own: reserve forgets the assignments
+        pin()
+        splits.append(_split_uses(sched.split_graph(graph), graph))
+        sched.reset()
+        pin()
+        sched.reserve(graph)
         nodes.append(graph.n_nodes)
     buffers += [BufferUse(d.name, "compute", sched.get_buffer_size(d.backend)) for d in used
                 if sched.get_buffer_size(d.backend) > 1]      # (llama.cpp prints those only)
