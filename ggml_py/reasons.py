@@ -70,6 +70,7 @@ class SplitReason:
         return f"{self.node.op} [{self.cause}]" if self.cause else self.node.op
 
     def text(self) -> str:
+        """The reason in a sentence: 'ROPE(f32, i32) -> f32 on CPU: GPU0 can't run it'."""
         if self.same_backend:
             if self.weight is not None:
                 buf = get_buffer(self.weight.view_src or self.weight)
