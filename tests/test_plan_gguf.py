@@ -150,6 +150,80 @@ def test_plan_report(tmp_path):
     assert "warning: RPC0 needs" in plan.text()
 
 
+def test_bytes_copied_per_token_counted_by_hand(tmp_path):
+    """-ngl all on two devices: the decode token's only copies are the hidden state at the
+    layer boundary (RPC0 -> RPC1), the embedded token (its get_rows runs on the CPU, where
+    token_embd is) and the graph inputs each device reads from the CPU."""
+    path = write_model(tmp_path / "m.gguf", "llama")
+    plan = plan_gguf(path, parse_devices("rpc,rpc,cpu"), plan_options({}))
+    E, G, C = SHAPE["n_embd"], SHAPE["n_embd"] // SHAPE["n_head"] * SHAPE["n_head_kv"], 512
+    # positions (i32), K and V cache rows to write (i64: a cell; a cell per V element
+    # without flash attention), the mask over the cells (f32)
+    inputs = [("CPU", 4), ("CPU", 8), ("CPU", 8 * G), ("CPU", 4 * C)]
+    want = [("CPU", 0, 1, ()),
+            ("RPC0", 1, 109, (("CPU", 4 * E), *inputs)),
+            ("RPC1", 109, 150, (("RPC0", 4 * E), *inputs, ("CPU", 4)))]   # + the output row
+    got = plan.splits[1]
+    assert [(s.device, s.i_start, s.i_end, s.copies) for s in got] == want
+    assert plan.copy_bytes[1] == 2 * (4 * E + 12 + 8 * G + 4 * C) + 4 == 6172
+    # the prompt ubatch copies the same tensors, 256 tokens wide
+    n = CTX["n_ubatch"]
+    assert plan.copy_bytes[0] == 2 * (4 * E * n + 12 * n + 8 * G * n + 4 * C * n) + 4 * n
+    # each split after the first is there because llama.cpp pins the layer's first norm
+    assert [s.reason for s in got] == ["", "RMS_NORM on RPC0: assigned by the user",
+                                       "RMS_NORM on RPC1: assigned by the user"]
+    d = plan.to_dict()
+    assert d["copy_bytes"] == list(plan.copy_bytes)
+    assert d["splits"][1][2] == {"device": "RPC1", "nodes": [109, 150], "copy_bytes": 3088,
+                                 "copies": [{"from": dev, "bytes": b} for dev, b in want[2][3]],
+                                 "reason": "RMS_NORM on RPC1: assigned by the user"}
+    assert "bytes copied between devices: 1,580,032 / 6,172 (prompt ubatch / decode token)" \
+        in plan.text()
+    assert "\n    2 RPC1     nodes 109..149, 3,088 bytes in; RMS_NORM on RPC1: assigned by " \
+        "the user" in plan.text()
+
+
+def test_split_reasons_with_layers_on_the_cpu(tmp_path):
+    """-ngl 3: layers 0 and 1 on the CPU, 2 and 3 on RPC0, the output on RPC1. Layer 1's
+    residual ADD follows its neighbours to RPC0, so both its operands cross; the output
+    norm's MUL runs where its weight is, on RPC1, so the normed row crosses."""
+    path = write_model(tmp_path / "m.gguf", "llama")
+    plan = plan_gguf(path, parse_devices("rpc,rpc,cpu"), plan_options({"n_gpu_layers": 3}))
+    E, G, C = SHAPE["n_embd"], SHAPE["n_embd"] // SHAPE["n_head"] * SHAPE["n_head_kv"], 512
+    got = plan.splits[1]
+    assert [s.device for s in got] == ["CPU", "RPC0", "RPC1"]
+    assert got[1].copies == (("CPU", 4 * E), ("CPU", 4 * E), ("CPU", 4), ("CPU", 8),
+                             ("CPU", 8 * G), ("CPU", 4 * C), ("CPU", 4))
+    assert got[2].copies == (("RPC0", 4 * E),)
+    assert got[1].reason == "ADD on RPC0: it follows its neighbours there"
+    assert got[2].reason == "MUL on RPC1: it runs where its weight is"
+    assert got[2].brief == "MUL [1.wgt1]"
+
+
+def test_split_map_of_a_model(tmp_path, capsys):
+    """--map FILE draws the decode token's split map there and the prompt ubatch's in
+    FILE-prompt.EXT; the maps hold the plan's splits."""
+    pytest.importorskip("matplotlib")
+    from ggml_py.tools.commands import main
+    from ggml_py.tools.splitmap import SplitMap
+    path = write_model(tmp_path / "m.gguf", "llama")
+    plan = plan_gguf(path, parse_devices("rpc,rpc,cpu"), plan_options({"n_gpu_layers": 3}))
+    for graph in (0, 1):
+        m = SplitMap.from_model_plan(plan, graph)
+        assert m.lanes == ("RPC0", "RPC1", "CPU") and m.cpu_lanes == ("CPU",)
+        assert m.bytes_in == plan.copy_bytes[graph]
+        assert [(b.backend, b.i_start, b.i_end, b.reason) for b in m.blocks] == \
+            [(s.device, s.i_start, s.i_end, s.reason) for s in plan.splits[graph]]
+    assert SplitMap.from_model_plan(plan, 1).title == "m.gguf, decode token"
+    out = tmp_path / "map.svg"
+    assert main(["plan", path, "--device", "rpc,rpc,cpu", "--map", str(out)]) == 0
+    capsys.readouterr()
+    for f in (out, tmp_path / "map-prompt.svg"):
+        assert f.read_bytes().startswith(b"<?xml")
+    assert b"decode token" in out.read_bytes()
+    assert b"prompt ubatch of 512 tokens" in (tmp_path / "map-prompt.svg").read_bytes()
+
+
 @pytest.mark.parametrize("options,match", [
     ({"flash_attn": "maybe"}, "-fa must be"),
     ({"flash_attn": "on", "kv_offload": False}, "--no-kv-offload"),
@@ -294,6 +368,56 @@ def test_case_file_refuses_model_options(capsys):
 
 
 # ---------------------------------------------------------------------------
+# live RPC servers asked for their memory
+
+@pytest.fixture(scope="module")
+def server_of_each_protocol():
+    """ggml 0.10.1's RPC server (protocol 4) and llama.cpp's (protocol 7) on localhost."""
+    require_ggml_rpc(4)
+    require_ggml_rpc(7)
+    from ggml_py.rpc_server import start_server
+    started = []
+    try:
+        for protocol in (4, 7):
+            started.append(start_server(threads=1, protocol=protocol))
+        yield [f"{s.host}:{s.port}" for s in started]
+    finally:
+        for s in started:
+            s.stop()
+
+
+def test_live_rpc_servers_are_asked_for_their_memory(tmp_path, server_of_each_protocol):
+    """rpc:HOST:PORT is each server's device with the free memory it reports (a CPU
+    server's: ggml-cpu reports the host's physical memory as free), planned like the
+    simulated device given that memory."""
+    v4, v7 = server_of_each_protocol
+    devices = parse_devices(f"rpc:{v4},rpc:{v7},cpu")
+    assert [(d.name, d.kind) for d in devices] == [("RPC0", "rpc"), ("RPC1", "rpc"),
+                                                   ("CPU", "cpu")]
+    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert [d.memory for d in devices] == [physical, physical, None]
+    path = write_model(tmp_path / "m.gguf", "llama")
+    options = plan_options({})
+    live = plan_gguf(path, devices, options)
+    spec = ",".join(f"rpc:{d.memory}B" for d in devices[:2])
+    assert live.to_dict() == plan_gguf(path, parse_devices(spec), options).to_dict()
+
+
+def test_unreachable_rpc_server_is_named(tmp_path, capsys):
+    from ggml_py.errors import RPCError
+    from ggml_py.rpc_server import free_port
+    from ggml_py.tools.commands import main
+    ep = f"127.0.0.1:{free_port('127.0.0.1')}"
+    with pytest.raises(RPCError, match=f"--device rpc:{ep}: RPC server {ep}: connect: "
+                                       "cannot connect"):
+        parse_devices(f"rpc:{ep},cpu")
+    path = write_model(tmp_path / "m.gguf", "llama")
+    assert main(["plan", path, "--device", f"rpc:{ep}"]) != 0
+    assert f"--device rpc:{ep}: RPC server {ep}: connect: cannot connect" in \
+        capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------
 # held to llama.cpp itself
 
 @pytest.fixture(scope="module")
@@ -317,13 +441,16 @@ def models(tmp_path_factory):
     return {kind: write_model(root / f"{kind}.gguf", kind) for kind in (*ARCHS, *MOE_KINDS)}
 
 
-def held_to_llama_cpp(path, servers, options):
+def held_to_llama_cpp(path, servers, options, live=False):
     """The plan of `path` with llama.cpp's `options` equals what llama.cpp logs loading it;
-    returns the plan."""
+    returns the plan. The devices: the servers' free memory as llama.cpp logs it, or with
+    `live` the servers themselves (--device rpc:HOST:PORT asks them)."""
     theirs = _llama_cpp("load", path, servers, json.dumps({**CTX, **options}))
     # (with --split-mode none llama.cpp reports the main device alone; the servers' are alike)
     free = theirs["free_mib"]
     spec = ",".join(f"rpc:{free.get(f'RPC{i}', max(free.values()))}MiB" for i in range(2))
+    if live:
+        spec = ",".join(f"rpc:{ep}" for ep in servers.split(","))
     spec += ",cpu"
     plan = plan_gguf(path, parse_devices(spec), plan_options(options))
     print(path, options, plan.text(), sep="\n")
@@ -337,6 +464,13 @@ def held_to_llama_cpp(path, servers, options):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_plan_matches_llama_cpp(models, servers, arch, options):
     held_to_llama_cpp(models[arch], servers, options)
+
+
+def test_plan_on_live_servers_matches_llama_cpp(models, servers):
+    """--device rpc:HOST:PORT,rpc:HOST:PORT on llama.cpp's own servers: the memory they
+    report places the layers as llama.cpp placed them."""
+    plan = held_to_llama_cpp(models["llama"], servers, {"n_gpu_layers": 3}, live=True)
+    assert plan.layer_devices == ["CPU", "CPU", "RPC0", "RPC0"]
 
 
 @pytest.mark.parametrize("options,n_moved", [o[1:] for o in MOE_OPTION_SETS],

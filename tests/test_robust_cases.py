@@ -16,7 +16,8 @@ from ggml_py.backends.numpy_device import NumpyDeviceBackend
 from ggml_py.sched import Scheduler
 from ggml_py.tools.cases import load_case
 from ggml_py.errors import AllocationError, CaseFormatError, GgmlPyError, SchedulerError
-from ggml_py.tools.planning import cause_text, plan_case
+from ggml_py.reasons import cause_text
+from ggml_py.tools.planning import plan_case
 from test_robust_api import run_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))

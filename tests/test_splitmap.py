@@ -1,4 +1,4 @@
-"""Why splits exist (planning.split_reasons), split maps (ggml_py.tools.splitmap) and the
+"""Why splits exist (reasons.split_reasons), split maps (ggml_py.tools.splitmap) and the
 demo's live output."""
 
 import sys
@@ -11,7 +11,8 @@ from ggml_py.backends.cpu import CPUBackend
 from ggml_py.backends.numpy_device import NumpyDeviceBackend
 from ggml_py.tools.cases import load_case
 from ggml_py.models.transformer import Model, ModelConfig, Session
-from ggml_py.tools.planning import plan_case, split_reasons
+from ggml_py.reasons import split_reasons
+from ggml_py.tools.planning import plan_case
 from ggml_py.tools.splitmap import SplitMap
 
 CASES = shared_path() / "cases"

@@ -8,13 +8,16 @@ llama_kv_cache do for `options` (its -ngl, --split-mode, --tensor-split, --main-
 worst-case prompt-ubatch graph and its one-token decode graph, and reserves them with the
 scheduler as llama-context's sched_reserve does (prompt, decode, prompt again). The
 ModelPlan holds what llama.cpp logs: the graph nodes and splits of both graphs and each
-device's model, KV, compute and output buffer sizes.
+device's model, KV, compute and output buffer sizes; and, beyond the log, each graph's
+splits: their devices, the bytes the scheduler copies into them from other devices, and
+why each exists (ggml_py.reasons).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -34,6 +37,7 @@ from ggml_py.models.devices import Device
 from ggml_py.models.graph import step_inputs
 from ggml_py.models.gguf import TensorInfo, read_tensor_infos
 from ggml_py.models.placement import flash_attn_off_layers, split_layers
+from ggml_py.reasons import split_reasons
 from ggml_py.sched import Scheduler
 
 CTX_PAD = 256           # llama_context pads n_ctx to this
@@ -130,6 +134,31 @@ class BufferUse:
     bytes: int
 
 
+@dataclass(frozen=True)
+class SplitUse:
+    """One split of a planned graph: the device it runs on, its nodes [i_start, i_end),
+    the inputs the scheduler copies into it from other devices ((that device, bytes) each)
+    and why it exists (a sentence and a few words; empty for the first split)."""
+    device: str
+    i_start: int
+    i_end: int
+    copies: tuple[tuple[str, int], ...] = ()
+    reason: str = ""
+    brief: str = ""
+
+    @property
+    def copy_bytes(self) -> int:
+        """Bytes copied into this split each time the graph is computed."""
+        return sum(n for _, n in self.copies)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The split in --json's `splits`."""
+        return {"device": self.device, "nodes": [self.i_start, self.i_end],
+                "copy_bytes": self.copy_bytes,
+                "copies": [{"from": d, "bytes": n} for d, n in self.copies],
+                "reason": self.reason}
+
+
 @dataclass
 class ModelPlan:
     """What llama.cpp would report loading the model with these options."""
@@ -145,6 +174,14 @@ class ModelPlan:
     n_copies: int                       # pipeline parallelism's copies of split inputs
     buffers: list[BufferUse] = field(default_factory=list)
     overridden: dict[str, str] = field(default_factory=dict)   # weight -> device, by -ot
+    # the splits of (the prompt ubatch, the decode token)
+    splits: tuple[tuple[SplitUse, ...], tuple[SplitUse, ...]] = ((), ())
+
+    @property
+    def copy_bytes(self) -> tuple[int, int]:
+        """Bytes copied between devices per (prompt ubatch, decoded token)."""
+        return (sum(s.copy_bytes for s in self.splits[0]),
+                sum(s.copy_bytes for s in self.splits[1]))
 
     def device_bytes(self, device: str) -> int:
         """Bytes of every buffer on `device` (a name: RPC0, CPU, ...)."""
@@ -171,7 +208,8 @@ class ModelPlan:
                 "graph_nodes": list(self.graph_nodes), "graph_splits": list(self.graph_splits),
                 "n_copies": self.n_copies, "tensor_overrides": self.overridden,
                 "buffers": [dataclasses.asdict(b) for b in self.buffers],
-                "warnings": self.warnings}
+                "warnings": self.warnings, "copy_bytes": list(self.copy_bytes),
+                "splits": [[s.to_dict() for s in graph] for graph in self.splits]}
 
     def text(self) -> str:
         """The report in words, sizes in MiB as llama.cpp prints them."""
@@ -202,6 +240,13 @@ class ModelPlan:
             lines.append(f"{d.name:<8} " + " ".join(f"{sizes[k] / 2**20:8.2f} MiB"
                                                     for k in BUFFER_KINDS)
                          + f" {self.device_bytes(d.name) / 2**20:8.2f} MiB {mem}")
+        lines.append(f"bytes copied between devices: {self.copy_bytes[0]:,} / "
+                     f"{self.copy_bytes[1]:,} (prompt ubatch / decode token)")
+        for title, splits in zip(("prompt ubatch", "decode token"), self.splits):
+            lines.append(f"splits of the {title}:")
+            lines += [f"  {k:>3} {s.device:<8} nodes {s.i_start}..{s.i_end - 1}, "
+                      f"{s.copy_bytes:,} bytes in" + (f"; {s.reason}" if s.reason else "")
+                      for k, s in enumerate(splits)]
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
@@ -311,11 +356,15 @@ def plan_gguf(path: str, devices: Sequence[Device],
     nodes, splits = [], []
     for n_tokens in (n_ubatch, 1, n_ubatch):
         graph = _reserve_graph(cfg, weights, cache, n_tokens, flash_attn)
-        _pin_as_llama_cpp(sched, graph, layers, cpu.backend, n_tokens < 32 or full_offload,
-                          not opts.kv_offload)
+        pin = functools.partial(_pin_as_llama_cpp, sched, graph, layers, cpu.backend,
+                                n_tokens < 32 or full_offload, not opts.kv_offload)
+        # the splits are read from a split of their own: reserve forgets the assignments
+        pin()
+        splits.append(_split_uses(sched.split_graph(graph), graph))
+        sched.reset()
+        pin()
         sched.reserve(graph)
         nodes.append(graph.n_nodes)
-        splits.append(sched.n_splits)
     buffers += [BufferUse(d.name, "compute", sched.get_buffer_size(d.backend)) for d in used
                 if sched.get_buffer_size(d.backend) > 1]      # (llama.cpp prints those only)
     sched.close()
@@ -325,7 +374,8 @@ def plan_gguf(path: str, devices: Sequence[Device],
                   if any(regex.search(n) for regex, _ in overrides)}
     return ModelPlan(str(path), cfg, list(devices), [names[id(b)] for b in layers],
                      names[id(output)], n_ctx, n_ubatch, (nodes[0], nodes[1]),
-                     (splits[0], splits[1]), sched.n_copies, buffers, overridden)
+                     (len(splits[0]), len(splits[1])), sched.n_copies, buffers, overridden,
+                     (splits[0], splits[1]))
 
 
 def _model_devices(devices: Sequence[Device],
@@ -409,6 +459,20 @@ def _pin_as_llama_cpp(sched: Scheduler, graph: Graph, layers: Sequence[Backend],
             sched.set_tensor_backend(node, cpu)
 
 
+def _split_uses(sched: Scheduler, graph: Graph) -> tuple[SplitUse, ...]:
+    """The splits of `graph`, which `sched` split last (backends are named as the devices
+    are): each one's inputs from other devices, and why it exists."""
+    reasons = {r.split: r for r in split_reasons(sched, graph)}
+    out = []
+    for k, s in enumerate(sched.splits):
+        froms = [(sched.get_tensor_backend(t), t.nbytes) for t in s.inputs]
+        copies = tuple((b.name, n) for b, n in froms if b is not None and b is not s.backend)
+        r = reasons.get(k)
+        out.append(SplitUse(s.backend.name, s.i_start, s.i_end, copies,
+                            r.text() if r else "", r.brief() if r else ""))
+    return tuple(out)
+
+
 def _flash_attn_runs_on_layers(sched: Scheduler, cfg: ModelConfig, weights: dict[str, Tensor],
                                cache: _Cache, layers: Sequence[Backend]) -> bool:
     """-fa auto as llama.cpp resolves it: split a one-token graph with flash attention and
@@ -439,4 +503,4 @@ def _reserve_graph(cfg: ModelConfig, weights: dict[str, Tensor], cache: _Cache,
     return gc.graph
 
 
-__all__ = ["BufferUse", "ModelPlan", "PlanOptions", "plan_gguf"]
+__all__ = ["BufferUse", "ModelPlan", "PlanOptions", "SplitUse", "plan_gguf"]

@@ -6,7 +6,7 @@
     run.py        `ggml-py run MODEL.gguf`: a GGUF model's tokens and pp / tg tokens/s
     opscheck.py   ggml's op and model cases on a backend, against ggml's results
     cases.py      scheduling case files (SCHED_CASES.md): load, save, rebuild
-    planning.py   plans of case files, why splits exist, split timing
+    planning.py   plans of case files, explanations, split timing
     dot.py        Graphviz pictures of split graphs
     splitmap.py   split maps: where each node ran and what each split cost
     machine.py    what machine a benchmark ran on (printed before its numbers)

@@ -60,13 +60,13 @@ def load_case_file(path: str) -> Case:
 def cmd_plan(args: argparse.Namespace) -> int:
     from ggml_py.tools import model_planning
     from ggml_py.tools.cases import gc_paused
+    if args.map:
+        cli.require_module("matplotlib", "--map", "plot")
     if args.case.endswith(".gguf"):
         if args.explain:
             raise cli.UsageError("--explain applies to a case file, not to a model file")
         return model_planning.run(args)
     model_planning.check_case_arguments(args)
-    if args.map:
-        cli.require_module("matplotlib", "--map", "plot")
     # the collector off from the load to the end: the case is a million objects, none
     # garbage, and freed by reference counts before it comes back on (back on with them
     # alive, its next full collection would walk them all)
@@ -221,8 +221,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                          "rendered by Graphviz's `dot` when it is installed")
     sp.add_argument("--map", type=cli.output_file(*splitmap.SUFFIXES), metavar="FILE",
                     help="draw the split map (.png/.svg/.pdf): one lane per backend, the "
-                         "splits along the node order, the bytes copied between them "
-                         "(needs matplotlib: pip install \"ggml-py-sched[plot]\")")
+                         "splits along the node order, the bytes copied between them; "
+                         "for a model file, the decode token's, and the prompt ubatch's "
+                         "in FILE-prompt.EXT (needs matplotlib: pip install "
+                         "\"ggml-py-sched[plot]\")")
     sp.add_argument("--alloc", action="store_true",
                     help="also allocate (alloc_graph) and write the plan's alloc block")
     sp.set_defaults(func=cmd_plan, model_defaults=model_planning.add_arguments(sp))

@@ -36,7 +36,7 @@ from ggml_py.tools import cli
 from ggml_py import quants
 from ggml_py.models.config import MAX_LAYERS, WEIGHT_TYPES
 from ggml_py.models.synthetic import MAX_LAYERS as MAX_PLAN_LAYERS, synthetic_llama
-from ggml_py.tools.planning import split_reasons
+from ggml_py.reasons import split_reasons
 from ggml_py.sched import Scheduler
 from ggml_py.tools.splitmap import SplitMap, fmt_bytes
 

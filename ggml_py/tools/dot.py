@@ -1,5 +1,5 @@
 """Pictures of a plan: Graphviz DOT with nodes coloured by backend, splits as
-clusters (each with why it exists: planning.split_reasons) and cross-backend copies as
+clusters (each with why it exists: reasons.split_reasons) and cross-backend copies as
 marked edges."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def _q(s: object) -> str:
 
 def plan_to_dot(sched: Scheduler, graph: Graph, title: str = "") -> str:
     """DOT text for the last split of `sched` over `graph`."""
-    from ggml_py.tools.planning import split_reasons
+    from ggml_py.reasons import split_reasons
     colour: dict[str | None, str] = {b.name: PALETTE[i % len(PALETTE)]
                                      for i, b in enumerate(sched.backends)}
     why = {r.split: r.brief() for r in split_reasons(sched, graph)}

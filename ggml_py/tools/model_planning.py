@@ -7,13 +7,16 @@ The options keep llama.cpp's names and meanings (-ngl, --split-mode, --tensor-sp
 `--fit on` (with `--fit-target`, `--fit-ctx`) chooses -c 0's context, -ngl and
 --tensor-split as llama.cpp's fit would (models.fit);
 `--device` says what to plan on: `rpc:24105MiB,rpc:24105MiB,cpu` (simulated devices with
-that much free memory, named RPC0, RPC1, ..., CPU as llama.cpp names them).
+that much free memory, named RPC0, RPC1, ..., CPU as llama.cpp names them; or
+`rpc:HOST:PORT`, a live server's devices with the memory it reports); `--map`
+draws the split maps of the decode token and the prompt ubatch.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any, Sequence
 
 from ggml_py.tools import cli
@@ -73,7 +76,8 @@ def add_arguments(p: argparse.ArgumentParser) -> dict[str, tuple[object, str]]:
     g = p.add_argument_group("a model file (MODEL.gguf): llama.cpp's options")
     g.add_argument("--device", default="cpu", metavar="KIND[:MEMORY],...",
                    help="the devices to plan on, e.g. rpc:24105MiB,rpc:24105MiB,cpu "
-                        "(kinds: rpc, cpu; the CPU is always there; default: cpu)")
+                        "(kinds: rpc, cpu; the CPU is always there; default: cpu); "
+                        "rpc:HOST:PORT asks a live ggml RPC server for its free memory")
     g.add_argument("-ngl", "--n-gpu-layers", type=gpu_layers, default=d.n_gpu_layers,
                    metavar="N", help="layers on the devices, the output layer counting as "
                                      "the last (default: all)")
@@ -141,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     from ggml_py.models.devices import parse_devices
     from ggml_py.models.fit import fit_gguf
     from ggml_py.models.model_plan import PlanOptions, plan_gguf
-    for opt in ("output", "dot", "map"):
+    for opt in ("output", "dot"):
         if getattr(args, opt):
             raise cli.UsageError(f"--{opt} applies to a case file, not to a model file")
     if args.alloc:
@@ -156,13 +160,24 @@ def run(args: argparse.Namespace) -> int:
         use_mmap=not args.no_mmap, tensor_overrides=args.tensor_overrides or ())
     try:
         devices = parse_devices(args.device)
-        if args.fit == "off":
-            plan = plan_gguf(args.case, devices, options)
-            print(json.dumps(plan.to_dict()) if args.json else plan.text())
-            return 0
-        fit = fit_gguf(args.case, devices, options, args.fit_target, args.fit_ctx)
+        fit = (None if args.fit == "off" else
+               fit_gguf(args.case, devices, options, args.fit_target, args.fit_ctx))
+        plan = fit.plan if fit else plan_gguf(args.case, devices, options)
     except ArgumentError as e:
         raise cli.UsageError(str(e)) from None
-    print(json.dumps({**fit.plan.to_dict(), "fit": fit.to_dict()}) if args.json
-          else f"{fit.text()}\n{fit.plan.text()}")
+    if args.json:
+        print(json.dumps({**plan.to_dict(), **({"fit": fit.to_dict()} if fit else {})}))
+    else:
+        print(f"{fit.text()}\n{plan.text()}" if fit else plan.text())
+    if args.map:
+        from ggml_py.tools.splitmap import SplitMap
+        for graph, path in enumerate(map_paths(args.map)):
+            SplitMap.from_model_plan(plan, graph).save(path)
     return 0
+
+
+def map_paths(path: str) -> tuple[str, str]:
+    """The files of --map FILE for a model: (the prompt ubatch's, FILE-prompt.EXT; the
+    decode token's, FILE)."""
+    stem, ext = os.path.splitext(path)
+    return f"{stem}-prompt{ext}", path

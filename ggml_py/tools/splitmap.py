@@ -5,11 +5,12 @@ split, as wide as the split's nodes; arrows from the lane the inputs come from t
 split they are copied into, as thick as the bytes. Below, the bytes copied into each
 split, and, when the splits were timed (the demo's prompt), the time each took. Node
 counts stand for the time where nothing was measured. Given the graph, the map also
-says why each split after the first exists (planning.split_reasons: beside the split
+says why each split after the first exists (reasons.split_reasons: beside the split
 where there is room, all of them grouped under the x axis) and, on a small graph (up to
 OP_NAMES_UP_TO nodes), each node's op.
 
-`SplitMap.from_scheduler(sched, graph=graph)` takes the last split of a Scheduler;
+`SplitMap.from_scheduler(sched, graph=graph)` takes the last split of a Scheduler,
+`SplitMap.from_model_plan(plan, graph)` a graph of a model file's plan (models.model_plan);
 `m.draw()` makes a matplotlib Figure and `m.save(path)` writes it in the format its
 extension names, as matplotlib's savefig does (.png, .svg, .pdf, ...). matplotlib is an
 optional extra: pip install "ggml-py-sched[plot]".
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from ggml_py._core import Graph
+    from ggml_py.models.model_plan import ModelPlan
     from ggml_py.sched import Scheduler
 
 SUFFIXES = (".png", ".svg", ".pdf")     # what the command line offers (save takes more)
@@ -91,7 +93,7 @@ class SplitMap:
         reasons: dict[int, Any] = {}
         nodes: Any = ()
         if graph is not None:
-            from ggml_py.tools.planning import split_reasons
+            from ggml_py.reasons import split_reasons
             reasons = {r.split: r for r in split_reasons(sched, graph)}
             nodes = graph.nodes
         blocks = []
@@ -105,6 +107,17 @@ class SplitMap:
         return cls(title, tuple(lanes), tuple(blocks),
                    tuple(lanes[i] for i, b in enumerate(sched.backends)
                          if b.device_type == "cpu"))
+
+    @classmethod
+    def from_model_plan(cls, plan: ModelPlan, graph: int) -> SplitMap:
+        """The map of a model plan's prompt ubatch (graph 0) or decode token (graph 1):
+        a lane per device, the splits as the plan recorded them."""
+        title = (f"{os.path.basename(plan.path)}, "
+                 + ("decode token" if graph else f"prompt ubatch of {plan.n_ubatch} tokens"))
+        blocks = tuple(Block(k, s.device, s.i_start, s.i_end, s.copies, reason=s.reason,
+                             brief=s.brief) for k, s in enumerate(plan.splits[graph]))
+        return cls(title, tuple(d.name for d in plan.devices), blocks,
+                   tuple(d.name for d in plan.devices if d.is_cpu))
 
     @property
     def n_nodes(self) -> int:

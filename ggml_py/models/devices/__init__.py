@@ -1,6 +1,7 @@
 """Simulated devices for planning a model without loading it: `--device` specs.
 
-A spec is `KIND[:MEMORY]` (`rpc:24105MiB`, `cpu`), one per device, comma-separated;
+A spec is `KIND[:MEMORY]` (`rpc:24105MiB`, `cpu`), one per device, or `rpc:HOST:PORT`,
+the devices of a live ggml RPC server with the free memory it reports; comma-separated;
 each kind is a module of this package with its ggml backend's rules (supports_op, buffer
 alignment and size) and llama.cpp's device name prefix (RPC0, RPC1, ..., CPU). A kind
 module defines KIND, PREFIX, DEVICE_TYPE and `buffer_type(name)`, `backend(name, buft)`;
@@ -20,6 +21,7 @@ from ggml_py.models.devices import cpu, rpc
 KINDS: dict[str, ModuleType] = {m.KIND: m for m in (rpc, cpu)}
 _UNITS = {"": 1, "B": 1, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}
 _SPEC = re.compile(r"(?P<kind>[a-z]+)(?::(?P<amount>\d+(?:\.\d+)?)(?P<unit>[a-zA-Z]*))?")
+_SERVER = re.compile(r"rpc:(?P<endpoint>.+:\d+)")
 
 
 @dataclass
@@ -45,7 +47,8 @@ def parse_memory(text: str, unit: str) -> int:
 
 def parse_devices(spec: str) -> list[Device]:
     """The devices of a `--device` spec, named as llama.cpp names them (the kind's prefix and
-    its index among that kind's devices; the CPU is `CPU`). The CPU comes last, added when
+    its index among that kind's devices; the CPU is `CPU`); a live server's are asked for
+    their memory (RPCError naming the server when it cannot be). The CPU comes last, added when
     the spec leaves it out: llama.cpp always has it."""
     if not isinstance(spec, str) or not spec.strip():
         raise ArgumentError("--device needs at least one device, e.g. rpc:24GiB,cpu")
@@ -53,15 +56,22 @@ def parse_devices(spec: str) -> list[Device]:
     counts: dict[str, int] = {}
     for item in (s.strip() for s in spec.split(",")):
         m = _SPEC.fullmatch(item)
-        if m is None or m["kind"] not in KINDS:
+        server = _SERVER.fullmatch(item)
+        if server is not None and m is None:
+            memories: list[int | None] = list(rpc.free_memory(server["endpoint"]))
+            kind = rpc
+        elif m is not None and m["kind"] in KINDS:
+            kind = KINDS[m["kind"]]
+            memories = [parse_memory(m["amount"], m["unit"]) if m["amount"] is not None
+                        else None]
+        else:
             raise ArgumentError(f"--device {item!r}: expected KIND[:MEMORY] with KIND one of "
-                                f"{', '.join(KINDS)} (e.g. rpc:24105MiB)")
-        kind = KINDS[m["kind"]]
-        memory = parse_memory(m["amount"], m["unit"]) if m["amount"] is not None else None
-        index = counts.get(kind.KIND, 0)
-        counts[kind.KIND] = index + 1
-        name = kind.PREFIX if kind is cpu else f"{kind.PREFIX}{index}"
-        devices.append(Device(name, kind.KIND, memory, kind.backend(name)))
+                                f"{', '.join(KINDS)} (e.g. rpc:24105MiB), or rpc:HOST:PORT")
+        for memory in memories:
+            index = counts.get(kind.KIND, 0)
+            counts[kind.KIND] = index + 1
+            name = kind.PREFIX if kind is cpu else f"{kind.PREFIX}{index}"
+            devices.append(Device(name, kind.KIND, memory, kind.backend(name)))
     if counts.get(cpu.KIND, 0) > 1:
         raise ArgumentError(f"--device {spec!r}: one cpu at most")
     if cpu.KIND not in counts:
