@@ -62,7 +62,8 @@ def alloc_ctx_tensors_from_buft(tensors: Context | Iterable[Tensor], buft: Buffe
                     view_init(t)
         buffers.append(buf)
 
-    group, size = [], 0
+    group: list[Tensor] = []
+    size = 0
     for t in tensors:
         this = 0
         if t.data_address == 0 and t.view_src is None:
