@@ -339,8 +339,9 @@ class _ExpertCopier:
         if ids_t != self.prev_ids:
             ids_backend.synchronize()
             raw = ids_backend.get_tensor(ids_t)
-            ids = np.ndarray((ids_t.ne[1], ids_t.ne[0]), dtype=np.int32, buffer=raw,
-                             strides=(ids_t.nb[1], ids_t.nb[0]))
+            ids: np.ndarray[Any, np.dtype[np.int32]] = np.ndarray(
+                (ids_t.ne[1], ids_t.ne[0]), dtype=np.int32, buffer=raw,
+                strides=(ids_t.nb[1], ids_t.nb[0]))
             if ids.size and (ids.min() < 0 or ids.max() >= n_expert):
                 raise SchedulerError(f"MUL_MAT_ID '{node.name}': expert ids outside "
                                      f"[0, {n_expert}) in '{ids_t.name}'", "bad-expert-id")

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from ggml_py._types import BackendRef, EvalCallback
     from ggml_py.runtime import Profile
 
+    Array = np.ndarray[Any, Any]       # what get_output and run return
+
 log = logging.getLogger("ggml_py.sched")
 
 MAX_BACKENDS = 16        # GGML_SCHED_MAX_BACKENDS
@@ -449,7 +451,7 @@ class Scheduler:
         write(tensor, array)
 
     @_locked
-    def get_output(self, tensor: Tensor, dtype: Any = None, *, copy: bool = True) -> np.ndarray:
+    def get_output(self, tensor: Tensor, dtype: Any = None, *, copy: bool = True) -> Array:
         """The values of `tensor` after graph_compute as a numpy array of its numpy-order
         shape, read wherever it lives (after waiting for the backends): float32 for f32,
         bf16 and the block types, the stored dtype for f16, f64 and the integer types;
@@ -461,14 +463,14 @@ class Scheduler:
         return read(tensor, dtype, copy)
 
     @overload
-    def run(self, graph: Graph, inputs: Mapping[Tensor, Any], outputs: Tensor) -> np.ndarray: ...
+    def run(self, graph: Graph, inputs: Mapping[Tensor, Any], outputs: Tensor) -> Array: ...
 
     @overload
     def run(self, graph: Graph, inputs: Mapping[Tensor, Any],
-            outputs: Sequence[Tensor]) -> list[np.ndarray]: ...
+            outputs: Sequence[Tensor]) -> list[Array]: ...
 
     def run(self, graph: Graph, inputs: Mapping[Tensor, Any],
-            outputs: Tensor | Sequence[Tensor]) -> np.ndarray | list[np.ndarray]:
+            outputs: Tensor | Sequence[Tensor]) -> Array | list[Array]:
         """One step, as ONNX Runtime's run(): alloc_graph(graph) unless it is the graph
         allocated last, set_input for each {tensor: array} of `inputs`, graph_compute, and
         get_output of `outputs` (a tensor: its array; a sequence: a list of them). Another
