@@ -138,8 +138,16 @@ class TensorOverride(ctypes.Structure):
 
 def ggml_libs(L):
     lib = os.path.join(os.path.dirname(L.__file__), "lib")
-    return {name: ctypes.CDLL(os.path.join(lib, f"libggml{name}.so"))
-            for name in ("", "-rpc", "-cpu")}
+
+    def opened(name):
+        # the file libllama loaded (its NEEDED soname, libggml.so.0): a wheel holds the
+        # unversioned name as a copy, not a link, and that copy would be a second ggml
+        # with a registry of its own that llama.cpp never reads
+        for file in (f"libggml{name}.so.0", f"libggml{name}.so"):
+            if os.path.exists(os.path.join(lib, file)):
+                return ctypes.CDLL(os.path.join(lib, file))
+        raise SystemExit(f"no libggml{name}.so in {lib}")
+    return {name: opened(name) for name in ("", "-rpc", "-cpu")}
 
 
 def add_rpc_servers(L, servers):
