@@ -358,11 +358,12 @@ def plan_gguf(path: str, devices: Sequence[Device],
         graph = _reserve_graph(cfg, weights, cache, n_tokens, flash_attn)
         pin = functools.partial(_pin_as_llama_cpp, sched, graph, layers, cpu.backend,
                                 n_tokens < 32 or full_offload, not opts.kv_offload)
-        # the splits are read from a split of their own: reserve forgets the assignments
         pin()
-        splits.append(_split_uses(sched.split_graph(graph), graph))
-        sched.reset()
-        pin()
+        if len(splits) < 2:     # (the third graph is the first again)
+            # the splits are read from a split of their own: reserve forgets the assignments
+            splits.append(_split_uses(sched.split_graph(graph), graph))
+            sched.reset()
+            pin()
         sched.reserve(graph)
         nodes.append(graph.n_nodes)
     buffers += [BufferUse(d.name, "compute", sched.get_buffer_size(d.backend)) for d in used
