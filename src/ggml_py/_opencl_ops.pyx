@@ -1,5 +1,5 @@
 # The OpenCL backend's supports_op, in C: the types, shapes and layouts its kernels
-# (ggml_py/backends/opencl_kernels.py) handle. The scheduler asks it for every node of
+# (ggml_py/backends/opencl/kernels.py) handle. The scheduler asks it for every node of
 # every split, so it is a C rule behind the backend's supports_op_fn slot, as ggml's
 # backends answer: no Python call while a graph is split.
 
@@ -12,7 +12,6 @@ from ggml_py._backend cimport Backend
 
 from ggml_py._core import (GLU_OP_NAMES as _GLU_OPS, OP_IDS as _OP_IDS, TYPE_IDS as _TYPE_IDS,
                            UNARY_OP_NAMES as _UNARY_OPS)
-from ggml_py.backends import opencl_kernels as _K
 
 cdef int T_F32 = _TYPE_IDS["f32"], T_F16 = _TYPE_IDS["f16"], T_Q8_0 = _TYPE_IDS["q8_0"]
 cdef int T_I32 = _TYPE_IDS["i32"], T_I64 = _TYPE_IDS["i64"]
@@ -36,7 +35,11 @@ cdef int O_MUL_MAT_ID = _OP_IDS["MUL_MAT_ID"]
 cdef int U_COUNT = len(_UNARY_OPS), U_XIELU = _UNARY_OPS.index("XIELU")
 cdef int G_COUNT = len(_GLU_OPS)
 cdef int ROPE_NORMAL = GGML_PY_ROPE_TYPE_NORMAL, ROPE_NEOX = GGML_PY_ROPE_TYPE_NEOX
-cdef int64_t SORT_MAX = _K.SORT_MAX, FA_D = _K.FA_D
+# limits of the kernels, kept with their rule (the kernels' #defines are made from
+# them; the rule cannot import the backend package, which imports the rule)
+OPENCL_SORT_MAX = 2048      # longest row ARGSORT / TOP_K sort in local memory
+OPENCL_FA_D = 256           # largest flash-attention head size (DK and DV)
+cdef int64_t SORT_MAX = OPENCL_SORT_MAX, FA_D = OPENCL_FA_D
 
 # the ops the rule answers for (every other op: no)
 OPENCL_OPS = ("NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE", "DUP", "CONT", "CPY", "REPEAT",

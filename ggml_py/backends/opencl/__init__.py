@@ -10,7 +10,7 @@ no library, platform or device. Layout follows ggml's OpenCL backend:
   * one context and one in-order queue per device, shared by every backend object on
     that device; graph_compute queues a kernel per node in graph order (views need
     none) and returns without waiting: synchronize(), get_tensor or an event wait;
-  * the kernels (opencl_kernels.py) compute in f32; supports_op says yes exactly for
+  * the kernels (kernels.py) compute in f32; supports_op says yes exactly for
     the types, shapes and layouts they handle, so the scheduler sends the rest to the CPU.
 """
 
@@ -28,7 +28,7 @@ from ggml_py._core import Tensor, acc_region_end, instance_arg, size_arg, type_i
 from ggml_py.errors import ArgumentTypeError, BackendError
 from ggml_py.ops import (EMPTY_OPS, bits_f32, alibi_bases, rope_theta_scale,
                          rope_yarn_corr_dims, ROPE_TYPES)
-from ggml_py.backends import opencl_kernels as K
+from ggml_py.backends.opencl import kernels as K
 from ggml_py._opencl_ops import acc_offsets, use_opencl_rules
 
 if TYPE_CHECKING:
