@@ -135,8 +135,8 @@ def test_every_slot_is_on_its_class():
 def test_filled_slots_reads_null_slots_and_slot_defaults():
     null = {"init_tensor", "reset", "set_tensor_async"}
     table_answered = {"supports_op", "supports_buft", "offload_op"}
-    assert not (null | table_answered | {"set_tensor"}) & (filled_slots(Backend)
-                                                           | filled_slots(Buffer))
+    assert not (null | table_answered | {"set_tensor", "get_alloc_size"}) & (
+        filled_slots(Backend) | filled_slots(Buffer) | filled_slots(BufferType))
     assert Buffer.init_tensor is None and Buffer.reset is None and Backend.set_tensor_async is None
 
     class Picky(Backend):
@@ -151,7 +151,12 @@ def test_filled_slots_reads_null_slots_and_slot_defaults():
             pass
 
     assert filled_slots(Picky) - filled_slots(Backend) == {"supports_op"}
+    class Padded(BufferType):
+        def get_alloc_size(self, tensor):
+            return tensor.nbytes + 64
+
     assert filled_slots(Device) - filled_slots(Buffer) == {"init_tensor", "set_tensor"}
+    assert filled_slots(Padded) - filled_slots(BufferType) == {"get_alloc_size"}
     from ggml_py.backends.numpy_device import NumpyDeviceBackend
     assert "set_tensor_async" in filled_slots(NumpyDeviceBackend)
     assert "supports_op" not in filled_slots(CPUBackend)        # its C table answers

@@ -69,8 +69,8 @@ def _op_ids(ops, what):
 #   a method        the default written below it (a subclass may replace it);
 #   NULL            None, as ggml leaves an optional slot empty: callers test for it;
 #   a SlotDefault   a default that callers must tell from a subclass's method: the
-#                   split-time slots answered from the backend's C tables, and the byte
-#                   slots a buffer implements on host memory.
+#                   split-time slots answered from the backend's C tables, a buffer's
+#                   set_tensor on host memory, a buffer type's get_alloc_size in C.
 # filled_slots(cls) reads a class's table once: the slots its own code fills.
 
 Slot = namedtuple("Slot", "name ggml default")
@@ -81,7 +81,8 @@ BUFFER_TYPE_SLOTS = (
          "host types: aligned host memory (host_buffer); others refuse (AllocationError)"),
     Slot("get_alignment", "get_alignment", "the alignment given (32)"),
     Slot("get_max_size", "get_max_size", "the max_size given (SIZE_MAX: unbounded)"),
-    Slot("get_alloc_size", "get_alloc_size", "ggml_nbytes(tensor)"),
+    Slot("get_alloc_size", "get_alloc_size",
+         "ggml_nbytes(tensor) (a SlotDefault: the allocators answer it in C)"),
     Slot("is_host", "is_host", "the is_host given (a property)"),
 )
 
@@ -177,6 +178,11 @@ cdef size_t _FAKE_START = 0x100000000000
 cdef size_t _fake_base = _FAKE_START
 
 
+def _nbytes_alloc_size(BufferType self not None, Tensor tensor not None):
+    """Bytes the tensor needs in a buffer of this type (default: ggml_nbytes)."""
+    return ggml_nbytes(tensor.ptr)
+
+
 cdef class BufferType:
     """A kind of memory (ggml_backend_buffer_type): its name, alignment, largest
     single buffer and whether the host can address it."""
@@ -226,9 +232,7 @@ cdef class BufferType:
         """Largest single buffer in bytes (ggml's default: SIZE_MAX)."""
         return self.c.max_size
 
-    def get_alloc_size(self, Tensor tensor not None):
-        """Bytes the tensor needs in a buffer of this type (default: ggml_nbytes)."""
-        return ggml_nbytes(tensor.ptr)
+    get_alloc_size = SlotDefault(_nbytes_alloc_size)
 
     def alloc_buffer(self, size):
         """A new buffer of `size` bytes. The default gives host types real,
