@@ -22,8 +22,10 @@ from ggml_py._core cimport (Tensor, Graph, tensor_handle, tensor_name, ggml_nbyt
                             int_arg, index_arg, name_arg, items_arg, safe_realloc,
                             tensor_changed, world_changed, buffer_changed)
 
+cdef extern from "Python.h":
+    object PyMethod_New(object function, object instance)     # a bound method
+
 from collections import namedtuple
-from types import MethodType
 
 import numpy as np
 
@@ -141,7 +143,7 @@ cdef class SlotDefault:
         self.function = function
 
     def __get__(self, instance, owner):
-        return self.function if instance is None else MethodType(self.function, instance)
+        return self.function if instance is None else PyMethod_New(self.function, instance)
 
 
 cdef dict _filled_slots = {}
