@@ -15,6 +15,7 @@ BUFFER_USAGE_NAMES: dict[int, str]
 class Slot(NamedTuple):
     name: str
     ggml: str | None
+    does: str
     default: str
 
 BUFFER_TYPE_SLOTS: tuple[Slot, ...]

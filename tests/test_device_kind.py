@@ -111,16 +111,16 @@ def test_a_dummy_kind_from_the_recipe_computes_its_split_of_a_graph(dummy_kind):
 # the slot tables
 
 def readme_slot_rows():
-    """(slot, ggml's slot, default) of every row of the README's slot tables."""
+    """(slot, ggml's slot, what it does, default) of every row of the README's slot tables."""
     rows = []
     for ln in README.read_text().splitlines():
-        m = re.match(r"\| `(\w+)` \| (`\w+`|-) \| (.+) \|$", ln)
+        m = re.match(r"\| `(\w+)` \| (`\w+`|-) \| (.+) \| (.+) \|$", ln)
         if m:
-            rows.append((m[1], None if m[2] == "-" else m[2].strip("`"), m[3]))
+            rows.append((m[1], None if m[2] == "-" else m[2].strip("`"), m[3], m[4]))
     return rows
 
 
-def test_the_readme_lists_every_slot_with_its_default():
+def test_the_readme_lists_every_slot_with_what_it_does_and_its_default():
     declared = [tuple(s) for s in (*BUFFER_TYPE_SLOTS, *BUFFER_SLOTS, *BACKEND_SLOTS)]
     assert readme_slot_rows() == declared
 

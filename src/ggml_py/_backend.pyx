@@ -75,61 +75,74 @@ def _op_ids(ops, what):
 #                   set_tensor on host memory, a buffer type's get_alloc_size in C.
 # filled_slots(cls) reads a class's table once: the slots its own code fills.
 
-Slot = namedtuple("Slot", "name ggml default")
+Slot = namedtuple("Slot", "name ggml does default")
 
 BUFFER_TYPE_SLOTS = (
-    Slot("name", "get_name", "the name given (a property)"),
-    Slot("alloc_buffer", "alloc_buffer",
+    Slot("name", "get_name", "the type's name", "the name given (a property)"),
+    Slot("alloc_buffer", "alloc_buffer", "a new Buffer of `size` bytes",
          "host types: aligned host memory (host_buffer); others refuse (AllocationError)"),
-    Slot("get_alignment", "get_alignment", "the alignment given (32)"),
-    Slot("get_max_size", "get_max_size", "the max_size given (SIZE_MAX: unbounded)"),
-    Slot("get_alloc_size", "get_alloc_size",
+    Slot("get_alignment", "get_alignment", "alignment of every tensor in its buffers",
+         "the alignment given (32)"),
+    Slot("get_max_size", "get_max_size", "largest single buffer",
+         "the max_size given (SIZE_MAX: unbounded)"),
+    Slot("get_alloc_size", "get_alloc_size", "bytes a tensor takes in its buffers",
          "ggml_nbytes(tensor) (a SlotDefault: the allocators answer it in C)"),
-    Slot("is_host", "is_host", "the is_host given (a property)"),
+    Slot("is_host", "is_host", "can the host address its memory?",
+         "the is_host given (a property)"),
 )
 
 BUFFER_SLOTS = (
-    Slot("release", "free_buffer", "forget the host memory"),
-    Slot("get_base", "get_base", "the base address given"),
-    Slot("init_tensor", "init_tensor", "NULL: nothing to prepare in a placed tensor"),
-    Slot("set_tensor", "set_tensor",
+    Slot("release", "free_buffer", "give the memory back", "forget the host memory"),
+    Slot("get_base", "get_base", "address of the first byte", "the base address given"),
+    Slot("init_tensor", "init_tensor", "prepare a tensor just placed here",
+         "NULL: nothing to prepare"),
+    Slot("set_tensor", "set_tensor", "write bytes of a tensor",
          "write host memory (a SlotDefault: a buffer with neither memory nor its own "
-         "byte slots is simulated and refuses byte access)"),
-    Slot("get_tensor", "get_tensor", "read host memory"),
-    Slot("memset_tensor", "memset_tensor", "fill host memory"),
-    Slot("cpy_tensor", "cpy_tensor",
+         "set_tensor is simulated and refuses byte access)"),
+    Slot("get_tensor", "get_tensor", "read bytes of a tensor", "read host memory"),
+    Slot("memset_tensor", "memset_tensor", "set bytes of a tensor to a value",
+         "fill host memory"),
+    Slot("cpy_tensor", "cpy_tensor", "dst (here) = src without the caller; False: cannot",
          "host memory to host memory; False elsewhere (tensor_copy then goes through the host)"),
-    Slot("clear", "clear", "fill all of host memory (a simulated buffer has none)"),
-    Slot("reset", "reset", "NULL: no per-tensor state to forget"),
+    Slot("clear", "clear", "set every byte to a value",
+         "fill all of host memory (a simulated buffer has none)"),
+    Slot("reset", "reset", "forget per-tensor state when the allocator starts over",
+         "NULL: none kept"),
 )
 
 BACKEND_SLOTS = (
     # ggml_backend_i
-    Slot("name", "get_name", "the name given (a property)"),
-    Slot("close", "free", "nothing to release"),
-    Slot("set_tensor_async", "set_tensor_async",
+    Slot("name", "get_name", "the backend's name", "the name given (a property)"),
+    Slot("close", "free", "release threads, queues, connections", "nothing to release"),
+    Slot("set_tensor_async", "set_tensor_async", "write a tensor's bytes without waiting",
          "NULL: the runtime's copies write with set_tensor, blocking"),
     Slot("cpy_tensor_async", "cpy_tensor_async",
-         "False: not supported (the runtime copies blocking)"),
-    Slot("synchronize", "synchronize", "nothing is queued"),
-    Slot("graph_compute", "graph_compute", "refuse: the backend cannot compute (BackendError)"),
-    Slot("graph_compute_range", None,
-         "graph_compute of a GraphView of nodes [i0, i1) (the scheduler's splits)"),
-    Slot("event_record", "event_record", "nothing is queued"),
-    Slot("event_wait", "event_wait", "nothing to wait for"),
+         "copy src (on another backend) to dst (here) without waiting; False: cannot",
+         "False (the runtime copies blocking)"),
+    Slot("synchronize", "synchronize", "wait for the work queued", "nothing is queued"),
+    Slot("graph_compute", "graph_compute", "compute the nodes of a graph, in order",
+         "refuse: the backend cannot compute (BackendError)"),
+    Slot("graph_compute_range", None, "compute nodes [i0, i1) of a graph (a split)",
+         "graph_compute of a GraphView of those nodes"),
+    Slot("event_record", "event_record", "mark an event reached when queued work is done",
+         "nothing is queued"),
+    Slot("event_wait", "event_wait", "make later work wait for an event",
+         "nothing to wait for"),
     # ggml_backend_device_i (a Backend is its device too)
-    Slot("get_default_buffer_type", "get_buffer_type", "the buffer_type given"),
-    Slot("supports_op", "supports_op",
+    Slot("get_default_buffer_type", "get_buffer_type", "where its tensors are allocated",
+         "the buffer_type given"),
+    Slot("supports_op", "supports_op", "can it compute this node?",
          "the C table from supports_ops / unsupported_ops, or its C rule (supports_op_fn); "
          "a method in a subclass is asked about the ops the table allows"),
-    Slot("supports_buft", "supports_buft",
+    Slot("supports_buft", "supports_buft", "can it use memory of this buffer type directly?",
          "the supported_buffer_types given (and host types where supports_host_buffer_types); "
          "a method in a subclass is asked about the others"),
-    Slot("offload_op", "offload_op",
+    Slot("offload_op", "offload_op", "should a node whose weights are in host memory run here?",
          "the C table from offload_ops and offload_min_batch; a method in a subclass is "
          "asked instead"),
-    Slot("event_new", "event_new", "None: no events"),
-    Slot("event_synchronize", "event_synchronize", "the event is reached"),
+    Slot("event_new", "event_new", "a new event", "None: no events"),
+    Slot("event_synchronize", "event_synchronize", "block until an event is reached",
+         "it is reached"),
 )
 
 
