@@ -1,12 +1,13 @@
 """Backend interface of ggml_py: buffer types, buffers and backends.
 
-The same roles as ggml's vtables (ggml-backend-impl.h). Every slot is a Python
-method with a default, so a backend written in Python overrides only what it
-has. The three calls the split makes per node (supports_op, supports_buft,
+The same roles as ggml's vtables (ggml-backend-impl.h): BUFFER_TYPE_SLOTS,
+BUFFER_SLOTS and BACKEND_SLOTS declare every slot, what it does and the base's
+default (a method, NULL as ggml's optional slots, or a SlotDefault), so a backend
+written in Python fills only the slots it has. The three calls the split makes per node (supports_op, supports_buft,
 offload_op) are answered in C from the struct: tables the backend fills once,
 and for supports_op a C rule where a table entry says GGML_PY_OP_FN (the
 OpenCL and RPC backends: _opencl_ops, _rpc). Every backend of ggml_py answers
-so; an override in Python is the slow path for a user's backend, asked (through
+so; a method in Python is the slow path for a user's backend, asked (through
 GGML_PY_OP_ASK entries) only about the ops its table allows.
 
 Buffers carry ggml's memory slots; tensor_set / tensor_get / tensor_memset /
@@ -200,7 +201,8 @@ def _nbytes_alloc_size(BufferType self not None, Tensor tensor not None):
 
 cdef class BufferType:
     """A kind of memory (ggml_backend_buffer_type): its name, alignment, largest
-    single buffer and whether the host can address it."""
+    single buffer and whether the host can address it. Its slots, with their
+    defaults, are BUFFER_TYPE_SLOTS; a subclass fills the ones it has."""
 
     def __init__(self, name, alignment=32, max_size=None, bint is_host=False, device=None):
         cdef size_t align = size_arg(alignment, f"buffer type {name!r}: alignment")
@@ -363,7 +365,8 @@ cdef class Buffer:
 
     `release()` gives the memory back (the graph allocator does so when it replaces
     a compute buffer); a released buffer keeps its identity, but reading its
-    memory raises ReleasedMemoryError."""
+    memory raises ReleasedMemoryError. Its slots, with their defaults, are
+    BUFFER_SLOTS; a subclass fills the ones it has."""
 
     def __cinit__(self, *args, **kwargs):
         memset(&self.c, 0, sizeof(ggml_backend_buffer))
