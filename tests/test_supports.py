@@ -8,6 +8,7 @@ says why the answer is not the obvious one."""
 
 import ast
 import inspect
+import json
 import textwrap
 
 import pytest
@@ -250,3 +251,73 @@ def test_device_specs():
                        ("cuda:-1GiB", "expected KIND")]:
         with pytest.raises(ArgumentError, match=match):
             parse_devices(bad)
+
+
+# ---------------------------------------------------------------------------
+# GGUF plans on the GPU kinds
+
+def renamed(plan, names):
+    d = plan.to_dict()
+    return sorted((names.get(b["device"], b["device"]), b["kind"], b["bytes"]) for b in d["buffers"])
+
+
+@pytest.mark.parametrize("spec,gpu", [("cuda0:24GiB,cpu", "CUDA0"), ("vulkan:8GiB,cpu", "Vulkan0"),
+                                      ("metal,cpu", "MTL0"), ("opencl,cpu", "GPUOpenCL")])
+def test_f16_model_fully_offloaded(tmp_path, spec, gpu):
+    """An f16 llama with -ngl all: every kind runs every layer's op, so the plan is the
+    single RPC device's (2 splits: the token embedding's GET_ROWS on the CPU, where
+    llama.cpp keeps token_embd, then the GPU), with the GPU's name."""
+    from test_plan_gguf import plan_options, write_model
+    from ggml_py.models.model_plan import plan_gguf
+    path = write_model(tmp_path / "m.gguf", "llama")
+    plan = plan_gguf(path, parse_devices(spec), plan_options({}))
+    rpc = plan_gguf(path, parse_devices("rpc:24GiB,cpu"), plan_options({}))
+    assert plan.to_dict()["graph_splits"] == [2, 2]
+    assert [s.device for s in plan.splits[1]] == ["CPU", gpu]
+    assert renamed(plan, {}) == renamed(rpc, {"RPC0": gpu})
+    assert ("CPU", "model", 256 * 128 * 2) in renamed(plan, {})      # token_embd alone
+
+
+def test_cuda_pair_splits_the_layers(tmp_path, capsys):
+    from test_plan_gguf import plan_options, write_model
+    from ggml_py.models.model_plan import plan_gguf
+    from ggml_py.tools.commands import main
+    path = write_model(tmp_path / "m.gguf", "llama")
+    devices = "cuda0:24GiB,cuda1:24GiB,cpu:64GiB"
+    plan = plan_gguf(path, parse_devices(devices), plan_options({}))
+    rpc = plan_gguf(path, parse_devices("rpc:24GiB,rpc:24GiB,cpu:64GiB"), plan_options({}))
+    assert plan.layer_devices == ["CUDA0", "CUDA0", "CUDA0", "CUDA1"]
+    assert renamed(plan, {}) == renamed(rpc, {"RPC0": "CUDA0", "RPC1": "CUDA1"})
+    args = ["plan", path, "--device", devices, "-c", "512", "-b", "256", "-ub", "256"]
+    assert main([*args, "-fa", "off", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == plan.to_dict()
+    # 32-wide heads: fattn.cu has no kernel for them, so -fa auto would turn flash
+    # attention off on CUDA (a case the planner refuses, saying so)
+    assert main(args) == 1
+    assert "layer 0's flash attention would not run on its device" in capsys.readouterr().err
+    assert main(["plan", path, "--device", "cuda1:24GiB"]) == 2
+    assert "write cuda0 or cuda" in capsys.readouterr().err
+
+
+def test_weights_a_device_cannot_use_stay_on_the_cpu(tmp_path):
+    """q5_0 weights on ggml-opencl, which has no q5_0 matrix kernel: llama.cpp's loader
+    keeps every such weight on the CPU (select_weight_buft), so each layer's matrix
+    products run there and the rest (norms, rope, attention) on the GPU: 27 splits, each
+    CPU one explained. CUDA runs q5_0: the same file plans in 2 splits there."""
+    from test_plan_gguf import SHAPE, plan_options
+    from ggml_py.models.config import arch_config
+    from ggml_py.models.gguf import save_gguf
+    from ggml_py.models.model_plan import plan_gguf
+    from ggml_py.models.transformer import Model
+    path = str(tmp_path / "q.gguf")
+    save_gguf(Model.random(arch_config("llama", **SHAPE, wtype="q5_0"), seed=3), path)
+    plan = plan_gguf(path, parse_devices("opencl,cpu"), plan_options({}))
+    assert plan.to_dict()["graph_splits"] == [27, 27]
+    norms = (2 * SHAPE["n_layer"] + 1) * SHAPE["n_embd"] * 4       # f32 vectors: on the GPU
+    assert ("GPUOpenCL", "model", norms) in renamed(plan, {})
+    cpu_splits = [s for s in plan.splits[1][1:] if s.device == "CPU"]
+    assert len(cpu_splits) == 13
+    assert {s.reason for s in cpu_splits} == {
+        "MUL_MAT(q5_0, f32) -> f32 on CPU: GPUOpenCL can't run it"}
+    assert plan_gguf(path, parse_devices("cuda0,cpu"), plan_options({})).to_dict()[
+        "graph_splits"] == [2, 2]
