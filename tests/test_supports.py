@@ -321,3 +321,17 @@ def test_weights_a_device_cannot_use_stay_on_the_cpu(tmp_path):
         "MUL_MAT(q5_0, f32) -> f32 on CPU: GPUOpenCL can't run it"}
     assert plan_gguf(path, parse_devices("cuda0,cpu"), plan_options({})).to_dict()[
         "graph_splits"] == [2, 2]
+
+
+def test_experts_ggml_opencl_cannot_multiply_stay_on_the_cpu(tmp_path):
+    """f16 experts: ggml-opencl's MUL_MAT_ID takes q4_0, q8_0 and mxfp4 only, so llama.cpp
+    keeps them on the CPU and each layer's expert product runs there (CUDA runs them)."""
+    from test_plan_gguf import plan_options, write_model
+    from ggml_py.models.model_plan import plan_gguf
+    path = write_model(tmp_path / "m.gguf", "llama-moe")
+    plan = plan_gguf(path, parse_devices("opencl,cpu"), plan_options({}))
+    assert plan.to_dict()["graph_splits"] == [10, 10]
+    assert {s.reason for s in plan.splits[1][1:] if s.device == "CPU"} == {
+        "MUL_MAT_ID(f16, f32, i32) -> f32 on CPU: GPUOpenCL can't run it"}
+    assert plan_gguf(path, parse_devices("cuda0,cpu"), plan_options({})).to_dict()[
+        "graph_splits"] == [2, 2]
