@@ -6,7 +6,7 @@ default (a method, NULL as ggml's optional slots, or a SlotDefault), so a backen
 written in Python fills only the slots it has. The three calls the split makes per node (supports_op, supports_buft,
 offload_op) are answered in C from the struct: tables the backend fills once,
 and for supports_op a C rule where a table entry says GGML_PY_OP_FN (the
-OpenCL and RPC backends: _opencl_ops, _rpc). Every backend of ggml_py answers
+OpenCL and RPC backends: _supports). Every backend of ggml_py answers
 so; a method in Python is the slow path for a user's backend, asked (through
 GGML_PY_OP_ASK entries) only about the ops its table allows.
 
@@ -943,7 +943,7 @@ cdef class Backend:
         yes = _op_ids(supports, f"backend {self.name}: supports_ops") - \
             _op_ids(unsupported, f"backend {self.name}: unsupported_ops")
         # a Python override of supports_op is asked about the ops the table allows (a
-        # slow path: backends answer in C through supports_op_fn, see _opencl_ops)
+        # slow path: backends answer in C through supports_op_fn, see _supports)
         cdef uint8_t allowed = (GGML_PY_OP_ASK if "supports_op" in filled_slots(type(self))
                                 else GGML_PY_OP_YES)
         for i in range(GGML_OP_COUNT_MAX):
