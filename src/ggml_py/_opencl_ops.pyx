@@ -10,33 +10,16 @@ from ggml_py._core cimport (Tensor, TYPE_TRAITS, ggml_nelements, ggml_nbytes, gg
                             ggml_acc_region_end)
 from ggml_py._backend cimport Backend
 
-from ggml_py._core import (GLU_OP_NAMES as _GLU_OPS, OP_IDS as _OP_IDS, TYPE_IDS as _TYPE_IDS,
-                           UNARY_OP_NAMES as _UNARY_OPS)
+from ggml_py._core import OP_IDS as _OP_IDS, UNARY_OP_NAMES as _UNARY_OP_NAMES
 from ggml_py.backends import opencl_kernels as _K
 
-cdef int T_F32 = _TYPE_IDS["f32"], T_F16 = _TYPE_IDS["f16"], T_Q8_0 = _TYPE_IDS["q8_0"]
-cdef int T_I32 = _TYPE_IDS["i32"], T_I64 = _TYPE_IDS["i64"]
-
-cdef int O_DUP = _OP_IDS["DUP"], O_CPY = _OP_IDS["CPY"], O_CONT = _OP_IDS["CONT"]
-cdef int O_REPEAT = _OP_IDS["REPEAT"], O_CONCAT = _OP_IDS["CONCAT"]
-cdef int O_DIAG_MASK_INF = _OP_IDS["DIAG_MASK_INF"], O_SUM_ROWS = _OP_IDS["SUM_ROWS"]
-cdef int O_MEAN = _OP_IDS["MEAN"], O_SUM = _OP_IDS["SUM"], O_SET_ROWS = _OP_IDS["SET_ROWS"]
-cdef int O_ARGSORT = _OP_IDS["ARGSORT"], O_TOP_K = _OP_IDS["TOP_K"], O_ACC = _OP_IDS["ACC"]
-cdef int O_PAD = _OP_IDS["PAD"], O_ARANGE = _OP_IDS["ARANGE"]
-cdef int O_TIMESTEP_EMBEDDING = _OP_IDS["TIMESTEP_EMBEDDING"]
-cdef int O_FLASH_ATTN_EXT = _OP_IDS["FLASH_ATTN_EXT"]
-cdef int O_ADD = _OP_IDS["ADD"], O_SUB = _OP_IDS["SUB"], O_MUL = _OP_IDS["MUL"], O_DIV = _OP_IDS["DIV"]
-cdef int O_SQR = _OP_IDS["SQR"], O_SQRT = _OP_IDS["SQRT"], O_CLAMP = _OP_IDS["CLAMP"]
-cdef int O_SCALE = _OP_IDS["SCALE"], O_UNARY = _OP_IDS["UNARY"], O_GLU = _OP_IDS["GLU"]
-cdef int O_NORM = _OP_IDS["NORM"], O_RMS_NORM = _OP_IDS["RMS_NORM"]
-cdef int O_SOFT_MAX = _OP_IDS["SOFT_MAX"], O_ROPE = _OP_IDS["ROPE"]
-cdef int O_GET_ROWS = _OP_IDS["GET_ROWS"], O_MUL_MAT = _OP_IDS["MUL_MAT"]
-cdef int O_MUL_MAT_ID = _OP_IDS["MUL_MAT_ID"]
-
-cdef int U_COUNT = len(_UNARY_OPS), U_XIELU = _UNARY_OPS.index("XIELU")
-cdef int G_COUNT = len(_GLU_OPS)
 cdef int ROPE_NORMAL = GGML_PY_ROPE_TYPE_NORMAL, ROPE_NEOX = GGML_PY_ROPE_TYPE_NEOX
 cdef int64_t SORT_MAX = _K.SORT_MAX, FA_D = _K.FA_D
+
+# the unary ops k_map1 computes, by id (the kernels' own list)
+cdef bint UNARY_OK[GGML_PY_UNARY_OP_COUNT]
+for _u, _name in enumerate(_UNARY_OP_NAMES):
+    UNARY_OK[_u] = _name in _K.UNARY_SUPPORTED
 
 # the ops the rule answers for (every other op: no)
 OPENCL_OPS = ("NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE", "DUP", "CONT", "CPY", "REPEAT",
@@ -47,11 +30,11 @@ OPENCL_OPS = ("NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE", "DUP", "CONT", 
 
 
 cdef inline bint _float(int t) noexcept nogil:
-    return t == T_F32 or t == T_F16
+    return t == TYPE_F32 or t == TYPE_F16
 
 
 cdef inline bint _plain(int t) noexcept nogil:
-    return t == T_F32 or t == T_F16 or t == T_I32
+    return t == TYPE_F32 or t == TYPE_F16 or t == TYPE_I32
 
 
 cdef inline bint _divides(int64_t a, int64_t b) noexcept nogil:
@@ -86,7 +69,7 @@ cdef bint _flash_attn_ok(const ggml_tensor * t) noexcept nogil:
     cdef int i
     if k == NULL or v == NULL:
         return False
-    if not (q.type == T_F32 and k.type == T_F16 and v.type == T_F16 and t.type == T_F32
+    if not (q.type == TYPE_F32 and k.type == TYPE_F16 and v.type == TYPE_F16 and t.type == TYPE_F32
             and q.ne[0] == k.ne[0] and k.ne[0] <= FA_D and v.ne[0] <= FA_D
             and k.ne[1] == v.ne[1]):
         return False
@@ -97,7 +80,7 @@ cdef bint _flash_attn_ok(const ggml_tensor * t) noexcept nogil:
                              and mask.ne[1] >= q.ne[1] and _divides(q.ne[2], mask.ne[2])
                              and _divides(q.ne[3], mask.ne[3])):
         return False
-    return sinks == NULL or (sinks.type == T_F32 and sinks.ne[0] >= q.ne[2])
+    return sinks == NULL or (sinks.type == TYPE_F32 and sinks.ne[0] >= q.ne[2])
 
 
 cdef int opencl_supports_op(const ggml_backend * backend, const ggml_tensor * t) noexcept nogil:
@@ -109,95 +92,95 @@ cdef int opencl_supports_op(const ggml_backend * backend, const ggml_tensor * t)
     cdef int64_t r[4]
     if o == 0 or ggml_is_view_op(o):
         return 1
-    if o == O_ARANGE:
-        return d == T_F32
+    if o == OP_ARANGE:
+        return d == TYPE_F32
     if a == NULL:
         return 0
-    if o == O_DUP or o == O_CONT or o == O_CPY:
+    if o == OP_DUP or o == OP_CONT or o == OP_CPY:
         if ggml_nelements(a) != ggml_nelements(t):
             return 0
-        if d == T_Q8_0:
+        if d == TYPE_Q8_0:
             return (_float(a.type) and t.ne[0] % 32 == 0
-                    and t.nb[0] == TYPE_TRAITS[T_Q8_0].type_size
+                    and t.nb[0] == TYPE_TRAITS[TYPE_Q8_0].type_size
                     and t.nb[1] >= t.nb[0] * (t.ne[0] // 32))
         return (a.type == d and _plain(d)) or (_float(a.type) and _float(d))
-    if o == O_REPEAT:
+    if o == OP_REPEAT:
         if not (a.type == d and _plain(d)):
             return 0
         for i in range(4):
             if not _divides(t.ne[i], a.ne[i]):
                 return 0
         return 1
-    if o == O_CONCAT:
+    if o == OP_CONCAT:
         return (b != NULL and a.type == b.type and b.type == d and _plain(d)
                 and 0 <= t.op_params[0] < 4)
-    if (o == O_DIAG_MASK_INF or o == O_SUM_ROWS or o == O_MEAN or o == O_SUM or o == O_NORM
-            or o == O_RMS_NORM or o == O_TIMESTEP_EMBEDDING):
-        return a.type == T_F32 and d == T_F32
-    if o == O_SET_ROWS:
-        if b == NULL or a.type != T_F32 or not (b.type == T_I32 or b.type == T_I64):
+    if (o == OP_DIAG_MASK_INF or o == OP_SUM_ROWS or o == OP_MEAN or o == OP_SUM or o == OP_NORM
+            or o == OP_RMS_NORM or o == OP_TIMESTEP_EMBEDDING):
+        return a.type == TYPE_F32 and d == TYPE_F32
+    if o == OP_SET_ROWS:
+        if b == NULL or a.type != TYPE_F32 or not (b.type == TYPE_I32 or b.type == TYPE_I64):
             return 0
-        if d == T_Q8_0:
-            return t.ne[0] % 32 == 0 and t.nb[0] == TYPE_TRAITS[T_Q8_0].type_size
+        if d == TYPE_Q8_0:
+            return t.ne[0] % 32 == 0 and t.nb[0] == TYPE_TRAITS[TYPE_Q8_0].type_size
         return _float(d)
-    if o == O_ARGSORT or o == O_TOP_K:
-        return (a.type == T_F32 and d == T_I32 and 0 < a.ne[0] <= SORT_MAX
-                and (o == O_TOP_K or t.op_params[0] == 0 or t.op_params[0] == 1))
-    if o == O_ACC:
-        return (b != NULL and a.type == T_F32 and b.type == T_F32 and d == T_F32
+    if o == OP_ARGSORT or o == OP_TOP_K:
+        return (a.type == TYPE_F32 and d == TYPE_I32 and 0 < a.ne[0] <= SORT_MAX
+                and (o == OP_TOP_K or t.op_params[0] == 0 or t.op_params[0] == 1))
+    if o == OP_ACC:
+        return (b != NULL and a.type == TYPE_F32 and b.type == TYPE_F32 and d == TYPE_F32
                 and acc_region(t, r))
-    if o == O_PAD:
+    if o == OP_PAD:
         return _float(a.type) and _float(d)
-    if o == O_FLASH_ATTN_EXT:
+    if o == OP_FLASH_ATTN_EXT:
         return _flash_attn_ok(t)
-    if o == O_ADD or o == O_SUB or o == O_MUL or o == O_DIV:
+    if o == OP_ADD or o == OP_SUB or o == OP_MUL or o == OP_DIV:
         if b == NULL or not (_float(a.type) and _float(b.type) and _float(d)):
             return 0
         for i in range(4):
             if not _divides(a.ne[i], b.ne[i]):
                 return 0
         return 1
-    if o == O_SQR or o == O_SQRT or o == O_CLAMP or o == O_SCALE:
+    if o == OP_SQR or o == OP_SQRT or o == OP_CLAMP or o == OP_SCALE:
         return _float(a.type) and _float(d)
-    if o == O_UNARY:
+    if o == OP_UNARY:
         u = t.op_params[0]
-        return 0 <= u < U_COUNT and u != U_XIELU and _float(a.type) and _float(d)
-    if o == O_GLU:
+        return 0 <= u < GGML_PY_UNARY_OP_COUNT and UNARY_OK[u] and _float(a.type) and _float(d)
+    if o == OP_GLU:
         u = t.op_params[0]
-        if not (0 <= u < G_COUNT and _float(d)):
+        if not (0 <= u < GGML_PY_GLU_OP_COUNT and _float(d)):
             return 0
         for i in range(GGML_MAX_SRC):
             if t.src[i] != NULL and not _float(t.src[i].type):
                 return 0
         return 1
-    if o == O_SOFT_MAX:
+    if o == OP_SOFT_MAX:
         m = b
-        return (a.type == T_F32 and d == T_F32
+        return (a.type == TYPE_F32 and d == TYPE_F32
                 and (m == NULL or (_float(m.type) and m.ne[1] >= a.ne[1]
                                    and _divides(a.ne[2], m.ne[2]) and _divides(a.ne[3], m.ne[3])))
-                and _absent_or(t.src[2], T_F32))
-    if o == O_ROPE:
+                and _absent_or(t.src[2], TYPE_F32))
+    if o == OP_ROPE:
         u = t.op_params[2]                          # mode
         i = t.op_params[1]                          # n_dims
         return ((u == ROPE_NORMAL or u == ROPE_NEOX) and _float(a.type) and d == a.type
-                and b != NULL and b.type == T_I32 and a.ne[0] % 2 == 0 and i % 2 == 0
-                and 0 < i <= a.ne[0] and _absent_or(t.src[2], T_F32))
-    if o == O_GET_ROWS:
-        if b == NULL or b.type != T_I32:
+                and b != NULL and b.type == TYPE_I32 and a.ne[0] % 2 == 0 and i % 2 == 0
+                and 0 < i <= a.ne[0] and _absent_or(t.src[2], TYPE_F32))
+    if o == OP_GET_ROWS:
+        if b == NULL or b.type != TYPE_I32:
             return 0
-        if a.type == T_I32:
-            return d == T_I32
-        if a.type == T_Q8_0:
-            return _float(d) and a.nb[0] == TYPE_TRAITS[T_Q8_0].type_size
+        if a.type == TYPE_I32:
+            return d == TYPE_I32
+        if a.type == TYPE_Q8_0:
+            return _float(d) and a.nb[0] == TYPE_TRAITS[TYPE_Q8_0].type_size
         return _float(a.type) and _float(d)
-    if o == O_MUL_MAT or o == O_MUL_MAT_ID:
-        if b == NULL or not ((a.type == T_F32 or a.type == T_F16 or a.type == T_Q8_0)
+    if o == OP_MUL_MAT or o == OP_MUL_MAT_ID:
+        if b == NULL or not ((a.type == TYPE_F32 or a.type == TYPE_F16 or a.type == TYPE_Q8_0)
                              and a.nb[0] == TYPE_TRAITS[a.type].type_size
-                             and _float(b.type) and d == T_F32):
+                             and _float(b.type) and d == TYPE_F32):
             return 0
-        if o == O_MUL_MAT:
+        if o == OP_MUL_MAT:
             return _divides(b.ne[2], a.ne[2]) and _divides(b.ne[3], a.ne[3])
-        return t.src[2] != NULL and t.src[2].type == T_I32
+        return t.src[2] != NULL and t.src[2].type == TYPE_I32
     return 0
 
 

@@ -45,12 +45,11 @@ import weakref
 
 import numpy as np
 
-from ggml_py._core import (OP_IDS as _OP_IDS, TYPE_IDS as _TYPE_IDS,
-                           OP_NAMES_LIST as _OP_NAMES_LIST, TYPE_NAMES as _TYPE_NAMES)
+from ggml_py._core import (OP_IDS as _OP_IDS, OP_NAMES_LIST as _OP_NAMES_LIST,
+                           TYPE_NAMES as _TYPE_NAMES)
 from ggml_py._backend import byte_value
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
                             RPCError)
-from ggml_py._core import GLU_OP_NAMES as _GLU_OPS, UNARY_OP_NAMES as _UNARY_OPS
 
 # ---------------------------------------------------------------------------
 # the wire format
@@ -316,32 +315,8 @@ def _error(endpoint, command, reason):
 
 
 # ---------------------------------------------------------------------------
-# op and type numbers the rules below name (ggml 0.10.1's enums, read from ggml_py's)
-
-cdef int T_F32 = _TYPE_IDS["f32"], T_F16 = _TYPE_IDS["f16"], T_BF16 = _TYPE_IDS["bf16"]
-cdef int T_I16 = _TYPE_IDS["i16"], T_I32 = _TYPE_IDS["i32"], T_I64 = _TYPE_IDS["i64"]
-
-cdef int O_DUP = _OP_IDS["DUP"], O_CPY = _OP_IDS["CPY"], O_CONT = _OP_IDS["CONT"]
-cdef int O_ADD = _OP_IDS["ADD"], O_SUB = _OP_IDS["SUB"], O_MUL = _OP_IDS["MUL"], O_DIV = _OP_IDS["DIV"]
-cdef int O_ACC = _OP_IDS["ACC"], O_SQR = _OP_IDS["SQR"], O_SQRT = _OP_IDS["SQRT"]
-cdef int O_LOG = _OP_IDS["LOG"], O_SIN = _OP_IDS["SIN"], O_COS = _OP_IDS["COS"]
-cdef int O_SUM = _OP_IDS["SUM"], O_SUM_ROWS = _OP_IDS["SUM_ROWS"], O_MEAN = _OP_IDS["MEAN"]
-cdef int O_CUMSUM = _OP_IDS["CUMSUM"], O_ARGMAX = _OP_IDS["ARGMAX"]
-cdef int O_REPEAT = _OP_IDS["REPEAT"], O_CONCAT = _OP_IDS["CONCAT"]
-cdef int O_NORM = _OP_IDS["NORM"], O_RMS_NORM = _OP_IDS["RMS_NORM"]
-cdef int O_MUL_MAT = _OP_IDS["MUL_MAT"], O_MUL_MAT_ID = _OP_IDS["MUL_MAT_ID"]
-cdef int O_SCALE = _OP_IDS["SCALE"], O_GET_ROWS = _OP_IDS["GET_ROWS"], O_SET_ROWS = _OP_IDS["SET_ROWS"]
-cdef int O_DIAG_MASK_INF = _OP_IDS["DIAG_MASK_INF"], O_SOFT_MAX = _OP_IDS["SOFT_MAX"]
-cdef int O_ROPE = _OP_IDS["ROPE"], O_CLAMP = _OP_IDS["CLAMP"], O_PAD = _OP_IDS["PAD"]
-cdef int O_ARANGE = _OP_IDS["ARANGE"], O_TIMESTEP_EMBEDDING = _OP_IDS["TIMESTEP_EMBEDDING"]
-cdef int O_ARGSORT = _OP_IDS["ARGSORT"], O_TOP_K = _OP_IDS["TOP_K"]
-cdef int O_LEAKY_RELU = _OP_IDS["LEAKY_RELU"], O_FLASH_ATTN_EXT = _OP_IDS["FLASH_ATTN_EXT"]
-cdef int O_UNARY = _OP_IDS["UNARY"], O_GLU = _OP_IDS["GLU"]
-
-cdef int U_COUNT = len(_UNARY_OPS)
-cdef int U_GELU = _UNARY_OPS.index("GELU"), U_GELU_ERF = _UNARY_OPS.index("GELU_ERF")
-cdef int U_GELU_QUICK = _UNARY_OPS.index("GELU_QUICK"), U_SILU = _UNARY_OPS.index("SILU")
-cdef int G_COUNT = len(_GLU_OPS), G_SWIGLU_OAI = _GLU_OPS.index("SWIGLU_OAI")
+# the rules below name ggml's op and type ids as _ggml.pxd declares them (OP_*, TYPE_*,
+# UNARY_OP_*, GLU_OP_*: ggml-py-vocab.h's values)
 
 cdef enum:
     GGML_PREC_DEFAULT = 0
@@ -365,10 +340,10 @@ cdef void _init_type_facts():
         # ggml-cpu's weight types, with their vec_dot types (the one list of types): the
         # floats, q8_0, and every type whose dot takes another type's rows
         t, v = ggml_py_type_infos[i].id, ggml_py_type_infos[i].vec_dot_type
-        if v == t and t not in (GGML_PY_TYPE_F32, GGML_PY_TYPE_F16, GGML_PY_TYPE_BF16, GGML_PY_TYPE_Q8_0):
+        if v == t and t not in (TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q8_0):
             continue
         VEC_DOT_TYPE[t] = v
-        if t not in (GGML_PY_TYPE_F32, GGML_PY_TYPE_F16, GGML_PY_TYPE_BF16):
+        if t not in (TYPE_F32, TYPE_F16, TYPE_BF16):
             QUANT_DEQUANT |= 1ULL << t
     index = {n: i for i, n in enumerate(_TYPE_NAMES) if n}
     QUANT_DEQUANT |= 1ULL << index["q8_1"]
@@ -387,33 +362,34 @@ cdef inline bint _has(uint64_t mask, int type) noexcept nogil:
 
 
 cdef inline bint _is_float(int t) noexcept nogil:
-    return t == T_F32 or t == T_F16 or t == T_BF16
+    return t == TYPE_F32 or t == TYPE_F16 or t == TYPE_BF16
 
 
 cdef inline bint _unary_types(int a, int d) noexcept nogil:
     """unary-ops.cpp: same float type, or f16/bf16 into f32."""
-    return (a == d and _is_float(a)) or (d == T_F32 and (a == T_F16 or a == T_BF16))
+    return (a == d and _is_float(a)) or (d == TYPE_F32 and (a == TYPE_F16 or a == TYPE_BF16))
 
 
 cdef inline bint _binary_types(int a, int b, int d) noexcept nogil:
     """binary-ops.cpp's type combinations (ADD, SUB, MUL, DIV)."""
     if a == b and b == d and _is_float(a):
         return True
-    return b == T_F32 and ((a == T_BF16 and (d == T_BF16 or d == T_F32)) or
-                           (a == T_F16 and (d == T_F16 or d == T_F32)))
+    return b == TYPE_F32 and ((a == TYPE_BF16 and (d == TYPE_BF16 or d == TYPE_F32)) or
+                           (a == TYPE_F16 and (d == TYPE_F16 or d == TYPE_F32)))
 
 
 cdef inline bint _cpy_types(int a, int d) noexcept nogil:
     """ggml_compute_forward_dup: what converts into what."""
     if a == d:
         return True
-    if a == T_F16 or a == T_BF16:
+    if a == TYPE_F16 or a == TYPE_BF16:
         return _is_float(d) or (_has(FROM_FLOAT, d) and TYPE_TRAITS[d].is_quantized)
-    if a == T_F32:
-        return _is_float(d) or d == T_I32 or (_has(FROM_FLOAT, d) and TYPE_TRAITS[d].is_quantized)
-    if a == T_I32:
-        return d == T_F32
-    return _has(QUANT_DEQUANT, a) and d == T_F32
+    if a == TYPE_F32:
+        return (_is_float(d) or d == TYPE_I32
+                or (_has(FROM_FLOAT, d) and TYPE_TRAITS[d].is_quantized))
+    if a == TYPE_I32:
+        return d == TYPE_F32
+    return _has(QUANT_DEQUANT, a) and d == TYPE_F32
 
 
 cdef inline bint _type_is(const ggml_tensor * t, int type) noexcept nogil:
@@ -434,9 +410,9 @@ cdef bint _matmul_ok(const ggml_tensor * t, const ggml_tensor * a, const ggml_te
     rows are packed, the result is f32 with growing strides (ggml-cpu asserts these)."""
     if b == NULL or not (0 <= a.type < 64) or VEC_DOT_TYPE[a.type] < 0:
         return False
-    if b.type != T_F32 and b.type != VEC_DOT_TYPE[a.type]:
+    if b.type != TYPE_F32 and b.type != VEC_DOT_TYPE[a.type]:
         return False
-    return (t.type == T_F32 and _packed(a) and _packed(b) and _packed(t)
+    return (t.type == TYPE_F32 and _packed(a) and _packed(b) and _packed(t)
             and t.nb[0] <= t.nb[1] and t.nb[1] <= t.nb[2] and t.nb[2] <= t.nb[3])
 
 
@@ -444,13 +420,13 @@ cdef bint _flash_attn_ok(const ggml_tensor * t) noexcept nogil:
     cdef const ggml_tensor * q = t.src[0]
     cdef const ggml_tensor * k = t.src[1]
     cdef const ggml_tensor * v = t.src[2]
-    if k == NULL or v == NULL or q.type != T_F32 or t.type != T_F32:
+    if k == NULL or v == NULL or q.type != TYPE_F32 or t.type != TYPE_F32:
         return False
     if not (0 <= k.type < 64) or VEC_DOT_TYPE[k.type] < 0 or not _has(FROM_FLOAT, VEC_DOT_TYPE[k.type]):
         return False
     if not (_is_float(v.type) or _has(QUANT_DEQUANT, v.type)):
         return False
-    return (_absent_or(t.src[3], T_F16) and _absent_or(t.src[4], T_F32)
+    return (_absent_or(t.src[3], TYPE_F16) and _absent_or(t.src[4], TYPE_F32)
             and (t.op_params[3] == GGML_PREC_DEFAULT or t.op_params[3] == GGML_PREC_F32)
             and _packed(q) and _packed(k) and _packed(v))
 
@@ -462,32 +438,33 @@ cdef bint _cpu_layout_ok(const ggml_tensor * t) noexcept nogil:
     cdef int op = t.op
     cdef const ggml_tensor * s0 = t.src[0]
     cdef const ggml_tensor * s1 = t.src[1]
-    if op == O_DUP or op == O_CONT or op == O_CPY:
+    if op == OP_DUP or op == OP_CONT or op == OP_CPY:
         if TYPE_TRAITS[t.type].is_quantized and s0.type != t.type:      # dup_to_q
             return ggml_is_contiguous(t) and _packed(s0)
         if TYPE_TRAITS[s0.type].is_quantized and s0.type != t.type:     # dup_from_q
             return _packed(t) and (t.ne[0] % TYPE_TRAITS[s0.type].blck_size == 0
                                    or ggml_is_contiguous(t))
         return True
-    if op == O_GLU or op == O_LEAKY_RELU:
+    if op == OP_GLU or op == OP_LEAKY_RELU:
         return (ggml_is_contiguous_1(s0) and (s1 == NULL or ggml_is_contiguous_1(s1))
                 and ggml_is_contiguous_1(t))
-    if op == O_SCALE or op == O_DIAG_MASK_INF:
+    if op == OP_SCALE or op == OP_DIAG_MASK_INF:
         return ggml_is_contiguous(s0) and ggml_is_contiguous(t)
-    if op == O_ACC:     # and b's region inside a
+    if op == OP_ACC:     # and b's region inside a
         return (ggml_is_contiguous(s0) and ggml_is_contiguous(t) and _packed(s1)
                 and ggml_acc_region_end(t) <= ggml_nbytes(s0))
-    if op == O_ROPE:
+    if op == OP_ROPE:
         return _packed(t) and s0.nb[0] == t.nb[0]
-    if op == O_SOFT_MAX:
+    if op == OP_SOFT_MAX:
         return _packed(s0) and _packed(s1) and _packed(t)
-    if op == O_GET_ROWS or op == O_SET_ROWS:
+    if op == OP_GET_ROWS or op == OP_SET_ROWS:
         return _packed(s0) and _packed(t)
-    if (op == O_UNARY or op == O_ADD or op == O_SUB or op == O_MUL or op == O_DIV or op == O_SQR
-            or op == O_SQRT or op == O_LOG or op == O_SIN or op == O_COS or op == O_CLAMP
-            or op == O_REPEAT or op == O_NORM or op == O_RMS_NORM or op == O_SUM_ROWS
-            or op == O_CUMSUM or op == O_SUM or op == O_MEAN or op == O_ARGMAX
-            or op == O_ARGSORT or op == O_TOP_K or op == O_TIMESTEP_EMBEDDING):
+    if (op == OP_UNARY or op == OP_ADD or op == OP_SUB or op == OP_MUL or op == OP_DIV
+            or op == OP_SQR or op == OP_SQRT or op == OP_LOG or op == OP_SIN or op == OP_COS
+            or op == OP_CLAMP
+            or op == OP_REPEAT or op == OP_NORM or op == OP_RMS_NORM or op == OP_SUM_ROWS
+            or op == OP_CUMSUM or op == OP_SUM or op == OP_MEAN or op == OP_ARGMAX
+            or op == OP_ARGSORT or op == OP_TOP_K or op == OP_TIMESTEP_EMBEDDING):
         return _packed(s0) and _packed(t)
     return True
 
@@ -507,68 +484,70 @@ cdef bint _cpu_types_ok(const ggml_tensor * t) noexcept nogil:
     cdef const ggml_tensor * s1 = t.src[1]
     if op == 0 or ggml_is_view_op(op):
         return 1
-    if op == O_ARANGE:
-        return d == T_F32
+    if op == OP_ARANGE:
+        return d == TYPE_F32
     if s0 == NULL:
         return 0
     a = s0.type
-    if op == O_DUP or op == O_CONT or op == O_CPY:
+    if op == OP_DUP or op == OP_CONT or op == OP_CPY:
         return _cpy_types(a, d)
-    if op == O_ADD or op == O_SUB or op == O_MUL or op == O_DIV:
+    if op == OP_ADD or op == OP_SUB or op == OP_MUL or op == OP_DIV:
         if s1 == NULL:
             return 0
-        if op == O_ADD and TYPE_TRAITS[a].is_quantized and _has(QUANT_DEQUANT, a):
-            return s1.type == T_F32 and d == a          # add_q_f32
+        if op == OP_ADD and TYPE_TRAITS[a].is_quantized and _has(QUANT_DEQUANT, a):
+            return s1.type == TYPE_F32 and d == a          # add_q_f32
         return _binary_types(a, s1.type, d)
-    if op == O_SQR or op == O_SQRT or op == O_LOG or op == O_SIN or op == O_COS:
+    if op == OP_SQR or op == OP_SQRT or op == OP_LOG or op == OP_SIN or op == OP_COS:
         return _unary_types(a, d)
-    if op == O_UNARY:
+    if op == OP_UNARY:
         u = t.op_params[0]
-        if u == U_GELU or u == U_GELU_ERF or u == U_GELU_QUICK or u == U_SILU:
-            return a == d and (a == T_F32 or a == T_F16)
-        return 0 <= u < U_COUNT and _unary_types(a, d)
-    if op == O_GLU:
+        if (u == UNARY_OP_GELU or u == UNARY_OP_GELU_ERF or u == UNARY_OP_GELU_QUICK
+                or u == UNARY_OP_SILU):
+            return a == d and (a == TYPE_F32 or a == TYPE_F16)
+        return 0 <= u < GGML_PY_UNARY_OP_COUNT and _unary_types(a, d)
+    if op == OP_GLU:
         u = t.op_params[0]
-        if u == G_SWIGLU_OAI:
-            return a == T_F32 and d == T_F32 and _absent_or(s1, T_F32)
-        return 0 <= u < G_COUNT and a == d and (a == T_F32 or a == T_F16) and _absent_or(s1, a)
-    if op == O_MUL_MAT:
+        if u == GLU_OP_SWIGLU_OAI:
+            return a == TYPE_F32 and d == TYPE_F32 and _absent_or(s1, TYPE_F32)
+        return (0 <= u < GGML_PY_GLU_OP_COUNT and a == d and (a == TYPE_F32 or a == TYPE_F16)
+                and _absent_or(s1, a))
+    if op == OP_MUL_MAT:
         return _matmul_ok(t, s0, s1)
-    if op == O_MUL_MAT_ID:
-        return _matmul_ok(t, s0, s1) and _type_is(t.src[2], T_I32)
-    if op == O_GET_ROWS:
-        if not _type_is(s1, T_I32):
+    if op == OP_MUL_MAT_ID:
+        return _matmul_ok(t, s0, s1) and _type_is(t.src[2], TYPE_I32)
+    if op == OP_GET_ROWS:
+        if not _type_is(s1, TYPE_I32):
             return 0
-        if a == T_I32:
-            return d == T_I32
-        return d == T_F32 and (_is_float(a) or _has(QUANT_DEQUANT, a))
-    if op == O_SET_ROWS:
-        return (a == T_F32 and s1 != NULL and (s1.type == T_I32 or s1.type == T_I64)
+        if a == TYPE_I32:
+            return d == TYPE_I32
+        return d == TYPE_F32 and (_is_float(a) or _has(QUANT_DEQUANT, a))
+    if op == OP_SET_ROWS:
+        return (a == TYPE_F32 and s1 != NULL and (s1.type == TYPE_I32 or s1.type == TYPE_I64)
                 and _has(FROM_FLOAT, d))
-    if op == O_SOFT_MAX:
-        return (a == T_F32 and d == T_F32 and (s1 == NULL or s1.type == T_F16 or s1.type == T_F32)
-                and _absent_or(t.src[2], T_F32))
-    if op == O_ROPE:
-        return ((a == T_F32 or a == T_F16) and d == a and _type_is(s1, T_I32)
-                and _absent_or(t.src[2], T_F32))
-    if op == O_FLASH_ATTN_EXT:
+    if op == OP_SOFT_MAX:
+        return (a == TYPE_F32 and d == TYPE_F32
+                and (s1 == NULL or s1.type == TYPE_F16 or s1.type == TYPE_F32) and _absent_or(t.src[2], TYPE_F32))
+    if op == OP_ROPE:
+        return ((a == TYPE_F32 or a == TYPE_F16) and d == a and _type_is(s1, TYPE_I32)
+                and _absent_or(t.src[2], TYPE_F32))
+    if op == OP_FLASH_ATTN_EXT:
         return _flash_attn_ok(t)
-    if op == O_SUM:
+    if op == OP_SUM:
         return _is_float(a) and d == a
-    if op == O_REPEAT:
-        return d == a and (_is_float(a) or a == T_I16 or a == T_I32)
-    if op == O_CONCAT:
+    if op == OP_REPEAT:
+        return d == a and (_is_float(a) or a == TYPE_I16 or a == TYPE_I32)
+    if op == OP_CONCAT:
         return s1 != NULL and s1.type == a and d == a
-    if op == O_CLAMP or op == O_LEAKY_RELU:
-        return (a == T_F32 or a == T_F16) and d == a
-    if op == O_ACC:
-        return a == T_F32 and _type_is(s1, T_F32) and d == T_F32
-    if op == O_ARGSORT or op == O_TOP_K or op == O_ARGMAX:
-        return a == T_F32 and d == T_I32
-    if (op == O_SCALE or op == O_NORM or op == O_RMS_NORM or op == O_DIAG_MASK_INF
-            or op == O_SUM_ROWS or op == O_MEAN or op == O_PAD or op == O_CUMSUM
-            or op == O_TIMESTEP_EMBEDDING):
-        return a == T_F32 and d == T_F32
+    if op == OP_CLAMP or op == OP_LEAKY_RELU:
+        return (a == TYPE_F32 or a == TYPE_F16) and d == a
+    if op == OP_ACC:
+        return a == TYPE_F32 and _type_is(s1, TYPE_F32) and d == TYPE_F32
+    if op == OP_ARGSORT or op == OP_TOP_K or op == OP_ARGMAX:
+        return a == TYPE_F32 and d == TYPE_I32
+    if (op == OP_SCALE or op == OP_NORM or op == OP_RMS_NORM or op == OP_DIAG_MASK_INF
+            or op == OP_SUM_ROWS or op == OP_MEAN or op == OP_PAD or op == OP_CUMSUM
+            or op == OP_TIMESTEP_EMBEDDING):
+        return a == TYPE_F32 and d == TYPE_F32
     return 0
 
 
