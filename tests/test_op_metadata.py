@@ -1,7 +1,8 @@
 """The one source of op metadata (_core.OP_NAMES_LIST, TYPE_NAMES, ops.UNARY_OPS / GLU_OPS,
 VIEW_OPS / EMPTY_OPS) is ggml 0.10.1's enums. The RPC backend sends these numbers over
 the wire, so a changed list must fail here, everywhere: the digests below were taken
-from lists that test_rpc.py compares with ggml's own libraries (ggml_op_name, ...)."""
+from lists that test_rpc.py compares with ggml's own libraries (ggml_op_name, ...). The C
+enums are the same lists (one header; test_vocab_recipe.py compiles it)."""
 
 import hashlib
 

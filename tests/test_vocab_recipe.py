@@ -1,9 +1,10 @@
-"""The README's "Add a unary op" recipe, followed for a dummy op on a copy of the C sources.
+"""The vocabulary's one header, ggml-py-vocab.h, and the README's "Add a unary op" recipe.
 
-Its first step, one line in ggml-py-vocab.h, must grow every table the vocabulary feeds
-(names, count, the op's id, the C kernels' enum) consistently; its second, the C kernel,
-must be needed: ops.c does not compile while the op has no kernel. The Python tables
-(_core.UNARY_OP_NAMES, ops.UNARY_OPS) are the header's, as the C compiler reads it."""
+The Python tables (_core's names, which test_op_metadata.py holds to ggml 0.10.1's) are the
+header's lists as the C compiler reads them. The recipe, followed for a dummy op on a copy of
+the C sources: its first step, one line in the header, grows every table the vocabulary feeds
+(names, count, the op's id, the C kernels' enum) consistently; its second, the C kernel, is
+needed: ops.c does not compile while the op has no kernel."""
 
 import json
 import re
@@ -13,23 +14,41 @@ import sysconfig
 
 from conftest import REPO_ROOT
 from ggml_py import ops
-from ggml_py._core import UNARY_OP_NAMES
+from ggml_py._core import GLU_OP_NAMES, OP_NAMES_LIST, TYPE_NAMES, UNARY_OP_NAMES
 
 README = REPO_ROOT / "README.md"
 SRC = REPO_ROOT / "src"
 
-# prints the unary ops as a C file including the header sees them
+# prints the vocabulary as a C file including the header sees it: each list's names by id,
+# and the enum value of each list's last entry
 PROBE = r"""
 #include <stdio.h>
 #include "ggml_py/ggml-py-vocab.h"
-#define LAST_(NAME) last = GGML_PY_UNARY_OP_##NAME;
+#define LAST_OP_(NAME)    last = GGML_PY_OP_##NAME;
+#define LAST_UNARY_(NAME) last = GGML_PY_UNARY_OP_##NAME;
+#define LAST_GLU_(NAME)   last = GGML_PY_GLU_OP_##NAME;
+#define TYPE_NAME_(ID, id, name, blck, size, vdt) type_names[id] = name;
+
+static void list(const char * key, const char * const * names, int n, int last) {
+    printf("\"%s\": {\"last_id\": %d, \"names\": [", key, last);
+    for (int i = 0; i < n; i++)
+        printf("%s\"%s\"", i ? ", " : "", names[i] ? names[i] : "");
+    printf("]}, ");
+}
+
 int main(void) {
     int last = -1;
-    GGML_PY_UNARY_OPS(LAST_)
-    printf("{\"count\": %d, \"last_id\": %d, \"names\": [", (int)GGML_PY_UNARY_OP_COUNT, last);
-    for (int i = 0; i < GGML_PY_UNARY_OP_COUNT; i++)
-        printf("%s\"%s\"", i ? ", " : "", ggml_py_unary_op_names[i]);
-    printf("]}\n");
+    const char * type_names[GGML_PY_TYPE_COUNT] = {0};
+    GGML_PY_TYPES(TYPE_NAME_)
+    printf("{");
+    GGML_PY_OPS(LAST_OP_)
+    list("ops", ggml_py_op_names, GGML_PY_OP_COUNT, last);
+    GGML_PY_UNARY_OPS(LAST_UNARY_)
+    list("unary", ggml_py_unary_op_names, GGML_PY_UNARY_OP_COUNT, last);
+    GGML_PY_GLU_OPS(LAST_GLU_)
+    list("glu", ggml_py_glu_op_names, GGML_PY_GLU_OP_COUNT, last);
+    list("types", type_names, GGML_PY_TYPE_COUNT, -1);
+    printf("\"end\": 0}\n");
     return 0;
 }
 """
@@ -88,9 +107,14 @@ def test_the_recipe_fits_in_five_lines():
 
 
 def test_the_python_tables_are_the_headers(tmp_path):
+    # the names _core has (held to ggml 0.10.1's by test_op_metadata.py) are the C enums'
     seen = _compile_and_run(tmp_path, SRC)
-    assert tuple(seen["names"]) == UNARY_OP_NAMES == ops.UNARY_OPS
-    assert seen["count"] == len(UNARY_OP_NAMES) and seen["last_id"] == seen["count"] - 1
+    assert tuple(seen["ops"]["names"]) == OP_NAMES_LIST
+    assert tuple(seen["unary"]["names"]) == UNARY_OP_NAMES == ops.UNARY_OPS
+    assert tuple(seen["glu"]["names"]) == GLU_OP_NAMES == ops.GLU_OPS
+    assert seen["types"]["names"] == [n or "" for n in TYPE_NAMES]
+    for key in ("ops", "unary", "glu"):
+        assert seen[key]["last_id"] == len(seen[key]["names"]) - 1, key
 
 
 def test_a_dummy_unary_op_from_the_recipe_alone(tmp_path):
@@ -105,14 +129,14 @@ def test_a_dummy_unary_op_from_the_recipe_alone(tmp_path):
     case, function, c_file = kernel.group(1).replace("NAME", "DUMMY"), kernel.group(2), kernel.group(3)
 
     copy = _copy_sources(tmp_path)
-    before = _compile_and_run(tmp_path, copy)
+    before = _compile_and_run(tmp_path, copy)["unary"]
     h = copy / header
     h.write_text(_add_to_list(h.read_text(), macro, line))
 
     # every table of the vocabulary grew by the one op, at the end, with the next id
-    after = _compile_and_run(tmp_path, copy)
+    after = _compile_and_run(tmp_path, copy)["unary"]
     assert after["names"] == before["names"] + ["DUMMY"]
-    assert after["count"] == before["count"] + 1 and after["last_id"] == before["count"]
+    assert after["last_id"] == len(before["names"])
 
     # the C kernels' enum grew with it, and without its kernel the CPU executor does not build
     kernels = copy / c_file

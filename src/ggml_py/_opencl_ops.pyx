@@ -18,8 +18,14 @@ cdef int64_t SORT_MAX = _K.SORT_MAX, FA_D = _K.FA_D
 
 # the unary ops k_map1 computes, by id (the kernels' own list)
 cdef bint UNARY_OK[GGML_PY_UNARY_OP_COUNT]
-for _u, _name in enumerate(_UNARY_OP_NAMES):
-    UNARY_OK[_u] = _name in _K.UNARY_SUPPORTED
+
+
+cdef void _init_unary_ok():
+    for u, name in enumerate(_UNARY_OP_NAMES):
+        UNARY_OK[u] = name in _K.UNARY_SUPPORTED
+
+
+_init_unary_ok()
 
 # the ops the rule answers for (every other op: no)
 OPENCL_OPS = ("NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE", "DUP", "CONT", "CPY", "REPEAT",
