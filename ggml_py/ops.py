@@ -15,17 +15,69 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-import struct
-from typing import TYPE_CHECKING, Callable, NoReturn, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Protocol, Sequence, TypeVar
 
 import numpy as np
 
 from ggml_py._core import (EMPTY_OPS, GLU_OP_NAMES, ROPE_TYPES as _ROPE_TYPES, UNARY_OP_NAMES,
                            VIEW_OPS, Context, Tensor, blck_size, int_arg, type_size)
 from ggml_py.errors import ArgumentTypeError, GraphError
+# the shared numerics, under their old names here too (ops.f32_bits, ops.powf, ...)
+from ggml_py.numerics import (alibi_bases as alibi_bases, bits_f32 as bits_f32,
+                              f32_bits as f32_bits, powf as powf,
+                              rope_theta_scale as rope_theta_scale,
+                              rope_yarn_corr_dims as rope_yarn_corr_dims)
 
 if TYPE_CHECKING:
     from ggml_py._core import TypeSpec
+
+# ---------------------------------------------------------------------------
+# argument checks: every public function here says which of its arguments are the
+# Context and tensors (by its annotations, checked once at the module boundary), so a
+# wrong argument is an ArgumentTypeError naming it and not an AttributeError from deep
+# inside a builder. @_builder also lists the function for builder() (op case files).
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_CHECKED_TYPES = {"Context": (Context, False), "Tensor": (Tensor, False),
+                  "Tensor | None": (Tensor, True)}
+_BUILDERS: dict[str, Callable[..., Tensor]] = {}
+
+
+def _checked(fn: _F) -> _F:
+    """fn with its Context, Tensor and Tensor | None arguments checked on every call."""
+    checks = [(i, p.name) + _CHECKED_TYPES[p.annotation]
+              for i, p in enumerate(inspect.signature(fn).parameters.values())
+              if p.annotation in _CHECKED_TYPES]
+
+    @functools.wraps(fn)
+    def checked(*args: object, **kwargs: object) -> Any:
+        for i, name, cls, optional in checks:
+            value = args[i] if i < len(args) else kwargs.get(name, None if optional else cls)
+            if not isinstance(value, cls) and not (optional and value is None) \
+                    and value is not cls:       # (a missing argument: Python's TypeError)
+                raise ArgumentTypeError(f"{fn.__name__}: {name} must be a {cls.__name__}"
+                                        f"{' or None' if optional else ''}, got "
+                                        f"{type(value).__name__}")
+        return fn(*args, **kwargs)
+    return checked  # type: ignore[return-value]
+
+
+def _builder(fn: _F) -> _F:
+    """An op builder: checked, and found by builder() under its name."""
+    checked = _checked(fn)
+    _BUILDERS[fn.__name__] = checked
+    return checked
+
+
+def builder(call: str) -> Callable[..., Tensor]:
+    """The builder for a ggml C function name ('ggml_mul_mat' -> mul_mat)."""
+    if not isinstance(call, str):
+        raise ArgumentTypeError(f"an op builder is named by a string, got {type(call).__name__}")
+    f = _BUILDERS.get(call[5:] if call.startswith("ggml_") else call)
+    if f is None:
+        raise GraphError(f"no op builder for {call!r}")
+    return f
+
 
 # ---------------------------------------------------------------------------
 # enums (ggml.h)
@@ -79,27 +131,6 @@ def rope_mode_id(mode: str | int) -> int:
     return _enum(mode, ROPE_TYPES, "GGML_ROPE_TYPE_", "rope mode")
 
 
-def f32_bits(x: float) -> int:
-    """The int32 word holding float32 x bit-wise (ggml_set_op_params_f32; like C's cast,
-    a value past float32's range becomes an infinity)."""
-    x = float(x)
-    if math.isfinite(x) and math.fabs(x) > _F32_MAX:
-        x = math.copysign(math.inf, x)
-    word: int = struct.unpack("<i", struct.pack("<f", x))[0]
-    return word
-
-
-_F32_MAX: float = struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]
-
-
-def bits_f32(w: int) -> float:
-    """Inverse of f32_bits (an unsigned 32-bit word is read as its int32 bits)."""
-    if type(w) is not int or not -(1 << 31) <= w < (1 << 32):     # kernels call this a lot
-        w = int_arg(w, "op param", -(1 << 31), (1 << 32) - 1)
-    x: float = struct.unpack("<f", struct.pack("<i", w - (1 << 32) if w >= (1 << 31) else w))[0]
-    return x
-
-
 def _i32(x: int) -> int:
     """A C int32 cast of an integer (size_t params are stored truncated, as ggml does)."""
     x = int(x) & 0xFFFFFFFF
@@ -134,6 +165,7 @@ def _fail(op: str, t: Tensor, msg: str) -> NoReturn:
                      f"{msg}")
 
 
+@_checked
 def is_contiguous_n(t: Tensor, n: int) -> bool:
     """ggml_is_contiguous_n: rows packed, and dims above n packed on the ones below (dims 1..n may
     have gaps)."""
@@ -154,31 +186,37 @@ def is_contiguous_n(t: Tensor, n: int) -> bool:
     return True
 
 
+@_checked
 def is_contiguous(t: Tensor) -> bool:
     """ggml_is_contiguous: every element packed, in ne order, without gaps."""
     return is_contiguous_n(t, 0)
 
 
+@_checked
 def is_contiguous_1(t: Tensor) -> bool:
     """ggml_is_contiguous_1: rows packed, dims 2 and 3 packed on dim 1 (rows may be padded)."""
     return is_contiguous_n(t, 1)
 
 
+@_checked
 def is_contiguous_rows(t: Tensor) -> bool:
     """ggml_is_contiguous_rows: the elements of each row (dim 0) are packed."""
     return t.ne[0] == blck_size(t.type) or t.nb[0] == type_size(t.type)
 
 
+@_checked
 def is_transposed(t: Tensor) -> bool:
     """ggml_is_transposed: dim 0's stride is larger than dim 1's."""
     return t.nb[0] > t.nb[1]
 
 
+@_checked
 def is_empty(t: Tensor) -> bool:
     """ggml_is_empty: some dimension is 0."""
     return any(x == 0 for x in t.ne)
 
 
+@_checked
 def nelements(t: Tensor) -> int:
     """ggml_nelements: the number of elements."""
     n = 1
@@ -187,16 +225,19 @@ def nelements(t: Tensor) -> int:
     return n
 
 
+@_checked
 def can_repeat(t0: Tensor, t1: Tensor) -> bool:
     """ggml_can_repeat: t0 can be tiled to t1's shape."""
     return is_empty(t0) or all(t0.ne[i] and t1.ne[i] % t0.ne[i] == 0 for i in range(4))
 
 
+@_checked
 def are_same_shape(a: Tensor, b: Tensor) -> bool:
     """ggml_are_same_shape: equal ne in all four dims."""
     return tuple(a.ne) == tuple(b.ne)
 
 
+@_checked
 def is_vector(t: Tensor) -> bool:
     """ggml_is_vector: dims 1 to 3 are all 1."""
     return t.ne[1] == 1 and t.ne[2] == 1 and t.ne[3] == 1
@@ -222,28 +263,33 @@ def _new(ctx: Context, op: str, srcs: Sequence[Tensor | None], type: TypeSpec, n
                       view_offs=view_offs, nb=nb, name=name)
 
 
+@_builder
 def new_tensor(ctx: Context, type: TypeSpec, ne: Sequence[int], name: str | None = None) -> Tensor:
     """ggml_new_tensor: a tensor of `type` with ggml-order shape `ne`."""
     return ctx.new_tensor(type, ne=_ne4(ne), name=name)
 
 
+@_builder
 def new_tensor_1d(ctx: Context, type: TypeSpec, ne0: int, name: str | None = None) -> Tensor:
     """ggml_new_tensor_1d: a new tensor of `type` with ne0 elements."""
     return new_tensor(ctx, type, [ne0], name)
 
 
+@_builder
 def new_tensor_2d(ctx: Context, type: TypeSpec, ne0: int, ne1: int,
                   name: str | None = None) -> Tensor:
     """ggml_new_tensor_2d: a new tensor of `type`, shape [ne0, ne1] (ggml order)."""
     return new_tensor(ctx, type, [ne0, ne1], name)
 
 
+@_builder
 def new_tensor_3d(ctx: Context, type: TypeSpec, ne0: int, ne1: int, ne2: int,
                   name: str | None = None) -> Tensor:
     """ggml_new_tensor_3d: a new tensor of `type`, shape [ne0, ne1, ne2] (ggml order)."""
     return new_tensor(ctx, type, [ne0, ne1, ne2], name)
 
 
+@_builder
 def new_tensor_4d(ctx: Context, type: TypeSpec, ne0: int, ne1: int, ne2: int, ne3: int,
                   name: str | None = None) -> Tensor:
     """ggml_new_tensor_4d: a new tensor of `type`, shape [ne0, ne1, ne2, ne3] (ggml order)."""
@@ -275,6 +321,7 @@ def _un(ctx: Context, op: str, a: Tensor, params: Sequence[int] = (),
 # ---------------------------------------------------------------------------
 # views (no data movement)
 
+@_builder
 def view_tensor(ctx: Context, a: Tensor) -> Tensor:
     """ggml_view_tensor: op NONE, same shape and strides, named '<a> (view)'."""
     t = _new(ctx, "NONE", [], a.type, a.ne, view_of=a, nb=list(a.nb))
@@ -289,6 +336,7 @@ def _view_impl(ctx: Context, a: Tensor, ne: Sequence[int], nb: Sequence[int],
     return ctx.view(a, list(reversed(ne)), nb=list(nb), offset=int(offset))
 
 
+@_builder
 def view_1d(ctx: Context, a: Tensor, ne0: int, offset: int = 0) -> Tensor:
     """ggml_view_1d: ne0 elements of a from byte `offset`, sharing a's memory."""
     es = type_size(a.type)
@@ -296,12 +344,14 @@ def view_1d(ctx: Context, a: Tensor, ne0: int, offset: int = 0) -> Tensor:
     return _view_impl(ctx, a, [ne0], [es, n1, n1, n1], offset)
 
 
+@_builder
 def view_2d(ctx: Context, a: Tensor, ne0: int, ne1: int, nb1: int, offset: int = 0) -> Tensor:
     """ggml_view_2d: an [ne0, ne1] view of a from byte `offset`, rows nb1 bytes apart."""
     es = type_size(a.type)
     return _view_impl(ctx, a, [ne0, ne1], [es, nb1, nb1 * ne1, nb1 * ne1], offset)
 
 
+@_builder
 def view_3d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, nb1: int, nb2: int,
             offset: int = 0) -> Tensor:
     """ggml_view_3d: an [ne0, ne1, ne2] view of a from byte `offset`, strides nb1 and nb2 (bytes).
@@ -310,6 +360,7 @@ def view_3d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, nb1: int, nb2
     return _view_impl(ctx, a, [ne0, ne1, ne2], [es, nb1, nb2, nb2 * ne2], offset)
 
 
+@_builder
 def view_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int, nb1: int, nb2: int,
             nb3: int, offset: int = 0) -> Tensor:
     """ggml_view_4d: an [ne0, ne1, ne2, ne3] view of a from byte `offset`, strides nb1, nb2, nb3
@@ -318,6 +369,7 @@ def view_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int, nb1
     return _view_impl(ctx, a, [ne0, ne1, ne2, ne3], [es, nb1, nb2, nb3], offset)
 
 
+@_builder
 def reshape(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """ggml_reshape: a's data with b's shape."""
     if nelements(a) != nelements(b):
@@ -337,26 +389,31 @@ def _reshape(ctx: Context, a: Tensor, ne: Sequence[int]) -> Tensor:
     return ctx.reshape(a, list(reversed(ne)))
 
 
+@_builder
 def reshape_1d(ctx: Context, a: Tensor, ne0: int) -> Tensor:
     """ggml_reshape_1d: contiguous a's elements as one row of ne0 (a view)."""
     return _reshape(ctx, a, [ne0])
 
 
+@_builder
 def reshape_2d(ctx: Context, a: Tensor, ne0: int, ne1: int) -> Tensor:
     """ggml_reshape_2d: contiguous a's elements with shape [ne0, ne1] (a view)."""
     return _reshape(ctx, a, [ne0, ne1])
 
 
+@_builder
 def reshape_3d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int) -> Tensor:
     """ggml_reshape_3d: contiguous a's elements with shape [ne0, ne1, ne2] (a view)."""
     return _reshape(ctx, a, [ne0, ne1, ne2])
 
 
+@_builder
 def reshape_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
     """ggml_reshape_4d: contiguous a's elements with shape [ne0, ne1, ne2, ne3] (a view)."""
     return _reshape(ctx, a, [ne0, ne1, ne2, ne3])
 
 
+@_builder
 def permute(ctx: Context, a: Tensor, axis0: int = 0, axis1: int = 1, axis2: int = 2,
             axis3: int = 3) -> Tensor:
     """ggml_permute: source dim i goes to position axis_i."""
@@ -367,6 +424,7 @@ def permute(ctx: Context, a: Tensor, axis0: int = 0, axis1: int = 1, axis2: int 
     return ctx.permute(a, axes)
 
 
+@_builder
 def transpose(ctx: Context, a: Tensor) -> Tensor:
     """ggml_transpose: a with dims 0 and 1 swapped (a view: permute(a, 1, 0, 2, 3))."""
     _check_tensor(a, "TRANSPOSE", "a")
@@ -376,16 +434,19 @@ def transpose(ctx: Context, a: Tensor) -> Tensor:
 # ---------------------------------------------------------------------------
 # copies
 
+@_builder
 def dup(ctx: Context, a: Tensor) -> Tensor:
     """ggml_dup: a contiguous copy of a (op DUP)."""
     return _un(ctx, "DUP", a)
 
 
+@_builder
 def dup_inplace(ctx: Context, a: Tensor) -> Tensor:
     """ggml_dup_inplace: DUP as a view of a."""
     return _un(ctx, "DUP", a, inplace=True)
 
 
+@_builder
 def cpy(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """ggml_cpy: copy a's elements (logical order) into b; returns a view of b."""
     _check_tensor(a, "CPY", "a")
@@ -398,6 +459,7 @@ def cpy(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     return t
 
 
+@_builder
 def cast(ctx: Context, a: Tensor, type: TypeSpec) -> Tensor:
     """ggml_cast: a's elements converted to `type` in a new tensor (op CPY, its own destination)."""
     _check_tensor(a, "CPY", "a")
@@ -407,6 +469,7 @@ def cast(ctx: Context, a: Tensor, type: TypeSpec) -> Tensor:
     return t
 
 
+@_builder
 def cont(ctx: Context, a: Tensor) -> Tensor:
     """ggml_cont: a contiguous copy of a (of a view, a permutation or a transpose)."""
     _check_tensor(a, "CONT", "a")
@@ -415,6 +478,7 @@ def cont(ctx: Context, a: Tensor) -> Tensor:
     return t
 
 
+@_builder
 def cont_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
     """ggml_cont_4d: a's elements, in order, copied into a contiguous [ne0, ne1, ne2, ne3] tensor.
     ggml_cont_4d: a's elements, in order, copied into a contiguous [ne0, ne1, ne2, ne3] tensor."""
@@ -426,16 +490,19 @@ def cont_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -> 
     return t
 
 
+@_builder
 def cont_1d(ctx: Context, a: Tensor, ne0: int) -> Tensor:
     """ggml_cont_1d: a's elements, in order, copied into a contiguous row of ne0."""
     return cont_4d(ctx, a, ne0, 1, 1, 1)
 
 
+@_builder
 def cont_2d(ctx: Context, a: Tensor, ne0: int, ne1: int) -> Tensor:
     """ggml_cont_2d: a's elements, in order, copied into a contiguous [ne0, ne1] tensor."""
     return cont_4d(ctx, a, ne0, ne1, 1, 1)
 
 
+@_builder
 def cont_3d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int) -> Tensor:
     """ggml_cont_3d: a's elements, in order, copied into a contiguous [ne0, ne1, ne2] tensor."""
     return cont_4d(ctx, a, ne0, ne1, ne2, 1)
@@ -455,46 +522,55 @@ def _binary(ctx: Context, op: str, a: Tensor, b: Tensor, inplace: bool = False) 
     return _dup_tensor(ctx, op, a, [a, b])
 
 
+@_builder
 def add(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """ggml_add: a + b element-wise, b repeated to a's shape; the result has a's shape and type."""
     return _binary(ctx, "ADD", a, b)
 
 
+@_builder
 def add_inplace(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """ggml_add_inplace: a + b (b repeated to a's shape), written into a: a view of a."""
     return _binary(ctx, "ADD", a, b, inplace=True)
 
 
+@_builder
 def sub(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """ggml_sub: a - b element-wise, b repeated to a's shape; the result has a's shape and type."""
     return _binary(ctx, "SUB", a, b)
 
 
+@_builder
 def sub_inplace(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """ggml_sub_inplace: a - b (b repeated to a's shape), written into a: a view of a."""
     return _binary(ctx, "SUB", a, b, inplace=True)
 
 
+@_builder
 def mul(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """ggml_mul: a * b element-wise, b repeated to a's shape; the result has a's shape and type."""
     return _binary(ctx, "MUL", a, b)
 
 
+@_builder
 def mul_inplace(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """ggml_mul_inplace: a * b (b repeated to a's shape), written into a: a view of a."""
     return _binary(ctx, "MUL", a, b, inplace=True)
 
 
+@_builder
 def div(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """ggml_div: a / b element-wise, b repeated to a's shape; the result has a's shape and type."""
     return _binary(ctx, "DIV", a, b)
 
 
+@_builder
 def div_inplace(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """ggml_div_inplace: a / b (b repeated to a's shape), written into a: a view of a."""
     return _binary(ctx, "DIV", a, b, inplace=True)
 
 
+@_builder
 def acc(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset: int,
         inplace: bool = False) -> Tensor:
     """ggml_acc: a copy of a (f32) with b added into its view of strides nb1, nb2, nb3 at byte
@@ -514,6 +590,7 @@ def acc(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset
     return _dup_tensor(ctx, op, a, [a, b], params)
 
 
+@_builder
 def acc_inplace(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int,
                 offset: int) -> Tensor:
     """ggml_acc_inplace: acc written into a (a view of a)."""
@@ -523,26 +600,31 @@ def acc_inplace(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int
 # ---------------------------------------------------------------------------
 # element-wise unary and friends
 
+@_builder
 def sqr(ctx: Context, a: Tensor) -> Tensor:
     """ggml_sqr: a * a element-wise."""
     return _un(ctx, "SQR", a)
 
 
+@_builder
 def sqrt(ctx: Context, a: Tensor) -> Tensor:
     """ggml_sqrt: the square root of each element."""
     return _un(ctx, "SQRT", a)
 
 
+@_builder
 def scale(ctx: Context, a: Tensor, s: float) -> Tensor:
     """ggml_scale: a * s (s a float)."""
     return scale_bias(ctx, a, s, 0.0)
 
 
+@_builder
 def scale_inplace(ctx: Context, a: Tensor, s: float) -> Tensor:
     """ggml_scale_inplace: a * s written into a (a view of a)."""
     return scale_bias(ctx, a, s, 0.0, inplace=True)
 
 
+@_builder
 def scale_bias(ctx: Context, a: Tensor, s: float, b: float, inplace: bool = False) -> Tensor:
     """ggml_scale_bias: a * s + b (floats); inplace writes into a."""
     _check_tensor(a, "SCALE", "a")
@@ -552,12 +634,14 @@ def scale_bias(ctx: Context, a: Tensor, s: float, b: float, inplace: bool = Fals
     return _un(ctx, "SCALE", a, [f32_bits(s), f32_bits(b)], inplace)
 
 
+@_builder
 def clamp(ctx: Context, a: Tensor, min: float, max: float) -> Tensor:
     """ggml_clamp: returns a view of a and clamps in place."""
     _check_tensor(a, "CLAMP", "a")
     return _view_tensor(ctx, "CLAMP", a, [a], [f32_bits(min), f32_bits(max)])
 
 
+@_builder
 def unary(ctx: Context, a: Tensor, op: str | int, inplace: bool = False) -> Tensor:
     """ggml_unary: the unary op `op` ('SILU', 'GELU', ..., or its id) on each element; inplace
     writes into a."""
@@ -570,6 +654,7 @@ def unary(ctx: Context, a: Tensor, op: str | int, inplace: bool = False) -> Tens
     return _un(ctx, "UNARY", a, [op], inplace)
 
 
+@_builder
 def unary_inplace(ctx: Context, a: Tensor, op: str | int) -> Tensor:
     """ggml_unary_inplace: unary written into a (a view of a)."""
     return unary(ctx, a, op, inplace=True)
@@ -585,7 +670,7 @@ def _make_unary(name: str) -> UnaryBuilder:
         return unary(ctx, a, name)
     f.__name__ = name.lower()
     f.__doc__ = f"ggml_{name.lower()}: UNARY {name}."
-    return f
+    return _builder(f)
 
 
 # ggml_abs, ggml_relu, ...: one builder per unary op (XIELU has parameters: xielu below)
@@ -619,6 +704,7 @@ def _softplus_f32(x: float) -> float:
         return float(x32 if x32 > 20.0 else np.log(np.float32(1) + np.exp(x32)))
 
 
+@_builder
 def xielu(ctx: Context, a: Tensor, alpha_n: float, alpha_p: float, beta: float,
           eps: float) -> Tensor:
     """ggml_xielu: UNARY XIELU; op_params [op, beta + softplus(alpha_n), softplus(alpha_p),
@@ -630,6 +716,7 @@ def xielu(ctx: Context, a: Tensor, alpha_n: float, alpha_p: float, beta: float,
                        f32_bits(_softplus_f32(alpha_p)), f32_bits(beta), f32_bits(eps)])
 
 
+@_builder
 def swiglu_oai(ctx: Context, a: Tensor, b: Tensor | None, alpha: float, limit: float) -> Tensor:
     """ggml_swiglu_oai: GLU SWIGLU_OAI with op_params [op, 0, alpha, limit]."""
     t = _glu_impl(ctx, a, b, "SWIGLU_OAI", False)
@@ -639,12 +726,14 @@ def swiglu_oai(ctx: Context, a: Tensor, b: Tensor | None, alpha: float, limit: f
     return t
 
 
+@_builder
 def glu(ctx: Context, a: Tensor, op: str | int, swapped: bool = False) -> Tensor:
     """ggml_glu: the gated linear unit `op` over each row's halves, act(first) * second (swapped:
     act(second) * first); rows half as long."""
     return _glu_impl(ctx, a, None, op, swapped)
 
 
+@_builder
 def glu_split(ctx: Context, a: Tensor, b: Tensor, op: str | int) -> Tensor:
     """ggml_glu_split: the gated linear unit `op` of two tensors of one shape: act(a) * b."""
     return _glu_impl(ctx, a, b, op, False)
@@ -690,7 +779,7 @@ def _make_glu(name: str) -> tuple[GluBuilder, GluSplitBuilder]:
     f.__doc__ = (f"ggml_{f.__name__}: GLU {name} over each row's halves, act(first) * second "
                  "(swapped: act(second) * first); rows half as long.")
     fs.__doc__ = f"ggml_{fs.__name__}: GLU {name} of two tensors of one shape, act(a) * b."
-    return f, fs
+    return _builder(f), _builder(fs)
 
 
 # ggml_swiglu (one input, halves) and ggml_swiglu_split (two inputs), ... per GLU op
@@ -701,16 +790,19 @@ geglu_erf, geglu_erf_split = _make_glu("GEGLU_ERF")
 geglu_quick, geglu_quick_split = _make_glu("GEGLU_QUICK")
 
 
+@_builder
 def reglu_swapped(ctx: Context, a: Tensor) -> Tensor:
     """ggml_reglu_swapped: REGLU over each row's halves, relu(second) * first."""
     return glu(ctx, a, "REGLU", True)
 
 
+@_builder
 def geglu_swapped(ctx: Context, a: Tensor) -> Tensor:
     """ggml_geglu_swapped: GEGLU over each row's halves, gelu(second) * first."""
     return glu(ctx, a, "GEGLU", True)
 
 
+@_builder
 def swiglu_swapped(ctx: Context, a: Tensor) -> Tensor:
     """ggml_swiglu_swapped: SWIGLU over each row's halves, silu(second) * first."""
     return glu(ctx, a, "SWIGLU", True)
@@ -719,46 +811,54 @@ def swiglu_swapped(ctx: Context, a: Tensor) -> Tensor:
 # ---------------------------------------------------------------------------
 # reductions, norms
 
+@_builder
 def sum(ctx: Context, a: Tensor) -> Tensor:
     """ggml_sum: the sum of all of a's elements, a one-element tensor."""
     _check_tensor(a, "SUM", "a")
     return _new(ctx, "SUM", [a], a.type, [1])
 
 
+@_builder
 def sum_rows(ctx: Context, a: Tensor) -> Tensor:
     """ggml_sum_rows: the sum of each row, shape [1, ne1, ne2, ne3]."""
     _check_tensor(a, "SUM_ROWS", "a")
     return _new(ctx, "SUM_ROWS", [a], a.type, [1] + list(a.ne[1:]))
 
 
+@_builder
 def mean(ctx: Context, a: Tensor) -> Tensor:
     """ggml_mean: the mean of each row (f32), shape [1, ne1, ne2, ne3]."""
     _check_tensor(a, "MEAN", "a")
     return _new(ctx, "MEAN", [a], "f32", [1] + list(a.ne[1:]))
 
 
+@_builder
 def norm(ctx: Context, a: Tensor, eps: float, inplace: bool = False) -> Tensor:
     """ggml_norm: each row shifted to mean 0 and scaled to variance 1 (eps added to the variance);
     inplace writes into a."""
     return _un(ctx, "NORM", a, [f32_bits(eps)], inplace)
 
 
+@_builder
 def rms_norm(ctx: Context, a: Tensor, eps: float, inplace: bool = False) -> Tensor:
     """ggml_rms_norm: each row divided by its root mean square (eps added to the mean square);
     inplace writes into a."""
     return _un(ctx, "RMS_NORM", a, [f32_bits(eps)], inplace)
 
 
+@_builder
 def norm_inplace(ctx: Context, a: Tensor, eps: float) -> Tensor:
     """ggml_norm_inplace: norm written into a (a view of a)."""
     return norm(ctx, a, eps, True)
 
 
+@_builder
 def rms_norm_inplace(ctx: Context, a: Tensor, eps: float) -> Tensor:
     """ggml_rms_norm_inplace: rms_norm written into a (a view of a)."""
     return rms_norm(ctx, a, eps, True)
 
 
+@_builder
 def repeat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """ggml_repeat: a tiled to b's shape (each of b's dims a multiple of a's)."""
     _check_tensor(a, "REPEAT", "a")
@@ -768,6 +868,7 @@ def repeat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     return _new(ctx, "REPEAT", [a], a.type, b.ne)
 
 
+@_builder
 def repeat_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
     """ggml_repeat_4d: a tiled to shape [ne0, ne1, ne2, ne3] (each a multiple of a's dim)."""
     _check_tensor(a, "REPEAT", "a")
@@ -777,6 +878,7 @@ def repeat_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -
     return _new(ctx, "REPEAT", [a], a.type, ne)
 
 
+@_builder
 def concat(ctx: Context, a: Tensor, b: Tensor, dim: int) -> Tensor:
     """ggml_concat: a and b joined along `dim` (0..3; the other dims equal, one type)."""
     _check_tensor(a, "CONCAT", "a")
@@ -803,6 +905,7 @@ def _can_mul_mat(a: Tensor, b: Tensor) -> bool:
     return a.ne[0] == b.ne[0] and b.ne[2] % a.ne[2] == 0 and b.ne[3] % a.ne[3] == 0
 
 
+@_builder
 def mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """ggml_mul_mat: every row of a dotted with every row of b: shape [a.ne1, b.ne1, b.ne2, b.ne3],
     f32 (b @ a.T in numpy terms; a's dims 2 and 3 are broadcast over b's)."""
@@ -818,6 +921,7 @@ def mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     return _new(ctx, "MUL_MAT", [a, b], "f32", [a.ne[1], b.ne[1], b.ne[2], b.ne[3]])
 
 
+@_checked
 def mul_mat_set_prec(a: Tensor, prec: str | int) -> None:
     """ggml_mul_mat_set_prec: a MUL_MAT node's precision, 'DEFAULT' or 'F32'."""
     if a.op != "MUL_MAT":
@@ -827,6 +931,7 @@ def mul_mat_set_prec(a: Tensor, prec: str | int) -> None:
     a.set_op_params(p)
 
 
+@_builder
 def mul_mat_id(ctx: Context, as_: Tensor, b: Tensor, ids: Tensor) -> Tensor:
     """ggml_mul_mat_id: for each token, the experts of as_ (one matrix each) named by ids (i32
     [n_used, n_tokens]) applied to b: shape [as_.ne1, n_used, n_tokens], f32 (mixture of
@@ -856,6 +961,7 @@ def mul_mat_id(ctx: Context, as_: Tensor, b: Tensor, ids: Tensor) -> Tensor:
 # ---------------------------------------------------------------------------
 # rows
 
+@_builder
 def get_rows(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """ggml_get_rows: the rows of a at the indices in b (i32): shape [a.ne0, b.ne0, b.ne1, b.ne2],
     f32 (i32 for an i32 a)."""
@@ -873,6 +979,7 @@ def get_rows(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     return _new(ctx, op, [a, b], type, [a.ne[0], b.ne[0], b.ne[1], b.ne[2]])
 
 
+@_builder
 def set_rows(ctx: Context, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
     """ggml_set_rows(dst a, src b, ids c): returns a view of a; src order is (b, c, a)."""
     op = "SET_ROWS"
@@ -899,12 +1006,14 @@ def set_rows(ctx: Context, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
     return _view_tensor(ctx, op, a, [b, c, a])
 
 
+@_builder
 def diag_mask_inf(ctx: Context, a: Tensor, n_past: int, inplace: bool = False) -> Tensor:
     """ggml_diag_mask_inf: a with every element past the diagonal shifted by n_past (column > n_past
     + row) set to -inf; inplace writes into a."""
     return _un(ctx, "DIAG_MASK_INF", a, [int(n_past)], inplace)
 
 
+@_builder
 def diag_mask_inf_inplace(ctx: Context, a: Tensor, n_past: int) -> Tensor:
     """ggml_diag_mask_inf_inplace: diag_mask_inf written into a (a view of a)."""
     return diag_mask_inf(ctx, a, n_past, True)
@@ -913,16 +1022,19 @@ def diag_mask_inf_inplace(ctx: Context, a: Tensor, n_past: int) -> Tensor:
 # ---------------------------------------------------------------------------
 # attention pieces
 
+@_builder
 def soft_max(ctx: Context, a: Tensor) -> Tensor:
     """ggml_soft_max: the softmax of each row."""
     return soft_max_ext(ctx, a, None, 1.0, 0.0)
 
 
+@_builder
 def soft_max_inplace(ctx: Context, a: Tensor) -> Tensor:
     """ggml_soft_max_inplace: the softmax of each row, written into a (a view of a)."""
     return soft_max_ext(ctx, a, None, 1.0, 0.0, inplace=True)
 
 
+@_builder
 def soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None, scale: float, max_bias: float,
                  inplace: bool = False) -> Tensor:
     """ggml_soft_max_ext: softmax(a * scale + mask) of each row; the mask (f16 or f32, optional) is
@@ -952,12 +1064,14 @@ def soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None, scale: float, max
     return _dup_tensor(ctx, op, a, srcs, params)
 
 
+@_builder
 def soft_max_ext_inplace(ctx: Context, a: Tensor, mask: Tensor | None, scale: float,
                          max_bias: float) -> Tensor:
     """ggml_soft_max_ext_inplace: soft_max_ext written into a (a view of a)."""
     return soft_max_ext(ctx, a, mask, scale, max_bias, inplace=True)
 
 
+@_builder
 def rope_ext(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None, n_dims: int, mode: str | int,
              n_ctx_orig: int = 0, freq_base: float = 10000.0, freq_scale: float = 1.0,
              ext_factor: float = 0.0, attn_factor: float = 1.0, beta_fast: float = 32.0,
@@ -1002,6 +1116,7 @@ def rope_ext(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None, n_dims: int, 
     return _dup_tensor(ctx, op, a, srcs, params)
 
 
+@_builder
 def rope_ext_inplace(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None, n_dims: int,
                      mode: str | int, n_ctx_orig: int = 0, freq_base: float = 10000.0,
                      freq_scale: float = 1.0, ext_factor: float = 0.0, attn_factor: float = 1.0,
@@ -1011,11 +1126,13 @@ def rope_ext_inplace(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None, n_dim
                     attn_factor, beta_fast, beta_slow, inplace=True)
 
 
+@_builder
 def rope(ctx: Context, a: Tensor, b: Tensor, n_dims: int, mode: str | int) -> Tensor:
     """ggml_rope: rope_ext with base 10000 and no scaling (beta_fast = beta_slow = 0)."""
     return rope_ext(ctx, a, b, None, n_dims, mode, 0, 10000.0, 1.0, 0.0, 1.0, 0.0, 0.0)
 
 
+@_builder
 def rope_multi(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None, n_dims: int,
                sections: Sequence[int], mode: str | int, n_ctx_orig: int, freq_base: float,
                freq_scale: float, ext_factor: float, attn_factor: float, beta_fast: float,
@@ -1026,6 +1143,7 @@ def rope_multi(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None, n_dims: int
                     attn_factor, beta_fast, beta_slow, sections=sections)
 
 
+@_builder
 def flash_attn_ext(ctx: Context, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
                    scale: float, max_bias: float = 0.0, logit_softcap: float = 0.0,
                    prec: str | int | None = None) -> Tensor:
@@ -1058,6 +1176,7 @@ def flash_attn_ext(ctx: Context, q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     return _new(ctx, op, srcs, "f32", [v.ne[0], q.ne[2], q.ne[1], q.ne[3]], params)
 
 
+@_checked
 def flash_attn_ext_add_sinks(a: Tensor, sinks: Tensor | None) -> None:
     """ggml_flash_attn_ext_add_sinks: sinks (f32, one per head) become src[4]."""
     if sinks is None:
@@ -1069,6 +1188,7 @@ def flash_attn_ext_add_sinks(a: Tensor, sinks: Tensor | None) -> None:
     a.set_src(4, sinks)
 
 
+@_checked
 def soft_max_add_sinks(a: Tensor, sinks: Tensor | None) -> None:
     """ggml_soft_max_add_sinks: sinks (f32, one per head) become src[2]."""
     if sinks is None:
@@ -1082,6 +1202,7 @@ def soft_max_add_sinks(a: Tensor, sinks: Tensor | None) -> None:
     a.set_src(2, sinks)
 
 
+@_checked
 def flash_attn_ext_set_prec(a: Tensor, prec: str | int) -> None:
     """ggml_flash_attn_ext_set_prec: a FLASH_ATTN_EXT node's precision, 'DEFAULT' or 'F32'."""
     if a.op != "FLASH_ATTN_EXT":
@@ -1094,6 +1215,7 @@ def flash_attn_ext_set_prec(a: Tensor, prec: str | int) -> None:
 # ---------------------------------------------------------------------------
 # sorting
 
+@_builder
 def argsort(ctx: Context, a: Tensor, order: str | int = "ASC") -> Tensor:
     """ggml_argsort: the indices that sort each row, 'ASC' or 'DESC' (i32, a's shape)."""
     _check_tensor(a, "ARGSORT", "a")
@@ -1102,6 +1224,7 @@ def argsort(ctx: Context, a: Tensor, order: str | int = "ASC") -> Tensor:
     return _new(ctx, "ARGSORT", [a], "i32", a.ne, [sort_order_id(order)])
 
 
+@_builder
 def argsort_top_k(ctx: Context, a: Tensor, k: int) -> Tensor:
     """ggml_argsort_top_k: the indices of each row's k largest values, largest first (a view of a
     DESC argsort)."""
@@ -1111,6 +1234,7 @@ def argsort_top_k(ctx: Context, a: Tensor, k: int) -> Tensor:
     return view_4d(ctx, r, k, r.ne[1], r.ne[2], r.ne[3], r.nb[1], r.nb[2], r.nb[3], 0)
 
 
+@_builder
 def top_k(ctx: Context, a: Tensor, k: int) -> Tensor:
     """ggml_top_k: the indices of each row's k largest values, in any order (i32, shape [k, ne1,
     ne2, ne3])."""
@@ -1123,6 +1247,7 @@ def top_k(ctx: Context, a: Tensor, k: int) -> Tensor:
 # ---------------------------------------------------------------------------
 # generators and padding
 
+@_builder
 def arange(ctx: Context, start: float, stop: float, step: float) -> Tensor:
     """ggml_arange: start, start + step, ... while below stop (f32)."""
     if not stop > start:
@@ -1137,6 +1262,7 @@ def arange(ctx: Context, start: float, stop: float, step: float) -> Tensor:
                 [f32_bits(start), f32_bits(stop), f32_bits(step)])
 
 
+@_builder
 def timestep_embedding(ctx: Context, timesteps: Tensor, dim: int,
                        max_period: int = 10000) -> Tensor:
     """ggml_timestep_embedding: sinusoidal embeddings of the timesteps (f32 [n]): shape [dim, n],
@@ -1146,6 +1272,7 @@ def timestep_embedding(ctx: Context, timesteps: Tensor, dim: int,
                 [int(dim), int(max_period)])
 
 
+@_builder
 def pad_ext(ctx: Context, a: Tensor, lp0: int, rp0: int, lp1: int, rp1: int, lp2: int, rp2: int,
             lp3: int, rp3: int, circular: bool = False) -> Tensor:
     """ggml_pad_ext: a with lp_i elements added before and rp_i after along dim i: zeros, or with
@@ -1156,126 +1283,20 @@ def pad_ext(ctx: Context, a: Tensor, lp0: int, rp0: int, lp1: int, rp1: int, lp2
     return _new(ctx, "PAD", [a], a.type, ne, [int(x) for x in p] + [1 if circular else 0])
 
 
+@_builder
 def pad(ctx: Context, a: Tensor, p0: int, p1: int, p2: int = 0, p3: int = 0) -> Tensor:
     """ggml_pad: a with p_i zeros added at the end of dim i."""
     return pad_ext(ctx, a, 0, p0, 0, p1, 0, p2, 0, p3)
 
 
+@_builder
 def pad_circular(ctx: Context, a: Tensor, p0: int, p1: int, p2: int = 0, p3: int = 0) -> Tensor:
     """ggml_pad_circular: a with p_i elements added at the end of dim i, wrapped from its start."""
     return pad_ext(ctx, a, 0, p0, 0, p1, 0, p2, 0, p3, circular=True)
 
 
+@_builder
 def pad_ext_circular(ctx: Context, a: Tensor, lp0: int, rp0: int, lp1: int, rp1: int, lp2: int,
                      rp2: int, lp3: int, rp3: int) -> Tensor:
     """ggml_pad_ext_circular: pad_ext wrapping around (circular)."""
     return pad_ext(ctx, a, lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3, circular=True)
-
-
-# ---------------------------------------------------------------------------
-# dispatch by C name (op case files)
-
-def builder(call: str) -> Callable[..., Tensor]:
-    """The builder for a ggml C function name ('ggml_mul_mat' -> mul_mat)."""
-    if not isinstance(call, str):
-        raise ArgumentTypeError(f"an op builder is named by a string, got {type(call).__name__}")
-    name = call[5:] if call.startswith("ggml_") else call
-    if name == "mul_mat_id":
-        return mul_mat_id
-    f = globals().get(name)
-    if f is None or not callable(f) or name.startswith("_") or name in _NOT_BUILDERS:
-        raise GraphError(f"no op builder for {call!r}")
-    built: Callable[..., Tensor] = f
-    return built
-
-
-_NOT_BUILDERS = {"builder", "flash_attn_ext_add_sinks", "soft_max_add_sinks",
-                 "mul_mat_set_prec", "flash_attn_ext_set_prec", "f32_bits", "bits_f32",
-                 "unary_op_id", "glu_op_id", "sort_order_id",
-                 "rope_mode_id", "is_contiguous", "is_contiguous_n", "is_contiguous_1",
-                 "is_contiguous_rows", "is_transposed", "is_empty", "nelements", "can_repeat",
-                 "are_same_shape", "is_vector", "Tensor", "blck_size", "type_size"}
-
-
-# ---------------------------------------------------------------------------
-# argument checks: every public function here takes its Context and tensors by
-# conventional names; they are checked once, at the module boundary, so that a
-# wrong argument is an ArgumentTypeError naming it and not an AttributeError
-# from deep inside a builder
-
-_TENSOR_PARAMS = {"a", "b", "c", "q", "k", "v", "as_", "ids", "t", "t0", "t1", "mask", "sinks",
-                  "timesteps"}
-# tensor parameters that may be None (ggml's optional sources), and the same names
-# used for numbers
-_OPTIONAL = {"mask", "sinks", "rope_ext.c", "rope_ext_inplace.c", "rope_multi.c"}
-_NUMBERS = {"top_k.k", "argsort_top_k.k", "scale_bias.b"}
-
-
-def _checked(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
-    checks: list[tuple[int, str, type, bool]] = []
-    for i, p in enumerate(inspect.signature(fn).parameters.values()):
-        if p.name == "ctx":
-            checks.append((i, p.name, Context, False))
-        elif p.name in _TENSOR_PARAMS and f"{fn.__name__}.{p.name}" not in _NUMBERS:
-            checks.append((i, p.name, Tensor,
-                           p.name in _OPTIONAL or f"{fn.__name__}.{p.name}" in _OPTIONAL))
-    if not checks:
-        return fn
-
-    @functools.wraps(fn)
-    def checked(*args: object, **kwargs: object) -> Tensor:
-        for i, name, cls, optional in checks:
-            value = args[i] if i < len(args) else kwargs.get(name, None if optional else cls)
-            if not isinstance(value, cls) and not (optional and value is None) \
-                    and value is not cls:
-                raise ArgumentTypeError(f"{fn.__name__}: {name} must be a {cls.__name__}"
-                                        f"{' or None' if optional else ''}, got "
-                                        f"{type(value).__name__}")
-        return fn(*args, **kwargs)
-    return checked
-
-
-globals().update({k: _checked(f) for k, f in list(globals().items())
-                  if inspect.isfunction(f) and f.__module__ == __name__
-                  and not k.startswith("_") and k != "builder"})
-
-
-# ---------------------------------------------------------------------------
-# numerics every backend shares (ggml.c), in f32 as ggml computes them
-
-def powf(x, y):
-    """C's powf on float32 arguments, as ggml computes it. numpy's float32 scalar power is
-    libm's powf; its power ufunc is a SIMD kernel (numpy 2.4) that is one unit in the last
-    place off for one pair in five, and rope's theta_scale, raised to the pair index, spreads
-    that over a whole row."""
-    with np.errstate(all="ignore"):       # NaN and inf as powf gives them
-        return np.float32(float(x)) ** np.float32(float(y))
-
-
-def rope_theta_scale(freq_base, n_dims):
-    """ggml's theta_scale, powf(freq_base, -2.0f / n_dims): each rope pair's rotation
-    rate is the previous pair's times this."""
-    return powf(freq_base, np.float32(-2.0) / np.float32(n_dims))
-
-
-def rope_yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow):
-    """ggml_rope_yarn_corr_dims: the first and last dimension of YaRN's ramp (f32)."""
-    f32 = np.float32
-
-    def corr_dim(n_rot):
-        with np.errstate(divide="ignore"):
-            return f32(n_dims) * np.log(f32(n_ctx_orig) / (f32(n_rot) * f32(2) * f32(math.pi))) \
-                / (f32(2) * np.log(f32(freq_base)))
-    start = np.floor(corr_dim(beta_fast))
-    end = np.ceil(corr_dim(beta_slow))
-    return f32(max(0.0, start)), f32(min(n_dims - 1, end))
-
-
-def alibi_bases(n_head, max_bias):
-    """(m0, m1, n_head_log2) of ggml's ALiBi slopes (soft_max, flash_attn_ext): head h
-    gets m0 ** (h + 1) below n_head_log2, m1 ** (2 (h - n_head_log2) + 1) above."""
-    f32 = np.float32
-    n_head_log2 = 1 << int(math.floor(math.log2(n_head))) if n_head > 0 else 1
-    m0 = powf(2.0, f32(-max_bias) / f32(n_head_log2))
-    m1 = powf(2.0, f32(-max_bias / 2.0) / f32(n_head_log2))
-    return m0, m1, n_head_log2

@@ -1,7 +1,8 @@
 """The one source of op metadata (_core.OP_NAMES_LIST, TYPE_NAMES, ops.UNARY_OPS / GLU_OPS,
 VIEW_OPS / EMPTY_OPS) is ggml 0.10.1's enums. The RPC backend sends these numbers over
 the wire, so a changed list must fail here, everywhere: the digests below were taken
-from lists that test_rpc.py compares with ggml's own libraries (ggml_op_name, ...)."""
+from lists that test_rpc.py compares with ggml's own libraries (ggml_op_name, ...). The C
+enums are the same lists (one header; test_vocab_recipe.py compiles it)."""
 
 import hashlib
 
@@ -23,6 +24,9 @@ def test_enums_are_ggml_0_10_1s():
     got = {"ggml_op": _digest(OP_NAMES_LIST), "ggml_type": _digest(TYPE_NAMES),
            "ggml_unary_op": _digest(ops.UNARY_OPS), "ggml_glu_op": _digest(ops.GLU_OPS)}
     assert got == GGML_0_10_1
+    # ggml.h's GGML_ROPE_TYPE_*, enum ggml_prec and enum ggml_sort_order
+    assert ops.ROPE_TYPES == {"NORMAL": 0, "NEOX": 2, "MROPE": 8, "VISION": 24, "IMROPE": 40}
+    assert ops.PRECS == {"DEFAULT": 0, "F32": 10} and ops.SORT_ORDERS == ("ASC", "DESC")
 
 
 def test_numbers_ggml_code_relies_on():

@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 from conftest import ops_dir
 from ggml_py._core import Context
 from ggml_py.errors import GgmlPyError, GraphError
-from ggml_py import ops, quants
+from ggml_py import numerics, ops, quants
 from ggml_py.tools import opscheck
 from ggml_py.backends.cpu import CPUBackend, tensor_array, SUPPORTED_OPS, rope_cache
 
@@ -259,7 +259,7 @@ def test_rope_cache_theta_is_float32_product(n_dims):
     cos, sin = rope_cache(np.array([5], np.int32), n_dims, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0, 0)
     theta = np.float32(5)
     scale = _libm_powf(10000.0, np.float32(-2.0) / np.float32(n_dims))
-    assert ops.rope_theta_scale(10000.0, n_dims) == scale
+    assert numerics.rope_theta_scale(10000.0, n_dims) == scale
     for i in range(n_dims // 2):
         assert cos[0, i] == np.cos(theta) and sin[0, i] == np.sin(theta)
         theta = np.float32(theta * scale)
@@ -267,14 +267,21 @@ def test_rope_cache_theta_is_float32_product(n_dims):
 
 @given(st.floats(2.0 ** -10, 2.0 ** 20, width=32), st.floats(-8, 8, width=32))
 def test_powf_is_libm_powf(x, y):
-    assert ops.powf(x, y) == _libm_powf(x, y)
+    assert numerics.powf(x, y) == _libm_powf(x, y)
+
+
+def test_ops_keeps_the_shared_numerics_under_its_names():
+    # numerics.py is where they live; `ops.powf` and friends still name them
+    for name in ("f32_bits", "bits_f32", "powf", "rope_theta_scale", "rope_yarn_corr_dims",
+                 "alibi_bases"):
+        assert getattr(ops, name) is getattr(numerics, name)
 
 
 @given(st.integers(1, 64), st.floats(0.125, 16, width=32))
 def test_alibi_slopes_are_ggmls(n_head, max_bias):
     # ggml_compute_forward_soft_max_f32's slopes, powf by powf
     from ggml_py.backends.cpu.numpy_kernels import _alibi_slopes
-    m0, m1, n_head_log2 = ops.alibi_bases(n_head, max_bias)
+    m0, m1, n_head_log2 = numerics.alibi_bases(n_head, max_bias)
     assert m0 == _libm_powf(2.0, np.float32(-max_bias) / np.float32(n_head_log2))
     want = [_libm_powf(m0, h + 1) if h < n_head_log2 else _libm_powf(m1, 2 * (h - n_head_log2) + 1)
             for h in range(n_head)]

@@ -54,24 +54,30 @@ static inline float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * SQRT_
 // ---------------------------------------------------------------------------
 // UNARY, SQR, SQRT, CLAMP, SCALE: y = f(x) element-wise, same shape
 
+// Every kind has its case in unary_row: a unary op listed in ggml-py-vocab.h without its
+// kernel here does not compile (-Wswitch as an error over the enum, no default).
 #define U_ENUM_(NAME) U_##NAME = GGML_PY_UNARY_OP_##NAME,
-enum {  // ggml_unary_op (ggml-py-vocab.h)
-    GGML_PY_UNARY_OPS(U_ENUM_) U_COUNT = GGML_PY_UNARY_OP_COUNT,
+enum unary_kind {  // ggml_unary_op (ggml-py-vocab.h)
+    GGML_PY_UNARY_OPS(U_ENUM_)
     // ops of their own that map element-wise too
     U_SQR = 100, U_SQRT, U_CLAMP, U_SCALE,
 };
+#undef U_ENUM_
 
-static int unary_kind(const gp_tensor * t) {
+static enum unary_kind unary_kind_of(const gp_tensor * t) {
     switch (t->op) {
         case GP_OP_SQR:   return U_SQR;
         case GP_OP_SQRT:  return U_SQRT;
         case GP_OP_CLAMP: return U_CLAMP;
         case GP_OP_SCALE: return U_SCALE;
-        default:          return t->op_params[0];
+        default:          return (enum unary_kind)t->op_params[0];   // checked by gp_select_kernel
     }
 }
 
-static void unary_row(const gp_tensor * t, int kind, int is_f16, const float * x, float * y, int64_t n) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wswitch"
+static void unary_row(const gp_tensor * t, enum unary_kind kind, int is_f16, const float * x,
+                      float * y, int64_t n) {
     switch (kind) {
         case U_ABS:   for (int64_t i = 0; i < n; i++) y[i] = fabsf(x[i]); break;
         case U_SGN:   for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.f ? 1.f : (x[i] < 0.f ? -1.f : 0.f); break;
@@ -122,13 +128,13 @@ static void unary_row(const gp_tensor * t, int kind, int is_f16, const float * x
             else for (int64_t i = 0; i < n; i++) y[i] = x[i] * sc + b;
             break;
         }
-        default: break;
     }
 }
+#pragma GCC diagnostic pop
 
 static int k_unary(const gp_params * p, gp_tensor * dst) {
     const gp_tensor * src = dst->src[0];
-    const int kind = unary_kind(dst);
+    const enum unary_kind kind = unary_kind_of(dst);
     const int64_t n = dst->ne[0];
     const int direct = dst->type == GP_TYPE_F32 && dst->nb[0] == sizeof(float);
     float * tx = scratch(p, n, 0);
@@ -277,13 +283,18 @@ static int k_soft_max(const gp_params * p, gp_tensor * dst) {
 // ---------------------------------------------------------------------------
 // GLU: act(x) * g, x and g the two halves of a row (swapped on request) or two tensors
 
+// (each GLU op has its case in k_glu's switch, or the file does not compile)
 #define GLU_ENUM_(NAME) GLU_##NAME = GGML_PY_GLU_OP_##NAME,
-enum { GGML_PY_GLU_OPS(GLU_ENUM_) GLU_COUNT = GGML_PY_GLU_OP_COUNT };   // ggml_glu_op
+enum glu_kind { GGML_PY_GLU_OPS(GLU_ENUM_) };   // ggml_glu_op
+#undef GLU_ENUM_
 
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wswitch"
 static int k_glu(const gp_params * p, gp_tensor * dst) {
     const gp_tensor * a = dst->src[0];
     const gp_tensor * b = dst->src[1];
-    const int op = dst->op_params[0], swapped = dst->op_params[1];
+    const enum glu_kind op = (enum glu_kind)dst->op_params[0];  // checked by gp_select_kernel
+    const int swapped = dst->op_params[1];
     const int64_t nc = dst->ne[0];
     const int is_f16 = a->type == GP_TYPE_F16;
     const size_t es = gp_type_size(a->type);
@@ -330,13 +341,12 @@ static int k_glu(const gp_params * p, gp_tensor * dst) {
             case GLU_GEGLU_QUICK:
                 for (int64_t i = 0; i < nc; i++) y[i] = gelu_quick_lookup(x[i]) * g[i];
                 break;
-            default:
-                break;
         }
         if (y == ty) gp_store_row(dst->type, gp_row(dst, i1, i2, i3), dst->nb[0], ty, nc);
     }
     return 0;
 }
+#pragma GCC diagnostic pop
 
 // n elements of es bytes from stride sx to stride sy (fixed-size memcpy: one move each)
 static void copy_strided(char * y, size_t sy, const char * x, size_t sx, int64_t n, size_t es) {
@@ -706,7 +716,7 @@ gp_kernel gp_select_kernel(const gp_tensor * t, int nth, int * n_tasks, size_t *
 
         case GP_OP_SQR: case GP_OP_SQRT: case GP_OP_CLAMP: case GP_OP_UNARY: case GP_OP_SCALE:
             if (!s0 || !gp_same_shape(s0, t)) { *error = "shape differs from the source's"; return NULL; }
-            if (t->op == GP_OP_UNARY && (t->op_params[0] < 0 || t->op_params[0] >= U_COUNT)) {
+            if (t->op == GP_OP_UNARY && (t->op_params[0] < 0 || t->op_params[0] >= GGML_PY_UNARY_OP_COUNT)) {
                 *error = "unknown unary op";
                 return NULL;
             }
@@ -749,7 +759,7 @@ gp_kernel gp_select_kernel(const gp_tensor * t, int nth, int * n_tasks, size_t *
 
         case GP_OP_GLU: {
             const int64_t nc = t->ne[0];
-            if (!s0 || t->op_params[0] < 0 || t->op_params[0] >= GLU_COUNT) { *error = "unknown glu op"; return NULL; }
+            if (!s0 || t->op_params[0] < 0 || t->op_params[0] >= GGML_PY_GLU_OP_COUNT) { *error = "unknown glu op"; return NULL; }
             if (s1 ? !gp_same_shape(s0, s1) || s0->ne[0] != nc : s0->ne[0] / 2 != nc) {
                 *error = "the halves (or the two sources) do not match the result";
                 return NULL;

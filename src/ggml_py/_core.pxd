@@ -94,21 +94,6 @@ cdef inline bint ggml_is_view_op(int op) noexcept nogil:
     # VIEW, RESHAPE, PERMUTE, TRANSPOSE
     return op == OP_RESHAPE or op == OP_VIEW or op == OP_PERMUTE or op == OP_TRANSPOSE
 
-# op ids the C code needs by name (ggml 0.10.1's enum ggml_op; _core checks them against
-# OP_NAMES_LIST, the one list of op names, when it is imported)
-cdef enum:
-    OP_NONE = 0
-    OP_CPY = 34
-    OP_RESHAPE = 36
-    OP_VIEW = 37
-    OP_PERMUTE = 38
-    OP_TRANSPOSE = 39
-    OP_GET_ROWS = 40
-    OP_MUL_MAT = 29
-    OP_MUL_MAT_ID = 30
-    OP_ROPE = 48
-    OP_ROPE_BACK = 49
-
 # ---- hash set (port of ggml-impl.h's open addressing set on tensor pointers) ----
 cdef size_t ggml_hash_size(size_t min_sz) noexcept nogil
 cdef int ggml_hash_set_init(ggml_hash_set * hs, size_t min_sz) except -1

@@ -346,15 +346,6 @@ FLAG_NAMES = {"INPUT": GGML_TENSOR_FLAG_INPUT, "OUTPUT": GGML_TENSOR_FLAG_OUTPUT
 TYPE_IDS = {name: i for i, name in enumerate(TYPE_NAMES) if name in TYPE_LAYOUTS}
 OP_IDS = {name: i for i, name in enumerate(OP_NAMES_LIST)}
 
-# the op ids _core.pxd names for C code must be these names' positions
-for _name, _id in (("NONE", OP_NONE), ("RESHAPE", OP_RESHAPE), ("VIEW", OP_VIEW),
-                   ("PERMUTE", OP_PERMUTE), ("TRANSPOSE", OP_TRANSPOSE),
-                   ("GET_ROWS", OP_GET_ROWS), ("MUL_MAT", OP_MUL_MAT),
-                   ("MUL_MAT_ID", OP_MUL_MAT_ID), ("ROPE", OP_ROPE), ("ROPE_BACK", OP_ROPE_BACK),
-                   ("CPY", OP_CPY)):
-    if OP_IDS[_name] != _id:
-        raise ImportError(f"_core.pxd gives op {_name} id {_id}, OP_NAMES_LIST {OP_IDS[_name]}")
-
 # ops without computation: the views (ggml_is_view_op) share their source's memory;
 # with NONE they are ggml's empty ops (ggml_op_is_empty), which need no kernel
 VIEW_OPS = tuple(OP_NAMES_LIST[i] for i in (OP_VIEW, OP_RESHAPE, OP_PERMUTE, OP_TRANSPOSE))

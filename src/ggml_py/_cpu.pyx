@@ -26,7 +26,7 @@ import os
 import threading
 from time import perf_counter_ns
 
-from ggml_py._core import (EMPTY_OPS as _EMPTY_OPS, OP_IDS as _OP_IDS,
+from ggml_py._core import (EMPTY_OPS as _EMPTY_OPS,
                            OP_NAMES_LIST as _OP_NAMES_LIST, type_id)
 from ggml_py.errors import BackendError, OutOfRangeError
 

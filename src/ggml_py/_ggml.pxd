@@ -58,11 +58,40 @@ cdef extern from "ggml_py/ggml-py-vocab.h":
     enum:
         GGML_PY_TYPE_COUNT
         GGML_PY_N_TYPE_INFOS
-    enum ggml_py_type:
-        GGML_PY_TYPE_F32
-        GGML_PY_TYPE_F16
-        GGML_PY_TYPE_Q8_0
-        GGML_PY_TYPE_BF16
+    # the type ids Cython code names (ggml's GGML_TYPE_*): the header gives their values
+    enum:
+        TYPE_F32 "GGML_PY_TYPE_F32"
+        TYPE_F16 "GGML_PY_TYPE_F16"
+        TYPE_Q8_0 "GGML_PY_TYPE_Q8_0"
+        TYPE_I16 "GGML_PY_TYPE_I16"
+        TYPE_I32 "GGML_PY_TYPE_I32"
+        TYPE_I64 "GGML_PY_TYPE_I64"
+        TYPE_BF16 "GGML_PY_TYPE_BF16"
+        TYPE_IQ1_M "GGML_PY_TYPE_IQ1_M"
+        TYPE_IQ1_S "GGML_PY_TYPE_IQ1_S"
+        TYPE_IQ2_S "GGML_PY_TYPE_IQ2_S"
+        TYPE_IQ2_XS "GGML_PY_TYPE_IQ2_XS"
+        TYPE_IQ2_XXS "GGML_PY_TYPE_IQ2_XXS"
+        TYPE_IQ3_S "GGML_PY_TYPE_IQ3_S"
+        TYPE_IQ3_XXS "GGML_PY_TYPE_IQ3_XXS"
+        TYPE_IQ4_NL "GGML_PY_TYPE_IQ4_NL"
+        TYPE_IQ4_XS "GGML_PY_TYPE_IQ4_XS"
+        TYPE_MXFP4 "GGML_PY_TYPE_MXFP4"
+        TYPE_NVFP4 "GGML_PY_TYPE_NVFP4"
+        TYPE_Q1_0 "GGML_PY_TYPE_Q1_0"
+        TYPE_Q2_K "GGML_PY_TYPE_Q2_K"
+        TYPE_Q3_K "GGML_PY_TYPE_Q3_K"
+        TYPE_Q4_0 "GGML_PY_TYPE_Q4_0"
+        TYPE_Q4_1 "GGML_PY_TYPE_Q4_1"
+        TYPE_Q4_K "GGML_PY_TYPE_Q4_K"
+        TYPE_Q5_0 "GGML_PY_TYPE_Q5_0"
+        TYPE_Q5_1 "GGML_PY_TYPE_Q5_1"
+        TYPE_Q5_K "GGML_PY_TYPE_Q5_K"
+        TYPE_Q6_K "GGML_PY_TYPE_Q6_K"
+        TYPE_Q8_1 "GGML_PY_TYPE_Q8_1"
+        TYPE_Q8_K "GGML_PY_TYPE_Q8_K"
+        TYPE_TQ1_0 "GGML_PY_TYPE_TQ1_0"
+        TYPE_TQ2_0 "GGML_PY_TYPE_TQ2_0"
 
     ctypedef struct ggml_py_type_info:
         int id
@@ -82,11 +111,86 @@ cdef extern from "ggml_py/ggml-py-vocab.h":
     const char * const ggml_py_unary_op_names[]
     const char * const ggml_py_glu_op_names[]
 
+    # the op, unary op and GLU op ids Cython code names (ggml's GGML_OP_*, GGML_UNARY_OP_*,
+    # GGML_GLU_OP_*): declared by name only, the header gives their values
+    enum:
+        OP_NONE "GGML_PY_OP_NONE"
+        OP_DUP "GGML_PY_OP_DUP"
+        OP_ADD "GGML_PY_OP_ADD"
+        OP_ACC "GGML_PY_OP_ACC"
+        OP_SUB "GGML_PY_OP_SUB"
+        OP_MUL "GGML_PY_OP_MUL"
+        OP_DIV "GGML_PY_OP_DIV"
+        OP_SQR "GGML_PY_OP_SQR"
+        OP_SQRT "GGML_PY_OP_SQRT"
+        OP_LOG "GGML_PY_OP_LOG"
+        OP_SIN "GGML_PY_OP_SIN"
+        OP_COS "GGML_PY_OP_COS"
+        OP_SUM "GGML_PY_OP_SUM"
+        OP_SUM_ROWS "GGML_PY_OP_SUM_ROWS"
+        OP_CUMSUM "GGML_PY_OP_CUMSUM"
+        OP_MEAN "GGML_PY_OP_MEAN"
+        OP_ARGMAX "GGML_PY_OP_ARGMAX"
+        OP_REPEAT "GGML_PY_OP_REPEAT"
+        OP_CONCAT "GGML_PY_OP_CONCAT"
+        OP_NORM "GGML_PY_OP_NORM"
+        OP_RMS_NORM "GGML_PY_OP_RMS_NORM"
+        OP_MUL_MAT "GGML_PY_OP_MUL_MAT"
+        OP_MUL_MAT_ID "GGML_PY_OP_MUL_MAT_ID"
+        OP_SCALE "GGML_PY_OP_SCALE"
+        OP_CPY "GGML_PY_OP_CPY"
+        OP_CONT "GGML_PY_OP_CONT"
+        OP_RESHAPE "GGML_PY_OP_RESHAPE"
+        OP_VIEW "GGML_PY_OP_VIEW"
+        OP_PERMUTE "GGML_PY_OP_PERMUTE"
+        OP_TRANSPOSE "GGML_PY_OP_TRANSPOSE"
+        OP_GET_ROWS "GGML_PY_OP_GET_ROWS"
+        OP_SET_ROWS "GGML_PY_OP_SET_ROWS"
+        OP_DIAG_MASK_INF "GGML_PY_OP_DIAG_MASK_INF"
+        OP_SOFT_MAX "GGML_PY_OP_SOFT_MAX"
+        OP_ROPE "GGML_PY_OP_ROPE"
+        OP_ROPE_BACK "GGML_PY_OP_ROPE_BACK"
+        OP_CLAMP "GGML_PY_OP_CLAMP"
+        OP_PAD "GGML_PY_OP_PAD"
+        OP_ARANGE "GGML_PY_OP_ARANGE"
+        OP_TIMESTEP_EMBEDDING "GGML_PY_OP_TIMESTEP_EMBEDDING"
+        OP_ARGSORT "GGML_PY_OP_ARGSORT"
+        OP_TOP_K "GGML_PY_OP_TOP_K"
+        OP_LEAKY_RELU "GGML_PY_OP_LEAKY_RELU"
+        OP_FLASH_ATTN_EXT "GGML_PY_OP_FLASH_ATTN_EXT"
+        OP_UNARY "GGML_PY_OP_UNARY"
+        OP_GLU "GGML_PY_OP_GLU"
+        OP_ADD_ID "GGML_PY_OP_ADD_ID"
+        OP_DIAG "GGML_PY_OP_DIAG"
+        OP_FILL "GGML_PY_OP_FILL"
+        OP_GROUP_NORM "GGML_PY_OP_GROUP_NORM"
+        OP_L2_NORM "GGML_PY_OP_L2_NORM"
+        OP_OUT_PROD "GGML_PY_OP_OUT_PROD"
+        OP_ROLL "GGML_PY_OP_ROLL"
+        OP_SET "GGML_PY_OP_SET"
+        OP_TRI "GGML_PY_OP_TRI"
+        OP_UPSCALE "GGML_PY_OP_UPSCALE"
+        UNARY_OP_GELU "GGML_PY_UNARY_OP_GELU"
+        UNARY_OP_GELU_QUICK "GGML_PY_UNARY_OP_GELU_QUICK"
+        UNARY_OP_SILU "GGML_PY_UNARY_OP_SILU"
+        UNARY_OP_GELU_ERF "GGML_PY_UNARY_OP_GELU_ERF"
+        GLU_OP_SWIGLU_OAI "GGML_PY_GLU_OP_SWIGLU_OAI"
+        UNARY_OP_EXP "GGML_PY_UNARY_OP_EXP"
+        UNARY_OP_EXPM1 "GGML_PY_UNARY_OP_EXPM1"
+        UNARY_OP_NEG "GGML_PY_UNARY_OP_NEG"
+        UNARY_OP_RELU "GGML_PY_UNARY_OP_RELU"
+        UNARY_OP_SIGMOID "GGML_PY_UNARY_OP_SIGMOID"
+        UNARY_OP_SOFTPLUS "GGML_PY_UNARY_OP_SOFTPLUS"
+        UNARY_OP_TANH "GGML_PY_UNARY_OP_TANH"
+        UNARY_OP_XIELU "GGML_PY_UNARY_OP_XIELU"
+
     # rope modes: names and values
     enum:
         GGML_PY_N_ROPE_TYPES
         GGML_PY_ROPE_TYPE_NORMAL
         GGML_PY_ROPE_TYPE_NEOX
+        GGML_PY_ROPE_TYPE_MROPE
+        GGML_PY_ROPE_TYPE_VISION
     const char * const ggml_py_rope_type_names[]
     const int ggml_py_rope_type_values[]
 

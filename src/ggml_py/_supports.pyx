@@ -30,42 +30,7 @@ from ggml_py._backend cimport Backend
 
 from ggml_py.errors import UnknownNameError
 
-cdef extern from "ggml_py/ggml-py-vocab.h":
-    enum:
-        GGML_PY_OP_NONE, GGML_PY_OP_DUP, GGML_PY_OP_ADD, GGML_PY_OP_ACC, GGML_PY_OP_SUB
-        GGML_PY_OP_MUL, GGML_PY_OP_DIV, GGML_PY_OP_SQR, GGML_PY_OP_SQRT, GGML_PY_OP_LOG
-        GGML_PY_OP_SIN, GGML_PY_OP_COS, GGML_PY_OP_SUM, GGML_PY_OP_SUM_ROWS, GGML_PY_OP_CUMSUM
-        GGML_PY_OP_MEAN, GGML_PY_OP_ARGMAX, GGML_PY_OP_REPEAT, GGML_PY_OP_CONCAT
-        GGML_PY_OP_NORM, GGML_PY_OP_RMS_NORM, GGML_PY_OP_MUL_MAT, GGML_PY_OP_MUL_MAT_ID
-        GGML_PY_OP_SCALE, GGML_PY_OP_CPY, GGML_PY_OP_CONT, GGML_PY_OP_GET_ROWS
-        GGML_PY_OP_SET_ROWS, GGML_PY_OP_DIAG_MASK_INF, GGML_PY_OP_SOFT_MAX, GGML_PY_OP_ROPE
-        GGML_PY_OP_CLAMP, GGML_PY_OP_PAD, GGML_PY_OP_ARANGE, GGML_PY_OP_TIMESTEP_EMBEDDING
-        GGML_PY_OP_ARGSORT, GGML_PY_OP_TOP_K, GGML_PY_OP_LEAKY_RELU, GGML_PY_OP_FLASH_ATTN_EXT
-        GGML_PY_OP_UNARY, GGML_PY_OP_GLU, GGML_PY_OP_ADD_ID, GGML_PY_OP_OUT_PROD, GGML_PY_OP_SET
-        GGML_PY_OP_ROLL, GGML_PY_OP_GROUP_NORM, GGML_PY_OP_L2_NORM, GGML_PY_OP_FILL
-        GGML_PY_OP_TRI, GGML_PY_OP_DIAG, GGML_PY_OP_UPSCALE
-        GGML_PY_UNARY_OP_GELU, GGML_PY_UNARY_OP_GELU_ERF, GGML_PY_UNARY_OP_GELU_QUICK
-        GGML_PY_UNARY_OP_SILU, GGML_PY_UNARY_OP_RELU, GGML_PY_UNARY_OP_SIGMOID
-        GGML_PY_UNARY_OP_TANH, GGML_PY_UNARY_OP_NEG, GGML_PY_UNARY_OP_EXP
-        GGML_PY_UNARY_OP_EXPM1, GGML_PY_UNARY_OP_SOFTPLUS, GGML_PY_UNARY_OP_XIELU
-        GGML_PY_GLU_OP_SWIGLU_OAI
-        GGML_PY_TYPE_Q4_0, GGML_PY_TYPE_Q4_1, GGML_PY_TYPE_Q5_0, GGML_PY_TYPE_Q5_1
-        GGML_PY_TYPE_Q8_1, GGML_PY_TYPE_Q2_K, GGML_PY_TYPE_Q3_K, GGML_PY_TYPE_Q4_K
-        GGML_PY_TYPE_Q5_K, GGML_PY_TYPE_Q6_K, GGML_PY_TYPE_Q8_K, GGML_PY_TYPE_IQ2_XXS
-        GGML_PY_TYPE_IQ2_XS, GGML_PY_TYPE_IQ3_XXS, GGML_PY_TYPE_IQ1_S, GGML_PY_TYPE_IQ4_NL
-        GGML_PY_TYPE_IQ3_S, GGML_PY_TYPE_IQ2_S, GGML_PY_TYPE_IQ4_XS, GGML_PY_TYPE_I16
-        GGML_PY_TYPE_I32, GGML_PY_TYPE_I64, GGML_PY_TYPE_IQ1_M, GGML_PY_TYPE_TQ1_0
-        GGML_PY_TYPE_TQ2_0, GGML_PY_TYPE_MXFP4, GGML_PY_TYPE_NVFP4, GGML_PY_TYPE_Q1_0
-        GGML_PY_ROPE_TYPE_MROPE, GGML_PY_ROPE_TYPE_VISION
-
 cdef enum:
-    T_F32 = GGML_PY_TYPE_F32
-    T_F16 = GGML_PY_TYPE_F16
-    T_BF16 = GGML_PY_TYPE_BF16
-    T_Q8_0 = GGML_PY_TYPE_Q8_0
-    T_I16 = GGML_PY_TYPE_I16
-    T_I32 = GGML_PY_TYPE_I32
-    T_I64 = GGML_PY_TYPE_I64
     GGML_PREC_DEFAULT = 0
     GGML_PREC_F32 = 10
 
@@ -82,11 +47,11 @@ cdef inline uint64_t _bit(int type) noexcept nogil:
 
 
 cdef inline bint _f32_f16(int t) noexcept nogil:
-    return t == T_F32 or t == T_F16
+    return t == TYPE_F32 or t == TYPE_F16
 
 
 cdef inline bint _is_float(int t) noexcept nogil:
-    return t == T_F32 or t == T_F16 or t == T_BF16
+    return t == TYPE_F32 or t == TYPE_F16 or t == TYPE_BF16
 
 
 cdef inline bint _type_is(const ggml_tensor * t, int type) noexcept nogil:
@@ -113,26 +78,26 @@ cdef inline bint _divides(int64_t a, int64_t b) noexcept nogil:
 
 
 cdef inline bint _is_copy(int o) noexcept nogil:
-    return o == GGML_PY_OP_DUP or o == GGML_PY_OP_CONT or o == GGML_PY_OP_CPY
+    return o == OP_DUP or o == OP_CONT or o == OP_CPY
 
 
 cdef inline bint _is_binary(int o) noexcept nogil:
-    return o == GGML_PY_OP_ADD or o == GGML_PY_OP_SUB or o == GGML_PY_OP_MUL or o == GGML_PY_OP_DIV
+    return o == OP_ADD or o == OP_SUB or o == OP_MUL or o == OP_DIV
 
 
 cdef inline uint64_t _legacy_quants() noexcept nogil:
     """q4_0, q4_1, q5_0, q5_1, q8_0: the block types every GPU backend reads and writes."""
-    return (_bit(GGML_PY_TYPE_Q4_0) | _bit(GGML_PY_TYPE_Q4_1) | _bit(GGML_PY_TYPE_Q5_0)
-            | _bit(GGML_PY_TYPE_Q5_1) | _bit(T_Q8_0))
+    return (_bit(TYPE_Q4_0) | _bit(TYPE_Q4_1) | _bit(TYPE_Q5_0)
+            | _bit(TYPE_Q5_1) | _bit(TYPE_Q8_0))
 
 
 cdef inline uint64_t _k_and_iq_quants() noexcept nogil:
     """The K-quants and i-quants a GPU backend's matrix kernels read."""
-    return (_bit(GGML_PY_TYPE_Q2_K) | _bit(GGML_PY_TYPE_Q3_K) | _bit(GGML_PY_TYPE_Q4_K)
-            | _bit(GGML_PY_TYPE_Q5_K) | _bit(GGML_PY_TYPE_Q6_K) | _bit(GGML_PY_TYPE_IQ1_S)
-            | _bit(GGML_PY_TYPE_IQ1_M) | _bit(GGML_PY_TYPE_IQ2_XXS) | _bit(GGML_PY_TYPE_IQ2_XS)
-            | _bit(GGML_PY_TYPE_IQ2_S) | _bit(GGML_PY_TYPE_IQ3_XXS) | _bit(GGML_PY_TYPE_IQ3_S)
-            | _bit(GGML_PY_TYPE_IQ4_XS) | _bit(GGML_PY_TYPE_IQ4_NL) | _bit(GGML_PY_TYPE_MXFP4))
+    return (_bit(TYPE_Q2_K) | _bit(TYPE_Q3_K) | _bit(TYPE_Q4_K)
+            | _bit(TYPE_Q5_K) | _bit(TYPE_Q6_K) | _bit(TYPE_IQ1_S)
+            | _bit(TYPE_IQ1_M) | _bit(TYPE_IQ2_XXS) | _bit(TYPE_IQ2_XS)
+            | _bit(TYPE_IQ2_S) | _bit(TYPE_IQ3_XXS) | _bit(TYPE_IQ3_S)
+            | _bit(TYPE_IQ4_XS) | _bit(TYPE_IQ4_NL) | _bit(TYPE_MXFP4))
 
 
 # ---------------------------------------------------------------------------
@@ -155,19 +120,19 @@ cdef void _init_cpu_type_facts() noexcept:
         # ggml-cpu's weight types, with their vec_dot types (the one list of types): the
         # floats, q8_0, and every type whose dot takes another type's rows
         t, v = ggml_py_type_infos[i].id, ggml_py_type_infos[i].vec_dot_type
-        if v == t and not (_is_float(t) or t == T_Q8_0):
+        if v == t and not (_is_float(t) or t == TYPE_Q8_0):
             continue
         VEC_DOT_TYPE[t] = v
         if not _is_float(t):
             QUANT_DEQUANT |= _bit(t)
-    QUANT_DEQUANT |= _bit(GGML_PY_TYPE_Q8_1)
+    QUANT_DEQUANT |= _bit(TYPE_Q8_1)
     # the iq2/iq3/iq1 kinds have no from_float in the CPU backend
-    FROM_FLOAT = (_bit(T_F32) | _bit(T_F16) | _bit(T_BF16) | _bit(T_I32) | _legacy_quants()
-                  | _bit(GGML_PY_TYPE_Q8_1) | _bit(GGML_PY_TYPE_MXFP4) | _bit(GGML_PY_TYPE_NVFP4)
-                  | _bit(GGML_PY_TYPE_Q1_0) | _bit(GGML_PY_TYPE_Q2_K) | _bit(GGML_PY_TYPE_Q3_K)
-                  | _bit(GGML_PY_TYPE_Q4_K) | _bit(GGML_PY_TYPE_Q5_K) | _bit(GGML_PY_TYPE_Q6_K)
-                  | _bit(GGML_PY_TYPE_Q8_K) | _bit(GGML_PY_TYPE_IQ4_NL)
-                  | _bit(GGML_PY_TYPE_IQ4_XS) | _bit(GGML_PY_TYPE_TQ1_0) | _bit(GGML_PY_TYPE_TQ2_0))
+    FROM_FLOAT = (_bit(TYPE_F32) | _bit(TYPE_F16) | _bit(TYPE_BF16) | _bit(TYPE_I32) | _legacy_quants()
+                  | _bit(TYPE_Q8_1) | _bit(TYPE_MXFP4) | _bit(TYPE_NVFP4)
+                  | _bit(TYPE_Q1_0) | _bit(TYPE_Q2_K) | _bit(TYPE_Q3_K)
+                  | _bit(TYPE_Q4_K) | _bit(TYPE_Q5_K) | _bit(TYPE_Q6_K)
+                  | _bit(TYPE_Q8_K) | _bit(TYPE_IQ4_NL)
+                  | _bit(TYPE_IQ4_XS) | _bit(TYPE_TQ1_0) | _bit(TYPE_TQ2_0))
 
 
 _init_cpu_type_facts()
@@ -175,28 +140,28 @@ _init_cpu_type_facts()
 
 cdef inline bint _unary_types(int a, int d) noexcept nogil:
     """unary-ops.cpp: same float type, or f16/bf16 into f32."""
-    return (a == d and _is_float(a)) or (d == T_F32 and (a == T_F16 or a == T_BF16))
+    return (a == d and _is_float(a)) or (d == TYPE_F32 and (a == TYPE_F16 or a == TYPE_BF16))
 
 
 cdef inline bint _binary_types(int a, int b, int d) noexcept nogil:
     """binary-ops.cpp's type combinations (ADD, SUB, MUL, DIV)."""
     if a == b and b == d and _is_float(a):
         return True
-    return b == T_F32 and ((a == T_BF16 and (d == T_BF16 or d == T_F32)) or
-                           (a == T_F16 and (d == T_F16 or d == T_F32)))
+    return b == TYPE_F32 and ((a == TYPE_BF16 and (d == TYPE_BF16 or d == TYPE_F32)) or
+                           (a == TYPE_F16 and (d == TYPE_F16 or d == TYPE_F32)))
 
 
 cdef inline bint _cpy_types(int a, int d) noexcept nogil:
     """ggml_compute_forward_dup: what converts into what."""
     if a == d:
         return True
-    if a == T_F16 or a == T_BF16:
+    if a == TYPE_F16 or a == TYPE_BF16:
         return _is_float(d) or (_has(FROM_FLOAT, d) and TYPE_TRAITS[d].is_quantized)
-    if a == T_F32:
-        return _is_float(d) or d == T_I32 or (_has(FROM_FLOAT, d) and TYPE_TRAITS[d].is_quantized)
-    if a == T_I32:
-        return d == T_F32
-    return _has(QUANT_DEQUANT, a) and d == T_F32
+    if a == TYPE_F32:
+        return _is_float(d) or d == TYPE_I32 or (_has(FROM_FLOAT, d) and TYPE_TRAITS[d].is_quantized)
+    if a == TYPE_I32:
+        return d == TYPE_F32
+    return _has(QUANT_DEQUANT, a) and d == TYPE_F32
 
 
 cdef bint _cpu_matmul_ok(const ggml_tensor * t, const ggml_tensor * a, const ggml_tensor * b) noexcept nogil:
@@ -204,9 +169,9 @@ cdef bint _cpu_matmul_ok(const ggml_tensor * t, const ggml_tensor * a, const ggm
     rows are packed, the result is f32 with growing strides (ggml-cpu asserts these)."""
     if b == NULL or not (0 <= a.type < 64) or VEC_DOT_TYPE[a.type] < 0:
         return False
-    if b.type != T_F32 and b.type != VEC_DOT_TYPE[a.type]:
+    if b.type != TYPE_F32 and b.type != VEC_DOT_TYPE[a.type]:
         return False
-    return (t.type == T_F32 and _packed(a) and _packed(b) and _packed(t)
+    return (t.type == TYPE_F32 and _packed(a) and _packed(b) and _packed(t)
             and t.nb[0] <= t.nb[1] and t.nb[1] <= t.nb[2] and t.nb[2] <= t.nb[3])
 
 
@@ -214,13 +179,13 @@ cdef bint _cpu_flash_attn_ok(const ggml_tensor * t) noexcept nogil:
     cdef const ggml_tensor * q = t.src[0]
     cdef const ggml_tensor * k = t.src[1]
     cdef const ggml_tensor * v = t.src[2]
-    if k == NULL or v == NULL or q.type != T_F32 or t.type != T_F32:
+    if k == NULL or v == NULL or q.type != TYPE_F32 or t.type != TYPE_F32:
         return False
     if not (0 <= k.type < 64) or VEC_DOT_TYPE[k.type] < 0 or not _has(FROM_FLOAT, VEC_DOT_TYPE[k.type]):
         return False
     if not (_is_float(v.type) or _has(QUANT_DEQUANT, v.type)):
         return False
-    return (_absent_or(t.src[3], T_F16) and _absent_or(t.src[4], T_F32)
+    return (_absent_or(t.src[3], TYPE_F16) and _absent_or(t.src[4], TYPE_F32)
             and (t.op_params[3] == GGML_PREC_DEFAULT or t.op_params[3] == GGML_PREC_F32)
             and _packed(q) and _packed(k) and _packed(v))
 
@@ -239,27 +204,27 @@ cdef bint _cpu_layout_ok(const ggml_tensor * t) noexcept nogil:
             return _packed(t) and (t.ne[0] % TYPE_TRAITS[s0.type].blck_size == 0
                                    or ggml_is_contiguous(t))
         return True
-    if op == GGML_PY_OP_GLU or op == GGML_PY_OP_LEAKY_RELU:
+    if op == OP_GLU or op == OP_LEAKY_RELU:
         return (ggml_is_contiguous_1(s0) and (s1 == NULL or ggml_is_contiguous_1(s1))
                 and ggml_is_contiguous_1(t))
-    if op == GGML_PY_OP_SCALE or op == GGML_PY_OP_DIAG_MASK_INF:
+    if op == OP_SCALE or op == OP_DIAG_MASK_INF:
         return ggml_is_contiguous(s0) and ggml_is_contiguous(t)
-    if op == GGML_PY_OP_ACC:     # and b's region inside a
+    if op == OP_ACC:     # and b's region inside a
         return (ggml_is_contiguous(s0) and ggml_is_contiguous(t) and _packed(s1)
                 and ggml_acc_region_end(t) <= ggml_nbytes(s0))
-    if op == GGML_PY_OP_ROPE:
+    if op == OP_ROPE:
         return _packed(t) and s0.nb[0] == t.nb[0]
-    if op == GGML_PY_OP_SOFT_MAX:
+    if op == OP_SOFT_MAX:
         return _packed(s0) and _packed(s1) and _packed(t)
-    if op == GGML_PY_OP_GET_ROWS or op == GGML_PY_OP_SET_ROWS:
+    if op == OP_GET_ROWS or op == OP_SET_ROWS:
         return _packed(s0) and _packed(t)
-    if (op == GGML_PY_OP_UNARY or _is_binary(op) or op == GGML_PY_OP_SQR
-            or op == GGML_PY_OP_SQRT or op == GGML_PY_OP_LOG or op == GGML_PY_OP_SIN
-            or op == GGML_PY_OP_COS or op == GGML_PY_OP_CLAMP or op == GGML_PY_OP_REPEAT
-            or op == GGML_PY_OP_NORM or op == GGML_PY_OP_RMS_NORM or op == GGML_PY_OP_SUM_ROWS
-            or op == GGML_PY_OP_CUMSUM or op == GGML_PY_OP_SUM or op == GGML_PY_OP_MEAN
-            or op == GGML_PY_OP_ARGMAX or op == GGML_PY_OP_ARGSORT or op == GGML_PY_OP_TOP_K
-            or op == GGML_PY_OP_TIMESTEP_EMBEDDING):
+    if (op == OP_UNARY or _is_binary(op) or op == OP_SQR
+            or op == OP_SQRT or op == OP_LOG or op == OP_SIN
+            or op == OP_COS or op == OP_CLAMP or op == OP_REPEAT
+            or op == OP_NORM or op == OP_RMS_NORM or op == OP_SUM_ROWS
+            or op == OP_CUMSUM or op == OP_SUM or op == OP_MEAN
+            or op == OP_ARGMAX or op == OP_ARGSORT or op == OP_TOP_K
+            or op == OP_TIMESTEP_EMBEDDING):
         return _packed(s0) and _packed(t)
     return True
 
@@ -269,10 +234,10 @@ cdef bint _cpu_types_ok(const ggml_tensor * t) noexcept nogil:
     cdef int op = t.op, d = t.type, a, u
     cdef const ggml_tensor * s0 = t.src[0]
     cdef const ggml_tensor * s1 = t.src[1]
-    if op == GGML_PY_OP_NONE or ggml_is_view_op(op):
+    if op == OP_NONE or ggml_is_view_op(op):
         return 1
-    if op == GGML_PY_OP_ARANGE:
-        return d == T_F32
+    if op == OP_ARANGE:
+        return d == TYPE_F32
     if s0 == NULL:
         return 0
     a = s0.type
@@ -281,60 +246,60 @@ cdef bint _cpu_types_ok(const ggml_tensor * t) noexcept nogil:
     if _is_binary(op):
         if s1 == NULL:
             return 0
-        if op == GGML_PY_OP_ADD and TYPE_TRAITS[a].is_quantized and _has(QUANT_DEQUANT, a):
-            return s1.type == T_F32 and d == a          # add_q_f32
+        if op == OP_ADD and TYPE_TRAITS[a].is_quantized and _has(QUANT_DEQUANT, a):
+            return s1.type == TYPE_F32 and d == a          # add_q_f32
         return _binary_types(a, s1.type, d)
-    if (op == GGML_PY_OP_SQR or op == GGML_PY_OP_SQRT or op == GGML_PY_OP_LOG
-            or op == GGML_PY_OP_SIN or op == GGML_PY_OP_COS):
+    if (op == OP_SQR or op == OP_SQRT or op == OP_LOG
+            or op == OP_SIN or op == OP_COS):
         return _unary_types(a, d)
-    if op == GGML_PY_OP_UNARY:
+    if op == OP_UNARY:
         u = t.op_params[0]
-        if (u == GGML_PY_UNARY_OP_GELU or u == GGML_PY_UNARY_OP_GELU_ERF
-                or u == GGML_PY_UNARY_OP_GELU_QUICK or u == GGML_PY_UNARY_OP_SILU):
+        if (u == UNARY_OP_GELU or u == UNARY_OP_GELU_ERF
+                or u == UNARY_OP_GELU_QUICK or u == UNARY_OP_SILU):
             return a == d and _f32_f16(a)
         return 0 <= u < GGML_PY_UNARY_OP_COUNT and _unary_types(a, d)
-    if op == GGML_PY_OP_GLU:
+    if op == OP_GLU:
         u = t.op_params[0]
-        if u == GGML_PY_GLU_OP_SWIGLU_OAI:
-            return a == T_F32 and d == T_F32 and _absent_or(s1, T_F32)
+        if u == GLU_OP_SWIGLU_OAI:
+            return a == TYPE_F32 and d == TYPE_F32 and _absent_or(s1, TYPE_F32)
         return 0 <= u < GGML_PY_GLU_OP_COUNT and a == d and _f32_f16(a) and _absent_or(s1, a)
-    if op == GGML_PY_OP_MUL_MAT:
+    if op == OP_MUL_MAT:
         return _cpu_matmul_ok(t, s0, s1)
-    if op == GGML_PY_OP_MUL_MAT_ID:
-        return _cpu_matmul_ok(t, s0, s1) and _type_is(t.src[2], T_I32)
-    if op == GGML_PY_OP_GET_ROWS:
-        if not _type_is(s1, T_I32):
+    if op == OP_MUL_MAT_ID:
+        return _cpu_matmul_ok(t, s0, s1) and _type_is(t.src[2], TYPE_I32)
+    if op == OP_GET_ROWS:
+        if not _type_is(s1, TYPE_I32):
             return 0
-        if a == T_I32:
-            return d == T_I32
-        return d == T_F32 and (_is_float(a) or _has(QUANT_DEQUANT, a))
-    if op == GGML_PY_OP_SET_ROWS:
-        return (a == T_F32 and s1 != NULL and (s1.type == T_I32 or s1.type == T_I64)
+        if a == TYPE_I32:
+            return d == TYPE_I32
+        return d == TYPE_F32 and (_is_float(a) or _has(QUANT_DEQUANT, a))
+    if op == OP_SET_ROWS:
+        return (a == TYPE_F32 and s1 != NULL and (s1.type == TYPE_I32 or s1.type == TYPE_I64)
                 and _has(FROM_FLOAT, d))
-    if op == GGML_PY_OP_SOFT_MAX:
-        return (a == T_F32 and d == T_F32 and (s1 == NULL or _f32_f16(s1.type))
-                and _absent_or(t.src[2], T_F32))
-    if op == GGML_PY_OP_ROPE:
-        return _f32_f16(a) and d == a and _type_is(s1, T_I32) and _absent_or(t.src[2], T_F32)
-    if op == GGML_PY_OP_FLASH_ATTN_EXT:
+    if op == OP_SOFT_MAX:
+        return (a == TYPE_F32 and d == TYPE_F32 and (s1 == NULL or _f32_f16(s1.type))
+                and _absent_or(t.src[2], TYPE_F32))
+    if op == OP_ROPE:
+        return _f32_f16(a) and d == a and _type_is(s1, TYPE_I32) and _absent_or(t.src[2], TYPE_F32)
+    if op == OP_FLASH_ATTN_EXT:
         return _cpu_flash_attn_ok(t)
-    if op == GGML_PY_OP_SUM:
+    if op == OP_SUM:
         return _is_float(a) and d == a
-    if op == GGML_PY_OP_REPEAT:
-        return d == a and (_is_float(a) or a == T_I16 or a == T_I32)
-    if op == GGML_PY_OP_CONCAT:
+    if op == OP_REPEAT:
+        return d == a and (_is_float(a) or a == TYPE_I16 or a == TYPE_I32)
+    if op == OP_CONCAT:
         return s1 != NULL and s1.type == a and d == a
-    if op == GGML_PY_OP_CLAMP or op == GGML_PY_OP_LEAKY_RELU:
+    if op == OP_CLAMP or op == OP_LEAKY_RELU:
         return _f32_f16(a) and d == a
-    if op == GGML_PY_OP_ACC:
-        return a == T_F32 and _type_is(s1, T_F32) and d == T_F32
-    if op == GGML_PY_OP_ARGSORT or op == GGML_PY_OP_TOP_K or op == GGML_PY_OP_ARGMAX:
-        return a == T_F32 and d == T_I32
-    if (op == GGML_PY_OP_SCALE or op == GGML_PY_OP_NORM or op == GGML_PY_OP_RMS_NORM
-            or op == GGML_PY_OP_DIAG_MASK_INF or op == GGML_PY_OP_SUM_ROWS
-            or op == GGML_PY_OP_MEAN or op == GGML_PY_OP_PAD or op == GGML_PY_OP_CUMSUM
-            or op == GGML_PY_OP_TIMESTEP_EMBEDDING):
-        return a == T_F32 and d == T_F32
+    if op == OP_ACC:
+        return a == TYPE_F32 and _type_is(s1, TYPE_F32) and d == TYPE_F32
+    if op == OP_ARGSORT or op == OP_TOP_K or op == OP_ARGMAX:
+        return a == TYPE_F32 and d == TYPE_I32
+    if (op == OP_SCALE or op == OP_NORM or op == OP_RMS_NORM
+            or op == OP_DIAG_MASK_INF or op == OP_SUM_ROWS
+            or op == OP_MEAN or op == OP_PAD or op == OP_CUMSUM
+            or op == OP_TIMESTEP_EMBEDDING):
+        return a == TYPE_F32 and d == TYPE_F32
     return 0
 
 
@@ -356,6 +321,18 @@ CPU_OPS = ("NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE", "ARANGE", "DUP", "
 
 
 # ---------------------------------------------------------------------------
+# the unary ops the OpenCL kernels compute, by id: filled from the kernels' own list
+# (backends/opencl/kernels.py UNARY_SUPPORTED) when a backend first takes the rule, since
+# the kernels' package imports this module
+cdef bint OPENCL_UNARY_OK[GGML_PY_UNARY_OP_COUNT]
+
+
+cdef void _learn_opencl_unary_ops():
+    from ggml_py.backends.opencl.kernels import UNARY_SUPPORTED
+    for u in range(GGML_PY_UNARY_OP_COUNT):
+        OPENCL_UNARY_OK[u] = ggml_py_unary_op_names[u].decode() in UNARY_SUPPORTED
+
+
 # opencl: ggml_py's OpenCL backend (the kernels of backends/opencl/kernels.py)
 
 # limits of the kernels: the program's #defines are made from these
@@ -365,7 +342,7 @@ cdef int64_t SORT_MAX = OPENCL_SORT_MAX, FA_D = OPENCL_FA_D
 
 
 cdef inline bint _plain(int t) noexcept nogil:
-    return t == T_F32 or t == T_F16 or t == T_I32
+    return t == TYPE_F32 or t == TYPE_F16 or t == TYPE_I32
 
 
 cdef bint opencl_acc_region(const ggml_tensor * t, int64_t r[4]) noexcept nogil:
@@ -391,7 +368,7 @@ cdef bint _opencl_flash_attn_ok(const ggml_tensor * t) noexcept nogil:
     cdef int i
     if k == NULL or v == NULL:
         return False
-    if not (q.type == T_F32 and k.type == T_F16 and v.type == T_F16 and t.type == T_F32
+    if not (q.type == TYPE_F32 and k.type == TYPE_F16 and v.type == TYPE_F16 and t.type == TYPE_F32
             and q.ne[0] == k.ne[0] and k.ne[0] <= FA_D and v.ne[0] <= FA_D
             and k.ne[1] == v.ne[1]):
         return False
@@ -402,7 +379,7 @@ cdef bint _opencl_flash_attn_ok(const ggml_tensor * t) noexcept nogil:
                              and mask.ne[1] >= q.ne[1] and _divides(q.ne[2], mask.ne[2])
                              and _divides(q.ne[3], mask.ne[3])):
         return False
-    return sinks == NULL or (sinks.type == T_F32 and sinks.ne[0] >= q.ne[2])
+    return sinks == NULL or (sinks.type == TYPE_F32 and sinks.ne[0] >= q.ne[2])
 
 
 cdef int opencl_supports_op(const ggml_backend * backend, const ggml_tensor * t) noexcept nogil:
@@ -412,49 +389,49 @@ cdef int opencl_supports_op(const ggml_backend * backend, const ggml_tensor * t)
     cdef const ggml_tensor * b = t.src[1]
     cdef const ggml_tensor * m
     cdef int64_t r[4]
-    if o == GGML_PY_OP_NONE or ggml_is_view_op(o):
+    if o == OP_NONE or ggml_is_view_op(o):
         return 1
-    if o == GGML_PY_OP_ARANGE:
-        return d == T_F32
+    if o == OP_ARANGE:
+        return d == TYPE_F32
     if a == NULL:
         return 0
     if _is_copy(o):
         if ggml_nelements(a) != ggml_nelements(t):
             return 0
-        if d == T_Q8_0:
+        if d == TYPE_Q8_0:
             return (_f32_f16(a.type) and t.ne[0] % 32 == 0
-                    and t.nb[0] == TYPE_TRAITS[T_Q8_0].type_size
+                    and t.nb[0] == TYPE_TRAITS[TYPE_Q8_0].type_size
                     and t.nb[1] >= t.nb[0] * (t.ne[0] // 32))
         return (a.type == d and _plain(d)) or (_f32_f16(a.type) and _f32_f16(d))
-    if o == GGML_PY_OP_REPEAT:
+    if o == OP_REPEAT:
         if not (a.type == d and _plain(d)):
             return 0
         for i in range(4):
             if not _divides(t.ne[i], a.ne[i]):
                 return 0
         return 1
-    if o == GGML_PY_OP_CONCAT:
+    if o == OP_CONCAT:
         return (b != NULL and a.type == b.type and b.type == d and _plain(d)
                 and 0 <= t.op_params[0] < 4)
-    if (o == GGML_PY_OP_DIAG_MASK_INF or o == GGML_PY_OP_SUM_ROWS or o == GGML_PY_OP_MEAN
-            or o == GGML_PY_OP_SUM or o == GGML_PY_OP_NORM or o == GGML_PY_OP_RMS_NORM
-            or o == GGML_PY_OP_TIMESTEP_EMBEDDING):
-        return a.type == T_F32 and d == T_F32
-    if o == GGML_PY_OP_SET_ROWS:
-        if b == NULL or a.type != T_F32 or not (b.type == T_I32 or b.type == T_I64):
+    if (o == OP_DIAG_MASK_INF or o == OP_SUM_ROWS or o == OP_MEAN
+            or o == OP_SUM or o == OP_NORM or o == OP_RMS_NORM
+            or o == OP_TIMESTEP_EMBEDDING):
+        return a.type == TYPE_F32 and d == TYPE_F32
+    if o == OP_SET_ROWS:
+        if b == NULL or a.type != TYPE_F32 or not (b.type == TYPE_I32 or b.type == TYPE_I64):
             return 0
-        if d == T_Q8_0:
-            return t.ne[0] % 32 == 0 and t.nb[0] == TYPE_TRAITS[T_Q8_0].type_size
+        if d == TYPE_Q8_0:
+            return t.ne[0] % 32 == 0 and t.nb[0] == TYPE_TRAITS[TYPE_Q8_0].type_size
         return _f32_f16(d)
-    if o == GGML_PY_OP_ARGSORT or o == GGML_PY_OP_TOP_K:
-        return (a.type == T_F32 and d == T_I32 and 0 < a.ne[0] <= SORT_MAX
-                and (o == GGML_PY_OP_TOP_K or t.op_params[0] == 0 or t.op_params[0] == 1))
-    if o == GGML_PY_OP_ACC:
-        return (b != NULL and a.type == T_F32 and b.type == T_F32 and d == T_F32
+    if o == OP_ARGSORT or o == OP_TOP_K:
+        return (a.type == TYPE_F32 and d == TYPE_I32 and 0 < a.ne[0] <= SORT_MAX
+                and (o == OP_TOP_K or t.op_params[0] == 0 or t.op_params[0] == 1))
+    if o == OP_ACC:
+        return (b != NULL and a.type == TYPE_F32 and b.type == TYPE_F32 and d == TYPE_F32
                 and opencl_acc_region(t, r))
-    if o == GGML_PY_OP_PAD:
+    if o == OP_PAD:
         return _f32_f16(a.type) and _f32_f16(d)
-    if o == GGML_PY_OP_FLASH_ATTN_EXT:
+    if o == OP_FLASH_ATTN_EXT:
         return _opencl_flash_attn_ok(t)
     if _is_binary(o):
         if b == NULL or not (_f32_f16(a.type) and _f32_f16(b.type) and _f32_f16(d)):
@@ -463,13 +440,13 @@ cdef int opencl_supports_op(const ggml_backend * backend, const ggml_tensor * t)
             if not _divides(a.ne[i], b.ne[i]):
                 return 0
         return 1
-    if o == GGML_PY_OP_SQR or o == GGML_PY_OP_SQRT or o == GGML_PY_OP_CLAMP or o == GGML_PY_OP_SCALE:
+    if o == OP_SQR or o == OP_SQRT or o == OP_CLAMP or o == OP_SCALE:
         return _f32_f16(a.type) and _f32_f16(d)
-    if o == GGML_PY_OP_UNARY:
+    if o == OP_UNARY:
         u = t.op_params[0]
-        return (0 <= u < GGML_PY_UNARY_OP_COUNT and u != GGML_PY_UNARY_OP_XIELU
+        return (0 <= u < GGML_PY_UNARY_OP_COUNT and OPENCL_UNARY_OK[u]
                 and _f32_f16(a.type) and _f32_f16(d))
-    if o == GGML_PY_OP_GLU:
+    if o == OP_GLU:
         u = t.op_params[0]
         if not (0 <= u < GGML_PY_GLU_OP_COUNT and _f32_f16(d)):
             return 0
@@ -477,35 +454,35 @@ cdef int opencl_supports_op(const ggml_backend * backend, const ggml_tensor * t)
             if t.src[i] != NULL and not _f32_f16(t.src[i].type):
                 return 0
         return 1
-    if o == GGML_PY_OP_SOFT_MAX:
+    if o == OP_SOFT_MAX:
         m = b
-        return (a.type == T_F32 and d == T_F32
+        return (a.type == TYPE_F32 and d == TYPE_F32
                 and (m == NULL or (_f32_f16(m.type) and m.ne[1] >= a.ne[1]
                                    and _divides(a.ne[2], m.ne[2]) and _divides(a.ne[3], m.ne[3])))
-                and _absent_or(t.src[2], T_F32))
-    if o == GGML_PY_OP_ROPE:
+                and _absent_or(t.src[2], TYPE_F32))
+    if o == OP_ROPE:
         u = t.op_params[2]                          # mode
         i = t.op_params[1]                          # n_dims
         return ((u == GGML_PY_ROPE_TYPE_NORMAL or u == GGML_PY_ROPE_TYPE_NEOX)
                 and _f32_f16(a.type) and d == a.type
-                and b != NULL and b.type == T_I32 and a.ne[0] % 2 == 0 and i % 2 == 0
-                and 0 < i <= a.ne[0] and _absent_or(t.src[2], T_F32))
-    if o == GGML_PY_OP_GET_ROWS:
-        if b == NULL or b.type != T_I32:
+                and b != NULL and b.type == TYPE_I32 and a.ne[0] % 2 == 0 and i % 2 == 0
+                and 0 < i <= a.ne[0] and _absent_or(t.src[2], TYPE_F32))
+    if o == OP_GET_ROWS:
+        if b == NULL or b.type != TYPE_I32:
             return 0
-        if a.type == T_I32:
-            return d == T_I32
-        if a.type == T_Q8_0:
-            return _f32_f16(d) and a.nb[0] == TYPE_TRAITS[T_Q8_0].type_size
+        if a.type == TYPE_I32:
+            return d == TYPE_I32
+        if a.type == TYPE_Q8_0:
+            return _f32_f16(d) and a.nb[0] == TYPE_TRAITS[TYPE_Q8_0].type_size
         return _f32_f16(a.type) and _f32_f16(d)
-    if o == GGML_PY_OP_MUL_MAT or o == GGML_PY_OP_MUL_MAT_ID:
-        if b == NULL or not ((_f32_f16(a.type) or a.type == T_Q8_0)
+    if o == OP_MUL_MAT or o == OP_MUL_MAT_ID:
+        if b == NULL or not ((_f32_f16(a.type) or a.type == TYPE_Q8_0)
                              and a.nb[0] == TYPE_TRAITS[a.type].type_size
-                             and _f32_f16(b.type) and d == T_F32):
+                             and _f32_f16(b.type) and d == TYPE_F32):
             return 0
-        if o == GGML_PY_OP_MUL_MAT:
+        if o == OP_MUL_MAT:
             return _divides(b.ne[2], a.ne[2]) and _divides(b.ne[3], a.ne[3])
-        return t.src[2] != NULL and t.src[2].type == T_I32
+        return t.src[2] != NULL and t.src[2].type == TYPE_I32
     return 0
 
 
@@ -576,8 +553,8 @@ cdef bint _cuda_flash_attn_ok(const ggml_tensor * t) noexcept nogil:
         return False
     if k.type != v.type:
         return False
-    if not _one_of(k.type, _bit(T_F32) | _bit(T_F16) | _bit(GGML_PY_TYPE_Q4_0) | _bit(T_Q8_0)
-                   | _bit(T_BF16)):
+    if not _one_of(k.type, _bit(TYPE_F32) | _bit(TYPE_F16) | _bit(TYPE_Q4_0) | _bit(TYPE_Q8_0)
+                   | _bit(TYPE_BF16)):
         return False
     return mask == NULL or mask.ne[2] == 1
 
@@ -590,56 +567,56 @@ cdef int cuda_supports_op(const ggml_backend * backend, const ggml_tensor * t) n
     cdef int at = a.type
     cdef int bt
     cdef uint64_t matmul_types, rows_types
-    if o == GGML_PY_OP_UNARY:
+    if o == OP_UNARY:
         return 0 <= t.op_params[0] < GGML_PY_UNARY_OP_COUNT and ggml_is_contiguous(a)
-    if o == GGML_PY_OP_GLU:
+    if o == OP_GLU:
         return 0 <= t.op_params[0] < GGML_PY_GLU_OP_COUNT and ggml_is_contiguous_1(a)
-    if o == GGML_PY_OP_MUL_MAT or o == GGML_PY_OP_MUL_MAT_ID:
-        if b.type == T_F16 and at != T_F16:
+    if o == OP_MUL_MAT or o == OP_MUL_MAT_ID:
+        if b.type == TYPE_F16 and at != TYPE_F16:
             return 0
-        matmul_types = (_bit(T_F32) | _bit(T_F16) | _bit(T_BF16) | _bit(GGML_PY_TYPE_Q1_0)
-                        | _legacy_quants() | _k_and_iq_quants() | _bit(GGML_PY_TYPE_NVFP4)
-                        | _bit(GGML_PY_TYPE_Q8_K))
+        matmul_types = (_bit(TYPE_F32) | _bit(TYPE_F16) | _bit(TYPE_BF16) | _bit(TYPE_Q1_0)
+                        | _legacy_quants() | _k_and_iq_quants() | _bit(TYPE_NVFP4)
+                        | _bit(TYPE_Q8_K))
         return _one_of(at, matmul_types)
-    if o == GGML_PY_OP_OUT_PROD:
-        return d == T_F32 and at == T_F32 and b.type == T_F32
-    if o == GGML_PY_OP_GET_ROWS:
-        rows_types = (_bit(T_F32) | _bit(T_F16) | _bit(T_BF16) | _bit(T_I32)
-                      | _bit(GGML_PY_TYPE_Q1_0) | _legacy_quants())
+    if o == OP_OUT_PROD:
+        return d == TYPE_F32 and at == TYPE_F32 and b.type == TYPE_F32
+    if o == OP_GET_ROWS:
+        rows_types = (_bit(TYPE_F32) | _bit(TYPE_F16) | _bit(TYPE_BF16) | _bit(TYPE_I32)
+                      | _bit(TYPE_Q1_0) | _legacy_quants())
         return _one_of(at, rows_types)
-    if o == GGML_PY_OP_SET_ROWS:
-        return (_one_of(d, _bit(T_F32) | _bit(T_F16) | _bit(T_BF16) | _legacy_quants()
-                        | _bit(GGML_PY_TYPE_IQ4_NL))
-                and at == T_F32 and (b.type == T_I64 or b.type == T_I32))
-    if o == GGML_PY_OP_SET:
-        return (d == T_F32 or d == T_I32) and at == d and b.type == d
-    if o == GGML_PY_OP_CPY:
+    if o == OP_SET_ROWS:
+        return (_one_of(d, _bit(TYPE_F32) | _bit(TYPE_F16) | _bit(TYPE_BF16) | _legacy_quants()
+                        | _bit(TYPE_IQ4_NL))
+                and at == TYPE_F32 and (b.type == TYPE_I64 or b.type == TYPE_I32))
+    if o == OP_SET:
+        return (d == TYPE_F32 or d == TYPE_I32) and at == d and b.type == d
+    if o == OP_CPY:
         bt = b.type
         if _is_float(at) and _is_float(bt):
             return 1
-        if (at == T_F32 and (bt == T_Q8_0 or bt == GGML_PY_TYPE_Q4_0 or bt == GGML_PY_TYPE_Q4_1
-                             or bt == GGML_PY_TYPE_Q5_0 or bt == GGML_PY_TYPE_Q5_1
-                             or bt == GGML_PY_TYPE_IQ4_NL or bt == T_I32)):
+        if (at == TYPE_F32 and (bt == TYPE_Q8_0 or bt == TYPE_Q4_0 or bt == TYPE_Q4_1
+                             or bt == TYPE_Q5_0 or bt == TYPE_Q5_1
+                             or bt == TYPE_IQ4_NL or bt == TYPE_I32)):
             return 1
-        if (bt == T_F32 and (at == T_Q8_0 or at == GGML_PY_TYPE_Q4_0 or at == GGML_PY_TYPE_Q4_1
-                             or at == GGML_PY_TYPE_Q5_0 or at == GGML_PY_TYPE_Q5_1 or at == T_I32)):
+        if (bt == TYPE_F32 and (at == TYPE_Q8_0 or at == TYPE_Q4_0 or at == TYPE_Q4_1
+                             or at == TYPE_Q5_0 or at == TYPE_Q5_1 or at == TYPE_I32)):
             return 1
-        if at == T_I32 and bt == T_I32:
+        if at == TYPE_I32 and bt == TYPE_I32:
             return 1
         return at == bt and ggml_is_contiguous(a) and ggml_is_contiguous(b)
-    if o == GGML_PY_OP_DUP or o == GGML_PY_OP_REPEAT or o == GGML_PY_OP_CONCAT:
-        return at != T_I32 and at != T_I16
-    if o == GGML_PY_OP_ROPE:
+    if o == OP_DUP or o == OP_REPEAT or o == OP_CONCAT:
+        return at != TYPE_I32 and at != TYPE_I16
+    if o == OP_ROPE:
         return a.nb[0] == TYPE_TRAITS[at].type_size and ggml_is_contiguous_n(a, 2)
-    if o == GGML_PY_OP_ACC:
+    if o == OP_ACC:
         return ggml_is_contiguous(a) and ggml_is_contiguous(b)
-    if o == GGML_PY_OP_SUM:
+    if o == OP_SUM:
         return _contiguous_rows(a)
-    if o == GGML_PY_OP_SUM_ROWS or o == GGML_PY_OP_MEAN or o == GGML_PY_OP_GROUP_NORM:
+    if o == OP_SUM_ROWS or o == OP_MEAN or o == OP_GROUP_NORM:
         return ggml_is_contiguous(a)
-    if o == GGML_PY_OP_ROLL:
-        return at == T_F32
-    if o == GGML_PY_OP_FLASH_ATTN_EXT:
+    if o == OP_ROLL:
+        return at == TYPE_F32
+    if o == OP_FLASH_ATTN_EXT:
         return _cuda_flash_attn_ok(t)
     return 0
 
@@ -658,17 +635,17 @@ METAL_DECIDED = ("SCALE", "FILL", "CLAMP", "SQR", "SQRT", "SIN", "COS", "LOG", "
 
 cdef bint _metal_copy_ok(int a, int d) noexcept nogil:
     """The conversions of Metal's copy kernels (CPY, DUP, CONT, SET)."""
-    if a == T_F32:
-        return _one_of(d, _bit(T_F32) | _bit(T_F16) | _bit(T_BF16) | _bit(GGML_PY_TYPE_Q1_0)
-                       | _legacy_quants() | _bit(GGML_PY_TYPE_IQ4_NL) | _bit(T_I32))
-    if a == T_F16:
+    if a == TYPE_F32:
+        return _one_of(d, _bit(TYPE_F32) | _bit(TYPE_F16) | _bit(TYPE_BF16) | _bit(TYPE_Q1_0)
+                       | _legacy_quants() | _bit(TYPE_IQ4_NL) | _bit(TYPE_I32))
+    if a == TYPE_F16:
         return _f32_f16(d)
-    if a == T_BF16:
-        return d == T_F32 or d == T_BF16
-    if a == GGML_PY_TYPE_Q1_0 or _one_of(a, _legacy_quants()):
+    if a == TYPE_BF16:
+        return d == TYPE_F32 or d == TYPE_BF16
+    if a == TYPE_Q1_0 or _one_of(a, _legacy_quants()):
         return _f32_f16(d)
-    if a == T_I32:
-        return d == T_F32 or d == T_I32
+    if a == TYPE_I32:
+        return d == TYPE_F32 or d == TYPE_I32
     return False
 
 
@@ -678,45 +655,45 @@ cdef int metal_supports_op(const ggml_backend * backend, const ggml_tensor * t) 
     cdef const ggml_tensor * a = t.src[0]
     cdef const ggml_tensor * b = t.src[1]
     cdef int64_t hs
-    if (o == GGML_PY_OP_SCALE or o == GGML_PY_OP_FILL or o == GGML_PY_OP_CLAMP
-            or o == GGML_PY_OP_SQR or o == GGML_PY_OP_SQRT or o == GGML_PY_OP_SIN
-            or o == GGML_PY_OP_COS or o == GGML_PY_OP_LOG):
+    if (o == OP_SCALE or o == OP_FILL or o == OP_CLAMP
+            or o == OP_SQR or o == OP_SQRT or o == OP_SIN
+            or o == OP_COS or o == OP_LOG):
         return _contiguous_rows(a) and _f32_f16(a.type)
-    if o == GGML_PY_OP_UNARY:
+    if o == OP_UNARY:
         return 0 <= t.op_params[0] < GGML_PY_UNARY_OP_COUNT and _contiguous_rows(a) and _f32_f16(a.type)
-    if o == GGML_PY_OP_GLU:
-        return 0 <= t.op_params[0] < GGML_PY_GLU_OP_COUNT and ggml_is_contiguous_1(a) and a.type == T_F32
-    if _is_binary(o) or o == GGML_PY_OP_ADD_ID or o == GGML_PY_OP_ACC:
-        return _contiguous_rows(a) and _contiguous_rows(b) and a.type == T_F32
-    if o == GGML_PY_OP_SUM:
+    if o == OP_GLU:
+        return 0 <= t.op_params[0] < GGML_PY_GLU_OP_COUNT and ggml_is_contiguous_1(a) and a.type == TYPE_F32
+    if _is_binary(o) or o == OP_ADD_ID or o == OP_ACC:
+        return _contiguous_rows(a) and _contiguous_rows(b) and a.type == TYPE_F32
+    if o == OP_SUM:
         return ggml_is_contiguous(a)
-    if (o == GGML_PY_OP_TRI or o == GGML_PY_OP_SUM_ROWS or o == GGML_PY_OP_CUMSUM
-            or o == GGML_PY_OP_MEAN or o == GGML_PY_OP_SOFT_MAX or o == GGML_PY_OP_GROUP_NORM
-            or o == GGML_PY_OP_L2_NORM or o == GGML_PY_OP_NORM or o == GGML_PY_OP_RMS_NORM):
+    if (o == OP_TRI or o == OP_SUM_ROWS or o == OP_CUMSUM
+            or o == OP_MEAN or o == OP_SOFT_MAX or o == OP_GROUP_NORM
+            or o == OP_L2_NORM or o == OP_NORM or o == OP_RMS_NORM):
         return _contiguous_rows(a)
-    if (o == GGML_PY_OP_UPSCALE or o == GGML_PY_OP_TIMESTEP_EMBEDDING
-            or o == GGML_PY_OP_LEAKY_RELU):
-        return a.type == T_F32
-    if o == GGML_PY_OP_PAD:             # right padding only, no circular mode
+    if (o == OP_UPSCALE or o == OP_TIMESTEP_EMBEDDING
+            or o == OP_LEAKY_RELU):
+        return a.type == TYPE_F32
+    if o == OP_PAD:             # right padding only, no circular mode
         return (t.op_params[8] == 0 and t.op_params[0] == 0 and t.op_params[2] == 0
                 and t.op_params[4] == 0 and t.op_params[6] == 0)
-    if o == GGML_PY_OP_FLASH_ATTN_EXT:
+    if o == OP_FLASH_ATTN_EXT:
         hs = a.ne[0]
         if not (hs == 32 or hs == 40 or hs == 48 or hs == 64 or hs == 72 or hs == 80 or hs == 96
                 or hs == 112 or hs == 128 or hs == 192 or hs == 256 or hs == 320 or hs == 512
                 or hs == 576):
             return 0
         return (b.type == t.src[2].type
-                and _one_of(b.type, _bit(T_F32) | _bit(T_F16) | _bit(T_BF16) | _legacy_quants()))
-    if o == GGML_PY_OP_MUL_MAT or o == GGML_PY_OP_MUL_MAT_ID:
-        return a.type != GGML_PY_TYPE_NVFP4
-    if _is_copy(o) or o == GGML_PY_OP_SET:
+                and _one_of(b.type, _bit(TYPE_F32) | _bit(TYPE_F16) | _bit(TYPE_BF16) | _legacy_quants()))
+    if o == OP_MUL_MAT or o == OP_MUL_MAT_ID:
+        return a.type != TYPE_NVFP4
+    if _is_copy(o) or o == OP_SET:
         return _metal_copy_ok(a.type, d)
-    if o == GGML_PY_OP_GET_ROWS:
-        return a.type != GGML_PY_TYPE_NVFP4
-    if o == GGML_PY_OP_SET_ROWS:
-        return a.type == T_F32 and _one_of(d, _bit(T_F32) | _bit(T_F16) | _bit(T_BF16)
-                                           | _legacy_quants() | _bit(GGML_PY_TYPE_IQ4_NL))
+    if o == OP_GET_ROWS:
+        return a.type != TYPE_NVFP4
+    if o == OP_SET_ROWS:
+        return a.type == TYPE_F32 and _one_of(d, _bit(TYPE_F32) | _bit(TYPE_F16) | _bit(TYPE_BF16)
+                                           | _legacy_quants() | _bit(TYPE_IQ4_NL))
     return 0
 
 
@@ -751,12 +728,12 @@ cdef inline bint _vk_copy_ok(const ggml_tensor * t) noexcept nogil:
     cdef const ggml_tensor * a = t.src[0]
     cdef int at = a.type
     cdef int bt = t.src[1].type if t.src[1] != NULL else at
-    cdef uint64_t quants = _bit(GGML_PY_TYPE_Q1_0) | _legacy_quants() | _bit(GGML_PY_TYPE_IQ4_NL)
-    if at == T_F32 and _one_of(bt, _bit(T_F32) | _bit(T_F16) | _bit(T_BF16) | quants):
+    cdef uint64_t quants = _bit(TYPE_Q1_0) | _legacy_quants() | _bit(TYPE_IQ4_NL)
+    if at == TYPE_F32 and _one_of(bt, _bit(TYPE_F32) | _bit(TYPE_F16) | _bit(TYPE_BF16) | quants):
         return True
-    if bt == T_F32 and _one_of(at, _bit(T_F16) | quants):
+    if bt == TYPE_F32 and _one_of(at, _bit(TYPE_F16) | quants):
         return True
-    if (at == T_F16 and bt == T_F16) or (at == T_F32 and bt == T_I32) or (at == T_I32 and bt == T_F32):
+    if (at == TYPE_F16 and bt == TYPE_F16) or (at == TYPE_F32 and bt == TYPE_I32) or (at == TYPE_I32 and bt == TYPE_F32):
         return True
     return (at == bt and (not TYPE_TRAITS[at].is_quantized
                           or (ggml_is_contiguous(a) and ggml_is_contiguous(t)))
@@ -774,79 +751,79 @@ cdef int vulkan_supports_op(const ggml_backend * backend, const ggml_tensor * t)
             return 0
     if ggml_nbytes(t) > VK_MAX_TENSOR:
         return 0
-    if o == GGML_PY_OP_NONE or ggml_is_view_op(o) or o == GGML_PY_OP_RMS_NORM:
+    if o == OP_NONE or ggml_is_view_op(o) or o == OP_RMS_NORM:
         return 1
-    if o == GGML_PY_OP_ARANGE:
-        return d == T_F32
-    if o == GGML_PY_OP_FILL:
+    if o == OP_ARANGE:
+        return d == TYPE_F32
+    if o == OP_FILL:
         return _f32_f16(d)
     at = a.type
-    if o == GGML_PY_OP_UNARY:           # every unary op but EXPM1
+    if o == OP_UNARY:           # every unary op but EXPM1
         return (0 <= t.op_params[0] < GGML_PY_UNARY_OP_COUNT
-                and t.op_params[0] != GGML_PY_UNARY_OP_EXPM1
+                and t.op_params[0] != UNARY_OP_EXPM1
                 and ggml_is_contiguous(a) and _f32_f16(at) and at == d)
-    if o == GGML_PY_OP_GLU:
+    if o == OP_GLU:
         return 0 <= t.op_params[0] < GGML_PY_GLU_OP_COUNT and _f32_f16(at) and at == d
-    if o == GGML_PY_OP_MUL_MAT or o == GGML_PY_OP_MUL_MAT_ID:
-        weights = (_bit(T_F32) | _bit(T_F16) | _bit(T_BF16) | _bit(GGML_PY_TYPE_Q1_0)
-                   | _legacy_quants() | _k_and_iq_quants() | _bit(GGML_PY_TYPE_NVFP4))
+    if o == OP_MUL_MAT or o == OP_MUL_MAT_ID:
+        weights = (_bit(TYPE_F32) | _bit(TYPE_F16) | _bit(TYPE_BF16) | _bit(TYPE_Q1_0)
+                   | _legacy_quants() | _k_and_iq_quants() | _bit(TYPE_NVFP4))
         if not _one_of(at, weights):
             return 0
-        if (t.src[2].ne[3] if o == GGML_PY_OP_MUL_MAT_ID else a.ne[3]) != b.ne[3]:
+        if (t.src[2].ne[3] if o == OP_MUL_MAT_ID else a.ne[3]) != b.ne[3]:
             return 0
         if not (_vk_dim01_contiguous(a) or _is_float(at)) or not (_vk_dim01_contiguous(b) or _f32_f16(b.type)):
             return 0
-        return not (at == T_BF16 and b.type == T_F16)
-    if o == GGML_PY_OP_FLASH_ATTN_EXT:
-        return (b.ne[0] % 8 == 0 and t.src[2].ne[0] % 8 == 0 and _absent_or(t.src[4], T_F32)
-                and at == T_F32 and d == T_F32 and _absent_or(t.src[3], T_F16)
+        return not (at == TYPE_BF16 and b.type == TYPE_F16)
+    if o == OP_FLASH_ATTN_EXT:
+        return (b.ne[0] % 8 == 0 and t.src[2].ne[0] % 8 == 0 and _absent_or(t.src[4], TYPE_F32)
+                and at == TYPE_F32 and d == TYPE_F32 and _absent_or(t.src[3], TYPE_F16)
                 and b.type == t.src[2].type
-                and _one_of(b.type, _bit(T_F32) | _bit(T_F16) | _legacy_quants()
-                            | _bit(GGML_PY_TYPE_IQ4_NL)))
-    if o == GGML_PY_OP_GET_ROWS:
-        weights = (_bit(T_F32) | _bit(T_F16) | _bit(T_BF16) | _bit(T_I32) | _bit(GGML_PY_TYPE_Q1_0)
-                   | _legacy_quants() | _k_and_iq_quants() | _bit(GGML_PY_TYPE_NVFP4))
+                and _one_of(b.type, _bit(TYPE_F32) | _bit(TYPE_F16) | _legacy_quants()
+                            | _bit(TYPE_IQ4_NL)))
+    if o == OP_GET_ROWS:
+        weights = (_bit(TYPE_F32) | _bit(TYPE_F16) | _bit(TYPE_BF16) | _bit(TYPE_I32) | _bit(TYPE_Q1_0)
+                   | _legacy_quants() | _k_and_iq_quants() | _bit(TYPE_NVFP4))
         return _one_of(at, weights)
-    if o == GGML_PY_OP_SET_ROWS:
-        return _one_of(d, _bit(T_F32) | _bit(T_F16) | _bit(T_BF16) | _bit(GGML_PY_TYPE_Q1_0)
-                       | _legacy_quants() | _bit(GGML_PY_TYPE_IQ4_NL))
+    if o == OP_SET_ROWS:
+        return _one_of(d, _bit(TYPE_F32) | _bit(TYPE_F16) | _bit(TYPE_BF16) | _bit(TYPE_Q1_0)
+                       | _legacy_quants() | _bit(TYPE_IQ4_NL))
     if _is_copy(o):
         return _vk_copy_ok(t)
-    if o == GGML_PY_OP_REPEAT:
+    if o == OP_REPEAT:
         return TYPE_TRAITS[d].type_size == 4 and TYPE_TRAITS[at].type_size == 4
-    if o == GGML_PY_OP_ROPE:
+    if o == OP_ROPE:
         return _contiguous_rows(t) and _contiguous_rows(a)
-    if o == GGML_PY_OP_NORM or o == GGML_PY_OP_GROUP_NORM:
+    if o == OP_NORM or o == OP_GROUP_NORM:
         return ggml_is_contiguous(a)
-    if o == GGML_PY_OP_L2_NORM:
-        return _contiguous_rows(a) and at == T_F32 and d == T_F32
+    if o == OP_L2_NORM:
+        return _contiguous_rows(a) and at == TYPE_F32 and d == TYPE_F32
     if _is_binary(o):
         return _f32_f16(at) and _f32_f16(b.type) and _f32_f16(d)
-    if o == GGML_PY_OP_ADD_ID:
-        return at == T_F32 and b.type == T_F32 and t.src[2].type == T_I32 and d == T_F32
-    if (o == GGML_PY_OP_SQR or o == GGML_PY_OP_SQRT or o == GGML_PY_OP_SIN or o == GGML_PY_OP_COS
-            or o == GGML_PY_OP_CLAMP or o == GGML_PY_OP_PAD or o == GGML_PY_OP_ROLL
-            or o == GGML_PY_OP_TIMESTEP_EMBEDDING):
-        return at == T_F32
-    if (o == GGML_PY_OP_LEAKY_RELU or o == GGML_PY_OP_SCALE or o == GGML_PY_OP_DIAG_MASK_INF
-            or o == GGML_PY_OP_ARGMAX):
-        return ggml_is_contiguous(a) and at == T_F32
-    if o == GGML_PY_OP_LOG or o == GGML_PY_OP_TRI or o == GGML_PY_OP_DIAG:
+    if o == OP_ADD_ID:
+        return at == TYPE_F32 and b.type == TYPE_F32 and t.src[2].type == TYPE_I32 and d == TYPE_F32
+    if (o == OP_SQR or o == OP_SQRT or o == OP_SIN or o == OP_COS
+            or o == OP_CLAMP or o == OP_PAD or o == OP_ROLL
+            or o == OP_TIMESTEP_EMBEDDING):
+        return at == TYPE_F32
+    if (o == OP_LEAKY_RELU or o == OP_SCALE or o == OP_DIAG_MASK_INF
+            or o == OP_ARGMAX):
+        return ggml_is_contiguous(a) and at == TYPE_F32
+    if o == OP_LOG or o == OP_TRI or o == OP_DIAG:
         return _f32_f16(at) and d == at
-    if o == GGML_PY_OP_ARGSORT:
+    if o == OP_ARGSORT:
         return ggml_is_contiguous(t) and ggml_is_contiguous(a)
-    if o == GGML_PY_OP_TOP_K:           # a top-k pipeline for rows of up to 2^10 - 1
+    if o == OP_TOP_K:           # a top-k pipeline for rows of up to 2^10 - 1
         return ggml_is_contiguous(t) and ggml_is_contiguous(a) and t.ne[0] < 1024
-    if o == GGML_PY_OP_ACC:
-        return at == T_F32 and b.type == T_F32 and d == T_F32
-    if o == GGML_PY_OP_SET:
-        return at == b.type and at == d and (at == T_F32 or at == T_I32)
-    if o == GGML_PY_OP_CONCAT:
+    if o == OP_ACC:
+        return at == TYPE_F32 and b.type == TYPE_F32 and d == TYPE_F32
+    if o == OP_SET:
+        return at == b.type and at == d and (at == TYPE_F32 or at == TYPE_I32)
+    if o == OP_CONCAT:
         return TYPE_TRAITS[at].type_size == 4
-    if o == GGML_PY_OP_SOFT_MAX:
-        return ggml_is_contiguous(a) and at == T_F32 and (b == NULL or _f32_f16(b.type))
-    if o == GGML_PY_OP_SUM or o == GGML_PY_OP_SUM_ROWS or o == GGML_PY_OP_MEAN or o == GGML_PY_OP_CUMSUM:
-        return at == T_F32 and _contiguous_rows(a)
+    if o == OP_SOFT_MAX:
+        return ggml_is_contiguous(a) and at == TYPE_F32 and (b == NULL or _f32_f16(b.type))
+    if o == OP_SUM or o == OP_SUM_ROWS or o == OP_MEAN or o == OP_CUMSUM:
+        return at == TYPE_F32 and _contiguous_rows(a)
     return 0
 
 
@@ -878,9 +855,9 @@ cdef bint _ggml_opencl_flash_attn_ok(const ggml_tensor * t) noexcept nogil:
         return False
     if k.type != v.type:
         return False
-    if q.type == T_F32 and t.type == T_F32:
-        return k.type == T_F32 or k.type == T_F16
-    return q.type == T_F16 and k.type == T_F16 and t.type == T_F16
+    if q.type == TYPE_F32 and t.type == TYPE_F32:
+        return k.type == TYPE_F32 or k.type == TYPE_F16
+    return q.type == TYPE_F16 and k.type == TYPE_F16 and t.type == TYPE_F16
 
 
 cdef int ggml_opencl_supports_op(const ggml_backend * backend, const ggml_tensor * t) noexcept nogil:
@@ -888,78 +865,78 @@ cdef int ggml_opencl_supports_op(const ggml_backend * backend, const ggml_tensor
     cdef int o = t.op, d = t.type, u, at, cols
     cdef const ggml_tensor * a = t.src[0]
     cdef const ggml_tensor * b = t.src[1]
-    if o == GGML_PY_OP_TRI or o == GGML_PY_OP_FILL:
-        return d == T_F32 and ggml_is_contiguous(t)
+    if o == OP_TRI or o == OP_FILL:
+        return d == TYPE_F32 and ggml_is_contiguous(t)
     at = a.type
-    if o == GGML_PY_OP_GET_ROWS:
+    if o == OP_GET_ROWS:
         return _f32_f16(at)
-    if o == GGML_PY_OP_SET_ROWS:
-        return at == T_F32 and _f32_f16(d) and (b.type == T_I64 or b.type == T_I32)
+    if o == OP_SET_ROWS:
+        return at == TYPE_F32 and _f32_f16(d) and (b.type == TYPE_I64 or b.type == TYPE_I32)
     if _is_copy(o):
-        return (_f32_f16(at) and _f32_f16(d)) or (at == T_I32 and d == T_I32)
-    if o == GGML_PY_OP_SET:
-        return (d == T_F32 or d == T_I32) and at == d and b.type == d
-    if o == GGML_PY_OP_SCALE:
-        return at == T_F32 and ggml_is_contiguous(a)
+        return (_f32_f16(at) and _f32_f16(d)) or (at == TYPE_I32 and d == TYPE_I32)
+    if o == OP_SET:
+        return (d == TYPE_F32 or d == TYPE_I32) and at == d and b.type == d
+    if o == OP_SCALE:
+        return at == TYPE_F32 and ggml_is_contiguous(a)
     if _is_binary(o):                   # ADD alone mixes f32 sources into an f16 result
-        if o == GGML_PY_OP_ADD and d == T_F16 and _f32_f16(at) and _f32_f16(b.type):
+        if o == OP_ADD and d == TYPE_F16 and _f32_f16(at) and _f32_f16(b.type):
             return 1
         return at == b.type and at == d and _f32_f16(at)
-    if o == GGML_PY_OP_ADD_ID or o == GGML_PY_OP_CLAMP or o == GGML_PY_OP_MEAN:
-        return at == T_F32
-    if o == GGML_PY_OP_SQR or o == GGML_PY_OP_SQRT:
+    if o == OP_ADD_ID or o == OP_CLAMP or o == OP_MEAN:
+        return at == TYPE_F32
+    if o == OP_SQR or o == OP_SQRT:
         return _f32_f16(at) and ggml_is_contiguous(a)
-    if o == GGML_PY_OP_UNARY:
+    if o == OP_UNARY:
         u = t.op_params[0]
-        if (u == GGML_PY_UNARY_OP_GELU or u == GGML_PY_UNARY_OP_SILU or u == GGML_PY_UNARY_OP_RELU
-                or u == GGML_PY_UNARY_OP_GELU_ERF or u == GGML_PY_UNARY_OP_GELU_QUICK):
-            return ggml_is_contiguous(a) and at == T_F32
-        if u == GGML_PY_UNARY_OP_SIGMOID:
+        if (u == UNARY_OP_GELU or u == UNARY_OP_SILU or u == UNARY_OP_RELU
+                or u == UNARY_OP_GELU_ERF or u == UNARY_OP_GELU_QUICK):
+            return ggml_is_contiguous(a) and at == TYPE_F32
+        if u == UNARY_OP_SIGMOID:
             return ggml_is_contiguous(a)
-        if (u == GGML_PY_UNARY_OP_TANH or u == GGML_PY_UNARY_OP_NEG or u == GGML_PY_UNARY_OP_EXP
-                or u == GGML_PY_UNARY_OP_EXPM1 or u == GGML_PY_UNARY_OP_SOFTPLUS):
+        if (u == UNARY_OP_TANH or u == UNARY_OP_NEG or u == UNARY_OP_EXP
+                or u == UNARY_OP_EXPM1 or u == UNARY_OP_SOFTPLUS):
             return _f32_f16(at)
         return 0
-    if o == GGML_PY_OP_GLU:
+    if o == OP_GLU:
         return 0 <= t.op_params[0] < GGML_PY_GLU_OP_COUNT and ggml_is_contiguous_1(a) and _f32_f16(d)
-    if o == GGML_PY_OP_RMS_NORM:
+    if o == OP_RMS_NORM:
         return t.ne[0] % 4 == 0 and _contiguous_rows(a)
-    if o == GGML_PY_OP_L2_NORM:
+    if o == OP_L2_NORM:
         return _contiguous_rows(a)
-    if o == GGML_PY_OP_REPEAT or o == GGML_PY_OP_TIMESTEP_EMBEDDING:
-        return at == T_F32 and d == T_F32
-    if o == GGML_PY_OP_PAD:
-        return t.op_params[8] == 0 and at == T_F32 and d == T_F32
-    if o == GGML_PY_OP_CONCAT:
-        return at == T_F32 and b.type == T_F32 and d == T_F32
-    if o == GGML_PY_OP_GROUP_NORM:
+    if o == OP_REPEAT or o == OP_TIMESTEP_EMBEDDING:
+        return at == TYPE_F32 and d == TYPE_F32
+    if o == OP_PAD:
+        return t.op_params[8] == 0 and at == TYPE_F32 and d == TYPE_F32
+    if o == OP_CONCAT:
+        return at == TYPE_F32 and b.type == TYPE_F32 and d == TYPE_F32
+    if o == OP_GROUP_NORM:
         return ggml_is_contiguous(a)
-    if o == GGML_PY_OP_MUL_MAT:
-        if at == T_F16:
+    if o == OP_MUL_MAT:
+        if at == TYPE_F16:
             return 1
-        if at == T_F32 or at == T_Q8_0:
-            return b.type == T_F32
-        if _one_of(at, _bit(GGML_PY_TYPE_Q4_0) | _bit(GGML_PY_TYPE_Q4_1) | _bit(GGML_PY_TYPE_MXFP4)
-                   | _bit(GGML_PY_TYPE_IQ4_NL) | _bit(GGML_PY_TYPE_Q4_K) | _bit(GGML_PY_TYPE_Q5_K)
-                   | _bit(GGML_PY_TYPE_Q6_K)):
-            return b.type == T_F32 and ggml_is_contiguous(a) and ggml_is_contiguous(b)
+        if at == TYPE_F32 or at == TYPE_Q8_0:
+            return b.type == TYPE_F32
+        if _one_of(at, _bit(TYPE_Q4_0) | _bit(TYPE_Q4_1) | _bit(TYPE_MXFP4)
+                   | _bit(TYPE_IQ4_NL) | _bit(TYPE_Q4_K) | _bit(TYPE_Q5_K)
+                   | _bit(TYPE_Q6_K)):
+            return b.type == TYPE_F32 and ggml_is_contiguous(a) and ggml_is_contiguous(b)
         return 0
-    if o == GGML_PY_OP_MUL_MAT_ID:
-        return (_one_of(at, _bit(GGML_PY_TYPE_Q4_0) | _bit(T_Q8_0) | _bit(GGML_PY_TYPE_MXFP4))
-                and b.type == T_F32 and ggml_is_contiguous(a) and ggml_is_contiguous(b))
-    if o == GGML_PY_OP_DIAG_MASK_INF:
+    if o == OP_MUL_MAT_ID:
+        return (_one_of(at, _bit(TYPE_Q4_0) | _bit(TYPE_Q8_0) | _bit(TYPE_MXFP4))
+                and b.type == TYPE_F32 and ggml_is_contiguous(a) and ggml_is_contiguous(b))
+    if o == OP_DIAG_MASK_INF:
         return t.ne[3] == 1
-    if o == GGML_PY_OP_ROPE:            # multi-section and vision rope: float sources only
+    if o == OP_ROPE:            # multi-section and vision rope: float sources only
         u = t.op_params[2]
         return not (u & GGML_PY_ROPE_TYPE_MROPE) or _f32_f16(at)
-    if o == GGML_PY_OP_ARGSORT:
+    if o == OP_ARGSORT:
         cols = 1
         while cols < t.ne[0]:
             cols *= 2
-        return cols <= ARGSORT_WG and at == T_F32
-    if o == GGML_PY_OP_SUM_ROWS or o == GGML_PY_OP_CUMSUM:
-        return at == T_F32 and ggml_is_contiguous(a)
-    if o == GGML_PY_OP_FLASH_ATTN_EXT:
+        return cols <= ARGSORT_WG and at == TYPE_F32
+    if o == OP_SUM_ROWS or o == OP_CUMSUM:
+        return at == TYPE_F32 and ggml_is_contiguous(a)
+    if o == OP_FLASH_ATTN_EXT:
         return _ggml_opencl_flash_attn_ok(t)
     return 0
 
@@ -1042,6 +1019,8 @@ def use_rule(Backend backend not None, name: str, unsupported_ops=()):
     """Make `backend` answer supports_op with rule `name` (in C, during the split), except
     for the op names in `unsupported_ops`, which it never runs."""
     cdef const Rule * r = _rule(name)
+    if r.fn == opencl_supports_op:
+        _learn_opencl_unary_ops()
     no = set()
     for op in unsupported_ops:
         if not isinstance(op, str) or op not in _OP_NAMES:

@@ -132,8 +132,10 @@ static const int ggml_py_rope_type_values[] = { GGML_PY_ROPE_TYPES(GGML_PY_ROPE_
 #undef GGML_PY_GLU_OP_ENUM_
 #undef GGML_PY_NAME_
 
-// ggml 0.10.1's counts (GGML_OP_COUNT, GGML_UNARY_OP_COUNT, GGML_GLU_OP_COUNT); the names
-// themselves are checked against ggml's own in tests/test_op_metadata.py
-_Static_assert(GGML_PY_OP_COUNT == 96, "ggml 0.10.1 has 96 ops");
-_Static_assert(GGML_PY_UNARY_OP_COUNT == 22, "ggml 0.10.1 has 22 unary ops");
-_Static_assert(GGML_PY_GLU_OP_COUNT == 6, "ggml 0.10.1 has 6 GLU ops");
+// ggml 0.10.1's vocabulary, id for id: its counts (GGML_OP_COUNT, GGML_UNARY_OP_COUNT,
+// GGML_GLU_OP_COUNT) are one past its last entries. A newer ggml's unary and GLU ops come
+// after them, as ggml appends those (a new unary op is one line at the end of its list).
+// The names themselves are checked against ggml's own in tests/test_op_metadata.py.
+_Static_assert(GGML_PY_OP_GLU + 1 == 96, "ggml 0.10.1 has 96 ops");
+_Static_assert(GGML_PY_UNARY_OP_TRUNC + 1 == 22, "ggml 0.10.1 has 22 unary ops");
+_Static_assert(GGML_PY_GLU_OP_GEGLU_QUICK + 1 == 6, "ggml 0.10.1 has 6 GLU ops");

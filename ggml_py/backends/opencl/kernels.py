@@ -721,7 +721,9 @@ FA_D = OPENCL_FA_D              # largest flash-attention head size (DK and DV)
 # ggml_unary_op ids) and k_glu (G_*: ggml's ggml_glu_op ids)
 BINARY_CODES = {"ADD": 0, "SUB": 1, "MUL": 2, "DIV": 3}
 MAP_CODES = {"SQR": 100, "SQRT": 101, "CLAMP": 102, "SCALE": 103}
-UNARY_SUPPORTED = tuple(op for op in UNARY_OPS if op != "XIELU")
+# the unary ops map1 has a case for (XIELU, with its parameters, has none): the OpenCL
+# rule answers for these alone, so a unary op without its kernel stays on the CPU
+UNARY_SUPPORTED = tuple(op for op in UNARY_OPS if f"case U_{op}:" in BODY)
 
 
 def _defines():
