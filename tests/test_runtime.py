@@ -319,6 +319,41 @@ def test_async_copies_and_events_used_when_parallel():
         assert p.bytes_copied == sum(s.bytes_copied for s in p.splits)
 
 
+def test_kept_plan_hands_the_runtime_the_same_split_records():
+    """The split records a compute runs are made once per plan and copy slot: computes of
+    a kept plan run the very same records, the next copy slot (pipeline parallelism) and
+    a new split get their own, and every record says what the scheduler's table says."""
+    dev, c, m, sched = _layout0(parallel=True)
+    with dev:
+        core = sched._core
+
+        def records_of_the_table():
+            splits = core.get_splits()
+            for k, s in enumerate(sched._splits()):
+                assert s.backend is sched.backends[s.backend_id]
+                assert (s.backend_id, s.i_start, s.i_end) == splits[k][:3]
+                assert s.inputs == tuple(splits[k][3]) == sched.splits[k].inputs
+                assert s.copies == tuple(core.get_split_copies(k))
+            return sched._splits()
+
+        m.check(run(m, sched))
+        first = records_of_the_table()
+        assert any(s.copies for s in first)
+        m.set_inputs(sched)
+        assert sched.graph_compute(m.graph) == Status.SUCCESS
+        assert sched._splits() is first                 # same plan, same slot: kept
+        slot = core.cur_copy
+        sched.reset()
+        m.check(run(m, sched))                          # the kept plan, next copy slot
+        assert sched.n_graph_reuses >= 1 and core.cur_copy != slot
+        second = records_of_the_table()
+        assert [s.copies for s in second] != [s.copies for s in first]
+        sched.reset()
+        sched.set_tensor_backend(m.graph.nodes[-1], c)  # a new split
+        m.check(run(m, sched))
+        assert records_of_the_table() is not second
+
+
 def test_no_events_without_parallel():
     dev, c, m, sched = _layout0(parallel=False)
     with dev:
