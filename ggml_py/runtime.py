@@ -53,6 +53,9 @@ class Status(enum.IntEnum):
     ABORTED = 1
 
 
+_SUCCESS = Status.SUCCESS       # (an enum member read from its class costs a lookup)
+
+
 # ---------------------------------------------------------------------------
 # profile
 
@@ -173,6 +176,9 @@ class Runtime:
                        for b in self.backends]
         self.callback: EvalCallback | None = None
         self.profile = Profile()
+        # the split table checked last, with its graph and that graph's size then: a
+        # kept plan's steps hand the same (immutable) table over, checked once
+        self._checked: tuple[tuple[Split, ...], Graph, int] | None = None
         self.sync_splits = False
 
     # --- waiting for a copy slot ---
@@ -202,18 +208,10 @@ class Runtime:
     def compute_splits(self, graph: Graph, splits: Sequence[Split], cur: int) -> Status:
         """ggml_backend_sched_compute_splits: run `splits` of `graph` (split and
         allocated by the scheduler), their input copies in copy slot `cur`."""
-        instance_arg(graph, Graph, "graph")
-        splits = items_arg(splits, "splits", Split)
-        cur = int_arg(cur, "copy slot", 0, len(self.events[0]) - 1)
+        if type(cur) is not int or not 0 <= cur < len(self.events[0]):
+            cur = int_arg(cur, "copy slot", 0, len(self.events[0]) - 1)
+        splits = self._check(graph, splits)
         prof, backends = self.profile, self.backends
-        for split in splits:
-            if backends[index_arg(split.backend_id, "split backend", len(backends))] \
-                    is not split.backend:
-                raise SchedulerError(f"split backend {split.backend.name} is not this "
-                                     f"runtime's backend {split.backend_id}")
-            if not split.i_start <= split.i_end <= graph.n_nodes:
-                raise OutOfRangeError(f"split nodes [{split.i_start}, {split.i_end}) are not "
-                                      f"in the graph's {graph.n_nodes} nodes")
         moe: _ExpertCopier | None = None        # made at the first MUL_MAT_ID expert copy
         t_start = time.perf_counter()
         prof.n_computes += 1
@@ -269,7 +267,7 @@ class Runtime:
                 if self.sync_splits:
                     backend.synchronize()
                 sp.compute_s = time.perf_counter() - t1
-                if status != Status.SUCCESS:
+                if status is not _SUCCESS:
                     return status
 
                 # the next use of this slot's input copies must wait for this split
@@ -278,7 +276,30 @@ class Runtime:
                     prof.n_event_records += 1
         finally:
             prof.wall_s += time.perf_counter() - t_start
-        return Status.SUCCESS
+        return _SUCCESS
+
+    def _check(self, graph: Graph, splits: Sequence[Split]) -> Sequence[Split]:
+        """`splits`, each a Split of this runtime's backends over nodes of `graph` (the
+        records check themselves when made); a tuple checked last time, with the same
+        graph of the same size, is not checked again."""
+        checked = self._checked
+        if checked is not None and checked[0] is splits and checked[1] is graph and \
+                checked[2] == graph.n_nodes:
+            return splits
+        instance_arg(graph, Graph, "graph")
+        table = tuple(items_arg(splits, "splits", Split))
+        backends = self.backends
+        for split in table:
+            if backends[index_arg(split.backend_id, "split backend", len(backends))] \
+                    is not split.backend:
+                raise SchedulerError(f"split backend {split.backend.name} is not this "
+                                     f"runtime's backend {split.backend_id}")
+            if not split.i_start <= split.i_end <= graph.n_nodes:
+                raise OutOfRangeError(f"split nodes [{split.i_start}, {split.i_end}) are not "
+                                      f"in the graph's {graph.n_nodes} nodes")
+        if isinstance(splits, tuple):
+            self._checked = (splits, graph, graph.n_nodes)
+        return table
 
     def _compute_observed(self, backend: Backend, nodes: list[Tensor]) -> Status:
         """The split's nodes with the eval callback: nodes the user does not ask for are
@@ -308,7 +329,7 @@ def _status(ok: bool | int | None) -> Status:
     """A backend's graph_compute answer as a Status: True / None are success, False a
     failure, anything else a ggml_status value."""
     if ok is True or ok is None:
-        return Status.SUCCESS
+        return _SUCCESS
     return Status.FAILED if ok is False else Status(ok)
 
 

@@ -385,10 +385,10 @@ def save_gguf(model: Model, path) -> None:
     MoE, qwen2, qwen3, gemma2, gemma3, phi3), with tokenizer.ggml.model 'none' so that
     llama.cpp loads it."""
     cfg = instance_arg(model, Model, "model").config
-    write_gguf(cfg, {name: model.weights[name] for name in _file_weights(cfg)}, path)
+    _write_gguf(cfg, {name: model.weights[name] for name in _file_weights(cfg)}, path)
 
 
-def write_gguf(cfg: ModelConfig, weights: dict, path) -> None:
+def _write_gguf(cfg: ModelConfig, weights: dict, path) -> None:
     """Write cfg's metadata and `weights` ({name: (ggml type, stored array)}, in order, of
     any type the gguf package names) as a GGUF file, as they are: save_gguf's writer, and
     the tests' for files that hold less or other than their metadata says."""
