@@ -21,8 +21,9 @@ from ggml_py.backends import cpu
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.backends.numpy_device import NumpyDeviceBackend
 from ggml_py.errors import BackendError
-from ggml_py.errors import ComputeError
-from ggml_py.runtime import Status, _ranges
+from ggml_py.errors import (ArgumentError, ArgumentTypeError, ComputeError, OutOfRangeError,
+                            SchedulerError)
+from ggml_py.runtime import Runtime, Split, Status, _ranges
 from ggml_py.sched import Scheduler
 
 
@@ -352,6 +353,43 @@ def test_kept_plan_hands_the_runtime_the_same_split_records():
         sched.set_tensor_backend(m.graph.nodes[-1], c)  # a new split
         m.check(run(m, sched))
         assert records_of_the_table() is not second
+
+
+def test_a_split_table_is_checked_against_the_graph_and_backends_it_runs_on():
+    """Split records check their own fields when made; the runtime checks a table against
+    the graph and its backends, again when the graph is another or has grown."""
+    c = CPUBackend(n_threads=1)
+    ctx = Context("table")
+    a = ops.new_tensor_1d(ctx, "f32", 4, name="a")
+    y = ops.scale(ctx, a, 2.0)
+    z = ops.scale(ctx, y, 3.0)
+    talloc = TensorAllocator(c.buffer_type.alloc_buffer(256))
+    for t in (a, y, z):
+        talloc.alloc(t)
+    c.set_tensor(a, np.ones(4, np.float32).tobytes())
+    g = Graph(16).build_forward_expand(y)
+    rt = Runtime([c], 1)
+    with pytest.raises(ArgumentError, match="Split.i_end"):
+        Split(c, 0, 0, -1)
+    with pytest.raises(ArgumentTypeError, match="Split.backend"):
+        Split("CPU", 0, 0, 1)
+    with pytest.raises(SchedulerError, match="not this runtime's backend 0"):
+        rt.compute_splits(g, (Split(CPUBackend(n_threads=1), 0, 0, 1),), 0)
+    with pytest.raises(OutOfRangeError, match="backend"):
+        rt.compute_splits(g, (Split(c, 1, 0, 1),), 0)
+    past_the_end = (Split(c, 0, 0, 2),)
+    with pytest.raises(OutOfRangeError, match=r"\[0, 2\) are not in the graph's 1 nodes"):
+        rt.compute_splits(g, past_the_end, 0)
+    with pytest.raises(ArgumentError, match="copy slot"):
+        rt.compute_splits(g, (Split(c, 0, 0, 1),), 1)
+    table = (Split(c, 0, 0, 1),)
+    assert rt.compute_splits(g, table, 0) == rt.compute_splits(g, table, 0) == Status.SUCCESS
+    smaller = Graph(16).build_forward_expand(a)                 # no nodes: checked anew
+    with pytest.raises(OutOfRangeError, match="split nodes .* are not in the graph's 0 nodes"):
+        rt.compute_splits(smaller, table, 0)
+    g.build_forward_expand(z)                                   # grown: checked anew
+    assert rt.compute_splits(g, past_the_end, 0) == Status.SUCCESS
+    assert np.frombuffer(c.get_tensor(z), np.float32).tolist() == [6.0] * 4
 
 
 def test_no_events_without_parallel():
