@@ -10,7 +10,9 @@
    against the time spent inside the nodes (the executor's profile): the share outside
    them is the price of graphs, scheduling and dispatch. The step keeps its graph
    (Session's decode graph, the scheduler's graph reuse: no build, split or alloc);
-   the same step building a new graph each time runs alternately beside it.
+   the same step building a new graph each time runs alternately beside it. The kept
+   plan's graph_compute alone (inputs set untimed) less its median time in the nodes is
+   the Python overhead of a kept step's compute (`outside_kernels_us`).
 3. matmul: a graph of f32 MUL_MATs (the shapes of a prompt's projections) against the
    same products done directly with np.matmul; throughput ratio.
 4. --crossover: for each weight type, the batch size from which BLAS (numpy) beats the
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import statistics
 import sys
 import time
@@ -145,16 +148,27 @@ def bench_decode(reps, n_threads=1):
     sess.sched.alloc_graph(fw.graph)
 
     def compute():
-        # inputs again each time: the allocator may reuse their memory once read,
-        # as ggml-alloc does, so every compute needs them set (llama.cpp does the same)
+        """Seconds of one graph_compute of the kept plan. The inputs are set again each
+        time, untimed: the allocator may reuse their memory once read, as ggml-alloc
+        does, so every compute needs them set (llama.cpp does the same)."""
         for t, d in fw.inputs:
             tensor_set(t, d)
+        t0 = time.perf_counter()
         sess.sched.graph_compute(fw.graph)
-    t_compute = median_time(compute, reps)
-    cpu.executor.set_profiling(True)        # nodes timed from here on
-    for _ in range(reps):
+        return time.perf_counter() - t0
+
+    def kernels_us():
+        return sum(sum(p.node_times()) for p in cpu.executor.cached_cplans())
+    for _ in range(2):
         compute()
-    t_kernels = sum(sum(p.node_times()) for p in cpu.executor.cached_plans()) / reps / 1e6
+    t_compute = statistics.median(compute() for _ in range(reps))
+    cpu.executor.set_profiling(True)        # nodes timed from here on
+    in_kernels = []
+    for _ in range(reps):
+        before = kernels_us()
+        compute()
+        in_kernels.append(kernels_us() - before)
+    t_kernels = statistics.median(in_kernels) / 1e6
     cpu.executor.set_profiling(False)
     tensor_values(fw.logits)
     return {"bench": "decode", "model": f"llama {cfg.n_layer}L n_embd {cfg.n_embd}",
@@ -162,6 +176,7 @@ def bench_decode(reps, n_threads=1):
             "step_rebuilt_ms": t_rebuilt * 1e3, "reuse_speedup": t_rebuilt / t_step,
             "step_build_us": last.build_s * 1e6, "step_alloc_inputs_us": last.alloc_s * 1e6,
             "compute_ms": t_compute * 1e3, "kernels_ms": t_kernels * 1e3,
+            "outside_kernels_us": (t_compute - t_kernels) * 1e6,
             "outside_kernels_share": (t_step - t_kernels) / t_step,
             "graph_alloc_share": (t_step - t_compute) / t_step,
             "dispatch_share": (t_compute - t_kernels) / t_step}
@@ -269,8 +284,9 @@ def main(argv=None):
             print(f"decode step ({r['model']}, {r['n_nodes']} nodes): {r['step_ms']:.2f} ms "
                   f"per step with the kept graph ({r['step_rebuilt_ms']:.2f} ms building a new "
                   f"one: {r['reuse_speedup']:.1f}x; last step: build {r['step_build_us']:.0f} us, "
-                  f"alloc + inputs {r['step_alloc_inputs_us']:.0f} us), compute {r['compute_ms']:.2f} ms, in kernels "
-                  f"{r['kernels_ms']:.2f} ms -> {100 * r['outside_kernels_share']:.0f}% outside "
+                  f"alloc + inputs {r['step_alloc_inputs_us']:.0f} us), compute {r['compute_ms']:.3f} ms, in kernels "
+                  f"{r['kernels_ms']:.3f} ms ({r['outside_kernels_us']:.1f} us outside them) -> "
+                  f"{100 * r['outside_kernels_share']:.0f}% outside "
                   f"kernels ({100 * r['graph_alloc_share']:.0f}% graph build/alloc/inputs, "
                   f"{100 * r['dispatch_share']:.0f}% dispatch)")
         else:

@@ -36,7 +36,7 @@ import numpy as np
 
 from ggml_py._backend import Backend, GraphView, get_buffer, host_bytes, tensor_copy
 from ggml_py._core import Graph, Tensor, index_arg, instance_arg, int_arg, items_arg
-from ggml_py.errors import ComputeError, OutOfRangeError, SchedulerError  # noqa: F401 (ComputeError: re-exported)
+from ggml_py.errors import OutOfRangeError, SchedulerError
 
 if TYPE_CHECKING:
     from ggml_py._types import EvalCallback
@@ -51,6 +51,9 @@ class Status(enum.IntEnum):
     FAILED = -1
     SUCCESS = 0
     ABORTED = 1
+
+
+_SUCCESS = Status.SUCCESS       # (an enum member read from its class costs a lookup)
 
 
 # ---------------------------------------------------------------------------
@@ -139,18 +142,25 @@ def _set_tensor_async(backend: Backend, t: Tensor, data: bytes | memoryview,
 # the runtime
 
 @dataclass(frozen=True)
-class ComputeSplit:
-    """What the runtime runs of one split: nodes [i_start, i_end) of the graph on
-    backends[backend], after copying each (input, input's backend index, copy)."""
-    backend: int
+class Split:
+    """A run of graph nodes [i_start, i_end) computed on `backend` (the scheduler's
+    backend `backend_id`), and the tensors copied to it before it runs
+    (ggml_backend_sched_split). The records the runtime runs also carry `copies`: each
+    (input, its backend's index, its copy on `backend` in the current copy slot), in
+    the order of `inputs`; Scheduler.splits leaves them out (they belong to a step)."""
+    backend: Backend
+    backend_id: int
     i_start: int
     i_end: int
-    copies: list[InputCopy]
+    inputs: tuple[Tensor, ...] = ()
+    copies: tuple[InputCopy, ...] = ()
 
     def __post_init__(self) -> None:
-        for what in ("backend", "i_start", "i_end"):
-            int_arg(getattr(self, what), f"ComputeSplit.{what}", 0, 2**31 - 1)
-        items_arg(self.copies, "ComputeSplit.copies", tuple)
+        instance_arg(self.backend, Backend, "Split.backend")
+        for what in ("backend_id", "i_start", "i_end"):
+            int_arg(getattr(self, what), f"Split.{what}", 0, 2**31 - 1)
+        items_arg(self.inputs, "Split.inputs", Tensor)
+        items_arg(self.copies, "Split.copies", tuple)
 
 
 class Runtime:
@@ -166,6 +176,9 @@ class Runtime:
                        for b in self.backends]
         self.callback: EvalCallback | None = None
         self.profile = Profile()
+        # the split table checked last, with its graph and that graph's size then: a
+        # kept plan's steps hand the same (immutable) table over, checked once
+        self._checked: tuple[tuple[Split, ...], Graph, int] | None = None
         self.sync_splits = False
 
     # --- waiting for a copy slot ---
@@ -192,25 +205,20 @@ class Runtime:
 
     # --- compute ---
 
-    def compute_splits(self, graph: Graph, splits: list[ComputeSplit], cur: int) -> Status:
+    def compute_splits(self, graph: Graph, splits: Sequence[Split], cur: int) -> Status:
         """ggml_backend_sched_compute_splits: run `splits` of `graph` (split and
         allocated by the scheduler), their input copies in copy slot `cur`."""
-        instance_arg(graph, Graph, "graph")
-        splits = items_arg(splits, "splits", ComputeSplit)
-        cur = int_arg(cur, "copy slot", 0, len(self.events[0]) - 1)
+        if type(cur) is not int or not 0 <= cur < len(self.events[0]):
+            cur = int_arg(cur, "copy slot", 0, len(self.events[0]) - 1)
+        splits = self._check(graph, splits)
         prof, backends = self.profile, self.backends
-        for split in splits:
-            index_arg(split.backend, "split backend", len(backends))
-            if not split.i_start <= split.i_end <= graph.n_nodes:
-                raise OutOfRangeError(f"split nodes [{split.i_start}, {split.i_end}) are not "
-                                      f"in the graph's {graph.n_nodes} nodes")
-        moe = _ExpertCopier(self)
+        moe: _ExpertCopier | None = None        # made at the first MUL_MAT_ID expert copy
         t_start = time.perf_counter()
         prof.n_computes += 1
         try:
             for split_id, split in enumerate(splits):
-                b, i0, i1, copies = split.backend, split.i_start, split.i_end, split.copies
-                backend = backends[b]
+                b, i0, i1, copies = split.backend_id, split.i_start, split.i_end, split.copies
+                backend = split.backend
                 sp = SplitProfile(split_id, backend.name, i1 - i0, len(copies))
                 prof.splits.append(sp)
                 first = graph.node(i0) if copies and i1 > i0 else None
@@ -228,7 +236,8 @@ class Runtime:
                         sp.n_sync += 1
                     else:
                         self._wait_slot_queue(b, backend, cur)
-                        if first is not None and moe.applies(first, inp, cpy):
+                        if first is not None and _ExpertCopier.applies(first, inp, cpy):
+                            moe = moe or _ExpertCopier(self)
                             nbytes = moe.copy(split_id, first, copies, input_id, b,
                                               in_backend, backend)
                             sp.n_async += 1
@@ -258,7 +267,7 @@ class Runtime:
                 if self.sync_splits:
                     backend.synchronize()
                 sp.compute_s = time.perf_counter() - t1
-                if status != Status.SUCCESS:
+                if status is not _SUCCESS:
                     return status
 
                 # the next use of this slot's input copies must wait for this split
@@ -267,7 +276,30 @@ class Runtime:
                     prof.n_event_records += 1
         finally:
             prof.wall_s += time.perf_counter() - t_start
-        return Status.SUCCESS
+        return _SUCCESS
+
+    def _check(self, graph: Graph, splits: Sequence[Split]) -> Sequence[Split]:
+        """`splits`, each a Split of this runtime's backends over nodes of `graph` (the
+        records check themselves when made); a tuple checked last time, with the same
+        graph of the same size, is not checked again."""
+        checked = self._checked
+        if checked is not None and checked[0] is splits and checked[1] is graph and \
+                checked[2] == graph.n_nodes:
+            return splits
+        instance_arg(graph, Graph, "graph")
+        table = tuple(items_arg(splits, "splits", Split))
+        backends = self.backends
+        for split in table:
+            if backends[index_arg(split.backend_id, "split backend", len(backends))] \
+                    is not split.backend:
+                raise SchedulerError(f"split backend {split.backend.name} is not this "
+                                     f"runtime's backend {split.backend_id}")
+            if not split.i_start <= split.i_end <= graph.n_nodes:
+                raise OutOfRangeError(f"split nodes [{split.i_start}, {split.i_end}) are not "
+                                      f"in the graph's {graph.n_nodes} nodes")
+        if isinstance(splits, tuple):
+            self._checked = (splits, graph, graph.n_nodes)
+        return table
 
     def _compute_observed(self, backend: Backend, nodes: list[Tensor]) -> Status:
         """The split's nodes with the eval callback: nodes the user does not ask for are
@@ -297,7 +329,7 @@ def _status(ok: bool | int | None) -> Status:
     """A backend's graph_compute answer as a Status: True / None are success, False a
     failure, anything else a ggml_status value."""
     if ok is True or ok is None:
-        return Status.SUCCESS
+        return _SUCCESS
     return Status.FAILED if ok is False else Status(ok)
 
 
@@ -320,7 +352,7 @@ class _ExpertCopier:
         return (node.op == "MUL_MAT_ID" and node.src[0] == cpy and buf is not None
                 and buf.usage == "weights" and buf.is_host)
 
-    def copy(self, split_id: int, node: Tensor, copies: list[InputCopy], input_id: int, b: int,
+    def copy(self, split_id: int, node: Tensor, copies: Sequence[InputCopy], input_id: int, b: int,
              in_backend: Backend, backend: Backend) -> int:
         """Copy the used experts of copies[input_id]; returns the bytes copied."""
         inp, _, cpy = copies[input_id]

@@ -13,7 +13,6 @@ import logging
 import os
 import threading
 import weakref
-from dataclasses import dataclass, field
 from typing import (TYPE_CHECKING, Any, Callable, Concatenate, Iterable, Iterator, Mapping,
                     ParamSpec, Sequence, TypeVar, overload)
 
@@ -29,7 +28,7 @@ from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, B
 from ggml_py._backend import get_buffer, is_written, mark_written
 from ggml_py.arrays import describe, read, write
 from ggml_py.plan import Plan
-from ggml_py.runtime import ComputeSplit, Runtime, Status
+from ggml_py.runtime import Runtime, Split, Status
 
 if TYPE_CHECKING:
     from ggml_py._types import BackendRef, EvalCallback
@@ -78,16 +77,6 @@ def _locked(method: Callable[Concatenate[Scheduler, _P], _R]
 def _scheduler(sched: object) -> Scheduler:
     checked: Scheduler = instance_arg(sched, Scheduler, "sched")
     return checked
-
-
-@dataclass(frozen=True)
-class Split:
-    """A run of graph nodes [i_start, i_end) computed on one backend, and the
-    tensors copied to that backend before it runs."""
-    backend: Backend
-    i_start: int
-    i_end: int
-    inputs: list[Tensor] = field(default_factory=list)
 
 
 class Scheduler:
@@ -188,6 +177,9 @@ class Scheduler:
         self.validate = (os.environ.get("GGML_PY_VALIDATE_ALLOC", "0") not in ("", "0")
                          if validate is None else bool(validate))
         self.runtime = Runtime(backends, self.n_copies)   # events per backend and copy slot
+        # the split records of the last split, and the core's key of the table they show
+        self._split_table: tuple[Split, ...] = ()
+        self._split_table_key: bytes | None = None
         self.check_inputs = bool(check_inputs)
 
     # --- lifetime ---
@@ -201,6 +193,7 @@ class Scheduler:
         self.synchronize()
         self._core.close()
         self._graph = None
+        self._split_table, self._split_table_key = (), None
         last = self._allocated() if self._allocated is not None else None
         if last is not None:
             self._displaced.add(last)
@@ -312,6 +305,10 @@ class Scheduler:
     def synchronize(self, raise_errors: bool = True) -> None:
         """Wait for every backend (ggml_backend_sched_synchronize), then raise the first
         error an asynchronous backend reported (every backend is waited for even so)."""
+        self._synchronize(raise_errors)
+
+    def _synchronize(self, raise_errors: bool = True) -> None:
+        """synchronize, the lock held."""
         first = None
         for b in self.backends:
             try:
@@ -335,12 +332,12 @@ class Scheduler:
         the scheduler's) is False: see Scheduler."""
         _check_graph(graph)
         try:
-            status = self.graph_compute_async(graph, check_inputs=check_inputs)
+            status = self._compute_async(graph, check_inputs)
         except BaseException:
             # leave no queue running when the caller resets; the first error is the one raised
-            self.synchronize(raise_errors=False)
+            self._synchronize(raise_errors=False)
             raise
-        self.synchronize()
+        self._synchronize()
         return status
 
     @_locked
@@ -348,6 +345,10 @@ class Scheduler:
         """graph_compute without the final synchronize; call synchronize() before
         reading results (ggml_backend_sched_graph_compute_async)."""
         _check_graph(graph)
+        return self._compute_async(graph, check_inputs)
+
+    def _compute_async(self, graph: Graph, check_inputs: bool | None) -> Status:
+        """graph_compute_async, the lock held and `graph` checked."""
         if not self.is_reset and not self.is_alloc:
             self.reset()
         if not self.is_alloc:
@@ -380,10 +381,20 @@ class Scheduler:
             if missing:
                 self._refuse_unwritten(missing)
         self._refuse_unreachable_views(graph)
-        core = self._core
-        splits = [ComputeSplit(b, i0, i1, core.get_split_copies(k))
-                  for k, (b, i0, i1, _) in enumerate(core.get_splits())]
-        return self.runtime.compute_splits(graph, splits, core.cur_copy)
+        return self.runtime.compute_splits(graph, self._splits(), self._core.cur_copy)
+
+    def _splits(self) -> tuple[Split, ...]:
+        """The split records of the allocated graph with their copies in the current
+        copy slot, made again only when the core's table changed: a kept plan hands the
+        runtime the same records step after step."""
+        key = self._core.split_table_key()
+        if key != self._split_table_key:
+            core, backends = self._core, self.backends
+            self._split_table = tuple(
+                Split(backends[b], b, i0, i1, tuple(inputs), tuple(core.get_split_copies(k)))
+                for k, (b, i0, i1, inputs) in enumerate(core.get_splits()))
+            self._split_table_key = key
+        return self._split_table
 
     def _refuse_unreachable_views(self, graph: Graph) -> None:
         """A view the user assigned away from its memory (cause 'usr.away') is planned as
@@ -394,7 +405,7 @@ class Scheduler:
         away = self._core.away_views
         if not away:
             return
-        splits = self._core.get_splits()
+        splits = self._splits()
         for i, b in away:
             view, backend = graph.node(i), self.backends[b]
             base = view.view_src
@@ -405,9 +416,10 @@ class Scheduler:
                 why = (f"which cannot use the memory it views: its view_src '{base.name}' "
                        f"lives in buffer type '{buf.buffer_type.name}'")
             else:
-                early = next((self.backends[sb] for sb, i0, i1, inputs in splits
-                              if view in inputs and any(graph.node(k) == base
-                                                        for k in range(i0, i1))), None)
+                early = next((s.backend for s in splits
+                              if view in s.inputs and any(graph.node(k) == base
+                                                          for k in range(s.i_start, s.i_end))),
+                             None)
                 if early is None:
                     continue
                 why = (f"and {early.name} would copy it at the start of the split that "
@@ -658,7 +670,7 @@ class Scheduler:
     def splits(self) -> list[Split]:
         """The splits of the last split graph: backend, node range and inputs each."""
         self._require_split()
-        return [Split(self.backends[b], i0, i1, inputs)
+        return [Split(self.backends[b], b, i0, i1, tuple(inputs))
                 for b, i0, i1, inputs in self._core.get_splits()]
 
     @property

@@ -441,7 +441,7 @@ INSTANCES = {
     "OpenCLBuffer": "=env.ocl.buffer_type.alloc_buffer(64)", "OpenCLBufferType": "=env.ocl.buffer_type",
     "OpenCLEvent": "=env.ocl.event_new()", "OpenCLBackend": "ocl", "ModelConfig": "config",
     "Model": "model", "KVCache": "kv", "Forward": "forward", "Session": "session",
-    "Executor": "=env.cpu.executor", "ggml_py._cpu.Plan": "=env.cpu.executor.plan_of(env.graph)",
+    "Executor": "=env.cpu.executor", "CPlan": "=env.cpu.executor.cplan_of(env.graph)",
     "KernelPolicy": "=env.cpu.policy",
 }
 

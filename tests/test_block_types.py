@@ -235,7 +235,7 @@ def _nmse(ref, x):
 def _compute(backend, out, feeds):
     g, alloc = opscheck.prepare(backend, out, list(feeds.items()))
     backend.graph_compute(g)
-    kinds = backend.executor.plan_of(g).kinds() if backend is not REF else None
+    kinds = backend.executor.cplan_of(g).kinds() if backend is not REF else None
     return np.array(tensor_array(out)), kinds
 
 

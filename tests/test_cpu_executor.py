@@ -49,7 +49,7 @@ def _both(out, feeds, expect_c=True):
     g, alloc = opscheck.prepare(FAST, out, feeds)
     FAST.graph_compute(g)
     if expect_c:
-        assert FAST.executor.plan_of(g).kinds()[-1] == "c", f"{out.op} did not run in C"
+        assert FAST.executor.cplan_of(g).kinds()[-1] == "c", f"{out.op} did not run in C"
     fast = np.array(tensor_array(out))
     REF.graph_compute(g)
     ref = np.array(tensor_array(out))
@@ -472,7 +472,7 @@ def test_results_do_not_depend_on_threads(n_threads):
     one.graph_compute(g)
     first = [np.array(tensor_array(o)) for o in outs]
     many.graph_compute(g)
-    assert max(many.executor.plan_of(g).n_tasks()) == n_threads     # really shared
+    assert max(many.executor.cplan_of(g).n_tasks()) == n_threads     # really shared
     for o, a in zip(outs, first):
         np.testing.assert_array_equal(np.array(tensor_array(o)), a)
 
@@ -707,10 +707,10 @@ def test_large_batches_go_to_blas_and_agree():
     out = ops.mul_mat(ctx, w, x)
     g, alloc = opscheck.prepare(cpu, out, [(w, fw), (x, fx)])
     cpu.graph_compute(g)
-    assert cpu.executor.plan_of(g).kinds()[-1] == "python"
+    assert cpu.executor.cplan_of(g).kinds()[-1] == "python"
     got = np.array(tensor_array(out))
     no_blas.graph_compute(g)
-    assert no_blas.executor.plan_of(g).kinds()[-1] == "c"
+    assert no_blas.executor.cplan_of(g).kinds()[-1] == "c"
     np.testing.assert_allclose(got, np.array(tensor_array(out)), rtol=1e-5, atol=1e-5)
 
 
@@ -761,7 +761,7 @@ def test_models_through_the_scheduler_fast_path(name):
         assert sched.graph_compute(g) == Status.SUCCESS
         err, msg = opscheck.nmse(ref, np.array(tensor_array(out)))
         assert err < spec["tolerance"], msg
-    plan = cpu.executor.plan_of(g, 0, g.n_nodes)
+    plan = cpu.executor.cplan_of(g, 0, g.n_nodes)
     assert "python" not in plan.kinds()             # a decode step enters no Python kernel
     assert cpu.executor.n_builds == 1 and cpu.executor.n_reuses >= 2
 
@@ -772,7 +772,7 @@ def test_profiling_and_timing():
     cpu.executor.set_profiling(True)
     for _ in range(3):
         cpu.graph_compute(g)
-    times = cpu.executor.plan_of(g).node_times()
+    times = cpu.executor.cplan_of(g).node_times()
     assert len(times) == g.n_nodes and all(t > 0 for t in times)
     cpu.executor.set_profiling(False)
     r = time_graph_compute(cpu, g, reps=3, warmup=1)

@@ -40,7 +40,7 @@ def test_ggml_cases_through_the_c_kernel(case):
     g = Graph(64).build_forward_expand(out)
     alloc.alloc_graph(g)
     FAST.graph_compute(g)
-    assert FAST.executor.plan_of(g).kinds()[-1] == "c"
+    assert FAST.executor.cplan_of(g).kinds()[-1] == "c"
     o = case["output"]
     ok, err, msg = opscheck.compare(case.get("compare", "nmse"), o["type"],
                                     opscheck.decode(o["type"], o["ne"], o["data"]),
@@ -94,7 +94,7 @@ def test_c_kernel_matches_the_numpy_kernel(seed, s, kv_type, v_f16):
     ctx = Context()
     out, feeds = _attention(ctx, np.random.default_rng(seed), kv_type=kv_type, v_type=v_type, **s)
     g, alloc, fast = _compute(FAST, out, feeds)
-    assert FAST.executor.plan_of(g).kinds()[-1] == "c"
+    assert FAST.executor.cplan_of(g).kinds()[-1] == "c"
     REF.graph_compute(g)
     ref = np.array(tensor_array(out), dtype=np.float64)
     assert np.array_equal(np.isnan(fast), np.isnan(ref))
@@ -110,7 +110,7 @@ def test_results_do_not_depend_on_threads():
     g, alloc, one = _compute(FAST, out, feeds)
     many = CPUBackend(n_threads=3)
     many.graph_compute(g)
-    assert many.executor.plan_of(g).n_tasks()[-1] == 3
+    assert many.executor.cplan_of(g).n_tasks()[-1] == 3
     np.testing.assert_array_equal(np.array(tensor_array(out), dtype=np.float64), one)
 
 
@@ -152,7 +152,7 @@ def test_strided_q_falls_back_to_numpy():
     qt = ops.permute(ctx, ops.reshape_4d(ctx, q, 4, 32, 2, 1), 1, 0, 2, 3)     # ne [32, 4, 2]
     out = ops.flash_attn_ext(ctx, qt, k, k, None, 0.125)
     g, alloc, fast = _compute(FAST, out, feeds)
-    assert FAST.executor.plan_of(g).kinds()[-1] == "python"
+    assert FAST.executor.cplan_of(g).kinds()[-1] == "python"
     REF.graph_compute(g)
     np.testing.assert_array_equal(fast, np.array(tensor_array(out)))
 

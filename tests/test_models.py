@@ -1,9 +1,9 @@
 """Computable models: graphs against the numpy reference, KV-cache consistency,
 the MoE forms, GGUF round trips, determinism, placement and the demo."""
 
+import copy
 import dataclasses
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -275,12 +275,12 @@ def test_gguf_in_llama_cpps_q4_K_M_mix(tmp_path):
 
 
 def test_gguf_smaller_context_and_tied_output(tmp_path):
-    gguf = pytest.importorskip("gguf")
-    from ggml_py.models.gguf import load_gguf
+    pytest.importorskip("gguf")
+    from ggml_py.models.gguf import load_gguf, _write_gguf
     cfg = ModelConfig(**SMALL, wtype="f32")
     model = Model.random(cfg, seed=1)
     path = str(tmp_path / "tied.gguf")
-    _write(gguf, path, cfg, {k: v for k, v in model.weights.items() if k != "output.weight"})
+    _write_gguf(cfg, {k: v for k, v in model.weights.items() if k != "output.weight"}, path)
     loaded = load_gguf(path, n_ctx=16)
     assert loaded.config.n_ctx == 16
     assert loaded.weights["output.weight"][1].tobytes() == \
@@ -289,14 +289,14 @@ def test_gguf_smaller_context_and_tied_output(tmp_path):
 
 def test_gguf_rejects_unsupported_type_and_arch(tmp_path):
     gguf = pytest.importorskip("gguf")
-    from ggml_py.models.gguf import GGUFError, load_gguf
+    from ggml_py.models.gguf import GGUFError, load_gguf, _write_gguf
     cfg = ModelConfig(**{**SMALL, "n_embd": 256}, wtype="f32")
     weights = dict(Model.random(cfg).weights)
     # tq2_0 blocks (66 bytes per 256 values): a type the models do not compute
     rows = cfg.n_embd
     weights["blk.1.attn_q.weight"] = ("tq2_0", np.zeros((rows, cfg.n_embd // 256 * 66), np.uint8))
     path = str(tmp_path / "tq20.gguf")
-    _write(gguf, path, cfg, weights)
+    _write_gguf(cfg, weights, path)
     with pytest.raises(GGUFError, match=r"blk\.1\.attn_q\.weight.*TQ2_0"):
         load_gguf(path)
     other = str(tmp_path / "gpt2.gguf")
@@ -313,25 +313,24 @@ def test_gguf_damaged_files_are_clear_errors(tmp_path):
     """A file that says more than it holds (billions of blocks, hundreds, a tensor gone)
     is a GGUFError naming the file, at once; bytes damaged anywhere in the header or cut off
     anywhere load or raise GGUFError, never another error, never a long wait."""
-    gguf = pytest.importorskip("gguf")
-    from ggml_py.models.gguf import GGUFError, load_gguf
+    pytest.importorskip("gguf")
+    from ggml_py.models.gguf import GGUFError, load_gguf, _write_gguf
     cfg = ModelConfig(**SMALL, wtype="q8_0")
     weights = dict(Model.random(cfg).weights)
     for n_layer, match in [(2**31, r"ModelConfig\.n_layer must be an integer in \[1, 512\]"),
                            (400, r"has no tensor 'blk\.2\.attn_norm\.weight' \(and 3581 more\)")]:
         many = str(tmp_path / f"blocks{n_layer}.gguf")
-        _write(gguf, many, SimpleNamespace(**{**dataclasses.asdict(cfg), "n_layer": n_layer}),
-               weights)
+        _write_gguf(_claiming(cfg, n_layer=n_layer), weights, many)
         t0 = time.perf_counter()
         with pytest.raises(GGUFError, match=rf"blocks{n_layer}\.gguf: .*{match}"):
             load_gguf(many)
         assert time.perf_counter() - t0 < 2
     gone = str(tmp_path / "gone.gguf")
-    _write(gguf, gone, cfg, {k: v for k, v in weights.items() if k != "blk.1.ffn_up.weight"})
+    _write_gguf(cfg, {k: v for k, v in weights.items() if k != "blk.1.ffn_up.weight"}, gone)
     with pytest.raises(GGUFError, match=r"gone\.gguf: has no tensor 'blk\.1\.ffn_up\.weight'"):
         load_gguf(gone)
     good = str(tmp_path / "good.gguf")
-    _write(gguf, good, cfg, weights)
+    _write_gguf(cfg, weights, good)
     data = open(good, "rb").read()
     rng = np.random.default_rng(3)
     damaged, outcomes = str(tmp_path / "damaged.gguf"), {"loaded": 0, "GGUFError": 0}
@@ -355,25 +354,13 @@ def test_gguf_damaged_files_are_clear_errors(tmp_path):
     assert outcomes["GGUFError"] > 100, outcomes
 
 
-def _write(gguf, path, cfg, weights):
-    """A llama GGUF with these weights (stored forms; any block type, for the error test)."""
-    w = gguf.GGUFWriter(path, "llama")
-    w.add_context_length(cfg.n_ctx)
-    w.add_embedding_length(cfg.n_embd)
-    w.add_block_count(cfg.n_layer)
-    w.add_feed_forward_length(cfg.n_ff)
-    w.add_head_count(cfg.n_head)
-    w.add_head_count_kv(cfg.n_head_kv)
-    w.add_layer_norm_rms_eps(cfg.eps)
-    for name, (t, stored) in weights.items():
-        if t not in ("f32", "f16"):
-            w.add_tensor(name, stored, raw_dtype=getattr(gguf.GGMLQuantizationType, t.upper()))
-        else:
-            w.add_tensor(name, stored)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+def _claiming(cfg, **fields):
+    """A copy of cfg whose metadata says `fields`, past ModelConfig's checks (a file that
+    claims more than it holds)."""
+    claim = copy.copy(cfg)
+    for name, value in fields.items():
+        object.__setattr__(claim, name, value)
+    return claim
 
 
 # ---------------------------------------------------------------------------

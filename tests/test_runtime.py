@@ -21,8 +21,9 @@ from ggml_py.backends import cpu
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.backends.numpy_device import NumpyDeviceBackend
 from ggml_py.errors import BackendError
-from ggml_py.errors import ComputeError
-from ggml_py.runtime import Status, _ranges
+from ggml_py.errors import (ArgumentError, ArgumentTypeError, ComputeError, OutOfRangeError,
+                            SchedulerError)
+from ggml_py.runtime import Runtime, Split, Status, _ranges
 from ggml_py.sched import Scheduler
 
 
@@ -317,6 +318,78 @@ def test_async_copies_and_events_used_when_parallel():
         assert dev.stats["event_waits"] == p.n_event_waits
         assert sum(s.n_async for s in p.splits) == p.n_async_copies
         assert p.bytes_copied == sum(s.bytes_copied for s in p.splits)
+
+
+def test_kept_plan_hands_the_runtime_the_same_split_records():
+    """The split records a compute runs are made once per plan and copy slot: computes of
+    a kept plan run the very same records, the next copy slot (pipeline parallelism) and
+    a new split get their own, and every record says what the scheduler's table says."""
+    dev, c, m, sched = _layout0(parallel=True)
+    with dev:
+        core = sched._core
+
+        def records_of_the_table():
+            splits = core.get_splits()
+            for k, s in enumerate(sched._splits()):
+                assert s.backend is sched.backends[s.backend_id]
+                assert (s.backend_id, s.i_start, s.i_end) == splits[k][:3]
+                assert s.inputs == tuple(splits[k][3]) == sched.splits[k].inputs
+                assert s.copies == tuple(core.get_split_copies(k))
+            return sched._splits()
+
+        m.check(run(m, sched))
+        first = records_of_the_table()
+        assert any(s.copies for s in first)
+        m.set_inputs(sched)
+        assert sched.graph_compute(m.graph) == Status.SUCCESS
+        assert sched._splits() is first                 # same plan, same slot: kept
+        slot = core.cur_copy
+        sched.reset()
+        m.check(run(m, sched))                          # the kept plan, next copy slot
+        assert sched.n_graph_reuses >= 1 and core.cur_copy != slot
+        second = records_of_the_table()
+        assert [s.copies for s in second] != [s.copies for s in first]
+        sched.reset()
+        sched.set_tensor_backend(m.graph.nodes[-1], c)  # a new split
+        m.check(run(m, sched))
+        assert records_of_the_table() is not second
+
+
+def test_a_split_table_is_checked_against_the_graph_and_backends_it_runs_on():
+    """Split records check their own fields when made; the runtime checks a table against
+    the graph and its backends, again when the graph is another or has grown."""
+    c = CPUBackend(n_threads=1)
+    ctx = Context("table")
+    a = ops.new_tensor_1d(ctx, "f32", 4, name="a")
+    y = ops.scale(ctx, a, 2.0)
+    z = ops.scale(ctx, y, 3.0)
+    talloc = TensorAllocator(c.buffer_type.alloc_buffer(256))
+    for t in (a, y, z):
+        talloc.alloc(t)
+    c.set_tensor(a, np.ones(4, np.float32).tobytes())
+    g = Graph(16).build_forward_expand(y)
+    rt = Runtime([c], 1)
+    with pytest.raises(ArgumentError, match="Split.i_end"):
+        Split(c, 0, 0, -1)
+    with pytest.raises(ArgumentTypeError, match="Split.backend"):
+        Split("CPU", 0, 0, 1)
+    with pytest.raises(SchedulerError, match="not this runtime's backend 0"):
+        rt.compute_splits(g, (Split(CPUBackend(n_threads=1), 0, 0, 1),), 0)
+    with pytest.raises(OutOfRangeError, match="backend"):
+        rt.compute_splits(g, (Split(c, 1, 0, 1),), 0)
+    past_the_end = (Split(c, 0, 0, 2),)
+    with pytest.raises(OutOfRangeError, match=r"\[0, 2\) are not in the graph's 1 nodes"):
+        rt.compute_splits(g, past_the_end, 0)
+    with pytest.raises(ArgumentError, match="copy slot"):
+        rt.compute_splits(g, (Split(c, 0, 0, 1),), 1)
+    table = (Split(c, 0, 0, 1),)
+    assert rt.compute_splits(g, table, 0) == rt.compute_splits(g, table, 0) == Status.SUCCESS
+    smaller = Graph(16).build_forward_expand(a)                 # no nodes: checked anew
+    with pytest.raises(OutOfRangeError, match="split nodes .* are not in the graph's 0 nodes"):
+        rt.compute_splits(smaller, table, 0)
+    g.build_forward_expand(z)                                   # grown: checked anew
+    assert rt.compute_splits(g, past_the_end, 0) == Status.SUCCESS
+    assert np.frombuffer(c.get_tensor(z), np.float32).tolist() == [6.0] * 4
 
 
 def test_no_events_without_parallel():

@@ -24,10 +24,10 @@ import numpy as np
 
 from ggml_py._core import instance_arg, row_size
 from ggml_py.errors import ArgumentTypeError, ModelError
-from ggml_py import quants
 from ggml_py.models.config import (ARCH_DEFAULTS, ARCH_FFNS, ARCH_ROPE, FUSED_ARCHS,
                                    GRAPH_KINDS, QK_NORM_ARCHS, SWA_ARCHS, swa_pattern)
-from ggml_py.models.transformer import WEIGHT_TYPES, Model, ModelConfig, weight_shapes
+from ggml_py.models.config import WEIGHT_TYPES, ModelConfig, weight_shapes
+from ggml_py.models.model import Model
 
 ARCH = "llama"
 ARCHS = tuple(ARCH_ROPE)        # the architectures a file may have
@@ -384,15 +384,22 @@ def save_gguf(model: Model, path) -> None:
     """Write `model` as a GGUF file of its architecture (llama dense or Mixtral-style top-k
     MoE, qwen2, qwen3, gemma2, gemma3, phi3), with tokenizer.ggml.model 'none' so that
     llama.cpp loads it."""
+    cfg = instance_arg(model, Model, "model").config
+    _write_gguf(cfg, {name: model.weights[name] for name in _file_weights(cfg)}, path)
+
+
+def _write_gguf(cfg: ModelConfig, weights: dict, path) -> None:
+    """Write cfg's metadata and `weights` ({name: (ggml type, stored array)}, in order, of
+    any type the gguf package names) as a GGUF file, as they are: save_gguf's writer, and
+    the tests' for files that hold less or other than their metadata says."""
     gguf = _gguf()
-    w = _metadata_writer(gguf, instance_arg(model, Model, "model").config, path)
-    qtypes = {v: getattr(gguf.GGMLQuantizationType, k) for k, v in _TYPES.items()}
-    for name in _file_weights(model.config):
-        t, stored = model.weights[name]
-        if quants.is_quantized(t) or t == "bf16":
-            w.add_tensor(name, np.ascontiguousarray(stored, dtype=np.uint8), raw_dtype=qtypes[t])
-        else:
+    w = _metadata_writer(gguf, cfg, path)
+    for name, (t, stored) in weights.items():
+        if t in ("f32", "f16"):
             w.add_tensor(name, np.ascontiguousarray(stored))
+        else:                               # blocks and bf16: their bytes
+            w.add_tensor(name, np.ascontiguousarray(stored, dtype=np.uint8),
+                         raw_dtype=getattr(gguf.GGMLQuantizationType, t.upper()))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

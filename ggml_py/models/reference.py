@@ -13,7 +13,8 @@ import numpy as np
 
 from ggml_py._core import instance_arg
 from ggml_py.models.arch.gemma2 import query_scale
-from ggml_py.models.transformer import Model, token_ids
+from ggml_py.models.graph import token_ids
+from ggml_py.models.model import Model
 
 
 def _rms_norm(x, w, eps):

@@ -42,7 +42,9 @@ from ggml_py.tools.splitmap import SplitMap, fmt_bytes
 
 if TYPE_CHECKING:
     from ggml_py._backend import Backend
-    from ggml_py.models.transformer import Model, ModelConfig, StepStats
+    from ggml_py.models.config import ModelConfig
+    from ggml_py.models.model import Model
+    from ggml_py.models.session import StepStats
 
 Out = Callable[[str], None]
 
@@ -151,7 +153,8 @@ def gguf_config(path: str, graph: str | None = None) -> ModelConfig:
 def demo_models(args: argparse.Namespace) -> Iterator[Model]:
     """The models to run, built one at a time as they are needed."""
     from ggml_py.models.config import arch_config
-    from ggml_py.models.transformer import Model, llama_config, moe_config
+    from ggml_py.models.config import llama_config, moe_config
+    from ggml_py.models.model import Model
     if args.gguf:
         from ggml_py.models.gguf import GGUFError, load_gguf
         n_ctx = args.prompt + args.steps
@@ -192,7 +195,7 @@ def run_model(model: Model, backends: list[Backend], args: argparse.Namespace,
     """Prompt + greedy decode of one model through the scheduler; prints its tables and
     returns a summary row."""
     from ggml_py.models.placement import place_model
-    from ggml_py.models.transformer import Session
+    from ggml_py.models.session import Session
     cfg = model.config
     out(f"\n== {describe_model(model)}")
     # llama.cpp's layout for -ngl N / --tensor-split: token embeddings stay on the CPU,

@@ -25,7 +25,8 @@ from ggml_py.tools import cli, demo
 
 if TYPE_CHECKING:
     from ggml_py._backend import Backend
-    from ggml_py.models.transformer import Model, Session
+    from ggml_py.models.model import Model
+    from ggml_py.models.session import Session
 
 DEFAULTS = {"prompt_len": 16, "n": 16, "batch": 512, "ubatch": 512, "seed": 0}
 FLASH_ATTN = ("on", "off", "auto")      # llama.cpp's -fa values
@@ -135,7 +136,7 @@ def start_session(args: argparse.Namespace, model: Model, backends: list[Backend
     Session; with -fa auto loaded again without flash attention if a layer's device would
     not run it."""
     from ggml_py.models.placement import place_model
-    from ggml_py.models.transformer import Session
+    from ggml_py.models.session import Session
     sess = Session(place_model(model, backends, args.gpu_layers, args.tensor_split), backends)
     off = flash_attn_off_layers(sess) if args.flash_attn == "auto" else []
     if off:

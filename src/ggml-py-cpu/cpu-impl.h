@@ -136,21 +136,21 @@ static inline void gp_store_le16(uint8_t * p, uint16_t v) {
 struct gp_params {
     int             ith;        // this thread
     int             nth;        // threads sharing the node
-    char *          wdata;      // the plan's work buffer, shared by the threads
+    char *          wdata;      // the cplan's work buffer, shared by the threads
     size_t          wsize;
     gp_threadpool * tp;         // barriers inside a kernel; NULL when nth == 1
-    gp_plan *       plan;       // failures and the rope cache
-    int             node;       // the node's index in the plan
+    gp_cplan *      cplan;      // failures and the rope cache
+    int             node;       // the node's index in the cplan
 };
 
 // every thread of the node waits here (nothing when the node runs on one thread)
 void gp_barrier(const gp_params * p);
 void gp_threadpool_barrier(gp_threadpool * tp);
 
-// what the pool's threads run: nodes [i0, i1) of a plan, as thread ith
-void gp_plan_run_thread(gp_plan * plan, int i0, int i1, int ith, gp_threadpool * tp);
+// what the pool's threads run: nodes [i0, i1) of a cplan, as thread ith
+void gp_cplan_run_thread(gp_cplan * cplan, int i0, int i1, int ith, gp_threadpool * tp);
 // run a job on every thread of the pool (the caller is thread 0); returns when all are done
-void gp_threadpool_run(gp_threadpool * tp, gp_plan * plan, int i0, int i1);
+void gp_threadpool_run(gp_threadpool * tp, gp_cplan * cplan, int i0, int i1);
 
 // Record why a node failed (the first failure wins) and return -1. Kernels return it
 // before their first barrier, from a check every thread makes alike, or after the last.
@@ -351,8 +351,8 @@ gp_kernel gp_select_rope(const gp_tensor * t, int nth, size_t * wsize, const cha
 gp_kernel gp_select_flash_attn(const gp_tensor * t, int nth, int * n_tasks, size_t * wsize,
                                const char ** error);
 
-// rope cos/sin cache (rope.c), kept per plan
+// rope cos/sin cache (rope.c), kept per cplan
 typedef struct gp_rope_cache gp_rope_cache;
 gp_rope_cache * gp_rope_cache_new(void);
 void            gp_rope_cache_free(gp_rope_cache * c);
-gp_rope_cache * gp_plan_rope_cache(gp_plan * plan);
+gp_rope_cache * gp_cplan_rope_cache(gp_cplan * cplan);

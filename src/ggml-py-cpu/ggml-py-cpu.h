@@ -1,8 +1,8 @@
-// ggml_py's CPU executor in C: kernels, compiled execution plans and a thread pool.
+// ggml_py's CPU executor in C: kernels, compiled execution plans (cplans) and a thread pool.
 //
-// The Cython module ggml_py._cpu is the only user of this header. It builds a plan
-// (gp_plan) for a run of graph nodes once, checks on every compute that the plan still
-// describes the graph (gp_plan_matches), and runs it (gp_plan_run) with the GIL
+// The Cython module ggml_py._cpu is the only user of this header. It builds a cplan
+// (gp_cplan) for a run of graph nodes once, checks on every compute that the cplan still
+// describes the graph (gp_cplan_matches), and runs it (gp_cplan_run) with the GIL
 // released; nodes whose kernel is written in Python are run by the Cython loop between
 // C segments.
 //
@@ -108,7 +108,7 @@ int             gp_threadpool_n_threads(const gp_threadpool * tp);
 int             gp_threadpool_alive(const gp_threadpool * tp);  // 0 in a child of fork()
 
 // ---------------------------------------------------------------------------
-// execution plans
+// cplans: execution plans of node runs (the scheduler's split plan is another thing)
 
 typedef enum {
     GP_NODE_NOOP   = 0,     // a view op: nothing to compute
@@ -120,47 +120,47 @@ typedef enum {
 typedef struct gp_params gp_params;
 typedef int (*gp_kernel)(const gp_params * p, gp_tensor * dst);
 
-typedef struct gp_plan_node {
+typedef struct gp_cplan_node {
     gp_tensor * t;
     gp_kernel   fn;         // GP_NODE_C only
     int         kind;       // gp_node_kind
-    int         n_tasks;    // threads sharing it: 1 (thread 0 alone) or the plan's n_threads
+    int         n_tasks;    // threads sharing it: 1 (thread 0 alone) or the cplan's n_threads
     size_t      wsize;      // work buffer bytes it needs (all threads together)
-} gp_plan_node;
+} gp_cplan_node;
 
-typedef struct gp_plan gp_plan;
+typedef struct gp_cplan gp_cplan;
 
-// A plan for the nodes of `nodes`, or NULL when out of memory. Every node is classified
-// (gp_plan_node_at) but the work buffer is only sized: call gp_plan_finish after the
+// A cplan for the nodes of `nodes`, or NULL when out of memory. Every node is classified
+// (gp_cplan_node_at) but the work buffer is only sized: call gp_cplan_finish after the
 // caller has turned nodes it runs in Python into GP_NODE_PYTHON.
-gp_plan *      gp_plan_new(gp_tensor * const * nodes, int n_nodes, int n_threads);
-void           gp_plan_free(gp_plan * plan);
-gp_plan_node * gp_plan_node_at(gp_plan * plan, int i);
-int            gp_plan_n_nodes(const gp_plan * plan);
-const char *   gp_plan_node_error(const gp_plan * plan, int i);    // GP_NODE_ERROR: why
-void           gp_plan_set_error(gp_plan * plan, int i, const char * message);
-int            gp_plan_finish(gp_plan * plan);                     // 0, -1 out of memory
+gp_cplan *      gp_cplan_new(gp_tensor * const * nodes, int n_nodes, int n_threads);
+void            gp_cplan_free(gp_cplan * cplan);
+gp_cplan_node * gp_cplan_node_at(gp_cplan * cplan, int i);
+int             gp_cplan_n_nodes(const gp_cplan * cplan);
+const char *    gp_cplan_node_error(const gp_cplan * cplan, int i);    // GP_NODE_ERROR: why
+void            gp_cplan_set_error(gp_cplan * cplan, int i, const char * message);
+int             gp_cplan_finish(gp_cplan * cplan);                     // 0, -1 out of memory
 
-// Is the plan still exact for `nodes`: same tensors, ops, types, shapes, strides, data
+// Is the cplan still exact for `nodes`: same tensors, ops, types, shapes, strides, data
 // pointers, buffers and parameters, for the nodes and their sources?
-int gp_plan_matches(const gp_plan * plan, gp_tensor * const * nodes, int n_nodes,
-                    int n_threads);
+int gp_cplan_matches(const gp_cplan * cplan, gp_tensor * const * nodes, int n_nodes,
+                     int n_threads);
 
 // Run the C nodes [i0, i1) (no Python nodes in between) on tp (NULL: the caller alone).
-// 0 on success; -1 when a kernel failed: gp_plan_failure tells which node and why.
-int          gp_plan_run(gp_plan * plan, int i0, int i1, gp_threadpool * tp);
-const char * gp_plan_failure(const gp_plan * plan, int * node);
+// 0 on success; -1 when a kernel failed: gp_cplan_failure tells which node and why.
+int          gp_cplan_run(gp_cplan * cplan, int i0, int i1, gp_threadpool * tp);
+const char * gp_cplan_failure(const gp_cplan * cplan, int * node);
 
-// the largest node's work: bytes of the plan's work buffer
-size_t gp_plan_work_size(const gp_plan * plan);
+// the largest node's work: bytes of the cplan's work buffer
+size_t gp_cplan_work_size(const gp_cplan * cplan);
 
 // Profiling: with it on, every run adds each C node's wall time on thread 0 (ns) to
-// gp_plan_node_ns (NULL when off). 0, or -1 out of memory.
-int             gp_plan_profile(gp_plan * plan, int on);
-const int64_t * gp_plan_node_ns(const gp_plan * plan);
+// gp_cplan_node_ns (NULL when off). 0, or -1 out of memory.
+int             gp_cplan_profile(gp_cplan * cplan, int on);
+const int64_t * gp_cplan_node_ns(const gp_cplan * cplan);
 
 // ---------------------------------------------------------------------------
-// tensor facts the plan builder checks
+// tensor facts the cplan builder checks
 
 // The byte range [lo, hi) a tensor's elements span from its data pointer; 0 when the
 // shape or strides are invalid for its type (a row that is not a whole number of blocks).

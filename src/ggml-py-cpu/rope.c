@@ -1,6 +1,6 @@
 // ROPE (ggml_compute_forward_rope_flt): every mode of ggml 0.10.1, f32 and f16, with
 // ggml's cos/sin rows (ggml_rope_cache_init / ggml_mrope_cache_init: theta by repeated
-// float32 multiplication) kept per plan in a small cache keyed by the positions' values
+// float32 multiplication) kept per cplan in a small cache keyed by the positions' values
 // and every parameter, so the rope nodes of a step (every layer's Q and K) share one.
 
 #include "cpu-impl.h"
@@ -145,7 +145,7 @@ static int grow(void ** ptr, size_t * cap, size_t n, size_t elem) {
 
 // the cache slot for this rope node's positions and parameters (filled on a miss)
 static rope_slot * rope_lookup(const gp_params * p, const gp_tensor * dst) {
-    gp_rope_cache * rc = gp_plan_rope_cache(p->plan);
+    gp_rope_cache * rc = gp_cplan_rope_cache(p->cplan);
     const gp_tensor * pos_t = dst->src[1];
     const gp_tensor * ff_t  = dst->src[2];
     const int multi = (dst->op_params[2] & ROPE_MROPE) != 0;
@@ -219,7 +219,7 @@ static void rope_row(const float * x, float * y, const float * cache, int64_t n_
 
 static int k_rope(const gp_params * p, gp_tensor * dst) {
     const gp_tensor * src = dst->src[0];
-    gp_rope_cache * rc = gp_plan_rope_cache(p->plan);
+    gp_rope_cache * rc = gp_cplan_rope_cache(p->cplan);
     if (p->ith == 0) {
         rc->current = rope_lookup(p, dst);
     }

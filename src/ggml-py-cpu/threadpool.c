@@ -1,5 +1,5 @@
 // A small pthread pool with ggml's shape: n_threads - 1 workers and the caller as
-// thread 0 run the same plan, meeting at a barrier after each node that is shared
+// thread 0 run the same cplan, meeting at a barrier after each node that is shared
 // between threads (ggml_barrier). A job starts with a barrier too: idle workers wait in
 // it, spinning for a short while and then sleeping on a condition variable, so a pool
 // costs nothing between computes and little between nodes.
@@ -43,7 +43,7 @@ struct gp_threadpool {
     pthread_cond_t  cond;
 
     // the job
-    gp_plan *  plan;
+    gp_cplan * cplan;
     int        i0, i1;
     atomic_int stop;
 };
@@ -96,7 +96,7 @@ static void * worker_main(void * arg) {
     for (;;) {
         gp_threadpool_barrier(tp);              // a job starts (or the pool stops)
         if (atomic_load(&tp->stop)) break;
-        gp_plan_run_thread(tp->plan, tp->i0, tp->i1, a.ith, tp);
+        gp_cplan_run_thread(tp->cplan, tp->i0, tp->i1, a.ith, tp);
     }
     return NULL;
 }
@@ -161,10 +161,10 @@ void gp_threadpool_free(gp_threadpool * tp) {
 
 int gp_threadpool_n_threads(const gp_threadpool * tp) { return tp ? tp->n_threads : 1; }
 
-void gp_threadpool_run(gp_threadpool * tp, gp_plan * plan, int i0, int i1) {
-    tp->plan = plan;
+void gp_threadpool_run(gp_threadpool * tp, gp_cplan * cplan, int i0, int i1) {
+    tp->cplan = cplan;
     tp->i0 = i0;
     tp->i1 = i1;
     gp_threadpool_barrier(tp);                  // the workers start
-    gp_plan_run_thread(plan, i0, i1, 0, tp);    // ends with a barrier: all are done
+    gp_cplan_run_thread(cplan, i0, i1, 0, tp);    // ends with a barrier: all are done
 }

@@ -1130,6 +1130,12 @@ cdef bint graph_unchanged_since(Graph g, uint64_t epoch) noexcept:
     return True
 
 
+def note_world_change():
+    """Say that something outside tensors and graphs that plans depend on changed (the
+    CPU kernel table): every plan and cplan made before is made again (world_changed)."""
+    world_changed()
+
+
 def mutation_epochs():
     """(epoch, world epoch): the process-wide mutation counters (tests, debugging)."""
     return _epoch, _world_epoch

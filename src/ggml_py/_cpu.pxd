@@ -10,7 +10,7 @@ cdef extern from "ggml-py-cpu/ggml-py-cpu.h" nogil:
         pass
     ctypedef struct gp_threadpool:
         pass
-    ctypedef struct gp_plan:
+    ctypedef struct gp_cplan:
         pass
 
     ctypedef enum gp_isa:
@@ -24,7 +24,7 @@ cdef extern from "ggml-py-cpu/ggml-py-cpu.h" nogil:
         GP_NODE_PYTHON
         GP_NODE_ERROR
 
-    ctypedef struct gp_plan_node:
+    ctypedef struct gp_cplan_node:
         gp_tensor * t
         int kind
         int n_tasks
@@ -51,19 +51,19 @@ cdef extern from "ggml-py-cpu/ggml-py-cpu.h" nogil:
     void gp_threadpool_free(gp_threadpool * tp)
     int gp_threadpool_alive(const gp_threadpool * tp)
 
-    gp_plan * gp_plan_new(gp_tensor * const * nodes, int n_nodes, int n_threads)
-    void gp_plan_free(gp_plan * plan)
-    gp_plan_node * gp_plan_node_at(gp_plan * plan, int i)
-    int gp_plan_n_nodes(const gp_plan * plan)
-    const char * gp_plan_node_error(const gp_plan * plan, int i)
-    void gp_plan_set_error(gp_plan * plan, int i, const char * message)
-    int gp_plan_finish(gp_plan * plan)
-    int gp_plan_matches(const gp_plan * plan, gp_tensor * const * nodes, int n_nodes, int n_threads)
-    int gp_plan_run(gp_plan * plan, int i0, int i1, gp_threadpool * tp)
-    const char * gp_plan_failure(const gp_plan * plan, int * node)
-    size_t gp_plan_work_size(const gp_plan * plan)
-    int gp_plan_profile(gp_plan * plan, int on)
-    const int64_t * gp_plan_node_ns(const gp_plan * plan)
+    gp_cplan * gp_cplan_new(gp_tensor * const * nodes, int n_nodes, int n_threads)
+    void gp_cplan_free(gp_cplan * cplan)
+    gp_cplan_node * gp_cplan_node_at(gp_cplan * cplan, int i)
+    int gp_cplan_n_nodes(const gp_cplan * cplan)
+    const char * gp_cplan_node_error(const gp_cplan * cplan, int i)
+    void gp_cplan_set_error(gp_cplan * cplan, int i, const char * message)
+    int gp_cplan_finish(gp_cplan * cplan)
+    int gp_cplan_matches(const gp_cplan * cplan, gp_tensor * const * nodes, int n_nodes, int n_threads)
+    int gp_cplan_run(gp_cplan * cplan, int i0, int i1, gp_threadpool * tp)
+    const char * gp_cplan_failure(const gp_cplan * cplan, int * node)
+    size_t gp_cplan_work_size(const gp_cplan * cplan)
+    int gp_cplan_profile(gp_cplan * cplan, int on)
+    const int64_t * gp_cplan_node_ns(const gp_cplan * cplan)
 
     int gp_tensor_extent(const gp_tensor * t, size_t * lo, size_t * hi)
     int gp_type_known(int type)

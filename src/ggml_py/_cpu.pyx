@@ -1,25 +1,25 @@
-"""The CPU backend's executor: compiled execution plans over the C kernels of
+"""The CPU backend's executor: compiled execution plans (cplans) over the C kernels of
 src/ggml-py-cpu, a thread pool, and the instruction-set switch.
 
-A plan is made once per run of graph nodes (a split, or a whole graph): every node's
+A cplan is made once per run of graph nodes (a split, or a whole graph): every node's
 C kernel (or the Python kernel that replaces it), its thread count and work-buffer
 share go into a C array, and every tensor the nodes touch is checked to lie inside
-host memory of its buffer. Before each compute the plan is compared with the graph
-(gp_plan_matches: nodes, ops, types, shapes, strides, data pointers, buffers,
-parameters and sources); any difference builds a new one, so a stale plan never runs.
+host memory of its buffer. Before each compute the cplan is compared with the graph
+(gp_cplan_matches: nodes, ops, types, shapes, strides, data pointers, buffers,
+parameters and sources); any difference builds a new one, so a stale cplan never runs.
 Computing walks the array in C with the GIL released; Python is entered only for the
 nodes whose kernel is written in Python, between C segments.
 
-The plans of an Executor are kept in a small LRU keyed by (graph, node range): a
+The cplans of an Executor are kept in a small LRU keyed by (graph, node range): a
 repeated compute of an unchanged, allocated graph does no Python work per node.
 """
 
-from libc.stdint cimport int64_t, uint8_t, uint16_t, uintptr_t, INT64_MAX
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint64_t, uintptr_t, INT64_MAX
 from libc.stdlib cimport malloc, free
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 
 from ggml_py._ggml cimport ggml_tensor, ggml_backend_buffer, GGML_MAX_SRC
-from ggml_py._core cimport Graph, Tensor, tensor_handle, tensor_ptr, int_arg
+from ggml_py._core cimport Graph, Tensor, tensor_handle, tensor_ptr, int_arg, world_epoch
 
 import collections
 import os
@@ -78,7 +78,7 @@ def isa_supported(name):
 
 def set_isa(name):
     """Use the loops of instruction set `name` ('avx512', 'avx2' or 'baseline') from now
-    on, in every plan and conversion of the process. Not while a compute runs. Raises
+    on, in every cplan and conversion of the process. Not while a compute runs. Raises
     BackendError where the CPU lacks it. 'avx512' is the AVX2 code with AVX-512's
     encodings: the same bits as 'avx2'. 'baseline' results differ from theirs only in
     float rounding inside dot products (FMA, ggml's generic summation order)."""
@@ -116,41 +116,41 @@ cdef const conversions * get_conversions() noexcept:
 
 
 # ---------------------------------------------------------------------------
-# plans
+# cplans
 
-cdef class Plan:
+cdef class CPlan:
     """A compiled run of nodes. Made by Executor; read-only from Python (for tests and
     benchmarks: which nodes run in C, which in Python)."""
-    cdef gp_plan * c
+    cdef gp_cplan * c
     cdef readonly int n_nodes
     cdef readonly int n_threads
-    cdef object generation              # the kernel policy's generation it was made under
+    cdef uint64_t world                 # the world epoch it was made in (kernel table edits)
     cdef list steps                     # [(i0, i1, j)]: C nodes [i0, i1), then node j (-1: none)
     cdef dict python                    # node index -> (callable, Tensor)
     cdef list keep                      # the buffers it checked: their addresses stay valid
     cdef dict python_ns                 # node index -> ns spent in its Python kernel
 
     def __dealloc__(self):
-        gp_plan_free(self.c)
+        gp_cplan_free(self.c)
 
     def kinds(self):
         """Per node: 'noop', 'c', 'python' or 'error'."""
         names = ("noop", "c", "python", "error")
-        return [names[gp_plan_node_at(self.c, i).kind] for i in range(self.n_nodes)]
+        return [names[gp_cplan_node_at(self.c, i).kind] for i in range(self.n_nodes)]
 
     def n_tasks(self):
         """Per node: the threads it is shared between."""
-        return [gp_plan_node_at(self.c, i).n_tasks for i in range(self.n_nodes)]
+        return [gp_cplan_node_at(self.c, i).n_tasks for i in range(self.n_nodes)]
 
     @property
     def work_size(self):
-        """Bytes of the plan's work buffer."""
-        return gp_plan_work_size(self.c)
+        """Bytes of the cplan's work buffer."""
+        return gp_cplan_work_size(self.c)
 
     def node_times(self):
         """Per node: microseconds spent in it over the computes since the executor's
         profiling was switched on (C kernels timed on thread 0; 0 for view ops)."""
-        cdef const int64_t * ns = gp_plan_node_ns(self.c)
+        cdef const int64_t * ns = gp_cplan_node_ns(self.c)
         out = [0.0] * self.n_nodes
         for i in range(self.n_nodes):
             if ns != NULL:
@@ -173,7 +173,7 @@ cdef str _describe(ggml_tensor * t):
 
 cdef tuple _node_range(Graph graph, i0, i1):
     """(i0, i1) checked against graph's nodes: 0 <= i0 <= i1 <= n_nodes, i1 -1 meaning
-    n_nodes (OutOfRangeError otherwise: the plan reads the node array there)."""
+    n_nodes (OutOfRangeError otherwise: the cplan reads the node array there)."""
     cdef int n = graph.graph.n_nodes
     cdef int64_t a = int_arg(i0, "i0", -(1 << 62), 1 << 62)
     cdef int64_t b = int_arg(i1, "i1", -(1 << 62), 1 << 62)
@@ -185,13 +185,11 @@ cdef tuple _node_range(Graph graph, i0, i1):
 
 
 cdef class Executor:
-    """Runs nodes of graphs on the CPU: plans, their cache and the thread pool.
+    """Runs nodes of graphs on the CPU: cplans, their cache and the thread pool.
 
     name: the backend's name, for errors. n_threads: threads sharing a node (a pool
     of n_threads - 1 workers; 1 thread makes none). policy: the backend's kernel
-    policy, with
-      generation      changes whenever its answers may change (plans made under an
-                      older one are made again);
+    policy (its answers change only with a world change: _core.note_world_change), with
       ask_ops         op ids for which kernel_for is asked even where a C kernel exists;
       kernel_for(tensor, compiled) -> callable or None: the Python kernel that runs the
                       node, or None for the C kernel (compiled says there is one);
@@ -205,22 +203,22 @@ cdef class Executor:
     cdef readonly int n_threads
     cdef readonly str name
     cdef object policy
-    cdef object plans
-    cdef readonly int max_plans
+    cdef object cplans
+    cdef readonly int max_cplans
     cdef object lock
-    cdef readonly int n_builds          # plans made (a cache miss each)
-    cdef readonly int n_reuses          # computes that found their plan valid
-    cdef readonly bint profiling        # plans time their nodes (Plan.node_times)
+    cdef readonly int n_builds          # cplans made (a cache miss each)
+    cdef readonly int n_reuses          # computes that found their cplan valid
+    cdef readonly bint profiling        # cplans time their nodes (CPlan.node_times)
 
     def __cinit__(self):
         self.pool = NULL
 
-    def __init__(self, name, policy, n_threads=1, max_plans=8):
-        max_plans = int_arg(max_plans, "max_plans", 1, _INT32_MAX)
+    def __init__(self, name, policy, n_threads=1, max_cplans=8):
+        max_cplans = int_arg(max_cplans, "max_cplans", 1, _INT32_MAX)
         self.name = str(name)
         self.policy = policy
-        self.plans = collections.OrderedDict()
-        self.max_plans = max_plans
+        self.cplans = collections.OrderedDict()
+        self.max_cplans = max_cplans
         self.lock = threading.RLock()
         self.n_threads = 1
         self.set_threads(n_threads)
@@ -243,31 +241,31 @@ cdef class Executor:
             gp_threadpool_free(self.pool)
             self.pool = pool
             self.n_threads = n
-            self.plans.clear()
+            self.cplans.clear()
 
     def clear(self):
-        """Forget every plan (they are made again when needed)."""
+        """Forget every cplan (they are made again when needed)."""
         with self.lock:
-            self.plans.clear()
+            self.cplans.clear()
 
     def set_profiling(self, bint on):
-        """Time every node of every plan from now on (Plan.node_times), or stop."""
-        cdef Plan plan
+        """Time every node of every cplan from now on (CPlan.node_times), or stop."""
+        cdef CPlan cplan
         with self.lock:
             self.profiling = on
-            for plan in self.plans.values():
-                if gp_plan_profile(plan.c, on) != 0:
+            for cplan in self.cplans.values():
+                if gp_cplan_profile(cplan.c, on) != 0:
                     raise MemoryError()
-                plan.python_ns = {}
+                cplan.python_ns = {}
 
     @property
-    def n_plans(self):
-        return len(self.plans)
+    def n_cplans(self):
+        return len(self.cplans)
 
-    def cached_plans(self):
-        """The plans kept now, least recently used first."""
+    def cached_cplans(self):
+        """The cplans kept now, least recently used first."""
         with self.lock:
-            return list(self.plans.values())
+            return list(self.cplans.values())
 
     # --- entry points ---
 
@@ -276,8 +274,8 @@ cdef class Executor:
         cdef int a, b
         a, b = _node_range(graph, i0, i1)
         with self.lock:
-            self._run(self._plan_for((id(graph), a, b), <gp_tensor **>(graph.graph.nodes + a),
-                                     b - a))
+            self._run(self._cplan_for((id(graph), a, b), <gp_tensor **>(graph.graph.nodes + a),
+                                      b - a))
 
     def compute_nodes(self, nodes):
         """Compute a list of Tensors in order (a graph view)."""
@@ -293,50 +291,53 @@ cdef class Executor:
                 arr[i] = <gp_tensor *>tensor_ptr(nodes[i])
             key = ("nodes", <uintptr_t>arr[0], <uintptr_t>arr[n - 1], n)
             with self.lock:
-                self._run(self._plan_for(key, arr, n))
+                self._run(self._cplan_for(key, arr, n))
         finally:
             free(arr)
 
-    def plan_of(self, Graph graph not None, i0=0, i1=-1):
-        """The plan compute_graph would run (made now if needed)."""
+    def cplan_of(self, Graph graph not None, i0=0, i1=-1):
+        """The cplan compute_graph would run (made now if needed)."""
         cdef int a, b
         a, b = _node_range(graph, i0, i1)
         with self.lock:
-            return self._plan_for((id(graph), a, b), <gp_tensor **>(graph.graph.nodes + a), b - a)
+            return self._cplan_for((id(graph), a, b), <gp_tensor **>(graph.graph.nodes + a),
+                                   b - a)
 
-    # --- plans ---
+    # --- cplans ---
 
-    cdef Plan _plan_for(self, key, gp_tensor ** nodes, int n):
-        generation = self.policy.generation
-        cdef Plan plan = self.plans.get(key)
-        if plan is not None and plan.generation == generation and \
-                gp_plan_matches(plan.c, nodes, n, self.n_threads):
-            self.plans.move_to_end(key)
+    cdef CPlan _cplan_for(self, key, gp_tensor ** nodes, int n):
+        """The kept cplan of `key` while it is current: made in this world epoch (no
+        kernel table edit since) and its snapshot matching the nodes; else a new one."""
+        cdef uint64_t world = world_epoch()
+        cdef CPlan cplan = self.cplans.get(key)
+        if cplan is not None and cplan.world == world and \
+                gp_cplan_matches(cplan.c, nodes, n, self.n_threads):
+            self.cplans.move_to_end(key)
             self.n_reuses += 1
-            return plan
-        plan = self._build(nodes, n)
-        plan.generation = generation
-        self.plans[key] = plan
-        self.plans.move_to_end(key)
-        while len(self.plans) > self.max_plans:
-            self.plans.popitem(last=False)
+            return cplan
+        cplan = self._build(nodes, n)
+        cplan.world = world
+        self.cplans[key] = cplan
+        self.cplans.move_to_end(key)
+        while len(self.cplans) > self.max_cplans:
+            self.cplans.popitem(last=False)
         self.n_builds += 1
-        return plan
+        return cplan
 
-    cdef Plan _build(self, gp_tensor ** nodes, int n):
-        cdef Plan plan = Plan.__new__(Plan)
-        cdef gp_plan_node * pn
+    cdef CPlan _build(self, gp_tensor ** nodes, int n):
+        cdef CPlan cplan = CPlan.__new__(CPlan)
+        cdef gp_cplan_node * pn
         cdef ggml_tensor * t
         cdef int i, s
-        plan.c = gp_plan_new(nodes, n, self.n_threads)
-        if plan.c == NULL:
+        cplan.c = gp_cplan_new(nodes, n, self.n_threads)
+        if cplan.c == NULL:
             raise MemoryError()
-        plan.n_nodes = n
-        plan.n_threads = self.n_threads
-        plan.python = {}
-        plan.python_ns = {}
-        plan.keep = []
-        if self.profiling and gp_plan_profile(plan.c, 1) != 0:
+        cplan.n_nodes = n
+        cplan.n_threads = self.n_threads
+        cplan.python = {}
+        cplan.python_ns = {}
+        cplan.keep = []
+        if self.profiling and gp_cplan_profile(cplan.c, 1) != 0:
             raise MemoryError()
         policy = self.policy
         ask_ops = policy.ask_ops
@@ -349,23 +350,23 @@ cdef class Executor:
                 blas_min[type_id(type_name)] = rows
         checked = {}
         for i in range(n):
-            pn = gp_plan_node_at(plan.c, i)
+            pn = gp_cplan_node_at(cplan.c, i)
             if pn.kind == GP_NODE_NOOP:
                 continue
             t = <ggml_tensor *>nodes[i]
-            problem = self._check_memory(t, checked, plan.keep)
+            problem = self._check_memory(t, checked, cplan.keep)
             for s in range(GGML_MAX_SRC):
                 if problem is None and t.src[s] != NULL:
-                    problem = self._check_memory(t.src[s], checked, plan.keep)
+                    problem = self._check_memory(t.src[s], checked, cplan.keep)
             if problem is not None:
-                gp_plan_set_error(plan.c, i, problem.encode())
+                gp_cplan_set_error(cplan.c, i, problem.encode())
                 continue
             if t.op in ask_ops:
                 pass
             elif pn.kind == GP_NODE_C and t.op == GP_OP_MUL_MAT and \
                     _blas_takes(t, blas_min[t.src[0].type]):
                 pn.kind = GP_NODE_PYTHON
-                plan.python[i] = (blas, tensor_handle(t))
+                cplan.python[i] = (blas, tensor_handle(t))
                 continue
             elif pn.kind != GP_NODE_PYTHON:
                 continue
@@ -373,22 +374,22 @@ cdef class Executor:
             fn = policy.kernel_for(handle, pn.kind == GP_NODE_C)
             if fn is not None:
                 pn.kind = GP_NODE_PYTHON
-                plan.python[i] = (fn, handle)
+                cplan.python[i] = (fn, handle)
             elif pn.kind == GP_NODE_PYTHON:
-                gp_plan_set_error(plan.c, i, f"op {handle.op} is not supported by the CPU "
+                gp_cplan_set_error(cplan.c, i, f"op {handle.op} is not supported by the CPU "
                                              f"backend for these types and layouts".encode())
-        if gp_plan_finish(plan.c) != 0:
+        if gp_cplan_finish(cplan.c) != 0:
             raise MemoryError()
         steps = []
         start = 0
         for i in range(n):
-            if gp_plan_node_at(plan.c, i).kind in (GP_NODE_PYTHON, GP_NODE_ERROR):
+            if gp_cplan_node_at(cplan.c, i).kind in (GP_NODE_PYTHON, GP_NODE_ERROR):
                 steps.append((start, i, i))
                 start = i + 1
         if start < n or not steps:
             steps.append((start, n, -1))
-        plan.steps = steps
-        return plan
+        cplan.steps = steps
+        return cplan
 
     cdef object _check_memory(self, ggml_tensor * t, dict checked, list keep):
         """None when t's bytes lie in memory this thread may use, else why not."""
@@ -424,34 +425,34 @@ cdef class Executor:
 
     # --- running ---
 
-    cdef int _run(self, Plan plan) except -1:
+    cdef int _run(self, CPlan cplan) except -1:
         cdef int i0, i1, j, rc, node
         if self.pool != NULL and not gp_threadpool_alive(self.pool):
             # a child of fork(): the workers stayed in the parent; start new ones
             self.pool = gp_threadpool_new(self.n_threads)
         cdef gp_threadpool * pool = self.pool
-        cdef gp_plan * c = plan.c
-        for i0, i1, j in plan.steps:
+        cdef gp_cplan * c = cplan.c
+        for i0, i1, j in cplan.steps:
             if i1 > i0:
                 with nogil:
-                    rc = gp_plan_run(c, i0, i1, pool)
+                    rc = gp_cplan_run(c, i0, i1, pool)
                 if rc != 0:
-                    message = gp_plan_failure(c, &node).decode(errors="replace")
-                    self._raise(gp_plan_node_at(c, node).t, BackendError(message))
+                    message = gp_cplan_failure(c, &node).decode(errors="replace")
+                    self._raise(gp_cplan_node_at(c, node).t, BackendError(message))
             if j < 0:
                 continue
-            entry = plan.python.get(j)
+            entry = cplan.python.get(j)
             if entry is None:
-                message = gp_plan_node_error(c, j).decode(errors="replace")
-                self._raise(gp_plan_node_at(c, j).t, BackendError(message))
+                message = gp_cplan_node_error(c, j).decode(errors="replace")
+                self._raise(gp_cplan_node_at(c, j).t, BackendError(message))
             fn, handle = entry
             t0 = perf_counter_ns() if self.profiling else 0
             try:
                 fn(handle)
             except Exception as e:
-                self._raise(gp_plan_node_at(c, j).t, e)
+                self._raise(gp_cplan_node_at(c, j).t, e)
             if self.profiling:
-                plan.python_ns[j] = plan.python_ns.get(j, 0) + perf_counter_ns() - t0
+                cplan.python_ns[j] = cplan.python_ns.get(j, 0) + perf_counter_ns() - t0
         return 0
 
     cdef _raise(self, gp_tensor * node, Exception cause):

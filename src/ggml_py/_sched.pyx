@@ -10,6 +10,7 @@ scheduler stays usable.
 """
 
 from libc.stdlib cimport malloc, calloc, free
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from libc.string cimport memset, memcpy, memcmp, strncmp
 from libc.stdint cimport int8_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 
@@ -96,6 +97,12 @@ cdef inline int backend_of(SchedCore s, ggml_tensor * t) except -2:
 
 cdef inline ggml_tensor ** copy_slot(SchedCore s, Py_ssize_t id, int backend_id, int copy_id) noexcept:
     return &s.hv_tensor_copies[(id * s.n_backends + backend_id) * s.n_copies + copy_id]
+
+
+cdef inline Py_ssize_t split_input_slot(SchedCore s, int k, ggml_tensor * input) except -1:
+    """The hash slot of the k-th split input (over all splits, in order), without re-keying
+    the hash set where its keys went stale (the compute of every step asks)."""
+    return s.fp_entries[s.fp_input_entries[k]].slot if s.keys_stale else hash_id(s, input)
 
 
 cdef inline Py_ssize_t slot_of(SchedCore s, const ggml_tensor * t) noexcept:
@@ -2253,20 +2260,42 @@ cdef class SchedCore:
         copy for the current copy slot (what the runtime copies before the split runs)."""
         cdef int s_id = index_arg(split_id, "split", self.n_splits)
         cdef sched_split * split = &self.splits[s_id]
-        cdef ggml_tensor * input
         cdef Py_ssize_t h
         cdef int i, j, k = 0
         for i in range(s_id):
             k += self.splits[i].n_inputs
         out = []
         for j in range(split.n_inputs):
-            input = split.inputs[j]
-            # (the compute of every step asks: no re-keying of the hash set for it)
-            h = self.fp_entries[self.fp_input_entries[k + j]].slot if self.keys_stale \
-                else hash_id(self, input)
-            out.append((tensor_handle(input), self.hv_tensor_backend_ids[h],
+            h = split_input_slot(self, k + j, split.inputs[j])
+            out.append((tensor_handle(split.inputs[j]), self.hv_tensor_backend_ids[h],
                         tensor_handle(copy_slot(self, h, split.backend_id, self.cur_copy)[0])))
         return out
+
+    def split_table_key(self):
+        """Bytes equal from call to call exactly while get_splits and get_split_copies
+        answer the same: every split's backend and node range, each input's tensor,
+        backend and copy in the current copy slot. A Scheduler keeps its split records
+        while the key stays (a kept plan's, step after step). No Python object but it."""
+        cdef int i, j, k = 0, n = 0
+        cdef Py_ssize_t h
+        cdef sched_split * split
+        cdef uintptr_t * w
+        for i in range(self.n_splits):
+            n += 4 + 3 * self.splits[i].n_inputs
+        key = PyBytes_FromStringAndSize(NULL, n * sizeof(uintptr_t))
+        w = <uintptr_t *>PyBytes_AS_STRING(key)
+        for i in range(self.n_splits):
+            split = &self.splits[i]
+            w[0], w[1], w[2], w[3] = split.backend_id, split.i_start, split.i_end, split.n_inputs
+            w += 4
+            for j in range(split.n_inputs):
+                h = split_input_slot(self, k, split.inputs[j])
+                w[0] = <uintptr_t>split.inputs[j]
+                w[1] = <uintptr_t>self.hv_tensor_backend_ids[h]
+                w[2] = <uintptr_t>copy_slot(self, h, split.backend_id, self.cur_copy)[0]
+                w += 3
+                k += 1
+        return key
 
     def get_graph_inputs(self):
         return [tensor_handle(self.graph_inputs[i].tensor) for i in range(self.n_graph_inputs)]

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ggml_py._backend import Backend, BufferType, graph_nodes, node_range
-from ggml_py._core import OP_IDS, Graph, Tensor, instance_arg, int_arg
+from ggml_py._core import OP_IDS, Graph, Tensor, instance_arg, int_arg, note_world_change
 from ggml_py.errors import ArgumentTypeError, UnknownNameError
 from ggml_py._cpu import Executor, C_KERNEL_OPS, default_threads
 from ggml_py.backends.cpu import blas
@@ -38,15 +38,15 @@ assert C_KERNEL_OPS <= set(SUPPORTED_OPS)
 class KernelTable(dict):
     """op name -> Python kernel (a function of the node's Tensor). It starts as the
     numpy kernels; an entry set to anything else replaces the C kernel of that op.
-    `generation` counts the changes, so plans made before a change are made again."""
+    A change is a world change (mutation epochs): cplans and split plans made before it
+    are made again."""
 
     def __init__(self, defaults):
         super().__init__(defaults)
         self.defaults = dict(defaults)
-        self.generation = 0
 
     def _changed(self):
-        self.generation += 1
+        note_world_change()
 
     def __setitem__(self, op, fn):
         super().__setitem__(op, fn)
@@ -89,8 +89,8 @@ KERNELS = KernelTable(NUMPY_KERNELS)
 
 
 class KernelPolicy:
-    """Which kernel runs a node (the Executor asks while it makes a plan). Fixed for a
-    backend, except through KERNELS, whose generation it reports."""
+    """Which kernel runs a node (the Executor asks while it makes a cplan). Fixed for a
+    backend, except through KERNELS, whose edits are world changes."""
 
     def __init__(self, compiled=True, blas_min_batch=None):
         self.compiled = bool(compiled)
@@ -105,11 +105,6 @@ class KernelPolicy:
                                        f"takes ({', '.join(blas.BLAS_MIN_BATCH)})")
             checked[type_name] = int_arg(rows, f"blas_min_batch[{type_name!r}]", 1, INT64_MAX)
         self.blas_min_batch = types.MappingProxyType(checked)
-
-    @property
-    def generation(self):
-        """KERNELS' change count: a plan made at another generation is made again."""
-        return KERNELS.generation
 
     @property
     def ask_ops(self):
@@ -195,7 +190,7 @@ def compute_nodes(nodes, backend_name):
         executors = _views.executors = {}
     ex = executors.get(backend_name)
     if ex is None:
-        ex = executors[backend_name] = Executor(backend_name, _VIEW_POLICY, 1, max_plans=4)
+        ex = executors[backend_name] = Executor(backend_name, _VIEW_POLICY, 1, max_cplans=4)
     ex.compute_nodes(nodes)
 
 
