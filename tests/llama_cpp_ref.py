@@ -15,7 +15,7 @@ through ctypes (and fork into children), so the two never share a process.
         loads GGUF with the RPC servers SERVERS (host:port,...) as its devices and the
         llama.cpp options OPTIONS (JSON: n_gpu_layers, split_mode, main_gpu, tensor_split,
         n_ctx, n_batch, n_ubatch, type_k, type_v, offload_kqv, op_offload, flash_attn
-        on|off|auto, tensor_overrides: [[REGEX, "CPU" | "RPC<i>"], ...], -ot's rules in
+        on|off|auto, swa_full (default off, as llama.cpp's common), tensor_overrides: [[REGEX, "CPU" | "RPC<i>"], ...], -ot's rules in
         order, RPC<i> being the i-th server's device) and prints
         what it logged (JSON): {"free_mib": {device: MiB}, "buffers": [[device, kind,
         "MiB with 2 decimals"], ...], "graph_nodes": [pp, tg], "graph_splits": [pp, tg]}
@@ -192,6 +192,7 @@ def load(L, path, servers, options):
     cp.type_v = GGML_TYPES[options.get("type_v", "f16")]
     cp.offload_kqv = options.get("offload_kqv", True)
     cp.op_offload = options.get("op_offload", True)
+    cp.swa_full = options.get("swa_full", False)        # (common's default; the C API's is on)
     cp.flash_attn_type = {"on": L.LLAMA_FLASH_ATTN_TYPE_ENABLED,
                           "off": L.LLAMA_FLASH_ATTN_TYPE_DISABLED,
                           "auto": L.LLAMA_FLASH_ATTN_TYPE_AUTO}[options.get("flash_attn", "off")]

@@ -48,6 +48,9 @@ CACHE_TYPES = (*UNQUANTIZED, "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 BUFFER_KINDS = ("model", "kv", "compute", "output")
 # weight types ggml-cpu repacks into its CPU_REPACK buffer type (not modelled yet)
 _REPACKED = ("q4_0", "q4_K", "iq4_nl", "q8_0", "mxfp4")
+# weights every layer reads on its own device: llama.cpp creates them with layer 0 and
+# copies them to each other device that holds a layer (TENSOR_DUPLICATED)
+LAYER_COPIED = ("rope_factors_long.weight", "rope_factors_short.weight")
 # the expert matrices' names as common's --cpu-moe and --n-cpu-moe match them
 FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
 
@@ -89,6 +92,7 @@ class PlanOptions:
     op_offload: bool = True             # --no-op-offload clears it
     flash_attn: str = "auto"            # -fa on|off|auto (auto: on where the devices run it)
     use_mmap: bool = True               # CPU weights stay in the mapped file (CPU_Mapped)
+    swa_full: bool = False              # --swa-full: the sliding layers' cache full-size
     # -ot, --cpu-moe and --n-cpu-moe in their order on the command line: (regex, buffer
     # type) rules; a weight whose name the regex finds goes to that device (first rule wins)
     tensor_overrides: tuple[tuple[str, str], ...] = ()
@@ -252,10 +256,23 @@ class ModelPlan:
 
 
 class _Cache:
-    """The KV cache tensors the graph builders read (models.model.KVCache's layout)."""
+    """The KV cache tensors the graph builders read, a K and a V per layer ([n_embd_gqa,
+    cells] each), and the cells of the global layers' cache and of the sliding layers'
+    (llama_kv_cache_iswa's second cache; the same where the model has no window)."""
 
-    def __init__(self, k: list[Tensor], v: list[Tensor]) -> None:
-        self.k, self.v = k, v
+    def __init__(self, cells: int, cells_swa: int) -> None:
+        self.k: list[Tensor] = []
+        self.v: list[Tensor] = []
+        self.cells, self.cells_swa = cells, cells_swa
+
+
+def _cache_cells(cfg: ModelConfig, opts: PlanOptions, n_ubatch: int) -> tuple[int, int]:
+    """The cells of llama.cpp's KV caches: (the global layers', the sliding layers'). The
+    sliding layers keep their window and a ubatch, padded to 256 (llama_kv_cache_iswa),
+    unless --swa-full."""
+    if not cfg.iswa or opts.swa_full:
+        return cfg.n_ctx, cfg.n_ctx
+    return cfg.n_ctx, -(-min(cfg.n_ctx, cfg.n_swa + n_ubatch) // CTX_PAD) * CTX_PAD
 
 
 def _buffers_bytes(buffers: list[Buffer]) -> int:
@@ -275,7 +292,7 @@ def _weight_device(name: str, layers: Sequence[Backend], output: Backend, cpu: B
     for regex, device in overrides:
         if regex.search(name):
             return device
-    il = layer_of(name)
+    il = 0 if name in LAYER_COPIED else layer_of(name)
     if il is not None:
         return layers[il]
     return cpu if name == "token_embd.weight" else output
@@ -288,19 +305,6 @@ def _check_cache_rotation(cfg: ModelConfig, opts: PlanOptions) -> None:
         if t not in UNQUANTIZED and cfg.head_dim % 64 == 0:
             raise ModelError(f"--cache-type-{kv} {t} with {cfg.head_dim}-wide heads: llama.cpp "
                              f"adds its {kv.upper()} rotation to the graph, not planned yet")
-
-
-# the models planned as llama.cpp loads them (checked against its logs: llama with or
-# without experts); the others' buffers differ (iSWA's second KV cache) and are not
-# planned yet
-PLANNED_ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe")
-
-
-def _check_planned(cfg: ModelConfig, path: str) -> None:
-    """ModelError for a model this planner would not plan as llama.cpp loads it."""
-    if cfg.arch not in PLANNED_ARCHS:
-        raise ModelError(f"{path}: planning {cfg.arch} models is not supported yet (planned: "
-                         f"{', '.join(PLANNED_ARCHS)})")
 
 
 def _overrides(opts: PlanOptions, devices: Sequence[Device],
@@ -327,7 +331,6 @@ def plan_gguf(path: str, devices: Sequence[Device],
     opts = options or PlanOptions()
     opts.check()
     cfg, infos = read_tensor_infos(path)
-    _check_planned(cfg, path)
     n_ctx = -(-(opts.n_ctx or cfg.n_ctx) // CTX_PAD) * CTX_PAD
     cfg = dataclasses.replace(cfg, n_ctx=n_ctx)
     _check_cache_rotation(cfg, opts)
@@ -339,9 +342,11 @@ def plan_gguf(path: str, devices: Sequence[Device],
     used = [*gpus, cpu]
     overrides = _overrides(opts, devices, used)
     placed = {n: _weight_device(n, layers, output, cpu.backend, overrides) for n in infos}
-    weights, buffers = _place_weights(infos, used, placed, opts.use_mmap)
+    copied = [n for n in LAYER_COPIED if not any(regex.search(n) for regex, _ in overrides)]
+    weights, buffers = _place_weights(infos, used, placed, opts.use_mmap, layers, copied)
     cache, kv_buffers = _place_cache(cfg, used, layers if opts.kv_offload else
-                                     [cpu.backend] * cfg.n_layer, opts)
+                                     [cpu.backend] * cfg.n_layer, opts,
+                                     _cache_cells(cfg, opts, n_ubatch))
     buffers += kv_buffers
 
     # the compute buffers: sched_reserve's prompt, decode and prompt graphs
@@ -353,7 +358,8 @@ def plan_gguf(path: str, devices: Sequence[Device],
     flash_attn = opts.flash_attn == "on" or (opts.flash_attn == "auto" and
                                              _flash_attn_runs_on_layers(sched, cfg, weights,
                                                                         cache, layers))
-    nodes, splits = [], []
+    nodes: list[int] = []
+    splits: list[tuple[SplitUse, ...]] = []
     for n_tokens in (n_ubatch, 1, n_ubatch):
         graph = _reserve_graph(cfg, weights, cache, n_tokens, flash_attn)
         pin = functools.partial(_pin_as_llama_cpp, sched, graph, layers, cpu.backend,
@@ -400,16 +406,23 @@ def _model_devices(devices: Sequence[Device],
 
 
 def _place_weights(infos: dict[str, TensorInfo], used: list[Device], placed: dict[str, Backend],
-                   use_mmap: bool) -> tuple[dict[str, Tensor], list[BufferUse]]:
+                   use_mmap: bool, layers: Sequence[Backend] = (),
+                   copied: Sequence[str] = ()) -> tuple[dict[str, Tensor], list[BufferUse]]:
     """The weight tensors, in a buffer per device (`used`, the CPU last) as `placed` says,
     and those buffers: the CPU's is the span of the mapped file its weights lie in
-    (CPU_Mapped)."""
+    (CPU_Mapped). Each weight named in `copied` has a copy on every device of `layers`
+    besides its own, layer il's being `blk.{il}.NAME` in the weights."""
     ctx = Context("weights")
-    weights = {name: ops.new_tensor(ctx, info.type, info.ne, name=name)
-               for name, info in infos.items()}
+    homes = {n: list({id(b): b for b in [placed[n], *(layers if n in copied else ())]}.values())
+             for n in infos}
+    on = {(n, id(b)): ops.new_tensor(ctx, infos[n].type, infos[n].ne, name=n)
+          for n in infos for b in homes[n]}
+    weights = {n: on[n, id(placed[n])] for n in infos}
+    weights.update({f"blk.{il}.{n}": on[n, id(b)] for n in copied if n in infos
+                    for il, b in enumerate(layers)})
     buffers = []
     for d in used:
-        held = [n for n in infos if placed[n] is d.backend]
+        held = [n for n in infos if (n, id(d.backend)) in on]
         if not held:
             continue
         if d.is_cpu:
@@ -418,7 +431,7 @@ def _place_weights(infos: dict[str, TensorInfo], used: list[Device], placed: dic
             if repacked:
                 raise ModelError(f"{repacked[0]} ({infos[repacked[0]].type}) would go to "
                                  "ggml-cpu's CPU_REPACK buffer, which is not planned yet")
-        bufs = alloc_ctx_tensors_from_buft([weights[n] for n in held],
+        bufs = alloc_ctx_tensors_from_buft([on[n, id(d.backend)] for n in held],
                                            d.backend.get_default_buffer_type(), "weights")
         size = (_mapped_bytes([infos[n] for n in held]) if d.is_cpu and use_mmap
                 else _buffers_bytes(bufs))
@@ -427,20 +440,22 @@ def _place_weights(infos: dict[str, TensorInfo], used: list[Device], placed: dic
 
 
 def _place_cache(cfg: ModelConfig, used: list[Device], layers: Sequence[Backend],
-                 opts: PlanOptions) -> tuple[_Cache, list[BufferUse]]:
-    """llama_kv_cache's K and V of every layer ([n_embd_gqa, cells] each), in a buffer per
-    device of `used`: each layer's on `layers[il]`."""
+                 opts: PlanOptions, cells: tuple[int, int]) -> tuple[_Cache, list[BufferUse]]:
+    """llama_kv_cache's K and V of every layer ([n_embd_gqa, cells] each), each layer's on
+    `layers[il]`: a buffer per device of `used` for each cache (the global layers', then
+    the sliding layers' of a model with a window, `cells` each)."""
     ctx = Context("kv")
-    cache = _Cache([], [])
-    held: dict[int, list[Tensor]] = {}
+    cache = _Cache(*cells)
+    held: dict[tuple[bool, int], list[Tensor]] = {}
     for il in range(cfg.n_layer):
+        swa = cfg.is_swa(il)
         for part, t, out in (("k", opts.cache_type_k, cache.k), ("v", opts.cache_type_v, cache.v)):
-            out.append(ops.new_tensor_2d(ctx, t, cfg.n_embd_gqa, cfg.n_ctx,
+            out.append(ops.new_tensor_2d(ctx, t, cfg.n_embd_gqa, cells[swa],
                                          name=f"cache_{part}_l{il}"))
-            held.setdefault(id(layers[il]), []).append(out[-1])
+            held.setdefault((swa, id(layers[il])), []).append(out[-1])
     buffers = [BufferUse(d.name, "kv", _buffers_bytes(alloc_ctx_tensors_from_buft(
-                   held[id(d.backend)], d.backend.get_default_buffer_type(), "any")))
-               for d in used if id(d.backend) in held]
+                   held[swa, id(d.backend)], d.backend.get_default_buffer_type(), "any")))
+               for swa in (False, True) for d in used if (swa, id(d.backend)) in held]
     return cache, buffers
 
 
@@ -497,9 +512,12 @@ def _reserve_graph(cfg: ModelConfig, weights: dict[str, Tensor], cache: _Cache,
     data["inp_out_ids"] = np.arange(n_tokens)
     if flash_attn:                  # V rows are cells, as K's
         data["inp_v_idxs"] = data["inp_k_idxs"]
+    if cfg.iswa:                    # (the sliding layers' values: reserve reads shapes only)
+        data["kq_mask_swa"] = np.zeros((n_tokens, cache.cells_swa))
+        data["inp_v_idxs_swa"] = data["inp_v_idxs"]
     data["inp_embd"] = np.zeros((n_tokens, cfg.n_embd), dtype=np.float32)
-    gc = GraphContext(cfg, weights, cache, n_tokens, 0, cfg.n_ctx, n_tokens, data,
-                      embd_input=True, flash_attn=flash_attn)
+    gc = GraphContext(cfg, weights, cache, n_tokens, 0, cache.cells, n_tokens, data,
+                      embd_input=True, flash_attn=flash_attn, n_kv_swa=cache.cells_swa)
     gc.expand(get_builder(cfg.arch)(gc).set_output())
     return gc.graph
 

@@ -115,6 +115,9 @@ def add_arguments(p: argparse.ArgumentParser) -> dict[str, tuple[object, str]]:
                         "it)")
     g.add_argument("--no-mmap", action="store_true",
                    help="CPU weights in a CPU buffer, not the mapped file")
+    g.add_argument("--swa-full", action="store_true",
+                   help="the sliding-window layers' KV cache as big as the context (default: "
+                        "the window and a ubatch)")
     g.add_argument("-fit", "--fit", choices=("on", "off"), default="off",
                    help="choose the unset -ngl and --tensor-split as llama.cpp's --fit on "
                         "would for the devices' memories (default off: plan as given)")
@@ -157,7 +160,8 @@ def run(args: argparse.Namespace) -> int:
         n_ubatch=args.n_ubatch, cache_type_k=args.cache_type_k,
         cache_type_v=args.cache_type_v, kv_offload=not args.no_kv_offload,
         op_offload=not args.no_op_offload, flash_attn=args.flash_attn,
-        use_mmap=not args.no_mmap, tensor_overrides=args.tensor_overrides or ())
+        use_mmap=not args.no_mmap, swa_full=args.swa_full,
+        tensor_overrides=args.tensor_overrides or ())
     try:
         devices = parse_devices(args.device)
         fit = (None if args.fit == "off" else

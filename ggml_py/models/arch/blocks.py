@@ -42,17 +42,19 @@ class GraphContext:
     """One graph under construction (llama.cpp's llm_graph_context): the model's config
     and weights, the cache, the batch, the graph and its inputs.
 
-    data: {input name: values} of the step (graph.step_inputs with kv_rows)."""
+    data: {input name: values} of the step (graph.step_inputs with kv_rows). n_kv_swa:
+    the cells the sliding layers read (their own cache's; default n_kv)."""
 
     def __init__(self, cfg: ModelConfig, weights: dict, cache, n_tokens: int, n_past: int,
                  n_kv: int, n_outputs: int, data: dict, embd_input: bool = False,
-                 flash_attn: bool = False) -> None:
+                 flash_attn: bool = False, n_kv_swa: int | None = None) -> None:
         self.cfg = cfg
         self.W = weights
         self.cache = cache
         self.n_tokens = n_tokens
         self.n_past = n_past
         self.n_kv = n_kv
+        self.n_kv_swa = n_kv if n_kv_swa is None else n_kv_swa    # the sliding layers'
         self.n_outputs = n_outputs
         self.data = data
         self.embd_input = embd_input
@@ -91,20 +93,25 @@ class GraphContext:
         return self.input("i32", (self.n_tokens,), "inp_pos")
 
     def build_attn_inp_kv(self) -> dict:
-        """The KV-cache attention inputs: the cell ids K and V are written at, and the
-        causal mask over the n_kv cells attention reads; with a sliding window
-        (llama.cpp's kv_iswa input) the sliding layers' mask, and the global one only if
-        a layer is global. (The sliding layers' cells are the global ones' here: one
-        cache, two masks.)"""
+        """The KV-cache attention inputs, per kind of layer ('base': the global layers,
+        'swa': the sliding ones): the cell ids K and V are written at and the mask over
+        the cells attention reads. A model with a sliding window has llama.cpp's kv_iswa
+        inputs, a set for each of its two caches (the sliding layers' mask and cells are
+        their own: n_kv_swa), and the global set only if a layer is global."""
         cfg, T, G = self.cfg, self.n_tokens, self.cfg.n_embd_gqa
         mask_type = "f16" if self.flash_attn else "f32"     # (FLASH_ATTN_EXT's mask is f16)
-        inp = {"k_idxs": self.input("i64", (T,), "inp_k_idxs"),
-               # a cell per token, or (V transposed) per channel and token
-               "v_idxs": self.input("i64", (T if self.flash_attn else T * G,), "inp_v_idxs")}
+
+        def inputs(suffix: str, n_kv: int) -> dict:
+            return {"k_idxs": self.input("i64", (T,), f"inp_k_idxs{suffix}"),
+                    # a cell per token, or (V transposed) per channel and token
+                    "v_idxs": self.input("i64", (T if self.flash_attn else T * G,),
+                                         f"inp_v_idxs{suffix}"),
+                    "kq_mask": self.input(mask_type, (n_kv, T), f"kq_mask{suffix}")}
+        inp = {}
         if len(cfg.swa_layers) < cfg.n_layer:
-            inp["kq_mask"] = self.input(mask_type, (self.n_kv, T), "kq_mask")
+            inp["base"] = inputs("", self.n_kv)
         if cfg.iswa:
-            inp["kq_mask_swa"] = self.input(mask_type, (self.n_kv, T), "kq_mask_swa")
+            inp["swa"] = inputs("_swa", self.n_kv_swa)
         return inp
 
     def build_inp_out_ids(self) -> Tensor:
@@ -168,7 +175,10 @@ class GraphContext:
         attn_factor when the model has them)."""
         cfg = self.cfg
         base, scale = cfg.rope_base_scale(il)
-        factors = self.W[cfg.rope_factors_name] if cfg.rope_factors_name else None
+        factors = None
+        if cfg.rope_factors_name:       # (layer il's copy where the weights hold one)
+            factors = self.W.get(f"blk.{il}.{cfg.rope_factors_name}",
+                                 self.W[cfg.rope_factors_name])
         return ops.rope_ext(self.ctx, t, pos, factors, cfg.n_rot_, cfg.rope_mode, cfg.n_ctx,
                             base, scale, 0.0, cfg.rope_attn_factor, 32.0, 1.0)
 
@@ -176,17 +186,21 @@ class GraphContext:
                    v: Tensor, kq_scale: float, il: int) -> Tensor:
         """Attention with the KV cache (build_attn over llm_graph_input_attn_kv): this
         batch's K and V stored with set_rows, the scores over the cache's n_kv cells, the
-        output projection. A sliding layer reads through the sliding mask."""
+        output projection. A sliding layer writes and reads through the sliding inputs,
+        over its own cells."""
         ctx, cfg, cache, T = self.ctx, self.cfg, self.cache, self.n_tokens
-        G, D, Hkv, n_ctx = cfg.n_embd_gqa, cfg.head_dim, cfg.n_head_kv, cfg.n_ctx
+        G, D, Hkv = cfg.n_embd_gqa, cfg.head_dim, cfg.n_head_kv
+        ck, cv = cache.k[il], cache.v[il]
+        cells = ck.ne[1]                                    # (K: a row per cell)
+        n_kv = self.n_kv_swa if cfg.is_swa(il) else self.n_kv
+        inp = inp["swa" if cfg.is_swa(il) else "base"]
         # added together, so that they are not reordered; K last (rope fusion), but in
         # Q, K, V order with the iswa input (llama.cpp's two build_attn differ there)
         for t in (q, k, v) if cfg.iswa else (q, v, k):
             self.expand(t)
         # cpy_k: the batch's K rows at their cells
         k_cur = ops.view_2d(ctx, k, G, T, k.nb[2], 0)
-        self.expand(_stored(ops.set_rows(ctx, cache.k[il], k_cur, inp["k_idxs"]), cache.k[il]))
-        ck, cv = cache.k[il], cache.v[il]
+        self.expand(_stored(ops.set_rows(ctx, ck, k_cur, inp["k_idxs"]), ck))
         if self.flash_attn:
             # cpy_v: V cached as K is, a row per cell
             v_cur = ops.view_2d(ctx, v, G, T, v.nb[2], 0)
@@ -196,20 +210,20 @@ class GraphContext:
             # (V viewed out of a fused QKV is copied out first: its tokens' rows have gaps)
             v_cur = (ops.reshape_2d(ctx, v, G, T) if v.nb[2] == row_size(v.type, G)
                      else ops.cont_2d(ctx, v, G, T))
-            v_view = ops.reshape_2d(ctx, cv, 1, G * n_ctx)
+            v_view = ops.reshape_2d(ctx, cv, 1, G * cells)
             v_cur = ops.reshape_2d(ctx, v_cur, 1, G * T)
             self.expand(_stored(ops.set_rows(ctx, v_view, v_cur, inp["v_idxs"]), v_view))
         # get_k / get_v: the first n_kv cells
-        kk = ops.view_4d(ctx, ck, D, Hkv, self.n_kv, 1, row_size(ck.type, D),
-                         row_size(ck.type, G), row_size(ck.type, G * n_ctx), 0)
+        kk = ops.view_4d(ctx, ck, D, Hkv, n_kv, 1, row_size(ck.type, D),
+                         row_size(ck.type, G), row_size(ck.type, G * cells), 0)
         if self.flash_attn:
-            vv = ops.view_4d(ctx, cv, D, Hkv, self.n_kv, 1, row_size(cv.type, D),
-                             row_size(cv.type, G), row_size(cv.type, G * n_ctx), 0)
+            vv = ops.view_4d(ctx, cv, D, Hkv, n_kv, 1, row_size(cv.type, D),
+                             row_size(cv.type, G), row_size(cv.type, G * cells), 0)
         else:
             es = type_size(cv.type)
-            vv = ops.view_4d(ctx, cv, self.n_kv, Hkv, D, 1, es * n_ctx * D, es * n_ctx,
-                             es * n_ctx * G, 0)
-        mask = inp["kq_mask_swa"] if cfg.is_swa(il) else inp["kq_mask"]
+            vv = ops.view_4d(ctx, cv, n_kv, Hkv, D, 1, es * cells * D, es * cells,
+                             es * cells * G, 0)
+        mask = inp["kq_mask"]
         cur = _name(self.build_attn_mha(q, kk, vv, mask, kq_scale, il), "kqv_out", il)
         cur = self.build_lora_mm(wo, cur)
         if wo_b is not None:

@@ -1,0 +1,112 @@
+"""`ggml-py plan MODEL.gguf` for the architectures with llama.cpp's own quirks, held to
+llama.cpp itself as tests/test_plan_gguf.py holds llama's (its helpers, servers and
+option names):
+
+- gemma2 and gemma3 with a sliding window: llama_kv_cache_iswa, a cache for the global
+  layers and a smaller one for the sliding layers (its window plus a ubatch, padded to
+  256; --swa-full: full size), each with its own cell ids and mask in the graph;
+- gemma3 without a window: one cache, as llama's;
+- phi3: no window (llama.cpp turns a file's off), its rope factors copied to every device
+  that holds a layer.
+
+The models have a 64-token window in a 1024-token context, so the sliding layers' cache
+(512 cells) is smaller than the global one's.
+"""
+
+import pytest
+from test_plan_gguf import held_to_llama_cpp, plan_options, servers, write_model  # noqa: F401
+
+from ggml_py.models.devices import parse_devices
+from ggml_py.models.model_plan import PlanOptions, plan_gguf
+
+pytest.importorskip("gguf")
+
+CTX = {"n_ctx": 1024}
+# (kind, write_model's architecture and its shape beyond test_plan_gguf's SHAPE)
+KINDS = {"gemma2": ("gemma2", dict(n_swa=64)),
+         "gemma3": ("gemma3", dict(n_swa=64, swa_pattern=3, n_layer=6)),
+         "gemma3-no-window": ("gemma3", dict(n_swa=0)),
+         "phi3": ("phi3", dict(rope_factors=True, n_ctx_orig=512))}
+# (id, llama.cpp's options beside test_plan_gguf's CTX and this file's)
+OPTION_SETS = [
+    ("ngl-all", {}),
+    ("ngl-half", {"n_gpu_layers": 3}),
+    ("ngl-0", {"n_gpu_layers": 0}),
+    ("tensor-split-3-1", {"tensor_split": [3, 1]}),
+    ("q8_0-k", {"type_k": "q8_0", "n_ubatch": 128}),
+    ("no-kv-offload", {"offload_kqv": False, "n_gpu_layers": 4}),
+    ("fa-on", {"flash_attn": "on"}),
+    ("fa-auto-ngl-0", {"flash_attn": "auto", "n_gpu_layers": 0}),
+    ("fa-on-q8_0-kv-ngl-half", {"flash_attn": "on", "type_k": "q8_0", "type_v": "q8_0",
+                                "n_gpu_layers": 3}),
+    ("swa-full", {"swa_full": True}),
+]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("plan-arch-models")
+    return {kind: write_model(root / f"{kind}.gguf", arch, **shape)
+            for kind, (arch, shape) in KINDS.items()}
+
+
+def kv_buffers(plan, device):
+    return sorted(b.bytes for b in plan.buffers if b.device == device and b.kind == "kv")
+
+
+def test_sliding_layers_have_their_own_smaller_cache(models):
+    """gemma2 (layers 0 and 2 slide): each device holds the global layers' cache (1024
+    cells) and the sliding layers' (64 + 256 cells padded to 512); --swa-full makes the
+    second full size; with 512-token ubatches it is full size anyway."""
+    devices = parse_devices("rpc,rpc,cpu")
+    plan = plan_gguf(models["gemma2"], devices, plan_options(CTX))
+    row = 2 * 2 * 64        # K and V of 2 heads of 32, f16: bytes per cell of a layer
+    assert plan.layer_devices == ["RPC0", "RPC0", "RPC0", "RPC1"]
+    assert kv_buffers(plan, "RPC0") == sorted([1024 * row, 2 * 512 * row])   # 1 global, 2 sliding
+    assert kv_buffers(plan, "RPC1") == [1024 * row]                        # layer 3: global
+    full = plan_gguf(models["gemma2"], devices, plan_options({**CTX, "swa_full": True}))
+    assert kv_buffers(full, "RPC0") == sorted([1024 * row, 2 * 1024 * row])
+    assert full.graph_nodes == plan.graph_nodes
+    big_ubatch = plan_gguf(models["gemma2"], devices,
+                           plan_options({"n_ctx": 512, "n_batch": 512, "n_ubatch": 512}))
+    assert kv_buffers(big_ubatch, "RPC0") == sorted([512 * row, 2 * 512 * row])
+
+
+def test_command_line_swa_full(models, capsys):
+    import json
+
+    from ggml_py.tools.commands import main
+    devices = "rpc:24105MiB,rpc:24105MiB,cpu"
+    for extra, swa_full in (([], False), (["--swa-full"], True)):
+        want = plan_gguf(models["gemma3"], parse_devices(devices),
+                         PlanOptions(n_ctx=1024, swa_full=swa_full))
+        assert main(["plan", models["gemma3"], "--device", devices, "-c", "1024", *extra,
+                     "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == want.to_dict()
+    assert kv_buffers(want, "CPU") == []
+
+
+def test_rope_factors_are_copied_to_each_layer_device(models):
+    """phi3's rope factors (long and short, 16 f32 each) are in every device's model
+    buffer that holds a layer, and each layer reads its own device's copy: no split is
+    made for them."""
+    devices = parse_devices("rpc,rpc,cpu")
+    with_factors = plan_gguf(models["phi3"], devices, plan_options(CTX))
+    assert with_factors.graph_splits == (3, 3)
+    model = {b.device: b.bytes for b in with_factors.buffers if b.kind == "model"}
+    plain = write_model(models["phi3"] + ".plain.gguf", "phi3", n_ctx_orig=512)
+    without = {b.device: b.bytes for b in plan_gguf(plain, devices, plan_options(CTX)).buffers
+               if b.kind == "model"}
+    factors = 2 * 16 * 4
+    assert model["RPC0"] - without["RPC0"] == model["RPC1"] - without["RPC1"] == factors
+
+
+# every model with every option set (--swa-full with a window only)
+CASES = [(kind, name, options) for kind, (_, shape) in KINDS.items()
+         for name, options in OPTION_SETS if shape.get("n_swa") or "swa_full" not in options]
+
+
+@pytest.mark.parametrize("kind,options", [(k, o) for k, _, o in CASES],
+                         ids=[f"{k}-{n}" for k, n, _ in CASES])
+def test_plan_matches_llama_cpp(models, servers, kind, options):  # noqa: F811
+    held_to_llama_cpp(models[kind], servers, {**CTX, **options})
