@@ -39,6 +39,7 @@ OPTION_SETS = [
     ("fa-auto-ngl-0", {"flash_attn": "auto", "n_gpu_layers": 0}),
     ("fa-on-q8_0-kv-ngl-half", {"flash_attn": "on", "type_k": "q8_0", "type_v": "q8_0",
                                 "n_gpu_layers": 3}),
+    ("ubatch-64-ctx-300", {"n_ctx": 300, "n_ubatch": 64}),     # a 256-cell sliding cache
     ("swa-full", {"swa_full": True}),
 ]
 
