@@ -15,7 +15,8 @@ through ctypes (and fork into children), so the two never share a process.
         loads GGUF with the RPC servers SERVERS (host:port,...) as its devices and the
         llama.cpp options OPTIONS (JSON: n_gpu_layers, split_mode, main_gpu, tensor_split,
         n_ctx, n_batch, n_ubatch, type_k, type_v, offload_kqv, op_offload, flash_attn
-        on|off|auto, swa_full (default off, as llama.cpp's common), tensor_overrides: [[REGEX, "CPU" | "RPC<i>"], ...], -ot's rules in
+        on|off|auto, swa_full (default off, as llama.cpp's common), n_seq_max (--parallel),
+        kv_unified, tensor_overrides: [[REGEX, "CPU" | "RPC<i>"], ...], -ot's rules in
         order, RPC<i> being the i-th server's device) and prints
         what it logged (JSON): {"free_mib": {device: MiB}, "buffers": [[device, kind,
         "MiB with 2 decimals"], ...], "graph_nodes": [pp, tg], "graph_splits": [pp, tg]}
@@ -186,7 +187,8 @@ def load(L, path, servers, options):
     mp.tensor_split = split
     cp = L.llama_context_default_params()
     cp.n_ctx, cp.n_batch, cp.n_ubatch = options["n_ctx"], options["n_batch"], options["n_ubatch"]
-    cp.n_seq_max = 1
+    cp.n_seq_max = options.get("n_seq_max", 1)
+    cp.kv_unified = options.get("kv_unified", False)
     cp.n_threads = cp.n_threads_batch = 1
     cp.type_k = GGML_TYPES[options.get("type_k", "f16")]
     cp.type_v = GGML_TYPES[options.get("type_v", "f16")]

@@ -41,6 +41,10 @@ OPTION_SETS = [
                                 "n_gpu_layers": 3}),
     ("ubatch-64-ctx-300", {"n_ctx": 300, "n_ubatch": 64}),     # a 256-cell sliding cache
     ("swa-full", {"swa_full": True}),
+    # --parallel: a KV stream per sequence (llama.cpp's default), or one for all
+    ("parallel-2", {"n_seq_max": 2}),
+    ("parallel-3-fa-on-ngl-half", {"n_seq_max": 3, "flash_attn": "on", "n_gpu_layers": 3}),
+    ("parallel-4-kv-unified", {"n_seq_max": 4, "kv_unified": True}),
 ]
 
 
@@ -85,6 +89,28 @@ def test_command_line_swa_full(models, capsys):
                      "--json"]) == 0
         assert json.loads(capsys.readouterr().out) == want.to_dict()
     assert kv_buffers(want, "CPU") == []
+
+
+def test_command_line_parallel(models, capsys):
+    """--parallel 3 in a 1024-token context: a stream of 512 cells (1024 / 3, padded) per
+    sequence, a logits row each; --kv-unified: one stream of 1024."""
+    import json
+
+    from ggml_py.tools.commands import main
+    devices = "rpc:24105MiB,cpu"
+    for extra, unified in ((["-np", "3"], False), (["--parallel", "3", "-kvu"], True)):
+        want = plan_gguf(models["gemma3-no-window"], parse_devices(devices),
+                         PlanOptions(n_ctx=1024, n_parallel=3, kv_unified=unified))
+        assert main(["plan", models["gemma3-no-window"], "--device", devices, "-c", "1024",
+                     *extra, "--json"]) == 0
+        got = json.loads(capsys.readouterr().out)
+        assert got == want.to_dict()
+        assert got["n_ctx"] == (1024 if unified else 1536)
+        row = 2 * 2 * 64                    # K and V of 2 heads of 32, f16: bytes per cell
+        assert kv_buffers(want, "RPC0") == [4 * got["n_ctx"] * row]
+        assert [b["bytes"] for b in got["buffers"] if b["kind"] == "output"] == [3 * 4 * 256]
+    assert main(["plan", models["gemma3-no-window"], "-np", "257"]) == 2
+    assert "must be at most 256" in capsys.readouterr().err
 
 
 def test_rope_factors_are_copied_to_each_layer_device(models):

@@ -41,6 +41,7 @@ from ggml_py.reasons import split_reasons
 from ggml_py.sched import Scheduler
 
 CTX_PAD = 256           # llama_context pads n_ctx to this
+MAX_SEQ = 256           # llama.cpp's LLAMA_MAX_SEQ: --parallel's most
 SPLIT_MODES = ("layer", "none")
 FLASH_ATTN = ("on", "off", "auto")
 UNQUANTIZED = ("f32", "f16", "bf16")
@@ -93,6 +94,8 @@ class PlanOptions:
     flash_attn: str = "auto"            # -fa on|off|auto (auto: on where the devices run it)
     use_mmap: bool = True               # CPU weights stay in the mapped file (CPU_Mapped)
     swa_full: bool = False              # --swa-full: the sliding layers' cache full-size
+    n_parallel: int = 1                 # --parallel: sequences decoded together (n_seq_max)
+    kv_unified: bool = False            # --kv-unified: one KV stream for all sequences
     # -ot, --cpu-moe and --n-cpu-moe in their order on the command line: (regex, buffer
     # type) rules; a weight whose name the regex finds goes to that device (first rule wins)
     tensor_overrides: tuple[tuple[str, str], ...] = ()
@@ -117,9 +120,13 @@ class PlanOptions:
             raise ArgumentError(f"--cache-type-v {self.cache_type_v}: a quantized V cache "
                                 "needs flash attention (llama.cpp refuses it with -fa off)")
         for opt, v, lo in (("-c", self.n_ctx, 0), ("-b", self.n_batch, 1),
-                           ("-ub", self.n_ubatch, 1), ("--main-gpu", self.main_gpu, 0)):
+                           ("-ub", self.n_ubatch, 1), ("--main-gpu", self.main_gpu, 0),
+                           ("--parallel", self.n_parallel, 1)):
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise ArgumentError(f"{opt} must be an integer >= {lo}, got {v!r}")
+        if self.n_parallel > MAX_SEQ:
+            raise ArgumentError(f"--parallel must be <= {MAX_SEQ} (llama.cpp's most), got "
+                                f"{self.n_parallel}")
         if self.tensor_split is not None and any(x < 0 for x in self.tensor_split):
             raise ArgumentError(f"--tensor-split shares must be >= 0, got {self.tensor_split}")
         for regex, buft in self.tensor_overrides:
@@ -257,22 +264,32 @@ class ModelPlan:
 
 class _Cache:
     """The KV cache tensors the graph builders read, a K and a V per layer ([n_embd_gqa,
-    cells] each), and the cells of the global layers' cache and of the sliding layers'
-    (llama_kv_cache_iswa's second cache; the same where the model has no window)."""
+    cells, streams] each), the cells of a stream of the global layers' cache and of the
+    sliding layers' (llama_kv_cache_iswa's second cache; the same where the model has no
+    window), and the streams (a sequence each, unless one is shared: --kv-unified)."""
 
-    def __init__(self, cells: int, cells_swa: int) -> None:
+    def __init__(self, cells: int, cells_swa: int, n_stream: int) -> None:
         self.k: list[Tensor] = []
         self.v: list[Tensor] = []
-        self.cells, self.cells_swa = cells, cells_swa
+        self.cells, self.cells_swa, self.n_stream = cells, cells_swa, n_stream
 
 
-def _cache_cells(cfg: ModelConfig, opts: PlanOptions, n_ubatch: int) -> tuple[int, int]:
-    """The cells of llama.cpp's KV caches: (the global layers', the sliding layers'). The
-    sliding layers keep their window and a ubatch, padded to 256 (llama_kv_cache_iswa),
-    unless --swa-full."""
+def _pad(n: int) -> int:
+    return -(-n // CTX_PAD) * CTX_PAD
+
+
+def _cache_layout(cfg: ModelConfig, opts: PlanOptions, n_ubatch: int) -> tuple[int, int, int]:
+    """llama.cpp's KV caches for a context of cfg.n_ctx cells: (the cells of a stream of
+    the global layers' cache, of the sliding layers', the streams). A unified cache is one
+    stream of n_ctx cells; otherwise each of the --parallel sequences has a stream of its
+    share, padded to 256. The sliding layers keep their window (each sequence's, in a
+    unified cache) and a ubatch, padded to 256 (llama_kv_cache_iswa), unless --swa-full."""
+    n_seq = opts.n_parallel
+    cells, n_stream = (cfg.n_ctx, 1) if opts.kv_unified else (_pad(cfg.n_ctx // n_seq), n_seq)
     if not cfg.iswa or opts.swa_full:
-        return cfg.n_ctx, cfg.n_ctx
-    return cfg.n_ctx, -(-min(cfg.n_ctx, cfg.n_swa + n_ubatch) // CTX_PAD) * CTX_PAD
+        return cells, cells, n_stream
+    window = cfg.n_swa * (n_seq if opts.kv_unified else 1)
+    return cells, _pad(min(cells, window + n_ubatch)), n_stream
 
 
 def _buffers_bytes(buffers: list[Buffer]) -> int:
@@ -331,10 +348,12 @@ def plan_gguf(path: str, devices: Sequence[Device],
     opts = options or PlanOptions()
     opts.check()
     cfg, infos = read_tensor_infos(path)
-    n_ctx = -(-(opts.n_ctx or cfg.n_ctx) // CTX_PAD) * CTX_PAD
-    cfg = dataclasses.replace(cfg, n_ctx=n_ctx)
+    cfg = dataclasses.replace(cfg, n_ctx=_pad(opts.n_ctx or cfg.n_ctx))
     _check_cache_rotation(cfg, opts)
-    n_ubatch = min(n_ctx, opts.n_batch, opts.n_ubatch)
+    n_ubatch = min(cfg.n_ctx, opts.n_batch, opts.n_ubatch)
+    layout = _cache_layout(cfg, opts, n_ubatch)
+    n_ctx = layout[0] * layout[2]           # (each sequence's share padded: more, maybe)
+    n_seq = opts.n_parallel
     cpu = devices[-1]
     gpus, shares = _model_devices(devices, opts)
     layers, output = split_layers(cfg.n_layer, [d.backend for d in gpus], cpu.backend,
@@ -345,8 +364,7 @@ def plan_gguf(path: str, devices: Sequence[Device],
     copied = [n for n in LAYER_COPIED if not any(regex.search(n) for regex, _ in overrides)]
     weights, buffers = _place_weights(infos, used, placed, opts.use_mmap, layers, copied)
     cache, kv_buffers = _place_cache(cfg, used, layers if opts.kv_offload else
-                                     [cpu.backend] * cfg.n_layer, opts,
-                                     _cache_cells(cfg, opts, n_ubatch))
+                                     [cpu.backend] * cfg.n_layer, opts, layout)
     buffers += kv_buffers
 
     # the compute buffers: sched_reserve's prompt, decode and prompt graphs
@@ -357,11 +375,13 @@ def plan_gguf(path: str, devices: Sequence[Device],
                       op_offload=opts.op_offload, copy_all_inputs=True, graph_reuse=False)
     flash_attn = opts.flash_attn == "on" or (opts.flash_attn == "auto" and
                                              _flash_attn_runs_on_layers(sched, cfg, weights,
-                                                                        cache, layers))
+                                                                        cache, layers, n_seq))
     nodes: list[int] = []
     splits: list[tuple[SplitUse, ...]] = []
-    for n_tokens in (n_ubatch, 1, n_ubatch):
-        graph = _reserve_graph(cfg, weights, cache, n_tokens, flash_attn)
+    # (tokens, outputs): a ubatch of every sequence's tokens alike, a token of each
+    prompt = (-(-n_ubatch // n_seq) * n_seq, n_ubatch)
+    for n_tokens, n_outputs in (prompt, (n_seq, n_seq), prompt):
+        graph = _reserve_graph(cfg, weights, cache, n_tokens, n_outputs, flash_attn)
         pin = functools.partial(_pin_as_llama_cpp, sched, graph, layers, cpu.backend,
                                 n_tokens < 32 or full_offload, not opts.kv_offload)
         pin()
@@ -375,7 +395,7 @@ def plan_gguf(path: str, devices: Sequence[Device],
     buffers += [BufferUse(d.name, "compute", sched.get_buffer_size(d.backend)) for d in used
                 if sched.get_buffer_size(d.backend) > 1]      # (llama.cpp prints those only)
     sched.close()
-    buffers.append(BufferUse(cpu.name, "output", 4 * cfg.n_vocab))     # one sequence's logits
+    buffers.append(BufferUse(cpu.name, "output", 4 * cfg.n_vocab * n_seq))  # a row a sequence
     names = {id(d.backend): d.name for d in devices}
     overridden = {n: names[id(placed[n])] for n in infos
                   if any(regex.search(n) for regex, _ in overrides)}
@@ -440,18 +460,21 @@ def _place_weights(infos: dict[str, TensorInfo], used: list[Device], placed: dic
 
 
 def _place_cache(cfg: ModelConfig, used: list[Device], layers: Sequence[Backend],
-                 opts: PlanOptions, cells: tuple[int, int]) -> tuple[_Cache, list[BufferUse]]:
-    """llama_kv_cache's K and V of every layer ([n_embd_gqa, cells] each), each layer's on
-    `layers[il]`: a buffer per device of `used` for each cache (the global layers', then
-    the sliding layers' of a model with a window, `cells` each)."""
+                 opts: PlanOptions,
+                 layout: tuple[int, int, int]) -> tuple[_Cache, list[BufferUse]]:
+    """llama_kv_cache's K and V of every layer ([n_embd_gqa, cells, streams] each, as
+    _cache_layout gives them), each layer's on `layers[il]`: a buffer per device of `used`
+    for each cache (the global layers', then the sliding layers' of a model with a
+    window)."""
     ctx = Context("kv")
-    cache = _Cache(*cells)
+    cache = _Cache(*layout)
+    cells = (cache.cells, cache.cells_swa)
     held: dict[tuple[bool, int], list[Tensor]] = {}
     for il in range(cfg.n_layer):
         swa = cfg.is_swa(il)
         for part, t, out in (("k", opts.cache_type_k, cache.k), ("v", opts.cache_type_v, cache.v)):
-            out.append(ops.new_tensor_2d(ctx, t, cfg.n_embd_gqa, cells[swa],
-                                         name=f"cache_{part}_l{il}"))
+            out.append(ops.new_tensor(ctx, t, (cfg.n_embd_gqa, cells[swa], cache.n_stream),
+                                      name=f"cache_{part}_l{il}"))
             held.setdefault((swa, id(layers[il])), []).append(out[-1])
     buffers = [BufferUse(d.name, "kv", _buffers_bytes(alloc_ctx_tensors_from_buft(
                    held[swa, id(d.backend)], d.backend.get_default_buffer_type(), "any")))
@@ -490,11 +513,12 @@ def _split_uses(sched: Scheduler, graph: Graph) -> tuple[SplitUse, ...]:
 
 
 def _flash_attn_runs_on_layers(sched: Scheduler, cfg: ModelConfig, weights: dict[str, Tensor],
-                               cache: _Cache, layers: Sequence[Backend]) -> bool:
-    """-fa auto as llama.cpp resolves it: split a one-token graph with flash attention and
-    keep it where each layer's FLASH_ATTN_EXT runs on the layer's device. (Where one does
-    not, llama.cpp computes without it over a V cache laid out for it: not planned yet.)"""
-    graph = _reserve_graph(cfg, weights, cache, 1, True)
+                               cache: _Cache, layers: Sequence[Backend], n_seq: int) -> bool:
+    """-fa auto as llama.cpp resolves it: split a graph of a token per sequence with flash
+    attention and keep it where each layer's FLASH_ATTN_EXT runs on the layer's device.
+    (Where one does not, llama.cpp computes without it over a V cache laid out for it: not
+    planned yet.)"""
+    graph = _reserve_graph(cfg, weights, cache, n_seq, n_seq, True)
     _pin_as_llama_cpp(sched, graph, layers, layers[0], True, False)
     off = flash_attn_off_layers(sched, graph, layers)
     if off:
@@ -505,19 +529,20 @@ def _flash_attn_runs_on_layers(sched: Scheduler, cfg: ModelConfig, weights: dict
 
 
 def _reserve_graph(cfg: ModelConfig, weights: dict[str, Tensor], cache: _Cache,
-                   n_tokens: int, flash_attn: bool) -> Graph:
-    """llama.cpp's graph_reserve graph: `n_tokens` tokens, each an output, over the whole
-    cache (init_full: every cell)."""
+                   n_tokens: int, n_outputs: int, flash_attn: bool) -> Graph:
+    """llama.cpp's graph_reserve graph: `n_tokens` tokens (split evenly between the
+    cache's streams), the first `n_outputs` of them outputs, over the whole cache
+    (init_full: every cell)."""
     data = step_inputs(cfg, np.zeros(n_tokens, dtype=np.int32), 0, cfg.n_ctx, kv_rows=True)
-    data["inp_out_ids"] = np.arange(n_tokens)
+    data["inp_out_ids"] = np.arange(n_outputs)
     if flash_attn:                  # V rows are cells, as K's
         data["inp_v_idxs"] = data["inp_k_idxs"]
     if cfg.iswa:                    # (the sliding layers' values: reserve reads shapes only)
-        data["kq_mask_swa"] = np.zeros((n_tokens, cache.cells_swa))
         data["inp_v_idxs_swa"] = data["inp_v_idxs"]
     data["inp_embd"] = np.zeros((n_tokens, cfg.n_embd), dtype=np.float32)
-    gc = GraphContext(cfg, weights, cache, n_tokens, 0, cache.cells, n_tokens, data,
-                      embd_input=True, flash_attn=flash_attn, n_kv_swa=cache.cells_swa)
+    gc = GraphContext(cfg, weights, cache, n_tokens, 0, cache.cells, n_outputs, data,
+                      embd_input=True, flash_attn=flash_attn, n_kv_swa=cache.cells_swa,
+                      n_stream=cache.n_stream)
     gc.expand(get_builder(cfg.arch)(gc).set_output())
     return gc.graph
 

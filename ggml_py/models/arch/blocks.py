@@ -43,11 +43,14 @@ class GraphContext:
     and weights, the cache, the batch, the graph and its inputs.
 
     data: {input name: values} of the step (graph.step_inputs with kv_rows). n_kv_swa:
-    the cells the sliding layers read (their own cache's; default n_kv)."""
+    the cells the sliding layers read (their own cache's; default n_kv). n_stream: the
+    sequences of the batch, each attending over its own stream of the cache (llama.cpp's
+    non-unified KV cache with --parallel; the batch's tokens split evenly between them)."""
 
     def __init__(self, cfg: ModelConfig, weights: dict, cache, n_tokens: int, n_past: int,
                  n_kv: int, n_outputs: int, data: dict, embd_input: bool = False,
-                 flash_attn: bool = False, n_kv_swa: int | None = None) -> None:
+                 flash_attn: bool = False, n_kv_swa: int | None = None,
+                 n_stream: int = 1) -> None:
         self.cfg = cfg
         self.W = weights
         self.cache = cache
@@ -55,6 +58,7 @@ class GraphContext:
         self.n_past = n_past
         self.n_kv = n_kv
         self.n_kv_swa = n_kv if n_kv_swa is None else n_kv_swa    # the sliding layers'
+        self.n_stream = n_stream
         self.n_outputs = n_outputs
         self.data = data
         self.embd_input = embd_input
@@ -98,7 +102,7 @@ class GraphContext:
         the cells attention reads. A model with a sliding window has llama.cpp's kv_iswa
         inputs, a set for each of its two caches (the sliding layers' mask and cells are
         their own: n_kv_swa), and the global set only if a layer is global."""
-        cfg, T, G = self.cfg, self.n_tokens, self.cfg.n_embd_gqa
+        cfg, T, G, ns = self.cfg, self.n_tokens, self.cfg.n_embd_gqa, self.n_stream
         mask_type = "f16" if self.flash_attn else "f32"     # (FLASH_ATTN_EXT's mask is f16)
 
         def inputs(suffix: str, n_kv: int) -> dict:
@@ -106,7 +110,8 @@ class GraphContext:
                     # a cell per token, or (V transposed) per channel and token
                     "v_idxs": self.input("i64", (T if self.flash_attn else T * G,),
                                          f"inp_v_idxs{suffix}"),
-                    "kq_mask": self.input(mask_type, (n_kv, T), f"kq_mask{suffix}")}
+                    "kq_mask": self.input(mask_type, (n_kv, T // ns, 1, ns),
+                                          f"kq_mask{suffix}")}
         inp = {}
         if len(cfg.swa_layers) < cfg.n_layer:
             inp["base"] = inputs("", self.n_kv)
@@ -187,8 +192,9 @@ class GraphContext:
         """Attention with the KV cache (build_attn over llm_graph_input_attn_kv): this
         batch's K and V stored with set_rows, the scores over the cache's n_kv cells, the
         output projection. A sliding layer writes and reads through the sliding inputs,
-        over its own cells."""
-        ctx, cfg, cache, T = self.ctx, self.cfg, self.cache, self.n_tokens
+        over its own cells. With streams, each sequence reads its own (K and V are [...,
+        cells, streams]), and the cell ids written are over all of them."""
+        ctx, cfg, cache, T, ns = self.ctx, self.cfg, self.cache, self.n_tokens, self.n_stream
         G, D, Hkv = cfg.n_embd_gqa, cfg.head_dim, cfg.n_head_kv
         ck, cv = cache.k[il], cache.v[il]
         cells = ck.ne[1]                                    # (K: a row per cell)
@@ -200,28 +206,30 @@ class GraphContext:
             self.expand(t)
         # cpy_k: the batch's K rows at their cells
         k_cur = ops.view_2d(ctx, k, G, T, k.nb[2], 0)
-        self.expand(_stored(ops.set_rows(ctx, ck, k_cur, inp["k_idxs"]), ck))
+        k_rows = ck if ns == 1 else ops.reshape_2d(ctx, ck, G, cells * ns)
+        self.expand(_stored(ops.set_rows(ctx, k_rows, k_cur, inp["k_idxs"]), k_rows))
         if self.flash_attn:
             # cpy_v: V cached as K is, a row per cell
             v_cur = ops.view_2d(ctx, v, G, T, v.nb[2], 0)
-            self.expand(_stored(ops.set_rows(ctx, cv, v_cur, inp["v_idxs"]), cv))
+            v_rows = cv if ns == 1 else ops.reshape_2d(ctx, cv, G, cells * ns)
+            self.expand(_stored(ops.set_rows(ctx, v_rows, v_cur, inp["v_idxs"]), v_rows))
         else:
             # cpy_v: V is cached transposed, one element per (channel, cell)
             # (V viewed out of a fused QKV is copied out first: its tokens' rows have gaps)
             v_cur = (ops.reshape_2d(ctx, v, G, T) if v.nb[2] == row_size(v.type, G)
                      else ops.cont_2d(ctx, v, G, T))
-            v_view = ops.reshape_2d(ctx, cv, 1, G * cells)
+            v_view = ops.reshape_2d(ctx, cv, 1, G * cells * ns)
             v_cur = ops.reshape_2d(ctx, v_cur, 1, G * T)
             self.expand(_stored(ops.set_rows(ctx, v_view, v_cur, inp["v_idxs"]), v_view))
         # get_k / get_v: the first n_kv cells
-        kk = ops.view_4d(ctx, ck, D, Hkv, n_kv, 1, row_size(ck.type, D),
+        kk = ops.view_4d(ctx, ck, D, Hkv, n_kv, ns, row_size(ck.type, D),
                          row_size(ck.type, G), row_size(ck.type, G * cells), 0)
         if self.flash_attn:
-            vv = ops.view_4d(ctx, cv, D, Hkv, n_kv, 1, row_size(cv.type, D),
+            vv = ops.view_4d(ctx, cv, D, Hkv, n_kv, ns, row_size(cv.type, D),
                              row_size(cv.type, G), row_size(cv.type, G * cells), 0)
         else:
             es = type_size(cv.type)
-            vv = ops.view_4d(ctx, cv, n_kv, Hkv, D, 1, es * cells * D, es * cells,
+            vv = ops.view_4d(ctx, cv, n_kv, Hkv, D, ns, es * cells * D, es * cells,
                              es * cells * G, 0)
         mask = inp["kq_mask"]
         cur = _name(self.build_attn_mha(q, kk, vv, mask, kq_scale, il), "kqv_out", il)
@@ -236,9 +244,9 @@ class GraphContext:
         model caps attention), soft_max_ext with the mask and scale, kqv = v kq over the
         transposed V cache, heads merged again; with it, one FLASH_ATTN_EXT (f32 K or V
         cast to f16 first, the soft-cap its parameter), reshaped to rows."""
-        ctx = self.ctx
-        q = ops.view_4d(ctx, q, q.ne[0], q.ne[1], q.ne[2], 1, q.nb[1], q.nb[2],
-                        q.nb[2] * q.ne[2], 0)
+        ctx, ns = self.ctx, k.ne[3]                         # (the batch's streams)
+        q = ops.view_4d(ctx, q, q.ne[0], q.ne[1], q.ne[2] // ns, ns, q.nb[1], q.nb[2],
+                        q.nb[2] * (q.ne[2] // ns), 0)
         q = ops.permute(ctx, q, 0, 2, 1, 3)
         k = ops.permute(ctx, k, 0, 2, 1, 3)
         v = ops.permute(ctx, v, 0, 2, 1, 3)
