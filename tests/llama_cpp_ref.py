@@ -16,8 +16,8 @@ through ctypes (and fork into children), so the two never share a process.
         llama.cpp options OPTIONS (JSON: n_gpu_layers, split_mode, main_gpu, tensor_split,
         n_ctx, n_batch, n_ubatch, type_k, type_v, offload_kqv, op_offload, flash_attn
         on|off|auto, swa_full (default off, as llama.cpp's common), n_seq_max (--parallel),
-        kv_unified, tensor_overrides: [[REGEX, "CPU" | "RPC<i>"], ...], -ot's rules in
-        order, RPC<i> being the i-th server's device) and prints
+        kv_unified, tensor_overrides: [[REGEX, "CPU" | "RPC<i>" | BUFFER TYPE NAME], ...],
+        -ot's rules in order, RPC<i> being the i-th server's device) and prints
         what it logged (JSON): {"free_mib": {device: MiB}, "buffers": [[device, kind,
         "MiB with 2 decimals"], ...], "graph_nodes": [pp, tg], "graph_splits": [pp, tg]}
 
@@ -153,7 +153,8 @@ def ggml_libs(L):
 
 def add_rpc_servers(L, servers):
     """Register each server's devices (common's add_rpc_devices): llama.cpp then uses them.
-    Returns {"RPC<i>": the i-th server's device's buffer type, "CPU": the CPU's}."""
+    Returns {"RPC<i>": the i-th server's device's buffer type, "CPU": the CPU's}, and the
+    same by their buffer types' own names (RPC0[HOST:PORT])."""
     libs = ggml_libs(L)
     ggml, rpc = libs[""], libs["-rpc"]
     rpc.ggml_backend_rpc_add_server.restype = ctypes.c_void_p
@@ -161,6 +162,8 @@ def add_rpc_servers(L, servers):
     ggml.ggml_backend_register.argtypes = [ctypes.c_void_p]
     for fn in ("ggml_backend_reg_dev_get", "ggml_backend_dev_buffer_type"):
         getattr(ggml, fn).restype = ctypes.c_void_p
+    ggml.ggml_backend_buft_name.restype = ctypes.c_char_p
+    ggml.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
     ggml.ggml_backend_reg_dev_get.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     ggml.ggml_backend_dev_buffer_type.argtypes = [ctypes.c_void_p]
     libs["-cpu"].ggml_backend_cpu_buffer_type.restype = ctypes.c_void_p
@@ -169,6 +172,8 @@ def add_rpc_servers(L, servers):
         reg = rpc.ggml_backend_rpc_add_server(endpoint.encode())
         ggml.ggml_backend_register(reg)
         bufts[f"RPC{i}"] = ggml.ggml_backend_dev_buffer_type(ggml.ggml_backend_reg_dev_get(reg, 0))
+    # and by the names llama.cpp's -ot takes (ggml_backend_buft_name: CPU, RPC0[HOST:PORT])
+    bufts.update({ggml.ggml_backend_buft_name(b).decode(): b for b in list(bufts.values())})
     return bufts
 
 
@@ -181,7 +186,7 @@ def load(L, path, servers, options):
     if rules:
         mp.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p)
     mp.n_gpu_layers = options.get("n_gpu_layers", -1)
-    mp.split_mode = {"none": 0, "layer": 1}[options.get("split_mode", "layer")]
+    mp.split_mode = {"none": 0, "layer": 1, "row": 2}[options.get("split_mode", "layer")]
     mp.main_gpu = options.get("main_gpu", 0)
     split = (ctypes.c_float * 16)(*options.get("tensor_split", []))
     mp.tensor_split = split

@@ -13,9 +13,17 @@ The models have a 64-token window in a 1024-token context, so the sliding layers
 (512 cells) is smaller than the global one's.
 """
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+from test_plan_gguf import CTX as PLAN_CTX
 from test_plan_gguf import held_to_llama_cpp, plan_options, servers, write_model  # noqa: F401
 
+from ggml_py.errors import ArgumentError
 from ggml_py.models.devices import parse_devices
 from ggml_py.models.model_plan import PlanOptions, plan_gguf
 
@@ -137,3 +145,47 @@ CASES = [(kind, name, options) for kind, (_, shape) in KINDS.items()
                          ids=[f"{k}-{n}" for k, n, _ in CASES])
 def test_plan_matches_llama_cpp(models, servers, kind, options):  # noqa: F811
     held_to_llama_cpp(models[kind], servers, {**CTX, **options})
+
+
+def llama_cpp_refusal(path, servers, options):
+    """What llama.cpp says refusing to load `path` with `options` (tests/llama_cpp_ref.py
+    load, which exits with its log)."""
+    r = subprocess.run([sys.executable, str(Path(__file__).parent / "llama_cpp_ref.py"),
+                        "load", path, servers, json.dumps({**PLAN_CTX, **options})],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode == 3 and os.environ.get("GGML_PY_REQUIRE_LLAMA_CPP") != "1":
+        pytest.skip("llama-cpp-python is not installed (GGML_PY_REQUIRE_LLAMA_CPP=1 makes "
+                    "this a failure)")
+    assert r.returncode == 1, r.stdout + r.stderr
+    return r.stderr
+
+
+def test_split_mode_row_is_refused_as_llama_cpp_refuses_it(models, servers):  # noqa: F811
+    """--split-mode row asks each device for its split buffer type; an RPC device has none,
+    and llama.cpp stops there: the planner refuses it with llama.cpp's reason. With the CPU
+    alone there is no device to ask, and row plans as layer."""
+    said = llama_cpp_refusal(models["gemma2"], servers, {"split_mode": "row"})
+    assert "device RPC0 does not support split buffers" in said
+    with pytest.raises(ArgumentError, match="--split-mode row: device RPC0 does not support "
+                                            "split buffers"):
+        plan_gguf(models["gemma2"], parse_devices("rpc,rpc,cpu"), PlanOptions(split_mode="row"))
+    cpu_only = [plan_gguf(models["gemma2"], parse_devices("cpu"), PlanOptions(split_mode=mode))
+                for mode in ("row", "layer")]
+    assert cpu_only[0].to_dict() == cpu_only[1].to_dict()
+
+
+def test_overrides_take_llama_cpp_buffer_type_names(models, servers):  # noqa: F811
+    """-ot's buffer types by llama.cpp's own names on live servers: a server's device's is
+    RPC0[HOST:PORT] (its index on that server), so the second server's is RPC0[its
+    endpoint] and is the planner's RPC1; both sides place the weights alike."""
+    second = servers.split(",")[1]
+    rules = [[r"blk\.[01]\.ffn_(up|down)\.", f"RPC0[{second}]"], [r"^output\.", "CPU"]]
+    plan = held_to_llama_cpp(models["phi3"], servers, {**CTX, "tensor_overrides": rules},
+                             live=True)
+    assert plan.overridden == {**{f"blk.{il}.ffn_{m}.weight": "RPC1" for il in (0, 1)
+                                  for m in ("up", "down")}, "output.weight": "CPU"}
+    with pytest.raises(ArgumentError, match=r"unknown buffer type \(the model's: RPC0, "
+                                            r"RPC0\[.*\], RPC1, RPC0\[.*\], CPU\)"):
+        plan_gguf(models["phi3"],
+                  parse_devices(",".join(f"rpc:{ep}" for ep in servers.split(",")) + ",cpu"),
+                  PlanOptions(tensor_overrides=(("output", "RPC1[x]"),)))

@@ -42,7 +42,9 @@ from ggml_py.sched import Scheduler
 
 CTX_PAD = 256           # llama_context pads n_ctx to this
 MAX_SEQ = 256           # llama.cpp's LLAMA_MAX_SEQ: --parallel's most
-SPLIT_MODES = ("layer", "none")
+SPLIT_MODES = ("layer", "row", "none")
+# the device kinds whose ggml backend has a split buffer type (--split-mode row): CUDA's
+SPLIT_BUFFER_KINDS = ("cuda",)
 FLASH_ATTN = ("on", "off", "auto")
 UNQUANTIZED = ("f32", "f16", "bf16")
 CACHE_TYPES = (*UNQUANTIZED, "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
@@ -324,17 +326,23 @@ def _check_cache_rotation(cfg: ModelConfig, opts: PlanOptions) -> None:
                              f"adds its {kv.upper()} rotation to the graph, not planned yet")
 
 
+def _buffer_type_names(devices: Sequence[Device]) -> dict[str, Device]:
+    """The devices by the names -ot takes for their buffer types: llama.cpp's (CPU,
+    RPC0[HOST:PORT] for a live server's device) and the device names (RPC0, RPC1, ...)."""
+    return {n: d for d in devices for n in (d.name, d.buffer_type) if n is not None}
+
+
 def _overrides(opts: PlanOptions, devices: Sequence[Device],
                used: Sequence[Device]) -> list[tuple[re.Pattern[str], Backend]]:
-    """The tensor overrides' compiled regexes and devices. Their buffer types are device
-    names (llama.cpp names a device's buffer type so: CPU, RPC0, ...); one the model does
-    not use (--split-mode none's other devices) is refused."""
-    by_name = {d.name: d for d in used}
+    """The tensor overrides' compiled regexes and devices, by buffer type name (see
+    _buffer_type_names); one the model does not use (--split-mode none's other devices)
+    is refused."""
+    by_name = _buffer_type_names(used)
     out = []
     for regex, buft in opts.tensor_overrides:
         if buft not in by_name:
             why = ("not used by the model with --split-mode none"
-                   if any(d.name == buft for d in devices) else "unknown buffer type")
+                   if buft in _buffer_type_names(devices) else "unknown buffer type")
             raise ArgumentError(f"-ot {regex}={buft}: {why} (the model's: "
                                 f"{', '.join(by_name)})")
         out.append((re.compile(regex), by_name[buft].backend))
@@ -408,12 +416,21 @@ def plan_gguf(path: str, devices: Sequence[Device],
 def _model_devices(devices: Sequence[Device],
                    opts: PlanOptions) -> tuple[list[Device], tuple[float, ...] | None]:
     """The devices llama.cpp's model uses besides the CPU (--split-mode none: the main one
-    alone) and their shares of the layers: --tensor-split, else (or all 0) their memories
-    (equal where none is given)."""
+    alone; row: refused, as llama.cpp refuses a device without split buffers) and their
+    shares of the layers: --tensor-split, else (or all 0) their memories (equal where none
+    is given)."""
     gpus = [d for d in devices if not d.is_cpu]
     if not gpus:
         return [], None
     shares = opts.tensor_split
+    if opts.split_mode == "row":
+        # llama.cpp asks every device for its split buffer type, and stops at the first
+        # that has none
+        d = gpus[0]
+        if d.kind not in SPLIT_BUFFER_KINDS:
+            raise ArgumentError(f"--split-mode row: device {d.name} does not support split "
+                                "buffers (llama.cpp refuses to load the model)")
+        raise ModelError(f"--split-mode row on {d.name}: split buffers are not planned yet")
     if opts.split_mode == "none":
         if opts.main_gpu >= len(gpus):
             raise ArgumentError(f"--main-gpu {opts.main_gpu}: there are {len(gpus)} devices")
