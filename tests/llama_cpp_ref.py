@@ -16,7 +16,7 @@ through ctypes (and fork into children), so the two never share a process.
         llama.cpp options OPTIONS (JSON: n_gpu_layers, split_mode, main_gpu, tensor_split,
         n_ctx, n_batch, n_ubatch, type_k, type_v, offload_kqv, op_offload, flash_attn
         on|off|auto, swa_full (default off, as llama.cpp's common), n_seq_max (--parallel),
-        kv_unified, tensor_overrides: [[REGEX, "CPU" | "RPC<i>" | BUFFER TYPE NAME], ...],
+        kv_unified, use_mmap, tensor_overrides: [[REGEX, "CPU" | "RPC<i>" | BUFFER TYPE NAME], ...],
         -ot's rules in order, RPC<i> being the i-th server's device) and prints
         what it logged (JSON): {"free_mib": {device: MiB}, "buffers": [[device, kind,
         "MiB with 2 decimals"], ...], "graph_nodes": [pp, tg], "graph_splits": [pp, tg]}
@@ -186,6 +186,8 @@ def load(L, path, servers, options):
     if rules:
         mp.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p)
     mp.n_gpu_layers = options.get("n_gpu_layers", -1)
+    if not options.get("use_mmap", True):      # --no-mmap: llama.cpp's load mode none
+        mp.load_mode = L.LLAMA_LOAD_MODE_NONE
     mp.split_mode = {"none": 0, "layer": 1, "row": 2}[options.get("split_mode", "layer")]
     mp.main_gpu = options.get("main_gpu", 0)
     split = (ctypes.c_float * 16)(*options.get("tensor_split", []))

@@ -99,6 +99,7 @@ def plan_options(llama: dict) -> PlanOptions:
                        kv_offload=o.get("offload_kqv", True), op_offload=o.get("op_offload", True),
                        flash_attn=o.get("flash_attn", "off"), swa_full=o.get("swa_full", False),
                        n_parallel=o.get("n_seq_max", 1), kv_unified=o.get("kv_unified", False),
+                       use_mmap=o.get("use_mmap", True),
                        tensor_overrides=tuple(map(tuple, o.get("tensor_overrides", ()))))
 
 

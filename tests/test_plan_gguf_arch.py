@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from test_plan_gguf import CTX as PLAN_CTX
+from test_plan_gguf import OPTION_SETS as DENSE_OPTION_SETS
 from test_plan_gguf import held_to_llama_cpp, plan_options, servers, write_model  # noqa: F401
 
 from ggml_py.errors import ArgumentError
@@ -35,20 +36,14 @@ KINDS = {"gemma2": ("gemma2", dict(n_swa=64)),
          "gemma3": ("gemma3", dict(n_swa=64, swa_pattern=3, n_layer=6)),
          "gemma3-no-window": ("gemma3", dict(n_swa=0)),
          "phi3": ("phi3", dict(rope_factors=True, n_ctx_orig=512))}
-# (id, llama.cpp's options beside test_plan_gguf's CTX and this file's)
+# (id, llama.cpp's options beside test_plan_gguf's CTX and this file's): test_plan_gguf's
+# sets, and the sliding layers' and --parallel's
 OPTION_SETS = [
-    ("ngl-all", {}),
-    ("ngl-half", {"n_gpu_layers": 3}),
-    ("ngl-0", {"n_gpu_layers": 0}),
-    ("tensor-split-3-1", {"tensor_split": [3, 1]}),
-    ("q8_0-k", {"type_k": "q8_0", "n_ubatch": 128}),
-    ("no-kv-offload", {"offload_kqv": False, "n_gpu_layers": 4}),
-    ("fa-on", {"flash_attn": "on"}),
-    ("fa-auto-ngl-0", {"flash_attn": "auto", "n_gpu_layers": 0}),
-    ("fa-on-q8_0-kv-ngl-half", {"flash_attn": "on", "type_k": "q8_0", "type_v": "q8_0",
-                                "n_gpu_layers": 3}),
-    ("ubatch-64-ctx-300", {"n_ctx": 300, "n_ubatch": 64}),     # a 256-cell sliding cache
+    *DENSE_OPTION_SETS,
     ("swa-full", {"swa_full": True}),
+    # the CPU's weights in a buffer of their own: a tied head there is the embeddings'
+    ("no-mmap-ngl-0", {"use_mmap": False, "n_gpu_layers": 0}),
+    ("no-mmap-ngl-half", {"use_mmap": False, "n_gpu_layers": 3}),
     # --parallel: a KV stream per sequence (llama.cpp's default), or one for all
     ("parallel-2", {"n_seq_max": 2}),
     ("parallel-3-fa-on-ngl-half", {"n_seq_max": 3, "flash_attn": "on", "n_gpu_layers": 3}),

@@ -304,13 +304,27 @@ def _mapped_bytes(infos: Sequence[TensorInfo]) -> int:
     return max(i.offset + i.nbytes for i in infos) - min(i.offset for i in infos)
 
 
+def _llama_cpp_name(name: str, infos: dict[str, TensorInfo]) -> str:
+    """The name llama.cpp gives a weight, which -ot's rules search: a tied output head (the
+    file has none; the token embeddings serve) is the token embeddings' duplicate, and
+    named so."""
+    tied = name == "output.weight" and infos[name] == infos.get("token_embd.weight")
+    return "token_embd.weight" if tied else name
+
+
+def _overrider(name: str, infos: dict[str, TensorInfo],
+               overrides: Sequence[tuple[re.Pattern[str], Backend]]) -> Backend | None:
+    """The device of the first override whose regex finds the weight's llama.cpp name."""
+    return next((device for regex, device in overrides
+                 if regex.search(_llama_cpp_name(name, infos))), None)
+
+
 def _weight_device(name: str, layers: Sequence[Backend], output: Backend, cpu: Backend,
-                   overrides: Sequence[tuple[re.Pattern[str], Backend]]) -> Backend:
-    """llama.cpp's device of a weight: the first override whose regex it matches, else its
-    layer's, the output layer's, or (the input layer, the token embeddings) the CPU's."""
-    for regex, device in overrides:
-        if regex.search(name):
-            return device
+                   overridden: Backend | None) -> Backend:
+    """llama.cpp's device of a weight: the one an override gives it (`overridden`), else
+    its layer's, the output layer's, or (the input layer, the token embeddings) the CPU's."""
+    if overridden is not None:
+        return overridden
     il = 0 if name in LAYER_COPIED else layer_of(name)
     if il is not None:
         return layers[il]
@@ -368,8 +382,9 @@ def plan_gguf(path: str, devices: Sequence[Device],
                                   opts.n_gpu_layers, shares)
     used = [*gpus, cpu]
     overrides = _overrides(opts, devices, used)
-    placed = {n: _weight_device(n, layers, output, cpu.backend, overrides) for n in infos}
-    copied = [n for n in LAYER_COPIED if not any(regex.search(n) for regex, _ in overrides)]
+    overriders = {n: _overrider(n, infos, overrides) for n in infos}
+    placed = {n: _weight_device(n, layers, output, cpu.backend, overriders[n]) for n in infos}
+    copied = [n for n in LAYER_COPIED if n in infos and overriders[n] is None]
     weights, buffers = _place_weights(infos, used, placed, opts.use_mmap, layers, copied)
     cache, kv_buffers = _place_cache(cfg, used, layers if opts.kv_offload else
                                      [cpu.backend] * cfg.n_layer, opts, layout)
@@ -405,8 +420,7 @@ def plan_gguf(path: str, devices: Sequence[Device],
     sched.close()
     buffers.append(BufferUse(cpu.name, "output", 4 * cfg.n_vocab * n_seq))  # a row a sequence
     names = {id(d.backend): d.name for d in devices}
-    overridden = {n: names[id(placed[n])] for n in infos
-                  if any(regex.search(n) for regex, _ in overrides)}
+    overridden = {n: names[id(placed[n])] for n in infos if overriders[n] is not None}
     return ModelPlan(str(path), cfg, list(devices), [names[id(b)] for b in layers],
                      names[id(output)], n_ctx, n_ubatch, (nodes[0], nodes[1]),
                      (len(splits[0]), len(splits[1])), sched.n_copies, buffers, overridden,
@@ -452,14 +466,19 @@ def _place_weights(infos: dict[str, TensorInfo], used: list[Device], placed: dic
     ctx = Context("weights")
     homes = {n: list({id(b): b for b in [placed[n], *(layers if n in copied else ())]}.values())
              for n in infos}
-    on = {(n, id(b)): ops.new_tensor(ctx, infos[n].type, infos[n].ne, name=n)
-          for n in infos for b in homes[n]}
-    weights = {n: on[n, id(placed[n])] for n in infos}
-    weights.update({f"blk.{il}.{n}": on[n, id(b)] for n in copied if n in infos
+    # a tensor of the file per device it is on (a tied head beside the token embeddings
+    # is one tensor there, as llama.cpp's duplicate is)
+    on: dict[tuple[TensorInfo, int], Tensor] = {}
+    for n, info in infos.items():
+        for key in ((info, id(b)) for b in homes[n]):
+            if key not in on:
+                on[key] = ops.new_tensor(ctx, info.type, info.ne, name=n)
+    weights = {n: on[infos[n], id(placed[n])] for n in infos}
+    weights.update({f"blk.{il}.{n}": on[infos[n], id(b)] for n in copied if n in infos
                     for il, b in enumerate(layers)})
     buffers = []
     for d in used:
-        held = [n for n in infos if (n, id(d.backend)) in on]
+        held = [n for n in infos if (infos[n], id(d.backend)) in on]
         if not held:
             continue
         if d.is_cpu:
@@ -468,7 +487,7 @@ def _place_weights(infos: dict[str, TensorInfo], used: list[Device], placed: dic
             if repacked:
                 raise ModelError(f"{repacked[0]} ({infos[repacked[0]].type}) would go to "
                                  "ggml-cpu's CPU_REPACK buffer, which is not planned yet")
-        bufs = alloc_ctx_tensors_from_buft([on[n, id(d.backend)] for n in held],
+        bufs = alloc_ctx_tensors_from_buft([t for (_, b), t in on.items() if b == id(d.backend)],
                                            d.backend.get_default_buffer_type(), "weights")
         size = (_mapped_bytes([infos[n] for n in held]) if d.is_cpu and use_mmap
                 else _buffers_bytes(bufs))
