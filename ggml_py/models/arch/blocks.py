@@ -12,7 +12,8 @@ With `flash_attn` (its `-fa on`), V is cached row by row like K, the mask is f16
 one FLASH_ATTN_EXT per layer reads them.
 
 The inputs keep ggml_py's names (inp_tokens, inp_pos, kq_mask, inp_k_idxs,
-inp_v_idxs, inp_out_ids), which models.decode_graph rewrites between decode steps.
+inp_v_idxs, inp_out_ids; the sliding layers' kq_mask_swa, inp_k_idxs_swa and
+inp_v_idxs_swa), which models.decode_graph rewrites between decode steps.
 """
 
 from __future__ import annotations
