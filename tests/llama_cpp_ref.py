@@ -15,8 +15,9 @@ through ctypes (and fork into children), so the two never share a process.
         loads GGUF with the RPC servers SERVERS (host:port,...) as its devices and the
         llama.cpp options OPTIONS (JSON: n_gpu_layers, split_mode, main_gpu, tensor_split,
         n_ctx, n_batch, n_ubatch, type_k, type_v, offload_kqv, op_offload, flash_attn
-        on|off|auto, tensor_overrides: [[REGEX, "CPU" | "RPC<i>"], ...], -ot's rules in
-        order, RPC<i> being the i-th server's device) and prints
+        on|off|auto, swa_full (default off, as llama.cpp's common), n_seq_max (--parallel),
+        kv_unified, use_mmap, tensor_overrides: [[REGEX, "CPU" | "RPC<i>" | BUFFER TYPE NAME], ...],
+        -ot's rules in order, RPC<i> being the i-th server's device) and prints
         what it logged (JSON): {"free_mib": {device: MiB}, "buffers": [[device, kind,
         "MiB with 2 decimals"], ...], "graph_nodes": [pp, tg], "graph_splits": [pp, tg]}
 
@@ -152,7 +153,8 @@ def ggml_libs(L):
 
 def add_rpc_servers(L, servers):
     """Register each server's devices (common's add_rpc_devices): llama.cpp then uses them.
-    Returns {"RPC<i>": the i-th server's device's buffer type, "CPU": the CPU's}."""
+    Returns {"RPC<i>": the i-th server's device's buffer type, "CPU": the CPU's}, and the
+    same by their buffer types' own names (RPC0[HOST:PORT])."""
     libs = ggml_libs(L)
     ggml, rpc = libs[""], libs["-rpc"]
     rpc.ggml_backend_rpc_add_server.restype = ctypes.c_void_p
@@ -160,6 +162,8 @@ def add_rpc_servers(L, servers):
     ggml.ggml_backend_register.argtypes = [ctypes.c_void_p]
     for fn in ("ggml_backend_reg_dev_get", "ggml_backend_dev_buffer_type"):
         getattr(ggml, fn).restype = ctypes.c_void_p
+    ggml.ggml_backend_buft_name.restype = ctypes.c_char_p
+    ggml.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
     ggml.ggml_backend_reg_dev_get.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     ggml.ggml_backend_dev_buffer_type.argtypes = [ctypes.c_void_p]
     libs["-cpu"].ggml_backend_cpu_buffer_type.restype = ctypes.c_void_p
@@ -168,6 +172,8 @@ def add_rpc_servers(L, servers):
         reg = rpc.ggml_backend_rpc_add_server(endpoint.encode())
         ggml.ggml_backend_register(reg)
         bufts[f"RPC{i}"] = ggml.ggml_backend_dev_buffer_type(ggml.ggml_backend_reg_dev_get(reg, 0))
+    # and by the names llama.cpp's -ot takes (ggml_backend_buft_name: CPU, RPC0[HOST:PORT])
+    bufts.update({ggml.ggml_backend_buft_name(b).decode(): b for b in list(bufts.values())})
     return bufts
 
 
@@ -180,18 +186,22 @@ def load(L, path, servers, options):
     if rules:
         mp.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p)
     mp.n_gpu_layers = options.get("n_gpu_layers", -1)
-    mp.split_mode = {"none": 0, "layer": 1}[options.get("split_mode", "layer")]
+    if not options.get("use_mmap", True):      # --no-mmap: llama.cpp's load mode none
+        mp.load_mode = L.LLAMA_LOAD_MODE_NONE
+    mp.split_mode = {"none": 0, "layer": 1, "row": 2}[options.get("split_mode", "layer")]
     mp.main_gpu = options.get("main_gpu", 0)
     split = (ctypes.c_float * 16)(*options.get("tensor_split", []))
     mp.tensor_split = split
     cp = L.llama_context_default_params()
     cp.n_ctx, cp.n_batch, cp.n_ubatch = options["n_ctx"], options["n_batch"], options["n_ubatch"]
-    cp.n_seq_max = 1
+    cp.n_seq_max = options.get("n_seq_max", 1)
+    cp.kv_unified = options.get("kv_unified", False)
     cp.n_threads = cp.n_threads_batch = 1
     cp.type_k = GGML_TYPES[options.get("type_k", "f16")]
     cp.type_v = GGML_TYPES[options.get("type_v", "f16")]
     cp.offload_kqv = options.get("offload_kqv", True)
     cp.op_offload = options.get("op_offload", True)
+    cp.swa_full = options.get("swa_full", False)        # (common's default; the C API's is on)
     cp.flash_attn_type = {"on": L.LLAMA_FLASH_ATTN_TYPE_ENABLED,
                           "off": L.LLAMA_FLASH_ATTN_TYPE_DISABLED,
                           "auto": L.LLAMA_FLASH_ATTN_TYPE_AUTO}[options.get("flash_attn", "off")]

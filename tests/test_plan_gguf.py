@@ -97,7 +97,9 @@ def plan_options(llama: dict) -> PlanOptions:
                        n_ctx=o["n_ctx"], n_batch=o["n_batch"], n_ubatch=o["n_ubatch"],
                        cache_type_k=o.get("type_k", "f16"), cache_type_v=o.get("type_v", "f16"),
                        kv_offload=o.get("offload_kqv", True), op_offload=o.get("op_offload", True),
-                       flash_attn=o.get("flash_attn", "off"),
+                       flash_attn=o.get("flash_attn", "off"), swa_full=o.get("swa_full", False),
+                       n_parallel=o.get("n_seq_max", 1), kv_unified=o.get("kv_unified", False),
+                       use_mmap=o.get("use_mmap", True),
                        tensor_overrides=tuple(map(tuple, o.get("tensor_overrides", ()))))
 
 
@@ -247,15 +249,6 @@ def test_rotated_k_cache_is_refused(tmp_path):
     path = write_model(tmp_path / "m.gguf", "llama", n_head=2, n_head_kv=1)
     with pytest.raises(ModelError, match="rotation"):
         plan_gguf(path, parse_devices("rpc,cpu"), PlanOptions(cache_type_k="q8_0"))
-
-
-@pytest.mark.parametrize("arch", ["gemma2", "phi3"])
-def test_unplanned_architectures_are_refused(tmp_path, arch):
-    """Architectures whose buffers llama.cpp lays out otherwise (a second KV cache for the
-    sliding layers) are refused by name rather than planned wrong."""
-    path = write_model(tmp_path / "m.gguf", arch)
-    with pytest.raises(ModelError, match=f"planning {arch} models is not supported yet"):
-        plan_gguf(path, parse_devices("rpc,cpu"))
 
 
 def test_override_rules():

@@ -56,7 +56,8 @@ class DecodeGraph:
             self.arrays = {t.name: values for t, values in fw.inputs}
             # the V cell ids of position 0 (transposed, channel c's cell row starts at
             # c * n_ctx; with flash attention, V's row 0 as K's)
-            self.v_cells = self.arrays["inp_v_idxs"] - n_past
+            v_idxs = "inp_v_idxs" if "inp_v_idxs" in self.arrays else "inp_v_idxs_swa"
+            self.v_cells = self.arrays[v_idxs] - n_past
             self.n_builds += 1
             return fw, False
         fw = self.kept
@@ -84,8 +85,11 @@ class DecodeGraph:
                 a[mask][..., n_past] = 0.0
         if "kq_mask_swa" in a and n_past >= n_swa:  # the window moves: one cell in, one out
             a["kq_mask_swa"][..., n_past - n_swa] = -np.inf
-        a["inp_k_idxs"][0] = n_past
-        np.add(self.v_cells, n_past, out=a["inp_v_idxs"])
+        for k_idxs, v_idxs in (("inp_k_idxs", "inp_v_idxs"),
+                               ("inp_k_idxs_swa", "inp_v_idxs_swa")):
+            if k_idxs in a:                     # (the sliding layers' cells are the same)
+                a[k_idxs][0] = n_past
+                np.add(self.v_cells, n_past, out=a[v_idxs])
 
     def drop(self) -> None:
         """Forget the kept graph (the cache was cleared, or the model changed)."""

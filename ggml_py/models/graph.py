@@ -65,6 +65,8 @@ def step_inputs(cfg: ModelConfig, tokens: np.ndarray, n_past: int, n_kv: int,
         data["inp_k_idxs"] = pos
         data["inp_v_idxs"] = pos if cfg.flash_attn else (
             np.arange(cfg.n_embd_gqa)[None, :] * cfg.n_ctx + pos[:, None]).reshape(-1)
+        if cfg.iswa:    # the sliding layers' cells (their cache is the global one's here)
+            data["inp_k_idxs_swa"], data["inp_v_idxs_swa"] = pos, data["inp_v_idxs"]
     return data
 
 

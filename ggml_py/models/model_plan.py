@@ -41,13 +41,19 @@ from ggml_py.reasons import split_reasons
 from ggml_py.sched import Scheduler
 
 CTX_PAD = 256           # llama_context pads n_ctx to this
-SPLIT_MODES = ("layer", "none")
+MAX_SEQ = 256           # llama.cpp's LLAMA_MAX_SEQ: --parallel's most
+SPLIT_MODES = ("layer", "row", "none")
+# the device kinds whose ggml backend has a split buffer type (--split-mode row): CUDA's
+SPLIT_BUFFER_KINDS = ("cuda",)
 FLASH_ATTN = ("on", "off", "auto")
 UNQUANTIZED = ("f32", "f16", "bf16")
 CACHE_TYPES = (*UNQUANTIZED, "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 BUFFER_KINDS = ("model", "kv", "compute", "output")
 # weight types ggml-cpu repacks into its CPU_REPACK buffer type (not modelled yet)
 _REPACKED = ("q4_0", "q4_K", "iq4_nl", "q8_0", "mxfp4")
+# weights every layer reads on its own device: llama.cpp creates them with layer 0 and
+# copies them to each other device that holds a layer (TENSOR_DUPLICATED)
+LAYER_COPIED = ("rope_factors_long.weight", "rope_factors_short.weight")
 # the expert matrices' names as common's --cpu-moe and --n-cpu-moe match them
 FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
 
@@ -89,6 +95,9 @@ class PlanOptions:
     op_offload: bool = True             # --no-op-offload clears it
     flash_attn: str = "auto"            # -fa on|off|auto (auto: on where the devices run it)
     use_mmap: bool = True               # CPU weights stay in the mapped file (CPU_Mapped)
+    swa_full: bool = False              # --swa-full: the sliding layers' cache full-size
+    n_parallel: int = 1                 # --parallel: sequences decoded together (n_seq_max)
+    kv_unified: bool = False            # --kv-unified: one KV stream for all sequences
     # -ot, --cpu-moe and --n-cpu-moe in their order on the command line: (regex, buffer
     # type) rules; a weight whose name the regex finds goes to that device (first rule wins)
     tensor_overrides: tuple[tuple[str, str], ...] = ()
@@ -113,9 +122,13 @@ class PlanOptions:
             raise ArgumentError(f"--cache-type-v {self.cache_type_v}: a quantized V cache "
                                 "needs flash attention (llama.cpp refuses it with -fa off)")
         for opt, v, lo in (("-c", self.n_ctx, 0), ("-b", self.n_batch, 1),
-                           ("-ub", self.n_ubatch, 1), ("--main-gpu", self.main_gpu, 0)):
+                           ("-ub", self.n_ubatch, 1), ("--main-gpu", self.main_gpu, 0),
+                           ("--parallel", self.n_parallel, 1)):
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise ArgumentError(f"{opt} must be an integer >= {lo}, got {v!r}")
+        if self.n_parallel > MAX_SEQ:
+            raise ArgumentError(f"--parallel must be <= {MAX_SEQ} (llama.cpp's most), got "
+                                f"{self.n_parallel}")
         if self.tensor_split is not None and any(x < 0 for x in self.tensor_split):
             raise ArgumentError(f"--tensor-split shares must be >= 0, got {self.tensor_split}")
         for regex, buft in self.tensor_overrides:
@@ -252,10 +265,33 @@ class ModelPlan:
 
 
 class _Cache:
-    """The KV cache tensors the graph builders read (models.model.KVCache's layout)."""
+    """The KV cache tensors the graph builders read, a K and a V per layer ([n_embd_gqa,
+    cells, streams] each), the cells of a stream of the global layers' cache and of the
+    sliding layers' (llama_kv_cache_iswa's second cache; the same where the model has no
+    window), and the streams (a sequence each, unless one is shared: --kv-unified)."""
 
-    def __init__(self, k: list[Tensor], v: list[Tensor]) -> None:
-        self.k, self.v = k, v
+    def __init__(self, cells: int, cells_swa: int, n_stream: int) -> None:
+        self.k: list[Tensor] = []
+        self.v: list[Tensor] = []
+        self.cells, self.cells_swa, self.n_stream = cells, cells_swa, n_stream
+
+
+def _pad(n: int) -> int:
+    return -(-n // CTX_PAD) * CTX_PAD
+
+
+def _cache_layout(cfg: ModelConfig, opts: PlanOptions, n_ubatch: int) -> tuple[int, int, int]:
+    """llama.cpp's KV caches for a context of cfg.n_ctx cells: (the cells of a stream of
+    the global layers' cache, of the sliding layers', the streams). A unified cache is one
+    stream of n_ctx cells; otherwise each of the --parallel sequences has a stream of its
+    share, padded to 256. The sliding layers keep their window (each sequence's, in a
+    unified cache) and a ubatch, padded to 256 (llama_kv_cache_iswa), unless --swa-full."""
+    n_seq = opts.n_parallel
+    cells, n_stream = (cfg.n_ctx, 1) if opts.kv_unified else (_pad(cfg.n_ctx // n_seq), n_seq)
+    if not cfg.iswa or opts.swa_full:
+        return cells, cells, n_stream
+    window = cfg.n_swa * (n_seq if opts.kv_unified else 1)
+    return cells, _pad(min(cells, window + n_ubatch)), n_stream
 
 
 def _buffers_bytes(buffers: list[Buffer]) -> int:
@@ -268,14 +304,28 @@ def _mapped_bytes(infos: Sequence[TensorInfo]) -> int:
     return max(i.offset + i.nbytes for i in infos) - min(i.offset for i in infos)
 
 
+def _llama_cpp_name(name: str, infos: dict[str, TensorInfo]) -> str:
+    """The name llama.cpp gives a weight, which -ot's rules search: a tied output head (the
+    file has none; the token embeddings serve) is the token embeddings' duplicate, and
+    named so."""
+    tied = name == "output.weight" and infos[name] == infos.get("token_embd.weight")
+    return "token_embd.weight" if tied else name
+
+
+def _overrider(name: str, infos: dict[str, TensorInfo],
+               overrides: Sequence[tuple[re.Pattern[str], Backend]]) -> Backend | None:
+    """The device of the first override whose regex finds the weight's llama.cpp name."""
+    return next((device for regex, device in overrides
+                 if regex.search(_llama_cpp_name(name, infos))), None)
+
+
 def _weight_device(name: str, layers: Sequence[Backend], output: Backend, cpu: Backend,
-                   overrides: Sequence[tuple[re.Pattern[str], Backend]]) -> Backend:
-    """llama.cpp's device of a weight: the first override whose regex it matches, else its
-    layer's, the output layer's, or (the input layer, the token embeddings) the CPU's."""
-    for regex, device in overrides:
-        if regex.search(name):
-            return device
-    il = layer_of(name)
+                   overridden: Backend | None) -> Backend:
+    """llama.cpp's device of a weight: the one an override gives it (`overridden`), else
+    its layer's, the output layer's, or (the input layer, the token embeddings) the CPU's."""
+    if overridden is not None:
+        return overridden
+    il = 0 if name in LAYER_COPIED else layer_of(name)
     if il is not None:
         return layers[il]
     return cpu if name == "token_embd.weight" else output
@@ -337,30 +387,23 @@ def _check_cache_rotation(cfg: ModelConfig, opts: PlanOptions) -> None:
                              f"adds its {kv.upper()} rotation to the graph, not planned yet")
 
 
-# the models planned as llama.cpp loads them (checked against its logs: llama with or
-# without experts); the others' buffers differ (iSWA's second KV cache) and are not
-# planned yet
-PLANNED_ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe")
-
-
-def _check_planned(cfg: ModelConfig, path: str) -> None:
-    """ModelError for a model this planner would not plan as llama.cpp loads it."""
-    if cfg.arch not in PLANNED_ARCHS:
-        raise ModelError(f"{path}: planning {cfg.arch} models is not supported yet (planned: "
-                         f"{', '.join(PLANNED_ARCHS)})")
+def _buffer_type_names(devices: Sequence[Device]) -> dict[str, Device]:
+    """The devices by the names -ot takes for their buffer types: llama.cpp's (CPU,
+    RPC0[HOST:PORT] for a live server's device) and the device names (RPC0, RPC1, ...)."""
+    return {n: d for d in devices for n in (d.name, d.buffer_type) if n is not None}
 
 
 def _overrides(opts: PlanOptions, devices: Sequence[Device],
                used: Sequence[Device]) -> list[tuple[re.Pattern[str], Backend]]:
-    """The tensor overrides' compiled regexes and devices. Their buffer types are device
-    names (llama.cpp names a device's buffer type so: CPU, RPC0, ...); one the model does
-    not use (--split-mode none's other devices) is refused."""
-    by_name = {d.name: d for d in used}
+    """The tensor overrides' compiled regexes and devices, by buffer type name (see
+    _buffer_type_names); one the model does not use (--split-mode none's other devices)
+    is refused."""
+    by_name = _buffer_type_names(used)
     out = []
     for regex, buft in opts.tensor_overrides:
         if buft not in by_name:
             why = ("not used by the model with --split-mode none"
-                   if any(d.name == buft for d in devices) else "unknown buffer type")
+                   if buft in _buffer_type_names(devices) else "unknown buffer type")
             raise ArgumentError(f"-ot {regex}={buft}: {why} (the model's: "
                                 f"{', '.join(by_name)})")
         out.append((re.compile(regex), by_name[buft].backend))
@@ -374,22 +417,25 @@ def plan_gguf(path: str, devices: Sequence[Device],
     opts = options or PlanOptions()
     opts.check()
     cfg, infos = read_tensor_infos(path)
-    _check_planned(cfg, path)
-    n_ctx = -(-(opts.n_ctx or cfg.n_ctx) // CTX_PAD) * CTX_PAD
-    cfg = dataclasses.replace(cfg, n_ctx=n_ctx)
+    cfg = dataclasses.replace(cfg, n_ctx=_pad(opts.n_ctx or cfg.n_ctx))
     _check_cache_rotation(cfg, opts)
-    n_ubatch = min(n_ctx, opts.n_batch, opts.n_ubatch)
+    n_ubatch = min(cfg.n_ctx, opts.n_batch, opts.n_ubatch)
+    layout = _cache_layout(cfg, opts, n_ubatch)
+    n_ctx = layout[0] * layout[2]           # (each sequence's share padded: more, maybe)
+    n_seq = opts.n_parallel
     cpu = devices[-1]
     gpus, shares = _model_devices(devices, opts)
     layers, output = split_layers(cfg.n_layer, [d.backend for d in gpus], cpu.backend,
                                   opts.n_gpu_layers, shares)
     used = [*gpus, cpu]
     overrides = _overrides(opts, devices, used)
-    placed = {n: _weight_device(n, layers, output, cpu.backend, overrides) for n in infos}
+    overriders = {n: _overrider(n, infos, overrides) for n in infos}
+    placed = {n: _weight_device(n, layers, output, cpu.backend, overriders[n]) for n in infos}
     placed = _usable_placement(placed, infos, cfg, cpu.backend)
-    weights, buffers = _place_weights(infos, used, placed, opts.use_mmap)
+    copied = [n for n in LAYER_COPIED if n in infos and overriders[n] is None]
+    weights, buffers = _place_weights(infos, used, placed, opts.use_mmap, layers, copied)
     cache, kv_buffers = _place_cache(cfg, used, layers if opts.kv_offload else
-                                     [cpu.backend] * cfg.n_layer, opts)
+                                     [cpu.backend] * cfg.n_layer, opts, layout)
     buffers += kv_buffers
 
     # the compute buffers: sched_reserve's prompt, decode and prompt graphs
@@ -400,10 +446,13 @@ def plan_gguf(path: str, devices: Sequence[Device],
                       op_offload=opts.op_offload, copy_all_inputs=True, graph_reuse=False)
     flash_attn = opts.flash_attn == "on" or (opts.flash_attn == "auto" and
                                              _flash_attn_runs_on_layers(sched, cfg, weights,
-                                                                        cache, layers))
-    nodes, splits = [], []
-    for n_tokens in (n_ubatch, 1, n_ubatch):
-        graph = _reserve_graph(cfg, weights, cache, n_tokens, flash_attn)
+                                                                        cache, layers, n_seq))
+    nodes: list[int] = []
+    splits: list[tuple[SplitUse, ...]] = []
+    # (tokens, outputs): a ubatch of every sequence's tokens alike, a token of each
+    prompt = (-(-n_ubatch // n_seq) * n_seq, n_ubatch)
+    for n_tokens, n_outputs in (prompt, (n_seq, n_seq), prompt):
+        graph = _reserve_graph(cfg, weights, cache, n_tokens, n_outputs, flash_attn)
         pin = functools.partial(_pin_as_llama_cpp, sched, graph, layers, cpu.backend,
                                 n_tokens < 32 or full_offload, not opts.kv_offload)
         pin()
@@ -417,10 +466,9 @@ def plan_gguf(path: str, devices: Sequence[Device],
     buffers += [BufferUse(d.name, "compute", sched.get_buffer_size(d.backend)) for d in used
                 if sched.get_buffer_size(d.backend) > 1]      # (llama.cpp prints those only)
     sched.close()
-    buffers.append(BufferUse(cpu.name, "output", 4 * cfg.n_vocab))     # one sequence's logits
+    buffers.append(BufferUse(cpu.name, "output", 4 * cfg.n_vocab * n_seq))  # a row a sequence
     names = {id(d.backend): d.name for d in devices}
-    overridden = {n: names[id(placed[n])] for n in infos
-                  if any(regex.search(n) for regex, _ in overrides)}
+    overridden = {n: names[id(placed[n])] for n in infos if overriders[n] is not None}
     return ModelPlan(str(path), cfg, list(devices), [names[id(b)] for b in layers],
                      names[id(output)], n_ctx, n_ubatch, (nodes[0], nodes[1]),
                      (len(splits[0]), len(splits[1])), sched.n_copies, buffers, overridden,
@@ -430,12 +478,21 @@ def plan_gguf(path: str, devices: Sequence[Device],
 def _model_devices(devices: Sequence[Device],
                    opts: PlanOptions) -> tuple[list[Device], tuple[float, ...] | None]:
     """The devices llama.cpp's model uses besides the CPU (--split-mode none: the main one
-    alone) and their shares of the layers: --tensor-split, else (or all 0) their memories
-    (equal where none is given)."""
+    alone; row: refused, as llama.cpp refuses a device without split buffers) and their
+    shares of the layers: --tensor-split, else (or all 0) their memories (equal where none
+    is given)."""
     gpus = [d for d in devices if not d.is_cpu]
     if not gpus:
         return [], None
     shares = opts.tensor_split
+    if opts.split_mode == "row":
+        # llama.cpp asks every device for its split buffer type, and stops at the first
+        # that has none
+        d = gpus[0]
+        if d.kind not in SPLIT_BUFFER_KINDS:
+            raise ArgumentError(f"--split-mode row: device {d.name} does not support split "
+                                "buffers (llama.cpp refuses to load the model)")
+        raise ModelError(f"--split-mode row on {d.name}: split buffers are not planned yet")
     if opts.split_mode == "none":
         if opts.main_gpu >= len(gpus):
             raise ArgumentError(f"--main-gpu {opts.main_gpu}: there are {len(gpus)} devices")
@@ -448,16 +505,28 @@ def _model_devices(devices: Sequence[Device],
 
 
 def _place_weights(infos: dict[str, TensorInfo], used: list[Device], placed: dict[str, Backend],
-                   use_mmap: bool) -> tuple[dict[str, Tensor], list[BufferUse]]:
+                   use_mmap: bool, layers: Sequence[Backend] = (),
+                   copied: Sequence[str] = ()) -> tuple[dict[str, Tensor], list[BufferUse]]:
     """The weight tensors, in a buffer per device (`used`, the CPU last) as `placed` says,
     and those buffers: the CPU's is the span of the mapped file its weights lie in
-    (CPU_Mapped)."""
+    (CPU_Mapped). Each weight named in `copied` has a copy on every device of `layers`
+    besides its own, layer il's being `blk.{il}.NAME` in the weights."""
     ctx = Context("weights")
-    weights = {name: ops.new_tensor(ctx, info.type, info.ne, name=name)
-               for name, info in infos.items()}
+    homes = {n: list({id(b): b for b in [placed[n], *(layers if n in copied else ())]}.values())
+             for n in infos}
+    # a tensor of the file per device it is on (a tied head beside the token embeddings
+    # is one tensor there, as llama.cpp's duplicate is)
+    on: dict[tuple[TensorInfo, int], Tensor] = {}
+    for n, info in infos.items():
+        for key in ((info, id(b)) for b in homes[n]):
+            if key not in on:
+                on[key] = ops.new_tensor(ctx, info.type, info.ne, name=n)
+    weights = {n: on[infos[n], id(placed[n])] for n in infos}
+    weights.update({f"blk.{il}.{n}": on[infos[n], id(b)] for n in copied if n in infos
+                    for il, b in enumerate(layers)})
     buffers = []
     for d in used:
-        held = [n for n in infos if placed[n] is d.backend]
+        held = [n for n in infos if (infos[n], id(d.backend)) in on]
         if not held:
             continue
         if d.is_cpu:
@@ -466,7 +535,7 @@ def _place_weights(infos: dict[str, TensorInfo], used: list[Device], placed: dic
             if repacked:
                 raise ModelError(f"{repacked[0]} ({infos[repacked[0]].type}) would go to "
                                  "ggml-cpu's CPU_REPACK buffer, which is not planned yet")
-        bufs = alloc_ctx_tensors_from_buft([weights[n] for n in held],
+        bufs = alloc_ctx_tensors_from_buft([t for (_, b), t in on.items() if b == id(d.backend)],
                                            d.backend.get_default_buffer_type(), "weights")
         size = (_mapped_bytes([infos[n] for n in held]) if d.is_cpu and use_mmap
                 else _buffers_bytes(bufs))
@@ -475,20 +544,25 @@ def _place_weights(infos: dict[str, TensorInfo], used: list[Device], placed: dic
 
 
 def _place_cache(cfg: ModelConfig, used: list[Device], layers: Sequence[Backend],
-                 opts: PlanOptions) -> tuple[_Cache, list[BufferUse]]:
-    """llama_kv_cache's K and V of every layer ([n_embd_gqa, cells] each), in a buffer per
-    device of `used`: each layer's on `layers[il]`."""
+                 opts: PlanOptions,
+                 layout: tuple[int, int, int]) -> tuple[_Cache, list[BufferUse]]:
+    """llama_kv_cache's K and V of every layer ([n_embd_gqa, cells, streams] each, as
+    _cache_layout gives them), each layer's on `layers[il]`: a buffer per device of `used`
+    for each cache (the global layers', then the sliding layers' of a model with a
+    window)."""
     ctx = Context("kv")
-    cache = _Cache([], [])
-    held: dict[int, list[Tensor]] = {}
+    cache = _Cache(*layout)
+    cells = (cache.cells, cache.cells_swa)
+    held: dict[tuple[bool, int], list[Tensor]] = {}
     for il in range(cfg.n_layer):
+        swa = cfg.is_swa(il)
         for part, t, out in (("k", opts.cache_type_k, cache.k), ("v", opts.cache_type_v, cache.v)):
-            out.append(ops.new_tensor_2d(ctx, t, cfg.n_embd_gqa, cfg.n_ctx,
-                                         name=f"cache_{part}_l{il}"))
-            held.setdefault(id(layers[il]), []).append(out[-1])
+            out.append(ops.new_tensor(ctx, t, (cfg.n_embd_gqa, cells[swa], cache.n_stream),
+                                      name=f"cache_{part}_l{il}"))
+            held.setdefault((swa, id(layers[il])), []).append(out[-1])
     buffers = [BufferUse(d.name, "kv", _buffers_bytes(alloc_ctx_tensors_from_buft(
-                   held[id(d.backend)], d.backend.get_default_buffer_type(), "any")))
-               for d in used if id(d.backend) in held]
+                   held[swa, id(d.backend)], d.backend.get_default_buffer_type(), "any")))
+               for swa in (False, True) for d in used if (swa, id(d.backend)) in held]
     return cache, buffers
 
 
@@ -523,11 +597,12 @@ def _split_uses(sched: Scheduler, graph: Graph) -> tuple[SplitUse, ...]:
 
 
 def _flash_attn_runs_on_layers(sched: Scheduler, cfg: ModelConfig, weights: dict[str, Tensor],
-                               cache: _Cache, layers: Sequence[Backend]) -> bool:
-    """-fa auto as llama.cpp resolves it: split a one-token graph with flash attention and
-    keep it where each layer's FLASH_ATTN_EXT runs on the layer's device. (Where one does
-    not, llama.cpp computes without it over a V cache laid out for it: not planned yet.)"""
-    graph = _reserve_graph(cfg, weights, cache, 1, True)
+                               cache: _Cache, layers: Sequence[Backend], n_seq: int) -> bool:
+    """-fa auto as llama.cpp resolves it: split a graph of a token per sequence with flash
+    attention and keep it where each layer's FLASH_ATTN_EXT runs on the layer's device.
+    (Where one does not, llama.cpp computes without it over a V cache laid out for it: not
+    planned yet.)"""
+    graph = _reserve_graph(cfg, weights, cache, n_seq, n_seq, True)
     _pin_as_llama_cpp(sched, graph, layers, layers[0], True, False)
     off = flash_attn_off_layers(sched, graph, layers)
     if off:
@@ -538,16 +613,20 @@ def _flash_attn_runs_on_layers(sched: Scheduler, cfg: ModelConfig, weights: dict
 
 
 def _reserve_graph(cfg: ModelConfig, weights: dict[str, Tensor], cache: _Cache,
-                   n_tokens: int, flash_attn: bool) -> Graph:
-    """llama.cpp's graph_reserve graph: `n_tokens` tokens, each an output, over the whole
-    cache (init_full: every cell)."""
+                   n_tokens: int, n_outputs: int, flash_attn: bool) -> Graph:
+    """llama.cpp's graph_reserve graph: `n_tokens` tokens (split evenly between the
+    cache's streams), the first `n_outputs` of them outputs, over the whole cache
+    (init_full: every cell)."""
     data = step_inputs(cfg, np.zeros(n_tokens, dtype=np.int32), 0, cfg.n_ctx, kv_rows=True)
-    data["inp_out_ids"] = np.arange(n_tokens)
+    data["inp_out_ids"] = np.arange(n_outputs)
     if flash_attn:                  # V rows are cells, as K's
         data["inp_v_idxs"] = data["inp_k_idxs"]
+    if cfg.iswa:                    # (the sliding layers' values: reserve reads shapes only)
+        data["inp_v_idxs_swa"] = data["inp_v_idxs"]
     data["inp_embd"] = np.zeros((n_tokens, cfg.n_embd), dtype=np.float32)
-    gc = GraphContext(cfg, weights, cache, n_tokens, 0, cfg.n_ctx, n_tokens, data,
-                      embd_input=True, flash_attn=flash_attn)
+    gc = GraphContext(cfg, weights, cache, n_tokens, 0, cache.cells, n_outputs, data,
+                      embd_input=True, flash_attn=flash_attn, n_kv_swa=cache.cells_swa,
+                      n_stream=cache.n_stream)
     gc.expand(get_builder(cfg.arch)(gc).set_output())
     return gc.graph
 

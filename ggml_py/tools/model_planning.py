@@ -72,8 +72,8 @@ def add_arguments(p: argparse.ArgumentParser) -> dict[str, tuple[object, str]]:
     """Add the model options of `plan` (defaults: llama.cpp's common ones); returns
     {dest: (default, the options' names)} of them."""
     from ggml_py.models.fit import DEFAULT_MARGIN_MIB, DEFAULT_MIN_CTX
-    from ggml_py.models.model_plan import (CACHE_TYPES, FLASH_ATTN, SPLIT_MODES, PlanOptions,
-                                           cpu_moe_overrides)
+    from ggml_py.models.model_plan import (CACHE_TYPES, FLASH_ATTN, MAX_SEQ, SPLIT_MODES,
+                                           PlanOptions, cpu_moe_overrides)
     d = PlanOptions()
     g = p.add_argument_group("a model file (MODEL.gguf): llama.cpp's options")
     g.add_argument("--device", default="cpu", metavar="KIND[:MEMORY],...",
@@ -118,6 +118,15 @@ def add_arguments(p: argparse.ArgumentParser) -> dict[str, tuple[object, str]]:
                         "it)")
     g.add_argument("--no-mmap", action="store_true",
                    help="CPU weights in a CPU buffer, not the mapped file")
+    g.add_argument("-np", "--parallel", dest="n_parallel", type=cli.count(1, MAX_SEQ),
+                   default=d.n_parallel, metavar="N",
+                   help="sequences decoded together (default %(default)s): a KV stream, a "
+                        "logits row and a decode token each")
+    g.add_argument("-kvu", "--kv-unified", action="store_true",
+                   help="one KV stream the sequences share (default: one each)")
+    g.add_argument("--swa-full", action="store_true",
+                   help="the sliding-window layers' KV cache as big as the context (default: "
+                        "the window and a ubatch)")
     g.add_argument("-fit", "--fit", choices=("on", "off"), default="off",
                    help="choose the unset -ngl and --tensor-split as llama.cpp's --fit on "
                         "would for the devices' memories (default off: plan as given)")
@@ -160,7 +169,9 @@ def run(args: argparse.Namespace) -> int:
         n_ubatch=args.n_ubatch, cache_type_k=args.cache_type_k,
         cache_type_v=args.cache_type_v, kv_offload=not args.no_kv_offload,
         op_offload=not args.no_op_offload, flash_attn=args.flash_attn,
-        use_mmap=not args.no_mmap, tensor_overrides=args.tensor_overrides or ())
+        use_mmap=not args.no_mmap, swa_full=args.swa_full, n_parallel=args.n_parallel,
+        kv_unified=args.kv_unified,
+        tensor_overrides=args.tensor_overrides or ())
     try:
         devices = parse_devices(args.device)
         fit = (None if args.fit == "off" else

@@ -12,7 +12,8 @@ With `flash_attn` (its `-fa on`), V is cached row by row like K, the mask is f16
 one FLASH_ATTN_EXT per layer reads them.
 
 The inputs keep ggml_py's names (inp_tokens, inp_pos, kq_mask, inp_k_idxs,
-inp_v_idxs, inp_out_ids), which models.decode_graph rewrites between decode steps.
+inp_v_idxs, inp_out_ids; the sliding layers' kq_mask_swa, inp_k_idxs_swa and
+inp_v_idxs_swa), which models.decode_graph rewrites between decode steps.
 """
 
 from __future__ import annotations
@@ -42,17 +43,23 @@ class GraphContext:
     """One graph under construction (llama.cpp's llm_graph_context): the model's config
     and weights, the cache, the batch, the graph and its inputs.
 
-    data: {input name: values} of the step (graph.step_inputs with kv_rows)."""
+    data: {input name: values} of the step (graph.step_inputs with kv_rows). n_kv_swa:
+    the cells the sliding layers read (their own cache's; default n_kv). n_stream: the
+    sequences of the batch, each attending over its own stream of the cache (llama.cpp's
+    non-unified KV cache with --parallel; the batch's tokens split evenly between them)."""
 
     def __init__(self, cfg: ModelConfig, weights: dict, cache, n_tokens: int, n_past: int,
                  n_kv: int, n_outputs: int, data: dict, embd_input: bool = False,
-                 flash_attn: bool = False) -> None:
+                 flash_attn: bool = False, n_kv_swa: int | None = None,
+                 n_stream: int = 1) -> None:
         self.cfg = cfg
         self.W = weights
         self.cache = cache
         self.n_tokens = n_tokens
         self.n_past = n_past
         self.n_kv = n_kv
+        self.n_kv_swa = n_kv if n_kv_swa is None else n_kv_swa    # the sliding layers'
+        self.n_stream = n_stream
         self.n_outputs = n_outputs
         self.data = data
         self.embd_input = embd_input
@@ -91,20 +98,26 @@ class GraphContext:
         return self.input("i32", (self.n_tokens,), "inp_pos")
 
     def build_attn_inp_kv(self) -> dict:
-        """The KV-cache attention inputs: the cell ids K and V are written at, and the
-        causal mask over the n_kv cells attention reads; with a sliding window
-        (llama.cpp's kv_iswa input) the sliding layers' mask, and the global one only if
-        a layer is global. (The sliding layers' cells are the global ones' here: one
-        cache, two masks.)"""
-        cfg, T, G = self.cfg, self.n_tokens, self.cfg.n_embd_gqa
+        """The KV-cache attention inputs, per kind of layer ('base': the global layers,
+        'swa': the sliding ones): the cell ids K and V are written at and the mask over
+        the cells attention reads. A model with a sliding window has llama.cpp's kv_iswa
+        inputs, a set for each of its two caches (the sliding layers' mask and cells are
+        their own: n_kv_swa), and the global set only if a layer is global."""
+        cfg, T, G, ns = self.cfg, self.n_tokens, self.cfg.n_embd_gqa, self.n_stream
         mask_type = "f16" if self.flash_attn else "f32"     # (FLASH_ATTN_EXT's mask is f16)
-        inp = {"k_idxs": self.input("i64", (T,), "inp_k_idxs"),
-               # a cell per token, or (V transposed) per channel and token
-               "v_idxs": self.input("i64", (T if self.flash_attn else T * G,), "inp_v_idxs")}
+
+        def inputs(suffix: str, n_kv: int) -> dict:
+            return {"k_idxs": self.input("i64", (T,), f"inp_k_idxs{suffix}"),
+                    # a cell per token, or (V transposed) per channel and token
+                    "v_idxs": self.input("i64", (T if self.flash_attn else T * G,),
+                                         f"inp_v_idxs{suffix}"),
+                    "kq_mask": self.input(mask_type, (n_kv, T // ns, 1, ns),
+                                          f"kq_mask{suffix}")}
+        inp = {}
         if len(cfg.swa_layers) < cfg.n_layer:
-            inp["kq_mask"] = self.input(mask_type, (self.n_kv, T), "kq_mask")
+            inp["base"] = inputs("", self.n_kv)
         if cfg.iswa:
-            inp["kq_mask_swa"] = self.input(mask_type, (self.n_kv, T), "kq_mask_swa")
+            inp["swa"] = inputs("_swa", self.n_kv_swa)
         return inp
 
     def build_inp_out_ids(self) -> Tensor:
@@ -168,7 +181,10 @@ class GraphContext:
         attn_factor when the model has them)."""
         cfg = self.cfg
         base, scale = cfg.rope_base_scale(il)
-        factors = self.W[cfg.rope_factors_name] if cfg.rope_factors_name else None
+        factors = None
+        if cfg.rope_factors_name:       # (layer il's copy where the weights hold one)
+            factors = self.W.get(f"blk.{il}.{cfg.rope_factors_name}",
+                                 self.W[cfg.rope_factors_name])
         return ops.rope_ext(self.ctx, t, pos, factors, cfg.n_rot_, cfg.rope_mode, cfg.n_ctx,
                             base, scale, 0.0, cfg.rope_attn_factor, 32.0, 1.0)
 
@@ -176,40 +192,47 @@ class GraphContext:
                    v: Tensor, kq_scale: float, il: int) -> Tensor:
         """Attention with the KV cache (build_attn over llm_graph_input_attn_kv): this
         batch's K and V stored with set_rows, the scores over the cache's n_kv cells, the
-        output projection. A sliding layer reads through the sliding mask."""
-        ctx, cfg, cache, T = self.ctx, self.cfg, self.cache, self.n_tokens
-        G, D, Hkv, n_ctx = cfg.n_embd_gqa, cfg.head_dim, cfg.n_head_kv, cfg.n_ctx
+        output projection. A sliding layer writes and reads through the sliding inputs,
+        over its own cells. With streams, each sequence reads its own (K and V are [...,
+        cells, streams]), and the cell ids written are over all of them."""
+        ctx, cfg, cache, T, ns = self.ctx, self.cfg, self.cache, self.n_tokens, self.n_stream
+        G, D, Hkv = cfg.n_embd_gqa, cfg.head_dim, cfg.n_head_kv
+        ck, cv = cache.k[il], cache.v[il]
+        cells = ck.ne[1]                                    # (K: a row per cell)
+        n_kv = self.n_kv_swa if cfg.is_swa(il) else self.n_kv
+        inp = inp["swa" if cfg.is_swa(il) else "base"]
         # added together, so that they are not reordered; K last (rope fusion), but in
         # Q, K, V order with the iswa input (llama.cpp's two build_attn differ there)
         for t in (q, k, v) if cfg.iswa else (q, v, k):
             self.expand(t)
         # cpy_k: the batch's K rows at their cells
         k_cur = ops.view_2d(ctx, k, G, T, k.nb[2], 0)
-        self.expand(_stored(ops.set_rows(ctx, cache.k[il], k_cur, inp["k_idxs"]), cache.k[il]))
-        ck, cv = cache.k[il], cache.v[il]
+        k_rows = ck if ns == 1 else ops.reshape_2d(ctx, ck, G, cells * ns)
+        self.expand(_stored(ops.set_rows(ctx, k_rows, k_cur, inp["k_idxs"]), k_rows))
         if self.flash_attn:
             # cpy_v: V cached as K is, a row per cell
             v_cur = ops.view_2d(ctx, v, G, T, v.nb[2], 0)
-            self.expand(_stored(ops.set_rows(ctx, cv, v_cur, inp["v_idxs"]), cv))
+            v_rows = cv if ns == 1 else ops.reshape_2d(ctx, cv, G, cells * ns)
+            self.expand(_stored(ops.set_rows(ctx, v_rows, v_cur, inp["v_idxs"]), v_rows))
         else:
             # cpy_v: V is cached transposed, one element per (channel, cell)
             # (V viewed out of a fused QKV is copied out first: its tokens' rows have gaps)
             v_cur = (ops.reshape_2d(ctx, v, G, T) if v.nb[2] == row_size(v.type, G)
                      else ops.cont_2d(ctx, v, G, T))
-            v_view = ops.reshape_2d(ctx, cv, 1, G * n_ctx)
+            v_view = ops.reshape_2d(ctx, cv, 1, G * cells * ns)
             v_cur = ops.reshape_2d(ctx, v_cur, 1, G * T)
             self.expand(_stored(ops.set_rows(ctx, v_view, v_cur, inp["v_idxs"]), v_view))
         # get_k / get_v: the first n_kv cells
-        kk = ops.view_4d(ctx, ck, D, Hkv, self.n_kv, 1, row_size(ck.type, D),
-                         row_size(ck.type, G), row_size(ck.type, G * n_ctx), 0)
+        kk = ops.view_4d(ctx, ck, D, Hkv, n_kv, ns, row_size(ck.type, D),
+                         row_size(ck.type, G), row_size(ck.type, G * cells), 0)
         if self.flash_attn:
-            vv = ops.view_4d(ctx, cv, D, Hkv, self.n_kv, 1, row_size(cv.type, D),
-                             row_size(cv.type, G), row_size(cv.type, G * n_ctx), 0)
+            vv = ops.view_4d(ctx, cv, D, Hkv, n_kv, ns, row_size(cv.type, D),
+                             row_size(cv.type, G), row_size(cv.type, G * cells), 0)
         else:
             es = type_size(cv.type)
-            vv = ops.view_4d(ctx, cv, self.n_kv, Hkv, D, 1, es * n_ctx * D, es * n_ctx,
-                             es * n_ctx * G, 0)
-        mask = inp["kq_mask_swa"] if cfg.is_swa(il) else inp["kq_mask"]
+            vv = ops.view_4d(ctx, cv, n_kv, Hkv, D, ns, es * cells * D, es * cells,
+                             es * cells * G, 0)
+        mask = inp["kq_mask"]
         cur = _name(self.build_attn_mha(q, kk, vv, mask, kq_scale, il), "kqv_out", il)
         cur = self.build_lora_mm(wo, cur)
         if wo_b is not None:
@@ -222,9 +245,9 @@ class GraphContext:
         model caps attention), soft_max_ext with the mask and scale, kqv = v kq over the
         transposed V cache, heads merged again; with it, one FLASH_ATTN_EXT (f32 K or V
         cast to f16 first, the soft-cap its parameter), reshaped to rows."""
-        ctx = self.ctx
-        q = ops.view_4d(ctx, q, q.ne[0], q.ne[1], q.ne[2], 1, q.nb[1], q.nb[2],
-                        q.nb[2] * q.ne[2], 0)
+        ctx, ns = self.ctx, k.ne[3]                         # (the batch's streams)
+        q = ops.view_4d(ctx, q, q.ne[0], q.ne[1], q.ne[2] // ns, ns, q.nb[1], q.nb[2],
+                        q.nb[2] * (q.ne[2] // ns), 0)
         q = ops.permute(ctx, q, 0, 2, 1, 3)
         k = ops.permute(ctx, k, 0, 2, 1, 3)
         v = ops.permute(ctx, v, 0, 2, 1, 3)

@@ -29,11 +29,14 @@ _SERVER = re.compile(r"rpc:(?P<endpoint>.+:\d+)")
 
 @dataclass
 class Device:
-    """One simulated device: its llama.cpp name, kind, memory (None: not said) and backend."""
+    """One simulated device: its llama.cpp name, kind, memory (None: not said) and backend,
+    and the name llama.cpp gives its buffer type where that is not the device's (a live
+    RPC server's device: `RPC<its index on the server>[HOST:PORT]`; -ot takes either)."""
     name: str
     kind: str
     memory: int | None
     backend: Backend
+    buffer_type: str | None = None
 
     @property
     def is_cpu(self) -> bool:
@@ -73,23 +76,26 @@ def parse_devices(spec: str) -> list[Device]:
     for item in (s.strip() for s in spec.split(",")):
         m = _SPEC.fullmatch(item)
         server = _SERVER.fullmatch(item)
+        bufts: list[str | None]
         if server is not None and m is None:
             memories: list[int | None] = list(rpc.free_memory(server["endpoint"]))
             kind = rpc
+            bufts = [rpc.buffer_type_name(server["endpoint"], d) for d in range(len(memories))]
         elif m is not None and m["kind"] in KINDS:
             kind = KINDS[m["kind"]]
             memories = [parse_memory(m["amount"], m["unit"]) if m["amount"] is not None
                         else None]
+            bufts = [None]
             _check_index(item, kind, m["index"], counts.get(kind.KIND, 0))
         else:
             raise ArgumentError(f"--device {item!r}: expected KIND[:MEMORY] with KIND one of "
                                 f"{', '.join(KINDS)} (e.g. cuda0:24GiB, rpc:24105MiB), or "
                                 f"rpc:HOST:PORT")
-        for memory in memories:
+        for memory, buft in zip(memories, bufts):
             index = counts.get(kind.KIND, 0)
             counts[kind.KIND] = index + 1
             name = f"{kind.PREFIX}{index}" if kind.NUMBERED else kind.PREFIX
-            devices.append(Device(name, kind.KIND, memory, kind.backend(name)))
+            devices.append(Device(name, kind.KIND, memory, kind.backend(name), buft))
     for k, n in counts.items():
         if n > 1 and not KINDS[k].NUMBERED:
             raise ArgumentError(f"--device {spec!r}: one {k} at most (llama.cpp names it "

@@ -24,6 +24,11 @@ def backend(name: str) -> SimBackend:
     return SimBackend(name, buft, "gpu", RPC_SERVER_OPS, supported_buffer_types=[buft])
 
 
+def buffer_type_name(endpoint: str, device: int) -> str:
+    """ggml-rpc's name of the buffer type of a server's device (its index on the server)."""
+    return f"{PREFIX}{device}[{endpoint}]"
+
+
 def free_memory(endpoint: str) -> list[int]:
     """The free bytes of each device of the live ggml RPC server at `endpoint` (protocol 4
     or 7: GET_DEVICE_MEMORY); RPCError naming the endpoint when it cannot be asked."""
