@@ -320,10 +320,14 @@ def _overrides(opts: PlanOptions, devices: Sequence[Device],
     return out
 
 
-def plan_gguf(path: str, devices: Sequence[Device],
-              options: PlanOptions | None = None) -> ModelPlan:
+def plan_gguf(path: str, devices: Sequence[Device], options: PlanOptions | None = None,
+              *, as_fit_measures: bool = False) -> ModelPlan:
     """The ModelPlan of the GGUF file at `path` on `devices` (models.devices.parse_devices:
-    the GPUs then the CPU) with llama.cpp's `options`."""
+    the GPUs then the CPU) with llama.cpp's `options`. `as_fit_measures`: the compute
+    buffers as llama.cpp's fit measures them (a load without allocations, whose buffers are
+    the prompt graph's sizes from a reserve that resets the scheduler first, forgetting the
+    assignments made while building the graph; its nodes and splits are the prompt graph's
+    for both graphs), not as a load allocates them."""
     opts = options or PlanOptions()
     opts.check()
     cfg, infos = read_tensor_infos(path)
@@ -364,8 +368,12 @@ def plan_gguf(path: str, devices: Sequence[Device],
             splits.append(_split_uses(sched.split_graph(graph), graph))
             sched.reset()
             pin()
-        sched.reserve(graph)
         nodes.append(graph.n_nodes)
+        if as_fit_measures:     # its sizes: the prompt graph's, the assignments forgotten
+            sched.reset()
+            sched.reserve(graph)
+            break
+        sched.reserve(graph)
     buffers += [BufferUse(d.name, "compute", sched.get_buffer_size(d.backend)) for d in used
                 if sched.get_buffer_size(d.backend) > 1]      # (llama.cpp prints those only)
     sched.close()
@@ -374,9 +382,9 @@ def plan_gguf(path: str, devices: Sequence[Device],
     overridden = {n: names[id(placed[n])] for n in infos
                   if any(regex.search(n) for regex, _ in overrides)}
     return ModelPlan(str(path), cfg, list(devices), [names[id(b)] for b in layers],
-                     names[id(output)], n_ctx, n_ubatch, (nodes[0], nodes[1]),
-                     (len(splits[0]), len(splits[1])), sched.n_copies, buffers, overridden,
-                     (splits[0], splits[1]))
+                     names[id(output)], n_ctx, n_ubatch, (nodes[0], nodes[-1]),
+                     (len(splits[0]), len(splits[-1])), sched.n_copies, buffers, overridden,
+                     (splits[0], splits[-1]))
 
 
 def _model_devices(devices: Sequence[Device],
