@@ -184,8 +184,8 @@ def test_command_line_shrinks_the_context(long_model, capsys):
 
 
 def test_70b_shaped_fit(tmp_path):
-    """A Llama-3-70B-shaped file in q5_K (which ggml-cpu does not repack: the CPU_REPACK
-    buffer of q4_K is not planned yet), fitted in a few plans."""
+    """A Llama-3-70B-shaped file in q5_K (which ggml-cpu does not repack on x86), fitted in
+    a few plans."""
     from ggml_py.models.config import arch_config
     from ggml_py.models.gguf import save_gguf_layout
     path = str(tmp_path / "70b.gguf")

@@ -34,6 +34,7 @@ from ggml_py.models.arch import get_builder
 from ggml_py.models.arch.blocks import GraphContext
 from ggml_py.models.config import ModelConfig, graph_size, layer_of
 from ggml_py.models.devices import Device
+from ggml_py.models.devices import cpu as cpu_kind
 from ggml_py.models.graph import step_inputs
 from ggml_py.models.gguf import TensorInfo, read_tensor_infos
 from ggml_py.models.placement import flash_attn_off_layers, split_layers
@@ -46,8 +47,6 @@ FLASH_ATTN = ("on", "off", "auto")
 UNQUANTIZED = ("f32", "f16", "bf16")
 CACHE_TYPES = (*UNQUANTIZED, "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 BUFFER_KINDS = ("model", "kv", "compute", "output")
-# weight types ggml-cpu repacks into its CPU_REPACK buffer type (not modelled yet)
-_REPACKED = ("q4_0", "q4_K", "iq4_nl", "q8_0", "mxfp4")
 # the expert matrices' names as common's --cpu-moe and --n-cpu-moe match them
 FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
 
@@ -89,6 +88,7 @@ class PlanOptions:
     op_offload: bool = True             # --no-op-offload clears it
     flash_attn: str = "auto"            # -fa on|off|auto (auto: on where the devices run it)
     use_mmap: bool = True               # CPU weights stay in the mapped file (CPU_Mapped)
+    repack: bool = True                 # --no-repack clears it: no CPU_REPACK buffer
     # -ot, --cpu-moe and --n-cpu-moe in their order on the command line: (regex, buffer
     # type) rules; a weight whose name the regex finds goes to that device (first rule wins)
     tensor_overrides: tuple[tuple[str, str], ...] = ()
@@ -343,7 +343,7 @@ def plan_gguf(path: str, devices: Sequence[Device], options: PlanOptions | None 
     used = [*gpus, cpu]
     overrides = _overrides(opts, devices, used)
     placed = {n: _weight_device(n, layers, output, cpu.backend, overrides) for n in infos}
-    weights, buffers = _place_weights(infos, used, placed, opts.use_mmap)
+    weights, buffers = _place_weights(infos, used, placed, opts)
     cache, kv_buffers = _place_cache(cfg, used, layers if opts.kv_offload else
                                      [cpu.backend] * cfg.n_layer, opts)
     buffers += kv_buffers
@@ -357,7 +357,8 @@ def plan_gguf(path: str, devices: Sequence[Device], options: PlanOptions | None 
     flash_attn = opts.flash_attn == "on" or (opts.flash_attn == "auto" and
                                              _flash_attn_runs_on_layers(sched, cfg, weights,
                                                                         cache, layers))
-    nodes, splits = [], []
+    nodes: list[int] = []
+    splits: list[tuple[SplitUse, ...]] = []
     for n_tokens in (n_ubatch, 1, n_ubatch):
         graph = _reserve_graph(cfg, weights, cache, n_tokens, flash_attn)
         pin = functools.partial(_pin_as_llama_cpp, sched, graph, layers, cpu.backend,
@@ -408,30 +409,41 @@ def _model_devices(devices: Sequence[Device],
 
 
 def _place_weights(infos: dict[str, TensorInfo], used: list[Device], placed: dict[str, Backend],
-                   use_mmap: bool) -> tuple[dict[str, Tensor], list[BufferUse]]:
+                   opts: PlanOptions) -> tuple[dict[str, Tensor], list[BufferUse]]:
     """The weight tensors, in a buffer per device (`used`, the CPU last) as `placed` says,
-    and those buffers: the CPU's is the span of the mapped file its weights lie in
-    (CPU_Mapped)."""
+    and those buffers. The CPU's are two: CPU_REPACK's, of the weights ggml-cpu repacks
+    (unless --no-repack), and the others' (with mmap, the span of the mapped file they lie
+    in: CPU_Mapped)."""
     ctx = Context("weights")
     weights = {name: ops.new_tensor(ctx, info.type, info.ne, name=name)
                for name, info in infos.items()}
     buffers = []
     for d in used:
         held = [n for n in infos if placed[n] is d.backend]
+        if d.is_cpu and opts.repack:
+            repacked = [n for n in held if _read_by_mul_mat(n, infos[n]) and
+                        cpu_kind.repacks(n, infos[n].type, infos[n].ne)]
+            if repacked:
+                bufs = alloc_ctx_tensors_from_buft([weights[n] for n in repacked],
+                                                   cpu_kind.repack_buffer_type(d.backend),
+                                                   "weights")
+                buffers.append(BufferUse(d.name, "model", _buffers_bytes(bufs)))
+                held = [n for n in held if n not in repacked]
         if not held:
             continue
-        if d.is_cpu:
-            repacked = [n for n in held if n != "token_embd.weight"     # (read by get_rows)
-                        and infos[n].type in _REPACKED]
-            if repacked:
-                raise ModelError(f"{repacked[0]} ({infos[repacked[0]].type}) would go to "
-                                 "ggml-cpu's CPU_REPACK buffer, which is not planned yet")
         bufs = alloc_ctx_tensors_from_buft([weights[n] for n in held],
                                            d.backend.get_default_buffer_type(), "weights")
-        size = (_mapped_bytes([infos[n] for n in held]) if d.is_cpu and use_mmap
+        size = (_mapped_bytes([infos[n] for n in held]) if d.is_cpu and opts.use_mmap
                 else _buffers_bytes(bufs))
         buffers.append(BufferUse(d.name, "model", size))
     return weights, buffers
+
+
+def _read_by_mul_mat(name: str, info: TensorInfo) -> bool:
+    """Whether llama.cpp's graph reads the weight with a MUL_MAT (the matrices, but the
+    token embeddings, read by GET_ROWS) or a MUL_MAT_ID (the 3-D expert matrices)."""
+    n_dims = max((i + 1 for i, n in enumerate(info.ne) if n > 1), default=1)     # ggml_n_dims
+    return (n_dims == 2 and name != "token_embd.weight") or (n_dims == 3 and "_exps" in name)
 
 
 def _place_cache(cfg: ModelConfig, used: list[Device], layers: Sequence[Backend],

@@ -115,6 +115,8 @@ def add_arguments(p: argparse.ArgumentParser) -> dict[str, tuple[object, str]]:
                         "it)")
     g.add_argument("--no-mmap", action="store_true",
                    help="CPU weights in a CPU buffer, not the mapped file")
+    g.add_argument("-nr", "--no-repack", action="store_true",
+                   help="no CPU_REPACK buffer: the CPU's weights stay as the file has them")
     g.add_argument("-fit", "--fit", choices=("on", "off"), default="off",
                    help="choose the unset -ngl and --tensor-split as llama.cpp's --fit on "
                         "would for the devices' memories (default off: plan as given)")
@@ -157,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
         n_ubatch=args.n_ubatch, cache_type_k=args.cache_type_k,
         cache_type_v=args.cache_type_v, kv_offload=not args.no_kv_offload,
         op_offload=not args.no_op_offload, flash_attn=args.flash_attn,
-        use_mmap=not args.no_mmap, tensor_overrides=args.tensor_overrides or ())
+        use_mmap=not args.no_mmap, repack=not args.no_repack,
+        tensor_overrides=args.tensor_overrides or ())
     try:
         devices = parse_devices(args.device)
         fit = (None if args.fit == "off" else
