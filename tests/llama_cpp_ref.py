@@ -14,6 +14,7 @@ through ctypes (and fork into children), so the two never share a process.
     python tests/llama_cpp_ref.py load GGUF SERVERS OPTIONS
         loads GGUF with the RPC servers SERVERS (host:port,...) as its devices and the
         llama.cpp options OPTIONS (JSON: n_gpu_layers, split_mode, main_gpu, tensor_split,
+        use_extra_bufts (false: --no-repack),
         n_ctx, n_batch, n_ubatch, type_k, type_v, offload_kqv, op_offload, flash_attn
         on|off|auto, swa_full (default off, as llama.cpp's common), n_seq_max (--parallel),
         kv_unified, use_mmap, tensor_overrides: [[REGEX, "CPU" | "RPC<i>" | BUFFER TYPE NAME], ...],
@@ -190,6 +191,7 @@ def load(L, path, servers, options):
         mp.load_mode = L.LLAMA_LOAD_MODE_NONE
     mp.split_mode = {"none": 0, "layer": 1, "row": 2}[options.get("split_mode", "layer")]
     mp.main_gpu = options.get("main_gpu", 0)
+    mp.use_extra_bufts = options.get("use_extra_bufts", True)      # --no-repack clears it
     split = (ctypes.c_float * 16)(*options.get("tensor_split", []))
     mp.tensor_split = split
     cp = L.llama_context_default_params()

@@ -99,7 +99,7 @@ def plan_options(llama: dict) -> PlanOptions:
                        kv_offload=o.get("offload_kqv", True), op_offload=o.get("op_offload", True),
                        flash_attn=o.get("flash_attn", "off"), swa_full=o.get("swa_full", False),
                        n_parallel=o.get("n_seq_max", 1), kv_unified=o.get("kv_unified", False),
-                       use_mmap=o.get("use_mmap", True),
+                       use_mmap=o.get("use_mmap", True), repack=o.get("use_extra_bufts", True),
                        tensor_overrides=tuple(map(tuple, o.get("tensor_overrides", ()))))
 
 
@@ -283,18 +283,6 @@ def test_override_refusals(tmp_path, rules, match):
     with pytest.raises(ArgumentError, match=match):
         plan_gguf(path, parse_devices("rpc,rpc,cpu"),
                   PlanOptions(split_mode="none", tensor_overrides=tuple(rules)))
-
-
-def test_experts_overridden_to_cpu_keep_the_repack_refusal(tmp_path):
-    """q4_0 experts sent to the CPU would go to ggml-cpu's CPU_REPACK buffer: refused."""
-    from ggml_py.models.gguf import save_gguf_layout
-    path = str(tmp_path / "m.gguf")
-    save_gguf_layout(arch_config("qwen3moe", **SHAPE, wtype="f16"), path,
-                     {"blk.0.ffn_up_exps.weight": "q4_0"})
-    plan_gguf(path, parse_devices("rpc,cpu"))                   # on the device: planned
-    with pytest.raises(ModelError, match="blk.0.ffn_up_exps.weight .q4_0. would go to "
-                                         "ggml-cpu's CPU_REPACK"):
-        plan_gguf(path, parse_devices("rpc,cpu"), PlanOptions(tensor_overrides=cpu_moe_overrides()))
 
 
 def test_command_line(tmp_path, capsys):

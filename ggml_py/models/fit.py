@@ -17,9 +17,19 @@ llama.cpp's rule, as ported here:
    and so on. Each device's count is searched by false position between the count that
    fits and the one that does not, as llama.cpp does, each trial a plan. The result is
    `-ngl` (the sum) and `--tensor-split` (the counts, with several devices).
+5. With experts, step 4 fills "partial" layers, whose expert matrices stay in host memory
+   (`-ot` rules for the CPU), the last device's first layer being whole. Where all the
+   devices' targets together then hold every layer's dense weights, the partial layers are
+   made whole again front to back: each device in turn, from the first, takes as many whole
+   layers as fit (false position again), then tries one partial layer more keeping its
+   attention and up (or also its gate) projections, the rest overflowing to the next device
+   (the CPU for the last). The rules printed are llama.cpp's, one per partial layer.
 
-Not ported yet: the partial layers of models with experts (llama.cpp's step 4 for
-them), refused.
+Each trial is planned as llama.cpp's fit measures it, a load without allocations
+(plan_gguf's `as_fit_measures`): its compute buffers are the prompt graph's, reserved after
+a scheduler reset that forgets llama.cpp's pins, which can make them larger than a load's.
+The layer counts are unsigned 32-bit as in common/fit.cpp, whose step 4 can wrap them; the
+answer is then still llama.cpp's (tests/test_fit_llama_cpp.py holds one such case).
 """
 
 from __future__ import annotations
@@ -37,6 +47,12 @@ MIB = 1 << 20
 DEFAULT_MARGIN_MIB = 1024       # common's --fit-target default
 DEFAULT_MIN_CTX = 4096          # common's --fit-ctx default
 CTX_ALIGN = 256                 # llama.cpp rounds a shrunk context down to this
+# the FFN matrices a partial layer's rule sends away, by what the layer keeps on its device
+# (common/fit.cpp's layer fractions): its attention only, + up, + up and gate, or all but
+# its experts; each follows blk\.N
+OVERFLOW = {"attn": r"\.ffn_(gate|up|gate_up|down).*", "up": r"\.ffn_(gate|gate_up|down).*",
+            "gate": r"\.ffn_down.*", "moe": r"\.ffn_(up|down|gate_up|gate)_(ch|)exps"}
+ALL_EXPERTS = r"blk\.\d+" + OVERFLOW["moe"]      # every layer's experts (step 4's test)
 
 
 @dataclass
@@ -50,11 +66,17 @@ class FitResult:
     n_plans: int                        # plans made to find it
 
     def args(self) -> str:
-        """The options as llama-fit-params prints them: -c N -ngl N [-ts A,B,...]."""
-        ts = self.options.tensor_split
+        """The options as llama-fit-params prints them: -c N -ngl N [-ts A,B,...] (without
+        its trailing zeros, when two or more shares are left) [-ot "REGEX=DEVICE,..."] (the
+        devices named as llama.cpp names them, where it prints their buffer types' names)."""
+        ts = list(self.options.tensor_split or ())
+        while ts and ts[-1] == 0:
+            ts.pop()
+        rules = ",".join(f"{regex}={buft}" for regex, buft in self.options.tensor_overrides)
         return (f"-c {self.options.n_ctx or self.plan.config.n_ctx} "
                 f"-ngl {self.options.n_gpu_layers}"
-                + (f" -ts {','.join(str(int(x)) for x in ts)}" if ts else ""))
+                + (f" -ts {','.join(str(int(x)) for x in ts)}" if len(ts) > 1 else "")
+                + (f' -ot "{rules}"' if rules else ""))
 
     def _used(self) -> list[tuple[Device, int]]:
         return [(d, self.plan.device_bytes(d.name)) for d in self.plan.devices if not d.is_cpu]
@@ -120,15 +142,24 @@ def fit_gguf(path: str, devices: Sequence[Device], options: PlanOptions | None =
     n_plans = 0
 
     def plan(o: PlanOptions) -> tuple[ModelPlan, list[int]]:
+        """A trial: its plan and each device's bytes, as llama.cpp's fit measures them."""
+        nonlocal n_plans
+        n_plans += 1
+        p = plan_gguf(path, devices, o, as_fit_measures=True)
+        return p, [p.device_bytes(d.name) for d in gpus]
+
+    def result(o: PlanOptions, changed: bool, layers: tuple[int, ...] | None = None
+               ) -> FitResult:
+        """The fit of options `o`, planned as llama.cpp loads them."""
         nonlocal n_plans
         n_plans += 1
         p = plan_gguf(path, devices, o)
-        return p, [p.device_bytes(d.name) for d in gpus]
+        return FitResult(o, p, changed, layers or _layer_counts(p, gpus), tuple(targets),
+                         n_plans)
 
     given, used = plan(opts)
     if all(u <= t for u, t in zip(used, targets)):        # step 1: nothing to change
-        return FitResult(opts, given, False, _layer_counts(given, gpus), tuple(targets),
-                         n_plans)
+        return result(opts, False)
     # step 2: the devices together lack memory: shrink -c 0's context
     if n_ctx_auto and sum(used) > sum(targets) and opts.n_ctx > n_ctx_min:
         budget = sum(targets)
@@ -142,20 +173,29 @@ def fit_gguf(path: str, devices: Sequence[Device], options: PlanOptions | None =
         opts = least if budget <= used_least else dataclasses.replace(opts, n_ctx=max(
             _shrunk_context(n_ctx_min, opts.n_ctx, used_least, sum(used), budget), n_ctx_min))
         if len(gpus) <= 1 and budget > used_least:
-            shrunk = plan(opts)[0]
-            return FitResult(opts, shrunk, True, _layer_counts(shrunk, gpus), tuple(targets),
-                             n_plans)
-    _check_fittable(opts, given)                          # step 3
+            return result(opts, True)
+    _check_fittable(opts)                                 # step 3
+    n_layers = given.config.n_layer + 1
+    cpu = next(d.name for d in devices if d.is_cpu)
 
-    def with_layers(counts: Sequence[int]) -> PlanOptions:
-        return dataclasses.replace(opts, n_gpu_layers=sum(counts), tensor_split=(
-            tuple(float(n) for n in counts) if len(counts) > 1 else None))
+    def with_shares(shares: Sequence[_Share], overflow_to: Sequence[str]) -> PlanOptions:
+        return _share_options(opts, shares, overflow_to, n_layers, cpu)
 
-    # step 4: the layers, back to front
-    counts = _fill_back_to_front(given.config.n_layer + 1, targets,
-                                 lambda c: plan(with_layers(c))[1])
-    chosen = with_layers(counts)
-    return FitResult(chosen, plan(chosen)[0], True, tuple(counts), tuple(targets), n_plans)
+    def memory(shares: Sequence[_Share], overflow_to: Sequence[str] = ()) -> list[int]:
+        return plan(with_shares(shares, overflow_to or [cpu] * len(gpus)))[1]
+
+    experts = bool(given.config.n_expert)
+    surplus = 0
+    if experts:         # do the devices together hold every layer but its experts?
+        surplus = sum(targets) - sum(plan(dataclasses.replace(
+            opts, tensor_overrides=((ALL_EXPERTS, cpu),)))[1])
+    shares, mem = _fill_back_to_front(n_layers, targets, experts, memory)
+    overflow_to = [cpu] * len(gpus)
+    if experts and surplus > 0:                           # step 5
+        names = [d.name for d in gpus]
+        shares, overflow_to = _make_whole_front_to_back(shares, mem, targets, names, cpu,
+                                                        memory)
+    return result(with_shares(shares, overflow_to), True, tuple(s.n_layer for s in shares))
 
 
 def _shrunk_context(n_min: int, n_max: int, used_min: int, used_max: int, budget: int) -> int:
@@ -165,8 +205,8 @@ def _shrunk_context(n_min: int, n_max: int, used_min: int, used_max: int, budget
     return n - n % CTX_ALIGN
 
 
-def _check_fittable(opts: PlanOptions, given: ModelPlan) -> None:
-    """llama.cpp's fit gives up on options the user set, and (here) on what is not ported."""
+def _check_fittable(opts: PlanOptions) -> None:
+    """llama.cpp's fit gives up on options the user set."""
     if opts.n_gpu_layers != PlanOptions.n_gpu_layers:
         raise ArgumentError(f"--fit: -ngl {opts.n_gpu_layers} is set and does not fit; "
                             "llama.cpp's fit changes only an unset -ngl")
@@ -179,38 +219,176 @@ def _check_fittable(opts: PlanOptions, given: ModelPlan) -> None:
     if opts.split_mode == "none":
         raise ArgumentError("--fit with --split-mode none: the model uses one device, "
                             "whose layers llama.cpp's fit does not place; use layer")
-    if given.config.n_expert:
-        raise ModelError(f"--fit for {given.path}: models with experts are fitted with "
-                         "partial layers, not planned yet")
 
 
-def _fill_back_to_front(n_layers: int, targets: Sequence[int],
-                        memory: Callable[[Sequence[int]], list[int]]) -> list[int]:
+U32 = 1 << 32           # common/fit.cpp counts layers in uint32_t, and step 4 can wrap them
+MAX_OVERRIDES = 4096    # llama_max_tensor_buft_overrides()
+
+
+@dataclass(frozen=True)
+class _Share:
+    """One device's share of the layers (common/fit.cpp's ngl_t): n_layer layers, the last
+    n_part of them partial (their experts in host memory); the first partial one keeps
+    only `keeps` (an OVERFLOW key) of its FFN, the rest overflowing elsewhere. The counts
+    are unsigned 32-bit, as llama.cpp's: its step 4 can take a partial layer from a device
+    that has none, and then computes on with the wrapped counts."""
+    n_layer: int = 0
+    n_part: int = 0
+    keeps: str = "moe"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "n_layer", self.n_layer % U32)
+        object.__setattr__(self, "n_part", self.n_part % U32)
+
+    @property
+    def n_full(self) -> int:
+        return (self.n_layer - self.n_part) % U32
+
+    def add(self, n_layer: int, n_part: int = 0, keeps: str | None = None) -> _Share:
+        return _Share(self.n_layer + n_layer, self.n_part + n_part, keeps or self.keeps)
+
+
+MemoryOf = Callable[..., list[int]]     # (shares[, overflow devices]) -> bytes per device
+
+
+def _share_options(opts: PlanOptions, shares: Sequence[_Share], overflow_to: Sequence[str],
+                   n_layers: int, cpu: str) -> PlanOptions:
+    """The options of `shares` as llama.cpp sets them: -ngl their sum, --tensor-split their
+    counts (several devices), a rule per partial layer: the first of a device's sends what
+    it does not keep to that device's `overflow_to`, the others their experts to the CPU."""
+    n_gpu = (sum(s.n_layer for s in shares) + (1 << 31)) % U32 - (1 << 31)     # an int32
+    rules: list[tuple[str, str]] = []
+    il0 = (n_layers - n_gpu) % U32
+    for share, to in zip(shares, overflow_to):
+        il0 = (il0 + share.n_full) % U32
+        end = (il0 + share.n_part) % U32
+        if end - il0 >= MAX_OVERRIDES - len(rules):
+            raise ModelError(f"--fit: llama.cpp's fit would need more than {MAX_OVERRIDES} "
+                             "tensor overrides here (its layer counts wrapped) and fails")
+        rules += [(rf"blk\.{il}" + OVERFLOW[share.keeps], to) if il == il0 else
+                  (rf"blk\.{il}" + OVERFLOW["moe"], cpu) for il in range(il0, end)]
+        il0 = end
+    return dataclasses.replace(opts, n_gpu_layers=n_gpu, tensor_overrides=tuple(rules),
+                               tensor_split=(tuple(float(s.n_layer) for s in shares)
+                                             if len(shares) > 1 else None))
+
+
+def _fill_back_to_front(n_layers: int, targets: Sequence[int], experts: bool,
+                        memory: MemoryOf) -> tuple[list[_Share], list[int]]:
     """Layers per device as llama.cpp's fit fills them, the last device first: each takes
     all the unassigned layers if they fit within its target, else the most that do, found
-    by false position between a count that fits and one that does not. `memory(counts)`:
-    each device's bytes with those counts."""
-    counts = [0] * len(targets)
-    mem = memory(counts)
-    for dev in reversed(range(len(targets))):
-        high = list(counts)
-        high[dev] = n_layers - sum(counts[dev + 1:])
-        if high[dev] == 0:
+    by false position between a count that fits and one that does not. With `experts` the
+    layers are partial (all but the last device's first). Returns the shares and each
+    device's bytes with them."""
+    nd = len(targets)
+    shares = [_Share()] * nd
+    mem = memory(shares)
+    for dev in reversed(range(nd)):
+        n_unassigned = n_layers - sum(s.n_layer for s in shares[dev + 1:])
+        if n_unassigned == 0:
             continue
+        high = list(shares)
+        high[dev] = _Share(n_unassigned, (n_unassigned - (dev == nd - 1)) * experts)
         mem_high = memory(high)
         if mem_high[dev] <= targets[dev]:
-            counts, mem = high, mem_high
+            shares, mem = high, mem_high
             continue
-        while high[dev] - counts[dev] > 1:
-            delta = high[dev] - counts[dev]
-            trial = list(counts)
-            trial[dev] += _c_step(delta, targets[dev] - mem[dev], mem_high[dev] - mem[dev])
+        while high[dev].n_layer - shares[dev].n_layer > 1:
+            delta = high[dev].n_layer - shares[dev].n_layer
+            step = _c_step(delta, targets[dev] - mem[dev], mem_high[dev] - mem[dev])
+            whole_first = dev == nd - 1 and shares[dev].n_part == 0    # the output layer's
+            trial = list(shares)
+            trial[dev] = shares[dev].add(step, (step - whole_first) * experts)
             mem_trial = memory(trial)
             if mem_trial[dev] <= targets[dev]:
-                counts, mem = trial, mem_trial
+                shares, mem = trial, mem_trial
             else:
                 high, mem_high = trial, mem_trial
-    return counts
+    return shares, mem
+
+
+def _make_whole_front_to_back(shares: list[_Share], mem: list[int], targets: Sequence[int],
+                              names: Sequence[str], cpu: str, memory: MemoryOf
+                              ) -> tuple[list[_Share], list[str]]:
+    """llama.cpp's step 4 for models with experts whose dense weights all fit: each device
+    from the first takes the partial layers of the devices from the first with layers on,
+    made whole, as many as fit (false position on the whole layers), then tries one partial
+    layer more keeping its attention and up (then gate) projections, or only its
+    attention, overflowing the rest to the next device. Returns the shares and each
+    device's overflow device."""
+    nd = len(shares)
+    overflow_to = [cpu] * nd
+    dense_start = nd                        # the first of the last devices with layers
+    while dense_start > 0 and shares[dense_start - 1].n_layer > 0:
+        dense_start -= 1
+    dev = 0
+    while dev <= dense_start < nd:
+        high = list(shares)
+        for jd in range(dense_start, nd):    # all of them whole, the output layer staying
+            move = (high[jd].n_layer - (jd == nd - 1)) % U32
+            high[dev] = high[dev].add(move)
+            high[jd] = _Share(high[jd].n_layer - move, 0, high[jd].keeps)
+        mem_high = memory(high, overflow_to)
+        if mem_high[dev] <= targets[dev]:
+            shares, mem, dense_start = high, mem_high, nd - 1
+        while (high[dev].n_full - shares[dev].n_full) % U32 > 1:
+            delta = (high[dev].n_full - shares[dev].n_full) % U32
+            step = _c_step(delta, targets[dev] - mem[dev], mem_high[dev] - mem[dev])
+            trial, start, converted = list(shares), dense_start, 0
+            while start < nd:                # the first `step` partial layers made whole
+                n = min(step - converted, trial[start].n_part)
+                trial[start] = trial[start].add(-n, -n)
+                trial[dev] = trial[dev].add(n)
+                converted += n
+                if trial[start].n_part > 0:
+                    break
+                start += 1
+            mem_trial = memory(trial, overflow_to)
+            if mem_trial[dev] <= targets[dev]:
+                shares, mem, dense_start = trial, mem_trial, start
+            else:
+                high, mem_high = trial, mem_trial
+        if dense_start < nd and shares[dense_start].n_layer > (dev == nd - 1):
+            shares, mem, dense_start, overflow_to = _one_partial_layer_more(
+                shares, mem, dense_start, overflow_to, dev, targets, names, memory)
+        dev += 1
+    return shares, overflow_to
+
+
+def _one_partial_layer_more(shares: list[_Share], mem: list[int], dense_start: int,
+                            overflow_to: list[str], dev: int, targets: Sequence[int],
+                            names: Sequence[str], memory: MemoryOf
+                            ) -> tuple[list[_Share], list[int], int, list[str]]:
+    """Step 4's last try for device `dev`: the first partial layer of the dense devices
+    moves to it keeping attention and up, then also gate, else attention alone, its other
+    FFN matrices on the next device (the CPU after the last); each kept where both devices
+    stay strictly under their targets."""
+    nd = len(shares)
+    trial = list(shares)
+    trial[dense_start] = trial[dense_start].add(-1, -1)
+    trial[dev] = trial[dev].add(1, 1)
+    start = dense_start + (trial[dense_start].n_part == 0)
+    trial_to = list(overflow_to)
+    if dev < nd - 1:
+        trial_to[dev] = names[dev + 1]
+    kept = (shares, mem, dense_start, overflow_to)
+
+    def keeping(keeps: str) -> bool:
+        nonlocal kept, trial
+        trial = list(trial)
+        trial[dev] = dataclasses.replace(trial[dev], keeps=keeps)
+        mem_trial = memory(trial, trial_to)
+        fits = mem_trial[dev] < targets[dev] and (dev + 1 == nd or
+                                                  mem_trial[dev + 1] < targets[dev + 1])
+        if fits:
+            kept = (trial, mem_trial, start, trial_to)
+        return fits
+
+    if keeping("up"):
+        keeping("gate")
+    else:
+        keeping("attn")
+    return kept
 
 
 def _layer_counts(plan: ModelPlan, gpus: Sequence[Device]) -> tuple[int, ...]:

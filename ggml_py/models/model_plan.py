@@ -21,7 +21,7 @@ import functools
 import itertools
 import re
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from ggml_py.models.arch import get_builder
 from ggml_py.models.arch.blocks import GraphContext
 from ggml_py.models.config import ModelConfig, graph_size, layer_of
 from ggml_py.models.devices import Device
+from ggml_py.models.devices import cpu as cpu_kind
 from ggml_py.models.graph import step_inputs
 from ggml_py.models.gguf import TensorInfo, read_tensor_infos
 from ggml_py.models.placement import flash_attn_off_layers, split_layers
@@ -49,8 +50,6 @@ FLASH_ATTN = ("on", "off", "auto")
 UNQUANTIZED = ("f32", "f16", "bf16")
 CACHE_TYPES = (*UNQUANTIZED, "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 BUFFER_KINDS = ("model", "kv", "compute", "output")
-# weight types ggml-cpu repacks into its CPU_REPACK buffer type (not modelled yet)
-_REPACKED = ("q4_0", "q4_K", "iq4_nl", "q8_0", "mxfp4")
 # weights every layer reads on its own device: llama.cpp creates them with layer 0 and
 # copies them to each other device that holds a layer (TENSOR_DUPLICATED)
 LAYER_COPIED = ("rope_factors_long.weight", "rope_factors_short.weight")
@@ -98,6 +97,7 @@ class PlanOptions:
     swa_full: bool = False              # --swa-full: the sliding layers' cache full-size
     n_parallel: int = 1                 # --parallel: sequences decoded together (n_seq_max)
     kv_unified: bool = False            # --kv-unified: one KV stream for all sequences
+    repack: bool = True                 # --no-repack clears it: no CPU_REPACK buffer
     # -ot, --cpu-moe and --n-cpu-moe in their order on the command line: (regex, buffer
     # type) rules; a weight whose name the regex finds goes to that device (first rule wins)
     tensor_overrides: tuple[tuple[str, str], ...] = ()
@@ -410,10 +410,14 @@ def _overrides(opts: PlanOptions, devices: Sequence[Device],
     return out
 
 
-def plan_gguf(path: str, devices: Sequence[Device],
-              options: PlanOptions | None = None) -> ModelPlan:
+def plan_gguf(path: str, devices: Sequence[Device], options: PlanOptions | None = None,
+              *, as_fit_measures: bool = False) -> ModelPlan:
     """The ModelPlan of the GGUF file at `path` on `devices` (models.devices.parse_devices:
-    the GPUs then the CPU) with llama.cpp's `options`."""
+    the GPUs then the CPU) with llama.cpp's `options`. `as_fit_measures`: the compute
+    buffers as llama.cpp's fit measures them (a load without allocations, whose buffers are
+    the prompt graph's sizes from a reserve that resets the scheduler first, forgetting the
+    assignments made while building the graph; its nodes and splits are the prompt graph's
+    for both graphs), not as a load allocates them."""
     opts = options or PlanOptions()
     opts.check()
     cfg, infos = read_tensor_infos(path)
@@ -433,7 +437,7 @@ def plan_gguf(path: str, devices: Sequence[Device],
     placed = {n: _weight_device(n, layers, output, cpu.backend, overriders[n]) for n in infos}
     placed = _usable_placement(placed, infos, cfg, cpu.backend)
     copied = [n for n in LAYER_COPIED if n in infos and overriders[n] is None]
-    weights, buffers = _place_weights(infos, used, placed, opts.use_mmap, layers, copied)
+    weights, buffers = _place_weights(infos, used, placed, opts, layers, copied)
     cache, kv_buffers = _place_cache(cfg, used, layers if opts.kv_offload else
                                      [cpu.backend] * cfg.n_layer, opts, layout)
     buffers += kv_buffers
@@ -461,18 +465,23 @@ def plan_gguf(path: str, devices: Sequence[Device],
             splits.append(_split_uses(sched.split_graph(graph), graph))
             sched.reset()
             pin()
-        sched.reserve(graph)
         nodes.append(graph.n_nodes)
+        if as_fit_measures:     # its sizes: the prompt graph's, the assignments forgotten
+            sched.reset()
+            sched.reserve(graph)
+            break
+        sched.reserve(graph)
     buffers += [BufferUse(d.name, "compute", sched.get_buffer_size(d.backend)) for d in used
                 if sched.get_buffer_size(d.backend) > 1]      # (llama.cpp prints those only)
     sched.close()
     buffers.append(BufferUse(cpu.name, "output", 4 * cfg.n_vocab * n_seq))  # a row a sequence
     names = {id(d.backend): d.name for d in devices}
     overridden = {n: names[id(placed[n])] for n in infos if overriders[n] is not None}
+    decode = min(1, len(nodes) - 1)     # (a fit trial plans the prompt graph alone)
     return ModelPlan(str(path), cfg, list(devices), [names[id(b)] for b in layers],
-                     names[id(output)], n_ctx, n_ubatch, (nodes[0], nodes[1]),
-                     (len(splits[0]), len(splits[1])), sched.n_copies, buffers, overridden,
-                     (splits[0], splits[1]))
+                     names[id(output)], n_ctx, n_ubatch, (nodes[0], nodes[decode]),
+                     (len(splits[0]), len(splits[decode])), sched.n_copies, buffers, overridden,
+                     (splits[0], splits[decode]))
 
 
 def _model_devices(devices: Sequence[Device],
@@ -505,11 +514,12 @@ def _model_devices(devices: Sequence[Device],
 
 
 def _place_weights(infos: dict[str, TensorInfo], used: list[Device], placed: dict[str, Backend],
-                   use_mmap: bool, layers: Sequence[Backend] = (),
+                   opts: PlanOptions, layers: Sequence[Backend] = (),
                    copied: Sequence[str] = ()) -> tuple[dict[str, Tensor], list[BufferUse]]:
     """The weight tensors, in a buffer per device (`used`, the CPU last) as `placed` says,
-    and those buffers: the CPU's is the span of the mapped file its weights lie in
-    (CPU_Mapped). Each weight named in `copied` has a copy on every device of `layers`
+    and those buffers. The CPU's are two: CPU_REPACK's, of the weights ggml-cpu repacks
+    (unless --no-repack), and the others' (with mmap, the span of the mapped file they lie
+    in: CPU_Mapped). Each weight named in `copied` has a copy on every device of `layers`
     besides its own, layer il's being `blk.{il}.NAME` in the weights."""
     ctx = Context("weights")
     homes = {n: list({id(b): b for b in [placed[n], *(layers if n in copied else ())]}.values())
@@ -526,21 +536,36 @@ def _place_weights(infos: dict[str, TensorInfo], used: list[Device], placed: dic
                     for il, b in enumerate(layers)})
     buffers = []
     for d in used:
-        held = [n for n in infos if (infos[n], id(d.backend)) in on]
-        if not held:
-            continue
-        if d.is_cpu:
-            repacked = [n for n in held if n != "token_embd.weight"     # (read by get_rows)
-                        and infos[n].type in _REPACKED]
+        mine = {n: on[infos[n], id(d.backend)] for n in infos if (infos[n], id(d.backend)) in on}
+        if d.is_cpu and opts.repack:
+            repacked = [n for n in mine if _read_by_mul_mat(n, infos[n]) and
+                        cpu_kind.repacks(n, infos[n].type, infos[n].ne)]
             if repacked:
-                raise ModelError(f"{repacked[0]} ({infos[repacked[0]].type}) would go to "
-                                 "ggml-cpu's CPU_REPACK buffer, which is not planned yet")
-        bufs = alloc_ctx_tensors_from_buft([t for (_, b), t in on.items() if b == id(d.backend)],
+                bufs = alloc_ctx_tensors_from_buft(_distinct(mine[n] for n in repacked),
+                                                   cpu_kind.repack_buffer_type(d.backend),
+                                                   "weights")
+                buffers.append(BufferUse(d.name, "model", _buffers_bytes(bufs)))
+                mine = {n: t for n, t in mine.items() if n not in repacked}
+        if not mine:
+            continue
+        bufs = alloc_ctx_tensors_from_buft(_distinct(mine.values()),
                                            d.backend.get_default_buffer_type(), "weights")
-        size = (_mapped_bytes([infos[n] for n in held]) if d.is_cpu and use_mmap
+        size = (_mapped_bytes([infos[n] for n in mine]) if d.is_cpu and opts.use_mmap
                 else _buffers_bytes(bufs))
         buffers.append(BufferUse(d.name, "model", size))
     return weights, buffers
+
+
+def _distinct(tensors: Iterable[Tensor]) -> list[Tensor]:
+    """The tensors, each once (a tied head shares its tensor with the embeddings)."""
+    return list({id(t): t for t in tensors}.values())
+
+
+def _read_by_mul_mat(name: str, info: TensorInfo) -> bool:
+    """Whether llama.cpp's graph reads the weight with a MUL_MAT (the matrices, but the
+    token embeddings, read by GET_ROWS) or a MUL_MAT_ID (the 3-D expert matrices)."""
+    n_dims = max((i + 1 for i, n in enumerate(info.ne) if n > 1), default=1)     # ggml_n_dims
+    return (n_dims == 2 and name != "token_embd.weight") or (n_dims == 3 and "_exps" in name)
 
 
 def _place_cache(cfg: ModelConfig, used: list[Device], layers: Sequence[Backend],

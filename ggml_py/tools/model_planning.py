@@ -127,6 +127,8 @@ def add_arguments(p: argparse.ArgumentParser) -> dict[str, tuple[object, str]]:
     g.add_argument("--swa-full", action="store_true",
                    help="the sliding-window layers' KV cache as big as the context (default: "
                         "the window and a ubatch)")
+    g.add_argument("-nr", "--no-repack", action="store_true",
+                   help="no CPU_REPACK buffer: the CPU's weights stay as the file has them")
     g.add_argument("-fit", "--fit", choices=("on", "off"), default="off",
                    help="choose the unset -ngl and --tensor-split as llama.cpp's --fit on "
                         "would for the devices' memories (default off: plan as given)")
@@ -170,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
         cache_type_v=args.cache_type_v, kv_offload=not args.no_kv_offload,
         op_offload=not args.no_op_offload, flash_attn=args.flash_attn,
         use_mmap=not args.no_mmap, swa_full=args.swa_full, n_parallel=args.n_parallel,
-        kv_unified=args.kv_unified,
+        kv_unified=args.kv_unified, repack=not args.no_repack,
         tensor_overrides=args.tensor_overrides or ())
     try:
         devices = parse_devices(args.device)
