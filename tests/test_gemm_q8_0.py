@@ -1,8 +1,9 @@
 """MUL_MAT's q8_0 GEMM (src/ggml-py-cpu/gemm-q8.c, the AVX-512 VNNI build): from 8 src1
-rows on, q8_0 weights are multiplied 16 rows by 16 columns at a time, and every product
-is summed in ggml's generic order, the baseline build's. So the GEMM must give the
-baseline's bits on any shape (ragged rows and columns, broadcast and permuted src1), at
-any thread count, and the same as the numpy kernels within MUL_MAT's bound."""
+rows on, q8_0 weights (and q4_0 ones, widened to q8_0 a chunk at a time) are multiplied
+16 rows by 16 columns at a time, and every product is summed in ggml's generic order, the
+baseline build's. So the GEMM must give the baseline's bits on any shape (ragged rows and
+columns, broadcast and permuted src1), at any thread count, and the same as the numpy
+kernels within MUL_MAT's bound."""
 
 import numpy as np
 import pytest
@@ -26,10 +27,10 @@ def _arr(seed, shape):
     return np.random.default_rng(seed).uniform(-1, 1, size=shape).astype(np.float32)
 
 
-def _q8_0(ctx, values, name):
-    """A q8_0 tensor of numpy-order values [.., rows, k]; (tensor, raw feed)."""
+def _q8_0(ctx, values, name, t="q8_0"):
+    """A q8_0 (or t) tensor of numpy-order values [.., rows, k]; (tensor, raw feed)."""
     ne = list(reversed(values.shape)) + [1] * (4 - values.ndim)
-    return ops.new_tensor(ctx, "q8_0", ne, name=name), quants.from_f32("q8_0", values, cpu=False)
+    return ops.new_tensor(ctx, t, ne, name=name), quants.from_f32(t, values, cpu=False)
 
 
 def _f32(ctx, values, name):
@@ -59,13 +60,13 @@ def _gemm_and_baseline(out, feeds, threads=1):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(m=st.integers(1, 40), n=st.integers(8, 40), nb=st.integers(1, 5),
        bcast=st.sampled_from([(1, 1, 1, 1), (2, 1, 2, 1), (1, 2, 3, 2)]),
-       seed=st.integers(0, 1000))
-def test_gemm_is_the_baseline_bit_for_bit(m, n, nb, bcast, seed):
+       seed=st.integers(0, 1000), t=st.sampled_from(["q8_0", "q4_0"]))
+def test_gemm_is_the_baseline_bit_for_bit(m, n, nb, bcast, seed, t):
     """Ragged weight rows and columns (not multiples of 16), several matrices, weights
     broadcast over src1's matrices (ne12 / ne02, ne13 / ne03)."""
     w2, w3, r2, r3 = bcast
     ctx = Context()
-    w, fw = _q8_0(ctx, _arr(seed, (w3, w2, m, 32 * nb)), "w")
+    w, fw = _q8_0(ctx, _arr(seed, (w3, w2, m, 32 * nb)), "w", t)
     x, fx = _f32(ctx, _arr(seed + 1, (w3 * r3, w2 * r2, n, 32 * nb)), "x")
     out = ops.mul_mat(ctx, w, x)
     fast, base = _gemm_and_baseline(out, [(w, fw), (x, fx)])
@@ -90,10 +91,11 @@ def test_gemm_takes_permuted_and_strided_src1():
     np.testing.assert_array_equal(fast.view(np.uint32), packed.view(np.uint32))
 
 
+@pytest.mark.parametrize("t", ["q8_0", "q4_0"])
 @pytest.mark.parametrize("threads", [2, 3, 4])
-def test_gemm_threads_do_not_change_a_bit(threads):
+def test_gemm_threads_do_not_change_a_bit(threads, t):
     ctx = Context()
-    w, fw = _q8_0(ctx, _arr(3, (2, 70, 256)), "w")
+    w, fw = _q8_0(ctx, _arr(3, (2, 70, 256)), "w", t)
     x, fx = _f32(ctx, _arr(4, (2, 45, 256)), "x")
     out = ops.mul_mat(ctx, w, x)
     feeds = [(w, fw), (x, fx)]
@@ -117,9 +119,10 @@ def test_a_plan_without_room_for_the_gemm_keeps_the_dot_tiles():
     assert not np.array_equal(gemm.view(np.uint32), avx2.view(np.uint32))
 
 
-def test_gemm_matches_the_numpy_kernels():
+@pytest.mark.parametrize("t", ["q8_0", "q4_0"])
+def test_gemm_matches_the_numpy_kernels(t):
     ctx = Context()
-    w, fw = _q8_0(ctx, _arr(5, (50, 1024)), "w")
+    w, fw = _q8_0(ctx, _arr(5, (50, 1024)), "w", t)
     x, fx = _f32(ctx, _arr(6, (128, 1024)), "x")
     out = ops.mul_mat(ctx, w, x)
     g, _ = opscheck.prepare(FAST[1], out, [(w, fw), (x, fx)])
@@ -158,18 +161,19 @@ def test_gemm_reads_rewritten_weights():
     assert not np.array_equal(got[0], got[1])
 
 
+@pytest.mark.parametrize("t", ["q8_0", "q4_0"])
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("ne11", [1, 2])
-def test_mul_mat_id_gemm_is_the_baseline_bit_for_bit(threads, ne11):
+def test_mul_mat_id_gemm_is_the_baseline_bit_for_bit(threads, ne11, t):
     """MUL_MAT_ID: experts asked for by 8 columns or more go through the GEMM (their
     columns gathered into panels), the others through the dot tiles; both the
     baseline's bits (as the dot tiles are the AVX2 loops, the sparse experts are
     checked against the AVX-512 dot tiles below 8 columns: an expert's own MUL_MAT)."""
     n_expert, n_used, n_tok, k, m = 8, 2, 29, 96, 35
-    t = np.arange(n_tok)
-    ids_np = np.stack([t % 3, 3 + t % 5], axis=1).astype(np.int32)     # 9-10 and 5-6 columns
+    tok = np.arange(n_tok)
+    ids_np = np.stack([tok % 3, 3 + tok % 5], axis=1).astype(np.int32)  # 9-10 and 5-6 columns
     ctx = Context()
-    w, fw = _q8_0(ctx, _arr(12, (n_expert, m, k)), "w")
+    w, fw = _q8_0(ctx, _arr(12, (n_expert, m, k)), "w", t)
     x, fx = _f32(ctx, _arr(13 + ne11, (n_tok, ne11, k)), "x")
     ids = ops.new_tensor(ctx, "i32", [n_used, n_tok, 1, 1], name="ids")
     out = ops.mul_mat_id(ctx, w, x, ids)
@@ -180,7 +184,7 @@ def test_mul_mat_id_gemm_is_the_baseline_bit_for_bit(threads, ne11):
     counts = np.bincount(ids_np.ravel(), minlength=n_expert)
     assert counts.max() >= 8 and counts.min() < 8
     fast, base, avx2 = (a.reshape(n_tok, n_used, m) for a in (fast, base, avx2))
-    for t in range(n_tok):
+    for i in range(n_tok):
         for e in range(n_used):
-            want = base if counts[ids_np[t, e]] >= 8 else avx2
-            np.testing.assert_array_equal(fast[t, e].view(np.uint32), want[t, e].view(np.uint32))
+            want = base if counts[ids_np[i, e]] >= 8 else avx2
+            np.testing.assert_array_equal(fast[i, e].view(np.uint32), want[i, e].view(np.uint32))

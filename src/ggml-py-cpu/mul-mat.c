@@ -131,16 +131,18 @@ static size_t form_wsize(const gp_tensor * dst) {
 }
 
 // ---------------------------------------------------------------------------
-// the GEMM (gp_gemm: the active instruction set's, for q8_0 weights) from GEMM_MIN_COLS
-// src1 rows per matrix on; its work buffer follows the converted rows: the panels of
-// every src1 matrix, then each thread's scratch
+// the GEMM (gp_gemm: the active instruction set's, for q8_0 weights, and q4_0 ones
+// widened to q8_0 a chunk at a time) from GEMM_MIN_COLS src1 rows per matrix on; its work
+// buffer follows the converted rows: the panels of every src1 matrix, then each thread's
+// scratch (and its chunk of q4_0 rows widened)
 
 #define GEMM_MIN_COLS 8     // (below, the dot tiles' 4 x 2 register tiles waste less)
 _Static_assert(MM_ROWS == GP_GEMM_ROWS, "MUL_MAT_ID's chunks are the GEMM's");
 
 static const gp_gemm * gemm_of(const gp_tensor * dst) {
     const gp_tensor * w = dst->src[0];
-    if (dst->op != GP_OP_MUL_MAT || w->type != GP_TYPE_Q8_0 || dst->src[1]->ne[1] < GEMM_MIN_COLS)
+    if (dst->op != GP_OP_MUL_MAT || !(w->type == GP_TYPE_Q8_0 || w->type == GP_TYPE_Q4_0) ||
+        dst->src[1]->ne[1] < GEMM_MIN_COLS)
         return NULL;
     return gp_simd_active->gemm_q8_0;
 }
@@ -150,13 +152,44 @@ static size_t gemm_panels_size(const gp_gemm * gemm, const gp_tensor * x) {
     return gp_pad(gemm->panel_size(x->ne[0]) * (size_t)(groups * x->ne[2] * x->ne[3]));
 }
 
-static size_t gemm_scratch_size(const gp_tensor * x) {
-    return gp_pad((size_t)GP_GEMM_ROWS * (size_t)(x->ne[0] / 32) * 8);
+static size_t gemm_scratch_size(const gp_tensor * dst) {
+    const size_t nb = (size_t)(dst->src[0]->ne[0] / 32);
+    const size_t wide = dst->src[0]->type == GP_TYPE_Q4_0 ? gp_pad(GP_GEMM_ROWS * nb * Q8_0_BYTES) : 0;
+    return gp_pad(GP_GEMM_ROWS * nb * 8) + wide;
+}
+
+// The chunk's weight rows as the GEMM reads them: q8_0 rows where they are, q4_0 rows
+// widened into the end of scratch as q8_0 blocks (nibble - 8, the same scale: the same
+// integer sums and scales, so the sums of the q4_0 dots' generic order).
+static const char * gemm_rows(const gp_tensor * dst, const char * a, int rm, char * scratch, size_t * lda) {
+    const gp_tensor * w = dst->src[0];
+    *lda = w->nb[1];
+    if (w->type != GP_TYPE_Q4_0) return a;
+    const int64_t nb = w->ne[0] / 32;
+    char * wide = scratch + gp_pad((size_t)GP_GEMM_ROWS * (size_t)nb * 8);
+    const uint64_t lo = 0x0F0F0F0F0F0F0F0Full, top = 0x8080808080808080ull, eight = 0x0808080808080808ull;
+    for (int r = 0; r < rm; r++) {
+        for (int64_t b = 0; b < nb; b++) {
+            const char * q4 = a + r * w->nb[1] + b * Q4_0_BYTES;
+            char * q8 = wide + (r * nb + b) * Q8_0_BYTES;
+            memcpy(q8, q4, 2);
+            for (int h = 0; h < 2; h++) {       // bytes 8h .. 8h + 7: values 8h.. and 16 + 8h..
+                uint64_t v, vl, vh;
+                memcpy(&v, q4 + 2 + 8 * h, 8);
+                vl = (((v & lo) | top) - eight) ^ top;          // nibble - 8, byte by byte
+                vh = ((((v >> 4) & lo) | top) - eight) ^ top;
+                memcpy(q8 + 2 + 8 * h, &vl, 8);
+                memcpy(q8 + 18 + 8 * h, &vh, 8);
+            }
+        }
+    }
+    *lda = (size_t)nb * Q8_0_BYTES;
+    return wide;
 }
 
 static size_t gemm_wsize(const gp_gemm * gemm, const gp_tensor * dst, int nth) {
     const gp_tensor * x = dst->src[1];
-    return form_wsize(dst) + gemm_panels_size(gemm, x) + (size_t)nth * gemm_scratch_size(x);
+    return form_wsize(dst) + gemm_panels_size(gemm, x) + (size_t)nth * gemm_scratch_size(dst);
 }
 
 int gp_mul_mat_gemm_takes(const gp_tensor * dst) {
@@ -175,7 +208,7 @@ static int gemm_mul_mat(const gp_params * p, gp_tensor * dst, const gp_gemm * ge
     const int64_t groups = (n + GP_GEMM_COLS - 1) / GP_GEMM_COLS;
     const size_t psize = gemm->panel_size(k);
     char * panels = p->wdata + form_wsize(dst);
-    char * scratch = panels + gemm_panels_size(gemm, x) + (size_t)p->ith * gemm_scratch_size(x);
+    char * scratch = panels + gemm_panels_size(gemm, x) + (size_t)p->ith * gemm_scratch_size(dst);
 
     for (int64_t pi = p->ith; pi < groups * ne12 * ne13; pi += p->nth) {
         const int64_t mat = pi / groups, j0 = (pi % groups) * GP_GEMM_COLS;
@@ -191,8 +224,11 @@ static int gemm_mul_mat(const gp_params * p, gp_tensor * dst, const gp_gemm * ge
         const int64_t mat = ch / mchunks;
         const int64_t i12 = mat % ne12, i13 = mat / ne12;
         const int64_t m0 = (ch % mchunks) * GP_GEMM_ROWS;
-        const char * a = w->data + (i12 / r2) * w->nb[2] + (i13 / r3) * w->nb[3] + m0 * w->nb[1];
-        gemm->run(k, a, w->nb[1], (int)GP_MIN(GP_GEMM_ROWS, m - m0), panels + mat * groups * psize, n,
+        const int rm = (int)GP_MIN(GP_GEMM_ROWS, m - m0);
+        size_t lda;
+        const char * a = gemm_rows(dst, w->data + (i12 / r2) * w->nb[2] + (i13 / r3) * w->nb[3] +
+                                   m0 * w->nb[1], rm, scratch, &lda);
+        gemm->run(k, a, lda, rm, panels + mat * groups * psize, n,
                   gp_row(dst, 0, i12, i13) + m0 * sizeof(float), dst->nb[1], scratch);
     }
     return 0;
@@ -294,13 +330,15 @@ static int64_t id_max_panels(const gp_tensor * dst) {
 }
 
 static const gp_gemm * gemm_id_of(const gp_tensor * dst) {
-    return dst->src[0]->type == GP_TYPE_Q8_0 && id_cols(dst) >= GEMM_MIN_COLS ? gp_simd_active->gemm_q8_0 : NULL;
+    const int wtype = dst->src[0]->type;
+    return (wtype == GP_TYPE_Q8_0 || wtype == GP_TYPE_Q4_0) && id_cols(dst) >= GEMM_MIN_COLS
+               ? gp_simd_active->gemm_q8_0 : NULL;
 }
 
 static size_t id_lists_size(const gp_tensor * dst, const gp_gemm * gemm) {
     const size_t ints = gp_pad((size_t)(2 * (dst->src[0]->ne[2] + 1) + id_cols(dst)) * sizeof(int32_t));
     if (!gemm) return ints;
-    return ints + gemm_scratch_size(dst->src[1]) + gp_pad((size_t)id_cols(dst) * GP_GEMM_ROWS * sizeof(float));
+    return ints + gemm_scratch_size(dst) + gp_pad((size_t)id_cols(dst) * GP_GEMM_ROWS * sizeof(float));
 }
 
 static size_t id_panels_size(const gp_tensor * dst, const gp_gemm * gemm) {
@@ -317,7 +355,7 @@ static id_lists id_lists_of(const gp_params * p, const gp_tensor * dst, const gp
     id_lists l = {(int32_t *)at, (int32_t *)at + n_expert + 1, (int32_t *)at + 2 * (n_expert + 1), NULL, NULL};
     if (gemm) {
         l.scratch = at + gp_pad((size_t)(2 * (n_expert + 1) + id_cols(dst)) * sizeof(int32_t));
-        l.out = (float *)((char *)l.scratch + gemm_scratch_size(dst->src[1]));
+        l.out = (float *)((char *)l.scratch + gemm_scratch_size(dst));
     }
     const gp_tensor * ids = dst->src[2];
     const int64_t n_used = ids->ne[0], n_tok = ids->ne[1];
@@ -399,7 +437,9 @@ static int k_mul_mat_id(const gp_params * p, gp_tensor * dst) {
         const int32_t * cols = l.cols + l.start[ex];
         const int64_t cnt = l.start[ex + 1] - l.start[ex];
         if (l.gstart[ex + 1] > l.gstart[ex]) {
-            gemm->run(k, a, w->nb[1], rm, panels + l.gstart[ex] * psize, cnt, (char *)l.out,
+            size_t lda;
+            const char * wa = gemm_rows(dst, a, rm, l.scratch, &lda);
+            gemm->run(k, wa, lda, rm, panels + l.gstart[ex] * psize, cnt, (char *)l.out,
                       GP_GEMM_ROWS * sizeof(float), l.scratch);
             for (int64_t j = 0; j < cnt; j++)
                 memcpy(ID_DST(cols[j]) + m0, l.out + j * GP_GEMM_ROWS, (size_t)rm * sizeof(float));
