@@ -292,7 +292,8 @@ typedef struct gp_simd {
                          int64_t n);
     gp_vec_dot_fn vec_dot[GP_TYPE_COUNT];   // weights read by a vec_dot (block-quants.h),
                                             // by type; NULL for the others
-    const gp_gemm * gemm_q8_0;              // q8_0 by many columns (NULL: the dot tiles)
+    const gp_gemm * gemm_q8_0;              // q8_0 rows (q4_0 ones widened: mul-mat.c) by
+                                            // many columns (NULL: the dot tiles)
 } gp_simd;
 
 // the dot tiles of the types read by a vec_dot (dot-k.c, dot-legacy.c), in the AVX2 and

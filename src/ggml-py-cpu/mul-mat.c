@@ -14,9 +14,9 @@
 // share, then all wait); then the threads take chunks of (matrix, 16 weight rows) in
 // turn, each chunk running over all of its matrix's src1 rows. Every output is one dot
 // product summed in a fixed order, so the thread count does not change the result.
-// q8_0 weights against GEMM_MIN_COLS src1 rows or more go to the instruction set's GEMM
-// instead (gp_simd.gemm_q8_0: gemm-q8.c), where it has one: the converted rows are packed
-// into its panels, then the threads take its chunks of weight rows in turn.
+// q8_0 and q4_0 weights against GEMM_MIN_COLS src1 rows or more go to the instruction
+// set's GEMM instead (gp_simd.gemm_q8_0: gemm-q8.c), where it has one: the converted rows
+// are packed into its panels, then the threads take its chunks of weight rows in turn.
 
 #include "cpu-impl.h"
 
