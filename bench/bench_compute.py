@@ -18,6 +18,8 @@
 4. --crossover: for each weight type, the batch size from which BLAS (numpy) beats the
    C kernels (ggml_py.backends.cpu.blas.BLAS_MIN_BATCH holds the measured values), at
    1 thread each (OPENBLAS_NUM_THREADS=1 is set for this mode).
+5. --gemm: q8_0 MUL_MATs of a prompt's shapes by batch size through the AVX-512 build's
+   GEMM (gemm-q8.c), the AVX2 dot tiles and BLAS, 1 thread each: time over the GEMM's.
 
 Medians of wall time. This machine has 2 noisy cores: read ratios, not absolute numbers.
 """
@@ -32,13 +34,15 @@ import statistics
 import sys
 import time
 
-if "--crossover" in sys.argv:
+import os
+
+if "--crossover" in sys.argv or "--gemm" in sys.argv:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")     # before numpy loads OpenBLAS
 
 import numpy as np
 
 from ggml_py import Context, Graph, ops, quants
-from ggml_py.backends.cpu import CPUBackend, tensor_array
+from ggml_py.backends.cpu import CPUBackend, isa_supported, set_isa, tensor_array
 from ggml_py._backend import tensor_set
 from ggml_py.models.transformer import Model, Session, build_forward, llama_config, tensor_values
 from ggml_py.tools.opscheck import HostAllocation
@@ -218,14 +222,15 @@ def bench_matmul(n_embd, n_tokens, n_mats, reps, wtype="f32", n_threads=1):
 # ---------------------------------------------------------------------------
 # 4. where BLAS starts to beat the C kernels
 
-def _square_mul_mat(wtype, k, n):
+def _square_mul_mat(wtype, k, n, m=None):
     ctx = Context("crossover")
-    w = ops.new_tensor_2d(ctx, wtype, k, k, name="w")
+    m = k if m is None else m
+    w = ops.new_tensor_2d(ctx, wtype, k, m, name="w")
     x = ops.new_tensor_2d(ctx, "f32", k, n, name="x")
     g = Graph(16).build_forward_expand(ops.mul_mat(ctx, w, x))
     HostAllocation(CPUBackend(n_threads=1)).alloc_graph(g)
     rng = np.random.default_rng(0)
-    tensor_array(w)[0, 0] = quants.from_f32(wtype, rng.standard_normal((k, k), np.float32), cpu=False)
+    tensor_array(w)[0, 0] = quants.from_f32(wtype, rng.standard_normal((m, k), np.float32), cpu=False)
     tensor_array(x)[0, 0] = rng.standard_normal((n, k), np.float32)
     return g
 
@@ -251,6 +256,37 @@ def bench_crossover(wtypes=("f32", "f16", "q8_0", "q4_0"), ks=(256, 512, 1024, 2
     return rows
 
 
+# ---------------------------------------------------------------------------
+# 5. the q8_0 GEMM against the dot tiles and BLAS
+
+def bench_gemm(shapes=((1024, 1024), (2816, 1024), (1024, 2816)), ns=(8, 16, 32, 128, 512)):
+    """Time of the AVX2 dot tiles and of BLAS over the GEMM's, by weight shape (m x k) and
+    batch (1 thread each; the C plan is made under AVX-512, so both C paths fit its buffer)."""
+    if not isa_supported("avx512"):
+        raise SystemExit("--gemm needs a CPU with AVX-512 VNNI")
+    c_kernels = CPUBackend(n_threads=1, blas_min_batch={})
+    blas_backend = CPUBackend(n_threads=1, blas_min_batch={"q8_0": 1})
+
+    def on(level, fn):
+        set_isa(level)
+        fn()
+
+    rows = []
+    for m, k in shapes:
+        for n in ns:
+            g = _square_mul_mat("q8_0", k, n, m)
+            gemm = lambda: on("avx512", lambda: c_kernels.graph_compute(g))
+            reps = max(3, int(1e8 / (m * k * n)))
+            t_gemm, t_tiles, r_tiles = paired_times(gemm, lambda: on("avx2", lambda: c_kernels.graph_compute(g)), reps)
+            # (BLAS's plan made under AVX2, where no GEMM keeps the product in C)
+            _, t_blas, r_blas = paired_times(gemm, lambda: on("avx2", lambda: blas_backend.graph_compute(g)), reps)
+            rows.append({"bench": "gemm", "m": m, "k": k, "n": n, "gemm_ms": 1e3 * t_gemm,
+                         "gmac_s": m * k * n / t_gemm / 1e9, "tiles_over_gemm": r_tiles,
+                         "blas_over_gemm": r_blas})
+    set_isa("avx512")
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
@@ -258,10 +294,14 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1, help="CPU backend threads (default 1)")
     ap.add_argument("--crossover", action="store_true",
                     help="only the BLAS / C kernel crossover (1 thread each)")
+    ap.add_argument("--gemm", action="store_true",
+                    help="only the q8_0 GEMM against the dot tiles and BLAS (1 thread each)")
     a = ap.parse_args(argv)
     machine = announce(a.json)
     reps = 7 if a.quick else 25
-    if a.crossover:
+    if a.gemm:
+        rows = bench_gemm(ns=(8, 32, 128) if a.quick else (8, 16, 32, 128, 512))
+    elif a.crossover:
         rows = bench_crossover(ks=(256, 1024) if a.quick else (256, 512, 1024, 2048))
     else:
         t = a.threads
@@ -275,6 +315,10 @@ def main(argv=None):
             ratios = " ".join(f"{n}:{v:.2f}" for n, v in r["blas_over_c"].items())
             print(f"crossover {r['wtype']} k={r['k']}: BLAS/C time by batch {ratios} -> BLAS "
                   f"from batch {r['blas_from_batch']}")
+        elif r["bench"] == "gemm":
+            print(f"gemm q8_0 [{r['m']} x {r['k']}] by {r['n']}: {r['gemm_ms']:.3f} ms "
+                  f"({r['gmac_s']:.1f} GMAC/s); AVX2 dot tiles {r['tiles_over_gemm']:.2f}x its "
+                  f"time, BLAS {r['blas_over_gemm']:.2f}x")
         elif r["bench"] == "dispatch":
             s = f", {r['sched_us_per_node']:.1f} us through Scheduler.graph_compute"
             print(f"dispatch: {r['n_nodes']} tiny nodes: {r['backend_us_per_node']:.1f} us/node "

@@ -254,6 +254,19 @@ void gp_store_row(int type, char * y, size_t nb0, const float * x, int64_t n);
 typedef void (*gp_dot_tile)(int64_t k, const char * a, size_t lda, int rm,
                             const void * const * b, int rn, float * const * c);
 
+// A GEMM of one weight type against many src1 rows (gemm-q8.c): src1's rows in the dot
+// form are packed once per MUL_MAT into panels of GP_GEMM_COLS columns; then each chunk
+// of at most GP_GEMM_ROWS weight rows (a, row stride lda) runs against all n columns,
+// column j's results going to c + j * ldc. scratch: GP_GEMM_ROWS * (k / 32) * 8 bytes.
+#define GP_GEMM_ROWS 16
+#define GP_GEMM_COLS 16
+typedef struct gp_gemm {
+    size_t (*panel_size)(int64_t k);
+    void (*pack)(int64_t k, const char * const * rows, int n, char * panel);   // n <= COLS
+    void (*run)(int64_t k, const char * a, size_t lda, int rm, const char * panels, int64_t n,
+                char * c, size_t ldc, void * scratch);
+} gp_gemm;
+
 typedef struct gp_simd {
     const char * name;
     // the dot tiles of the weight types, by type (NULL: MUL_MAT reads that type with its
@@ -279,6 +292,8 @@ typedef struct gp_simd {
                          int64_t n);
     gp_vec_dot_fn vec_dot[GP_TYPE_COUNT];   // weights read by a vec_dot (block-quants.h),
                                             // by type; NULL for the others
+    const gp_gemm * gemm_q8_0;              // q8_0 rows (q4_0 ones widened: mul-mat.c) by
+                                            // many columns (NULL: the dot tiles)
 } gp_simd;
 
 // the dot tiles of the types read by a vec_dot (dot-k.c, dot-legacy.c), in the AVX2 and
@@ -299,6 +314,13 @@ GP_BLOCK_TILE(q3_K)
 GP_BLOCK_TILE(q4_K)
 GP_BLOCK_TILE(q5_K)
 GP_BLOCK_TILE(q6_K)
+
+#if GP_HAVE_AVX2
+void   gp_gemm_q8_0_pack_avx512(int64_t k, const char * const * rows, int n, char * panel);
+size_t gp_gemm_q8_0_panel_size_avx512(int64_t k);
+void   gp_gemm_q8_0_avx512(int64_t k, const char * a, size_t lda, int rm, const char * panels,
+                           int64_t n, char * c, size_t ldc, void * scratch);
+#endif
 
 extern const gp_simd gp_simd_baseline;
 #if GP_HAVE_AVX2

@@ -51,6 +51,9 @@ enum gp_op { GGML_PY_OPS(GP_OP_ENUM_) GP_OP_COUNT = GGML_PY_OP_COUNT };
     X(ARGSORT) X(TOP_K) X(FLASH_ATTN_EXT) X(UNARY) X(GLU)
 
 int gp_op_has_kernel(int op);
+// Does the MUL_MAT t go to the active instruction set's GEMM (mul-mat.c)? BLAS leaves
+// those to it: the GEMM reads the weights in their own type and is the faster.
+int gp_mul_mat_gemm_takes(const gp_tensor * t);
 
 // ---------------------------------------------------------------------------
 // instruction sets: the hot loops exist for a baseline x86-64 (or any) CPU, for AVX2 +

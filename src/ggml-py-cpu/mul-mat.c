@@ -14,6 +14,9 @@
 // share, then all wait); then the threads take chunks of (matrix, 16 weight rows) in
 // turn, each chunk running over all of its matrix's src1 rows. Every output is one dot
 // product summed in a fixed order, so the thread count does not change the result.
+// q8_0 and q4_0 weights against GEMM_MIN_COLS src1 rows or more go to the instruction
+// set's GEMM instead (gp_simd.gemm_q8_0: gemm-q8.c), where it has one: the converted rows
+// are packed into its panels, then the threads take its chunks of weight rows in turn.
 
 #include "cpu-impl.h"
 
@@ -120,12 +123,123 @@ static int mul_mat_supported(const gp_tensor * dst) {
            x->nb[0] == gp_type_size(x->type) && w->ne[0] % gp_blck_size(w->type) == 0;
 }
 
-static size_t mul_mat_wsize(const gp_tensor * dst) {
+static size_t form_wsize(const gp_tensor * dst) {
     const gp_tensor * w = dst->src[0];
     const gp_tensor * x = dst->src[1];
     if (!needs_form(w, x)) return 0;
     return gp_pad(gp_dot_form_size(w->type, x->ne[0]) * (size_t)gp_nrows(x));
 }
+
+// ---------------------------------------------------------------------------
+// the GEMM (gp_gemm: the active instruction set's, for q8_0 weights, and q4_0 ones
+// widened to q8_0 a chunk at a time) from GEMM_MIN_COLS src1 rows per matrix on; its work
+// buffer follows the converted rows: the panels of every src1 matrix, then each thread's
+// scratch (and its chunk of q4_0 rows widened)
+
+#define GEMM_MIN_COLS 8     // (below, the dot tiles' 4 x 2 register tiles waste less)
+_Static_assert(MM_ROWS == GP_GEMM_ROWS, "MUL_MAT_ID's chunks are the GEMM's");
+
+static const gp_gemm * gemm_of(const gp_tensor * dst) {
+    const gp_tensor * w = dst->src[0];
+    if (dst->op != GP_OP_MUL_MAT || !(w->type == GP_TYPE_Q8_0 || w->type == GP_TYPE_Q4_0) ||
+        dst->src[1]->ne[1] < GEMM_MIN_COLS)
+        return NULL;
+    return gp_simd_active->gemm_q8_0;
+}
+
+static size_t gemm_panels_size(const gp_gemm * gemm, const gp_tensor * x) {
+    const int64_t groups = (x->ne[1] + GP_GEMM_COLS - 1) / GP_GEMM_COLS;
+    return gp_pad(gemm->panel_size(x->ne[0]) * (size_t)(groups * x->ne[2] * x->ne[3]));
+}
+
+static size_t gemm_scratch_size(const gp_tensor * dst) {
+    const size_t nb = (size_t)(dst->src[0]->ne[0] / 32);
+    const size_t wide = dst->src[0]->type == GP_TYPE_Q4_0 ? gp_pad(GP_GEMM_ROWS * nb * Q8_0_BYTES) : 0;
+    return gp_pad(GP_GEMM_ROWS * nb * 8) + wide;
+}
+
+// The chunk's weight rows as the GEMM reads them: q8_0 rows where they are, q4_0 rows
+// widened into the end of scratch as q8_0 blocks (nibble - 8, the same scale: the same
+// integer sums and scales, so the sums of the q4_0 dots' generic order).
+static const char * gemm_rows(const gp_tensor * dst, const char * a, int rm, char * scratch, size_t * lda) {
+    const gp_tensor * w = dst->src[0];
+    *lda = w->nb[1];
+    if (w->type != GP_TYPE_Q4_0) return a;
+    const int64_t nb = w->ne[0] / 32;
+    char * wide = scratch + gp_pad((size_t)GP_GEMM_ROWS * (size_t)nb * 8);
+    const uint64_t lo = 0x0F0F0F0F0F0F0F0Full, top = 0x8080808080808080ull, eight = 0x0808080808080808ull;
+    for (int r = 0; r < rm; r++) {
+        for (int64_t b = 0; b < nb; b++) {
+            const char * q4 = a + r * w->nb[1] + b * Q4_0_BYTES;
+            char * q8 = wide + (r * nb + b) * Q8_0_BYTES;
+            memcpy(q8, q4, 2);
+            for (int h = 0; h < 2; h++) {       // bytes 8h .. 8h + 7: values 8h.. and 16 + 8h..
+                uint64_t v, vl, vh;
+                memcpy(&v, q4 + 2 + 8 * h, 8);
+                vl = (((v & lo) | top) - eight) ^ top;          // nibble - 8, byte by byte
+                vh = ((((v >> 4) & lo) | top) - eight) ^ top;
+                memcpy(q8 + 2 + 8 * h, &vl, 8);
+                memcpy(q8 + 18 + 8 * h, &vh, 8);
+            }
+        }
+    }
+    *lda = (size_t)nb * Q8_0_BYTES;
+    return wide;
+}
+
+static size_t gemm_wsize(const gp_gemm * gemm, const gp_tensor * dst, int nth) {
+    const gp_tensor * x = dst->src[1];
+    return form_wsize(dst) + gemm_panels_size(gemm, x) + (size_t)nth * gemm_scratch_size(dst);
+}
+
+int gp_mul_mat_gemm_takes(const gp_tensor * dst) {
+    return dst->op == GP_OP_MUL_MAT && !mul_mat_check(dst) && mul_mat_supported(dst) && gemm_of(dst);
+}
+
+// after convert_rows: the panels, then chunks of GP_GEMM_ROWS weight rows of a matrix
+// against all its columns (the threads take them in turn, as the dot tiles' chunks)
+static int gemm_mul_mat(const gp_params * p, gp_tensor * dst, const gp_gemm * gemm) {
+    const gp_tensor * w = dst->src[0];
+    const gp_tensor * x = dst->src[1];
+    const int64_t k = w->ne[0], m = w->ne[1];
+    const int64_t n = x->ne[1], ne12 = x->ne[2], ne13 = x->ne[3];
+    const int64_t r2 = ne12 / w->ne[2], r3 = ne13 / w->ne[3];
+    const size_t rb = gp_dot_form_size(w->type, k);
+    const int64_t groups = (n + GP_GEMM_COLS - 1) / GP_GEMM_COLS;
+    const size_t psize = gemm->panel_size(k);
+    char * panels = p->wdata + form_wsize(dst);
+    char * scratch = panels + gemm_panels_size(gemm, x) + (size_t)p->ith * gemm_scratch_size(dst);
+
+    for (int64_t pi = p->ith; pi < groups * ne12 * ne13; pi += p->nth) {
+        const int64_t mat = pi / groups, j0 = (pi % groups) * GP_GEMM_COLS;
+        const char * rows[GP_GEMM_COLS];
+        const int cn = (int)GP_MIN(GP_GEMM_COLS, n - j0);
+        for (int j = 0; j < cn; j++) rows[j] = p->wdata + (mat * n + j0 + j) * rb;
+        gemm->pack(k, rows, cn, panels + pi * psize);
+    }
+    gp_barrier(p);
+
+    const int64_t mchunks = (m + GP_GEMM_ROWS - 1) / GP_GEMM_ROWS;
+    for (int64_t ch = p->ith; ch < mchunks * ne12 * ne13; ch += p->nth) {
+        const int64_t mat = ch / mchunks;
+        const int64_t i12 = mat % ne12, i13 = mat / ne12;
+        const int64_t m0 = (ch % mchunks) * GP_GEMM_ROWS;
+        const int rm = (int)GP_MIN(GP_GEMM_ROWS, m - m0);
+        size_t lda;
+        const char * a = gemm_rows(dst, w->data + (i12 / r2) * w->nb[2] + (i13 / r3) * w->nb[3] +
+                                   m0 * w->nb[1], rm, scratch, &lda);
+        gemm->run(k, a, lda, rm, panels + mat * groups * psize, n,
+                  gp_row(dst, 0, i12, i13) + m0 * sizeof(float), dst->nb[1], scratch);
+    }
+    return 0;
+}
+
+static size_t mul_mat_wsize(const gp_tensor * dst, int nth) {
+    const gp_gemm * gemm = gemm_of(dst);
+    return gemm ? gemm_wsize(gemm, dst, nth) : form_wsize(dst);
+}
+
+// ---------------------------------------------------------------------------
 
 static int k_mul_mat(const gp_params * p, gp_tensor * dst) {
     const gp_tensor * w = dst->src[0];
@@ -140,6 +254,9 @@ static int k_mul_mat(const gp_params * p, gp_tensor * dst) {
         convert_rows(p, w, x);
         gp_barrier(p);
     }
+    // (a plan made under another instruction set may have no room for the GEMM's buffers)
+    const gp_gemm * gemm = gemm_of(dst);
+    if (gemm && p->wsize >= gemm_wsize(gemm, dst, p->nth)) return gemm_mul_mat(p, dst, gemm);
 
     const int64_t mchunks = (m + MM_ROWS - 1) / MM_ROWS;
     const int64_t nchunks = mchunks * ne12 * ne13;
@@ -189,6 +306,79 @@ static int mul_mat_id_supported(const gp_tensor * dst) {
     return mul_mat_supported(dst) && dst->src[2]->nb[0] == sizeof(int32_t);
 }
 
+// Each thread lists the columns by expert (a counting sort of the ids, in its own part of
+// the work buffer: cols[start[ex] .. start[ex + 1]) are the columns e + t * n_used that
+// ask for expert ex, in order); an expert with GEMM_MIN_COLS columns or more goes
+// through the GEMM (its columns packed into panels of its own, gstart[ex] panels in; the
+// results land in the thread's out rows and are scattered from there), the others
+// through the dot tiles.
+
+typedef struct {
+    int32_t * start;        // [n_expert + 1]
+    int32_t * gstart;       // [n_expert + 1]: first panel of each expert (GEMM experts only)
+    int32_t * cols;         // [n_used * n_tok]
+    void *    scratch;      // the GEMM's (gemm_scratch_size)
+    float *   out;          // [n_used * n_tok][GP_GEMM_ROWS]: a chunk's GEMM results
+} id_lists;
+
+static int64_t id_cols(const gp_tensor * dst) { return dst->src[2]->ne[0] * dst->src[2]->ne[1]; }
+
+// panels of all GEMM experts together, at most
+static int64_t id_max_panels(const gp_tensor * dst) {
+    const int64_t n = id_cols(dst);
+    return n / GP_GEMM_COLS + GP_MIN(dst->src[0]->ne[2], n / GEMM_MIN_COLS);
+}
+
+static const gp_gemm * gemm_id_of(const gp_tensor * dst) {
+    const int wtype = dst->src[0]->type;
+    return (wtype == GP_TYPE_Q8_0 || wtype == GP_TYPE_Q4_0) && id_cols(dst) >= GEMM_MIN_COLS
+               ? gp_simd_active->gemm_q8_0 : NULL;
+}
+
+static size_t id_lists_size(const gp_tensor * dst, const gp_gemm * gemm) {
+    const size_t ints = gp_pad((size_t)(2 * (dst->src[0]->ne[2] + 1) + id_cols(dst)) * sizeof(int32_t));
+    if (!gemm) return ints;
+    return ints + gemm_scratch_size(dst) + gp_pad((size_t)id_cols(dst) * GP_GEMM_ROWS * sizeof(float));
+}
+
+static size_t id_panels_size(const gp_tensor * dst, const gp_gemm * gemm) {
+    return gemm ? gp_pad(gemm->panel_size(dst->src[0]->ne[0]) * (size_t)id_max_panels(dst)) : 0;
+}
+
+static size_t mul_mat_id_wsize(const gp_tensor * dst, const gp_gemm * gemm, int nth) {
+    return form_wsize(dst) + id_panels_size(dst, gemm) + (size_t)nth * id_lists_size(dst, gemm);
+}
+
+static id_lists id_lists_of(const gp_params * p, const gp_tensor * dst, const gp_gemm * gemm) {
+    const int64_t n_expert = dst->src[0]->ne[2];
+    char * at = p->wdata + form_wsize(dst) + id_panels_size(dst, gemm) + (size_t)p->ith * id_lists_size(dst, gemm);
+    id_lists l = {(int32_t *)at, (int32_t *)at + n_expert + 1, (int32_t *)at + 2 * (n_expert + 1), NULL, NULL};
+    if (gemm) {
+        l.scratch = at + gp_pad((size_t)(2 * (n_expert + 1) + id_cols(dst)) * sizeof(int32_t));
+        l.out = (float *)((char *)l.scratch + gemm_scratch_size(dst));
+    }
+    const gp_tensor * ids = dst->src[2];
+    const int64_t n_used = ids->ne[0], n_tok = ids->ne[1];
+    int32_t * next = l.gstart;                  // (the counting sort's cursors, first)
+    memset(l.start, 0, (size_t)(n_expert + 1) * sizeof(int32_t));
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t e = 0; e < n_used; e++)
+            l.start[*(const int32_t *)(ids->data + e * ids->nb[0] + t * ids->nb[1]) + 1]++;
+    for (int64_t ex = 0; ex < n_expert; ex++) {
+        l.start[ex + 1] += l.start[ex];
+        next[ex] = l.start[ex];
+    }
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t e = 0; e < n_used; e++)
+            l.cols[next[*(const int32_t *)(ids->data + e * ids->nb[0] + t * ids->nb[1])]++] = (int32_t)(e + t * n_used);
+    l.gstart[0] = 0;
+    for (int64_t ex = 0; ex < n_expert; ex++) {
+        const int32_t cnt = l.start[ex + 1] - l.start[ex];
+        l.gstart[ex + 1] = l.gstart[ex] + (gemm && cnt >= GEMM_MIN_COLS ? (cnt + GP_GEMM_COLS - 1) / GP_GEMM_COLS : 0);
+    }
+    return l;
+}
+
 static int k_mul_mat_id(const gp_params * p, gp_tensor * dst) {
     const gp_tensor * w = dst->src[0];
     const gp_tensor * x = dst->src[1];
@@ -213,6 +403,28 @@ static int k_mul_mat_id(const gp_params * p, gp_tensor * dst) {
         convert_rows(p, w, x);
         gp_barrier(p);
     }
+    // (a plan made under another instruction set may have no room for the GEMM's buffers)
+    const gp_gemm * gemm = gemm_id_of(dst);
+    if (gemm && p->wsize < mul_mat_id_wsize(dst, gemm, p->nth)) gemm = NULL;
+    const id_lists l = id_lists_of(p, dst, gemm);
+    // the src1 row of column q = e + t * n_used
+#define ID_ROW(q) (converted ? p->wdata + (((q) / n_used) * ne11 + ((q) % n_used) % ne11) * rb \
+                             : gp_row(x, ((q) % n_used) % ne11, (q) / n_used, 0))
+#define ID_DST(q) ((float *)gp_row(dst, (q) % n_used, (q) / n_used, 0))
+
+    const size_t psize = gemm ? gemm->panel_size(k) : 0;
+    char * panels = p->wdata + form_wsize(dst);
+    if (gemm) {
+        for (int64_t pi = p->ith, ex = 0; pi < l.gstart[n_expert]; pi += p->nth) {
+            while (pi >= l.gstart[ex + 1]) ex++;
+            const int64_t j0 = l.start[ex] + (pi - l.gstart[ex]) * GP_GEMM_COLS;
+            const int cn = (int)GP_MIN(GP_GEMM_COLS, l.start[ex + 1] - j0);
+            const char * rows[GP_GEMM_COLS];
+            for (int j = 0; j < cn; j++) rows[j] = ID_ROW(l.cols[j0 + j]);
+            gemm->pack(k, rows, cn, panels + pi * psize);
+        }
+        gp_barrier(p);
+    }
 
     const int64_t mchunks = (m + MM_ROWS - 1) / MM_ROWS;
     const void * b[MM_COLS];
@@ -222,21 +434,28 @@ static int k_mul_mat_id(const gp_params * p, gp_tensor * dst) {
         const int64_t m0 = (ch % mchunks) * MM_ROWS;
         const int rm = (int)GP_MIN(MM_ROWS, m - m0);
         const char * a = w->data + ex * w->nb[2] + m0 * w->nb[1];
-        int rn = 0;
-        for (int64_t t = 0; t < n_tok; t++) {
-            for (int64_t e = 0; e < n_used; e++) {
-                if (*(const int32_t *)(ids->data + e * ids->nb[0] + t * ids->nb[1]) != ex) continue;
-                const int64_t i11 = e % ne11;
-                b[rn] = converted ? p->wdata + (t * ne11 + i11) * rb : gp_row(x, i11, t, 0);
-                c[rn] = (float *)gp_row(dst, e, t, 0) + m0;
-                if (++rn == MM_COLS) {
-                    gp_dot_rows(w->type, k, a, w->nb[1], rm, b, rn, c);
-                    rn = 0;
-                }
-            }
+        const int32_t * cols = l.cols + l.start[ex];
+        const int64_t cnt = l.start[ex + 1] - l.start[ex];
+        if (l.gstart[ex + 1] > l.gstart[ex]) {
+            size_t lda;
+            const char * wa = gemm_rows(dst, a, rm, l.scratch, &lda);
+            gemm->run(k, wa, lda, rm, panels + l.gstart[ex] * psize, cnt, (char *)l.out,
+                      GP_GEMM_ROWS * sizeof(float), l.scratch);
+            for (int64_t j = 0; j < cnt; j++)
+                memcpy(ID_DST(cols[j]) + m0, l.out + j * GP_GEMM_ROWS, (size_t)rm * sizeof(float));
+            continue;
         }
-        if (rn) gp_dot_rows(w->type, k, a, w->nb[1], rm, b, rn, c);
+        for (int64_t j0 = 0; j0 < cnt; j0 += MM_COLS) {
+            const int rn = (int)GP_MIN(MM_COLS, cnt - j0);
+            for (int j = 0; j < rn; j++) {
+                b[j] = ID_ROW(cols[j0 + j]);
+                c[j] = ID_DST(cols[j0 + j]) + m0;
+            }
+            gp_dot_rows(w->type, k, a, w->nb[1], rm, b, rn, c);
+        }
     }
+#undef ID_ROW
+#undef ID_DST
     return 0;
 }
 
@@ -252,6 +471,6 @@ gp_kernel gp_select_mul_mat(const gp_tensor * t, int nth, int * n_tasks, size_t 
     if (!(is_id ? mul_mat_id_supported(t) : mul_mat_supported(t))) return NULL;
     const int64_t work = t->ne[0] * gp_nrows(t) * t->src[0]->ne[0];
     *n_tasks = work >= MM_PARALLEL_MIN ? nth : 1;
-    *wsize = mul_mat_wsize(t);
+    *wsize = is_id ? mul_mat_id_wsize(t, gemm_id_of(t), *n_tasks) : mul_mat_wsize(t, *n_tasks);
     return is_id ? k_mul_mat_id : k_mul_mat;
 }

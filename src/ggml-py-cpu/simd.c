@@ -517,6 +517,12 @@ static void acc_gemm_f32(float * const * acc, const float * const * p, int nr, c
     }
 }
 
+#ifdef GP_SIMD_AVX512
+static const gp_gemm gemm_q8_0 = {
+    gp_gemm_q8_0_panel_size_avx512, gp_gemm_q8_0_pack_avx512, gp_gemm_q8_0_avx512,
+};
+#endif
+
 const gp_simd GP_SIMD_FN(gp_simd) = {
     /* .name       = */ GP_SIMD_STR(GP_SIMD_SUFFIX),
     /* .tile       = */ {
@@ -560,4 +566,9 @@ const gp_simd GP_SIMD_FN(gp_simd) = {
         [GP_TYPE_IQ4_XS] = GP_SIMD_FN(gp_vec_dot_iq4_xs_q8_K),
         [GP_TYPE_MXFP4]  = GP_SIMD_FN(gp_vec_dot_mxfp4_q8_0),
     },
+#ifdef GP_SIMD_AVX512
+    /* .gemm_q8_0  = */ &gemm_q8_0,
+#else
+    /* .gemm_q8_0  = */ NULL,
+#endif
 };

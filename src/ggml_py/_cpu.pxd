@@ -34,6 +34,7 @@ cdef extern from "ggml-py-cpu/ggml-py-cpu.h" nogil:
     int gp_isa_set(gp_isa isa)
     gp_isa gp_isa_get()
     const char * gp_isa_name(gp_isa isa)
+    int gp_mul_mat_gemm_takes(const gp_tensor * t)
 
     void gp_f16_to_f32_row(const uint16_t * x, float * y, int64_t n)
     void gp_f32_to_f16_row(const float * x, uint16_t * y, int64_t n)

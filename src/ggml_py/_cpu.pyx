@@ -160,9 +160,11 @@ cdef class CPlan:
 
 
 cdef inline bint _blas_takes(ggml_tensor * t, int64_t min_batch) noexcept:
-    """Does a MUL_MAT the C kernels take go to BLAS? (src1 f32 rows, enough of them)"""
+    """Does a MUL_MAT the C kernels take go to BLAS? (src1 f32 rows, enough of them, and
+    no GEMM of the instruction set's for them)"""
     cdef ggml_tensor * x = t.src[1]
-    return x.type == GGML_TYPE_F32 and x.nb[0] == sizeof(float) and x.ne[1] >= min_batch
+    return x.type == GGML_TYPE_F32 and x.nb[0] == sizeof(float) and x.ne[1] >= min_batch and \
+        not gp_mul_mat_gemm_takes(<gp_tensor *>t)
 
 
 cdef str _describe(ggml_tensor * t):
