@@ -45,13 +45,13 @@ def _run(backend, g, out, level):
         assert backend.graph_compute(g)
     finally:
         set_isa(before)
-    assert backend.executor.plan_of(g).kinds()[-1] == "c"
+    assert backend.executor.cplan_of(g).kinds()[-1] == "c"
     return np.array(tensor_array(out))
 
 
 def _gemm_and_baseline(out, feeds, threads=1):
-    """out under the AVX-512 build (the GEMM) and under the baseline, each in a plan of
-    its own (a plan keeps the work buffer of the instruction set it was made under)."""
+    """out under the AVX-512 build (the GEMM) and under the baseline, each in a cplan of
+    its own (a cplan keeps the work buffer of the instruction set it was made under)."""
     fast = _run(FAST[threads], opscheck.prepare(FAST[threads], out, feeds)[0], out, "avx512")
     base = _run(FAST[1], opscheck.prepare(FAST[1], out, feeds)[0], out, "baseline")
     return fast, base
@@ -104,8 +104,8 @@ def test_gemm_threads_do_not_change_a_bit(threads, t):
     np.testing.assert_array_equal(many.view(np.uint32), one.view(np.uint32))
 
 
-def test_a_plan_without_room_for_the_gemm_keeps_the_dot_tiles():
-    """A plan made under AVX2 has no work buffer for the panels: computed under AVX-512,
+def test_a_cplan_without_room_for_the_gemm_keeps_the_dot_tiles():
+    """A cplan made under AVX2 has no work buffer for the panels: computed under AVX-512,
     it reads q8_0 with the dot tiles (the AVX2 loops' bits) instead of overrunning it."""
     ctx = Context()
     w, fw = _q8_0(ctx, _arr(10, (24, 128)), "w")

@@ -254,7 +254,7 @@ static int k_mul_mat(const gp_params * p, gp_tensor * dst) {
         convert_rows(p, w, x);
         gp_barrier(p);
     }
-    // (a plan made under another instruction set may have no room for the GEMM's buffers)
+    // (a cplan made under another instruction set may have no room for the GEMM's buffers)
     const gp_gemm * gemm = gemm_of(dst);
     if (gemm && p->wsize >= gemm_wsize(gemm, dst, p->nth)) return gemm_mul_mat(p, dst, gemm);
 
@@ -403,7 +403,7 @@ static int k_mul_mat_id(const gp_params * p, gp_tensor * dst) {
         convert_rows(p, w, x);
         gp_barrier(p);
     }
-    // (a plan made under another instruction set may have no room for the GEMM's buffers)
+    // (a cplan made under another instruction set may have no room for the GEMM's buffers)
     const gp_gemm * gemm = gemm_id_of(dst);
     if (gemm && p->wsize < mul_mat_id_wsize(dst, gemm, p->nth)) gemm = NULL;
     const id_lists l = id_lists_of(p, dst, gemm);
