@@ -1,7 +1,7 @@
 """The backend scheduler: split a graph over backends as ggml_backend_sched does.
 
 `Scheduler` is the thin, checked Python face of the Cython core
-(`ggml_py._sched.SchedCore`); `Scheduler.plan()` gives what a split decided in the
+(`ggml_py._schedcore.SchedCore`); `Scheduler.plan()` gives what a split decided in the
 plan-file format of SCHED_CASES.md (`ggml_py.plan`). ggml's C-style names are provided as aliases at
 the bottom, so code written against ggml's API reads the same.
 """
@@ -21,7 +21,7 @@ import numpy as np
 
 from ggml_py._backend import Backend, BufferType
 from ggml_py._core import VIEW_OPS, Graph, Tensor, instance_arg, int_arg, items_arg
-from ggml_py._sched import SchedCore
+from ggml_py._schedcore import SchedCore
 from ggml_py._schedtime import (TIME_ALLOC, TIME_RESERVE, TIME_REUSE, TIME_SPLIT, TIME_SWEEP,
                                 GraphSnapshot, time_rebuilt_reps, time_reps)
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
