@@ -31,6 +31,18 @@ from ggml_py.errors import SchedulerError
 
 _TABLES = "the scheduler's tables"          # what safe_realloc names when a table cannot grow
 
+# The fields of a graph's tensors that the passes read (_sched.TENSOR_READS) and the
+# fingerprint does not compare tensor by tensor (fp_record / fp_tensor_matches), and why
+# none of them can change the plan (tests/test_sched_reads.py: every other field read is)
+NOT_COMPARED = {
+    "order": "fp_matches sets it on every node and leaf as pass 1 finds it (a node's "
+             "position, a leaf's -2 - position), refusing a tensor at two places",
+    "name": "only the split inputs' names reach the plan (their copies are named after "
+            "them): fp_matches compares those (input_names); other reads are error messages",
+    "id": "read of the scheduler's own arena tensors only (their index in the arena)",
+    "owner": "read of a node's source only to tell the scheduler's own copies apart",
+}
+
 
 # ---------------------------------------------------------------------------
 # level 1, and the reset it defers

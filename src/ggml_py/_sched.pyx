@@ -34,6 +34,66 @@ from ggml_py.errors import AllocationError, GraphError, SchedulerError
 _TABLES = "the scheduler's tables"          # what safe_realloc names when a table cannot grow
 
 
+# ---------------------------------------------------------------------------
+# What the passes read of the graph's tensors: the ggml_tensor fields each function of
+# this module reads, itself or through a helper of another module it hands a tensor to
+# (CALLEE_READS). A kept plan is taken for a rebuilt graph (graph reuse, _reuse.pyx) only
+# where the fingerprint compares every field read here, or says why one cannot change
+# the plan (_reuse.NOT_COMPARED): tests/test_sched_reads.py holds these declarations to
+# the source of both modules, so a pass that starts reading a field must declare it.
+
+# what a backend's supports_op / offload_op rule may read of the op's tensor
+_RULE_READS = ("op", "flags", "type", "ne", "nb", "op_params", "src", "src_mask", "view_src",
+               "buffer")
+
+CALLEE_READS = {
+    "backend_supports_op": _RULE_READS,
+    "backend_supports_op_of": _RULE_READS,
+    "backend_offload_op": _RULE_READS,
+    "ggml_is_node_from": ("order",),
+    "ggml_is_computed_from": ("op", "order"),
+    "ggml_computes": ("op",),
+    "ggml_views_computed_node": ("op", "order", "view_src"),
+    "source_mask": ("src_mask",),
+    "ggml_dup_tensor_layout": ("type", "ne", "nb", "name"),
+    "ggml_view_tensor": ("type", "ne", "nb", "view_src", "view_offs", "buffer", "data", "name"),
+    "tensor_name": ("name",),                   # (error messages)
+    "leaf_view_message": ("op", "name"),
+    "order_message": ("op", "name"),
+}
+
+TENSOR_READS = {
+    "memory_key": ("buffer", "data"),
+    "_base_buffer": ("view_src", "buffer"),
+    "hash_set_full": ("name",),
+    "backend_for_memory": _RULE_READS,
+    "unmovable_memory_error": ("op", "view_src", "buffer", "name"),
+    "cur_may_choose": ("flags", "view_src", "buffer"),
+    "backend_id_from_cur": _RULE_READS,
+    "describe_source": ("flags", "view_src", "buffer"),
+    "find_weights": ("src", "src_mask"),
+    "src_readable": ("view_src",),
+    "set_if_supported": _RULE_READS,
+    "hashed_ref": ("order",),
+    "pass1_preallocated": ("op", "order", "view_src", "name"),
+    "pass1_sweep": ("op", "flags", "order", "src", "src_mask", "view_src"),
+    "pass3_upgrade": _RULE_READS,
+    "_computed_input": ("op", "order", "view_src"),
+    "pass4_sources": ("op", "order", "view_src", "name"),
+    "name_copy": ("name",),
+    "new_sched_tensor": ("type", "ne", "nb", "view_src", "view_offs", "buffer", "data", "name",
+                         "id"),
+    "note_view_assignment": ("view_src",),
+    "add_graph_input": ("flags", "name"),
+    "add_split_input": ("flags", "name"),
+    "pass5_split": ("op", "name"),
+    "add_every_input_leaf": ("flags",),
+    "record_rewiring": ("src",),
+    "undo_rewiring": ("owner",),
+    "retire_arena": ("view_src", "buffer", "data"),
+}
+
+
 cdef inline ggml_backend_buffer * memory_key(SchedCore s, const ggml_tensor * t,
                                              size_t * offset) noexcept:
     """The memory t has before an allocation, as the split and the allocator see it:
