@@ -269,7 +269,8 @@ cdef int fp_record(SchedCore s, const uint32_t * refs, ggml_tensor * t, fp_tenso
     # its memory before the allocation as pass 1 saw it, as the tensor's own fields
     # hold it: none (NULL, NULL), outside any buffer (NULL, address), or in a buffer
     r.buffer = memory
-    r.data = memory.base + s.sweep.pre_offset[pre] if memory != NULL else <char *>s.sweep.pre_offset[pre]
+    cdef size_t offset = s.sweep.pre_offset[pre]
+    r.data = memory.base + offset if memory != NULL else <char *>offset
     r.view_offs = t.view_offs
     # type, ne, nb and op_params: one of the graph's few distinct layouts
     key = (t.type, (<char *>&t.ne[0])[:FP_LAYOUT_WORDS * 8])
@@ -399,7 +400,8 @@ cdef int fp_build(SchedCore s) except -1:
         for i in range(s.n_splits):
             for j in range(s.splits[i].n_inputs):
                 s.fp.inputs[n] = fp_ref(s, refs, s.splits[i].inputs[j])
-                s.fp.input_entries[n] = fp_entry_of(s, ggml_hash_find(&s.hash_set, s.splits[i].inputs[j]))
+                s.fp.input_entries[n] = fp_entry_of(
+                    s, ggml_hash_find(&s.hash_set, s.splits[i].inputs[j]))
                 memcpy(&s.fp.input_names[n * GGML_MAX_NAME], s.splits[i].inputs[j].name,
                        GGML_MAX_NAME)
                 n += 1
@@ -660,8 +662,10 @@ cdef int fp_repoint(SchedCore s, Graph graph) except -1:
         gc.leafs[i * s.pipeline.n_copies + s.pipeline.cur_copy] = t
         gi.tensor = t
     # as a split of an equal graph leaves them: the previous ids are the same
-    memcpy(s.graph_copy.prev_node_backend_ids, s.graph_copy.node_backend_ids, gc.n_nodes * sizeof(int))
-    memcpy(s.graph_copy.prev_leaf_backend_ids, s.graph_copy.leaf_backend_ids, gc.n_leafs * sizeof(int))
+    memcpy(s.graph_copy.prev_node_backend_ids, s.graph_copy.node_backend_ids,
+           gc.n_nodes * sizeof(int))
+    memcpy(s.graph_copy.prev_leaf_backend_ids, s.graph_copy.leaf_backend_ids,
+           gc.n_leafs * sizeof(int))
     # the hash set's keys are to be this table's (g may change before they are read)
     s.fp.table, s.fp.cur_table = s.fp.cur_table, s.fp.table
     s.fp.keys_stale = True

@@ -370,16 +370,17 @@ cdef int grow_node_tables(SchedCore s, ggml_cgraph * graph) except -1:
         safe_realloc(<void **>&s.sweep.compute_ops, graph.n_nodes, sizeof(uint16_t), _TABLES)
         safe_realloc(<void **>&s.sweep.node_refs, graph.n_nodes, sizeof(int), _TABLES)
         s.sweep.node_slots_capacity = graph.n_nodes
-    if graph.n_leafs + graph.n_nodes > s.sweep.pre_capacity or s.sweep.pre_memory == NULL:
-        safe_realloc(<void **>&s.sweep.pre_memory, graph.n_leafs + graph.n_nodes + 1, sizeof(void *), _TABLES)
-        safe_realloc(<void **>&s.sweep.pre_offset, graph.n_leafs + graph.n_nodes + 1, sizeof(size_t), _TABLES)
-        safe_realloc(<void **>&s.sweep.pre_indexes, graph.n_leafs + graph.n_nodes + 1, sizeof(int), _TABLES)
-        safe_realloc(<void **>&s.sweep.dense_bufts, graph.n_leafs + graph.n_nodes + 1, sizeof(void *), _TABLES)
-        safe_realloc(<void **>&s.sweep.dense_bits, graph.n_leafs + graph.n_nodes + 1, sizeof(uint8_t), _TABLES)
-        safe_realloc(<void **>&s.sweep.leaf_refs, graph.n_leafs + graph.n_nodes + 1, sizeof(int), _TABLES)
-        safe_realloc(<void **>&s.sweep.node_slots, graph.n_leafs + graph.n_nodes + 1, sizeof(uint32_t), _TABLES)
-        safe_realloc(<void **>&s.sweep.dense_ids, graph.n_leafs + graph.n_nodes + 1, sizeof(int8_t), _TABLES)
-        s.sweep.pre_capacity = graph.n_leafs + graph.n_nodes
+    cdef int n = graph.n_leafs + graph.n_nodes
+    if n > s.sweep.pre_capacity or s.sweep.pre_memory == NULL:
+        safe_realloc(<void **>&s.sweep.pre_memory, n + 1, sizeof(void *), _TABLES)
+        safe_realloc(<void **>&s.sweep.pre_offset, n + 1, sizeof(size_t), _TABLES)
+        safe_realloc(<void **>&s.sweep.pre_indexes, n + 1, sizeof(int), _TABLES)
+        safe_realloc(<void **>&s.sweep.dense_bufts, n + 1, sizeof(void *), _TABLES)
+        safe_realloc(<void **>&s.sweep.dense_bits, n + 1, sizeof(uint8_t), _TABLES)
+        safe_realloc(<void **>&s.sweep.leaf_refs, n + 1, sizeof(int), _TABLES)
+        safe_realloc(<void **>&s.sweep.node_slots, n + 1, sizeof(uint32_t), _TABLES)
+        safe_realloc(<void **>&s.sweep.dense_ids, n + 1, sizeof(int8_t), _TABLES)
+        s.sweep.pre_capacity = n
     return 0
 
 
@@ -875,7 +876,8 @@ cdef int add_split_input(SchedCore s, sched_split * split, ggml_tensor * node, i
             copy_slot(s, src_id, backend_id, c)[0] = cpy
         split.inputs[split.n_inputs] = src
         split.n_inputs += 1
-    return record_rewiring(s, node, i, j, src, copy_slot(s, src_id, backend_id, s.pipeline.cur_copy)[0])
+    return record_rewiring(s, node, i, j, src,
+                           copy_slot(s, src_id, backend_id, s.pipeline.cur_copy)[0])
 
 
 cdef int pass5_split(SchedCore s, ggml_cgraph * graph) except -1:
@@ -1056,7 +1058,8 @@ cdef int grow_ids(SchedCore s, int n) except -1:
     arrays[3] = &s.graph_copy.prev_leaf_backend_ids
     for k in range(4):
         safe_realloc(<void **>arrays[k], n, sizeof(int), _TABLES)
-        memset(arrays[k][0] + s.graph_copy.ids_capacity, 0, (n - s.graph_copy.ids_capacity) * sizeof(int))
+        memset(arrays[k][0] + s.graph_copy.ids_capacity, 0,
+               (n - s.graph_copy.ids_capacity) * sizeof(int))
     s.graph_copy.ids_capacity = n
     return 0
 
@@ -1082,7 +1085,8 @@ cdef int build_graph_copy(SchedCore s, ggml_cgraph * graph) except -1:
     s.graph_copy.leaf_backend_ids = s.graph_copy.prev_leaf_backend_ids
     s.graph_copy.prev_leaf_backend_ids = tmp_ids
 
-    cdef int size = max(graph.n_nodes, graph.n_leafs) + s.n_splits * s.opts.max_split_inputs * 2 * s.pipeline.n_copies
+    cdef int size = (max(graph.n_nodes, graph.n_leafs)
+                     + s.n_splits * s.opts.max_split_inputs * 2 * s.pipeline.n_copies)
     s.graph_copy.debug_prev_graph_size = s.graph_copy.debug_graph_size
     s.graph_copy.debug_graph_size = size
     grow_ids(s, size)
@@ -1152,7 +1156,8 @@ cdef int check_graph_fits(SchedCore s, ggml_cgraph * graph) except -1:
     if graph.n_nodes + graph.n_leafs > <int>s.hash_set.size:
         raise SchedulerError(
             f"the graph has {graph.n_nodes} nodes and {graph.n_leafs} leafs, more than the "
-            f"{s.hash_set.size} slots of the scheduler's hash set (graph_size {s.opts.graph_size}); "
+            f"{s.hash_set.size} slots of the scheduler's hash set (graph_size "
+            f"{s.opts.graph_size}); "
             f"graph_size must count nodes and leafs", "hash-set-too-small")
     return 0
 
@@ -1160,8 +1165,9 @@ cdef int check_graph_fits(SchedCore s, ggml_cgraph * graph) except -1:
 cdef int split_passes(SchedCore s, Graph g) except -1:
     """ggml_backend_sched_split_graph's passes, on tables that hold only the user's
     assignments (the caller, sched_split, took no kept plan). The previous split's
-    rewiring is undone first (whatever graph it was). On error the split leaves nothing in the graph and the
-    scheduler is left reset-able: the next reset() clears what it assigned."""
+    rewiring is undone first (whatever graph it was). On error the split leaves nothing
+    in the graph and the scheduler is left reset-able: the next reset() clears what it
+    assigned."""
     cdef ggml_cgraph * graph = &g.graph
     undo_rewiring(s)
     retire_arena(s)

@@ -46,24 +46,28 @@ cdef inline bint _ids_changed(SchedCore s, const int * ids, const int * prev, in
 cdef int sched_alloc_splits(SchedCore s) except -1:
     """Place the graph copy in the compute buffers, reusing the last reservation
     when the backends did not change; reserve again otherwise. 1 ok, 0 failed."""
+    cdef sched_graph_copy * c = &s.graph_copy
     cdef bint changed = (s.plan_stale
-                         or _ids_changed(s, s.graph_copy.node_backend_ids, s.graph_copy.prev_node_backend_ids, s.graph_copy.graph.n_nodes)
-                         or _ids_changed(s, s.graph_copy.leaf_backend_ids, s.graph_copy.prev_leaf_backend_ids, s.graph_copy.graph.n_leafs))
+                         or _ids_changed(s, c.node_backend_ids, c.prev_node_backend_ids,
+                                         c.graph.n_nodes)
+                         or _ids_changed(s, c.leaf_backend_ids, c.prev_leaf_backend_ids,
+                                         c.graph.n_leafs))
     s.split_pending = False
     s.plan_stale = False
     cdef bint unexpected
     cdef int b
     # the galloc keeps the tensors it places alive: the user's graph and the copies
     owner = (s.last_graph_obj, s.arena)
-    if not changed and s.galloc.c_alloc_graph(&s.graph_copy.graph, owner):
+    if not changed and s.galloc.c_alloc_graph(&c.graph, owner):
         return 1
     # a reallocation (ggml: GGML_SCHED_DEBUG_REALLOC aborts on the unexpected ones)
-    unexpected = not changed and s.graph_copy.debug_prev_graph_size == s.graph_copy.debug_graph_size
+    unexpected = not changed and c.debug_prev_graph_size == c.debug_graph_size
     s.n_reallocs += 1
     s.n_unexpected_reallocs += unexpected
     if s.opts.debug_realloc > 0 and (unexpected or s.opts.debug_realloc > 1):
-        msg = (f"unexpected graph reallocation (graph size = {s.graph_copy.debug_graph_size}, nodes = "
-               f"{s.graph_copy.graph.n_nodes}, leafs = {s.graph_copy.graph.n_leafs}, debug_realloc = {s.opts.debug_realloc})")
+        msg = (f"unexpected graph reallocation (graph size = {c.debug_graph_size}, nodes = "
+               f"{c.graph.n_nodes}, leafs = {c.graph.n_leafs}, debug_realloc = "
+               f"{s.opts.debug_realloc})")
         if s.opts.realloc_raises:
             raise SchedulerError(msg, "unexpected-realloc")
         import warnings
@@ -71,17 +75,18 @@ cdef int sched_alloc_splits(SchedCore s) except -1:
     # the reallocation may move split inputs: wait for queued work first
     for b in range(s.n_backends):
         (<object>s.backends[b].pyobj).synchronize()
-    if not s.galloc.c_reserve_n(&s.graph_copy.graph, s.graph_copy.node_backend_ids, s.graph_copy.leaf_backend_ids):
+    if not s.galloc.c_reserve_n(&c.graph, c.node_backend_ids, c.leaf_backend_ids):
         return 0
-    return s.galloc.c_alloc_graph(&s.graph_copy.graph, owner, True)     # the graph just planned fits
+    return s.galloc.c_alloc_graph(&c.graph, owner, True)     # the graph just planned fits
 
 
 cdef int alloc_again(SchedCore s) except -1:
     """Allocate the kept plan, moved to another copy slot, as alloc_graph allocates a
     fresh split of the same graph there (which leaves the previous backend ids and graph
     size equal to the new ones). 1 ok, 0 failed."""
-    memcpy(s.graph_copy.prev_node_backend_ids, s.graph_copy.node_backend_ids, s.graph_copy.graph.n_nodes * sizeof(int))
-    memcpy(s.graph_copy.prev_leaf_backend_ids, s.graph_copy.leaf_backend_ids, s.graph_copy.graph.n_leafs * sizeof(int))
+    cdef sched_graph_copy * c = &s.graph_copy
+    memcpy(c.prev_node_backend_ids, c.node_backend_ids, c.graph.n_nodes * sizeof(int))
+    memcpy(c.prev_leaf_backend_ids, c.leaf_backend_ids, c.graph.n_leafs * sizeof(int))
     s.graph_copy.debug_prev_graph_size = s.graph_copy.debug_graph_size
     return sched_alloc_splits(s)
 

@@ -97,7 +97,8 @@ cdef class SchedCore:
         table_bytes = n * (sizeof(void *) + sizeof(int8_t) + 1 +
                            self.n_backends * self.pipeline.n_copies * sizeof(void *))
         check_memory_available(table_bytes, f"a scheduler with graph_size {self.opts.graph_size}, "
-                               f"{self.n_backends} backends and {self.pipeline.n_copies} copies: its tables")
+                               f"{self.n_backends} backends and {self.pipeline.n_copies} copies: "
+                               f"its tables")
         self.backends = <ggml_backend **>checked_calloc(self.n_backends, sizeof(ggml_backend *),
                                                         "the scheduler's backend table")
         self.bufts = <ggml_backend_buffer_type **>checked_calloc(
@@ -113,8 +114,8 @@ cdef class SchedCore:
         self.splits_capacity = 16
         self.splits = <sched_split *>checked_calloc(self.splits_capacity, sizeof(sched_split),
                                                     "scheduler tables")
-        self.pipeline.graph_inputs = <graph_input *>checked_calloc(max(self.opts.max_graph_inputs, 1),
-                                                          sizeof(graph_input), "scheduler tables")
+        self.pipeline.graph_inputs = <graph_input *>checked_calloc(
+            max(self.opts.max_graph_inputs, 1), sizeof(graph_input), "scheduler tables")
         self.arena = Context("sched")
         # made on every split: interning their layouts would cost a dict lookup each
         self.arena.ctx.no_layout_ids = True
@@ -208,7 +209,8 @@ cdef class SchedCore:
     def reserve_n(self):
         """Reserve compute buffers for the current graph copy (after a split)."""
         self.plan_reusable = False        # the reservation may move every placement
-        ok = self.galloc.c_reserve_n(&self.graph_copy.graph, self.graph_copy.node_backend_ids, self.graph_copy.leaf_backend_ids)
+        cdef sched_graph_copy * c = &self.graph_copy
+        ok = self.galloc.c_reserve_n(&c.graph, c.node_backend_ids, c.leaf_backend_ids)
         self.split_pending = self.plan_stale = False    # the plan is the last split's
         return bool(ok)
 
@@ -217,7 +219,8 @@ cdef class SchedCore:
         cdef size_t * sizes = <size_t *>checked_calloc(self.n_backends, sizeof(size_t),
                                                        "the size table")
         try:
-            self.galloc.c_reserve_n_size(&self.graph_copy.graph, self.graph_copy.node_backend_ids, self.graph_copy.leaf_backend_ids, sizes)
+            self.galloc.c_reserve_n_size(&self.graph_copy.graph, self.graph_copy.node_backend_ids,
+                                         self.graph_copy.leaf_backend_ids, sizes)
             return [sizes[i] for i in range(self.n_backends)]
         finally:
             free(sizes)
@@ -326,11 +329,13 @@ cdef class SchedCore:
             h = self.fp.entries[self.fp.input_entries[k + j]].slot if self.fp.keys_stale \
                 else hash_id(self, input)
             out.append((tensor_handle(input), self.hv_tensor_backend_ids[h],
-                        tensor_handle(copy_slot(self, h, split.backend_id, self.pipeline.cur_copy)[0])))
+                        tensor_handle(copy_slot(self, h, split.backend_id,
+                                                self.pipeline.cur_copy)[0])))
         return out
 
     def get_graph_inputs(self):
-        return [tensor_handle(self.pipeline.graph_inputs[i].tensor) for i in range(self.pipeline.n_graph_inputs)]
+        return [tensor_handle(self.pipeline.graph_inputs[i].tensor)
+                for i in range(self.pipeline.n_graph_inputs)]
 
     def unwritten_inputs(self, Graph graph not None):
         """The graph inputs of `graph` whose bytes were not written since this scheduler's

@@ -174,7 +174,8 @@ def time_reps(SchedCore s not None, Graph graph not None, GraphSnapshot snap not
                 sched_alloc_graph(s, graph)
             else:
                 sched_split_graph(s, graph)
-                s.galloc.c_reserve_n(&s.graph_copy.graph, s.graph_copy.node_backend_ids, s.graph_copy.leaf_backend_ids)
+                s.galloc.c_reserve_n(&s.graph_copy.graph, s.graph_copy.node_backend_ids,
+                                     s.graph_copy.leaf_backend_ids)
                 s.galloc.c_alloc_graph(&s.graph_copy.graph, (graph, s.arena), True)   # as sched_alloc_splits
             out.append(clock() - t0)
         sweep_sink = sink
