@@ -6,7 +6,7 @@ built graph equal to the plan's (its fingerprint, below). Both leave the schedul
 fresh split and allocation of the graph would, pipeline parallelism's copy slots
 included (rotate_copy_slot). Reuse is correct only where the fingerprint covers what the
 passes of _sched.pyx read: tests/test_sched_reads.py checks their declared reads
-(READS in _sched.pyx) against it.
+(_sched.TENSOR_READS) against it.
 """
 
 from libc.stdlib cimport free
@@ -208,7 +208,7 @@ cdef bint try_reuse(SchedCore s, Graph g) except -1:
 #
 # Tensors are named by reference: an index in a table of the compared graph's tensors,
 # [NULL, its nodes, its leafs, the tensors outside the plan's graph that it reads]
-# (fp_table), so that comparing a source is one load, and no decoding.
+# (fp.table), so that comparing a source is one load, and no decoding.
 
 cdef int fp_check_layout() except -1:
     """The compare reads op and flags as one word, ne, nb and op_params as one block, and
@@ -231,7 +231,7 @@ fp_check_layout()
 
 cdef uint32_t fp_ref(SchedCore s, const uint32_t * refs, ggml_tensor * t) except? 0xffffffff:
     """The reference of t in the plan's graph: refs gives one per hash slot (0: none);
-    any other tensor is an outside one, named by its place in fp_outside (kept alive)."""
+    any other tensor is an outside one, named by its place in fp.outside (kept alive)."""
     cdef Py_ssize_t h
     if t == NULL:
         return 0
@@ -288,7 +288,7 @@ cdef int fp_record(SchedCore s, const uint32_t * refs, ggml_tensor * t, fp_tenso
 
 
 cdef int fp_entry_of(SchedCore s, size_t slot) except -1:
-    """The index in fp_entries (sorted by slot, as fp_build makes them) of a key's slot."""
+    """The index in fp.entries (sorted by slot, as fp_build makes them) of a key's slot."""
     cdef int lo = 0, hi = s.fp.n_entries - 1, mid
     while lo <= hi:
         mid = (lo + hi) >> 1
@@ -305,7 +305,7 @@ cdef int fp_entry_of(SchedCore s, size_t slot) except -1:
 cdef int fp_record_allocation(SchedCore s) except -1:
     """Record where the plan's allocation left the graph copy (it is still in place: the
     plan's graph is unchanged since), for an equal graph to take without the allocator's
-    walk over the plan; fp_n_places is -1 where it cannot be replayed."""
+    walk over the plan; fp.n_places is -1 where it cannot be replayed."""
     cdef int n_chunks = s.galloc.n_buffers * GGML_VBUFFER_MAX_CHUNKS
     safe_realloc(<void **>&s.fp.places, s.graph_copy.graph.n_nodes + s.graph_copy.graph.n_leafs + 1,
                  sizeof(recorded_place), _TABLES)
@@ -504,7 +504,7 @@ cdef inline bint fp_is_leaf_before(ggml_cgraph * g, const ggml_tensor * t, int k
 
 cdef bint fp_matches(SchedCore s, ggml_cgraph * g) noexcept:
     """Is g the graph the fingerprint describes, in a world the plan still holds in?
-    One pass over g's nodes and leafs (fp_table is made g's on the way); their orders
+    One pass over g's nodes and leafs (fp.table is made g's on the way); their orders
     are set too (a leaf's is -2 - its position), which finds a tensor at two places of
     g or one both in g and outside the plan's graph: the plan's keys are then not g's,
     one to one."""

@@ -27,7 +27,7 @@ cdef enum:
     SCHED_TENSOR_COPY = 0   # copy of an input on another backend, one per copy slot
     SCHED_TENSOR_DEP = 1    # view added so that an input outlives its copy
 
-# what pass 1 records of a node of the graph being split (SchedCore.node_bits)
+# what pass 1 records of a node of the graph being split (SchedCore.sweep.node_bits)
 cdef enum:
     NODE_VIEW_OP = 1        # a view op (passes 2, 3 and 5 skip it)
     NODE_INPUT = 2          # flagged INPUT
@@ -82,7 +82,7 @@ cdef struct graph_input:
     Py_ssize_t slot         # its hash slot
     int backend_id          # where it and its copies live
     int32_t flags           # its flags before the split marked it input and output
-    int fp_entry            # its index in fp_entries (graph reuse, level 2)
+    int fp_entry            # its index in fp.entries (graph reuse, level 2)
 
 cdef struct sched_tensor_info:
     int kind                # SCHED_TENSOR_*
