@@ -1,4 +1,4 @@
-from typing import Any, Iterable, Sequence, final
+from typing import Any, Sequence, final
 
 import numpy as np
 from typing_extensions import disjoint_base
@@ -23,7 +23,6 @@ ALLOC_SIZE_OPS: dict[int, tuple[str, ...]]
 PROTOCOLS: dict[int, Protocol]
 RPC_TENSOR_SIZE: int
 RPC_TENSOR_DTYPE: np.dtype[np.void]
-CPU_SERVER_OPS: tuple[str, ...]
 
 class Protocol:
     version: tuple[int, int, int]
@@ -45,7 +44,6 @@ class Protocol:
 def fnv_hash(data: Any) -> int: ...
 def decode_graph(payload: bytes) -> tuple[int, np.ndarray[Any, np.dtype[np.uint64]],
                                           np.ndarray[Any, np.dtype[np.void]]]: ...
-def use_cpu_server_rules(backend: Backend, unsupported_ops: Iterable[str] = ()) -> None: ...
 def serialize_graph(backend: Backend, device: int, nodes: Graph | Sequence[Tensor],
                     conn: Connection) -> bytes: ...
 def parse_endpoint(endpoint: str) -> tuple[str, int]: ...

@@ -130,9 +130,9 @@ class Profile:
 
 def _set_tensor_async(backend: Backend, t: Tensor, data: bytes | memoryview,
                       offset: int) -> None:
-    """ggml_backend_tensor_set_async: the backend's async set, or a blocking set."""
-    setter = getattr(backend, "set_tensor_async", None)
-    (setter or backend.set_tensor)(t, data, offset)
+    """ggml_backend_tensor_set_async: the backend's async set, or where that slot is NULL
+    a blocking set."""
+    (backend.set_tensor_async or backend.set_tensor)(t, data, offset)
 
 
 # ---------------------------------------------------------------------------

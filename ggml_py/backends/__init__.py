@@ -1,10 +1,13 @@
-"""Backends of ggml_py, found by name.
+"""Backends of ggml_py, found by name: one package per device kind (cpu/, numpy_device/,
+opencl/, rpc/, sim/), each with its backend, buffers and kernels.
 
-The registry maps a backend name to the module and class that implement it;
+The registry maps a kind's name to the module and class that implement it;
 a module is imported only when its backend is asked for, so optional
 backends cost nothing until used (tinygrad's Device[...] pattern). It is the
 one list of backend names: the command line's choices (`demo --device`,
 `ops-check --backend`) and `demo --device auto`'s candidates come from it.
+Adding a kind (the README's recipe): its package, its `auto_backend()` when auto may
+pick it, one entry here (or `register` from outside).
 
 `--device auto` (choose_auto) tries the entries with an `auto` rank, lowest first; each
 such module has `auto_backend()`, which returns the backend auto should use or raises a

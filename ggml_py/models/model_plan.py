@@ -281,6 +281,53 @@ def _weight_device(name: str, layers: Sequence[Backend], output: Backend, cpu: B
     return cpu if name == "token_embd.weight" else output
 
 
+PROBE_TOKENS = 512          # the batch llama.cpp probes a weight's op with
+
+
+def _weight_op(name: str, info: TensorInfo) -> str:
+    """The op that reads weight `name` (llama.cpp's tensor info table): GET_ROWS for the
+    token embeddings, MUL_MAT_ID for experts, MUL_MAT for the other matrices; "" for
+    vectors (norms, biases: MUL and ADD of f32 rows, which every device runs)."""
+    if len(info.ne) < 2:
+        return ""
+    if name == "token_embd.weight":
+        return "GET_ROWS"
+    return "MUL_MAT_ID" if "_exps." in name else "MUL_MAT"
+
+
+def _runs_weight_op(device: Backend, op: str, info: TensorInfo, cfg: ModelConfig) -> bool:
+    """llama.cpp's weight_buft_supported: can `device` run `op` reading a weight like
+    `info` on a batch of 512 tokens?"""
+    ctx = Context()
+    w = ops.new_tensor(ctx, info.type, info.ne)
+    n = PROBE_TOKENS
+    if op == "GET_ROWS":
+        probe = ops.get_rows(ctx, w, ops.new_tensor(ctx, "i32", (n,)))
+    elif op == "MUL_MAT_ID":
+        used = cfg.n_expert_used
+        probe = ops.mul_mat_id(ctx, w, ops.new_tensor(ctx, "f32", (info.ne[0], used, n)),
+                               ops.new_tensor(ctx, "i32", (used, n)))
+    else:
+        probe = ops.mul_mat(ctx, w, ops.new_tensor(ctx, "f32", (info.ne[0], n, *info.ne[2:])))
+    return device.supports_op(probe)
+
+
+def _usable_placement(placed: dict[str, Backend], infos: dict[str, TensorInfo],
+                      cfg: ModelConfig, cpu: Backend) -> dict[str, Backend]:
+    """llama.cpp's select_weight_buft: a weight whose device cannot run the op that reads
+    it is kept on the CPU (each kind of weight probed once per device)."""
+    runs: dict[tuple[int, str, str, tuple[int, ...]], bool] = {}
+    out = {}
+    for name, device in placed.items():
+        info = infos[name]
+        op = _weight_op(name, info)
+        key = (id(device), op, info.type, info.ne)
+        if device is not cpu and op and key not in runs:
+            runs[key] = _runs_weight_op(device, op, info, cfg)
+        out[name] = device if runs.get(key, True) else cpu
+    return out
+
+
 def _check_cache_rotation(cfg: ModelConfig, opts: PlanOptions) -> None:
     """llama.cpp rotates a quantized K or V cache (Hadamard) when heads are a multiple of
     64: graph nodes this planner does not build yet."""
@@ -339,6 +386,7 @@ def plan_gguf(path: str, devices: Sequence[Device],
     used = [*gpus, cpu]
     overrides = _overrides(opts, devices, used)
     placed = {n: _weight_device(n, layers, output, cpu.backend, overrides) for n in infos}
+    placed = _usable_placement(placed, infos, cfg, cpu.backend)
     weights, buffers = _place_weights(infos, used, placed, opts.use_mmap)
     cache, kv_buffers = _place_cache(cfg, used, layers if opts.kv_offload else
                                      [cpu.backend] * cfg.n_layer, opts)

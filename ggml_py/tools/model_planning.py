@@ -6,9 +6,11 @@ The options keep llama.cpp's names and meanings (-ngl, --split-mode, --tensor-sp
 --no-kv-offload, --no-op-offload, -fa);
 `--fit on` (with `--fit-target`, `--fit-ctx`) chooses -c 0's context, -ngl and
 --tensor-split as llama.cpp's fit would (models.fit);
-`--device` says what to plan on: `rpc:24105MiB,rpc:24105MiB,cpu` (simulated devices with
-that much free memory, named RPC0, RPC1, ..., CPU as llama.cpp names them; or
-`rpc:HOST:PORT`, a live server's devices with the memory it reports); `--map`
+`--device` says what to plan on: `cuda0:24GiB,cuda1:24GiB,cpu:64GiB` or
+`rpc:24105MiB,rpc:24105MiB,cpu` (simulated devices of the kinds cuda, metal, vulkan,
+opencl, rpc and cpu with that much free memory, named CUDA0, CUDA1, ..., RPC0, ..., CPU as
+llama.cpp names them; or `rpc:HOST:PORT`, a live server's devices with the memory it
+reports); `--map`
 draws the split maps of the decode token and the prompt ubatch.
 """
 
@@ -75,8 +77,9 @@ def add_arguments(p: argparse.ArgumentParser) -> dict[str, tuple[object, str]]:
     d = PlanOptions()
     g = p.add_argument_group("a model file (MODEL.gguf): llama.cpp's options")
     g.add_argument("--device", default="cpu", metavar="KIND[:MEMORY],...",
-                   help="the devices to plan on, e.g. rpc:24105MiB,rpc:24105MiB,cpu "
-                        "(kinds: rpc, cpu; the CPU is always there; default: cpu); "
+                   help="the devices to plan on, e.g. cuda0:24GiB,cuda1:24GiB,cpu:64GiB "
+                        "(kinds: cuda, metal, vulkan, opencl, rpc, cpu; the CPU is always "
+                        "there; default: cpu); "
                         "rpc:HOST:PORT asks a live ggml RPC server for its free memory")
     g.add_argument("-ngl", "--n-gpu-layers", type=gpu_layers, default=d.n_gpu_layers,
                    metavar="N", help="layers on the devices, the output layer counting as "

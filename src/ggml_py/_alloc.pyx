@@ -33,6 +33,7 @@ from ggml_py._core cimport (prefetch, prefetch_sources, prefetch_placement, PREF
 from ggml_py._backend cimport (BufferType, Buffer, _live, buffer_reset, tensor_alloc_at,
                                view_init_c)
 
+from ggml_py._backend import filled_slots
 from ggml_py._core import OP_IDS
 
 # the flags that decide where a node may be placed (inputs first, outputs never freed)
@@ -464,7 +465,7 @@ cdef class GraphAllocator:
             bt = bufts[i]
             self.c_bufts[i] = &bt.c
             # the default get_alloc_size is ggml_nbytes: answer it in C
-            self.nbytes_sized[i] = type(bt).get_alloc_size is BufferType.get_alloc_size
+            self.nbytes_sized[i] = "get_alloc_size" not in filled_slots(type(bt))
             for j in range(i):
                 if bufts[j] is bt:
                     self.buf_tallocs[i] = self.buf_tallocs[j]

@@ -15,8 +15,9 @@ cdef class Buffer:
     cdef readonly BufferType buffer_type
     """The buffer's type."""
     cdef object _memory                 # the bytes of a host buffer (numpy array) or None
-    cdef bint _has_init_tensor          # its class overrides the optional init_tensor slot
-    cdef bint _has_reset                # ... and the optional reset slot
+    cdef bint _has_init_tensor          # its class fills the NULL slot init_tensor
+    cdef bint _has_reset                # ... and reset (filled_slots)
+    cdef bint _host_bytes_only          # its set_tensor is the base's, on host memory
     cdef void setup(self, BufferType buffer_type, size_t size, size_t base, object memory)
 
 cdef Buffer _live(Buffer buffer)

@@ -1,12 +1,13 @@
 """Backend interface of ggml_py: buffer types, buffers and backends.
 
-The same roles as ggml's vtables (ggml-backend-impl.h). Every slot is a Python
-method with a default, so a backend written in Python overrides only what it
-has. The three calls the split makes per node (supports_op, supports_buft,
+The same roles as ggml's vtables (ggml-backend-impl.h): BUFFER_TYPE_SLOTS,
+BUFFER_SLOTS and BACKEND_SLOTS declare every slot, what it does and the base's
+default (a method, NULL as ggml's optional slots, or a SlotDefault), so a backend
+written in Python fills only the slots it has. The three calls the split makes per node (supports_op, supports_buft,
 offload_op) are answered in C from the struct: tables the backend fills once,
 and for supports_op a C rule where a table entry says GGML_PY_OP_FN (the
-OpenCL and RPC backends: _opencl_ops, _rpc). Every backend of ggml_py answers
-so; an override in Python is the slow path for a user's backend, asked (through
+OpenCL and RPC backends: _supports). Every backend of ggml_py answers
+so; a method in Python is the slow path for a user's backend, asked (through
 GGML_PY_OP_ASK entries) only about the ops its table allows.
 
 Buffers carry ggml's memory slots; tensor_set / tensor_get / tensor_memset /
@@ -21,6 +22,11 @@ from ggml_py._ggml cimport *
 from ggml_py._core cimport (Tensor, Graph, tensor_handle, tensor_name, ggml_nbytes, size_arg,
                             int_arg, index_arg, name_arg, items_arg, safe_realloc,
                             tensor_changed, world_changed, buffer_changed)
+
+cdef extern from "Python.h":
+    object PyMethod_New(object function, object instance)     # a bound method
+
+from collections import namedtuple
 
 import numpy as np
 
@@ -60,15 +66,143 @@ def _op_ids(ops, what):
 
 
 # ---------------------------------------------------------------------------
+# the slot tables: ggml's vtables (ggml-backend-impl.h) as these classes have them.
+# Each slot is (name here, ggml's slot, the base class's default). The base fills a slot
+# in one of three ways:
+#   a method        the default written below it (a subclass may replace it);
+#   NULL            None, as ggml leaves an optional slot empty: callers test for it;
+#   a SlotDefault   a default that callers must tell from a subclass's method: the
+#                   split-time slots answered from the backend's C tables, a buffer's
+#                   set_tensor on host memory, a buffer type's get_alloc_size in C.
+# filled_slots(cls) reads a class's table once: the slots its own code fills.
+
+Slot = namedtuple("Slot", "name ggml does default")
+
+BUFFER_TYPE_SLOTS = (
+    Slot("name", "get_name", "the type's name", "the name given (a property)"),
+    Slot("alloc_buffer", "alloc_buffer", "a new Buffer of `size` bytes",
+         "host types: aligned host memory (host_buffer); others refuse (AllocationError)"),
+    Slot("get_alignment", "get_alignment", "alignment of every tensor in its buffers",
+         "the alignment given (32)"),
+    Slot("get_max_size", "get_max_size", "largest single buffer",
+         "the max_size given (SIZE_MAX: unbounded)"),
+    Slot("get_alloc_size", "get_alloc_size", "bytes a tensor takes in its buffers",
+         "ggml_nbytes(tensor) (a SlotDefault: the allocators answer it in C)"),
+    Slot("is_host", "is_host", "can the host address its memory?",
+         "the is_host given (a property)"),
+)
+
+BUFFER_SLOTS = (
+    Slot("release", "free_buffer", "give the memory back", "forget the host memory"),
+    Slot("get_base", "get_base", "address of the first byte", "the base address given"),
+    Slot("init_tensor", "init_tensor", "prepare a tensor just placed here",
+         "NULL: nothing to prepare"),
+    Slot("set_tensor", "set_tensor", "write bytes of a tensor",
+         "write host memory (a SlotDefault: a buffer with neither memory nor its own "
+         "set_tensor is simulated and refuses byte access)"),
+    Slot("get_tensor", "get_tensor", "read bytes of a tensor", "read host memory"),
+    Slot("memset_tensor", "memset_tensor", "set bytes of a tensor to a value",
+         "fill host memory"),
+    Slot("cpy_tensor", "cpy_tensor", "dst (here) = src without the caller; False: cannot",
+         "host memory to host memory; False elsewhere (tensor_copy then goes through the host)"),
+    Slot("clear", "clear", "set every byte to a value",
+         "fill all of host memory (a simulated buffer has none)"),
+    Slot("reset", "reset", "forget per-tensor state when the allocator starts over",
+         "NULL: none kept"),
+)
+
+BACKEND_SLOTS = (
+    # ggml_backend_i
+    Slot("name", "get_name", "the backend's name", "the name given (a property)"),
+    Slot("close", "free", "release threads, queues, connections", "nothing to release"),
+    Slot("set_tensor_async", "set_tensor_async", "write a tensor's bytes without waiting",
+         "NULL: the runtime's copies write with set_tensor, blocking"),
+    Slot("cpy_tensor_async", "cpy_tensor_async",
+         "copy src (on another backend) to dst (here) without waiting; False: cannot",
+         "False (the runtime copies blocking)"),
+    Slot("synchronize", "synchronize", "wait for the work queued", "nothing is queued"),
+    Slot("graph_compute", "graph_compute", "compute the nodes of a graph, in order",
+         "refuse: the backend cannot compute (BackendError)"),
+    Slot("graph_compute_range", None, "compute nodes [i0, i1) of a graph (a split)",
+         "graph_compute of a GraphView of those nodes"),
+    Slot("event_record", "event_record", "mark an event reached when queued work is done",
+         "nothing is queued"),
+    Slot("event_wait", "event_wait", "make later work wait for an event",
+         "nothing to wait for"),
+    # ggml_backend_device_i (a Backend is its device too)
+    Slot("get_default_buffer_type", "get_buffer_type", "where its tensors are allocated",
+         "the buffer_type given"),
+    Slot("supports_op", "supports_op", "can it compute this node?",
+         "the C table from supports_ops / unsupported_ops, or its C rule (supports_op_fn); "
+         "a method in a subclass is asked about the ops the table allows"),
+    Slot("supports_buft", "supports_buft", "can it use memory of this buffer type directly?",
+         "the supported_buffer_types given (and host types where supports_host_buffer_types); "
+         "a method in a subclass is asked about the others"),
+    Slot("offload_op", "offload_op", "should a node whose weights are in host memory run here?",
+         "the C table from offload_ops and offload_min_batch; a method in a subclass is "
+         "asked instead"),
+    Slot("event_new", "event_new", "a new event", "None: no events"),
+    Slot("event_synchronize", "event_synchronize", "block until an event is reached",
+         "it is reached"),
+)
+
+
+cdef class SlotDefault:
+    """A base class's default of a slot that callers tell apart from a subclass's
+    method (see the slot tables): read through a class it is the function, through an
+    instance the bound method, as a method would be."""
+    cdef readonly object function
+
+    def __init__(self, function):
+        self.function = function
+
+    def __get__(self, instance, owner):
+        return self.function if instance is None else PyMethod_New(self.function, instance)
+
+
+cdef dict _filled_slots = {}
+
+
+def filled_slots(cls):
+    """The slots of `cls` (a Backend, Buffer or BufferType class) that hold a method: not
+    NULL and not the base's SlotDefault (see the slot tables). Read once per class."""
+    filled = _filled_slots.get(cls)
+    if filled is None:
+        if not isinstance(cls, type) or not issubclass(cls, (Backend, Buffer, BufferType)):
+            raise ArgumentTypeError(f"filled_slots: a Backend, Buffer or BufferType class, "
+                                    f"got {cls!r}")
+        table = (BACKEND_SLOTS if issubclass(cls, Backend) else
+                 BUFFER_SLOTS if issubclass(cls, Buffer) else BUFFER_TYPE_SLOTS)
+        filled = frozenset(s.name for s in table if _fills(cls, s.name))
+        _filled_slots[cls] = filled
+    return filled
+
+
+cdef bint _fills(type cls, str name):
+    """Does the class's entry for slot `name` hold its own code (not NULL, no SlotDefault)?"""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            entry = klass.__dict__[name]
+            return entry is not None and not isinstance(entry, SlotDefault)
+    return False
+
+
+# ---------------------------------------------------------------------------
 # buffer types and buffers
 
 cdef size_t _FAKE_START = 0x100000000000
 cdef size_t _fake_base = _FAKE_START
 
 
+def _nbytes_alloc_size(BufferType self not None, Tensor tensor not None):
+    """Bytes the tensor needs in a buffer of this type (default: ggml_nbytes)."""
+    return ggml_nbytes(tensor.ptr)
+
+
 cdef class BufferType:
     """A kind of memory (ggml_backend_buffer_type): its name, alignment, largest
-    single buffer and whether the host can address it."""
+    single buffer and whether the host can address it. Its slots, with their
+    defaults, are BUFFER_TYPE_SLOTS; a subclass fills the ones it has."""
 
     def __init__(self, name, alignment=32, max_size=None, bint is_host=False, device=None):
         cdef size_t align = size_arg(alignment, f"buffer type {name!r}: alignment")
@@ -115,9 +249,7 @@ cdef class BufferType:
         """Largest single buffer in bytes (ggml's default: SIZE_MAX)."""
         return self.c.max_size
 
-    def get_alloc_size(self, Tensor tensor not None):
-        """Bytes the tensor needs in a buffer of this type (default: ggml_nbytes)."""
-        return ggml_nbytes(tensor.ptr)
+    get_alloc_size = SlotDefault(_nbytes_alloc_size)
 
     def alloc_buffer(self, size):
         """A new buffer of `size` bytes. The default gives host types real,
@@ -220,12 +352,21 @@ def fake_buffers(list buffer_types not None, list sizes not None, list usages no
     return out
 
 
+def _host_set_tensor(Buffer self not None, Tensor tensor not None, data, offset=0):
+    """Write `data` (bytes-like) at `offset` bytes into the tensor."""
+    view = _contiguous_bytes(data, tensor, "set_tensor")
+    start, n = self._host_span(tensor, offset, view.nbytes)
+    if n:
+        _host_write(self._memory, start, view)
+
+
 cdef class Buffer:
     """A block of memory of one buffer type (ggml_backend_buffer).
 
     `release()` gives the memory back (the graph allocator does so when it replaces
     a compute buffer); a released buffer keeps its identity, but reading its
-    memory raises ReleasedMemoryError."""
+    memory raises ReleasedMemoryError. Its slots, with their defaults, are
+    BUFFER_SLOTS; a subclass fills the ones it has."""
 
     def __cinit__(self, *args, **kwargs):
         memset(&self.c, 0, sizeof(ggml_backend_buffer))
@@ -247,8 +388,10 @@ cdef class Buffer:
     cdef void setup(self, BufferType buffer_type, size_t size, size_t base, object memory):
         """The fields __init__ sets from its checked arguments (usage aside)."""
         self.buffer_type = buffer_type
-        self._has_init_tensor = type(self).init_tensor is not Buffer.init_tensor
-        self._has_reset = type(self).reset is not Buffer.reset
+        filled = filled_slots(type(self))
+        self._has_init_tensor = "init_tensor" in filled
+        self._has_reset = "reset" in filled
+        self._host_bytes_only = "set_tensor" not in filled
         self.c.buft = &buffer_type.c
         self.c.base = <char *>base
         self.c.size = size
@@ -271,7 +414,7 @@ cdef class Buffer:
     def is_simulated(self):
         """True for a buffer without bytes (fake_buffer, simulated devices): its byte
         slots refuse. Plans and allocations work on it; tensor data does not."""
-        return self._memory is None and type(self).set_tensor is Buffer.set_tensor
+        return self._memory is None and self._host_bytes_only
 
     def release(self):
         """Give the memory back; tensors placed here can no longer be read or written.
@@ -306,24 +449,19 @@ cdef class Buffer:
         """Can the host read and write its memory directly (its buffer type's)?"""
         return bool(self.c.buft.is_host)
 
-    # --- ggml's buffer slots (ggml-backend-impl.h). Called through tensor_set,
-    # tensor_get, tensor_memset and tensor_copy, which check the tensor and the byte
-    # range first. This base implements them on host memory (`memory`); a buffer
-    # without memory is simulated and refuses byte access. Device buffers override. ---
+    # --- ggml's buffer slots (BUFFER_SLOTS). Called through tensor_set, tensor_get,
+    # tensor_memset and tensor_copy, which check the tensor and the byte range first.
+    # This base implements them on host memory (`memory`); a buffer without memory is
+    # simulated and refuses byte access. Device buffers fill them with their own. ---
 
     def get_base(self):
         """ggml's get_base slot: the address of the first byte."""
         return <size_t>self.c.base
 
-    def init_tensor(self, Tensor tensor not None):
-        """Prepare a tensor just placed here (ggml's default: nothing to do)."""
+    # init_tensor(tensor): prepare a tensor just placed here. NULL: nothing to prepare
+    init_tensor = None
 
-    def set_tensor(self, Tensor tensor not None, data, offset=0):
-        """Write `data` (bytes-like) at `offset` bytes into the tensor."""
-        view = _contiguous_bytes(data, tensor, "set_tensor")
-        start, n = self._host_span(tensor, offset, view.nbytes)
-        if n:
-            _host_write(self._memory, start, view)
+    set_tensor = SlotDefault(_host_set_tensor)
 
     def get_tensor(self, Tensor tensor not None, offset=0, size=None):
         """The tensor's bytes [offset, offset + size) (size None: to its end)."""
@@ -349,8 +487,8 @@ cdef class Buffer:
         if self._memory is not None:
             self._memory[...] = v
 
-    def reset(self):
-        """Forget per-tensor state after the allocator starts over (default: none)."""
+    # reset(): forget per-tensor state after the allocator starts over. NULL: none kept
+    reset = None
 
     def _host_region(self, Tensor tensor, offset, size):
         start, n = self._host_span(tensor, offset, size)
@@ -563,7 +701,7 @@ def tensor_set(Tensor tensor not None, data, offset=0):
     start, n = tensor_span(tensor, offset, view.nbytes)
     if not n:
         return
-    if type(buf) is Buffer and buf._memory is not None:
+    if buf._host_bytes_only and buf._memory is not None:
         _host_write(buf._memory, start, view)       # the base set_tensor, without the call
     else:
         buf.set_tensor(tensor, view, offset)
@@ -741,12 +879,34 @@ OTHER_MEMORY_HINT = (" (a backend's get_tensor / set_tensor reach its own memory
                      "sched.get_output(t) / sched.set_input(t, array), t.numpy() and "
                      "t.write(array) read and write wherever t lives)")
 
+def _table_supports_op(Backend self not None, Tensor op not None):
+    """Can this backend compute `op`? The table's answer (or its C rule's); a method in
+    a subclass that calls this (super()) gets what the table allows."""
+    cdef uint8_t a = self.c.supports_op_table[op.ptr.op]
+    if a == GGML_PY_OP_FN:
+        return self.c.supports_op_fn(&self.c, op.ptr) != 0
+    return a == GGML_PY_OP_YES or a == GGML_PY_OP_ASK
+
+
+def _table_supports_buft(Backend self not None, BufferType buft not None):
+    """Can this backend use memory of `buft` directly?"""
+    return bool(self.c.supports_host_bufts and buft.c.is_host) or \
+        any(b is buft for b in self._bufts)
+
+
+def _table_offload_op(Backend self not None, Tensor op not None):
+    """Should `op`, whose weights are in host memory, run here anyway?"""
+    return (self.c.offload_op_table[op.ptr.op] == GGML_PY_OP_YES
+            and op_batch(op.ptr) >= self.c.offload_min_batch)
+
+
 cdef class Backend:
     """A device that can run ops (ggml_backend + its device).
 
-    Subclasses override the slots they have. supports_op / offload_op /
-    supports_buft default to tables set from the constructor arguments; a
-    subclass that overrides them in Python is asked per tensor instead.
+    Its slots, with their defaults, are BACKEND_SLOTS; a subclass fills the ones it
+    has. supports_op / offload_op / supports_buft are answered in C from tables set
+    from the constructor arguments; a subclass that fills them with Python methods is
+    asked per tensor instead (the tables still decide where it is asked).
     """
 
     def __cinit__(self, *args, **kwargs):
@@ -769,12 +929,12 @@ cdef class Backend:
         self.set_offload_ops(offload_ops, offload_min_batch)
         self.set_supported_buffer_types([buffer_type] if supported_buffer_types is None
                                         else supported_buffer_types)
-        cls = type(self)
-        # Python overrides of the split-time slots are asked through the tables
-        if cls.offload_op is not Backend.offload_op:
+        filled = filled_slots(type(self))
+        # Python methods in the split-time slots are asked through the tables
+        if "offload_op" in filled:
             for i in range(GGML_OP_COUNT_MAX):
                 self.c.offload_op_table[i] = GGML_PY_OP_ASK
-        self.c.supports_buft_ask = cls.supports_buft is not Backend.supports_buft
+        self.c.supports_buft_ask = "supports_buft" in filled
 
     # --- tables ---
 
@@ -783,8 +943,8 @@ cdef class Backend:
         yes = _op_ids(supports, f"backend {self.name}: supports_ops") - \
             _op_ids(unsupported, f"backend {self.name}: unsupported_ops")
         # a Python override of supports_op is asked about the ops the table allows (a
-        # slow path: backends answer in C through supports_op_fn, see _opencl_ops)
-        cdef uint8_t allowed = (GGML_PY_OP_ASK if type(self).supports_op is not Backend.supports_op
+        # slow path: backends answer in C through supports_op_fn, see _supports)
+        cdef uint8_t allowed = (GGML_PY_OP_ASK if "supports_op" in filled_slots(type(self))
                                 else GGML_PY_OP_YES)
         for i in range(GGML_OP_COUNT_MAX):
             self.c.supports_op_table[i] = allowed if i in yes else GGML_PY_OP_NO
@@ -859,25 +1019,11 @@ cdef class Backend:
     def __exit__(self, *exc):
         self.close()
 
-    # --- split-time slots (answered from the tables unless overridden) ---
+    # --- split-time slots (answered from the tables unless a subclass fills them) ---
 
-    def supports_op(self, Tensor op not None):
-        """Can this backend compute `op`? The table's answer (or its C rule's); an
-        override in Python that calls this gets what the table allows."""
-        cdef uint8_t a = self.c.supports_op_table[op.ptr.op]
-        if a == GGML_PY_OP_FN:
-            return self.c.supports_op_fn(&self.c, op.ptr) != 0
-        return a == GGML_PY_OP_YES or a == GGML_PY_OP_ASK
-
-    def supports_buft(self, BufferType buft not None):
-        """Can this backend use memory of `buft` directly?"""
-        return bool(self.c.supports_host_bufts and buft.c.is_host) or \
-            any(b is buft for b in self._bufts)
-
-    def offload_op(self, Tensor op not None):
-        """Should `op`, whose weights are in host memory, run here anyway?"""
-        return (self.c.offload_op_table[op.ptr.op] == GGML_PY_OP_YES
-                and op_batch(op.ptr) >= self.c.offload_min_batch)
+    supports_op = SlotDefault(_table_supports_op)
+    supports_buft = SlotDefault(_table_supports_buft)
+    offload_op = SlotDefault(_table_offload_op)
 
     # --- compute slots (defaults for backends that cannot compute) ---
 
@@ -913,6 +1059,10 @@ cdef class Backend:
             raise BackendError(f"backend {self.name}: tensor '{tensor.name}' is in buffer type "
                                f"'{buf.buffer_type.name}', not in this device's memory"
                                f"{OTHER_MEMORY_HINT}")
+
+    # set_tensor_async(tensor, data, offset): write without waiting (the runtime's input
+    # copies). NULL: they write with set_tensor, blocking
+    set_tensor_async = None
 
     def cpy_tensor_async(self, Backend backend_src not None, Tensor src not None,
                          Tensor dst not None):

@@ -1,6 +1,6 @@
 # Thin Python objects over the OpenCL shim (src/ggml-py-opencl.c): library loading,
 # device listing, a device context with its queue, memory objects, programs,
-# kernels and events. No ggml knowledge here: ggml_py/backends/opencl.py builds
+# kernels and events. No ggml knowledge here: ggml_py/backends/opencl/ builds
 # the backend on top. Every failure becomes a Python exception; nothing aborts.
 
 from libc.stdint cimport uint32_t, uint64_t

@@ -19,8 +19,8 @@ llama.cpp of llama-cpp-python 0.3.36, today's rpc-server): the client side.
     command;
   * RPCBufferType / RPCBuffer: a server device's memory. A buffer's base is the server's
     own address (BUFFER_GET_BASE), so a tensor's data pointer is what goes on the wire;
-  * what a ggml CPU server can run: a C rule the scheduler calls while splitting
-    (ggml's own client answers "yes" to every op).
+  * what a ggml CPU server can run: the `rpc-cpu-server` rule of ggml_py._supports, which
+    the scheduler calls while splitting (ggml's own client answers "yes" to every op).
 """
 
 cimport cython
@@ -30,10 +30,9 @@ from libc.stdlib cimport malloc, free
 from libc.string cimport memset, memcpy, strncpy
 
 from ggml_py._ggml cimport *
-from ggml_py._core cimport (Tensor, Graph, TYPE_TRAITS, ggml_nbytes, ggml_is_view_op,
-                            ggml_is_contiguous, ggml_is_contiguous_1,
+from ggml_py._core cimport (Tensor, Graph, TYPE_TRAITS, ggml_nbytes,
                             ggml_hash_set_init, ggml_hash_set_free, ggml_hash_insert,
-                            ggml_hash_contains, safe_realloc, ggml_acc_region_end, int_arg)
+                            ggml_hash_contains, safe_realloc, int_arg)
 from ggml_py._backend cimport Backend, BufferType, Buffer, backend_supports_op
 
 import _socket
@@ -45,12 +44,11 @@ import weakref
 
 import numpy as np
 
-from ggml_py._core import (OP_IDS as _OP_IDS, TYPE_IDS as _TYPE_IDS,
-                           OP_NAMES_LIST as _OP_NAMES_LIST, TYPE_NAMES as _TYPE_NAMES)
+from ggml_py._core import (OP_IDS as _OP_IDS, OP_NAMES_LIST as _OP_NAMES_LIST,
+                           TYPE_NAMES as _TYPE_NAMES)
 from ggml_py._backend import byte_value
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
                             RPCError)
-from ggml_py._core import GLU_OP_NAMES as _GLU_OPS, UNARY_OP_NAMES as _UNARY_OPS
 
 # ---------------------------------------------------------------------------
 # the wire format
@@ -313,287 +311,6 @@ def _error(endpoint, command, reason):
     e.endpoint = endpoint
     e.command = command
     return e
-
-
-# ---------------------------------------------------------------------------
-# op and type numbers the rules below name (ggml 0.10.1's enums, read from ggml_py's)
-
-cdef int T_F32 = _TYPE_IDS["f32"], T_F16 = _TYPE_IDS["f16"], T_BF16 = _TYPE_IDS["bf16"]
-cdef int T_I16 = _TYPE_IDS["i16"], T_I32 = _TYPE_IDS["i32"], T_I64 = _TYPE_IDS["i64"]
-
-cdef int O_DUP = _OP_IDS["DUP"], O_CPY = _OP_IDS["CPY"], O_CONT = _OP_IDS["CONT"]
-cdef int O_ADD = _OP_IDS["ADD"], O_SUB = _OP_IDS["SUB"], O_MUL = _OP_IDS["MUL"], O_DIV = _OP_IDS["DIV"]
-cdef int O_ACC = _OP_IDS["ACC"], O_SQR = _OP_IDS["SQR"], O_SQRT = _OP_IDS["SQRT"]
-cdef int O_LOG = _OP_IDS["LOG"], O_SIN = _OP_IDS["SIN"], O_COS = _OP_IDS["COS"]
-cdef int O_SUM = _OP_IDS["SUM"], O_SUM_ROWS = _OP_IDS["SUM_ROWS"], O_MEAN = _OP_IDS["MEAN"]
-cdef int O_CUMSUM = _OP_IDS["CUMSUM"], O_ARGMAX = _OP_IDS["ARGMAX"]
-cdef int O_REPEAT = _OP_IDS["REPEAT"], O_CONCAT = _OP_IDS["CONCAT"]
-cdef int O_NORM = _OP_IDS["NORM"], O_RMS_NORM = _OP_IDS["RMS_NORM"]
-cdef int O_MUL_MAT = _OP_IDS["MUL_MAT"], O_MUL_MAT_ID = _OP_IDS["MUL_MAT_ID"]
-cdef int O_SCALE = _OP_IDS["SCALE"], O_GET_ROWS = _OP_IDS["GET_ROWS"], O_SET_ROWS = _OP_IDS["SET_ROWS"]
-cdef int O_DIAG_MASK_INF = _OP_IDS["DIAG_MASK_INF"], O_SOFT_MAX = _OP_IDS["SOFT_MAX"]
-cdef int O_ROPE = _OP_IDS["ROPE"], O_CLAMP = _OP_IDS["CLAMP"], O_PAD = _OP_IDS["PAD"]
-cdef int O_ARANGE = _OP_IDS["ARANGE"], O_TIMESTEP_EMBEDDING = _OP_IDS["TIMESTEP_EMBEDDING"]
-cdef int O_ARGSORT = _OP_IDS["ARGSORT"], O_TOP_K = _OP_IDS["TOP_K"]
-cdef int O_LEAKY_RELU = _OP_IDS["LEAKY_RELU"], O_FLASH_ATTN_EXT = _OP_IDS["FLASH_ATTN_EXT"]
-cdef int O_UNARY = _OP_IDS["UNARY"], O_GLU = _OP_IDS["GLU"]
-
-cdef int U_COUNT = len(_UNARY_OPS)
-cdef int U_GELU = _UNARY_OPS.index("GELU"), U_GELU_ERF = _UNARY_OPS.index("GELU_ERF")
-cdef int U_GELU_QUICK = _UNARY_OPS.index("GELU_QUICK"), U_SILU = _UNARY_OPS.index("SILU")
-cdef int G_COUNT = len(_GLU_OPS), G_SWIGLU_OAI = _GLU_OPS.index("SWIGLU_OAI")
-
-cdef enum:
-    GGML_PREC_DEFAULT = 0
-    GGML_PREC_F32 = 10
-
-# Type facts of ggml's CPU backend (ggml-cpu.c type_traits_cpu, ops.cpp dispatch), as
-# bit masks over type ids. vec_dot_type: the type src1 of a MUL_MAT is converted to
-# (-1: no dot product, the type cannot be a matrix).
-cdef uint64_t QUANT_DEQUANT = 0        # quantized types the kernels can read (to_float)
-cdef uint64_t FROM_FLOAT = 0           # types the kernels can write from f32 (from_float)
-cdef int VEC_DOT_TYPE[64]
-
-
-cdef void _init_type_facts():
-    global QUANT_DEQUANT, FROM_FLOAT
-    cdef int i
-    for i in range(64):
-        VEC_DOT_TYPE[i] = -1
-    cdef int t, v
-    for i in range(GGML_PY_N_TYPE_INFOS):
-        # ggml-cpu's weight types, with their vec_dot types (the one list of types): the
-        # floats, q8_0, and every type whose dot takes another type's rows
-        t, v = ggml_py_type_infos[i].id, ggml_py_type_infos[i].vec_dot_type
-        if v == t and t not in (GGML_PY_TYPE_F32, GGML_PY_TYPE_F16, GGML_PY_TYPE_BF16, GGML_PY_TYPE_Q8_0):
-            continue
-        VEC_DOT_TYPE[t] = v
-        if t not in (GGML_PY_TYPE_F32, GGML_PY_TYPE_F16, GGML_PY_TYPE_BF16):
-            QUANT_DEQUANT |= 1ULL << t
-    index = {n: i for i, n in enumerate(_TYPE_NAMES) if n}
-    QUANT_DEQUANT |= 1ULL << index["q8_1"]
-    # the iq2/iq3/iq1 kinds have no from_float in the CPU backend
-    for n in ("f32", "f16", "bf16", "i32", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1",
-              "mxfp4", "nvfp4", "q1_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "q8_K",
-              "iq4_nl", "iq4_xs", "tq1_0", "tq2_0"):
-        FROM_FLOAT |= 1ULL << index[n]
-
-
-_init_type_facts()
-
-
-cdef inline bint _has(uint64_t mask, int type) noexcept nogil:
-    return 0 <= type < 64 and (mask >> type) & 1
-
-
-cdef inline bint _is_float(int t) noexcept nogil:
-    return t == T_F32 or t == T_F16 or t == T_BF16
-
-
-cdef inline bint _unary_types(int a, int d) noexcept nogil:
-    """unary-ops.cpp: same float type, or f16/bf16 into f32."""
-    return (a == d and _is_float(a)) or (d == T_F32 and (a == T_F16 or a == T_BF16))
-
-
-cdef inline bint _binary_types(int a, int b, int d) noexcept nogil:
-    """binary-ops.cpp's type combinations (ADD, SUB, MUL, DIV)."""
-    if a == b and b == d and _is_float(a):
-        return True
-    return b == T_F32 and ((a == T_BF16 and (d == T_BF16 or d == T_F32)) or
-                           (a == T_F16 and (d == T_F16 or d == T_F32)))
-
-
-cdef inline bint _cpy_types(int a, int d) noexcept nogil:
-    """ggml_compute_forward_dup: what converts into what."""
-    if a == d:
-        return True
-    if a == T_F16 or a == T_BF16:
-        return _is_float(d) or (_has(FROM_FLOAT, d) and TYPE_TRAITS[d].is_quantized)
-    if a == T_F32:
-        return _is_float(d) or d == T_I32 or (_has(FROM_FLOAT, d) and TYPE_TRAITS[d].is_quantized)
-    if a == T_I32:
-        return d == T_F32
-    return _has(QUANT_DEQUANT, a) and d == T_F32
-
-
-cdef inline bint _type_is(const ggml_tensor * t, int type) noexcept nogil:
-    return t != NULL and t.type == type
-
-
-cdef inline bint _absent_or(const ggml_tensor * t, int type) noexcept nogil:
-    return t == NULL or t.type == type
-
-
-cdef inline bint _packed(const ggml_tensor * t) noexcept nogil:
-    """Are t's rows packed (nb[0] its element size)? Most ggml-cpu kernels assert it."""
-    return t == NULL or t.nb[0] == TYPE_TRAITS[t.type].type_size
-
-
-cdef bint _matmul_ok(const ggml_tensor * t, const ggml_tensor * a, const ggml_tensor * b) noexcept nogil:
-    """MUL_MAT / MUL_MAT_ID on the CPU: src1 is f32 or already src0's vec_dot_type, the
-    rows are packed, the result is f32 with growing strides (ggml-cpu asserts these)."""
-    if b == NULL or not (0 <= a.type < 64) or VEC_DOT_TYPE[a.type] < 0:
-        return False
-    if b.type != T_F32 and b.type != VEC_DOT_TYPE[a.type]:
-        return False
-    return (t.type == T_F32 and _packed(a) and _packed(b) and _packed(t)
-            and t.nb[0] <= t.nb[1] and t.nb[1] <= t.nb[2] and t.nb[2] <= t.nb[3])
-
-
-cdef bint _flash_attn_ok(const ggml_tensor * t) noexcept nogil:
-    cdef const ggml_tensor * q = t.src[0]
-    cdef const ggml_tensor * k = t.src[1]
-    cdef const ggml_tensor * v = t.src[2]
-    if k == NULL or v == NULL or q.type != T_F32 or t.type != T_F32:
-        return False
-    if not (0 <= k.type < 64) or VEC_DOT_TYPE[k.type] < 0 or not _has(FROM_FLOAT, VEC_DOT_TYPE[k.type]):
-        return False
-    if not (_is_float(v.type) or _has(QUANT_DEQUANT, v.type)):
-        return False
-    return (_absent_or(t.src[3], T_F16) and _absent_or(t.src[4], T_F32)
-            and (t.op_params[3] == GGML_PREC_DEFAULT or t.op_params[3] == GGML_PREC_F32)
-            and _packed(q) and _packed(k) and _packed(v))
-
-
-cdef bint _cpu_layout_ok(const ggml_tensor * t) noexcept nogil:
-    """The layouts ggml-cpu's kernel for t asserts (it aborts on the others, taking the
-    server down) or silently assumes (it would compute garbage): mostly packed rows,
-    for some ops whole contiguity. ggml_py's own kernels take any strides."""
-    cdef int op = t.op
-    cdef const ggml_tensor * s0 = t.src[0]
-    cdef const ggml_tensor * s1 = t.src[1]
-    if op == O_DUP or op == O_CONT or op == O_CPY:
-        if TYPE_TRAITS[t.type].is_quantized and s0.type != t.type:      # dup_to_q
-            return ggml_is_contiguous(t) and _packed(s0)
-        if TYPE_TRAITS[s0.type].is_quantized and s0.type != t.type:     # dup_from_q
-            return _packed(t) and (t.ne[0] % TYPE_TRAITS[s0.type].blck_size == 0
-                                   or ggml_is_contiguous(t))
-        return True
-    if op == O_GLU or op == O_LEAKY_RELU:
-        return (ggml_is_contiguous_1(s0) and (s1 == NULL or ggml_is_contiguous_1(s1))
-                and ggml_is_contiguous_1(t))
-    if op == O_SCALE or op == O_DIAG_MASK_INF:
-        return ggml_is_contiguous(s0) and ggml_is_contiguous(t)
-    if op == O_ACC:     # and b's region inside a
-        return (ggml_is_contiguous(s0) and ggml_is_contiguous(t) and _packed(s1)
-                and ggml_acc_region_end(t) <= ggml_nbytes(s0))
-    if op == O_ROPE:
-        return _packed(t) and s0.nb[0] == t.nb[0]
-    if op == O_SOFT_MAX:
-        return _packed(s0) and _packed(s1) and _packed(t)
-    if op == O_GET_ROWS or op == O_SET_ROWS:
-        return _packed(s0) and _packed(t)
-    if (op == O_UNARY or op == O_ADD or op == O_SUB or op == O_MUL or op == O_DIV or op == O_SQR
-            or op == O_SQRT or op == O_LOG or op == O_SIN or op == O_COS or op == O_CLAMP
-            or op == O_REPEAT or op == O_NORM or op == O_RMS_NORM or op == O_SUM_ROWS
-            or op == O_CUMSUM or op == O_SUM or op == O_MEAN or op == O_ARGMAX
-            or op == O_ARGSORT or op == O_TOP_K or op == O_TIMESTEP_EMBEDDING):
-        return _packed(s0) and _packed(t)
-    return True
-
-
-cdef int cpu_server_supports_op(const ggml_backend * backend, const ggml_tensor * t) noexcept nogil:
-    """Can a ggml 0.10.1 CPU server compute `t`? ggml-cpu's supports_op answers yes to
-    nearly everything and its kernels abort on the rest; this answers from the kernels'
-    dispatch and asserts (ops.cpp, unary-ops.cpp, binary-ops.cpp, ggml-cpu.c) for the ops
-    it knows, and no for ops it has not been checked against."""
-    return _cpu_types_ok(t) and (t.src[0] == NULL or _cpu_layout_ok(t))
-
-
-cdef bint _cpu_types_ok(const ggml_tensor * t) noexcept nogil:
-    """The types ggml-cpu's kernels take for t's op."""
-    cdef int op = t.op, d = t.type, a, u
-    cdef const ggml_tensor * s0 = t.src[0]
-    cdef const ggml_tensor * s1 = t.src[1]
-    if op == 0 or ggml_is_view_op(op):
-        return 1
-    if op == O_ARANGE:
-        return d == T_F32
-    if s0 == NULL:
-        return 0
-    a = s0.type
-    if op == O_DUP or op == O_CONT or op == O_CPY:
-        return _cpy_types(a, d)
-    if op == O_ADD or op == O_SUB or op == O_MUL or op == O_DIV:
-        if s1 == NULL:
-            return 0
-        if op == O_ADD and TYPE_TRAITS[a].is_quantized and _has(QUANT_DEQUANT, a):
-            return s1.type == T_F32 and d == a          # add_q_f32
-        return _binary_types(a, s1.type, d)
-    if op == O_SQR or op == O_SQRT or op == O_LOG or op == O_SIN or op == O_COS:
-        return _unary_types(a, d)
-    if op == O_UNARY:
-        u = t.op_params[0]
-        if u == U_GELU or u == U_GELU_ERF or u == U_GELU_QUICK or u == U_SILU:
-            return a == d and (a == T_F32 or a == T_F16)
-        return 0 <= u < U_COUNT and _unary_types(a, d)
-    if op == O_GLU:
-        u = t.op_params[0]
-        if u == G_SWIGLU_OAI:
-            return a == T_F32 and d == T_F32 and _absent_or(s1, T_F32)
-        return 0 <= u < G_COUNT and a == d and (a == T_F32 or a == T_F16) and _absent_or(s1, a)
-    if op == O_MUL_MAT:
-        return _matmul_ok(t, s0, s1)
-    if op == O_MUL_MAT_ID:
-        return _matmul_ok(t, s0, s1) and _type_is(t.src[2], T_I32)
-    if op == O_GET_ROWS:
-        if not _type_is(s1, T_I32):
-            return 0
-        if a == T_I32:
-            return d == T_I32
-        return d == T_F32 and (_is_float(a) or _has(QUANT_DEQUANT, a))
-    if op == O_SET_ROWS:
-        return (a == T_F32 and s1 != NULL and (s1.type == T_I32 or s1.type == T_I64)
-                and _has(FROM_FLOAT, d))
-    if op == O_SOFT_MAX:
-        return (a == T_F32 and d == T_F32 and (s1 == NULL or s1.type == T_F16 or s1.type == T_F32)
-                and _absent_or(t.src[2], T_F32))
-    if op == O_ROPE:
-        return ((a == T_F32 or a == T_F16) and d == a and _type_is(s1, T_I32)
-                and _absent_or(t.src[2], T_F32))
-    if op == O_FLASH_ATTN_EXT:
-        return _flash_attn_ok(t)
-    if op == O_SUM:
-        return _is_float(a) and d == a
-    if op == O_REPEAT:
-        return d == a and (_is_float(a) or a == T_I16 or a == T_I32)
-    if op == O_CONCAT:
-        return s1 != NULL and s1.type == a and d == a
-    if op == O_CLAMP or op == O_LEAKY_RELU:
-        return (a == T_F32 or a == T_F16) and d == a
-    if op == O_ACC:
-        return a == T_F32 and _type_is(s1, T_F32) and d == T_F32
-    if op == O_ARGSORT or op == O_TOP_K or op == O_ARGMAX:
-        return a == T_F32 and d == T_I32
-    if (op == O_SCALE or op == O_NORM or op == O_RMS_NORM or op == O_DIAG_MASK_INF
-            or op == O_SUM_ROWS or op == O_MEAN or op == O_PAD or op == O_CUMSUM
-            or op == O_TIMESTEP_EMBEDDING):
-        return a == T_F32 and d == T_F32
-    return 0
-
-
-# ops the rule above answers for; every other op is "no" for a CPU server
-CPU_SERVER_OPS = ("NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE", "ARANGE", "DUP", "CONT",
-                  "CPY", "ADD", "SUB", "MUL", "DIV", "SQR", "SQRT", "LOG", "SIN", "COS", "UNARY",
-                  "GLU", "MUL_MAT", "MUL_MAT_ID", "GET_ROWS", "SET_ROWS", "SOFT_MAX", "ROPE",
-                  "FLASH_ATTN_EXT", "SUM", "REPEAT", "CONCAT", "CLAMP", "LEAKY_RELU", "ACC",
-                  "ARGSORT", "TOP_K", "ARGMAX", "SCALE", "NORM", "RMS_NORM", "DIAG_MASK_INF",
-                  "SUM_ROWS", "MEAN", "PAD", "CUMSUM", "TIMESTEP_EMBEDDING")
-
-
-def use_cpu_server_rules(Backend backend, unsupported_ops=()):
-    """Make `backend` answer supports_op with the CPU-server rule (in C, during the split),
-    except for the op names in `unsupported_ops`, which it never runs."""
-    no = set()
-    for name in unsupported_ops:
-        if name not in _OP_IDS:
-            raise ValueError(f"backend {backend.name}: unknown op {name!r}")
-        no.add(_OP_IDS[name])
-    known = {_OP_IDS[n] for n in CPU_SERVER_OPS}
-    backend.c.supports_op_fn = cpu_server_supports_op
-    for i in range(GGML_OP_COUNT_MAX):
-        backend.c.supports_op_table[i] = (GGML_PY_OP_FN if i in known and i not in no
-                                          else GGML_PY_OP_NO)
 
 
 # ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from ggml_py.backends.sim import RPC_SERVER_OPS, SimBackend, SimBufferType
 
 KIND = "cpu"
 PREFIX = "CPU"
+NUMBERED = False
 ALIGNMENT = 32
 
 

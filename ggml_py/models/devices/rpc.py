@@ -13,6 +13,7 @@ from ggml_py.errors import RPCError
 
 KIND = "rpc"
 PREFIX = "RPC"
+NUMBERED = True
 ALIGNMENT = 32
 TIMEOUT = 10.0          # seconds to connect to a live server, and for each of its answers
 

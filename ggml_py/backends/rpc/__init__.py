@@ -39,8 +39,8 @@ from ggml_py import _rpc
 from ggml_py._backend import Backend, get_buffer, host_bytes
 from ggml_py._core import Graph
 from ggml_py._rpc import (RPCBuffer, RPCBufferType, DEFAULT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
-                          PROTO_VERSION, PROTO_VERSIONS, CPU_SERVER_OPS, format_endpoint,
-                          parse_endpoint)
+                          PROTO_VERSION, PROTO_VERSIONS, format_endpoint, parse_endpoint)
+from ggml_py._supports import CPU_OPS as CPU_SERVER_OPS, use_rule
 from ggml_py.errors import ArgumentError, RPCError
 
 __all__ = ["RPCBackend", "RPCBuffer", "RPCBufferType", "RPCError", "PROTO_VERSION",
@@ -67,7 +67,7 @@ class RPCBackend(Backend):
         buft = conn.buffer_type(device)
         # ggml's RPC devices report GPU: not the CPU fallback, weights offloaded to them
         super().__init__(buft.name, buft, device_type="gpu")
-        _rpc.use_cpu_server_rules(self, unsupported_ops)
+        use_rule(self, "rpc-cpu-server", unsupported_ops)
         self.conn = conn
         self.device = device
 

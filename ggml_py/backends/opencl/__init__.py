@@ -10,7 +10,7 @@ no library, platform or device. Layout follows ggml's OpenCL backend:
   * one context and one in-order queue per device, shared by every backend object on
     that device; graph_compute queues a kernel per node in graph order (views need
     none) and returns without waiting: synchronize(), get_tensor or an event wait;
-  * the kernels (opencl_kernels.py) compute in f32; supports_op says yes exactly for
+  * the kernels (kernels.py) compute in f32; supports_op says yes exactly for
     the types, shapes and layouts they handle, so the scheduler sends the rest to the CPU.
 """
 
@@ -28,8 +28,8 @@ from ggml_py._core import Tensor, acc_region_end, instance_arg, size_arg, type_i
 from ggml_py.errors import ArgumentTypeError, BackendError
 from ggml_py.ops import (EMPTY_OPS, bits_f32, alibi_bases, rope_theta_scale,
                          rope_yarn_corr_dims, ROPE_TYPES)
-from ggml_py.backends import opencl_kernels as K
-from ggml_py._opencl_ops import acc_offsets, use_opencl_rules
+from ggml_py.backends.opencl import kernels as K
+from ggml_py._supports import acc_offsets, use_rule
 
 if TYPE_CHECKING:
     from ggml_py._core import Tensor
@@ -301,7 +301,7 @@ class OpenCLEvent:
 
 def _refused(t: Tensor) -> str:
     """What graph_compute was asked to run: the node and the types, shapes and layouts
-    of its sources, which the OpenCL rule (_opencl_ops.pyx) refused."""
+    of its sources, which the OpenCL rule (_supports.pyx) refused."""
     def one(x):
         return f"{x.type} {list(x.ne)}" + ("" if x.is_contiguous else " (not contiguous)")
     srcs = ", ".join(f"src{j} '{x.name}' {one(x)}" for j, x in enumerate(t.src) if x is not None)
@@ -320,7 +320,7 @@ class OpenCLBackend(Backend):
         _require_module()
         dev = _Device.get(_device_index(device))
         super().__init__(dev.name, dev.buffer_type, device_type="gpu")
-        use_opencl_rules(self)          # supports_op: the kernels' rule, in C
+        use_rule(self, "opencl")        # supports_op: the kernels' rule, in C
         self._dev = dev
 
     @property

@@ -3,9 +3,9 @@
 A simulated backend answers the scheduler's questions (supports_op,
 offload_op, supports_buft) from the C tables of Backend, filled from a case
 file's backend entry, and cannot compute. Besides "*" or a list of op names,
-`supports_ops` may name the rule of a ggml RPC server on a CPU ("rpc-cpu-server",
-ggml_py._rpc's type rules, minus `unsupported_ops`): a plan for RPC devices
-without any server. Its buffers have a fake, aligned,
+`supports_ops` may name one of ggml_py._supports' C rules, minus `unsupported_ops`
+("rpc-cpu-server": a ggml RPC server on a CPU; "cuda", "vulkan", ...: ggml's GPU
+backends): a plan for such devices without any of them. Its buffers have a fake, aligned,
 non-null base and no memory, so graphs of any size can be split and
 allocated without touching RAM.
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ggml_py import _rpc
 from ggml_py._backend import Backend, BufferType, fake_buffer, DEVICE_TYPES
 from ggml_py._core import OP_IDS
+from ggml_py._supports import RULE_NAMES, use_rule
 from ggml_py._validate import (SIZE_MAX, INT64_MIN, INT64_MAX, check_keys, check_int, check_bool, check_name, check_list,
                                check_choice, fail)
 
@@ -81,7 +81,7 @@ def parse_backend_dict(d, index=None):
     for name in check_list(spec["supports_buffer_types"], where, "supports_buffer_types"):
         check_name(name, where, "supports_buffer_types entry")
     spec["supports_ops"] = _ops(spec["supports_ops"], where, "supports_ops",
-                                ("*", RPC_SERVER_OPS))
+                                ("*", *RULE_NAMES))
     spec["unsupported_ops"] = _ops(spec["unsupported_ops"], where, "unsupported_ops")
     spec["offload_ops"] = _ops(spec["offload_ops"], where, "offload_ops", ("*",))
     check_int(spec["offload_min_batch"], where, "offload_min_batch", INT64_MIN, INT64_MAX)
@@ -137,8 +137,8 @@ class SimBackend(Backend):
 
     # the tables lose how they were written ('*' minus a list); keep that for to_dict
     def set_supported_ops(self, supports="*", unsupported=()):
-        if supports == RPC_SERVER_OPS:
-            _rpc.use_cpu_server_rules(self, unsupported)
+        if isinstance(supports, str) and supports in RULE_NAMES:
+            use_rule(self, supports, unsupported)
         else:
             super().set_supported_ops(supports, unsupported)
         self._supports_ops = _copy_ops(supports)

@@ -14,6 +14,7 @@ Conventions:
 
 from ggml_py import quants
 from ggml_py._core import type_size
+from ggml_py._supports import OPENCL_FA_D, OPENCL_SORT_MAX
 from ggml_py.ops import GLU_OPS, UNARY_OPS
 
 BODY = r"""
@@ -712,8 +713,9 @@ KERNELS = ("k_cpy", "k_cpy_q8_0", "k_concat", "k_diag_mask_inf", "k_sum_rows", "
 # from these, so the two sides cannot disagree.
 WG = 64          # local size of 1-D kernels and row reductions
 TS = 16          # matmul tile
-SORT_MAX = 2048  # longest row ARGSORT / TOP_K sort in local memory
-FA_D = 256       # largest flash-attention head size (DK and DV)
+# the kernels' limits, which the OpenCL supports_op rule checks (ggml_py._supports)
+SORT_MAX = OPENCL_SORT_MAX      # longest row ARGSORT / TOP_K sort in local memory
+FA_D = OPENCL_FA_D              # largest flash-attention head size (DK and DV)
 
 # op codes of the shared kernels: k_binary, k_map1 (M_*), k_map1's unary ops (U_*: ggml's
 # ggml_unary_op ids) and k_glu (G_*: ggml's ggml_glu_op ids)
