@@ -3,7 +3,7 @@ synthetic llama graphs from 1k to 100k nodes (µs per node, linear scaling), wit
 split + reserve + alloc and graph reuse beside: the same Graph allocated again (level
 1) and a rebuilt graph of equal structure (level 2, per node and against ggml's split).
 Beside the split's cost per node, its memory floor: the time of a bare sweep that reads
-only what any split must read of the graph (Scheduler.time_struct_sweep).
+only what any split must read of the graph (ggml_py.tools.schedtime.time_struct_sweep).
 
     python bench/bench_split.py [--cases DIR] [--random] [--sizes 1000,10000,40000,100000] [--json]
 
@@ -44,6 +44,8 @@ import time
 from ggml_py.models.synthetic import synthetic_llama_builder
 from ggml_py.sched import Scheduler
 from ggml_py.tools.machine import announce, with_machine
+from ggml_py.tools.schedtime import (time_alloc, time_rebuilt_reuse, time_split, time_reuse,
+                                     time_struct_sweep)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # ggml's reference cases (tests/data); GGML_PY_SHARED points at another copy
@@ -61,7 +63,7 @@ def emit(row):
 def time_splits(sched, graph, min_time_s=0.5, min_reps=20):
     samples = []
     while len(samples) < min_reps or sum(samples) < min_time_s * 1e6:
-        samples += sched.time_split(graph, max(min_reps, 5))
+        samples += time_split(sched, graph, max(min_reps, 5))
     return statistics.median(samples), len(samples)
 
 
@@ -195,7 +197,7 @@ def sweep_graph_size(n_nodes, factors, as_json):
     n = graph.n_nodes + graph.n_leafs
     for f in factors:
         sched = Scheduler(backends, graph_size=int(f * n))
-        us = statistics.median(sched.time_split(graph, 15))
+        us = statistics.median(time_split(sched, graph, 15))
         st = sched.hash_stats()
         row = {"n_nodes": graph.n_nodes, "graph_size": int(f * n), "hash_size": st["size"],
                "load": round(st["load"], 3), "split_us_per_node": round(us / graph.n_nodes, 4),
@@ -227,13 +229,13 @@ def _bench_graph(name, sched, graph, build, assignments, ref_options, as_json, s
         ref = GgmlSched(graph, [server.endpoint] * len(gpus), **ref_options)
         ref.assignments = [(t, sched.backend_id(b)) for t, b in assignments]
         try:
-            us, ggml_us = _paired(lambda: sched.time_split(graph, reps, assignments),
+            us, ggml_us = _paired(lambda: time_split(sched, graph, reps, assignments),
                                   lambda: ref.time_split(reps), rounds)
-            alloc_us, ggml_alloc_us = _paired(lambda: sched.time_alloc(graph, reps, assignments),
+            alloc_us, ggml_alloc_us = _paired(lambda: time_alloc(sched, graph, reps, assignments),
                                               lambda: ref.time_alloc(reps), rounds)
             few = max(3, reps // 4)
             reserve_us, ggml_sched_reserve_us = _paired(
-                lambda: sched.time_alloc(graph, few, assignments, reserve=True),
+                lambda: time_alloc(sched, graph, few, assignments, reserve=True),
                 lambda: ref.time_reserve(few), rounds)
             # ggml's split + reserve_n + gallocr_alloc_graph, from its public calls
             ggml_reserve_us = ggml_sched_reserve_us + ggml_alloc_us - ggml_us
@@ -241,7 +243,7 @@ def _bench_graph(name, sched, graph, build, assignments, ref_options, as_json, s
             # against ggml's split, round by round
             other, other_assignments = build()
             rebuilt_us, ggml_split_again_us = _paired(
-                lambda: sched.time_rebuilt_reuse(graph, other, few, assignments, other_assignments),
+                lambda: time_rebuilt_reuse(sched, graph, other, few, assignments, other_assignments),
                 lambda: ref.time_split(few), rounds)
             row.update(ggml="measured", ggml_n_splits=ref.n_splits)
         finally:
@@ -255,18 +257,18 @@ def _bench_graph(name, sched, graph, build, assignments, ref_options, as_json, s
                    alloc_reserve_ratio=round(reserve_us / ggml_reserve_us, 3),
                    ggml_split_us_beside_rebuilt=round(ggml_split_again_us, 1))
     else:
-        us = statistics.median(sched.time_split(graph, reps * rounds, assignments))
+        us = statistics.median(time_split(sched, graph, reps * rounds, assignments))
         ggml_per_node = _issue_per_node(graph.n_nodes)
         row.update(ggml="issue 11" if ggml_per_node else None)
-        reserve_us = statistics.median(sched.time_alloc(graph, 3 if big else 5, assignments,
+        reserve_us = statistics.median(time_alloc(sched, graph, 3 if big else 5, assignments,
                                                         reserve=True))
         # level 2: a rebuilt graph of equal structure (built in Python, untimed)
         other, other_assignments = build()
-        rebuilt_us = statistics.median(sched.time_rebuilt_reuse(graph, other, 5 if big else 21,
+        rebuilt_us = statistics.median(time_rebuilt_reuse(sched, graph, other, 5 if big else 21,
                                                                 assignments, other_assignments))
-    reuse_us = statistics.median(sched.time_reuse(graph, 101, assignments))
+    reuse_us = statistics.median(time_reuse(sched, graph, 101, assignments))
     # the memory floor: a sweep reading only what any split must read of the graph
-    sweep_us = statistics.median(sched.time_struct_sweep(graph, reps * rounds))
+    sweep_us = statistics.median(time_struct_sweep(sched, graph, reps * rounds))
     ggml_split_us = None if ggml_per_node is None else ggml_per_node * graph.n_nodes
     if server is not None:
         ggml_split_us = ggml_split_again_us         # measured alongside the rebuilt graphs

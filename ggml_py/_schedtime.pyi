@@ -5,7 +5,7 @@ from typing import Sequence
 from typing_extensions import Self, disjoint_base
 
 from ggml_py._core import Graph, Tensor
-from ggml_py._sched import SchedCore
+from ggml_py._schedcore import SchedCore
 
 @disjoint_base
 class GraphSnapshot:

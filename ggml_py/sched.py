@@ -1,7 +1,7 @@
 """The backend scheduler: split a graph over backends as ggml_backend_sched does.
 
 `Scheduler` is the thin, checked Python face of the Cython core
-(`ggml_py._sched.SchedCore`); `Scheduler.plan()` gives what a split decided in the
+(`ggml_py._schedcore.SchedCore`); `Scheduler.plan()` gives what a split decided in the
 plan-file format of SCHED_CASES.md (`ggml_py.plan`). ggml's C-style names are provided as aliases at
 the bottom, so code written against ggml's API reads the same.
 """
@@ -9,7 +9,6 @@ the bottom, so code written against ggml's API reads the same.
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import threading
 import weakref
@@ -19,24 +18,21 @@ from typing import (TYPE_CHECKING, Any, Callable, Concatenate, Iterable, Iterato
 import numpy as np
 
 from ggml_py._backend import Backend, BufferType
-from ggml_py._core import VIEW_OPS, Graph, Tensor, instance_arg, int_arg, items_arg
-from ggml_py._sched import SchedCore
-from ggml_py._schedtime import (TIME_ALLOC, TIME_RESERVE, TIME_REUSE, TIME_SPLIT, TIME_SWEEP,
-                                GraphSnapshot, time_rebuilt_reps, time_reps)
+from ggml_py._core import Graph, Tensor, instance_arg, int_arg, items_arg
+from ggml_py._schedcore import SchedCore
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
                             SchedulerError)
 from ggml_py._backend import get_buffer, is_written, mark_written
 from ggml_py.arrays import describe, read, write
 from ggml_py.plan import Plan
 from ggml_py.runtime import Runtime, Split, Status
+from ggml_py.sched_debug import log_assignments
 
 if TYPE_CHECKING:
     from ggml_py._types import BackendRef, EvalCallback
     from ggml_py.runtime import Profile
 
     Array = np.ndarray[Any, Any]       # what get_output and run return
-
-log = logging.getLogger("ggml_py.sched")
 
 MAX_BACKENDS = 16        # GGML_SCHED_MAX_BACKENDS
 MAX_SPLIT_INPUTS = 30    # GGML_SCHED_MAX_SPLIT_INPUTS
@@ -222,7 +218,7 @@ class Scheduler:
         self._core.split_graph(graph)
         self._graph = graph
         if self.debug:
-            self.log_assignments()
+            log_assignments(self, self.debug)
         return self
 
     # --- allocation (port of the scheduler's reserve / alloc_graph path) ---
@@ -284,7 +280,7 @@ class Scheduler:
         self._displaced.discard(graph)
         self._allocated = weakref.ref(graph)
         if self.debug:
-            self.log_assignments()
+            log_assignments(self, self.debug)
         if self.validate:
             self.validate_allocation()
         return True
@@ -761,94 +757,6 @@ class Scheduler:
                 k += 1
             yield i, node, k, splits[k] if start else None
 
-    @_locked
-    def log_assignments(self) -> None:
-        """GGML_SCHED_DEBUG output: splits with their inputs, and (level 2) nodes."""
-        g = self._require_split()
-        for i, node, k, s in self.walk(g):
-            if s is not None:
-                ins = " ".join(f"[{t.name} ({_fmt_size(t.nbytes)})]" for t in s.inputs)
-                log.debug("## SPLIT #%d: %s # %d inputs%s", k, s.backend.name, len(s.inputs),
-                          ": " + ins if ins else "")
-            if self.debug > 1 and node.op not in VIEW_OPS:
-                b = self.get_tensor_backend(node)
-                srcs = " ".join(
-                    f"{s.name} ({_fmt_size(s.nbytes)}) [{_bname(self.get_tensor_backend(s))} "
-                    f"{self.get_cause(s)}]" for s in node.src if s is not None)
-                log.debug("node #%3d (%s): %s (%s) [%s %s] use=%d,c=%d: %s", i, node.op, node.name,
-                          _fmt_size(node.nbytes), _bname(b), self.get_cause(node),
-                          g.use_count(node), int("COMPUTE" in node.flags), srcs)
-
-    # --- timing (SCHED_CASES.md "Timing") ---
-
-    def time_alloc(self, graph: Graph, reps: int,
-                   assignments: Iterable[tuple[Tensor, BackendRef]] = (),
-                   reserve: bool = False) -> list[float]:
-        """Wall times (µs) of `reps` alloc_graph calls in the steady state (the
-        reservation reused), or with `reserve` of split + reserve_n + alloc_graph, each
-        after restoring the graph, a reset and re-applying `assignments`."""
-        return self._time(graph, reps, assignments, TIME_RESERVE if reserve else TIME_ALLOC)
-
-    def time_reuse(self, graph: Graph, reps: int,
-                   assignments: Iterable[tuple[Tensor, BackendRef]] = ()) -> list[float]:
-        """Wall times (µs) of `reps` alloc_graph calls of the unchanged graph after a reset
-        and `assignments` (untimed): graph reuse, no split and no allocation. Raises
-        SchedulerError(kind='no-reuse') where the plan is not reused."""
-        return self._time(graph, reps, assignments, TIME_REUSE)
-
-    @_locked
-    def time_rebuilt_reuse(self, graph: Graph, other: Graph, reps: int,
-                           assignments: Iterable[tuple[Tensor, BackendRef]] = (),
-                           other_assignments: Iterable[tuple[Tensor, BackendRef]] = ()
-                           ) -> list[float]:
-        """Wall times (µs) of `reps` alloc_graph calls of a rebuilt graph of equal
-        structure (graph reuse level 2): `graph` and `other` (built alike) alternate,
-        each after a reset and its assignments (untimed). Raises
-        SchedulerError(kind='no-reuse') where the plan is not reused."""
-        _check_graph(graph)
-        _check_graph(other)
-        ids = [(t, self.backend_id(b)) for t, b in assignments]
-        other_ids = [(t, self.backend_id(b)) for t, b in other_assignments]
-        try:
-            ns = time_rebuilt_reps(self._core, graph, other, ids, other_ids, reps)
-        finally:
-            self.reset()
-        return [x / 1000.0 for x in ns]
-
-    def time_split(self, graph: Graph, reps: int,
-                   assignments: Iterable[tuple[Tensor, BackendRef]] = ()) -> list[float]:
-        """Wall times (µs) of `reps` splits, each after restoring the graph, a reset and
-        re-applying `assignments` [(tensor, backend), ...]. The graph is left restored."""
-        return self._time(graph, reps, assignments, TIME_SPLIT)
-
-    def time_struct_sweep(self, graph: Graph, reps: int) -> list[float]:
-        """Wall times (µs) of `reps` sweeps that read what any split of `graph` must read
-        and nothing more (each leaf's first cache line and buffer struct, each node's first
-        line and its sources'), asking ahead as the split does, each after the untimed
-        steps of `time_split`: the memory floor under the split's per-node cost, which
-        grows with the graph as its tensor structs outgrow the caches."""
-        return self._time(graph, reps, (), TIME_SWEEP)
-
-    @_locked
-    def _time(self, graph: Graph, reps: int, assignments: Iterable[tuple[Tensor, BackendRef]],
-              what: int) -> list[float]:
-        """_schedtime.time_reps around a snapshot of the graph's own sources (the split's
-        rewiring undone first), in µs; the graph is restored afterwards."""
-        _check_graph(graph)
-        self._core.undo_rewiring()
-        snap = GraphSnapshot(graph)
-        ids = [(t, self.backend_id(b)) for t, b in assignments]
-        try:
-            if what == TIME_ALLOC and not self.is_alloc:
-                self.alloc_graph(graph)     # the first call reserves; time the steady state
-            ns = time_reps(self._core, graph, snap, ids, reps, what)
-        finally:
-            self._core.undo_rewiring()
-            snap.restore()
-            if what != TIME_SPLIT and what != TIME_SWEEP:
-                self.reset()
-        return [x / 1000.0 for x in ns]
-
 
 def _placed_inputs(graph: Graph, like: Any = None) -> dict[Tensor, tuple[Any, int]]:
     """{input tensor: (buffer, address)} of the graph's INPUT tensors that have memory
@@ -856,14 +764,6 @@ def _placed_inputs(graph: Graph, like: Any = None) -> dict[Tensor, tuple[Any, in
     tensors = graph.leafs + graph.nodes if like is None else like
     return {t: (get_buffer(t), t.data_address) for t in tensors
             if "INPUT" in t.flags and t.data_address}
-
-
-def _fmt_size(n: int) -> str:
-    return f"{n // 1024 // 1024}M" if n >= 1024 * 1024 else f"{n // 1024}K"
-
-
-def _bname(b: Backend | None) -> str:
-    return b.name if b is not None else "NULL"
 
 
 # ---------------------------------------------------------------------------

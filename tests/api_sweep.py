@@ -37,7 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # backend's module only the backend class is swept (its module functions are the
 # kernels' building blocks, see CLASSES_ONLY).
 MODULES = [
-    "ggml_py._core", "ggml_py._backend", "ggml_py._sched", "ggml_py._schedtime",
+    "ggml_py._core", "ggml_py._backend", "ggml_py._schedcore", "ggml_py._schedtime",
     "ggml_py._alloc", "ggml_py._opencl", "ggml_py._supports", "ggml_py._quants", "ggml_py._caseio",
     "ggml_py.errors", "ggml_py.sched", "ggml_py.plan", "ggml_py.runtime", "ggml_py.tools.cases",
     "ggml_py.alloc", "ggml_py._validate", "ggml_py.ops", "ggml_py.quants", "ggml_py.backends",

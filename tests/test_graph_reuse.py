@@ -14,6 +14,7 @@ from ggml_py._backend import get_buffer, set_buffer
 from ggml_py._core import mutation_epochs
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.tools.cases import load_case
+from ggml_py.tools.schedtime import time_split, time_struct_sweep
 from ggml_py.errors import GgmlPyError
 from ggml_py.tools.planning import scheduler_for_case
 from ggml_py.sched import Scheduler
@@ -231,9 +232,9 @@ def test_time_split_and_the_struct_sweep_leave_the_graph_and_the_plan_as_they_we
     before = _state(sched, case.graph)
     sched.reset()
     # the memory floor's sweep reads the graph and decides nothing
-    times = sched.time_struct_sweep(case.graph, 4)
+    times = time_struct_sweep(sched, case.graph, 4)
     assert len(times) == 4 and all(t > 0 for t in times)
-    splits = sched.time_split(case.graph, 3, case.assignments)
+    splits = time_split(sched, case.graph, 3, case.assignments)
     assert len(splits) == 3 and all(t > 0 for t in splits)
     assert [list(t.src) for t in case.graph.nodes] == sources
     sched.reset()
@@ -242,7 +243,7 @@ def test_time_split_and_the_struct_sweep_leave_the_graph_and_the_plan_as_they_we
     sched.alloc_graph(case.graph)
     assert _state(sched, case.graph) == before
     with pytest.raises(GgmlPyError, match="reps"):
-        sched.time_struct_sweep(case.graph, -1)
+        time_struct_sweep(sched, case.graph, -1)
 
 
 # ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from ggml_py.errors import GgmlPyError
 from ggml_py.ops import VIEW_OPS
 from ggml_py.tools.cases import _build_case, load_case
 from ggml_py.tools.planning import scheduler_for_case
+from ggml_py.tools.schedtime import time_rebuilt_reuse
 
 
 def _state(sched, graph):
@@ -276,14 +277,14 @@ def test_time_rebuilt_reuse_times_level_2_only():
     backends, build, _keep = synthetic_llama_builder(2)
     graph = build()
     sched = Scheduler(backends, graph_size=1024)
-    times = sched.time_rebuilt_reuse(graph, build(), 6)
+    times = time_rebuilt_reuse(sched, graph, build(), 6)
     assert len(times) == 6 and all(t > 0 for t in times)
     assert sched.n_graph_rebuilt_reuses >= 6
     other = build()
     node = other.nodes[3]
     node.set_op_params([node.op_params[0] + 1] + list(node.op_params[1:]))
     with pytest.raises(GgmlPyError, match="reused the plan"):
-        sched.time_rebuilt_reuse(graph, other, 2)
+        time_rebuilt_reuse(sched, graph, other, 2)
 
 
 # ---------------------------------------------------------------------------

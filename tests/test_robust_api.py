@@ -133,7 +133,7 @@ def test_scheduler_arguments_are_checked_before_anything_is_made():
 
 def test_scheduler_tables_past_the_machine_are_refused():
     cpu = CPUBackend()
-    from ggml_py._sched import SchedCore
+    from ggml_py._schedcore import SchedCore
     with pytest.raises(gp.AllocationError,
                        match=r"its tables: cannot allocate \d+ bytes .* of memory available"):
         SchedCore([cpu] * 16, [cpu.buffer_type] * 16, 2**31 - 1, True, False, 30, 30, 4096)

@@ -38,6 +38,7 @@ from ggml_py.models.config import MAX_LAYERS, WEIGHT_TYPES
 from ggml_py.models.synthetic import MAX_LAYERS as MAX_PLAN_LAYERS, synthetic_llama
 from ggml_py.reasons import split_reasons
 from ggml_py.sched import Scheduler
+from ggml_py.tools.schedtime import time_split
 from ggml_py.tools.splitmap import SplitMap, fmt_bytes
 
 if TYPE_CHECKING:
@@ -334,7 +335,7 @@ def run_scenario(title: str, n_layers: int, n_gpus: int = 1,
                                              gpu_unsupported=gpu_unsupported,
                                              offload=n_gpus > 0)
     sched = Scheduler(backends, graph_size=2 * (graph.n_nodes + graph.n_leafs), parallel=parallel)
-    times = sched.time_split(graph, 200)
+    times = time_split(sched, graph, 200)
     sched.reset()       # like ggml, a split keeps the last split's copies until a reset
     sched.split_graph(graph)
     out(f"\n== {title}: {graph.n_nodes} nodes, {graph.n_leafs} leafs on "

@@ -11,6 +11,7 @@ from ggml_py._core import Graph
 from ggml_py.plan import Plan
 from ggml_py.reasons import cause_text
 from ggml_py.sched import Scheduler
+from ggml_py.tools.schedtime import time_alloc, time_rebuilt_reuse, time_reuse, time_split
 
 if TYPE_CHECKING:
     from ggml_py.tools.cases import Case
@@ -65,7 +66,7 @@ def median_split_us(case: Case, min_time_s: float = 0.5, min_reps: int = 50) -> 
     graph, resets the scheduler and re-applies the user assignments, untimed;
     repeated until min_time_s of timed splits and at least min_reps."""
     sched = scheduler_for_case(case)
-    return _median_until(lambda n: sched.time_split(case.graph, n, case.assignments),
+    return _median_until(lambda n: time_split(sched, case.graph, n, case.assignments),
                          min_time_s, min_reps)
 
 
@@ -73,14 +74,14 @@ def median_alloc_us(case: Case, reps: int, reserve: bool = False) -> float:
     """Median time (µs) of `reps` alloc_graph calls in the steady state, or with
     `reserve` of split + reserve_n + alloc_graph (SCHED_CASES.md "Timing")."""
     sched = scheduler_for_case(case)
-    return statistics.median(sched.time_alloc(case.graph, reps, case.assignments, reserve))
+    return statistics.median(time_alloc(sched, case.graph, reps, case.assignments, reserve))
 
 
 def median_reuse_us(case: Case, reps: int) -> float:
     """Median time (µs) of `reps` alloc_graph calls that reuse the plan of the unchanged
     graph (graph reuse level 1: the check alone)."""
     sched = scheduler_for_case(case)
-    return statistics.median(sched.time_reuse(case.graph, reps, case.assignments))
+    return statistics.median(time_reuse(sched, case.graph, reps, case.assignments))
 
 
 def median_rebuilt_reuse_us(case: Case, reps: int) -> float:
@@ -88,7 +89,7 @@ def median_rebuilt_reuse_us(case: Case, reps: int) -> float:
     graph of equal structure (graph reuse level 2: fingerprint, re-pointing, placing)."""
     sched = scheduler_for_case(case)
     other = case.rebuilt()
-    return statistics.median(sched.time_rebuilt_reuse(case.graph, other.graph, reps,
+    return statistics.median(time_rebuilt_reuse(sched, case.graph, other.graph, reps,
                                                       case.assignments, other.assignments))
 
 

@@ -10,8 +10,9 @@ from ggml_py._ggml cimport *
 from ggml_py._core cimport (Graph, ggml_context, checked_calloc, int_arg, tensor_changed,
                             scan_sources, source_mask, lowest_bit, prefetch_leaf_ahead,
                             prefetch_node_ahead, graph_tensor)
-from ggml_py._sched cimport (SchedCore, sched_reset, forget_plan, sched_split_graph,
-                             sched_alloc_graph)
+from ggml_py._schedcore cimport SchedCore
+from ggml_py._reuse cimport sched_reset, forget_plan
+from ggml_py._schedalloc cimport sched_split_graph, sched_alloc_graph
 
 from ggml_py.errors import AllocationError, SchedulerError
 
@@ -151,7 +152,7 @@ def time_reps(SchedCore s not None, Graph graph not None, GraphSnapshot snap not
             snap.restore()
             forget_plan(s)
             sched_reset(s)
-            s.next_copy = 0
+            s.pipeline.next_copy = 0
             for t, b in assignments:
                 s.set_tensor_backend(t, b)
             if not sched_alloc_graph(s, graph):
@@ -161,7 +162,7 @@ def time_reps(SchedCore s not None, Graph graph not None, GraphSnapshot snap not
                 snap.restore()
                 forget_plan(s)
             sched_reset(s)
-            s.next_copy = 0         # copy slot 0 every time (ggml_backend_sched_synchronize)
+            s.pipeline.next_copy = 0         # copy slot 0 every time (ggml_backend_sched_synchronize)
             for t, b in assignments:
                 s.set_tensor_backend(t, b)
             t0 = clock()
@@ -173,8 +174,9 @@ def time_reps(SchedCore s not None, Graph graph not None, GraphSnapshot snap not
                 sched_alloc_graph(s, graph)
             else:
                 sched_split_graph(s, graph)
-                s.galloc.c_reserve_n(&s.graph, s.node_backend_ids, s.leaf_backend_ids)
-                s.galloc.c_alloc_graph(&s.graph, (graph, s.arena), True)   # as sched_alloc_splits
+                s.galloc.c_reserve_n(&s.graph_copy.graph, s.graph_copy.node_backend_ids,
+                                     s.graph_copy.leaf_backend_ids)
+                s.galloc.c_alloc_graph(&s.graph_copy.graph, (graph, s.arena), True)   # as sched_alloc_splits
             out.append(clock() - t0)
         sweep_sink = sink
     finally:
