@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn, Protocol, Sequence, T
 
 import numpy as np
 
-from ggml_py._core import (EMPTY_OPS, GLU_OP_NAMES, ROPE_TYPES as _ROPE_TYPES, UNARY_OP_NAMES,
-                           VIEW_OPS, Context, Tensor, blck_size, int_arg, type_size)
+from ggml_py._core import (EMPTY_OPS, GLU_OP_NAMES, PRECS as _PRECS, ROPE_TYPES as _ROPE_TYPES,
+                           UNARY_OP_NAMES, VIEW_OPS, Context, Tensor, blck_size, int_arg,
+                           type_size)
 from ggml_py.errors import ArgumentTypeError, GraphError
 # the shared numerics, under their old names here too (ops.f32_bits, ops.powf, ...)
 from ggml_py.numerics import (alibi_bases as alibi_bases, bits_f32 as bits_f32,
@@ -86,7 +87,7 @@ UNARY_OPS = UNARY_OP_NAMES          # (listed once, in ggml-py-vocab.h)
 GLU_OPS = GLU_OP_NAMES
 SORT_ORDERS = ("ASC", "DESC")
 ROPE_TYPES = _ROPE_TYPES
-PRECS = {"DEFAULT": 0, "F32": 10}
+PRECS = _PRECS
 UNARY_OP_IDS = {n: i for i, n in enumerate(UNARY_OPS)}
 GLU_OP_IDS = {n: i for i, n in enumerate(GLU_OPS)}
 
