@@ -332,12 +332,19 @@ cdef tuple _names(const char * const * names, int n):
     return tuple(names[i].decode() for i in range(n))
 
 
+cdef dict _named_values(const char * const * names, const int * values, int n):
+    return {names[i].decode(): values[i] for i in range(n)}
+
+
 # ggml's op, unary op and GLU op names by id (ggml-py-vocab.h)
 OP_NAMES_LIST = _names(ggml_py_op_names, GGML_PY_OP_COUNT)
 UNARY_OP_NAMES = _names(ggml_py_unary_op_names, GGML_PY_UNARY_OP_COUNT)
 GLU_OP_NAMES = _names(ggml_py_glu_op_names, GGML_PY_GLU_OP_COUNT)
-ROPE_TYPES = dict(zip(_names(ggml_py_rope_type_names, GGML_PY_N_ROPE_TYPES),
-                      [ggml_py_rope_type_values[i] for i in range(GGML_PY_N_ROPE_TYPES)]))
+# ggml.h's named values (ggml-py-vocab.h): rope modes, and the precisions of MUL_MAT and
+# FLASH_ATTN_EXT
+ROPE_TYPES = _named_values(ggml_py_rope_type_names, ggml_py_rope_type_values,
+                           GGML_PY_N_ROPE_TYPES)
+PRECS = _named_values(ggml_py_prec_names, ggml_py_prec_values, GGML_PY_N_PRECS)
 
 FLAG_NAMES = {"INPUT": GGML_TENSOR_FLAG_INPUT, "OUTPUT": GGML_TENSOR_FLAG_OUTPUT,
               "PARAM": GGML_TENSOR_FLAG_PARAM, "LOSS": GGML_TENSOR_FLAG_LOSS,
