@@ -787,6 +787,7 @@ cdef ggml_tensor * _context_alloc(ggml_context * ctx) except NULL:
         ctx.n_blocks += 1
     cdef ggml_tensor * t = ggml_context_tensor(ctx, i)
     memset(t, 0, sizeof(ggml_tensor))
+    tensor_changed(t)               # (a reset context makes new tensors where old ones were)
     t.id = i
     t.owner = ctx
     ctx.n_tensors += 1
@@ -1127,6 +1128,31 @@ cdef bint graph_unchanged_since(Graph g, uint64_t epoch) noexcept:
     for i in range(cg.n_leafs):
         if _stamped_after(cg.leafs[i], epoch):
             return False
+    return True
+
+
+cdef bint nodes_unchanged_since(ggml_tensor ** nodes, int n, uint64_t epoch) noexcept nogil:
+    """Is every stamp an execution of nodes made at `epoch` depends on still at most
+    `epoch`: each node's and each of its sources' own and their buffers' (the CPU
+    executor's cplans: a view's data is written, and stamped, by its placement, so view
+    bases do not matter here)? O(1) when nothing at all changed since; else one sweep."""
+    cdef int i
+    cdef uint16_t sources
+    cdef ggml_tensor * t
+    if _epoch == epoch:
+        return True
+    if _world_epoch > epoch:
+        return False
+    for i in range(n):
+        t = nodes[i]
+        if t.gen > epoch or (t.buffer != NULL and t.buffer.gen > epoch):
+            return False
+        sources = t.src_mask
+        while sources:
+            t = nodes[i].src[lowest_bit(sources)]
+            if t.gen > epoch or (t.buffer != NULL and t.buffer.gen > epoch):
+                return False
+            sources &= sources - 1
     return True
 
 

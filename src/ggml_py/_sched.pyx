@@ -25,7 +25,7 @@ from ggml_py._core cimport (Context, Tensor, Graph, ggml_join_name, tensor_handl
                             ggml_views_computed_node, leaf_view_message,
                             ggml_hash_size, ggml_context, ggml_is_computed_from,
                             ggml_computes, OP_NONE, OP_CPY, mutation_epoch, tensor_changed, tensor_set_src,
-                            graph_unchanged_since, order_message, LAYOUT_BYTES, new_epoch,
+                            src_owner, graph_unchanged_since, order_message, LAYOUT_BYTES, new_epoch,
                             source_mask, lowest_bit, PREFETCH_AHEAD, prefetch, prefetch_bytes,
                             prefetch_memory, prefetch_leaf_ahead, prefetch_node_ahead,
                             checked_calloc, safe_realloc, int_arg, index_arg, OP_ROPE,
@@ -990,6 +990,7 @@ cdef void apply_rewirings(SchedCore s) noexcept:
         if k + PREFETCH_AHEAD < s.n_rewired:
             prefetch(s.rewired[k + PREFETCH_AHEAD].slot)
         s.rewired[k].slot[0] = s.rewired[k].copy
+        tensor_changed(src_owner(s.rewired[k].slot, s.rewired[k].src))
 
 
 cdef void undo_rewiring(SchedCore s) noexcept:
@@ -1006,6 +1007,7 @@ cdef void undo_rewiring(SchedCore s) noexcept:
         original = s.rewired[k].original
         if cur != original and cur != NULL and cur.owner == <void *>&arena.ctx:
             s.rewired[k].slot[0] = original
+            tensor_changed(src_owner(s.rewired[k].slot, s.rewired[k].src))
     s.n_rewired = 0
 
 
@@ -1022,6 +1024,7 @@ cdef void retire_arena(SchedCore s) noexcept:
             tensor_set_src(t, 0, NULL)
             t.buffer = NULL
             t.data = NULL
+            tensor_changed(t)
         s.infos[i].of = NULL
     ggml_context_reset(&arena.ctx)
 
@@ -1746,6 +1749,7 @@ cdef int fp_repoint(SchedCore s, Graph graph) except -1:
             t.view_offs = of.view_offs if of.view_src != NULL else 0
             t.buffer = NULL
             t.data = t.view_src.data + t.view_offs if t.view_src.data != NULL else NULL
+            tensor_changed(t)
     for i in range(s.fp_n_rewirings):
         r = &s.fp_rewirings[i]
         # (fp_matches found the node's source where the plan's was; the plan may have
