@@ -1092,12 +1092,14 @@ cdef void buffer_changed(ggml_backend_buffer * b) noexcept nogil:
     _buffers_epoch = _epoch
 
 
+cdef inline bint _changed_after(const ggml_tensor * t, uint64_t epoch) noexcept nogil:
+    """Do t or the buffer it lives in carry a stamp above epoch?"""
+    return t.gen > epoch or (t.buffer != NULL and t.buffer.gen > epoch)
+
+
 cdef inline bint _stamped_after(const ggml_tensor * t, uint64_t epoch) noexcept nogil:
-    """Does t, its view base or the buffer either lives in carry a stamp above epoch?"""
-    if t.gen > epoch or (t.buffer != NULL and t.buffer.gen > epoch):
-        return True
-    t = t.view_src
-    return t != NULL and (t.gen > epoch or (t.buffer != NULL and t.buffer.gen > epoch))
+    """Do t, its view base or the buffer either lives in carry a stamp above epoch?"""
+    return _changed_after(t, epoch) or (t.view_src != NULL and _changed_after(t.view_src, epoch))
 
 
 cdef void world_changed() noexcept nogil:
@@ -1138,19 +1140,16 @@ cdef bint nodes_unchanged_since(ggml_tensor ** nodes, int n, uint64_t epoch) noe
     bases do not matter here)? O(1) when nothing at all changed since; else one sweep."""
     cdef int i
     cdef uint16_t sources
-    cdef ggml_tensor * t
     if _epoch == epoch:
         return True
     if _world_epoch > epoch:
         return False
     for i in range(n):
-        t = nodes[i]
-        if t.gen > epoch or (t.buffer != NULL and t.buffer.gen > epoch):
+        if _changed_after(nodes[i], epoch):
             return False
-        sources = t.src_mask
+        sources = nodes[i].src_mask
         while sources:
-            t = nodes[i].src[lowest_bit(sources)]
-            if t.gen > epoch or (t.buffer != NULL and t.buffer.gen > epoch):
+            if _changed_after(nodes[i].src[lowest_bit(sources)], epoch):
                 return False
             sources &= sources - 1
     return True
