@@ -173,6 +173,15 @@ def test_an_unchanged_graph_keeps_its_cplan_and_computing_stamps_nothing():
     assert mutation_epochs() == before      # computing stamps nothing
 
 
+def test_a_new_tensor_is_stamped():
+    # a context's arena (the scheduler's, reset at each split) makes new tensors where
+    # old ones were: a new one is newer than anything made before it
+    c = AddScale()
+    epoch, _ = mutation_epochs()
+    t = c.ctx.new_tensor("f32", (4, 8), name="t")
+    assert t.generation > epoch and mutation_epochs()[0] == t.generation
+
+
 # ---------------------------------------------------------------------------
 # the scheduler's rewiring of the user's graph
 

@@ -1610,8 +1610,8 @@ cdef class Tensor:
 
     @property
     def generation(self):
-        """Mutation epoch of the tensor's last change through the API (0: none since
-        it was made). See Scheduler's graph reuse."""
+        """Mutation epoch of the tensor's last change through the API (at first, its
+        creation's). See Scheduler's graph reuse."""
         return self.ptr.gen
 
     @property
