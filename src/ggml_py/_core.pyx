@@ -794,6 +794,7 @@ cdef ggml_tensor * _context_alloc(ggml_context * ctx) except NULL:
         ctx.n_blocks += 1
     cdef ggml_tensor * t = ggml_context_tensor(ctx, i)
     memset(t, 0, sizeof(ggml_tensor))
+    tensor_changed(t)               # (a reset context makes new tensors where old ones were)
     t.id = i
     t.owner = ctx
     ctx.n_tensors += 1
@@ -1098,12 +1099,14 @@ cdef void buffer_changed(ggml_backend_buffer * b) noexcept nogil:
     _buffers_epoch = _epoch
 
 
+cdef inline bint _changed_after(const ggml_tensor * t, uint64_t epoch) noexcept nogil:
+    """Do t or the buffer it lives in carry a stamp above epoch?"""
+    return t.gen > epoch or (t.buffer != NULL and t.buffer.gen > epoch)
+
+
 cdef inline bint _stamped_after(const ggml_tensor * t, uint64_t epoch) noexcept nogil:
-    """Does t, its view base or the buffer either lives in carry a stamp above epoch?"""
-    if t.gen > epoch or (t.buffer != NULL and t.buffer.gen > epoch):
-        return True
-    t = t.view_src
-    return t != NULL and (t.gen > epoch or (t.buffer != NULL and t.buffer.gen > epoch))
+    """Do t, its view base or the buffer either lives in carry a stamp above epoch?"""
+    return _changed_after(t, epoch) or (t.view_src != NULL and _changed_after(t.view_src, epoch))
 
 
 cdef void world_changed() noexcept nogil:
@@ -1134,6 +1137,28 @@ cdef bint graph_unchanged_since(Graph g, uint64_t epoch) noexcept:
     for i in range(cg.n_leafs):
         if _stamped_after(cg.leafs[i], epoch):
             return False
+    return True
+
+
+cdef bint nodes_unchanged_since(ggml_tensor ** nodes, int n, uint64_t epoch) noexcept nogil:
+    """Is every stamp an execution of nodes made at `epoch` depends on still at most
+    `epoch`: each node's and each of its sources' own and their buffers' (the CPU
+    executor's cplans: a view's data is written, and stamped, by its placement, so view
+    bases do not matter here)? O(1) when nothing at all changed since; else one sweep."""
+    cdef int i
+    cdef uint16_t sources
+    if _epoch == epoch:
+        return True
+    if _world_epoch > epoch:
+        return False
+    for i in range(n):
+        if _changed_after(nodes[i], epoch):
+            return False
+        sources = nodes[i].src_mask
+        while sources:
+            if _changed_after(nodes[i].src[lowest_bit(sources)], epoch):
+                return False
+            sources &= sources - 1
     return True
 
 
@@ -1592,8 +1617,8 @@ cdef class Tensor:
 
     @property
     def generation(self):
-        """Mutation epoch of the tensor's last change through the API (0: none since
-        it was made). See Scheduler's graph reuse."""
+        """Mutation epoch of the tensor's last change through the API (at first, its
+        creation's). See Scheduler's graph reuse."""
         return self.ptr.gen
 
     @property
