@@ -87,8 +87,7 @@ TENSOR_READS = {
     "add_split_input": ("flags", "name"),
     "pass5_split": ("op", "name"),
     "add_every_input_leaf": ("flags",),
-    "record_rewiring": ("src",),
-    "undo_rewiring": ("owner",),
+    "record_rewiring": ("src",), "apply_rewirings": ("src",), "undo_rewiring": ("owner", "src"),
     "retire_arena": ("view_src", "buffer", "data"),
 }
 
