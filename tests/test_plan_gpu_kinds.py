@@ -278,3 +278,12 @@ def test_attention_without_flash_over_v_rows(tmp_path, monkeypatch):
     assert all(n.op == "CONT" and n.src[0].op == "TRANSPOSE" for n in v_cont)
     v_writes = [n for n in nodes if n.op == "SET_ROWS" and n.name.startswith("cache_v")]
     assert [(tuple(n.src[0].ne[:2]), n.src[1].ne[0]) for n in v_writes] == [((64, 256), 256)] * 4
+
+
+def test_fit_refuses_row_split_over_devices(tmp_path):
+    """common/fit.cpp gives up on --split-mode row with more than one device."""
+    from ggml_py.models.fit import fit_gguf
+    path = write_model(tmp_path / "m.gguf", "llama")
+    with pytest.raises(ArgumentError, match="--fit with --split-mode row"):
+        fit_gguf(path, parse_devices("cuda0:1MiB,cuda1:1MiB,cpu"),
+                 plan_options({"split_mode": "row"}), (0,))

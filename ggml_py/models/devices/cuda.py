@@ -20,7 +20,7 @@ from ggml_py._backend import BufferType
 from ggml_py._core import Tensor, row_size
 from ggml_py.backends.sim import SimBackend, SimBufferType
 from ggml_py.models.devices import gpu
-from ggml_py.quants import is_quantized
+from ggml_py.quants import BLOCKS
 
 KIND = "cuda"
 PREFIX = "CUDA"
@@ -43,7 +43,7 @@ class CudaBufferType(SimBufferType):
     """A CUDA device's buffer type: a quantized tensor takes its row padding too."""
 
     def get_alloc_size(self, tensor: Tensor) -> int:
-        pad = _padding(tensor.type, tensor.ne[0]) if is_quantized(tensor.type) else 0
+        pad = _padding(tensor.type, tensor.ne[0]) if tensor.type in BLOCKS else 0   # quantized
         return int(tensor.nbytes) + pad
 
 
