@@ -247,7 +247,8 @@ class GraphContext:
                        kq_scale: float, il: int) -> Tensor:
         """Multi-head attention. Without flash attention: kq = k q (soft-capped when the
         model caps attention), soft_max_ext with the mask and scale, kqv = v kq over the
-        transposed V cache, heads merged again; with it, one FLASH_ATTN_EXT (f32 K or V
+        transposed V cache (a V cache by rows is copied out transposed first, v_cont),
+        heads merged again; with it, one FLASH_ATTN_EXT (f32 K or V
         cast to f16 first, the soft-cap its parameter), reshaped to rows."""
         ctx, ns = self.ctx, k.ne[3]                         # (the batch's streams)
         q = ops.view_4d(ctx, q, q.ne[0], q.ne[1], q.ne[2] // ns, ns, q.nb[1], q.nb[2],
