@@ -287,3 +287,16 @@ def test_fit_refuses_row_split_over_devices(tmp_path):
     with pytest.raises(ArgumentError, match="--fit with --split-mode row"):
         fit_gguf(path, parse_devices("cuda0:1MiB,cuda1:1MiB,cpu"),
                  plan_options({"split_mode": "row"}), (0,))
+
+
+def test_quantized_kv_cache_on_cuda_is_padded(tmp_path):
+    """A q8_0 K cache on CUDA: each layer's K ([64, 512 cells], 68-byte rows) takes the
+    padding of a row of 64 elements to 512 (448 elements, 476 bytes), aligned to 128;
+    V (f16) takes none."""
+    path = write_model(tmp_path / "m.gguf", "llama")
+    plan = plan_gguf(path, parse_devices("cuda0:24GiB,cpu"),
+                     plan_options({"type_k": "q8_0", "flash_attn": "on"}))
+    k = -(-(512 * 68 + row_size("q8_0", 448)) // 128) * 128
+    assert (row_size("q8_0", 448), k) == (476, 35328)
+    assert [(b.device, b.bytes) for b in plan.buffers if b.kind == "kv"] == [
+        ("CUDA0", 4 * (k + 512 * 64 * 2))]
