@@ -46,9 +46,11 @@ def test_split_points_and_rows():
     assert cuda.split_points((3, 1), by_memory=False) == (0.0, 0.75)
     assert cuda.split_points((24 << 30, 8 << 30), by_memory=True) == (0.0, 0.75)
     thirds = cuda.split_points((1, 1, 1), by_memory=False)
-    assert thirds == (0.0, float(np.float32(1) / np.float32(3)), float(np.float32(2) / np.float32(3)))
+    f32 = np.float32
+    assert thirds == (0.0, float(f32(1) / f32(3)), float(f32(2) / f32(3)))
     # 1000 * 1/3 = 333 -> 256, 1000 * 2/3 = 666 -> 640; the last device takes the rest
-    assert [cuda.row_range(1000, thirds, i) for i in range(3)] == [(0, 256), (256, 640), (640, 1000)]
+    assert [cuda.row_range(1000, thirds, i) for i in range(3)] == [(0, 256), (256, 640),
+                                                                   (640, 1000)]
     # 3:1 of 256 rows: 192 -> 128
     assert [cuda.row_range(256, (0.0, 0.75), i) for i in range(2)] == [(0, 128), (128, 256)]
     # a device whose share rounds to nothing holds no row
