@@ -44,7 +44,7 @@ import numpy as np
 
 from ggml_py import Context, Graph, ops, quants
 from ggml_py.backends.cpu import CPUBackend, isa_supported, set_isa, tensor_array
-from ggml_py._backend import tensor_set
+from ggml_py._backend import tensor_set_all
 from ggml_py.models.transformer import Model, Session, llama_config, tensor_values
 from ggml_py.tools.opscheck import HostAllocation
 from ggml_py.sched import Scheduler
@@ -157,8 +157,7 @@ def bench_decode(reps, n_threads=1):
         reuse their memory once read, as ggml-alloc does (llama.cpp sets them every
         step too)."""
         t0 = time.perf_counter()
-        for t, d in fw.inputs:
-            tensor_set(t, d)
+        tensor_set_all(fw.inputs)
         t1 = time.perf_counter()
         sess.sched.graph_compute(fw.graph)
         return t1 - t0, time.perf_counter() - t1

@@ -14,7 +14,7 @@ from ggml_py import Context, ops
 from ggml_py._core import memory_available
 from ggml_py._backend import (Buffer, BufferType, fake_buffer, get_buffer, host_buffer,
                               is_written, tensor_copy, tensor_get, tensor_memset, tensor_set,
-                              view_init)
+                              tensor_set_all, view_init)
 from ggml_py.alloc import alloc_ctx_tensors_from_buft
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.backends.numpy_device import NumpyDeviceBackend
@@ -311,3 +311,24 @@ def test_a_whole_array_goes_through_a_buffers_own_set_tensor(dev):
     (d,), _ = host_tensors("f32", 4, 1, dev.buffer_type)  # device memory: its slot
     tensor_set(d, np.float32([4, 3, 2, 1]))
     assert values(d).tolist() == [4, 3, 2, 1]
+
+
+def test_tensor_set_all_writes_and_refuses_as_tensor_set_does_pair_by_pair():
+    (a, b, c), _ = host_tensors("f32", 4, 3)
+    (i,), _ = host_tensors("i32", 2, 1)
+    pairs = [(a, np.float32([1, 2, 3, 4])), (b, np.float32([5, 6, 7, 8]).tobytes()),
+             (c, np.float32([9, 9, 9, 9, 9, 9, 9, 9])[::2]), (i, np.int32([-1, 7]))]
+    tensor_set_all(iter(pairs))                             # any iterable of pairs
+    assert [values(t).tolist() for t in (a, b, c)] == [[1, 2, 3, 4], [5, 6, 7, 8], [9] * 4]
+    assert np.frombuffer(tensor_get(i), np.int32).tolist() == [-1, 7]
+    assert all(is_written(t) for t in (a, b, c, i))
+    tensor_set_all([])
+    with pytest.raises(ArgumentTypeError, match="reinterpreted bit for bit"):
+        tensor_set_all([(a, np.zeros(4, np.float32)), (b, np.zeros(4, np.float64))])
+    assert not values(a).any()                              # the pairs before are written
+    with pytest.raises(ArgumentTypeError, match=r"pairs\[1\] must be a \(tensor, data\) pair"):
+        tensor_set_all([(a, np.zeros(4, np.float32)), (a,)])
+    with pytest.raises(ArgumentTypeError, match="pairs must be a sequence, got NoneType"):
+        tensor_set_all(None)
+    with pytest.raises(TypeError):
+        tensor_set_all([(None, np.zeros(4, np.float32))])

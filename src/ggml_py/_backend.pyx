@@ -716,6 +716,20 @@ def tensor_set(Tensor tensor not None, data, offset=0):
     tensor_written(tensor.ptr)
 
 
+def tensor_set_all(pairs):
+    """tensor_set(tensor, data) for each (tensor, data) pair of `pairs`, in order, each
+    checked as tensor_set checks it: a graph's inputs in one call a step (Session's)."""
+    if type(pairs) is not list:
+        pairs = items_arg(pairs, "tensor_set_all: pairs")
+    for i, pair in enumerate(pairs):
+        if type(pair) is not tuple or len(<tuple>pair) != 2:
+            raise ArgumentTypeError(f"tensor_set_all: pairs[{i}] must be a (tensor, data) "
+                                    f"pair, got {type(pair).__name__}")
+        tensor, data = <tuple>pair
+        if not (type(tensor) is Tensor and _set_whole((<Tensor>tensor).ptr, data)):
+            tensor_set(tensor, data)
+
+
 cdef bint _set_whole(ggml_tensor * t, data) except -1:
     """tensor_set's common case (a graph's inputs, every step) by one memcpy and no Python
     object: a C-contiguous ndarray of the tensor's stored dtype and exactly its bytes,
