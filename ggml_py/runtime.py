@@ -59,7 +59,7 @@ _SUCCESS = Status.SUCCESS       # (an enum member read from its class costs a lo
 # ---------------------------------------------------------------------------
 # profile
 
-@dataclass(slots=True)
+@dataclass
 class SplitProfile:
     """What one split cost in one graph compute. Times are wall seconds on the caller's
     thread: for an asynchronous backend `compute_s` is the time to enqueue, unless the

@@ -332,3 +332,24 @@ def test_tensor_set_all_writes_and_refuses_as_tensor_set_does_pair_by_pair():
         tensor_set_all(None)
     with pytest.raises(TypeError):
         tensor_set_all([(None, np.zeros(4, np.float32))])
+
+
+def test_a_sessions_decode_steps_set_every_input_whole(monkeypatch):
+    """Session's kept decode step (issue 34: its Python overhead) writes each input by
+    the whole-array path: none falls back to tensor_set's checked path."""
+    from ggml_py import _backend
+    from ggml_py.models.transformer import Model, ModelConfig, Session
+    cfg = ModelConfig(n_vocab=96, n_ctx=32, n_embd=64, n_head=4, n_head_kv=2, n_layer=2,
+                      n_ff=96, kv_pad=8)
+    cpu = CPUBackend()
+    sess = Session(Model.random(cfg).place(cpu), [cpu])
+    sess.forward([5, 17, 3], logits="last")
+    sess.forward([7], logits="last")                        # the decode graph, kept from here
+    checked = []
+    monkeypatch.setattr(_backend, "tensor_set", lambda t, data, offset=0: checked.append(t.name))
+    for token in (8, 9, 10):
+        sess.forward([token], logits="last")
+    assert checked == [] and all(h.graph_reused and h.plan_reused for h in sess.history[2:])
+    (a,), _ = host_tensors("f32", 4, 1)                    # bytes: the checked path
+    tensor_set_all([(a, bytes(16))])
+    assert checked == ["t0"]

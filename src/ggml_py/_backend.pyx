@@ -32,8 +32,8 @@ from collections import namedtuple
 
 import numpy as np
 
-from ggml_py._core import (OP_IDS, OP_NAMES_LIST, TYPE_NAMES, MAX_BYTES as _MAX_BYTES,
-                           check_memory_available)
+from ggml_py._core import (OP_IDS, OP_NAMES_LIST, TYPE_NAMES as _TYPE_NAMES,
+                           MAX_BYTES as _MAX_BYTES, check_memory_available)
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
                             GraphError, NotSupportedError, ReleasedMemoryError, UnknownNameError)
 
@@ -693,7 +693,7 @@ cdef _check_array(data, Tensor tensor, offset):
 
 
 # the same by type id (None: no numpy dtype holds the type's values), for _set_whole
-cdef list _STORED_BY_ID = [_STORED_DTYPES.get(name) for name in TYPE_NAMES]
+cdef list _STORED_BY_ID = [_STORED_DTYPES.get(name) for name in _TYPE_NAMES]
 
 
 def tensor_set(Tensor tensor not None, data, offset=0):
