@@ -21,6 +21,7 @@ TYPE_LAYOUTS: dict[str, tuple[int, int]]
 UNARY_OP_NAMES: tuple[str, ...]
 GLU_OP_NAMES: tuple[str, ...]
 ROPE_TYPES: dict[str, int]
+PRECS: dict[str, int]
 OP_IDS: dict[str, int]
 MAX_ELEMENTS: int
 

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn, Protocol, Sequence, T
 
 import numpy as np
 
-from ggml_py._core import (EMPTY_OPS, GLU_OP_NAMES, ROPE_TYPES as _ROPE_TYPES, UNARY_OP_NAMES,
-                           VIEW_OPS, Context, Tensor, blck_size, int_arg, type_size)
+from ggml_py._core import (EMPTY_OPS, GLU_OP_NAMES, PRECS as _PRECS, ROPE_TYPES as _ROPE_TYPES,
+                           UNARY_OP_NAMES, VIEW_OPS, Context, Tensor, blck_size, int_arg,
+                           type_size)
 from ggml_py.errors import ArgumentTypeError, GraphError
 # the shared numerics, under their old names here too (ops.f32_bits, ops.powf, ...)
 from ggml_py.numerics import (alibi_bases as alibi_bases, bits_f32 as bits_f32,
@@ -86,7 +87,7 @@ UNARY_OPS = UNARY_OP_NAMES          # (listed once, in ggml-py-vocab.h)
 GLU_OPS = GLU_OP_NAMES
 SORT_ORDERS = ("ASC", "DESC")
 ROPE_TYPES = _ROPE_TYPES
-PRECS = {"DEFAULT": 0, "F32": 10}
+PRECS = _PRECS
 UNARY_OP_IDS = {n: i for i, n in enumerate(UNARY_OPS)}
 GLU_OP_IDS = {n: i for i, n in enumerate(GLU_OPS)}
 
@@ -139,12 +140,6 @@ def _i32(x: int) -> int:
 
 # ---------------------------------------------------------------------------
 # tensor facts (ggml.c predicates)
-
-def _check_tensor(t: object, op: str, what: str) -> Tensor:
-    if not isinstance(t, Tensor):
-        raise GraphError(f"{op}: {what} must be a Tensor, got {type(t).__name__}")
-    return t
-
 
 def _name(t: Tensor) -> str:
     return repr(t.name) if t.name else f"#{t.id}"
@@ -312,7 +307,6 @@ def _view_tensor(ctx: Context, op: str, a: Tensor, srcs: Sequence[Tensor | None]
 
 def _un(ctx: Context, op: str, a: Tensor, params: Sequence[int] = (),
         inplace: bool = False) -> Tensor:
-    _check_tensor(a, op, "a")
     if inplace:
         return _view_tensor(ctx, op, a, [a], params)
     return _dup_tensor(ctx, op, a, [a], params)
@@ -331,7 +325,6 @@ def view_tensor(ctx: Context, a: Tensor) -> Tensor:
 
 def _view_impl(ctx: Context, a: Tensor, ne: Sequence[int], nb: Sequence[int],
                offset: int) -> Tensor:
-    _check_tensor(a, "VIEW", "a")
     ne = _ne4(ne)
     return ctx.view(a, list(reversed(ne)), nb=list(nb), offset=int(offset))
 
@@ -379,7 +372,6 @@ def reshape(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 
 
 def _reshape(ctx: Context, a: Tensor, ne: Sequence[int]) -> Tensor:
-    _check_tensor(a, "RESHAPE", "a")
     if not is_contiguous(a):
         _fail("RESHAPE", a, "is not contiguous" + _CONT)
     ne = _ne4(ne)
@@ -417,7 +409,6 @@ def reshape_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) 
 def permute(ctx: Context, a: Tensor, axis0: int = 0, axis1: int = 1, axis2: int = 2,
             axis3: int = 3) -> Tensor:
     """ggml_permute: source dim i goes to position axis_i."""
-    _check_tensor(a, "PERMUTE", "a")
     axes = [axis0, axis1, axis2, axis3]
     if sorted(axes) != [0, 1, 2, 3]:
         _fail("PERMUTE", a, f"axes {axes} are not a permutation of 0..3")
@@ -427,7 +418,6 @@ def permute(ctx: Context, a: Tensor, axis0: int = 0, axis1: int = 1, axis2: int 
 @_builder
 def transpose(ctx: Context, a: Tensor) -> Tensor:
     """ggml_transpose: a with dims 0 and 1 swapped (a view: permute(a, 1, 0, 2, 3))."""
-    _check_tensor(a, "TRANSPOSE", "a")
     return ctx.transpose(a)
 
 
@@ -449,8 +439,6 @@ def dup_inplace(ctx: Context, a: Tensor) -> Tensor:
 @_builder
 def cpy(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """ggml_cpy: copy a's elements (logical order) into b; returns a view of b."""
-    _check_tensor(a, "CPY", "a")
-    _check_tensor(b, "CPY", "b")
     if nelements(a) != nelements(b):
         _fail("CPY", a, f"has {nelements(a)} elements, destination {_name(b)} has {nelements(b)}")
     t = _view_tensor(ctx, "CPY", b, [a, b])
@@ -462,7 +450,6 @@ def cpy(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 @_builder
 def cast(ctx: Context, a: Tensor, type: TypeSpec) -> Tensor:
     """ggml_cast: a's elements converted to `type` in a new tensor (op CPY, its own destination)."""
-    _check_tensor(a, "CPY", "a")
     t = _new(ctx, "CPY", [a], type, a.ne)
     t.set_src(1, t)
     t.name = f"{a.name} (copy)".encode()[:63].decode(errors="ignore")
@@ -472,7 +459,6 @@ def cast(ctx: Context, a: Tensor, type: TypeSpec) -> Tensor:
 @_builder
 def cont(ctx: Context, a: Tensor) -> Tensor:
     """ggml_cont: a contiguous copy of a (of a view, a permutation or a transpose)."""
-    _check_tensor(a, "CONT", "a")
     t = _dup_tensor(ctx, "CONT", a, [a])
     t.name = f"{a.name} (cont)".encode()[:63].decode(errors="ignore")
     return t
@@ -482,7 +468,6 @@ def cont(ctx: Context, a: Tensor) -> Tensor:
 def cont_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
     """ggml_cont_4d: a's elements, in order, copied into a contiguous [ne0, ne1, ne2, ne3] tensor.
     ggml_cont_4d: a's elements, in order, copied into a contiguous [ne0, ne1, ne2, ne3] tensor."""
-    _check_tensor(a, "CONT", "a")
     if ne0 * ne1 * ne2 * ne3 != nelements(a):
         _fail("CONT", a, f"{nelements(a)} elements cannot take shape {[ne0, ne1, ne2, ne3]}")
     t = _new(ctx, "CONT", [a], a.type, [ne0, ne1, ne2, ne3])
@@ -512,8 +497,6 @@ def cont_3d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int) -> Tensor:
 # element-wise binary
 
 def _binary(ctx: Context, op: str, a: Tensor, b: Tensor, inplace: bool = False) -> Tensor:
-    _check_tensor(a, op, "a")
-    _check_tensor(b, op, "b")
     if not can_repeat(b, a):
         _fail(op, b, f"cannot be broadcast to {_name(a)} ({_shape(a)}): each of its "
               f"dimensions must divide a's")
@@ -576,8 +559,6 @@ def acc(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset
     """ggml_acc: a copy of a (f32) with b added into its view of strides nb1, nb2, nb3 at byte
     `offset`; inplace writes into a."""
     op = "ACC"
-    _check_tensor(a, op, "a")
-    _check_tensor(b, op, "b")
     if nelements(b) > nelements(a):
         _fail(op, b, f"has more elements than {_name(a)}")
     if not is_contiguous(a):
@@ -627,7 +608,6 @@ def scale_inplace(ctx: Context, a: Tensor, s: float) -> Tensor:
 @_builder
 def scale_bias(ctx: Context, a: Tensor, s: float, b: float, inplace: bool = False) -> Tensor:
     """ggml_scale_bias: a * s + b (floats); inplace writes into a."""
-    _check_tensor(a, "SCALE", "a")
     ne, nb = a.ne, a.nb
     if not (nb[0] == type_size(a.type) and nb[2] == nb[1] * ne[1] and nb[3] == nb[2] * ne[2]):
         _fail("SCALE", a, "is not padded-1d (rows may be padded, nothing else)")
@@ -637,7 +617,6 @@ def scale_bias(ctx: Context, a: Tensor, s: float, b: float, inplace: bool = Fals
 @_builder
 def clamp(ctx: Context, a: Tensor, min: float, max: float) -> Tensor:
     """ggml_clamp: returns a view of a and clamps in place."""
-    _check_tensor(a, "CLAMP", "a")
     return _view_tensor(ctx, "CLAMP", a, [a], [f32_bits(min), f32_bits(max)])
 
 
@@ -645,7 +624,6 @@ def clamp(ctx: Context, a: Tensor, min: float, max: float) -> Tensor:
 def unary(ctx: Context, a: Tensor, op: str | int, inplace: bool = False) -> Tensor:
     """ggml_unary: the unary op `op` ('SILU', 'GELU', ..., or its id) on each element; inplace
     writes into a."""
-    _check_tensor(a, "UNARY", "a")
     if not is_contiguous_rows(a):
         _fail("UNARY", a, "rows are not contiguous" + _CONT)
     op = unary_op_id(op)
@@ -710,7 +688,6 @@ def xielu(ctx: Context, a: Tensor, alpha_n: float, alpha_p: float, beta: float,
     """ggml_xielu: UNARY XIELU; op_params [op, beta + softplus(alpha_n), softplus(alpha_p),
     beta, eps] (floats as float32 bits)."""
     import numpy as np
-    _check_tensor(a, "UNARY", "a")
     an = float(np.float32(beta) + np.float32(_softplus_f32(alpha_n)))
     return _dup_tensor(ctx, "UNARY", a, [a], [UNARY_OP_IDS["XIELU"], f32_bits(an),
                        f32_bits(_softplus_f32(alpha_p)), f32_bits(beta), f32_bits(eps)])
@@ -741,11 +718,9 @@ def glu_split(ctx: Context, a: Tensor, b: Tensor, op: str | int) -> Tensor:
 
 def _glu_impl(ctx: Context, a: Tensor, b: Tensor | None, op: str | int,
               swapped: bool) -> Tensor:
-    _check_tensor(a, "GLU", "a")
     if not is_contiguous_1(a):
         _fail("GLU", a, "is not contiguous in dims 1..3" + _CONT)
     if b is not None:
-        _check_tensor(b, "GLU", "b")
         if not is_contiguous_1(b):
             _fail("GLU", b, "is not contiguous in dims 1..3" + _CONT)
         if not are_same_shape(a, b):
@@ -814,21 +789,18 @@ def swiglu_swapped(ctx: Context, a: Tensor) -> Tensor:
 @_builder
 def sum(ctx: Context, a: Tensor) -> Tensor:
     """ggml_sum: the sum of all of a's elements, a one-element tensor."""
-    _check_tensor(a, "SUM", "a")
     return _new(ctx, "SUM", [a], a.type, [1])
 
 
 @_builder
 def sum_rows(ctx: Context, a: Tensor) -> Tensor:
     """ggml_sum_rows: the sum of each row, shape [1, ne1, ne2, ne3]."""
-    _check_tensor(a, "SUM_ROWS", "a")
     return _new(ctx, "SUM_ROWS", [a], a.type, [1] + list(a.ne[1:]))
 
 
 @_builder
 def mean(ctx: Context, a: Tensor) -> Tensor:
     """ggml_mean: the mean of each row (f32), shape [1, ne1, ne2, ne3]."""
-    _check_tensor(a, "MEAN", "a")
     return _new(ctx, "MEAN", [a], "f32", [1] + list(a.ne[1:]))
 
 
@@ -861,8 +833,6 @@ def rms_norm_inplace(ctx: Context, a: Tensor, eps: float) -> Tensor:
 @_builder
 def repeat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """ggml_repeat: a tiled to b's shape (each of b's dims a multiple of a's)."""
-    _check_tensor(a, "REPEAT", "a")
-    _check_tensor(b, "REPEAT", "b")
     if not can_repeat(a, b):
         _fail("REPEAT", a, f"cannot be tiled to {_name(b)} ({_shape(b)})")
     return _new(ctx, "REPEAT", [a], a.type, b.ne)
@@ -871,7 +841,6 @@ def repeat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 @_builder
 def repeat_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
     """ggml_repeat_4d: a tiled to shape [ne0, ne1, ne2, ne3] (each a multiple of a's dim)."""
-    _check_tensor(a, "REPEAT", "a")
     ne = [ne0, ne1, ne2, ne3]
     if not (is_empty(a) or all(ne[i] % a.ne[i] == 0 for i in range(4))):
         _fail("REPEAT", a, f"cannot be tiled to shape {tuple(reversed(ne))}")
@@ -881,8 +850,6 @@ def repeat_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -
 @_builder
 def concat(ctx: Context, a: Tensor, b: Tensor, dim: int) -> Tensor:
     """ggml_concat: a and b joined along `dim` (0..3; the other dims equal, one type)."""
-    _check_tensor(a, "CONCAT", "a")
-    _check_tensor(b, "CONCAT", "b")
     if not 0 <= dim < 4:
         _fail("CONCAT", a, f"dim {dim} out of range 0..3")
     if a.type != b.type:
@@ -909,8 +876,6 @@ def _can_mul_mat(a: Tensor, b: Tensor) -> bool:
 def mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """ggml_mul_mat: every row of a dotted with every row of b: shape [a.ne1, b.ne1, b.ne2, b.ne3],
     f32 (b @ a.T in numpy terms; a's dims 2 and 3 are broadcast over b's)."""
-    _check_tensor(a, "MUL_MAT", "a")
-    _check_tensor(b, "MUL_MAT", "b")
     if not _can_mul_mat(a, b):
         _fail("MUL_MAT", b, f"cannot be multiplied with {_name(a)} ({_shape(a)}): "
               f"mul_mat(a, b) is b @ a.T, so their last dimensions (numpy order) must "
@@ -937,8 +902,6 @@ def mul_mat_id(ctx: Context, as_: Tensor, b: Tensor, ids: Tensor) -> Tensor:
     [n_used, n_tokens]) applied to b: shape [as_.ne1, n_used, n_tokens], f32 (mixture of
     experts)."""
     op = "MUL_MAT_ID"
-    for t, w in ((as_, "as"), (b, "b"), (ids, "ids")):
-        _check_tensor(t, op, w)
     if is_transposed(as_):
         _fail(op, as_, "is transposed (its rows are not contiguous)" + _CONT)
     if ids.type != "i32":
@@ -966,8 +929,6 @@ def get_rows(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """ggml_get_rows: the rows of a at the indices in b (i32): shape [a.ne0, b.ne0, b.ne1, b.ne2],
     f32 (i32 for an i32 a)."""
     op = "GET_ROWS"
-    _check_tensor(a, op, "a")
-    _check_tensor(b, op, "b")
     if a.ne[2] != b.ne[1] or a.ne[3] != b.ne[2]:
         _fail(op, b, f"dims 1/2 {b.ne[1]},{b.ne[2]} must equal {_name(a)}'s dims 2/3 "
               f"{a.ne[2]},{a.ne[3]}")
@@ -983,9 +944,6 @@ def get_rows(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 def set_rows(ctx: Context, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
     """ggml_set_rows(dst a, src b, ids c): returns a view of a; src order is (b, c, a)."""
     op = "SET_ROWS"
-    _check_tensor(a, op, "a")
-    _check_tensor(b, op, "b")
-    _check_tensor(c, op, "c")
     if a.ne[0] != b.ne[0] or a.ne[2] != b.ne[2] or a.ne[3] != b.ne[3]:
         _fail(op, b, f"does not match destination {_name(a)} ({_shape(a)}): rows of equal "
               f"length, the same outer two dimensions")
@@ -1040,11 +998,9 @@ def soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None, scale: float, max
     """ggml_soft_max_ext: softmax(a * scale + mask) of each row; the mask (f16 or f32, optional) is
     broadcast over dims 2 and 3, and max_bias > 0 adds ALiBi slopes to it; inplace writes into a."""
     op = "SOFT_MAX"
-    _check_tensor(a, op, "a")
     if not is_contiguous(a):
         _fail(op, a, "is not contiguous" + _CONT)
     if mask is not None:
-        _check_tensor(mask, op, "mask")
         if mask.type not in ("f16", "f32"):
             _fail(op, mask, "mask must be f16 or f32")
         if not is_contiguous(mask):
@@ -1083,8 +1039,6 @@ def rope_ext(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None, n_dims: int, 
     n_ctx_orig, freq_scale, ext_factor, attn_factor, beta_fast and beta_slow; inplace writes into
     a."""
     op = "ROPE"
-    _check_tensor(a, op, "a")
-    _check_tensor(b, op, "b (positions)")
     mode = rope_mode_id(mode)
     if mode & 1:
         _fail(op, a, "mode & 1 == 1 is no longer supported")
@@ -1099,7 +1053,6 @@ def rope_ext(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None, n_dims: int, 
     elif a.ne[2] != b.ne[0]:
         _fail(op, b, f"has {b.ne[0]} positions, {_name(a)} has {a.ne[2]} tokens (ne[2])")
     if c is not None:
-        _check_tensor(c, op, "c (freq_factors)")
         if c.type != "f32":
             _fail(op, c, "freq_factors must be f32")
         if c.ne[0] < n_dims // 2:
@@ -1152,15 +1105,12 @@ def flash_attn_ext(ctx: Context, q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     the result is [dv, heads, n_q, n], f32 (heads before tokens). Optional: ALiBi
     (max_bias), logit soft-capping and the precision."""
     op = "FLASH_ATTN_EXT"
-    for t, w in ((q, "q"), (k, "k"), (v, "v")):
-        _check_tensor(t, op, w)
     if not _can_mul_mat(k, q):
         _fail(op, k, f"cannot be multiplied with q ({_shape(q)}): the last dimensions must "
               f"match, k's heads must divide q's")
     if q.ne[3] != k.ne[3] or q.ne[3] != v.ne[3]:
         _fail(op, q, "q, k and v must have the same ne[3]")
     if mask is not None:
-        _check_tensor(mask, op, "mask")
         if mask.type != "f16":
             _fail(op, mask, "mask must be f16")
         if not is_contiguous(mask):
@@ -1218,7 +1168,6 @@ def flash_attn_ext_set_prec(a: Tensor, prec: str | int) -> None:
 @_builder
 def argsort(ctx: Context, a: Tensor, order: str | int = "ASC") -> Tensor:
     """ggml_argsort: the indices that sort each row, 'ASC' or 'DESC' (i32, a's shape)."""
-    _check_tensor(a, "ARGSORT", "a")
     if a.ne[0] > 2**31 - 1:
         _fail("ARGSORT", a, "rows longer than INT32_MAX")
     return _new(ctx, "ARGSORT", [a], "i32", a.ne, [sort_order_id(order)])
@@ -1238,7 +1187,6 @@ def argsort_top_k(ctx: Context, a: Tensor, k: int) -> Tensor:
 def top_k(ctx: Context, a: Tensor, k: int) -> Tensor:
     """ggml_top_k: the indices of each row's k largest values, in any order (i32, shape [k, ne1,
     ne2, ne3])."""
-    _check_tensor(a, "TOP_K", "a")
     if a.ne[0] < k:
         _fail("TOP_K", a, f"has {a.ne[0]} values per row, fewer than k={k}")
     return _new(ctx, "TOP_K", [a], "i32", [k, a.ne[1], a.ne[2], a.ne[3]])
@@ -1267,7 +1215,6 @@ def timestep_embedding(ctx: Context, timesteps: Tensor, dim: int,
                        max_period: int = 10000) -> Tensor:
     """ggml_timestep_embedding: sinusoidal embeddings of the timesteps (f32 [n]): shape [dim, n],
     f32."""
-    _check_tensor(timesteps, "TIMESTEP_EMBEDDING", "timesteps")
     return _new(ctx, "TIMESTEP_EMBEDDING", [timesteps], "f32", [dim, timesteps.ne[0]],
                 [int(dim), int(max_period)])
 
@@ -1277,7 +1224,6 @@ def pad_ext(ctx: Context, a: Tensor, lp0: int, rp0: int, lp1: int, rp1: int, lp2
             lp3: int, rp3: int, circular: bool = False) -> Tensor:
     """ggml_pad_ext: a with lp_i elements added before and rp_i after along dim i: zeros, or with
     circular, the elements from the other end."""
-    _check_tensor(a, "PAD", "a")
     p = [lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3]
     ne = [a.ne[i] + p[2 * i] + p[2 * i + 1] for i in range(4)]
     return _new(ctx, "PAD", [a], a.type, ne, [int(x) for x in p] + [1 if circular else 0])

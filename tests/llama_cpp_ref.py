@@ -8,8 +8,8 @@ through ctypes (and fork into children), so the two never share a process.
         {"pp_nodes", "tg_nodes", "fed"} (the graph node counts llama.cpp logged)
     python tests/llama_cpp_ref.py names GGUF PROMPT SPLIT [FLASH_ATTN]
         the names of every node llama.cpp computes (its scheduler's eval callback, in graph
-        order) for the prompt's first SPLIT tokens, then one decode step; prints JSON
-        {"names": [prompt names, decode names]}
+        order) for the prompt's first SPLIT tokens, then one decode step, and their op_params;
+        prints JSON {"names": [prompt names, decode names], "op_params": [prompt's, decode's]}
 
     python tests/llama_cpp_ref.py load GGUF SERVERS OPTIONS
         loads GGUF with the RPC servers SERVERS (host:port,...) as its devices and the
@@ -34,8 +34,10 @@ import sys
 
 import numpy as np
 
-# ggml_tensor's name field: after type, buffer, ne[4], nb[4], op, op_params[16], flags,
-# src[10], view_src, view_offs and data (ggml.h; x86-64 and aarch64 alike)
+# ggml_tensor's op_params (int32[16]) after type, buffer, ne[4], nb[4] and op; its name
+# after op_params, flags, src[10], view_src, view_offs and data (ggml.h; x86-64 and
+# aarch64 alike)
+OP_PARAMS_OFFSET = 84
 NAME_OFFSET = 256
 
 
@@ -92,7 +94,8 @@ def names(L, path, prompt, split, flash_attn):
     @L.ggml_backend_sched_eval_callback
     def cb(t, ask, user_data):
         if ask:
-            seen.append(ctypes.string_at(t + NAME_OFFSET).decode())
+            seen.append((ctypes.string_at(t + NAME_OFFSET).decode(),
+                         list((ctypes.c_int32 * 16).from_address(t + OP_PARAMS_OFFSET))))
         return False
 
     with Log(L):       # (quiet)
@@ -120,7 +123,8 @@ def names(L, path, prompt, split, flash_attn):
         L.llama_batch_free(batch)
         L.llama_free(ctx)
         L.llama_model_free(model)
-    return {"names": out}
+    return {"names": [[name for name, _ in nodes] for nodes in out],
+            "op_params": [[params for _, params in nodes] for nodes in out]}
 
 
 # llama.cpp's log lines of a load: the devices, each buffer and the reserved graphs

@@ -21,6 +21,7 @@ import sys
 import numpy as np
 import pytest
 
+from ggml_py import ops
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.errors import ModelError, UnknownNameError
 from ggml_py.models.arch import ARCHITECTURES, get_builder
@@ -616,24 +617,33 @@ def test_logits_and_node_counts_match_llama_cpp(tmp_path, kind, wtype, extra):
 def test_node_names_and_order_match_llama_cpp(tmp_path, kind, flash_attn):
     """Every node of the prompt graph and of a decode step's graph, in order, with its name
     (views and reshapes named as ggml names them): llama.cpp's scheduler asks its eval
-    callback about each node it computes, in graph order. With flash attention too."""
+    callback about each node it computes, in graph order. With flash attention too. The
+    attention's precision (GGML_PREC_F32 on KQ or on the flash attention) is llama.cpp's
+    value too, so ops.PRECS holds ggml.h's numbers."""
     pytest.importorskip("gguf")
     from ggml_py.models.gguf import load_gguf, save_gguf
     cfg = small(kind, n_ctx=256, wtype="f32", flash_attn=flash_attn)
     path = str(tmp_path / f"{kind}.gguf")
     save_gguf(Model.random(cfg, seed=1), path)
-    theirs = _llama_cpp("names", path, ",".join(map(str, PROMPT[:7])), 6,
-                        fa_flag(flash_attn))["names"]
+    ref = _llama_cpp("names", path, ",".join(map(str, PROMPT[:7])), 6, fa_flag(flash_attn))
+    theirs = ref["names"]
     cpu = CPUBackend()
     s = Session(load_gguf(path, n_ctx=64, graph="llama.cpp", flash_attn=flash_attn).place(cpu),
                 [cpu])
     ours = []
     for toks in (PROMPT[:6], PROMPT[6:7]):
         s.forward(toks)
-        ours.append([s.graph.node(i).name for i in range(s.graph.n_nodes)])
-    assert ours[0] == theirs[0]
-    assert ours[1] == theirs[1]
+        nodes = map(s.graph.node, range(s.graph.n_nodes))
+        ours.append([(t.name, t.op, t.op_params) for t in nodes])
+    assert [name for name, _, _ in ours[0]] == theirs[0]
+    assert [name for name, _, _ in ours[1]] == theirs[1]
     assert len(ours[0]) == llama_cpp_nodes(cfg)
+    word = {"MUL_MAT": 0, "FLASH_ATTN_EXT": 3}      # the op_params word of the precision
+    for nodes, their_params in zip(ours, ref["op_params"]):
+        precs = [(params[word[op]], their_params[i][word[op]])
+                 for i, (name, op, params) in enumerate(nodes)
+                 if (op == "MUL_MAT" and name.startswith("kq-")) or op == "FLASH_ATTN_EXT"]
+        assert precs == [(ops.PRECS["F32"], ops.PRECS["F32"])] * cfg.n_layer
 
 
 def test_llama_sliding_window_is_full_attention_as_in_llama_cpp(tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ from ggml_py import Context, Graph, Scheduler, backends, ops, tensors_from_array
 from ggml_py._backend import (BACKEND_SLOTS, BUFFER_SLOTS, BUFFER_TYPE_SLOTS, Backend, Buffer,
                               BufferType, filled_slots)
 from ggml_py.backends.cpu import CPUBackend
-from ggml_py.errors import ArgumentTypeError
+from ggml_py.errors import ArgumentError, ArgumentTypeError
 from ggml_py.tools import demo
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -43,7 +43,7 @@ class DummyBackend(Backend):
         for t in graph_nodes(graph):
             f32(t)[...] = {"ADD": np.add, "MUL": np.multiply}[t.op](f32(t.src[0]), f32(t.src[1]))
 
-def auto_backend():
+def first_dummy():
     return DummyBackend()
 '''
 
@@ -64,12 +64,12 @@ def test_the_recipe_fits_in_five_lines():
 
 @pytest.fixture
 def dummy_kind(tmp_path, monkeypatch):
-    """Steps 1-3 of the recipe: the package, its auto_backend, one registry entry."""
+    """Steps 1-3 of the recipe: the package, its function for auto, one registry entry."""
     (tmp_path / "dummy_kind").mkdir()
     (tmp_path / "dummy_kind" / "__init__.py").write_text(textwrap.dedent(DUMMY_KIND))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(backends, "_REGISTRY", dict(backends._REGISTRY))
-    backends.register("dummy", "dummy_kind", "DummyBackend", auto=1)
+    backends.register("dummy", "dummy_kind", "DummyBackend", auto=1, auto_backend="first_dummy")
     for name, rank in (("opencl", 2), ("numpy_device", 3)):
         backends._REGISTRY[name] = backends._REGISTRY[name]._replace(auto=rank)
     yield sys.modules.get("dummy_kind")
@@ -105,6 +105,22 @@ def test_a_dummy_kind_from_the_recipe_computes_its_split_of_a_graph(dummy_kind):
     out = sched.run(graph, {x: xs}, y)
     assert [sp.backend.name for sp in sched.splits] == ["DUMMY", "CPU", "DUMMY"]
     np.testing.assert_array_equal(out, (xs + ws) * 0.5 * ws)
+
+
+def test_auto_calls_the_function_the_entry_names_and_register_wants_both_or_neither(dummy_kind):
+    assert backends._REGISTRY["dummy"].auto_backend == "first_dummy"    # not a naming rule
+    for rank, fn in ((1, ""), (0, "first_dummy")):
+        with pytest.raises(ArgumentError, match="auto rank and its auto_backend function"):
+            backends.register("half", "dummy_kind", "DummyBackend", auto=rank, auto_backend=fn)
+    with pytest.raises(ArgumentTypeError, match="auto_backend must be a string"):
+        backends.register("half", "dummy_kind", "DummyBackend", auto=1, auto_backend=len)
+    assert "half" not in backends.available()
+    backends.register("renamed", "dummy_kind", "DummyBackend", auto=1, auto_backend="nothing")
+    for name, rank in (("dummy", 2), ("opencl", 3), ("numpy_device", 4)):
+        backends._REGISTRY[name] = backends._REGISTRY[name]._replace(auto=rank)
+    backend, why = backends.choose_auto()
+    assert type(backend).__name__ == "DummyBackend"
+    assert why.startswith("dummy (DUMMY); skipped renamed: ") and "'nothing'" in why
 
 
 # ---------------------------------------------------------------------------

@@ -161,6 +161,12 @@ def test_an_unknown_precision_is_a_clear_error():
     ctx = Context()
     q, k, feeds = _small(ctx)
     out = ops.flash_attn_ext(ctx, q, k, k, None, 0.125)
+    _, _, want = _compute(FAST, out, feeds)
+    for prec, value in ops.PRECS.items():       # the C kernel knows the same values
+        ops.flash_attn_ext_set_prec(out, prec)
+        g, _, got = _compute(FAST, out, feeds)
+        assert out.op_params[3] == value and FAST.executor.cplan_of(g).kinds()[-1] == "c"
+        np.testing.assert_array_equal(got, want)
     out.set_op_params(list(out.op_params[:3]) + [7] + list(out.op_params[4:]))
     with pytest.raises(GgmlPyError, match="FLASH_ATTN_EXT.*unknown precision|unknown precision.*FLASH_ATTN_EXT"):
         _compute(FAST, out, feeds)

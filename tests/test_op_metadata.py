@@ -7,7 +7,8 @@ enums are the same lists (one header; test_vocab_recipe.py compiles it)."""
 import hashlib
 
 from ggml_py import ops
-from ggml_py._core import EMPTY_OPS, OP_IDS, OP_NAMES_LIST, TYPE_IDS, TYPE_NAMES, VIEW_OPS
+from ggml_py._core import (EMPTY_OPS, OP_IDS, OP_NAMES_LIST, PRECS, ROPE_TYPES, TYPE_IDS,
+                           TYPE_NAMES, VIEW_OPS)
 from ggml_py.backends.cpu import SUPPORTED_OPS
 
 # (count, first 16 hex digits of sha256 of the comma-joined names) in ggml 0.10.1
@@ -24,9 +25,12 @@ def test_enums_are_ggml_0_10_1s():
     got = {"ggml_op": _digest(OP_NAMES_LIST), "ggml_type": _digest(TYPE_NAMES),
            "ggml_unary_op": _digest(ops.UNARY_OPS), "ggml_glu_op": _digest(ops.GLU_OPS)}
     assert got == GGML_0_10_1
-    # ggml.h's GGML_ROPE_TYPE_*, enum ggml_prec and enum ggml_sort_order
+    # ggml.h's GGML_ROPE_TYPE_*, enum ggml_prec and enum ggml_sort_order; the rope modes and
+    # precisions are ggml-py-vocab.h's tables, which the C code reads too (llama.cpp's own
+    # precision values: test_architectures.py's node comparison)
     assert ops.ROPE_TYPES == {"NORMAL": 0, "NEOX": 2, "MROPE": 8, "VISION": 24, "IMROPE": 40}
     assert ops.PRECS == {"DEFAULT": 0, "F32": 10} and ops.SORT_ORDERS == ("ASC", "DESC")
+    assert ops.ROPE_TYPES is ROPE_TYPES and ops.PRECS is PRECS
 
 
 def test_numbers_ggml_code_relies_on():

@@ -4,6 +4,7 @@
 The sweeps run in a subprocess, so that a segmentation fault is a failed test that
 names the call, not a dead test run."""
 
+import inspect
 import os
 import subprocess
 import sys
@@ -90,6 +91,31 @@ def test_the_calls_of_the_issue_refuse_none_cleanly():
     rc, out = run_python(ISSUE_CALLS)
     assert rc == 0 and out.strip().endswith("done"), out
     assert "call " not in out, out
+
+
+def test_op_builders_check_their_context_and_tensors_once_at_the_boundary():
+    """Every checked function of ops (the builders and the set_prec / add_sinks setters)
+    refuses a non-Context or non-Tensor in each such argument before its body runs:
+    an ArgumentTypeError naming the function and the argument (no builder checks again)."""
+    ctx = gp.Context()
+    t = ctx.new_tensor("f32", (4,))
+    checked = {name: fn for name, fn in vars(ops).items()
+               if callable(fn) and hasattr(fn, "__wrapped__") and fn.__module__ == ops.__name__}
+    assert set(ops._BUILDERS) <= set(checked) and len(ops._BUILDERS) > 100
+    kinds = {"Context": ctx, "Tensor": t, "Tensor | None": t}
+    n = 0
+    for fn in checked.values():
+        params = inspect.signature(fn).parameters.values()
+        valid = {p.name: kinds.get(p.annotation) for p in params}
+        for p in params:
+            if p.annotation not in kinds:
+                continue
+            with pytest.raises(ArgumentTypeError) as e:
+                fn(**{**valid, p.name: 1.5})
+            cls = "Context" if p.annotation == "Context" else "Tensor"
+            assert str(e.value).startswith(f"{fn.__name__}: {p.name} must be a {cls}"), e.value
+            n += 1
+    assert n > 200, n
 
 
 def _cpu_tensor():

@@ -190,10 +190,10 @@ def test_auto_tries_a_registered_backend(monkeypatch, fake_opencl):
     fake_opencl(POCL)
     mod = types.ModuleType("fake_auto_device")
     mod.FakeDevice = CPUBackend
-    mod.auto_backend = lambda: CPUBackend()
+    mod.pick = lambda: CPUBackend()
     monkeypatch.setitem(sys.modules, "fake_auto_device", mod)
     monkeypatch.setitem(backends._REGISTRY, "fake", backends.Entry(
-        "fake_auto_device", "FakeDevice", True, auto=1))
+        "fake_auto_device", "FakeDevice", True, auto=1, auto_backend="pick"))
     for name, rank in (("opencl", 2), ("numpy_device", 3)):
         monkeypatch.setitem(backends._REGISTRY, name, backends._REGISTRY[name]._replace(auto=rank))
     assert backends.auto_order() == ["fake", "opencl", "numpy_device"]

@@ -6,13 +6,13 @@ a module is imported only when its backend is asked for, so optional
 backends cost nothing until used (tinygrad's Device[...] pattern). It is the
 one list of backend names: the command line's choices (`demo --device`,
 `ops-check --backend`) and `demo --device auto`'s candidates come from it.
-Adding a kind (the README's recipe): its package, its `auto_backend()` when auto may
-pick it, one entry here (or `register` from outside).
+Adding a kind (the README's recipe): its package, the function that picks its backend
+when auto may, one entry here (or `register` from outside).
 
 `--device auto` (choose_auto) tries the entries with an `auto` rank, lowest first; each
-such module has `auto_backend()`, which returns the backend auto should use or raises a
-BackendError saying why not here (OpenCL refuses a CPU-emulated OpenCL device such as
-PoCL's: the numpy device, ranked next, is faster on the same CPU).
+such entry names its module's `auto_backend` function, which returns the backend auto
+should use or raises a BackendError saying why not here (OpenCL refuses a CPU-emulated
+OpenCL device such as PoCL's: the numpy device, ranked next, is faster on the same CPU).
 """
 
 from __future__ import annotations
@@ -32,12 +32,15 @@ class Entry(NamedTuple):
     computes: bool          # runs graphs (False: plans only, like the simulated backend)
     needs: str = ""         # the argument create() cannot do without, in words ("": none)
     auto: int = 0           # --device auto's order (1 tried first); 0: auto never picks it
+    auto_backend: str = ""  # with a rank: the module's function giving auto's backend here
 
 
 _REGISTRY: dict[str, Entry] = {
     "cpu": Entry("ggml_py.backends.cpu", "CPUBackend", True),
-    "numpy_device": Entry("ggml_py.backends.numpy_device", "NumpyDeviceBackend", True, auto=2),
-    "opencl": Entry("ggml_py.backends.opencl", "OpenCLBackend", True, auto=1),
+    "numpy_device": Entry("ggml_py.backends.numpy_device", "NumpyDeviceBackend", True, auto=2,
+                          auto_backend="auto_backend"),
+    "opencl": Entry("ggml_py.backends.opencl", "OpenCLBackend", True, auto=1,
+                    auto_backend="auto_backend"),
     "rpc": Entry("ggml_py.backends.rpc", "RPCBackend", True,
                  needs="the server's endpoint, 'HOST:PORT'"),
     "sim": Entry("ggml_py.backends.sim", "SimBackend", False),
@@ -57,17 +60,22 @@ __all__ = ["register", "get_backend_class", "available", "needs", "auto_order", 
 
 
 def register(name: str, module: str, cls: str, computes: bool = True, needs: str = "",
-             auto: int = 0) -> None:
+             auto: int = 0, auto_backend: str = "") -> None:
     """Register backend `name` as class `cls` of module `module` (imported on first use);
     `computes=False` for a backend that only plans; `needs`: in words, the argument it
     cannot be created without (create() then refuses to call it bare); `auto`: its place
-    in --device auto's order (0: never), its module then has `auto_backend()`."""
-    for what, value in (("name", name), ("module", module), ("cls", cls), ("needs", needs)):
+    in --device auto's order (0: never), given with `auto_backend`, the name of the
+    module's function that returns the backend auto should use or raises why not here."""
+    for what, value in (("name", name), ("module", module), ("cls", cls), ("needs", needs),
+                        ("auto_backend", auto_backend)):
         if not isinstance(value, str):
             raise ArgumentTypeError(f"register: {what} must be a string, got {type(value).__name__}")
     if isinstance(auto, bool) or not isinstance(auto, int) or auto < 0:
         raise ArgumentError(f"register: auto must be a rank >= 0, got {auto!r}")
-    _REGISTRY[name] = Entry(module, cls, bool(computes), needs, auto)
+    if bool(auto) != bool(auto_backend):
+        raise ArgumentError(f"register: an auto rank and its auto_backend function go together, "
+                            f"got auto={auto!r}, auto_backend={auto_backend!r}")
+    _REGISTRY[name] = Entry(module, cls, bool(computes), needs, auto, auto_backend)
 
 
 def available(computes: bool | None = None) -> list[str]:
@@ -119,14 +127,14 @@ def create(name: str, *args: Any, **kwargs: Any) -> Backend:
 
 def choose_auto() -> tuple[Backend | None, str]:
     """--device auto: (the backend, why it in one line), trying auto_order() in turn; each
-    module's auto_backend() gives its backend or raises why not here (no device, a
+    entry's auto_backend function gives its backend or raises why not here (no device, a
     CPU-emulated OpenCL device, ...). (None, why) when none is usable: the CPU alone."""
     skipped = []
     for name in auto_order():
         entry = _REGISTRY[name]
         try:
             get_backend_class(name)
-            backend: Backend = getattr(importlib.import_module(entry.module), "auto_backend")()
+            backend: Backend = getattr(importlib.import_module(entry.module), entry.auto_backend)()
         except Exception as e:      # not built, no library, no device, only CPU-emulated ...
             skipped.append(f"{name}: {e}")
             continue

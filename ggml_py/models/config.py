@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ggml_py import quants
-from ggml_py._core import ggml_type, instance_arg, int_arg
+from ggml_py._core import ROPE_TYPES, ggml_type, instance_arg, int_arg
 from ggml_py.errors import GraphError, ModelError, UnknownNameError
-from ggml_py.ops import ROPE_TYPES, rope_mode_id
+from ggml_py.ops import rope_mode_id
 
 FFN_KINDS = ("dense", "moe_dense", "moe_topk", "moe_shared")
 # the types a weight may have: those MUL_MAT reads as src0 (the vec_dot types q8_1 and

@@ -174,7 +174,7 @@ def fit_gguf(path: str, devices: Sequence[Device], options: PlanOptions | None =
             _shrunk_context(n_ctx_min, opts.n_ctx, used_least, sum(used), budget), n_ctx_min))
         if len(gpus) <= 1 and budget > used_least:
             return result(opts, True)
-    _check_fittable(opts)                                 # step 3
+    _check_fittable(opts, len(gpus))                      # step 3
     n_layers = given.config.n_layer + 1
     cpu = next(d.name for d in devices if d.is_cpu)
 
@@ -205,8 +205,8 @@ def _shrunk_context(n_min: int, n_max: int, used_min: int, used_max: int, budget
     return n - n % CTX_ALIGN
 
 
-def _check_fittable(opts: PlanOptions) -> None:
-    """llama.cpp's fit gives up on options the user set."""
+def _check_fittable(opts: PlanOptions, n_gpus: int) -> None:
+    """llama.cpp's fit gives up on options the user set, and on row splits over devices."""
     if opts.n_gpu_layers != PlanOptions.n_gpu_layers:
         raise ArgumentError(f"--fit: -ngl {opts.n_gpu_layers} is set and does not fit; "
                             "llama.cpp's fit changes only an unset -ngl")
@@ -219,6 +219,9 @@ def _check_fittable(opts: PlanOptions) -> None:
     if opts.split_mode == "none":
         raise ArgumentError("--fit with --split-mode none: the model uses one device, "
                             "whose layers llama.cpp's fit does not place; use layer")
+    if opts.split_mode == "row" and n_gpus > 1:
+        raise ArgumentError("--fit with --split-mode row: llama.cpp's fit does not place "
+                            "row-split weights; use layer")
 
 
 U32 = 1 << 32           # common/fit.cpp counts layers in uint32_t, and step 4 can wrap them

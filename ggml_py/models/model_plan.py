@@ -26,7 +26,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ggml_py import ops
-from ggml_py._backend import Backend, Buffer
+from ggml_py._backend import Backend, Buffer, BufferType
 from ggml_py._core import Context, Graph, Tensor
 from ggml_py.alloc import alloc_ctx_tensors_from_buft
 from ggml_py.errors import ArgumentError, ModelError
@@ -35,6 +35,7 @@ from ggml_py.models.arch.blocks import GraphContext
 from ggml_py.models.config import ModelConfig, graph_size, layer_of
 from ggml_py.models.devices import Device
 from ggml_py.models.devices import cpu as cpu_kind
+from ggml_py.models.devices import cuda as cuda_kind
 from ggml_py.models.graph import step_inputs
 from ggml_py.models.gguf import TensorInfo, read_tensor_infos
 from ggml_py.models.placement import flash_attn_off_layers, split_layers
@@ -44,8 +45,6 @@ from ggml_py.sched import Scheduler
 CTX_PAD = 256           # llama_context pads n_ctx to this
 MAX_SEQ = 256           # llama.cpp's LLAMA_MAX_SEQ: --parallel's most
 SPLIT_MODES = ("layer", "row", "none")
-# the device kinds whose ggml backend has a split buffer type (--split-mode row): CUDA's
-SPLIT_BUFFER_KINDS = ("cuda",)
 FLASH_ATTN = ("on", "off", "auto")
 UNQUANTIZED = ("f32", "f16", "bf16")
 CACHE_TYPES = (*UNQUANTIZED, "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
@@ -141,10 +140,17 @@ class PlanOptions:
 
 @dataclass(frozen=True)
 class BufferUse:
-    """A buffer llama.cpp allocates: on which device, for what, how many bytes."""
+    """A buffer llama.cpp allocates: on which device, for what, how many bytes, and (a
+    model buffer) its name in llama.cpp's log: CPU_Mapped, CPU_REPACK, CUDA0, CUDA0_Split,
+    ... (a split buffer counts on its main device, as llama.cpp counts it)."""
     device: str
     kind: str
     bytes: int
+    buffer: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The buffer in --json's `buffers` (`buffer` where it is named)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -189,6 +195,7 @@ class ModelPlan:
     overridden: dict[str, str] = field(default_factory=dict)   # weight -> device, by -ot
     # the splits of (the prompt ubatch, the decode token)
     splits: tuple[tuple[SplitUse, ...], tuple[SplitUse, ...]] = ((), ())
+    flash_attn: bool = False            # as -fa resolved it
 
     @property
     def copy_bytes(self) -> tuple[int, int]:
@@ -220,7 +227,7 @@ class ModelPlan:
                 "layers": self.layer_devices, "output_layer": self.output_device,
                 "graph_nodes": list(self.graph_nodes), "graph_splits": list(self.graph_splits),
                 "n_copies": self.n_copies, "tensor_overrides": self.overridden,
-                "buffers": [dataclasses.asdict(b) for b in self.buffers],
+                "buffers": [b.to_dict() for b in self.buffers], "flash_attn": self.flash_attn,
                 "warnings": self.warnings, "copy_bytes": list(self.copy_bytes),
                 "splits": [[s.to_dict() for s in graph] for graph in self.splits]}
 
@@ -233,7 +240,7 @@ class ModelPlan:
             runs.append(f"layers {il}..{il + n - 1} {name}")
             il += n
         lines = [f"{self.path}: {cfg.arch}, {cfg.n_layer} layers, n_ctx {self.n_ctx}, "
-                 f"ubatch {self.n_ubatch}",
+                 f"ubatch {self.n_ubatch}, flash attention {'on' if self.flash_attn else 'off'}",
                  "placement: " + ", ".join(runs) + f", output {self.output_device}",
                  *(["tensor overrides: " + ", ".join(
                      f"{n} weight{'s' * (n > 1)} to {name}" for name, n in
@@ -253,6 +260,8 @@ class ModelPlan:
             lines.append(f"{d.name:<8} " + " ".join(f"{sizes[k] / 2**20:8.2f} MiB"
                                                     for k in BUFFER_KINDS)
                          + f" {self.device_bytes(d.name) / 2**20:8.2f} MiB {mem}")
+        lines.append("model buffers: " + ", ".join(f"{b.buffer} {b.bytes / 2**20:.2f} MiB"
+                                                   for b in self.buffers if b.kind == "model"))
         lines.append(f"bytes copied between devices: {self.copy_bytes[0]:,} / "
                      f"{self.copy_bytes[1]:,} (prompt ubatch / decode token)")
         for title, splits in zip(("prompt ubatch", "decode token"), self.splits):
@@ -437,7 +446,9 @@ def plan_gguf(path: str, devices: Sequence[Device], options: PlanOptions | None 
     placed = {n: _weight_device(n, layers, output, cpu.backend, overriders[n]) for n in infos}
     placed = _usable_placement(placed, infos, cfg, cpu.backend)
     copied = [n for n in LAYER_COPIED if n in infos and overriders[n] is None]
-    weights, buffers = _place_weights(infos, used, placed, opts, layers, copied)
+    split = _row_split_weights(placed, infos, (n for n in infos if overriders[n] is not None),
+                               gpus, opts, shares)
+    weights, buffers = _place_weights(infos, used, placed, opts, layers, copied, split)
     cache, kv_buffers = _place_cache(cfg, used, layers if opts.kv_offload else
                                      [cpu.backend] * cfg.n_layer, opts, layout)
     buffers += kv_buffers
@@ -448,15 +459,18 @@ def plan_gguf(path: str, devices: Sequence[Device], options: PlanOptions | None 
                 opts.kv_offload and not opts.tensor_overrides)
     sched = Scheduler([d.backend for d in used], graph_size=graph_size(cfg), parallel=parallel,
                       op_offload=opts.op_offload, copy_all_inputs=True, graph_reuse=False)
-    flash_attn = opts.flash_attn == "on" or (opts.flash_attn == "auto" and
-                                             _flash_attn_runs_on_layers(sched, cfg, weights,
-                                                                        cache, layers, n_seq))
+    # llama.cpp lays V out for flash attention unless -fa off, and -fa auto turns it on
+    # for a quantized V cache, else where every layer's FLASH_ATTN_EXT runs on its device
+    v_rows = opts.flash_attn != "off"
+    flash_attn = opts.flash_attn == "on" or (opts.flash_attn == "auto" and (
+        opts.cache_type_v not in UNQUANTIZED or
+        _flash_attn_runs_on_layers(sched, cfg, weights, cache, layers, n_seq)))
     nodes: list[int] = []
     splits: list[tuple[SplitUse, ...]] = []
     # (tokens, outputs): a ubatch of every sequence's tokens alike, a token of each
     prompt = (-(-n_ubatch // n_seq) * n_seq, n_ubatch)
     for n_tokens, n_outputs in (prompt, (n_seq, n_seq), prompt):
-        graph = _reserve_graph(cfg, weights, cache, n_tokens, n_outputs, flash_attn)
+        graph = _reserve_graph(cfg, weights, cache, n_tokens, n_outputs, flash_attn, v_rows)
         pin = functools.partial(_pin_as_llama_cpp, sched, graph, layers, cpu.backend,
                                 n_tokens < 32 or full_offload, not opts.kv_offload)
         pin()
@@ -481,27 +495,25 @@ def plan_gguf(path: str, devices: Sequence[Device], options: PlanOptions | None 
     return ModelPlan(str(path), cfg, list(devices), [names[id(b)] for b in layers],
                      names[id(output)], n_ctx, n_ubatch, (nodes[0], nodes[decode]),
                      (len(splits[0]), len(splits[decode])), sched.n_copies, buffers, overridden,
-                     (splits[0], splits[decode]))
+                     (splits[0], splits[decode]), flash_attn)
 
 
 def _model_devices(devices: Sequence[Device],
                    opts: PlanOptions) -> tuple[list[Device], tuple[float, ...] | None]:
     """The devices llama.cpp's model uses besides the CPU (--split-mode none: the main one
-    alone; row: refused, as llama.cpp refuses a device without split buffers) and their
-    shares of the layers: --tensor-split, else (or all 0) their memories (equal where none
-    is given)."""
+    alone; row: all, each of a kind with split buffers, as llama.cpp refuses any other)
+    and their shares of the layers (row splits them as layer does): --tensor-split, else
+    (or all 0) their memories (equal where none is given)."""
     gpus = [d for d in devices if not d.is_cpu]
     if not gpus:
         return [], None
     shares = opts.tensor_split
-    if opts.split_mode == "row":
-        # llama.cpp asks every device for its split buffer type, and stops at the first
-        # that has none
-        d = gpus[0]
-        if d.kind not in SPLIT_BUFFER_KINDS:
-            raise ArgumentError(f"--split-mode row: device {d.name} does not support split "
-                                "buffers (llama.cpp refuses to load the model)")
-        raise ModelError(f"--split-mode row on {d.name}: split buffers are not planned yet")
+    # llama.cpp asks every device for its split buffer type, and stops at the first that
+    # has none: only ggml-cuda has them
+    unsplit = [d for d in gpus if d.kind != cuda_kind.KIND]
+    if opts.split_mode == "row" and unsplit:
+        raise ArgumentError(f"--split-mode row: device {unsplit[0].name} does not support "
+                            "split buffers (llama.cpp refuses to load the model)")
     if opts.split_mode == "none":
         if opts.main_gpu >= len(gpus):
             raise ArgumentError(f"--main-gpu {opts.main_gpu}: there are {len(gpus)} devices")
@@ -513,14 +525,43 @@ def _model_devices(devices: Sequence[Device],
     return gpus, tuple(shares) + (0.0,) * (len(gpus) - len(shares))
 
 
+def _row_split_weights(placed: dict[str, Backend], infos: dict[str, TensorInfo],
+                       overridden: Iterable[str], gpus: Sequence[Device], opts: PlanOptions,
+                       shares: tuple[float, ...] | None) -> dict[str, BufferType]:
+    """--split-mode row: the weights llama.cpp puts in their device's split buffer
+    (CUDA<i>_Split, the first of a CUDA device's buffer types), each with that buffer
+    type: the matrices read by a MUL_MAT (select_weight_buft probes each weight's op with
+    the split buffer: ggml-cuda takes a MUL_MAT of a 2-D split weight, and no other op,
+    where the device holds some of its rows), unless -ot placed them. The rows are cut
+    by --tensor-split, else (or all 0) by the devices' memories."""
+    if opts.split_mode != "row" or shares is None:
+        return {}
+    given = opts.tensor_split is not None and any(opts.tensor_split)
+    points = cuda_kind.split_points(shares, by_memory=not given)
+    bufts = {id(d.backend): cuda_kind.CudaSplitBufferType(d.name, i, points)
+             for i, d in enumerate(gpus)}
+    skip = set(overridden)
+    out: dict[str, BufferType] = {}
+    for name, device in placed.items():
+        info, buft = infos[name], bufts.get(id(device))
+        if (buft is not None and name not in skip and _weight_op(name, info) == "MUL_MAT"
+                and all(n == 1 for n in info.ne[2:]) and buft.holds_rows(info.type, info.ne)):
+            out[name] = buft
+    return out
+
+
 def _place_weights(infos: dict[str, TensorInfo], used: list[Device], placed: dict[str, Backend],
                    opts: PlanOptions, layers: Sequence[Backend] = (),
-                   copied: Sequence[str] = ()) -> tuple[dict[str, Tensor], list[BufferUse]]:
+                   copied: Sequence[str] = (),
+                   split: dict[str, BufferType] | None = None
+                   ) -> tuple[dict[str, Tensor], list[BufferUse]]:
     """The weight tensors, in a buffer per device (`used`, the CPU last) as `placed` says,
-    and those buffers. The CPU's are two: CPU_REPACK's, of the weights ggml-cpu repacks
-    (unless --no-repack), and the others' (with mmap, the span of the mapped file they lie
-    in: CPU_Mapped). Each weight named in `copied` has a copy on every device of `layers`
-    besides its own, layer il's being `blk.{il}.NAME` in the weights."""
+    and those buffers. Beside a device's own buffer (the CPU's, with mmap, is the span of
+    the mapped file its weights lie in: CPU_Mapped) are those of its extra buffer types:
+    the CPU's CPU_REPACK, of the weights ggml-cpu repacks (unless --no-repack), and a
+    CUDA device's split buffer, of the weights `split` names (_row_split_weights). Each
+    weight named in `copied` has a copy on every device of `layers` besides its own,
+    layer il's being `blk.{il}.NAME` in the weights."""
     ctx = Context("weights")
     homes = {n: list({id(b): b for b in [placed[n], *(layers if n in copied else ())]}.values())
              for n in infos}
@@ -535,24 +576,27 @@ def _place_weights(infos: dict[str, TensorInfo], used: list[Device], placed: dic
     weights.update({f"blk.{il}.{n}": on[infos[n], id(b)] for n in copied if n in infos
                     for il, b in enumerate(layers)})
     buffers = []
+    split = split or {}
     for d in used:
         mine = {n: on[infos[n], id(d.backend)] for n in infos if (infos[n], id(d.backend)) in on}
-        if d.is_cpu and opts.repack:
-            repacked = [n for n in mine if _read_by_mul_mat(n, infos[n]) and
-                        cpu_kind.repacks(n, infos[n].type, infos[n].ne)]
-            if repacked:
-                bufs = alloc_ctx_tensors_from_buft(_distinct(mine[n] for n in repacked),
-                                                   cpu_kind.repack_buffer_type(d.backend),
-                                                   "weights")
-                buffers.append(BufferUse(d.name, "model", _buffers_bytes(bufs)))
-                mine = {n: t for n, t in mine.items() if n not in repacked}
+        extra = {n: split.get(n) or (cpu_kind.repack_buffer_type(d.backend) if
+                                     d.is_cpu and opts.repack and _read_by_mul_mat(n, infos[n])
+                                     and cpu_kind.repacks(n, infos[n].type, infos[n].ne)
+                                     else None)
+                 for n in mine}
+        for buft in {id(b): b for b in extra.values() if b is not None}.values():
+            bufs = alloc_ctx_tensors_from_buft(_distinct(mine[n] for n in mine
+                                                         if extra[n] is buft), buft, "weights")
+            buffers.append(BufferUse(d.name, "model", _buffers_bytes(bufs), buft.name))
+        mine = {n: t for n, t in mine.items() if extra[n] is None}
         if not mine:
             continue
-        bufs = alloc_ctx_tensors_from_buft(_distinct(mine.values()),
-                                           d.backend.get_default_buffer_type(), "weights")
-        size = (_mapped_bytes([infos[n] for n in mine]) if d.is_cpu and opts.use_mmap
-                else _buffers_bytes(bufs))
-        buffers.append(BufferUse(d.name, "model", size))
+        own = d.backend.get_default_buffer_type()
+        bufs = alloc_ctx_tensors_from_buft(_distinct(mine.values()), own, "weights")
+        mapped = d.is_cpu and opts.use_mmap
+        size = _mapped_bytes([infos[n] for n in mine]) if mapped else _buffers_bytes(bufs)
+        buffers.append(BufferUse(d.name, "model", size, f"{own.name}_Mapped" if mapped
+                                 else own.name))
     return weights, buffers
 
 
@@ -623,34 +667,30 @@ def _split_uses(sched: Scheduler, graph: Graph) -> tuple[SplitUse, ...]:
 
 def _flash_attn_runs_on_layers(sched: Scheduler, cfg: ModelConfig, weights: dict[str, Tensor],
                                cache: _Cache, layers: Sequence[Backend], n_seq: int) -> bool:
-    """-fa auto as llama.cpp resolves it: split a graph of a token per sequence with flash
-    attention and keep it where each layer's FLASH_ATTN_EXT runs on the layer's device.
-    (Where one does not, llama.cpp computes without it over a V cache laid out for it: not
-    planned yet.)"""
-    graph = _reserve_graph(cfg, weights, cache, n_seq, n_seq, True)
+    """-fa auto as llama.cpp resolves it (llama_context's resolve_fused_ops): split a graph
+    of a token per sequence with flash attention, and keep it only where each layer's
+    FLASH_ATTN_EXT runs on the layer's device."""
+    graph = _reserve_graph(cfg, weights, cache, n_seq, n_seq, True, True)
     _pin_as_llama_cpp(sched, graph, layers, layers[0], True, False)
-    off = flash_attn_off_layers(sched, graph, layers)
-    if off:
-        raise ModelError(f"-fa auto: layer {off[0]}'s flash attention would not run on its "
-                         "device, so llama.cpp would turn it off over a V cache laid out for "
-                         "it: not planned yet; pass -fa off or -fa on")
-    return True
+    return not flash_attn_off_layers(sched, graph, layers)
 
 
 def _reserve_graph(cfg: ModelConfig, weights: dict[str, Tensor], cache: _Cache,
-                   n_tokens: int, n_outputs: int, flash_attn: bool) -> Graph:
+                   n_tokens: int, n_outputs: int, flash_attn: bool, v_rows: bool) -> Graph:
     """llama.cpp's graph_reserve graph: `n_tokens` tokens (split evenly between the
     cache's streams), the first `n_outputs` of them outputs, over the whole cache
-    (init_full: every cell)."""
+    (init_full: every cell), with or without flash attention, over a V cache of a row per
+    cell (`v_rows`, laid out for flash attention) or transposed."""
     data = step_inputs(cfg, np.zeros(n_tokens, dtype=np.int32), 0, cfg.n_ctx, kv_rows=True)
     data["inp_out_ids"] = np.arange(n_outputs)
-    if flash_attn:                  # V rows are cells, as K's
+    if v_rows:                      # V rows are cells, as K's
         data["inp_v_idxs"] = data["inp_k_idxs"]
     if cfg.iswa:                    # (the sliding layers' values: reserve reads shapes only)
         data["inp_v_idxs_swa"] = data["inp_v_idxs"]
     data["inp_embd"] = np.zeros((n_tokens, cfg.n_embd), dtype=np.float32)
     gc = GraphContext(cfg, weights, cache, n_tokens, 0, cache.cells, n_outputs, data,
-                      embd_input=True, flash_attn=flash_attn, n_kv_swa=cache.cells_swa,
+                      embd_input=True, flash_attn=flash_attn, v_trans=not v_rows,
+                      n_kv_swa=cache.cells_swa,
                       n_stream=cache.n_stream)
     gc.expand(get_builder(cfg.arch)(gc).set_output())
     return gc.graph

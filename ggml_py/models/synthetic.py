@@ -4,9 +4,9 @@ that scheduling depends on; they are not meant to be computed."""
 
 from __future__ import annotations
 
-from ggml_py import Backend, Context, Graph
+from ggml_py._backend import Backend
+from ggml_py._core import Context, Graph, int_arg
 from ggml_py.alloc import alloc_ctx_tensors_from_buft
-from ggml_py._core import int_arg
 from ggml_py.backends.sim import SimBufferType
 
 MAX_LAYERS = 100_000        # ~3M nodes: minutes to build in Python; deeper is a mistake

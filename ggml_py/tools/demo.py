@@ -299,7 +299,7 @@ def model_backends(args: argparse.Namespace, out: Out = say,
     """The backends a model runs on, in priority order: the devices of the --rpc servers
     or the --device backend, then the CPU (n_threads: its threads, default all cores);
     says which in one line."""
-    from ggml_py.backends.cpu import CPUBackend
+    from ggml_py.backends.cpu.backend import CPUBackend
     if args.rpc:
         from ggml_py.backends.rpc import rpc_backends
         devices: list[Backend] = list(rpc_backends(args.rpc))

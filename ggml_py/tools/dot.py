@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from typing import TYPE_CHECKING
 
-from ggml_py.ops import VIEW_OPS
+from ggml_py._core import VIEW_OPS
 
 if TYPE_CHECKING:
     from ggml_py._core import Graph, Tensor

@@ -1,9 +1,8 @@
 // cplans: the CPU executor's compiled execution plans (not the scheduler's split plan).
 // For a run of graph nodes: each node's kernel, thread count and work-buffer share,
-// chosen once; a snapshot of everything the choice depends on (for every node and each
-// of its sources: pointer, op, type, shape, strides, data, buffer, op_params, sources),
-// compared before every compute so that a stale cplan is never run; and the loop that
-// runs the nodes, alone or on a thread pool.
+// chosen once (whether it is still current is the mutation epochs' answer: ggml_py._cpu
+// asks them before every compute); and the loop that runs the nodes, alone or on a
+// thread pool.
 
 #include "cpu-impl.h"
 
@@ -12,35 +11,11 @@
 #include <stdlib.h>
 #include <time.h>
 
-// What a cplan depends on in one tensor. Nodes also depend on their op_params and
-// sources (node_key); a source's own sources do not matter to the node.
-typedef struct tensor_key {
-    const gp_tensor * t;
-    char *            data;
-    gp_buffer *       buffer;
-    int32_t           op;
-    int32_t           type;
-    int64_t           ne[GP_MAX_DIMS];
-    size_t            nb[GP_MAX_DIMS];
-} tensor_key;
-
-typedef struct node_key {
-    tensor_key  self;
-    int32_t     op_params[GP_MAX_OP_PARAMS];
-    gp_tensor * src[GP_MAX_SRC];
-    int         first_src;                      // its sources' keys in src_keys
-    int         n_src;
-} node_key;
-
 struct gp_cplan {
     int            n_nodes;
     int            n_threads;
     gp_cplan_node * nodes;          // [n_nodes]
     char **        errors;          // [n_nodes]: why a GP_NODE_ERROR node cannot run
-
-    node_key *     keys;            // [n_nodes]
-    tensor_key *   src_keys;        // [n_src_keys]
-    int            n_src_keys;
 
     int *          n_shared;        // [n_nodes + 1]: shared C nodes before node i
 
@@ -91,10 +66,9 @@ gp_cplan * gp_cplan_new(gp_tensor * const * nodes, int n_nodes, int n_threads) {
     cplan->n_threads = n_threads < 1 ? 1 : n_threads;
     cplan->nodes = calloc((size_t)GP_MAX(n_nodes, 1), sizeof(gp_cplan_node));
     cplan->errors = calloc((size_t)GP_MAX(n_nodes, 1), sizeof(char *));
-    cplan->keys = calloc((size_t)GP_MAX(n_nodes, 1), sizeof(node_key));
     cplan->rope = gp_rope_cache_new();
     atomic_init(&cplan->failed, 0);
-    if (!cplan->nodes || !cplan->errors || !cplan->keys || !cplan->rope) {
+    if (!cplan->nodes || !cplan->errors || !cplan->rope) {
         gp_cplan_free(cplan);
         return NULL;
     }
@@ -131,8 +105,6 @@ void gp_cplan_free(gp_cplan * cplan) {
     }
     free(cplan->errors);
     free(cplan->nodes);
-    free(cplan->keys);
-    free(cplan->src_keys);
     free(cplan->wdata);
     free(cplan->n_shared);
     free(cplan->node_ns);
@@ -159,22 +131,6 @@ void gp_cplan_set_error(gp_cplan * cplan, int i, const char * message) {
     if (cplan->errors[i]) memcpy(cplan->errors[i], message, strlen(message) + 1);
 }
 
-static void fill_key(tensor_key * k, const gp_tensor * t) {
-    k->t = t;
-    k->data = t->data;
-    k->buffer = t->buffer;
-    k->op = t->op;
-    k->type = t->type;
-    memcpy(k->ne, t->ne, sizeof(k->ne));
-    memcpy(k->nb, t->nb, sizeof(k->nb));
-}
-
-static void fill_node_key(node_key * k, const gp_tensor * t) {
-    fill_key(&k->self, t);
-    memcpy(k->op_params, t->op_params, sizeof(k->op_params));
-    memcpy(k->src, t->src, sizeof(k->src));
-}
-
 int gp_cplan_profile(gp_cplan * cplan, int on) {
     if (!on) {
         free(cplan->node_ns);
@@ -195,26 +151,6 @@ static int64_t now_ns(void) {
 }
 
 int gp_cplan_finish(gp_cplan * cplan) {
-    // the snapshot
-    int n_src = 0;
-    for (int i = 0; i < cplan->n_nodes; i++) {
-        const gp_tensor * t = cplan->nodes[i].t;
-        for (int s = 0; s < GP_MAX_SRC; s++) n_src += t->src[s] != NULL;
-    }
-    cplan->src_keys = calloc((size_t)GP_MAX(n_src, 1), sizeof(tensor_key));
-    if (!cplan->src_keys) return -1;
-    cplan->n_src_keys = n_src;
-    n_src = 0;
-    for (int i = 0; i < cplan->n_nodes; i++) {
-        const gp_tensor * t = cplan->nodes[i].t;
-        node_key * k = &cplan->keys[i];
-        fill_node_key(k, t);
-        k->first_src = n_src;
-        for (int s = 0; s < GP_MAX_SRC; s++) {
-            if (t->src[s]) fill_key(&cplan->src_keys[n_src++], t->src[s]);
-        }
-        k->n_src = n_src - k->first_src;
-    }
     // where the shared nodes are: a run without any needs no other thread
     cplan->n_shared = calloc((size_t)cplan->n_nodes + 1, sizeof(int));
     if (!cplan->n_shared) return -1;
@@ -235,30 +171,6 @@ int gp_cplan_finish(gp_cplan * cplan) {
     }
     cplan->wsize = wsize;
     return 0;
-}
-
-// Does t still have the fields k snapshotted? (field by field: no key is filled to compare)
-static inline int key_matches(const tensor_key * k, const gp_tensor * t) {
-    return k->t == t && k->data == t->data && k->buffer == t->buffer && k->op == t->op &&
-           k->type == t->type && memcmp(k->ne, t->ne, sizeof(k->ne)) == 0 &&
-           memcmp(k->nb, t->nb, sizeof(k->nb)) == 0;
-}
-
-int gp_cplan_matches(const gp_cplan * cplan, gp_tensor * const * nodes, int n_nodes,
-                     int n_threads) {
-    if (n_nodes != cplan->n_nodes || n_threads != cplan->n_threads) return 0;
-    for (int i = 0; i < n_nodes; i++) {
-        const gp_tensor * t = nodes[i];
-        const node_key * k = &cplan->keys[i];
-        if (!key_matches(&k->self, t) ||
-            memcmp(k->op_params, t->op_params, sizeof(k->op_params)) != 0 ||
-            memcmp(k->src, t->src, sizeof(k->src)) != 0) return 0;
-        const tensor_key * ks = cplan->src_keys + k->first_src;
-        for (int s = 0, j = 0; s < GP_MAX_SRC; s++) {
-            if (t->src[s] && !key_matches(&ks[j++], t->src[s])) return 0;
-        }
-    }
-    return 1;
 }
 
 // ---------------------------------------------------------------------------

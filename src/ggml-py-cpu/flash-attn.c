@@ -26,8 +26,6 @@
                         // ggml's tile of KV positions in its tiled path)
 #define TILED_MIN_Q 64  // queries from which ggml takes its tiled path (GGML_FA_TILE_Q)
 #define ROW_GROUP 6     // query rows sharing K and V heads taken together
-#define PREC_DEFAULT 0  // ggml_prec
-#define PREC_F32     10
 
 typedef struct {
     int64_t DK, DV, n_kv;
@@ -317,7 +315,8 @@ static const char * flash_attn_check(const gp_tensor * t) {
                  mask->ne[3] == 0 || q->ne[2] % mask->ne[2] || q->ne[3] % mask->ne[3]))
         return "the mask is smaller than [n_kv, n_q] or does not broadcast over q's heads";
     if (sinks && gp_nelements(sinks) < q->ne[2]) return "fewer sinks than heads";
-    if (t->op_params[3] != PREC_DEFAULT && t->op_params[3] != PREC_F32) return "unknown precision";
+    if (t->op_params[3] != GGML_PY_PREC_DEFAULT && t->op_params[3] != GGML_PY_PREC_F32)
+        return "unknown precision";
     return NULL;
 }
 

@@ -1,8 +1,8 @@
 // ggml_py's CPU executor in C: kernels, compiled execution plans (cplans) and a thread pool.
 //
 // The Cython module ggml_py._cpu is the only user of this header. It builds a cplan
-// (gp_cplan) for a run of graph nodes once, checks on every compute that the cplan still
-// describes the graph (gp_cplan_matches), and runs it (gp_cplan_run) with the GIL
+// (gp_cplan) for a run of graph nodes once, keeps it while the mutation epochs say that
+// nothing it depends on changed, and runs it (gp_cplan_run) with the GIL
 // released; nodes whose kernel is written in Python are run by the Cython loop between
 // C segments.
 //
@@ -143,11 +143,6 @@ int             gp_cplan_n_nodes(const gp_cplan * cplan);
 const char *    gp_cplan_node_error(const gp_cplan * cplan, int i);    // GP_NODE_ERROR: why
 void            gp_cplan_set_error(gp_cplan * cplan, int i, const char * message);
 int             gp_cplan_finish(gp_cplan * cplan);                     // 0, -1 out of memory
-
-// Is the cplan still exact for `nodes`: same tensors, ops, types, shapes, strides, data
-// pointers, buffers and parameters, for the nodes and their sources?
-int gp_cplan_matches(const gp_cplan * cplan, gp_tensor * const * nodes, int n_nodes,
-                     int n_threads);
 
 // Run the C nodes [i0, i1) (no Python nodes in between) on tp (NULL: the caller alone).
 // 0 on success; -1 when a kernel failed: gp_cplan_failure tells which node and why.

@@ -250,6 +250,7 @@ cdef extern from *:
 cdef extern from "ggml_py/ggml-py-types.h":
     uint16_t scan_sources "ggml_py_scan_sources" (const ggml_tensor * t) noexcept nogil
     void tensor_set_src "ggml_py_set_src" (ggml_tensor * t, int j, ggml_tensor * src) noexcept nogil
+    ggml_tensor * src_owner "ggml_py_src_owner" (ggml_tensor ** slot, int j) noexcept nogil
 
 cdef inline uint32_t source_mask(const ggml_tensor * t) noexcept nogil:
     return t.src_mask
@@ -412,3 +413,4 @@ cdef Tensor tensor_handle(ggml_tensor * t)
 cdef ggml_tensor * tensor_ptr(object t, what=*) except NULL
 cdef str tensor_name(const ggml_tensor * t)
 cdef bint graph_unchanged_since(Graph g, uint64_t epoch) noexcept
+cdef bint nodes_unchanged_since(ggml_tensor ** nodes, int n, uint64_t epoch) noexcept nogil

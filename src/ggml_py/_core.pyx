@@ -332,12 +332,19 @@ cdef tuple _names(const char * const * names, int n):
     return tuple(names[i].decode() for i in range(n))
 
 
+cdef dict _named_values(const char * const * names, const int * values, int n):
+    return {names[i].decode(): values[i] for i in range(n)}
+
+
 # ggml's op, unary op and GLU op names by id (ggml-py-vocab.h)
 OP_NAMES_LIST = _names(ggml_py_op_names, GGML_PY_OP_COUNT)
 UNARY_OP_NAMES = _names(ggml_py_unary_op_names, GGML_PY_UNARY_OP_COUNT)
 GLU_OP_NAMES = _names(ggml_py_glu_op_names, GGML_PY_GLU_OP_COUNT)
-ROPE_TYPES = dict(zip(_names(ggml_py_rope_type_names, GGML_PY_N_ROPE_TYPES),
-                      [ggml_py_rope_type_values[i] for i in range(GGML_PY_N_ROPE_TYPES)]))
+# ggml.h's named values (ggml-py-vocab.h): rope modes, and the precisions of MUL_MAT and
+# FLASH_ATTN_EXT
+ROPE_TYPES = _named_values(ggml_py_rope_type_names, ggml_py_rope_type_values,
+                           GGML_PY_N_ROPE_TYPES)
+PRECS = _named_values(ggml_py_prec_names, ggml_py_prec_values, GGML_PY_N_PRECS)
 
 FLAG_NAMES = {"INPUT": GGML_TENSOR_FLAG_INPUT, "OUTPUT": GGML_TENSOR_FLAG_OUTPUT,
               "PARAM": GGML_TENSOR_FLAG_PARAM, "LOSS": GGML_TENSOR_FLAG_LOSS,
@@ -787,6 +794,7 @@ cdef ggml_tensor * _context_alloc(ggml_context * ctx) except NULL:
         ctx.n_blocks += 1
     cdef ggml_tensor * t = ggml_context_tensor(ctx, i)
     memset(t, 0, sizeof(ggml_tensor))
+    tensor_changed(t)               # (a reset context makes new tensors where old ones were)
     t.id = i
     t.owner = ctx
     ctx.n_tensors += 1
@@ -1091,12 +1099,14 @@ cdef void buffer_changed(ggml_backend_buffer * b) noexcept nogil:
     _buffers_epoch = _epoch
 
 
+cdef inline bint _changed_after(const ggml_tensor * t, uint64_t epoch) noexcept nogil:
+    """Do t or the buffer it lives in carry a stamp above epoch?"""
+    return t.gen > epoch or (t.buffer != NULL and t.buffer.gen > epoch)
+
+
 cdef inline bint _stamped_after(const ggml_tensor * t, uint64_t epoch) noexcept nogil:
-    """Does t, its view base or the buffer either lives in carry a stamp above epoch?"""
-    if t.gen > epoch or (t.buffer != NULL and t.buffer.gen > epoch):
-        return True
-    t = t.view_src
-    return t != NULL and (t.gen > epoch or (t.buffer != NULL and t.buffer.gen > epoch))
+    """Do t, its view base or the buffer either lives in carry a stamp above epoch?"""
+    return _changed_after(t, epoch) or (t.view_src != NULL and _changed_after(t.view_src, epoch))
 
 
 cdef void world_changed() noexcept nogil:
@@ -1127,6 +1137,28 @@ cdef bint graph_unchanged_since(Graph g, uint64_t epoch) noexcept:
     for i in range(cg.n_leafs):
         if _stamped_after(cg.leafs[i], epoch):
             return False
+    return True
+
+
+cdef bint nodes_unchanged_since(ggml_tensor ** nodes, int n, uint64_t epoch) noexcept nogil:
+    """Is every stamp an execution of nodes made at `epoch` depends on still at most
+    `epoch`: each node's and each of its sources' own and their buffers' (the CPU
+    executor's cplans: a view's data is written, and stamped, by its placement, so view
+    bases do not matter here)? O(1) when nothing at all changed since; else one sweep."""
+    cdef int i
+    cdef uint16_t sources
+    if _epoch == epoch:
+        return True
+    if _world_epoch > epoch:
+        return False
+    for i in range(n):
+        if _changed_after(nodes[i], epoch):
+            return False
+        sources = nodes[i].src_mask
+        while sources:
+            if _changed_after(nodes[i].src[lowest_bit(sources)], epoch):
+                return False
+            sources &= sources - 1
     return True
 
 
@@ -1585,8 +1617,8 @@ cdef class Tensor:
 
     @property
     def generation(self):
-        """Mutation epoch of the tensor's last change through the API (0: none since
-        it was made). See Scheduler's graph reuse."""
+        """Mutation epoch of the tensor's last change through the API (at first, its
+        creation's). See Scheduler's graph reuse."""
         return self.ptr.gen
 
     @property

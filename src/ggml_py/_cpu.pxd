@@ -59,7 +59,6 @@ cdef extern from "ggml-py-cpu/ggml-py-cpu.h" nogil:
     const char * gp_cplan_node_error(const gp_cplan * cplan, int i)
     void gp_cplan_set_error(gp_cplan * cplan, int i, const char * message)
     int gp_cplan_finish(gp_cplan * cplan)
-    int gp_cplan_matches(const gp_cplan * cplan, gp_tensor * const * nodes, int n_nodes, int n_threads)
     int gp_cplan_run(gp_cplan * cplan, int i0, int i1, gp_threadpool * tp)
     const char * gp_cplan_failure(const gp_cplan * cplan, int * node)
     size_t gp_cplan_work_size(const gp_cplan * cplan)

@@ -4,9 +4,11 @@ src/ggml-py-cpu, a thread pool, and the instruction-set switch.
 A cplan is made once per run of graph nodes (a split, or a whole graph): every node's
 C kernel (or the Python kernel that replaces it), its thread count and work-buffer
 share go into a C array, and every tensor the nodes touch is checked to lie inside
-host memory of its buffer. Before each compute the cplan is compared with the graph
-(gp_cplan_matches: nodes, ops, types, shapes, strides, data pointers, buffers,
-parameters and sources); any difference builds a new one, so a stale cplan never runs.
+host memory of its buffer. A cplan is current while the mutation epochs say so (the
+one source of staleness, _core's: every write of a node's or a source's op, type,
+shape, strides, op_params, sources or placement stamps the tensor): an O(1) check
+when nothing changed since it was made, one sweep of the nodes' and their sources'
+stamps otherwise; any stamp newer than the cplan builds a new one.
 Computing walks the array in C with the GIL released; Python is entered only for the
 nodes whose kernel is written in Python, between C segments.
 
@@ -19,7 +21,8 @@ from libc.stdlib cimport malloc, free
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 
 from ggml_py._ggml cimport ggml_tensor, ggml_backend_buffer, GGML_MAX_SRC
-from ggml_py._core cimport Graph, Tensor, tensor_handle, tensor_ptr, int_arg, world_epoch
+from ggml_py._core cimport (Graph, Tensor, tensor_handle, tensor_ptr, int_arg, mutation_epoch,
+                            nodes_unchanged_since)
 
 import collections
 import os
@@ -124,7 +127,7 @@ cdef class CPlan:
     cdef gp_cplan * c
     cdef readonly int n_nodes
     cdef readonly int n_threads
-    cdef uint64_t world                 # the world epoch it was made in (kernel table edits)
+    cdef uint64_t epoch                 # the mutation epoch it is known current at
     cdef list steps                     # [(i0, i1, j)]: C nodes [i0, i1), then node j (-1: none)
     cdef dict python                    # node index -> (callable, Tensor)
     cdef list keep                      # the buffers it checked: their addresses stay valid
@@ -277,7 +280,7 @@ cdef class Executor:
         a, b = _node_range(graph, i0, i1)
         with self.lock:
             self._run(self._cplan_for((id(graph), a, b), <gp_tensor **>(graph.graph.nodes + a),
-                                      b - a))
+                                      b - a, graph.generation))
 
     def compute_nodes(self, nodes):
         """Compute a list of Tensors in order (a graph view)."""
@@ -291,9 +294,9 @@ cdef class Executor:
         try:
             for i in range(n):
                 arr[i] = <gp_tensor *>tensor_ptr(nodes[i])
-            key = ("nodes", <uintptr_t>arr[0], <uintptr_t>arr[n - 1], n)
+            key = ("nodes", (<char *>arr)[:n * sizeof(gp_tensor *)])     # these very tensors
             with self.lock:
-                self._run(self._cplan_for(key, arr, n))
+                self._run(self._cplan_for(key, arr, n, 0))
         finally:
             free(arr)
 
@@ -303,22 +306,24 @@ cdef class Executor:
         a, b = _node_range(graph, i0, i1)
         with self.lock:
             return self._cplan_for((id(graph), a, b), <gp_tensor **>(graph.graph.nodes + a),
-                                   b - a)
+                                   b - a, graph.generation)
 
     # --- cplans ---
 
-    cdef CPlan _cplan_for(self, key, gp_tensor ** nodes, int n):
-        """The kept cplan of `key` while it is current: made in this world epoch (no
-        kernel table edit since) and its snapshot matching the nodes; else a new one."""
-        cdef uint64_t world = world_epoch()
+    cdef CPlan _cplan_for(self, key, gp_tensor ** nodes, int n, uint64_t made):
+        """The kept cplan of `key` while it is current: no stamp since its epoch on the
+        graph (made: its generation; 0 for a list of nodes, which the key names), the
+        world (kernel table edits), the nodes, their sources and buffers; else a new one."""
+        cdef uint64_t now = mutation_epoch()
         cdef CPlan cplan = self.cplans.get(key)
-        if cplan is not None and cplan.world == world and \
-                gp_cplan_matches(cplan.c, nodes, n, self.n_threads):
+        if cplan is not None and cplan.n_threads == self.n_threads and made <= cplan.epoch \
+                and nodes_unchanged_since(<ggml_tensor **>nodes, n, cplan.epoch):
+            cplan.epoch = now               # unchanged since: O(1) again until a stamp
             self.cplans.move_to_end(key)
             self.n_reuses += 1
             return cplan
         cplan = self._build(nodes, n)
-        cplan.world = world
+        cplan.epoch = now
         self.cplans[key] = cplan
         self.cplans.move_to_end(key)
         while len(self.cplans) > self.max_cplans:

@@ -184,15 +184,20 @@ cdef extern from "ggml_py/ggml-py-vocab.h":
         UNARY_OP_TANH "GGML_PY_UNARY_OP_TANH"
         UNARY_OP_XIELU "GGML_PY_UNARY_OP_XIELU"
 
-    # rope modes: names and values
+    # named values: rope modes and precisions (enum ggml_prec)
     enum:
         GGML_PY_N_ROPE_TYPES
         GGML_PY_ROPE_TYPE_NORMAL
         GGML_PY_ROPE_TYPE_NEOX
         GGML_PY_ROPE_TYPE_MROPE
         GGML_PY_ROPE_TYPE_VISION
+        GGML_PY_N_PRECS
+        GGML_PY_PREC_DEFAULT
+        GGML_PY_PREC_F32
     const char * const ggml_py_rope_type_names[]
     const int ggml_py_rope_type_values[]
+    const char * const ggml_py_prec_names[]
+    const int ggml_py_prec_values[]
 
 # tensor flags (ggml_tensor_flag)
 cdef enum:

@@ -16,7 +16,7 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (Context, Tensor, Graph, tensor_handle, ggml_hash_find, ggml_bitset_get,
                             ggml_bitset_set, world_epoch, buffers_epoch, ggml_context_tensor,
-                            ggml_is_node_from, mutation_epoch, tensor_set_src,
+                            ggml_is_node_from, mutation_epoch, tensor_set_src, tensor_changed,
                             graph_unchanged_since, LAYOUT_BYTES, new_epoch, source_mask,
                             PREFETCH_AHEAD, prefetch, prefetch_bytes, checked_calloc,
                             safe_realloc)
@@ -645,6 +645,7 @@ cdef int fp_repoint(SchedCore s, Graph graph) except -1:
             t.view_offs = of.view_offs if of.view_src != NULL else 0
             t.buffer = NULL
             t.data = t.view_src.data + t.view_offs if t.view_src.data != NULL else NULL
+            tensor_changed(t)
     for i in range(s.fp.n_rewirings):
         r = &s.fp.rewirings[i]
         # (fp_matches found the node's source where the plan's was; the plan may have

@@ -1,11 +1,10 @@
 """Scheduler core: a port of ggml_backend_sched_split_graph (ggml 0.10.1).
 
-Given a graph and backends in priority order, decide where every node runs,
-cut the graph into splits, add copies of the inputs that a split's backend
-cannot read, and build the graph copy that the allocator places and the
-runtime executes. The five passes follow ggml's pass for pass; the loops run
-over C structs only. Where ggml aborts on user input, this raises
-SchedulerError (with the abort class of SCHED_CASES.md as `kind`) and the
+Given a graph and backends in priority order, decide where every node runs, cut the graph
+into splits, add copies of the inputs that a split's backend cannot read, and build the
+graph copy that the allocator places and the runtime executes. The five passes follow
+ggml's pass for pass; the loops run over C structs only. Where ggml aborts on user input,
+this raises SchedulerError (with the abort class of SCHED_CASES.md as `kind`) and the
 scheduler stays usable.
 
 The scheduler's state is SchedCore (_schedcore.pyx); graph reuse, which takes a kept
@@ -22,7 +21,7 @@ from ggml_py._core cimport (Context, Graph, ggml_join_name, tensor_name, ggml_ha
                             ggml_view_tensor, ggml_context_reset, ggml_context_tensor,
                             ggml_is_node_from, ggml_views_computed_node, leaf_view_message,
                             ggml_is_computed_from, ggml_computes, OP_NONE, OP_CPY,
-                            tensor_set_src, order_message, source_mask, lowest_bit,
+                            tensor_set_src, tensor_changed, src_owner, order_message, source_mask, lowest_bit,
                             PREFETCH_AHEAD, prefetch, prefetch_memory, prefetch_leaf_ahead,
                             prefetch_node_ahead, safe_realloc, OP_ROPE, graph_tensor)
 from ggml_py._backend cimport (Backend, backend_supports_op, backend_supports_op_of,
@@ -88,8 +87,7 @@ TENSOR_READS = {
     "add_split_input": ("flags", "name"),
     "pass5_split": ("op", "name"),
     "add_every_input_leaf": ("flags",),
-    "record_rewiring": ("src",),
-    "undo_rewiring": ("owner",),
+    "record_rewiring": ("src",), "apply_rewirings": ("src",), "undo_rewiring": ("owner", "src"),
     "retire_arena": ("view_src", "buffer", "data"),
 }
 
@@ -1010,6 +1008,7 @@ cdef void apply_rewirings(SchedCore s) noexcept:
         if k + PREFETCH_AHEAD < s.n_rewired:
             prefetch(s.rewired[k + PREFETCH_AHEAD].slot)
         s.rewired[k].slot[0] = s.rewired[k].copy
+        tensor_changed(src_owner(s.rewired[k].slot, s.rewired[k].src))
 
 
 cdef void undo_rewiring(SchedCore s) noexcept:
@@ -1026,6 +1025,7 @@ cdef void undo_rewiring(SchedCore s) noexcept:
         original = s.rewired[k].original
         if cur != original and cur != NULL and cur.owner == <void *>&arena.ctx:
             s.rewired[k].slot[0] = original
+            tensor_changed(src_owner(s.rewired[k].slot, s.rewired[k].src))
     s.n_rewired = 0
 
 
@@ -1042,6 +1042,7 @@ cdef void retire_arena(SchedCore s) noexcept:
             tensor_set_src(t, 0, NULL)
             t.buffer = NULL
             t.data = NULL
+            tensor_changed(t)
         s.infos[i].of = NULL
     ggml_context_reset(&arena.ctx)
 

@@ -30,10 +30,6 @@ from ggml_py._backend cimport Backend
 
 from ggml_py.errors import UnknownNameError
 
-cdef enum:
-    GGML_PREC_DEFAULT = 0
-    GGML_PREC_F32 = 10
-
 
 # ---------------------------------------------------------------------------
 # shared tests of types and layouts
@@ -186,7 +182,7 @@ cdef bint _cpu_flash_attn_ok(const ggml_tensor * t) noexcept nogil:
     if not (_is_float(v.type) or _has(QUANT_DEQUANT, v.type)):
         return False
     return (_absent_or(t.src[3], TYPE_F16) and _absent_or(t.src[4], TYPE_F32)
-            and (t.op_params[3] == GGML_PREC_DEFAULT or t.op_params[3] == GGML_PREC_F32)
+            and (t.op_params[3] == GGML_PY_PREC_DEFAULT or t.op_params[3] == GGML_PY_PREC_F32)
             and _packed(q) and _packed(k) and _packed(v))
 
 

@@ -98,6 +98,11 @@ static inline void ggml_py_set_src(ggml_tensor * t, int j, ggml_tensor * src) {
     t->src_mask = (uint16_t)((t->src_mask & ~(1u << j)) | ((unsigned)(src != NULL) << j));
 }
 
+// The tensor whose source slot j `slot` is (the scheduler's rewiring table keeps slots).
+static inline ggml_tensor * ggml_py_src_owner(ggml_tensor ** slot, int j) {
+    return (ggml_tensor *)((char *)(slot - j) - offsetof(ggml_tensor, src));
+}
+
 // A hash set's slot for a key: key % size without a division, the slowest step of a
 // lookup (a 64-bit `%` by a runtime size took 2.3 ns in a loop here, this 1.0 ns). With
 // magic = floor(2^64 / size) + 1, the high half of key * magic is key / size or one more,

@@ -1,6 +1,7 @@
-// ggml 0.10.1's vocabulary, listed once: element types, ops, unary ops and GLU ops. The
-// C kernels include this header, Cython cimports its tables (_ggml.pxd), and ggml_py._core
-// builds its name tables from them: a new type or op is one line here, plus its kernels.
+// ggml 0.10.1's vocabulary, listed once: element types, ops, unary ops, GLU ops and named
+// values (rope modes, precisions). The C kernels include this header, Cython cimports its
+// tables (_ggml.pxd), and ggml_py._core builds its name tables from them: a new type or op
+// is one line here, plus its kernels.
 //
 //   X(ID, id, name, blck_size, type_size, vec_dot_type)
 //
@@ -104,8 +105,12 @@ GGML_PY_TYPES(GGML_PY_TYPE_CHECK_)
 #define GGML_PY_GLU_OPS(X)                                                                 \
     X(REGLU) X(GEGLU) X(SWIGLU) X(SWIGLU_OAI) X(GEGLU_ERF) X(GEGLU_QUICK)
 
-// rope modes (GGML_ROPE_TYPE_*): X(NAME, value)
-#define GGML_PY_ROPE_TYPES(X) X(NORMAL, 0) X(NEOX, 2) X(MROPE, 8) X(VISION, 24) X(IMROPE, 40)
+// named values of ggml.h, X(KIND, NAME, value): rope modes (GGML_ROPE_TYPE_*) and the
+// precisions of MUL_MAT and FLASH_ATTN_EXT (enum ggml_prec)
+#define GGML_PY_ROPE_TYPES(X) \
+    X(ROPE_TYPE, NORMAL, 0) X(ROPE_TYPE, NEOX, 2) X(ROPE_TYPE, MROPE, 8) \
+    X(ROPE_TYPE, VISION, 24) X(ROPE_TYPE, IMROPE, 40)
+#define GGML_PY_PRECS(X) X(PREC, DEFAULT, 0) X(PREC, F32, 10)
 
 #define GGML_PY_OP_ENUM_(NAME)       GGML_PY_OP_##NAME,
 #define GGML_PY_UNARY_OP_ENUM_(NAME) GGML_PY_UNARY_OP_##NAME,
@@ -117,16 +122,23 @@ enum ggml_py_glu_op   { GGML_PY_GLU_OPS(GGML_PY_GLU_OP_ENUM_) GGML_PY_GLU_OP_COU
 static const char * const ggml_py_op_names[]       = { GGML_PY_OPS(GGML_PY_NAME_) };
 static const char * const ggml_py_unary_op_names[] = { GGML_PY_UNARY_OPS(GGML_PY_NAME_) };
 static const char * const ggml_py_glu_op_names[]   = { GGML_PY_GLU_OPS(GGML_PY_NAME_) };
-#define GGML_PY_ROPE_ENUM_(NAME, v)  GGML_PY_ROPE_TYPE_##NAME = v,
-#define GGML_PY_ROPE_NAME_(NAME, v)  #NAME,
-#define GGML_PY_ROPE_VALUE_(NAME, v) v,
-enum ggml_py_rope_type { GGML_PY_ROPE_TYPES(GGML_PY_ROPE_ENUM_) };
-static const char * const ggml_py_rope_type_names[] = { GGML_PY_ROPE_TYPES(GGML_PY_ROPE_NAME_) };
-static const int ggml_py_rope_type_values[] = { GGML_PY_ROPE_TYPES(GGML_PY_ROPE_VALUE_) };
+// enum ggml_py_<kind> { GGML_PY_<KIND>_<NAME> = value, ... }, ggml_py_<kind>_names and
+// ggml_py_<kind>_values (of GGML_PY_N_<KIND>S entries) for each list of named values
+#define GGML_PY_VALUE_ENUM_(KIND, NAME, v) GGML_PY_##KIND##_##NAME = v,
+#define GGML_PY_VALUE_NAME_(KIND, NAME, v) #NAME,
+#define GGML_PY_VALUE_(KIND, NAME, v)      v,
+#define GGML_PY_NAMED_VALUES_(LIST, kind)                                   \
+    enum ggml_py_##kind { LIST(GGML_PY_VALUE_ENUM_) };                      \
+    static const char * const ggml_py_##kind##_names[] = { LIST(GGML_PY_VALUE_NAME_) }; \
+    static const int ggml_py_##kind##_values[] = { LIST(GGML_PY_VALUE_) };
+GGML_PY_NAMED_VALUES_(GGML_PY_ROPE_TYPES, rope_type)
+GGML_PY_NAMED_VALUES_(GGML_PY_PRECS, prec)
 #define GGML_PY_N_ROPE_TYPES ((int)(sizeof(ggml_py_rope_type_values) / sizeof(int)))
-#undef GGML_PY_ROPE_ENUM_
-#undef GGML_PY_ROPE_NAME_
-#undef GGML_PY_ROPE_VALUE_
+#define GGML_PY_N_PRECS      ((int)(sizeof(ggml_py_prec_values) / sizeof(int)))
+#undef GGML_PY_VALUE_ENUM_
+#undef GGML_PY_VALUE_NAME_
+#undef GGML_PY_VALUE_
+#undef GGML_PY_NAMED_VALUES_
 #undef GGML_PY_OP_ENUM_
 #undef GGML_PY_UNARY_OP_ENUM_
 #undef GGML_PY_GLU_OP_ENUM_

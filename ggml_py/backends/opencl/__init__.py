@@ -24,10 +24,10 @@ import numpy as np
 from ggml_py._backend import (Backend, Buffer, BufferType, allocated_buffer, byte_value,
                               fake_address, get_buffer, graph_nodes, host_bytes, tensor_span,
                               OTHER_MEMORY_HINT)
-from ggml_py._core import Tensor, acc_region_end, instance_arg, size_arg, type_id, type_size
+from ggml_py._core import (EMPTY_OPS, ROPE_TYPES, Tensor, acc_region_end, instance_arg, size_arg,
+                           type_id, type_size)
 from ggml_py.errors import ArgumentTypeError, BackendError
 from ggml_py.numerics import alibi_bases, bits_f32, rope_theta_scale, rope_yarn_corr_dims
-from ggml_py.ops import EMPTY_OPS, ROPE_TYPES
 from ggml_py.backends.opencl import kernels as K
 from ggml_py._supports import acc_offsets, use_rule
 

@@ -13,9 +13,8 @@ Conventions:
 """
 
 from ggml_py import quants
-from ggml_py._core import type_size
+from ggml_py._core import GLU_OP_NAMES as GLU_OPS, UNARY_OP_NAMES as UNARY_OPS, type_size
 from ggml_py._supports import OPENCL_FA_D, OPENCL_SORT_MAX
-from ggml_py.ops import GLU_OPS, UNARY_OPS
 
 BODY = r"""
 #define TENSOR(x) global char * x##_d, ulong x##_o, long4 x##_ne, ulong4 x##_nb

@@ -9,7 +9,9 @@ graph node for node: the same node count for the same batch, and the same order.
 By default this is llama.cpp's graph without flash attention (its `-fa off`): the
 scores are a mul_mat, soft_max_ext'ed with the causal mask, and V is cached transposed.
 With `flash_attn` (its `-fa on`), V is cached row by row like K, the mask is f16 and
-one FLASH_ATTN_EXT per layer reads them.
+one FLASH_ATTN_EXT per layer reads them. `v_trans` False without flash attention is
+llama.cpp's -fa auto turned off: V cached by rows still, copied out transposed (v_cont)
+for the kqv product.
 
 The inputs keep ggml_py's names (inp_tokens, inp_pos, kq_mask, inp_k_idxs,
 inp_v_idxs, inp_out_ids; the sliding layers' kq_mask_swa, inp_k_idxs_swa and
@@ -46,12 +48,13 @@ class GraphContext:
     data: {input name: values} of the step (graph.step_inputs with kv_rows). n_kv_swa:
     the cells the sliding layers read (their own cache's; default n_kv). n_stream: the
     sequences of the batch, each attending over its own stream of the cache (llama.cpp's
-    non-unified KV cache with --parallel; the batch's tokens split evenly between them)."""
+    non-unified KV cache with --parallel; the batch's tokens split evenly between them).
+    v_trans: whether V is cached transposed (default: without flash attention)."""
 
     def __init__(self, cfg: ModelConfig, weights: dict, cache, n_tokens: int, n_past: int,
                  n_kv: int, n_outputs: int, data: dict, embd_input: bool = False,
                  flash_attn: bool = False, n_kv_swa: int | None = None,
-                 n_stream: int = 1) -> None:
+                 n_stream: int = 1, v_trans: bool | None = None) -> None:
         self.cfg = cfg
         self.W = weights
         self.cache = cache
@@ -64,6 +67,7 @@ class GraphContext:
         self.data = data
         self.embd_input = embd_input
         self.flash_attn = flash_attn
+        self.v_trans = not flash_attn if v_trans is None else v_trans
         self.ctx = Context(f"{cfg.name}.forward")
         self.graph = Graph(graph_size(cfg))
         self.inputs: list = []          # [(Tensor, numpy values)]
@@ -109,7 +113,7 @@ class GraphContext:
         def inputs(suffix: str, n_kv: int) -> dict:
             return {"k_idxs": self.input("i64", (T,), f"inp_k_idxs{suffix}"),
                     # a cell per token, or (V transposed) per channel and token
-                    "v_idxs": self.input("i64", (T if self.flash_attn else T * G,),
+                    "v_idxs": self.input("i64", (T * G if self.v_trans else T,),
                                          f"inp_v_idxs{suffix}"),
                     "kq_mask": self.input(mask_type, (n_kv, T // ns, 1, ns),
                                           f"kq_mask{suffix}")}
@@ -209,7 +213,7 @@ class GraphContext:
         k_cur = ops.view_2d(ctx, k, G, T, k.nb[2], 0)
         k_rows = ck if ns == 1 else ops.reshape_2d(ctx, ck, G, cells * ns)
         self.expand(_stored(ops.set_rows(ctx, k_rows, k_cur, inp["k_idxs"]), k_rows))
-        if self.flash_attn:
+        if not self.v_trans:
             # cpy_v: V cached as K is, a row per cell
             v_cur = ops.view_2d(ctx, v, G, T, v.nb[2], 0)
             v_rows = cv if ns == 1 else ops.reshape_2d(ctx, cv, G, cells * ns)
@@ -225,7 +229,7 @@ class GraphContext:
         # get_k / get_v: the first n_kv cells
         kk = ops.view_4d(ctx, ck, D, Hkv, n_kv, ns, row_size(ck.type, D),
                          row_size(ck.type, G), row_size(ck.type, G * cells), 0)
-        if self.flash_attn:
+        if not self.v_trans:
             vv = ops.view_4d(ctx, cv, D, Hkv, n_kv, ns, row_size(cv.type, D),
                              row_size(cv.type, G), row_size(cv.type, G * cells), 0)
         else:
@@ -243,7 +247,8 @@ class GraphContext:
                        kq_scale: float, il: int) -> Tensor:
         """Multi-head attention. Without flash attention: kq = k q (soft-capped when the
         model caps attention), soft_max_ext with the mask and scale, kqv = v kq over the
-        transposed V cache, heads merged again; with it, one FLASH_ATTN_EXT (f32 K or V
+        transposed V cache (a V cache by rows is copied out transposed first, v_cont),
+        heads merged again; with it, one FLASH_ATTN_EXT (f32 K or V
         cast to f16 first, the soft-cap its parameter), reshaped to rows."""
         ctx, ns = self.ctx, k.ne[3]                         # (the batch's streams)
         q = ops.view_4d(ctx, q, q.ne[0], q.ne[1], q.ne[2] // ns, ns, q.nb[1], q.nb[2],
@@ -263,6 +268,8 @@ class GraphContext:
             kq = self.softcap(kq, self.cfg.attn_softcap, ("kq_scaled_1", "kq_tanh", "kq_scaled_2"),
                               il)
         kq = _name(ops.soft_max_ext(ctx, kq, kq_mask, kq_scale, 0.0), "kq_soft_max", il)
+        if not self.v_trans:
+            v = _name(ops.cont(ctx, ops.transpose(ctx, v)), "v_cont", il)
         kqv = _name(ops.mul_mat(ctx, v, kq), "kqv", il)
         cur = ops.permute(ctx, kqv, 0, 2, 1, 3)
         cur = ops.cont_2d(ctx, cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])

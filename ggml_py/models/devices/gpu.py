@@ -14,10 +14,14 @@ OFFLOAD_MIN_BATCH = 32
 
 
 def backend(name: str, buffer_type: str, alignment: int, max_size: int | None, rule: str,
-            offload_ops: str | Sequence[str]) -> SimBackend:
+            offload_ops: str | Sequence[str], *,
+            buffer_type_class: type[SimBufferType] = SimBufferType,
+            backend_class: type[SimBackend] = SimBackend) -> SimBackend:
     """A simulated GPU device named `name` with buffer type `buffer_type`, answering
-    supports_op with rule `rule` and offloading `offload_ops` ('*': every op)."""
-    buft = SimBufferType(buffer_type, alignment, max_size, False, device=name)
-    return SimBackend(name, buft, "gpu", rule, offload_ops=offload_ops,
-                      offload_min_batch=OFFLOAD_MIN_BATCH if offload_ops else 0,
-                      supported_buffer_types=[buft])
+    supports_op with rule `rule` and offloading `offload_ops` ('*': every op); a kind
+    whose buffers size tensors their own way, or whose device takes other buffer types,
+    gives its classes."""
+    buft = buffer_type_class(buffer_type, alignment, max_size, False, device=name)
+    return backend_class(name, buft, "gpu", rule, offload_ops=offload_ops,
+                         offload_min_batch=OFFLOAD_MIN_BATCH if offload_ops else 0,
+                         supported_buffer_types=[buft])
