@@ -11,8 +11,9 @@
    them is the price of graphs, scheduling and dispatch. The step keeps its graph
    (Session's decode graph, the scheduler's graph reuse: no build, split or alloc);
    the same step building a new graph each time runs alternately beside it. The kept
-   plan's graph_compute alone (inputs set untimed) less its median time in the nodes is
-   the Python overhead of a kept step's compute (`outside_kernels_us`).
+   step's Python overhead (issue 34's figure, `kept_step_outside_kernels_us`): setting
+   its inputs and its graph_compute, less the median time in the nodes; and
+   graph_compute's alone (`compute_outside_kernels_us`). Medians.
 3. matmul: a graph of f32 MUL_MATs (the shapes of a prompt's projections) against the
    same products done directly with np.matmul; throughput ratio.
 4. --crossover: for each weight type, the batch size from which BLAS (numpy) beats the
@@ -43,8 +44,8 @@ import numpy as np
 
 from ggml_py import Context, Graph, ops, quants
 from ggml_py.backends.cpu import CPUBackend, isa_supported, set_isa, tensor_array
-from ggml_py._backend import tensor_set
-from ggml_py.models.transformer import Model, Session, build_forward, llama_config, tensor_values
+from ggml_py._backend import tensor_set_all
+from ggml_py.models.transformer import Model, Session, llama_config, tensor_values
 from ggml_py.tools.opscheck import HostAllocation
 from ggml_py.sched import Scheduler
 from ggml_py.tools.machine import announce, with_machine
@@ -147,30 +148,33 @@ def bench_decode(reps, n_threads=1):
     last = sess.history[-1]
     assert last.graph_reused and last.plan_reused, "the decode step did not keep its graph"
 
-    fw = build_forward(sess.model, sess.cache, [7], n_past=n_past, logits="last")
-    sess.sched.reset()
-    sess.sched.alloc_graph(fw.graph)
+    # the kept step's own graph and plan, as the last step left them in sess.sched
+    fw = sess.decode.kept
 
-    def compute():
-        """Seconds of one graph_compute of the kept plan. The inputs are set again each
-        time, untimed: the allocator may reuse their memory once read, as ggml-alloc
-        does, so every compute needs them set (llama.cpp does the same)."""
-        for t, d in fw.inputs:
-            tensor_set(t, d)
+    def kept_step():
+        """Seconds of (setting the inputs, graph_compute) of the kept step, as
+        Session.forward does them: the inputs are set each time, since the allocator may
+        reuse their memory once read, as ggml-alloc does (llama.cpp sets them every
+        step too)."""
         t0 = time.perf_counter()
+        tensor_set_all(fw.inputs)
+        t1 = time.perf_counter()
         sess.sched.graph_compute(fw.graph)
-        return time.perf_counter() - t0
+        return t1 - t0, time.perf_counter() - t1
 
     def kernels_us():
         return sum(sum(p.node_times()) for p in cpu.executor.cached_cplans())
     for _ in range(2):
-        compute()
-    t_compute = statistics.median(compute() for _ in range(reps))
+        kept_step()
+    timed = [kept_step() for _ in range(reps)]
+    t_inputs = statistics.median(i for i, _ in timed)
+    t_compute = statistics.median(c for _, c in timed)
+    t_kept = statistics.median(i + c for i, c in timed)
     cpu.executor.set_profiling(True)        # nodes timed from here on
     in_kernels = []
     for _ in range(reps):
         before = kernels_us()
-        compute()
+        kept_step()
         in_kernels.append(kernels_us() - before)
     t_kernels = statistics.median(in_kernels) / 1e6
     cpu.executor.set_profiling(False)
@@ -179,8 +183,10 @@ def bench_decode(reps, n_threads=1):
             "n_nodes": fw.graph.n_nodes, "step_ms": t_step * 1e3,
             "step_rebuilt_ms": t_rebuilt * 1e3, "reuse_speedup": t_rebuilt / t_step,
             "step_build_us": last.build_s * 1e6, "step_alloc_inputs_us": last.alloc_s * 1e6,
+            "n_inputs": len(fw.inputs), "inputs_us": t_inputs * 1e6,
             "compute_ms": t_compute * 1e3, "kernels_ms": t_kernels * 1e3,
-            "outside_kernels_us": (t_compute - t_kernels) * 1e6,
+            "compute_outside_kernels_us": (t_compute - t_kernels) * 1e6,
+            "kept_step_outside_kernels_us": (t_kept - t_kernels) * 1e6,
             "outside_kernels_share": (t_step - t_kernels) / t_step,
             "graph_alloc_share": (t_step - t_compute) / t_step,
             "dispatch_share": (t_compute - t_kernels) / t_step}
@@ -329,7 +335,9 @@ def main(argv=None):
                   f"per step with the kept graph ({r['step_rebuilt_ms']:.2f} ms building a new "
                   f"one: {r['reuse_speedup']:.1f}x; last step: build {r['step_build_us']:.0f} us, "
                   f"alloc + inputs {r['step_alloc_inputs_us']:.0f} us), compute {r['compute_ms']:.3f} ms, in kernels "
-                  f"{r['kernels_ms']:.3f} ms ({r['outside_kernels_us']:.1f} us outside them) -> "
+                  f"{r['kernels_ms']:.3f} ms; outside them: {r['n_inputs']} inputs + compute "
+                  f"{r['kept_step_outside_kernels_us']:.1f} us (inputs {r['inputs_us']:.1f} us, "
+                  f"compute {r['compute_outside_kernels_us']:.1f} us) -> "
                   f"{100 * r['outside_kernels_share']:.0f}% outside "
                   f"kernels ({100 * r['graph_alloc_share']:.0f}% graph build/alloc/inputs, "
                   f"{100 * r['dispatch_share']:.0f}% dispatch)")

@@ -211,72 +211,81 @@ class Runtime:
         if type(cur) is not int or not 0 <= cur < len(self.events[0]):
             cur = int_arg(cur, "copy slot", 0, len(self.events[0]) - 1)
         splits = self._check(graph, splits)
-        prof, backends = self.profile, self.backends
+        prof, clock = self.profile, time.perf_counter
         moe: _ExpertCopier | None = None        # made at the first MUL_MAT_ID expert copy
-        t_start = time.perf_counter()
+        t_start = clock()
         prof.n_computes += 1
         try:
             for split_id, split in enumerate(splits):
-                b, i0, i1, copies = split.backend_id, split.i_start, split.i_end, split.copies
-                backend = split.backend
+                backend, i0, i1, copies = split.backend, split.i_start, split.i_end, split.copies
                 sp = SplitProfile(split_id, backend.name, i1 - i0, len(copies))
                 prof.splits.append(sp)
-                first = graph.node(i0) if copies and i1 > i0 else None
-
-                t0 = time.perf_counter()
-                for input_id, (inp, ib, cpy) in enumerate(copies):
-                    t_copy = time.perf_counter()
-                    in_backend = backends[ib]
-                    nbytes = inp.nbytes
-                    if "INPUT" in inp.flags:
-                        # the user may overwrite an input as soon as we return: copy now
-                        self._wait_slot_host(b, backend, cur)
-                        tensor_copy(inp, cpy)
-                        prof.n_input_copies += 1
-                        sp.n_sync += 1
-                    else:
-                        self._wait_slot_queue(b, backend, cur)
-                        if first is not None and _ExpertCopier.applies(first, inp, cpy):
-                            moe = moe or _ExpertCopier(self)
-                            nbytes = moe.copy(split_id, first, copies, input_id, b,
-                                              in_backend, backend)
-                            sp.n_async += 1
-                        elif backend.cpy_tensor_async(in_backend, inp, cpy):
-                            prof.n_async_copies += 1
-                            sp.n_async += 1
-                        else:
-                            # a blocking copy; the destination needs no full synchronize,
-                            # the slot's event is what protects the copy
-                            in_backend.synchronize()
-                            self._wait_slot_host(b, backend, cur)
-                            tensor_copy(inp, cpy)
-                            prof.n_sync_copies += 1
-                            sp.n_sync += 1
-                    sp.bytes_copied += nbytes
-                    key = (in_backend.name, backend.name)
-                    prof.bytes_by_pair[key] = prof.bytes_by_pair.get(key, 0) + nbytes
-                    prof.seconds_by_pair[key] = (prof.seconds_by_pair.get(key, 0.0)
-                                                 + time.perf_counter() - t_copy)
-                t1 = time.perf_counter()
-                sp.copy_s = t1 - t0
+                t1 = clock()
+                if copies:
+                    moe = self._copy_inputs(graph, split_id, split, sp, cur, moe)
+                    sp.copy_s = clock() - t1
+                    t1 += sp.copy_s
 
                 if self.callback is None:
-                    status = _status(backend.graph_compute_range(graph, i0, i1))
+                    ok = backend.graph_compute_range(graph, i0, i1)
+                    status = _SUCCESS if ok is True else _status(ok)
                 else:
                     status = self._compute_observed(backend, graph.nodes[i0:i1])
                 if self.sync_splits:
                     backend.synchronize()
-                sp.compute_s = time.perf_counter() - t1
+                sp.compute_s = clock() - t1
                 if status is not _SUCCESS:
                     return status
 
                 # the next use of this slot's input copies must wait for this split
-                if copies and self.events[b][cur] is not None:
-                    backend.event_record(self.events[b][cur])
+                event = self.events[split.backend_id][cur] if copies else None
+                if event is not None:
+                    backend.event_record(event)
                     prof.n_event_records += 1
         finally:
-            prof.wall_s += time.perf_counter() - t_start
+            prof.wall_s += clock() - t_start
         return _SUCCESS
+
+    def _copy_inputs(self, graph: Graph, split_id: int, split: Split, sp: SplitProfile,
+                     cur: int, moe: _ExpertCopier | None) -> _ExpertCopier | None:
+        """Copy the split's inputs into copy slot `cur`, counted in `sp` and the
+        profile's links; returns the expert copier, made here at its first use."""
+        prof, backends, copies = self.profile, self.backends, split.copies
+        b, backend = split.backend_id, split.backend
+        first = graph.node(split.i_start) if split.i_end > split.i_start else None
+        for input_id, (inp, ib, cpy) in enumerate(copies):
+            t_copy = time.perf_counter()
+            in_backend = backends[ib]
+            nbytes = inp.nbytes
+            if "INPUT" in inp.flags:
+                # the user may overwrite an input as soon as we return: copy now
+                self._wait_slot_host(b, backend, cur)
+                tensor_copy(inp, cpy)
+                prof.n_input_copies += 1
+                sp.n_sync += 1
+            else:
+                self._wait_slot_queue(b, backend, cur)
+                if first is not None and _ExpertCopier.applies(first, inp, cpy):
+                    moe = moe or _ExpertCopier(self)
+                    nbytes = moe.copy(split_id, first, copies, input_id, b, in_backend, backend)
+                    sp.n_async += 1
+                elif backend.cpy_tensor_async(in_backend, inp, cpy):
+                    prof.n_async_copies += 1
+                    sp.n_async += 1
+                else:
+                    # a blocking copy; the destination needs no full synchronize,
+                    # the slot's event is what protects the copy
+                    in_backend.synchronize()
+                    self._wait_slot_host(b, backend, cur)
+                    tensor_copy(inp, cpy)
+                    prof.n_sync_copies += 1
+                    sp.n_sync += 1
+            sp.bytes_copied += nbytes
+            key = (in_backend.name, backend.name)
+            prof.bytes_by_pair[key] = prof.bytes_by_pair.get(key, 0) + nbytes
+            prof.seconds_by_pair[key] = (prof.seconds_by_pair.get(key, 0.0)
+                                         + time.perf_counter() - t_copy)
+        return moe
 
     def _check(self, graph: Graph, splits: Sequence[Split]) -> Sequence[Split]:
         """`splits`, each a Split of this runtime's backends over nodes of `graph` (the

@@ -64,7 +64,8 @@ def _locked(method: Callable[Concatenate[Scheduler, _P], _R]
     so calls from several threads take turns (hold `sched.lock` to make a sequence of
     calls -- alloc, set inputs, compute, read -- one turn)."""
     def locked(self: Scheduler, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        with _scheduler(self).lock:
+        # (a Scheduler itself without the checking call: a kept decode step's price)
+        with (self if type(self) is Scheduler else _scheduler(self)).lock:
             return method(self, *args, **kwargs)
     functools.update_wrapper(locked, method)
     return locked
@@ -345,9 +346,10 @@ class Scheduler:
 
     def _compute_async(self, graph: Graph, check_inputs: bool | None) -> Status:
         """graph_compute_async, the lock held and `graph` checked."""
-        if not self.is_reset and not self.is_alloc:
+        core = self._core
+        if not core.is_reset and not core.is_alloc:
             self.reset()
-        if not self.is_alloc:
+        if not core.is_alloc:
             # ggml allocates the graph here. Where it was allocated before, its inputs were
             # set in that allocation: allocating again must leave them in place, or ggml
             # would compute from bytes that are not the user's
@@ -373,11 +375,12 @@ class Scheduler:
             raise SchedulerError("graph_compute: the scheduler holds another allocated graph; "
                                  "call alloc_graph(graph) (or reset()) first", "already-allocated")
         if self.check_inputs if check_inputs is None else check_inputs:
-            missing = self._core.unwritten_inputs(graph)
+            missing = core.unwritten_inputs(graph)
             if missing:
                 self._refuse_unwritten(missing)
-        self._refuse_unreachable_views(graph)
-        return self.runtime.compute_splits(graph, self._splits(), self._core.cur_copy)
+        if core.away_views:
+            self._refuse_unreachable_views(graph)
+        return self.runtime.compute_splits(graph, self._splits(), core.cur_copy)
 
     def _splits(self) -> tuple[Split, ...]:
         """The split records of the allocated graph with their copies in the current
@@ -398,11 +401,8 @@ class Scheduler:
         a backend that cannot use the assigned one's memory copies the view at the start of
         its split. Refused where that computes from the wrong bytes: the assigned backend
         cannot use the memory, or the copy is made before the view_src is computed."""
-        away = self._core.away_views
-        if not away:
-            return
         splits = self._splits()
-        for i, b in away:
+        for i, b in self._core.away_views:
             view, backend = graph.node(i), self.backends[b]
             base = view.view_src
             if base is None:

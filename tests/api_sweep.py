@@ -292,6 +292,7 @@ BY_CALL = {
     ("NumpyDeviceBackend.set_tensor", "tensor"): "dev_tensor",
     ("NumpyDeviceBackend.get_tensor", "tensor"): "dev_tensor",
     ("tensor_set", "data"): "=np.zeros((4, 8), np.float32)", ("tensor_set", "tensor"): "a",
+    ("tensor_set_all", "pairs"): "=[(env.a, np.zeros((4, 8), np.float32))]",
     ("store", "x"): "=np.zeros((1, 1, 4, 8), np.float32)",
     ("cases.load_case", "source"): "case_dict", ("format_case", "d"): "case_dict",
     ("dump_case", "case"): "case", ("dump_case", "path"): "=\"sweep.case.json\"",

@@ -8,15 +8,18 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from ggml_py import Context, ops
 from ggml_py._core import memory_available
 from ggml_py._backend import (Buffer, BufferType, fake_buffer, get_buffer, host_buffer,
-                              tensor_copy, tensor_get, tensor_memset, tensor_set)
+                              is_written, tensor_copy, tensor_get, tensor_memset, tensor_set,
+                              tensor_set_all, view_init)
 from ggml_py.alloc import alloc_ctx_tensors_from_buft
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.backends.numpy_device import NumpyDeviceBackend
-from ggml_py.errors import ArgumentError, BackendError, NotSupportedError
+from ggml_py.errors import (ArgumentError, ArgumentTypeError, BackendError, NotSupportedError,
+                            ReleasedMemoryError)
 
 
 def f32(ctx, n, name):
@@ -221,3 +224,132 @@ def test_a_host_buffer_takes_its_memory_when_it_is_made():
     buf = CPUBackend().buffer_type.alloc_buffer(2**28)
     assert _resident_bytes() - before >= 2**28 * 0.95
     assert not buf.memory.any()
+
+
+# ---------------------------------------------------------------------------
+# tensor_set of a whole array (a graph's inputs, every step): one memcpy where the array
+# is C-contiguous, of the tensor's stored dtype and exactly its bytes; the same bytes and
+# the same refusals as the checked path
+
+STORED = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "i8": np.int8,
+          "i16": np.int16, "i32": np.int32, "i64": np.int64, "bf16": np.uint16}
+
+
+def host_tensors(type_name, n, count, buffer_type=None):
+    ctx = Context()
+    ts = [ops.new_tensor_1d(ctx, type_name, n, name=f"t{i}") for i in range(count)]
+    bufs = alloc_ctx_tensors_from_buft(ctx, buffer_type or CPUBackend().buffer_type)
+    return ts, bufs
+
+
+@settings(max_examples=40, deadline=None)
+@given(type_name=st.sampled_from(sorted(STORED)), n=st.integers(1, 300),
+       seed=st.integers(0, 2**32 - 1))
+def test_a_whole_array_is_written_as_the_checked_path_writes_its_bytes(type_name, n, seed):
+    raw = np.random.default_rng(seed).integers(0, 256, n * np.dtype(STORED[type_name]).itemsize,
+                                                dtype=np.uint8)
+    data = raw.view(STORED[type_name])
+    (whole, as_bytes, strided, readonly), _ = host_tensors(type_name, n, 4)
+    tensor_set(whole, data)
+    tensor_set(as_bytes, data.tobytes())                    # bytes: the checked path
+    tensor_set(strided, np.repeat(data, 2)[::2])            # not contiguous: a copy first
+    frozen = data.copy()
+    frozen.flags.writeable = False
+    tensor_set(readonly, frozen)
+    for t in (whole, as_bytes, strided, readonly):
+        assert tensor_get(t) == raw.tobytes() and is_written(t)
+
+
+def test_a_whole_array_into_a_view_writes_its_view_src_at_the_offset():
+    (base,), _ = host_tensors("f32", 8, 1)
+    ctx = Context()
+    view = ops.view_1d(ctx, base, 3, 4 * 4)
+    view_init(view)
+    tensor_set(base, np.zeros(8, np.float32))
+    tensor_set(view, np.float32([1, 2, 3]))
+    assert values(base).tolist() == [0, 0, 0, 0, 1, 2, 3, 0]
+    assert is_written(view) and is_written(base)
+
+
+def test_whole_arrays_still_get_the_checked_paths_refusals():
+    (a, zero_later), bufs = host_tensors("f32", 8, 2)
+    with pytest.raises(ArgumentTypeError, match="reinterpreted bit for bit"):
+        tensor_set(a, np.zeros(8, np.float64))
+    with pytest.raises(ArgumentTypeError, match="reinterpreted bit for bit"):
+        tensor_set(a, np.zeros(8, ">f4"))                   # f32 values, other byte order
+    with pytest.raises(ArgumentError, match="exceed its 32 bytes"):
+        tensor_set(a, np.zeros(9, np.float32))
+    with pytest.raises(ArgumentTypeError, match="bytes-like, got NoneType"):
+        tensor_set(a, None)
+    with pytest.raises(TypeError):
+        tensor_set(None, np.zeros(8, np.float32))
+    tensor_set(a, np.float32([5, 6]))                       # fewer bytes: written at the start
+    assert values(a).tolist()[:2] == [5, 6]
+    unplaced = f32(Context(), 8, "unplaced")
+    with pytest.raises(BackendError, match="'unplaced'.*not allocated"):
+        tensor_set(unplaced, np.zeros(8, np.float32))
+    bufs[0].release()
+    with pytest.raises(ReleasedMemoryError, match="released"):
+        tensor_set(a, np.zeros(8, np.float32))
+    sim = f32(Context(), 4, "sim")
+    fake_buffer(BufferType("GPU0"), 16).tensor_alloc(sim, 0)
+    with pytest.raises(NotSupportedError, match="simulated GPU0 buffer"):
+        tensor_set(sim, np.zeros(4, np.float32))
+
+
+def test_a_whole_array_goes_through_a_buffers_own_set_tensor(dev):
+    calls = []
+
+    class Recording(Buffer):
+        def set_tensor(self, tensor, data, offset=0):
+            calls.append((tensor.name, bytes(data), offset))
+            super().set_tensor(tensor, data, offset)
+    (a,), _ = host_tensors("f32", 4, 1, host_type_of(Recording)("REC"))
+    tensor_set(a, np.float32([1, 2, 3, 4]))
+    assert calls == [("t0", np.float32([1, 2, 3, 4]).tobytes(), 0)]
+    assert values(a).tolist() == [1, 2, 3, 4]
+    (d,), _ = host_tensors("f32", 4, 1, dev.buffer_type)  # device memory: its slot
+    tensor_set(d, np.float32([4, 3, 2, 1]))
+    assert values(d).tolist() == [4, 3, 2, 1]
+
+
+def test_tensor_set_all_writes_and_refuses_as_tensor_set_does_pair_by_pair():
+    (a, b, c), _ = host_tensors("f32", 4, 3)
+    (i,), _ = host_tensors("i32", 2, 1)
+    pairs = [(a, np.float32([1, 2, 3, 4])), (b, np.float32([5, 6, 7, 8]).tobytes()),
+             (c, np.float32([9, 9, 9, 9, 9, 9, 9, 9])[::2]), (i, np.int32([-1, 7]))]
+    tensor_set_all(iter(pairs))                             # any iterable of pairs
+    assert [values(t).tolist() for t in (a, b, c)] == [[1, 2, 3, 4], [5, 6, 7, 8], [9] * 4]
+    assert np.frombuffer(tensor_get(i), np.int32).tolist() == [-1, 7]
+    assert all(is_written(t) for t in (a, b, c, i))
+    tensor_set_all([])
+    with pytest.raises(ArgumentTypeError, match="reinterpreted bit for bit"):
+        tensor_set_all([(a, np.zeros(4, np.float32)), (b, np.zeros(4, np.float64))])
+    assert not values(a).any()                              # the pairs before are written
+    with pytest.raises(ArgumentTypeError, match=r"pairs\[1\] must be a \(tensor, data\) pair"):
+        tensor_set_all([(a, np.zeros(4, np.float32)), (a,)])
+    with pytest.raises(ArgumentTypeError, match="pairs must be a sequence, got NoneType"):
+        tensor_set_all(None)
+    with pytest.raises(TypeError):
+        tensor_set_all([(None, np.zeros(4, np.float32))])
+
+
+def test_a_sessions_decode_steps_set_every_input_whole(monkeypatch):
+    """Session's kept decode step (issue 34: its Python overhead) writes each input by
+    the whole-array path: none falls back to tensor_set's checked path."""
+    from ggml_py import _backend
+    from ggml_py.models.transformer import Model, ModelConfig, Session
+    cfg = ModelConfig(n_vocab=96, n_ctx=32, n_embd=64, n_head=4, n_head_kv=2, n_layer=2,
+                      n_ff=96, kv_pad=8)
+    cpu = CPUBackend()
+    sess = Session(Model.random(cfg).place(cpu), [cpu])
+    sess.forward([5, 17, 3], logits="last")
+    sess.forward([7], logits="last")                        # the decode graph, kept from here
+    checked = []
+    monkeypatch.setattr(_backend, "tensor_set", lambda t, data, offset=0: checked.append(t.name))
+    for token in (8, 9, 10):
+        sess.forward([token], logits="last")
+    assert checked == [] and all(h.graph_reused and h.plan_reused for h in sess.history[2:])
+    (a,), _ = host_tensors("f32", 4, 1)                    # bytes: the checked path
+    tensor_set_all([(a, bytes(16))])
+    assert checked == ["t0"]

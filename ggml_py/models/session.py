@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from ggml_py._backend import Backend, tensor_set
+from ggml_py._backend import Backend, tensor_set_all
 from ggml_py._core import Graph, instance_arg
 from ggml_py.errors import BackendError
 from ggml_py.models.config import graph_size
@@ -106,8 +106,7 @@ class Session:
         sched.reset()
         sched.alloc_graph(fw.graph)
         plan_reused = sched.n_graph_reuses > reuses
-        for t, data in fw.inputs:
-            tensor_set(t, data)
+        tensor_set_all(fw.inputs)
         sched.profile.reset()
         t2 = time.perf_counter()
         status = sched.graph_compute(fw.graph)

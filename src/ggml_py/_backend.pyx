@@ -17,6 +17,8 @@ tensor_copy are the one place that checks a tensor's bytes and calls them.
 from libc.string cimport memcpy, memset, strncpy
 from libc.stdint cimport SIZE_MAX, INT64_MIN, INT64_MAX, int64_t, uint8_t
 from libc.stdlib cimport free
+from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBuffer_IsContiguous,
+                             PyBUF_STRIDES, PyBUF_WRITABLE)
 
 from ggml_py._ggml cimport *
 from ggml_py._core cimport (Tensor, Graph, tensor_handle, tensor_name, ggml_nbytes, size_arg,
@@ -30,8 +32,8 @@ from collections import namedtuple
 
 import numpy as np
 
-from ggml_py._core import (OP_IDS, OP_NAMES_LIST, MAX_BYTES as _MAX_BYTES,
-                           check_memory_available)
+from ggml_py._core import (OP_IDS, OP_NAMES_LIST, TYPE_NAMES as _TYPE_NAMES,
+                           MAX_BYTES as _MAX_BYTES, check_memory_available)
 from ggml_py.errors import (AllocationError, ArgumentError, ArgumentTypeError, BackendError,
                             GraphError, NotSupportedError, ReleasedMemoryError, UnknownNameError)
 
@@ -690,10 +692,16 @@ cdef _check_array(data, Tensor tensor, offset):
                             f"bytes. {hint}")
 
 
+# the same by type id (None: no numpy dtype holds the type's values), for _set_whole
+cdef list _STORED_BY_ID = [_STORED_DTYPES.get(name) for name in _TYPE_NAMES]
+
+
 def tensor_set(Tensor tensor not None, data, offset=0):
     """Write the bytes of `data` into the tensor at `offset` (ggml_backend_tensor_set).
     A numpy array must hold the tensor's type (ArgumentTypeError otherwise: its bytes
     would be reinterpreted); bytes-like data is written as it is."""
+    if type(offset) is int and offset == 0 and _set_whole(tensor.ptr, data):
+        return
     if isinstance(data, np.ndarray):
         _check_array(data, tensor, offset)
     view = _contiguous_bytes(data, tensor, "tensor_set")
@@ -706,6 +714,57 @@ def tensor_set(Tensor tensor not None, data, offset=0):
     else:
         buf.set_tensor(tensor, view, offset)
     tensor_written(tensor.ptr)
+
+
+def tensor_set_all(pairs):
+    """tensor_set(tensor, data) for each (tensor, data) pair of `pairs`, in order, each
+    checked as tensor_set checks it: a graph's inputs in one call a step (Session's)."""
+    if type(pairs) is not list:
+        pairs = items_arg(pairs, "tensor_set_all: pairs")
+    for i, pair in enumerate(pairs):
+        if type(pair) is not tuple or len(<tuple>pair) != 2:
+            raise ArgumentTypeError(f"tensor_set_all: pairs[{i}] must be a (tensor, data) "
+                                    f"pair, got {type(pair).__name__}")
+        tensor, data = <tuple>pair
+        if not (type(tensor) is Tensor and _set_whole((<Tensor>tensor).ptr, data)):
+            tensor_set(tensor, data)
+
+
+cdef bint _set_whole(ggml_tensor * t, data) except -1:
+    """tensor_set's common case (a graph's inputs, every step) by one memcpy and no Python
+    object: a C-contiguous ndarray of the tensor's stored dtype and exactly its bytes,
+    written whole into a live host buffer of the base class. Anything else returns
+    False, having written nothing, and takes the general path with its checks."""
+    if (type(data) is not np.ndarray or t.buffer == NULL or t.data == NULL
+            or t.buffer.buft == NULL or t.buffer.released
+            or <size_t>t.type >= <size_t>len(_STORED_BY_ID)
+            or (<object>data).dtype is not _STORED_BY_ID[t.type]):
+        return False
+    cdef Buffer buf = <Buffer>t.buffer.pyobj
+    if not buf._host_bytes_only or type(buf._memory) is not np.ndarray:
+        return False
+    cdef size_t nbytes = ggml_nbytes(t)
+    cdef size_t start = <size_t>(t.data - t.buffer.base)
+    cdef Py_buffer src, dst
+    cdef bint done = False
+    PyObject_GetBuffer(data, &src, PyBUF_STRIDES)
+    try:
+        if nbytes and <size_t>src.len == nbytes and PyBuffer_IsContiguous(&src, b'C'):
+            try:
+                PyObject_GetBuffer(buf._memory, &dst, PyBUF_WRITABLE)
+            except (BufferError, ValueError):       # read-only memory: the general path says so
+                return False
+            try:
+                done = start <= <size_t>dst.len and nbytes <= <size_t>dst.len - start
+                if done:
+                    memcpy(<char *>dst.buf + start, src.buf, nbytes)
+            finally:
+                PyBuffer_Release(&dst)
+    finally:
+        PyBuffer_Release(&src)
+    if done:
+        tensor_written(t)
+    return done
 
 
 cdef int _host_write(unsigned char[::1] memory, size_t start, const unsigned char[::1] src) except -1:
