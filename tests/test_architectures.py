@@ -173,7 +173,9 @@ def test_flash_attention_graph_matches_reference(kind, cache_type):
     cfg = small(kind, wtype="f32", cache_type=cache_type, flash_attn=True)
     s = session(cfg, seed=3)
     got = s.forward(PROMPT)
-    assert s.cache.v[0].ne[:2] == s.cache.k[0].ne[:2] == (cfg.n_embd_gqa, cfg.n_ctx)
+    for il in range(cfg.n_layer):       # (the sliding layers' own cache: 256 cells)
+        cells = s.cache.cells_swa if cfg.is_swa(il) else cfg.n_ctx
+        assert s.cache.v[il].ne[:2] == s.cache.k[il].ne[:2] == (cfg.n_embd_gqa, cells)
     nodes = [s.graph.node(i) for i in range(s.graph.n_nodes)]
     assert sum(n.op == "FLASH_ATTN_EXT" for n in nodes) == cfg.n_layer
     assert not any(n.name.split("-")[0] in ("kq", "kq_soft_max", "kqv") for n in nodes)
