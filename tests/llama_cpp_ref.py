@@ -7,7 +7,9 @@ through ctypes (and fork into children), so the two never share a process.
         own pick); writes every row's logits to OUT.npy and prints JSON
         {"pp_nodes", "tg_nodes", "fed"} (the graph node counts llama.cpp logged). OPTIONS
         (JSON): n_ctx, n_batch (default 64 each), n_ubatch (default n_batch), swa_full
-        (default on, the C API's)
+        (default on, the C API's), swa_cells (true: "swa_cells" in the answer, the sliding
+        layers' cache before each ubatch as llama_kv_cache::find_slot logs it with
+        LLAMA_KV_CACHE_DEBUG=2: [head, [each cell's position, -1 when empty]])
     python tests/llama_cpp_ref.py names GGUF PROMPT SPLIT [FLASH_ATTN]
         the names of every node llama.cpp computes (its scheduler's eval callback, in graph
         order) for the prompt's first SPLIT tokens, then one decode step; prints JSON
@@ -75,6 +77,8 @@ FLASH_ATTN = ("off", "on")
 
 def logits(L, path, out, prompt, n_decode, flash_attn, options):
     n_batch = options.get("n_batch", 64)
+    if options.get("swa_cells"):
+        os.environ["LLAMA_KV_CACHE_DEBUG"] = "2"       # (read as the cache is made)
     with Log(L) as log:
         llm = L.Llama(model_path=path, logits_all=True, n_threads=1, n_threads_batch=1,
                       n_ctx=options.get("n_ctx", 64), n_batch=n_batch,
@@ -82,14 +86,33 @@ def logits(L, path, out, prompt, n_decode, flash_attn, options):
                       swa_full=options.get("swa_full", True), flash_attn=flash_attn,
                       verbose=False)
     pp_nodes, tg_nodes = log.graph_nodes()
-    llm.eval(prompt)
-    fed = []
-    for _ in range(n_decode):
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-        fed.append(tok)
-        llm.eval([tok])
+    with Log(L) as log:
+        llm.eval(prompt)
+        fed = []
+        for _ in range(n_decode):
+            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            fed.append(tok)
+            llm.eval([tok])
     np.save(out, np.array(llm.scores[:llm.n_tokens], dtype=np.float64))
-    return {"pp_nodes": pp_nodes, "tg_nodes": tg_nodes, "fed": fed}
+    r = {"pp_nodes": pp_nodes, "tg_nodes": tg_nodes, "fed": fed}
+    if options.get("swa_cells"):
+        r["swa_cells"] = swa_cells(log.text)
+    return r
+
+
+SLOT_LINE = re.compile(r"find_slot: stream\[0\], .* head = +(\d+), .* n_swa = +([1-9]\d*)")
+
+
+def swa_cells(text):
+    """[head, [each cell's position, -1 for an empty one]] of the sliding layers' cache at
+    each find_slot: its header line, the cells' sequences, then their positions."""
+    out = []
+    for i, line in enumerate(text):
+        m = SLOT_LINE.match(line)
+        if m:
+            cells = [-1 if c == "." else int(c) for c in text[i + 2].split() if c != "*"]
+            out.append([int(m.group(1)), cells])
+    return out
 
 
 def names(L, path, prompt, split, flash_attn):
