@@ -155,3 +155,24 @@ def test_kept_graph_over_the_sliding_layers_own_cache():
         if t.name in want:
             np.testing.assert_array_equal(values.reshape(-1), np.asarray(want[t.name]).reshape(-1))
     assert np.sum((ref[280] - got[-1]) ** 2) / np.sum(ref[280] ** 2) < 1e-5
+
+
+def test_sliding_cache_refuses_a_batch_it_cannot_hold():
+    """A batch needs a free cell per token in the sliding layers' cache: past what the
+    window leaves free of its 256 cells, a ModelError names the cache and the ubatch (llama.cpp
+    splits such a batch into ubatches); --swa-full's cache holds the whole context."""
+    from ggml_py.errors import ArgumentError
+    from ggml_py.models.config import arch_config
+    from ggml_py.models.model import KVCache
+    cfg = arch_config("gemma2", **{**SMALL, "n_ctx": 512}, n_swa=8)
+    cpu = CPUBackend()
+    model = Model.random(cfg).place(cpu)
+    sess = Session(model, [cpu], n_ubatch=16)
+    sess.forward([i % cfg.n_vocab for i in range(250)])
+    with pytest.raises(ModelError, match=r"sliding layers' cache of 256 cells has no room for "
+                                         r"260 tokens .*at most 16 tokens"):
+        sess.forward([i % cfg.n_vocab for i in range(260)])     # (249 cells left)
+    assert sess.cache.n_past == 250 and sess.cache.swa.pos.max() == 249    # (unchanged)
+    assert KVCache(model, 16, swa_full=True).cells_swa == 512
+    with pytest.raises(ArgumentError, match="n_ubatch"):
+        KVCache(model, 0)

@@ -83,7 +83,8 @@ def v_rows(cfg: ModelConfig, cells: np.ndarray, n_cells: int) -> np.ndarray:
     the V values (token-major) the graph writes."""
     if cfg.flash_attn:
         return cells
-    return (np.arange(cfg.n_embd_gqa)[None, :] * n_cells + cells[:, None]).reshape(-1)
+    rows: np.ndarray = np.arange(cfg.n_embd_gqa)[None, :] * n_cells + cells[:, None]
+    return rows.reshape(-1)
 
 
 def check_step(model: Model, cache: KVCache, tokens,
