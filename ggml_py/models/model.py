@@ -171,11 +171,14 @@ class Model:
         return sum(s.nbytes for _, s in self.weights.values())
 
 
+SWA_PAD = 256       # llama_kv_cache_iswa pads the sliding layers' cache to this
+
+
 class SwaSlot:
     """Where one step's tokens go in the sliding layers' cache, and what its cells hold
     then: `idxs`, each token's cell; `pos`, every cell's position after the step (-1: empty);
     `head`, where the next search starts; `n_kv`, the cells attention reads (the used ones
-    rounded up to kv_pad)."""
+    rounded up to kv_pad, as in the global layers' cache; llama.cpp rounds both to 256)."""
 
     __slots__ = ("idxs", "pos", "head", "n_kv")
 
@@ -282,4 +285,4 @@ def swa_cells(cfg: ModelConfig, n_ubatch: int, swa_full: bool = False) -> int:
     or without a window."""
     if not cfg.iswa or swa_full:
         return cfg.n_ctx
-    return -(-min(cfg.n_ctx, cfg.n_swa + n_ubatch) // 256) * 256
+    return -(-min(cfg.n_ctx, cfg.n_swa + n_ubatch) // SWA_PAD) * SWA_PAD
