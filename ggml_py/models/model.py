@@ -252,11 +252,12 @@ class KVCache:
             pos[gone] = -1
             head = min(head, int(gone[0]))
         used = pos >= 0
-        if head > int(used.sum()) + 2 * n_tokens:   # (room enough before: from the start)
+        if head > int(np.count_nonzero(used)) + 2 * n_tokens:   # (room before: from the start)
             head = 0
-        order = np.roll(np.arange(self.cells_swa), -head)
-        first = n_past if not used.any() else int(pos.max()) + 1
-        free = order[~used[order] | (first - pos[order] >= cfg.n_swa)]
+        first = int(pos.max()) + 1              # (no cell used: every cell free anyway)
+        free = np.flatnonzero(~used | (first - pos >= cfg.n_swa))
+        k = int(np.searchsorted(free, head))    # from the head on, then from the start
+        free = np.concatenate((free[k:], free[:k]))
         if free.size < n_tokens:
             raise ModelError(f"model {cfg.name}: the sliding layers' cache of {self.cells_swa} "
                              f"cells has no room for {n_tokens} tokens (its window is "
