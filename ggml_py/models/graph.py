@@ -50,6 +50,7 @@ def step_inputs(cfg: ModelConfig, tokens: np.ndarray, n_past: int, n_kv: int,
     tokens = token_ids(tokens, cfg)
     n_past = int_arg(n_past, "n_past", 0, cfg.n_ctx)
     n_kv = int_arg(n_kv, "n_kv", 0, cfg.n_ctx)
+    instance_arg(swa, SwaSlot, "swa", optional=True)
     T = int(tokens.size)
     pos = np.arange(n_past, n_past + T)
     allowed = np.arange(n_kv)[None, :] <= pos[:, None]          # causal, one sequence
@@ -62,21 +63,27 @@ def step_inputs(cfg: ModelConfig, tokens: np.ndarray, n_past: int, n_kv: int,
         data["inp_all_experts"] = np.tile(np.arange(cfg.n_expert), (T, 1))
     if kv_rows:
         data["inp_k_idxs"] = pos
-        data["inp_v_idxs"] = v_rows(cfg, pos, cfg.n_ctx)
+        data["inp_v_idxs"] = _v_rows(cfg, pos, cfg.n_ctx)
         if cfg.iswa:
             cells, idxs = (cfg.n_ctx, pos) if swa is None else (swa.pos.size, swa.idxs)
-            data["inp_k_idxs_swa"], data["inp_v_idxs_swa"] = idxs, v_rows(cfg, idxs, cells)
+            data["inp_k_idxs_swa"], data["inp_v_idxs_swa"] = idxs, _v_rows(cfg, idxs, cells)
     return data
 
 
 def swa_mask(cfg: ModelConfig, cell_pos: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """The sliding layers' mask [tokens, cells]: a token at `pos` sees a cell holding
     position `cell_pos` (-1: empty) at or before its own, within the n_swa last ones."""
+    instance_arg(cfg, ModelConfig, "config")
+    try:
+        cell_pos, pos = (np.asarray(a, dtype=np.int64).reshape(-1) for a in (cell_pos, pos))
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ModelError(f"swa_mask: cell positions and positions must be integer vectors "
+                         f"({e})") from None
     age = pos[:, None] - cell_pos[None, :]
     return np.where((cell_pos >= 0)[None, :] & (age >= 0) & (age < cfg.n_swa), 0.0, -np.inf)
 
 
-def v_rows(cfg: ModelConfig, cells: np.ndarray, n_cells: int) -> np.ndarray:
+def _v_rows(cfg: ModelConfig, cells: np.ndarray, n_cells: int) -> np.ndarray:
     """The rows of a V cache of `n_cells` cells that set_rows writes the tokens' V to: K's
     (a row per cell) with flash attention, else (V transposed, a row per channel) one
     element per (token, channel), channel c of cell i at c * n_cells + i, in the order of

@@ -205,7 +205,7 @@ class KVCache:
         self.config = cfg
         self.n_ubatch = int_arg(n_ubatch, "n_ubatch", 1, 2**31 - 1)
         self.cells = cfg.n_ctx
-        self.cells_swa = swa_cells(cfg, self.n_ubatch, bool(swa_full))
+        self.cells_swa = swa_cells(cfg, n_ubatch, bool(swa_full))
         self.ctx = Context(f"{cfg.name}.kv")
         self.k, self.v = [], []
         groups = {}
@@ -246,7 +246,10 @@ class KVCache:
         until `advance`): from the head on, wrapping around, each cell that is empty or
         whose position the first new token no longer sees; the cells of positions up to the
         latest one taken are emptied, so that the positions kept stay contiguous."""
-        cfg, pos, head = self.config, self.swa.pos.copy(), self.swa.head
+        cfg = self.config
+        n_past = int_arg(n_past, "n_past", 0, cfg.n_ctx)
+        n_tokens = int_arg(n_tokens, "n_tokens", 1, cfg.n_ctx)
+        pos, head = self.swa.pos.copy(), self.swa.head
         gone = np.flatnonzero(pos >= n_past)    # a rewound cache: llama.cpp's seq_rm
         if gone.size:
             pos[gone] = -1
@@ -275,8 +278,8 @@ class KVCache:
     def advance(self, n_tokens: int, swa: SwaSlot | None) -> None:
         """A step of `n_tokens` is in the cache: the sliding layers' cells as `swa` placed
         them (None: a model without a window)."""
-        self.n_past += n_tokens
-        if swa is not None:
+        self.n_past += int_arg(n_tokens, "n_tokens", 0, self.config.n_ctx - self.n_past)
+        if instance_arg(swa, SwaSlot, "swa", optional=True) is not None:
             self.swa = swa
 
 
@@ -284,6 +287,7 @@ def swa_cells(cfg: ModelConfig, n_ubatch: int, swa_full: bool = False) -> int:
     """The cells of the sliding layers' cache (llama_kv_cache_iswa): the window and a
     ubatch, at most n_ctx, padded to 256 (so never below 256 cells); n_ctx with swa_full
     or without a window."""
-    if not cfg.iswa or swa_full:
+    n_ubatch = int_arg(n_ubatch, "n_ubatch", 1, 2**31 - 1)
+    if not instance_arg(cfg, ModelConfig, "config").iswa or swa_full:
         return cfg.n_ctx
     return -(-min(cfg.n_ctx, cfg.n_swa + n_ubatch) // SWA_PAD) * SWA_PAD
