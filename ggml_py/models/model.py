@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -174,16 +175,16 @@ class Model:
 SWA_PAD = 256       # llama_kv_cache_iswa pads the sliding layers' cache to this
 
 
+@dataclass
 class SwaSlot:
     """Where one step's tokens go in the sliding layers' cache, and what its cells hold
     then: `idxs`, each token's cell; `pos`, every cell's position after the step (-1: empty);
     `head`, where the next search starts; `n_kv`, the cells attention reads (the used ones
     rounded up to kv_pad, as in the global layers' cache; llama.cpp rounds both to 256)."""
-
-    __slots__ = ("idxs", "pos", "head", "n_kv")
-
-    def __init__(self, idxs: np.ndarray, pos: np.ndarray, head: int, n_kv: int) -> None:
-        self.idxs, self.pos, self.head, self.n_kv = idxs, pos, head, n_kv
+    idxs: np.ndarray
+    pos: np.ndarray
+    head: int
+    n_kv: int
 
 
 class KVCache:
