@@ -2,10 +2,14 @@
 loads its own ggml, whose symbols carry the same names as ggml 0.10.1's that other tests load
 through ctypes (and fork into children), so the two never share a process.
 
-    python tests/llama_cpp_ref.py logits GGUF OUT.npy PROMPT N_DECODE [FLASH_ATTN]
+    python tests/llama_cpp_ref.py logits GGUF OUT.npy PROMPT N_DECODE [FLASH_ATTN [OPTIONS]]
         the prompt then N_DECODE greedy steps (teacher forcing: each step feeds llama.cpp's
         own pick); writes every row's logits to OUT.npy and prints JSON
-        {"pp_nodes", "tg_nodes", "fed"} (the graph node counts llama.cpp logged)
+        {"pp_nodes", "tg_nodes", "fed"} (the graph node counts llama.cpp logged). OPTIONS
+        (JSON): n_ctx, n_batch (default 64 each), n_ubatch (default n_batch), swa_full
+        (default on, the C API's), swa_cells (true: "swa_cells" in the answer, the sliding
+        layers' cache before each ubatch as llama_kv_cache::find_slot logs it with
+        LLAMA_KV_CACHE_DEBUG=2: [head, [each cell's position, -1 when empty]])
     python tests/llama_cpp_ref.py names GGUF PROMPT SPLIT [FLASH_ATTN]
         the names of every node llama.cpp computes (its scheduler's eval callback, in graph
         order) for the prompt's first SPLIT tokens, then one decode step, and their op_params;
@@ -73,19 +77,44 @@ class Log:
 FLASH_ATTN = ("off", "on")
 
 
-def logits(L, path, out, prompt, n_decode, flash_attn):
+def logits(L, path, out, prompt, n_decode, flash_attn, options):
+    n_batch = options.get("n_batch", 64)
+    if options.get("swa_cells"):
+        os.environ["LLAMA_KV_CACHE_DEBUG"] = "2"       # (read as the cache is made)
     with Log(L) as log:
         llm = L.Llama(model_path=path, logits_all=True, n_threads=1, n_threads_batch=1,
-                      n_ctx=64, n_batch=64, flash_attn=flash_attn, verbose=False)
+                      n_ctx=options.get("n_ctx", 64), n_batch=n_batch,
+                      n_ubatch=options.get("n_ubatch", n_batch),
+                      swa_full=options.get("swa_full", True), flash_attn=flash_attn,
+                      verbose=False)
     pp_nodes, tg_nodes = log.graph_nodes()
-    llm.eval(prompt)
-    fed = []
-    for _ in range(n_decode):
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-        fed.append(tok)
-        llm.eval([tok])
+    with Log(L) as log:
+        llm.eval(prompt)
+        fed = []
+        for _ in range(n_decode):
+            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            fed.append(tok)
+            llm.eval([tok])
     np.save(out, np.array(llm.scores[:llm.n_tokens], dtype=np.float64))
-    return {"pp_nodes": pp_nodes, "tg_nodes": tg_nodes, "fed": fed}
+    r = {"pp_nodes": pp_nodes, "tg_nodes": tg_nodes, "fed": fed}
+    if options.get("swa_cells"):
+        r["swa_cells"] = swa_cells(log.text)
+    return r
+
+
+SLOT_LINE = re.compile(r"find_slot: stream\[0\], .* head = +(\d+), .* n_swa = +([1-9]\d*)")
+
+
+def swa_cells(text):
+    """[head, [each cell's position, -1 for an empty one]] of the sliding layers' cache at
+    each find_slot: its header line, the cells' sequences, then their positions."""
+    out = []
+    for i, line in enumerate(text):
+        m = SLOT_LINE.match(line)
+        if m:
+            cells = [-1 if c == "." else int(c) for c in text[i + 2].split() if c != "*"]
+            out.append([int(m.group(1)), cells])
+    return out
 
 
 def names(L, path, prompt, split, flash_attn):
@@ -242,13 +271,15 @@ def main(argv):
         print(f"llama-cpp-python is not installed: {e}", file=sys.stderr)
         return 3
     mode, path, *rest = argv
-    flash_attn = False
+    flash_attn, options = False, {}
+    if mode == "logits" and len(rest) == 5:
+        options = json.loads(rest.pop())
     if mode in ("logits", "names") and rest[-1] in FLASH_ATTN:
         flash_attn = rest.pop() == "on"
     if mode == "logits":
         out, prompt, n_decode = rest
         r = logits(llama_cpp, path, out, [int(t) for t in prompt.split(",")], int(n_decode),
-                   flash_attn)
+                   flash_attn, options)
     elif mode == "load":
         servers, options = rest
         r = load(llama_cpp, path, servers.split(","), json.loads(options))

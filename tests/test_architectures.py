@@ -174,7 +174,9 @@ def test_flash_attention_graph_matches_reference(kind, cache_type):
     cfg = small(kind, wtype="f32", cache_type=cache_type, flash_attn=True)
     s = session(cfg, seed=3)
     got = s.forward(PROMPT)
-    assert s.cache.v[0].ne[:2] == s.cache.k[0].ne[:2] == (cfg.n_embd_gqa, cfg.n_ctx)
+    for il in range(cfg.n_layer):       # (the sliding layers' own cache: 256 cells)
+        cells = s.cache.cells_swa if cfg.is_swa(il) else cfg.n_ctx
+        assert s.cache.v[il].ne[:2] == s.cache.k[il].ne[:2] == (cfg.n_embd_gqa, cells)
     nodes = [s.graph.node(i) for i in range(s.graph.n_nodes)]
     assert sum(n.op == "FLASH_ATTN_EXT" for n in nodes) == cfg.n_layer
     assert not any(n.name.split("-")[0] in ("kq", "kq_soft_max", "kqv") for n in nodes)
@@ -673,3 +675,34 @@ def test_llama_sliding_window_is_full_attention_as_in_llama_cpp(tmp_path, monkey
     assert nmse(theirs, ours) <= 1e-4
     full = reference_logits(s.model, PROMPT + ref["fed"])      # whole-context attention
     assert nmse(full, theirs) <= 1e-4
+
+
+@pytest.mark.parametrize("kind", ["gemma2", "gemma3"])
+def test_sliding_cache_cells_are_llama_cpps(tmp_path, kind):
+    """The sliding layers' own cache (a window of 232 and ubatches of 24: 256 cells, as
+    many as a ubatch needs, so that each takes every cell the window has left) over 280
+    prompt tokens and 12 decode steps: before each ubatch, its head and every cell's
+    position are those llama.cpp's find_slot logs (LLAMA_KV_CACHE_DEBUG=2), once past its
+    size too, where each token takes a cell no later token sees; the logits within NMSE
+    1e-4 of llama.cpp's."""
+    pytest.importorskip("gguf")
+    from ggml_py.models.gguf import load_gguf, save_gguf
+    cfg = small(kind, n_ctx=512, n_swa=232, wtype="f16")
+    path = str(tmp_path / f"{kind}.gguf")
+    save_gguf(Model.random(cfg, seed=4), path)
+    prompt = np.random.default_rng(2).integers(0, cfg.n_vocab, 280).tolist()
+    ref = _llama_cpp("logits", path, tmp_path / "theirs.npy", ",".join(map(str, prompt)), 12,
+                     "off", json.dumps({"n_ctx": 512, "n_batch": 24, "swa_full": False,
+                                        "swa_cells": True}))
+    cpu = CPUBackend()
+    s = Session(load_gguf(path, n_ctx=512, graph="llama.cpp").place(cpu), [cpu], n_ubatch=24)
+    assert s.cache.cells_swa == 256
+    rows, cells = [], []
+    for batch in [prompt[i:i + 24] for i in range(0, len(prompt), 24)] + [[t] for t in ref["fed"]]:
+        cells.append([s.cache.swa.head, s.cache.swa.pos.tolist()])
+        rows.append(s.forward(batch))
+    assert len(cells) == len(ref["swa_cells"]) == 12 + 12
+    for i, (ours, theirs) in enumerate(zip(cells, ref["swa_cells"])):
+        assert ours == theirs, f"ubatch {i}"
+    assert min(cells[-1][1]) > 0           # (every cell taken again at least once)
+    assert nmse(np.load(tmp_path / "theirs.npy"), np.concatenate(rows)) <= 1e-4

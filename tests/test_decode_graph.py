@@ -108,3 +108,71 @@ def test_kept_inputs_are_those_of_the_step(cfg):
         for name, values in want.items():
             np.testing.assert_array_equal(got[name].reshape(-1),
                                           np.asarray(values).reshape(-1), err_msg=name)
+
+
+def test_kept_graph_over_the_sliding_layers_own_cache():
+    """gemma2 with a window of 4 and ubatches of 16: the sliding layers' cache has 256
+    cells (4 + 16, padded to 256), which the steps here run past, taking cells again. The
+    kept graph's logits are those of a graph built for each step, bit for bit, and the
+    float64 reference's; its inputs, advanced in place or written anew after a rewind,
+    are what step_inputs gives for the step's cells."""
+    from ggml_py.models.config import arch_config
+    from ggml_py.models.graph import step_inputs
+    cfg = arch_config("gemma2", **{**SMALL, "n_ctx": 320, "kv_pad": 32}, n_swa=4)
+    cpu = CPUBackend()
+    model = Model.random(cfg, seed=3).place(cpu)
+    tokens = np.random.default_rng(1).integers(0, cfg.n_vocab, 300).tolist()
+    rows = {}
+    for reuse in (True, False):
+        sess = Session(model, [cpu], reuse_decode_graph=reuse, n_ubatch=16)
+        assert sess.cache.cells_swa == 256 and sess.cache.k[0].ne[1] == 256
+        out = [sess.forward(tokens[i:i + 16]) for i in range(0, 240, 16)]
+        for tok in tokens[240:]:
+            out.append(sess.forward([tok]))
+            fw = sess.decode.kept if reuse else None
+            if fw is not None:
+                want = step_inputs(cfg, np.array([tok]), fw.n_past, fw.n_kv, kv_rows=True,
+                                   swa=fw.swa)
+                got = {t.name: values for t, values in fw.inputs}
+                for name, values in want.items():
+                    np.testing.assert_array_equal(got[name].reshape(-1),
+                                                  np.asarray(values).reshape(-1), err_msg=name)
+        rows[reuse] = np.concatenate(out)
+        assert sess.cache.swa.pos.max() == 299 and sorted(sess.cache.swa.pos)[-256] == 44
+    np.testing.assert_array_equal(rows[True], rows[False])
+    ref = reference_logits(model, tokens)
+    assert np.sum((ref - rows[True]) ** 2) / np.sum(ref ** 2) < 1e-5
+    # rewound: positions 290.. again, their cells written anew
+    sess = Session(model, [cpu], n_ubatch=16)
+    for i in range(0, 288, 16):
+        sess.forward(tokens[i:i + 16])
+    sess.forward(tokens[288:289])
+    sess.cache.n_past = 280
+    got = sess.forward(tokens[280:281])
+    fw = sess.decode.kept
+    want = step_inputs(cfg, np.array(tokens[280:281]), 280, fw.n_kv, kv_rows=True, swa=fw.swa)
+    for t, values in fw.inputs:
+        if t.name in want:
+            np.testing.assert_array_equal(values.reshape(-1), np.asarray(want[t.name]).reshape(-1))
+    assert np.sum((ref[280] - got[-1]) ** 2) / np.sum(ref[280] ** 2) < 1e-5
+
+
+def test_sliding_cache_refuses_a_batch_it_cannot_hold():
+    """A batch needs a free cell per token in the sliding layers' cache: past what the
+    window leaves free of its 256 cells, a ModelError names the cache and the ubatch (llama.cpp
+    splits such a batch into ubatches); --swa-full's cache holds the whole context."""
+    from ggml_py.errors import ArgumentError
+    from ggml_py.models.config import arch_config
+    from ggml_py.models.model import KVCache
+    cfg = arch_config("gemma2", **{**SMALL, "n_ctx": 512}, n_swa=8)
+    cpu = CPUBackend()
+    model = Model.random(cfg).place(cpu)
+    sess = Session(model, [cpu], n_ubatch=16)
+    sess.forward([i % cfg.n_vocab for i in range(250)])
+    with pytest.raises(ModelError, match=r"sliding layers' cache of 256 cells has no room for "
+                                         r"260 tokens .*at most 16 tokens"):
+        sess.forward([i % cfg.n_vocab for i in range(260)])     # (249 cells left)
+    assert sess.cache.n_past == 250 and sess.cache.swa.pos.max() == 249    # (unchanged)
+    assert KVCache(model, 16, swa_full=True).cells_swa == 512
+    with pytest.raises(ArgumentError, match="n_ubatch"):
+        KVCache(model, 0)

@@ -60,6 +60,50 @@ def test_run_matches_llama_cpp(tmp_path, capsys, kind, wtype, fa):
     assert err <= 1e-4
 
 
+# a window of 8 and ubatches of 16: the sliding layers' cache has 256 cells (8 + 16, padded
+# to 256), which a prompt of 280 tokens and the decode steps after it run past
+SWA_CTX, SWA_UBATCH, SWA_PROMPT = 512, 16, 280
+
+
+@pytest.mark.parametrize("kind", ["gemma2", "gemma3"])
+@pytest.mark.parametrize("fa", ["on", "off"])
+def test_run_sliding_window_cache_matches_llama_cpp(tmp_path, capsys, kind, fa):
+    """The sliding layers' own KV cache, llama_kv_cache_iswa's second one, past its size:
+    once full, each token takes the cell of a position no token sees any more. Teacher-
+    forced on llama.cpp's picks with the same cache (its C API's default is --swa-full,
+    turned off here), the logits of every prompt position and decode step within NMSE 1e-4
+    of llama.cpp's and the node counts its; the cache's bytes what `ggml-py plan` reports
+    for the same file and options, and with --swa-full the full-size cache's, as plan's."""
+    path, cfg = write_model(tmp_path, kind, n_swa=8, n_ctx=SWA_CTX)
+    prompt = ",".join(map(str, np.random.default_rng(5).integers(0, cfg.n_vocab, SWA_PROMPT)))
+    ref = _llama_cpp("logits", path, tmp_path / "theirs.npy", prompt, N_DECODE, fa,
+                     json.dumps({"n_ctx": SWA_CTX, "n_batch": SWA_UBATCH, "swa_full": False}))
+    theirs = np.load(tmp_path / "theirs.npy")
+
+    out = tmp_path / "ours.npy"
+    flags = ("-c", SWA_CTX, "-b", SWA_UBATCH, "-ub", SWA_UBATCH, "-fa", fa)
+    ours = run_json(capsys, path, "--tokens", prompt, "--feed", ",".join(map(str, ref["fed"])),
+                    "--logits-out", out, *flags)
+    assert ours["graph_nodes"] == [ref["pp_nodes"], ref["tg_nodes"]]
+    assert ours["decode_graph_kept"] == N_DECODE - 1
+    err = nmse(theirs, np.load(out))
+    print(f"ggml-py run {kind} -fa {fa}, {SWA_PROMPT} + {N_DECODE} tokens over the sliding "
+          f"layers' 256 cells: NMSE {err:.3g} vs llama.cpp")
+    assert err <= 1e-4
+
+    def plan_kv_bytes(*extra):
+        assert main(["plan", path, "--device", "cpu", *map(str, flags), *extra, "--json"]) == 0
+        plan = json.loads(capsys.readouterr().out)
+        return sum(b["bytes"] for b in plan["buffers"] if b["kind"] == "kv")
+    full = run_json(capsys, path, "--tokens", prompt[:20], "-n", 1, "--swa-full", *flags)
+    assert ours["kv_cache_bytes"] == plan_kv_bytes()
+    assert full["kv_cache_bytes"] == plan_kv_bytes("--swa-full")
+    # K and V of each layer: 256 cells of the sliding ones instead of 512
+    n_swa_layers = len(cfg.swa_layers)
+    row = cfg.n_embd_gqa * 2            # (f16)
+    assert full["kv_cache_bytes"] - ours["kv_cache_bytes"] == 2 * n_swa_layers * row * 256
+
+
 def test_run_batches_threads_and_text_output(tmp_path, capsys):
     """The prompt's logits do not depend on -b/-ub or --threads; the text output names
     the tokens, node counts and both rates."""

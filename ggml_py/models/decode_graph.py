@@ -17,8 +17,9 @@ import numpy as np
 
 from ggml_py._core import instance_arg
 from ggml_py.errors import ModelError
-from ggml_py.models.graph import Forward, build_forward, padded_kv, step_inputs, token_ids
-from ggml_py.models.model import KVCache, Model
+from ggml_py.models.graph import (Forward, build_forward, padded_kv, step_inputs, swa_mask,
+                                  token_ids)
+from ggml_py.models.model import KVCache, Model, SwaSlot
 
 
 class DecodeGraph:
@@ -33,10 +34,13 @@ class DecodeGraph:
         self.model = instance_arg(model, Model, "model")
         self.cache = instance_arg(cache, KVCache, "cache")
         self.kept: Forward | None = None
-        self.key: tuple[int, str] | None = None
+        self.key: tuple[int, int, str] | None = None
         # the kept graph's input arrays by name, rewritten in place each step
         self.arrays: dict[str, np.ndarray] = {}
-        self.v_cells = np.zeros(0, dtype=np.int64)
+        # per cache (the global layers', the sliding layers'): the names of its K and V
+        # cell ids, and V's ids less the token's cell (channel c's row starts at c * cells
+        # with V transposed; with flash attention, V's row is K's)
+        self.cell_inputs: list[tuple[str, str, np.ndarray]] = []
         self.n_builds = 0
         self.n_reuses = 0
 
@@ -49,47 +53,45 @@ class DecodeGraph:
         if tokens.size != 1:
             raise ModelError(f"a decode step is one token, got {tokens.size}")
         n_past = self.cache.n_past
-        key = (padded_kv(cfg, n_past, 1), logits)
+        swa = self.cache.swa_slot(n_past, 1) if cfg.iswa else None
+        key = (padded_kv(cfg, n_past, 1), swa.n_kv if swa else 0, logits)
         if self.kept is None or key != self.key or n_past + 1 > cfg.n_ctx:
             fw = build_forward(self.model, self.cache, tokens, logits=logits, kv_rows=True)
             self.kept, self.key = fw, key
-            self.arrays = {t.name: values for t, values in fw.inputs}
-            # the V cell ids of position 0 (transposed, channel c's cell row starts at
-            # c * n_ctx; with flash attention, V's row 0 as K's)
-            v_idxs = "inp_v_idxs" if "inp_v_idxs" in self.arrays else "inp_v_idxs_swa"
-            self.v_cells = self.arrays[v_idxs] - n_past
+            self.arrays = a = {t.name: values for t, values in fw.inputs}
+            self.cell_inputs = [(k, v, a[v] - a[k][0]) for k, v in (
+                ("inp_k_idxs", "inp_v_idxs"), ("inp_k_idxs_swa", "inp_v_idxs_swa")) if k in a]
             self.n_builds += 1
             return fw, False
         fw = self.kept
         if n_past == fw.n_past + 1:
-            self._advance(int(tokens[0]), n_past)
+            self._advance(int(tokens[0]), n_past, swa)
         else:                                   # a jump (the cache was rewound): all anew
-            data = step_inputs(cfg, tokens, n_past, fw.n_kv, kv_rows=True)
+            data = step_inputs(cfg, tokens, n_past, fw.n_kv, kv_rows=True, swa=swa)
             for name, values in self.arrays.items():
                 if name in data:
                     values[...] = data[name]
-        fw.n_past = n_past
+        fw.n_past, fw.swa = n_past, swa
         self.n_reuses += 1
         return fw, True
 
-    def _advance(self, token: int, n_past: int) -> None:
+    def _advance(self, token: int, n_past: int, swa: SwaSlot | None) -> None:
         """The inputs of the next position, written in place: what step_inputs would give
-        for one token at n_past when the kept inputs are those of n_past - 1 (the mask
-        opens one more cell; the cell ids move by one)."""
+        for one token at n_past when the kept inputs are those of n_past - 1 (the global
+        mask opens one more cell, the sliding one is the slot's; the cell ids move to the
+        token's cells)."""
         a = self.arrays
         a["inp_tokens"][0] = token
         a["inp_pos"][0] = n_past
-        n_swa = self.model.config.n_swa
-        for mask in ("kq_mask", "kq_mask_swa"):     # (a graph has one of them, or both)
-            if mask in a:
-                a[mask][..., n_past] = 0.0
-        if "kq_mask_swa" in a and n_past >= n_swa:  # the window moves: one cell in, one out
-            a["kq_mask_swa"][..., n_past - n_swa] = -np.inf
-        for k_idxs, v_idxs in (("inp_k_idxs", "inp_v_idxs"),
-                               ("inp_k_idxs_swa", "inp_v_idxs_swa")):
-            if k_idxs in a:                     # (the sliding layers' cells are the same)
-                a[k_idxs][0] = n_past
-                np.add(self.v_cells, n_past, out=a[v_idxs])
+        if "kq_mask" in a:
+            a["kq_mask"][..., n_past] = 0.0
+        if swa is not None:
+            a["kq_mask_swa"][...] = swa_mask(self.model.config, swa.pos[:swa.n_kv],
+                                             a["inp_pos"])
+        for k_idxs, v_idxs, v_offsets in self.cell_inputs:
+            cell = int(swa.idxs[0]) if swa is not None and k_idxs.endswith("_swa") else n_past
+            a[k_idxs][0] = cell
+            np.add(v_offsets, cell, out=a[v_idxs])
 
     def drop(self) -> None:
         """Forget the kept graph (the cache was cleared, or the model changed)."""

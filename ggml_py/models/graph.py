@@ -10,7 +10,7 @@ from ggml_py import ops, quants
 from ggml_py._core import Context, Graph, Tensor, instance_arg, int_arg, row_size, type_size
 from ggml_py.errors import GraphError, ModelError
 from ggml_py.models.config import ModelConfig, graph_size
-from ggml_py.models.model import KVCache, Model
+from ggml_py.models.model import KVCache, Model, SwaSlot
 
 # ---------------------------------------------------------------------------
 # the forward graph
@@ -26,6 +26,7 @@ class Forward:
     n_past: int = 0
     n_kv: int = 0
     n_outputs: int = 0
+    swa: SwaSlot | None = None                      # the sliding layers' cells, if any
 
 
 def _name(t, name):
@@ -42,32 +43,55 @@ def padded_kv(cfg: ModelConfig, n_past: int, n_tokens: int) -> int:
 
 
 def step_inputs(cfg: ModelConfig, tokens: np.ndarray, n_past: int, n_kv: int,
-                kv_rows: bool = False) -> dict[str, np.ndarray]:
+                kv_rows: bool = False, swa: SwaSlot | None = None) -> dict[str, np.ndarray]:
     """{input name: data} of a forward graph for `tokens` at positions n_past..: what
-    changes from step to step lives in these inputs."""
+    changes from step to step lives in these inputs. swa: where the sliding layers' cells
+    are (KVCache.swa_slot); None: at the positions, as in the global layers' cache."""
     tokens = token_ids(tokens, cfg)
     n_past = int_arg(n_past, "n_past", 0, cfg.n_ctx)
     n_kv = int_arg(n_kv, "n_kv", 0, cfg.n_ctx)
+    instance_arg(swa, SwaSlot, "swa", optional=True)
     T = int(tokens.size)
     pos = np.arange(n_past, n_past + T)
     allowed = np.arange(n_kv)[None, :] <= pos[:, None]          # causal, one sequence
     data = {"inp_tokens": tokens, "inp_pos": pos,
             "kq_mask": np.where(allowed, 0.0, -np.inf)}
-    if cfg.iswa:        # the sliding layers' mask: the n_swa last positions only
-        in_window = pos[:, None] - np.arange(n_kv)[None, :] < cfg.n_swa
-        data["kq_mask_swa"] = np.where(allowed & in_window, 0.0, -np.inf)
+    if cfg.iswa:
+        data["kq_mask_swa"] = swa_mask(cfg, np.arange(n_kv) if swa is None
+                                       else swa.pos[:swa.n_kv], pos)
     if cfg.ffn == "moe_dense":
         data["inp_all_experts"] = np.tile(np.arange(cfg.n_expert), (T, 1))
     if kv_rows:
-        # K: a cache row per cell; V likewise with flash attention, else (transposed) one
-        # element per (channel, cell): the source element (channel c, token t) is row
-        # c + t * n_embd_gqa of the reshape
         data["inp_k_idxs"] = pos
-        data["inp_v_idxs"] = pos if cfg.flash_attn else (
-            np.arange(cfg.n_embd_gqa)[None, :] * cfg.n_ctx + pos[:, None]).reshape(-1)
-        if cfg.iswa:    # the sliding layers' cells (their cache is the global one's here)
-            data["inp_k_idxs_swa"], data["inp_v_idxs_swa"] = pos, data["inp_v_idxs"]
+        data["inp_v_idxs"] = _v_rows(cfg, pos, cfg.n_ctx)
+        if cfg.iswa:
+            cells, idxs = (cfg.n_ctx, pos) if swa is None else (swa.pos.size, swa.idxs)
+            data["inp_k_idxs_swa"], data["inp_v_idxs_swa"] = idxs, _v_rows(cfg, idxs, cells)
     return data
+
+
+def swa_mask(cfg: ModelConfig, cell_pos: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """The sliding layers' mask [tokens, cells]: a token at `pos` sees a cell holding
+    position `cell_pos` (-1: empty) at or before its own, within the n_swa last ones."""
+    instance_arg(cfg, ModelConfig, "config")
+    try:
+        cell_pos, pos = (np.asarray(a, dtype=np.int64).reshape(-1) for a in (cell_pos, pos))
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ModelError(f"swa_mask: cell positions and positions must be integer vectors "
+                         f"({e})") from None
+    age = pos[:, None] - cell_pos[None, :]
+    return np.where((cell_pos >= 0)[None, :] & (age >= 0) & (age < cfg.n_swa), 0.0, -np.inf)
+
+
+def _v_rows(cfg: ModelConfig, cells: np.ndarray, n_cells: int) -> np.ndarray:
+    """The rows of a V cache of `n_cells` cells that set_rows writes the tokens' V to: K's
+    (a row per cell) with flash attention, else (V transposed, a row per channel) one
+    element per (token, channel), channel c of cell i at c * n_cells + i, in the order of
+    the V values (token-major) the graph writes."""
+    if cfg.flash_attn:
+        return cells
+    rows: np.ndarray = np.arange(cfg.n_embd_gqa)[None, :] * n_cells + cells[:, None]
+    return rows.reshape(-1)
 
 
 def check_step(model: Model, cache: KVCache, tokens,

@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from ggml_py import ops, quants
 from ggml_py._backend import Backend, get_buffer, host_bytes, tensor_get, tensor_set
-from ggml_py._core import Context, Tensor, check_memory_available, instance_arg, row_size
+from ggml_py._core import (Context, Tensor, check_memory_available, instance_arg, int_arg,
+                           row_size)
 from ggml_py.alloc import alloc_ctx_tensors_from_buft
 from ggml_py.errors import AllocationError, GraphError, ModelError, UnknownNameError
 from ggml_py.models.config import WEIGHT_TYPES, ModelConfig, layer_of, weight_shapes
@@ -170,39 +172,123 @@ class Model:
         return sum(s.nbytes for _, s in self.weights.values())
 
 
+SWA_PAD = 256       # llama_kv_cache_iswa pads the sliding layers' cache to this
+
+
+@dataclass
+class SwaSlot:
+    """Where one step's tokens go in the sliding layers' cache, and what its cells hold
+    then: `idxs`, each token's cell; `pos`, every cell's position after the step (-1: empty);
+    `head`, where the next search starts; `n_kv`, the cells attention reads (the used ones
+    rounded up to kv_pad, as in the global layers' cache; llama.cpp rounds both to 256)."""
+    idxs: np.ndarray
+    pos: np.ndarray
+    head: int
+    n_kv: int
+
+
 class KVCache:
     """Per-layer K and V cache tensors in the layer's backend (llama_kv_cache, one
-    sequence). K: ne [n_embd_gqa, n_ctx], a row per cell; V: ne [n_ctx, n_embd_gqa],
+    sequence). K: ne [n_embd_gqa, cells], a row per cell; V: ne [cells, n_embd_gqa],
     stored transposed (a row per channel), as llama.cpp does without flash attention, or
-    with it (config.flash_attn) a row per cell as K."""
+    with it (config.flash_attn) a row per cell as K.
 
-    def __init__(self, model: Model):
+    A model with a sliding window has llama_kv_cache_iswa's two caches: the global layers'
+    of n_ctx cells, where a token's cell is its position, and the sliding layers' of
+    `cells_swa` (the window and a ubatch of `n_ubatch` tokens, padded to 256; n_ctx with
+    `swa_full`), whose cells are taken again once no later token can see them
+    (swa_slot)."""
+
+    def __init__(self, model: Model, n_ubatch: int = 512, swa_full: bool = False):
         if not instance_arg(model, Model, "model").tensors:
             raise ModelError("the model's weights are not placed (Model.place)")
         cfg = model.config
         self.config = cfg
+        self.n_ubatch = int_arg(n_ubatch, "n_ubatch", 1, 2**31 - 1)
+        self.cells = cfg.n_ctx
+        self.cells_swa = swa_cells(cfg, n_ubatch, bool(swa_full))
         self.ctx = Context(f"{cfg.name}.kv")
         self.k, self.v = [], []
         groups = {}
         for il in range(cfg.n_layer):
-            k = ops.new_tensor_2d(self.ctx, cfg.cache_type, cfg.n_embd_gqa, cfg.n_ctx,
+            cells = self.cells_swa if cfg.is_swa(il) else self.cells
+            k = ops.new_tensor_2d(self.ctx, cfg.cache_type, cfg.n_embd_gqa, cells,
                                   name=f"cache_k_l{il}")
-            v_ne = (cfg.n_embd_gqa, cfg.n_ctx) if cfg.flash_attn else (cfg.n_ctx, cfg.n_embd_gqa)
+            v_ne = (cfg.n_embd_gqa, cells) if cfg.flash_attn else (cells, cfg.n_embd_gqa)
             v = ops.new_tensor_2d(self.ctx, cfg.cache_type, *v_ne, name=f"cache_v_l{il}")
             self.k.append(k)
             self.v.append(v)
             be = model.layer_backend[il]
-            groups.setdefault(id(be), (be, []))[1].extend([k, v])
+            groups.setdefault((cfg.is_swa(il), id(be)), (be, []))[1].extend([k, v])
         # llama.cpp leaves the cache buffer's usage at 'any': the scheduler places
-        # its views by the buffer's backend, not as weights
+        # its views by the buffer's backend, not as weights; each cache has its buffers
         self.buffers = [buf for be, ts in groups.values() for buf in
                         alloc_ctx_tensors_from_buft(ts, be.get_default_buffer_type(), "any")]
-        self.backends = [be for be, _ in groups.values()]
+        self.backends = list({id(be): be for be, _ in groups.values()}.values())
         self.clear()
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the cache's buffers."""
+        return sum(buf.size for buf in self.buffers)
 
     def clear(self) -> None:
         """Empty the cache: n_past 0 and every cell zeroed (ggml_backend_buffer_clear), since
         masked cells still enter the V product with weight 0, and 0 * NaN is NaN."""
         self.n_past = 0
+        self.swa = SwaSlot(np.zeros(0, dtype=np.int64), np.full(self.cells_swa, -1, np.int64),
+                           0, 0)
         for buf in self.buffers:
             buf.clear(0)
+
+    def swa_slot(self, n_past: int, n_tokens: int) -> SwaSlot:
+        """The sliding layers' cells for `n_tokens` tokens at positions n_past.., as
+        llama_kv_cache::find_slot and apply_ubatch place them (the cache itself unchanged
+        until `advance`): from the head on, wrapping around, each cell that is empty or
+        whose position the first new token no longer sees; the cells of positions up to the
+        latest one taken are emptied, so that the positions kept stay contiguous."""
+        cfg = self.config
+        n_past = int_arg(n_past, "n_past", 0, cfg.n_ctx)
+        n_tokens = int_arg(n_tokens, "n_tokens", 1, cfg.n_ctx)
+        pos, head = self.swa.pos.copy(), self.swa.head
+        gone = np.flatnonzero(pos >= n_past)    # a rewound cache: llama.cpp's seq_rm
+        if gone.size:
+            pos[gone] = -1
+            head = min(head, int(gone[0]))
+        used = pos >= 0
+        if head > int(np.count_nonzero(used)) + 2 * n_tokens:   # (room before: from the start)
+            head = 0
+        first = int(pos.max()) + 1              # (no cell used: every cell free anyway)
+        free = np.flatnonzero(~used | (first - pos >= cfg.n_swa))
+        k = int(np.searchsorted(free, head))    # from the head on, then from the start
+        free = np.concatenate((free[k:], free[:k]))
+        if free.size < n_tokens:
+            raise ModelError(f"model {cfg.name}: the sliding layers' cache of {self.cells_swa} "
+                             f"cells has no room for {n_tokens} tokens (its window is "
+                             f"{cfg.n_swa}; a batch of at most {self.n_ubatch} tokens fits)")
+        idxs = free[:n_tokens]
+        taken = pos[idxs]
+        if (taken >= 0).any():
+            pos[(pos >= 0) & (pos <= taken.max())] = -1
+        pos[idxs] = np.arange(n_past, n_past + n_tokens)
+        used_max_p1 = int(np.flatnonzero(pos >= 0)[-1]) + 1
+        pad = cfg.kv_pad
+        n_kv = min(self.cells_swa, max(pad, -(-used_max_p1 // pad) * pad))
+        return SwaSlot(idxs, pos, int(idxs[-1]) + 1, n_kv)
+
+    def advance(self, n_tokens: int, swa: SwaSlot | None) -> None:
+        """A step of `n_tokens` is in the cache: the sliding layers' cells as `swa` placed
+        them (None: a model without a window)."""
+        self.n_past += int_arg(n_tokens, "n_tokens", 0, self.config.n_ctx - self.n_past)
+        if instance_arg(swa, SwaSlot, "swa", optional=True) is not None:
+            self.swa = swa
+
+
+def swa_cells(cfg: ModelConfig, n_ubatch: int, swa_full: bool = False) -> int:
+    """The cells of the sliding layers' cache (llama_kv_cache_iswa): the window and a
+    ubatch, at most n_ctx, padded to 256 (so never below 256 cells); n_ctx with swa_full
+    or without a window."""
+    n_ubatch = int_arg(n_ubatch, "n_ubatch", 1, 2**31 - 1)
+    if not instance_arg(cfg, ModelConfig, "config").iswa or swa_full:
+        return cfg.n_ctx
+    return -(-min(cfg.n_ctx, cfg.n_swa + n_ubatch) // SWA_PAD) * SWA_PAD

@@ -72,17 +72,19 @@ class Session:
     the price of the overlap).
     reuse_decode_graph: keep the one-token graph across decode steps while the padded
     KV length holds, as llama.cpp does (models.decode_graph); with the scheduler's
-    graph reuse such a step builds, splits and allocates nothing."""
+    graph reuse such a step builds, splits and allocates nothing.
+    n_ubatch, swa_full: the sliding layers' cache of a model with a window (KVCache)."""
 
     def __init__(self, model: Model, backends: Sequence[Backend],
                  scheduler: Scheduler | None = None, profile_splits: bool = False,
-                 reuse_decode_graph: bool = True) -> None:
+                 reuse_decode_graph: bool = True, n_ubatch: int = 512,
+                 swa_full: bool = False) -> None:
         from ggml_py.sched import Scheduler
         instance_arg(model, Model, "model")
         instance_arg(scheduler, Scheduler, "scheduler", optional=True)
         self.model = model
         self.backends = list(backends)
-        self.cache = KVCache(model)
+        self.cache = KVCache(model, n_ubatch, swa_full)
         self.sched = scheduler or Scheduler(self.backends, graph_size=graph_size(model.config))
         self.sched.runtime.sync_splits = bool(profile_splits)
         self.history: list[StepStats] = []
@@ -114,7 +116,7 @@ class Session:
         if status != Status.SUCCESS:
             raise BackendError(f"graph compute of {self.model.config.name}: {status.name}")
         out = tensor_values(fw.logits).reshape(fw.n_outputs, -1)
-        self.cache.n_past += fw.n_tokens
+        self.cache.advance(fw.n_tokens, fw.swa)
         self.graph = fw.graph
         self.history.append(self._stats(fw, t1 - t0, t2 - t1, t3 - t2, sched.profile,
                                         graph_reused, plan_reused))

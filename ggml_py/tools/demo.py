@@ -203,7 +203,8 @@ def run_model(model: Model, backends: list[Backend], args: argparse.Namespace,
     # the last N layers go to the devices, and the output head too when N exceeds the
     # layer count
     place_model(model, backends, args.gpu_layers, args.tensor_split)
-    sess = Session(model, backends, profile_splits=True)
+    # the prompt is one batch: the sliding layers' cache (if any) holds it and the window
+    sess = Session(model, backends, profile_splits=True, n_ubatch=max(512, args.prompt))
     rng = np.random.default_rng(args.seed)
     prompt = rng.integers(0, cfg.n_vocab, size=args.prompt).tolist()
     bar = progress(2 + max(args.steps - 1, 0), cfg.name)

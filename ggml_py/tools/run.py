@@ -9,7 +9,9 @@ FLASH_ATTN_EXT runs on the layer's own device, as llama.cpp resolves it; on the 
 
 --logits-out FILE.npy writes one row of logits per prompt position and per decode step;
 --json prints one object: tokens, graph_nodes ([prompt, decode], as llama.cpp's log
-counts them), splits ([prompt, decode]: the scheduler's), flash_attn, pp_tok_s, tg_tok_s.
+counts them), splits ([prompt, decode]: the scheduler's), flash_attn, pp_tok_s, tg_tok_s,
+kv_cache_bytes. A model with sliding-window layers (gemma2, gemma3) gives them llama.cpp's
+second, smaller KV cache (the window and a ubatch, padded to 256 cells) unless --swa-full.
 """
 
 from __future__ import annotations
@@ -73,6 +75,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"prompt tokens per decode call (default {d['batch']})")
     p.add_argument("-ub", "--ubatch-size", dest="ubatch", type=cli.count(1), metavar="N",
                    help=f"prompt tokens per graph (default {d['ubatch']})")
+    p.add_argument("--swa-full", action="store_true",
+                   help="a full-size KV cache for the sliding-window layers too (default: "
+                        "the window and a ubatch, padded to 256, as llama.cpp's)")
     p.add_argument("--seed", type=cli.count(0), metavar="N",
                    help=f"seed of the random prompt (default {d['seed']})")
     p.add_argument("--logits-out", type=cli.output_file(".npy"), metavar="FILE.npy",
@@ -137,12 +142,16 @@ def start_session(args: argparse.Namespace, model: Model, backends: list[Backend
     not run it."""
     from ggml_py.models.placement import place_model
     from ggml_py.models.session import Session
-    sess = Session(place_model(model, backends, args.gpu_layers, args.tensor_split), backends)
+
+    def session(model: Model) -> Session:
+        # (llama.cpp's ubatch is at most its batch)
+        return Session(place_model(model, backends, args.gpu_layers, args.tensor_split),
+                       backends, n_ubatch=min(args.batch, args.ubatch), swa_full=args.swa_full)
+    sess = session(model)
     off = flash_attn_off_layers(sess) if args.flash_attn == "auto" else []
     if off:
         out(f"   -fa auto: layer {off[0]}'s flash attention would not run on its device: off")
-        model = place_model(load(args, False), backends, args.gpu_layers, args.tensor_split)
-        sess = Session(model, backends)
+        sess = session(load(args, False))
     return sess
 
 
@@ -203,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(dict(model=args.model, arch=cfg.arch, n_prompt=len(prompt),
                               n_decode=args.n, tokens=r["tokens"], graph_nodes=r["graph_nodes"],
                               splits=r["splits"], flash_attn=cfg.flash_attn,
-                              pp_tok_s=pp, tg_tok_s=tg,
+                              pp_tok_s=pp, tg_tok_s=tg, kv_cache_bytes=sess.cache.nbytes,
                               decode_graph_kept=r["kept"])))
         return 0
     shown = prompt if len(prompt) <= 32 else prompt[:32] + ["..."]

@@ -51,14 +51,15 @@ def build_forward(model, cache, tokens, n_past: int | None = None, logits: str =
     if logits not in ("all", "last"):
         raise ModelError("logits must be 'all' or 'last'")
     n_kv = padded_kv(cfg, n_past, T)
-    data = step_inputs(cfg, tokens, n_past, n_kv, kv_rows=True)
+    swa = cache.swa_slot(n_past, T) if cfg.iswa else None
+    data = step_inputs(cfg, tokens, n_past, n_kv, kv_rows=True, swa=swa)
     data["inp_out_ids"] = list(range(T)) if logits == "all" else [T - 1]
     n_out = len(data["inp_out_ids"])
     gc = GraphContext(cfg, model.tensors, cache, T, n_past, n_kv, n_out, data,
-                      flash_attn=cfg.flash_attn)
+                      flash_attn=cfg.flash_attn, n_kv_swa=swa.n_kv if swa else None)
     out = get_builder(cfg.arch)(gc).set_output()
     gc.expand(out)
-    return Forward(gc.graph, gc.ctx, out, gc.inputs, T, n_past, n_kv, n_out)
+    return Forward(gc.graph, gc.ctx, out, gc.inputs, T, n_past, n_kv, n_out, swa)
 
 
 __all__ = ["ARCHITECTURES", "GraphContext", "build_forward", "get_builder"]
