@@ -4,6 +4,7 @@ gathering its modules): the import graph then shows which module uses which. Tes
 users may keep the public names."""
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
@@ -105,3 +106,17 @@ def test_the_ops_import_check_sees_each_spelling():
         assert _lines_importing_ops(text) == [1], text
     assert _lines_importing_ops("from ggml_py import opsx\nfrom ggml_py.errors import ops\n"
                                 "import ggml_py.opsx\n") == []
+
+
+def test_each_compiled_module_is_installed_in_the_package_of_its_source():
+    # src/ggml_py/backends/cpu/_executor.pyx is ggml_py.backends.cpu._executor, built into
+    # ggml_py/backends/cpu/ (CMakeLists.txt's install destination), beside its stub
+    sources = sorted((ROOT / "src").rglob("*.pyx"))
+    assert len(sources) >= 14
+    for pyx in sources:
+        name = ".".join(pyx.relative_to(ROOT / "src").with_suffix("").parts)
+        module = importlib.import_module(name)
+        assert module.__name__ == name
+        package = pyx.parent.relative_to(ROOT / "src").parts     # ("ggml_py", "backends", "cpu")
+        assert Path(module.__file__).parent.parts[-len(package):] == package, module.__file__
+        assert (ROOT.joinpath(*name.split(".")).with_suffix(".pyi")).exists(), name
