@@ -28,7 +28,7 @@ import statistics
 import sys
 import time
 
-from ggml_py import _rpc
+from ggml_py.backends.rpc import _protocol
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.backends.rpc import RPCBackend
 from ggml_py.models.placement import place_model
@@ -116,7 +116,7 @@ def serialise_cost(rpc, cpu, reps):
     for _ in range(reps):
         t0 = time.perf_counter()
         for p in parts:
-            _rpc.serialize_graph(rpc, 0, p, rpc.conn)
+            _protocol.serialize_graph(rpc, 0, p, rpc.conn)
         times.append(time.perf_counter() - t0)
     return statistics.median(times) / n * 1e6, n
 

@@ -37,7 +37,7 @@ import time
 import weakref
 
 from ggml_py._core import int_arg
-from ggml_py._cpu import MAX_THREADS, default_threads
+from ggml_py.backends.cpu._executor import MAX_THREADS, default_threads
 from ggml_py.errors import BackendError, GgmlPyError
 
 DEFAULT_PORT = 50052            # rpc-server's default

@@ -38,12 +38,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # kernels' building blocks, see CLASSES_ONLY).
 MODULES = [
     "ggml_py._core", "ggml_py._backend", "ggml_py._schedcore", "ggml_py._schedtime",
-    "ggml_py._alloc", "ggml_py._opencl", "ggml_py._supports", "ggml_py._quants", "ggml_py._caseio",
+    "ggml_py._alloc", "ggml_py.backends.opencl._shim", "ggml_py._supports", "ggml_py._quants",
+    "ggml_py._caseio",
     "ggml_py.errors", "ggml_py.sched", "ggml_py.plan", "ggml_py.runtime", "ggml_py.tools.cases",
     "ggml_py.alloc", "ggml_py._validate", "ggml_py.ops", "ggml_py.quants", "ggml_py.backends",
     "ggml_py.backends.sim", "ggml_py.backends.numpy_device", "ggml_py.backends.cpu",
-    "ggml_py.backends.cpu.backend", "ggml_py._cpu", "ggml_py.backends.opencl",
-    "ggml_py.backends.rpc", "ggml_py._rpc", "ggml_py.models.config", "ggml_py.models.model",
+    "ggml_py.backends.cpu.backend", "ggml_py.backends.cpu._executor", "ggml_py.backends.opencl",
+    "ggml_py.backends.rpc", "ggml_py.backends.rpc._protocol", "ggml_py.models.config",
+    "ggml_py.models.model",
     "ggml_py.models.graph", "ggml_py.models.session", "ggml_py.models.reference",
     "ggml_py.models.gguf", "ggml_py.models.synthetic", "ggml_py.models.decode_graph",
     "ggml_py.models.placement", "ggml_py.arrays",
@@ -183,8 +185,8 @@ class Env:
         return opencl.OpenCLBackend(0)
 
     def make_ocl_ctx(self):
-        from ggml_py import _opencl
-        return _opencl.DeviceContext(0)
+        from ggml_py.backends.opencl import _shim
+        return _shim.DeviceContext(0)
 
     def make_mem(self):
         return self.ocl_ctx.alloc(256)
@@ -508,14 +510,14 @@ _n_devices = None
 def _cap_device_memory():
     global _n_devices
     try:
-        from ggml_py import _opencl
+        from ggml_py.backends.opencl import _shim
         if _n_devices is None:
-            _n_devices = _opencl.device_count()
+            _n_devices = _shim.device_count()
     except Exception:                   # noqa: BLE001 -- no OpenCL: nothing to cap
         _n_devices = 0
         return
     for i in range(_n_devices):
-        _opencl.set_memory_limit(i, SWEEP_DEVICE_MEMORY)
+        _shim.set_memory_limit(i, SWEEP_DEVICE_MEMORY)
 
 
 def call(fn, args, kwargs):

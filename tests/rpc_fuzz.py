@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-from ggml_py._rpc import COMMANDS, PROTOCOLS
+from ggml_py.backends.rpc._protocol import COMMANDS, PROTOCOLS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

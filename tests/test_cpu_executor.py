@@ -1,7 +1,7 @@
-"""The CPU backend's compiled executor (ggml_py._cpu, src/ggml-py-cpu): its C kernels
-against the numpy kernels on random shapes, the AVX2 and baseline loops, threads, plans
-that must never run stale, errors instead of crashes, the BLAS path and the scheduler's
-fast path."""
+"""The CPU backend's compiled executor (ggml_py.backends.cpu._executor, over
+src/ggml_py/backends/cpu/kernels): its C kernels against the numpy kernels on random shapes,
+the AVX2 and baseline loops, threads, plans that must never run stale, errors instead of
+crashes, the BLAS path and the scheduler's fast path."""
 
 import json
 import os

@@ -1,6 +1,6 @@
-"""FLASH_ATTN_EXT's C kernel (src/ggml-py-cpu/flash-attn.c): ggml's own op cases through
-it, the numpy kernel on random shapes (masks, ALiBi, GQA, sinks, soft-capping, K/V types),
-threads, and ggml 0.10.1's CPU backend live."""
+"""FLASH_ATTN_EXT's C kernel (src/ggml_py/backends/cpu/kernels/flash-attn.c): ggml's own op
+cases through it, the numpy kernel on random shapes (masks, ALiBi, GQA, sinks, soft-capping,
+K/V types), threads, and ggml 0.10.1's CPU backend live."""
 
 import numpy as np
 import pytest
@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from conftest import REPO_ROOT, ops_dir, require_ggml_rpc
 from ggml_py import ops, quants
 from ggml_py._core import Context, Graph
-from ggml_py._cpu import C_KERNEL_OPS
+from ggml_py.backends.cpu._executor import C_KERNEL_OPS
 from ggml_py.backends.cpu import CPUBackend, isa, isa_supported, set_isa, tensor_array
 from ggml_py.backends.cpu.numpy_kernels import _fa_tiled
 from ggml_py.errors import GgmlPyError

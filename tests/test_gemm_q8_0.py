@@ -1,9 +1,9 @@
-"""MUL_MAT's q8_0 GEMM (src/ggml-py-cpu/gemm-q8.c, the AVX-512 VNNI build): from 8 src1
-rows on, q8_0 weights (and q4_0 ones, widened to q8_0 a chunk at a time) are multiplied
-16 rows by 16 columns at a time, and every product is summed in ggml's generic order, the
-baseline build's. So the GEMM must give the baseline's bits on any shape (ragged rows and
-columns, broadcast and permuted src1), at any thread count, and the same as the numpy
-kernels within MUL_MAT's bound."""
+"""MUL_MAT's q8_0 GEMM (src/ggml_py/backends/cpu/kernels/gemm-q8.c, the AVX-512 VNNI build):
+from 8 src1 rows on, q8_0 weights (and q4_0 ones, widened to q8_0 a chunk at a time) are
+multiplied 16 rows by 16 columns at a time, and every product is summed in ggml's generic
+order, the baseline build's. So the GEMM must give the baseline's bits on any shape (ragged
+rows and columns, broadcast and permuted src1), at any thread count, and the same as the
+numpy kernels within MUL_MAT's bound."""
 
 import numpy as np
 import pytest

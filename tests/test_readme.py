@@ -26,7 +26,7 @@ def test_readme_examples_pass_mypy_strict(tmp_path):
         f = tmp_path / f"readme_example_{k}.py"
         f.write_text(code)
         files.append(str(f))
-    # from the repository root mypy reads the package and its stubs (ggml_py/_*.pyi);
+    # from the repository root mypy reads the package and its stubs (ggml_py/**/_*.pyi);
     # errors inside the package are not the examples' (silent), their types are
     # the cache lives in build/ (ignored by git): warm, the check takes a second
     r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
@@ -38,7 +38,7 @@ def test_readme_examples_pass_mypy_strict(tmp_path):
 def test_the_stubs_pass_mypy_strict():
     # a plain `pip install .` ships the stubs, and mypy then checks them as they are:
     # an editable install's silent imports hid a bare generic in one (issue 33)
-    stubs = sorted(str(p) for p in (REPO_ROOT / "ggml_py").glob("_*.pyi"))
+    stubs = sorted(str(p) for p in (REPO_ROOT / "ggml_py").rglob("_*.pyi"))
     assert len(stubs) >= 10
     # (the modules they import are checked by their own tests: silent here)
     r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",

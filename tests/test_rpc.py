@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from conftest import ops_dir, require_ggml_rpc
-from ggml_py import ops, _rpc
+from ggml_py import ops
+from ggml_py.backends.rpc import _protocol
 from ggml_py.tools import opscheck
 from ggml_py._backend import Backend
 from ggml_py._core import Context, Graph, OP_NAMES_LIST, TYPE_NAMES
@@ -66,11 +67,11 @@ def test_op_and_type_numbers_are_ggmls(rpc_protocol):
     what the protocol table makes of them, its types and unary / GLU ops the same."""
     libs = load_libraries(protocol=rpc_protocol)
     base = libs["libggml-base.so"]
-    op_names = _rpc.PROTOCOLS[rpc_protocol].op_names
+    op_names = _protocol.PROTOCOLS[rpc_protocol].op_names
     assert [base.ggml_op_name(i).decode() for i in range(len(op_names))] == list(op_names)
     if rpc_protocol == 4:
         assert op_names == OP_NAMES_LIST
-    assert [op_names[i] for i in _rpc.PROTOCOLS[rpc_protocol].op_ids] == list(OP_NAMES_LIST)
+    assert [op_names[i] for i in _protocol.PROTOCOLS[rpc_protocol].op_ids] == list(OP_NAMES_LIST)
     for i, name in enumerate(TYPE_NAMES):
         if name:
             assert base.ggml_type_name(i).decode() == name
@@ -92,9 +93,9 @@ def test_library_dir_override(tmp_path, monkeypatch):
 def test_server_process_starts_and_stops(rpc_server_factory, rpc_protocol):
     s = rpc_server_factory()
     assert s.protocol == rpc_protocol
-    conn = _rpc.Connection(s.endpoint)
+    conn = _protocol.Connection(s.endpoint)
     assert conn.version == (rpc_protocol, 0, 0) and conn.n_devices == 1
-    assert conn.protocol is _rpc.PROTOCOLS[rpc_protocol]
+    assert conn.protocol is _protocol.PROTOCOLS[rpc_protocol]
     conn.close()
     pid = s.pid
     s.stop()
@@ -126,10 +127,10 @@ def test_handshake_and_device_queries(rpc, rpc_protocol):
     free, total = r.device_memory()
     assert 0 < free <= total
     bt = r.buffer_type
-    assert isinstance(bt, _rpc.RPCBufferType) and not bt.is_host
+    assert isinstance(bt, _protocol.RPCBufferType) and not bt.is_host
     assert bt.alignment == r.conn.get_alignment(0) == 32        # ggml's TENSOR_ALIGNMENT
     assert bt.max_size is None                                  # SIZE_MAX: unbounded
-    assert type(bt) is _rpc.RPCBufferType       # a CPU server sizes tensors as ggml_nbytes
+    assert type(bt) is _protocol.RPCBufferType       # a CPU server sizes tensors as ggml_nbytes
     assert r.name == f"RPC0[{r.endpoint}]" and r.device_type == "gpu"
     with pytest.raises(RPCError, match="no device 1: the server has 1"):
         RPCBackend(r.endpoint, 1)
@@ -224,7 +225,7 @@ def test_set_tensor_hash_uses_the_servers_cache(rpc_server_factory, tmp_path):
     r.set_tensor(t, x)                                          # unknown: sent, and cached there
     r.conn.device_count()                                       # a reply: SET_TENSOR is done
     assert r.conn.stats["SET_TENSOR_HASH"][0] == 1 and r.conn.stats["SET_TENSOR"][0] == 1
-    assert os.listdir(tmp_path) == [f"{_rpc.fnv_hash(x):016x}"]
+    assert os.listdir(tmp_path) == [f"{_protocol.fnv_hash(x):016x}"]
     buf.clear(0)
     r.set_tensor(t, x)                                          # known: only the hash travels
     assert r.conn.stats["SET_TENSOR_HASH"][0] == 2 and r.conn.stats["SET_TENSOR"][0] == 1
@@ -257,10 +258,11 @@ def small_graph(r):
 def test_graph_serialisation_is_ggmls_format(rpc):
     r = rpc[0]
     g, (a, w, y, z, out), keep = small_graph(r)
-    payload = _rpc.serialize_graph(r, 0, g, r.conn)
-    device, ids, rec = _rpc.decode_graph(payload)
+    payload = _protocol.serialize_graph(r, 0, g, r.conn)
+    device, ids, rec = _protocol.decode_graph(payload)
     # an independent reading of ggml-rpc.cpp's packed struct
-    assert _rpc.RPC_TENSOR_DTYPE.itemsize == 8 + 4 + 8 + 16 + 16 + 4 + 64 + 4 + 80 + 8 + 8 + 8 + 64 + 4
+    assert (_protocol.RPC_TENSOR_DTYPE.itemsize
+            == 8 + 4 + 8 + 16 + 16 + 4 + 64 + 4 + 80 + 8 + 8 + 8 + 64 + 4)
     assert len(payload) == 12 + 8 * g.n_nodes + 296 * len(rec)
     addr = {t.name: _ptr(t) for t in (a, w, y, z, out)}
     assert device == 0 and list(ids) == [_ptr(n) for n in g.nodes]

@@ -13,7 +13,8 @@ import time
 import numpy as np
 import pytest
 
-from ggml_py import ops, _rpc
+from ggml_py import ops
+from ggml_py.backends.rpc import _protocol
 from ggml_py._core import Context, Graph
 from ggml_py.backends.cpu import CPUBackend
 from ggml_py.backends.rpc import RPCBackend
@@ -31,7 +32,7 @@ class Hangup(Exception):
 
 
 def hello(version=(4, 0, 0)):
-    return bytes(version) + bytes(1 + _rpc.CONN_CAPS_SIZE)
+    return bytes(version) + bytes(1 + _protocol.CONN_CAPS_SIZE)
 
 
 def nbytes(rec):
@@ -75,7 +76,7 @@ class FakeServer:
 
     @staticmethod
     def alloc_size(p):
-        rec = np.frombuffer(p, _rpc.RPC_TENSOR_DTYPE, 1, 4)[0]
+        rec = np.frombuffer(p, _protocol.RPC_TENSOR_DTYPE, 1, 4)[0]
         return struct.pack("<Q", nbytes(rec))
 
     def alloc(self, p):
@@ -104,7 +105,7 @@ class FakeServer:
 
     def _session(self, conn):
         while True:
-            cmd = _rpc.COMMANDS[self._recv(conn, 1)[0]]
+            cmd = _protocol.COMMANDS[self._recv(conn, 1)[0]]
             payload = self._recv(conn, struct.unpack("<Q", self._recv(conn, 8))[0])
             self.seen.append(cmd)
             handler = self.handlers[cmd]
@@ -223,7 +224,7 @@ def test_newer_patch_version_is_accepted(fake, version):
     s = fake(HELLO=lambda p: hello(version))
     conn = RPCBackend(s.endpoint).conn
     assert conn.version == version                          # as ggml's client: patch ignored
-    assert conn.protocol is _rpc.PROTOCOLS[version[0]]
+    assert conn.protocol is _protocol.PROTOCOLS[version[0]]
 
 
 def test_hello_answer_of_protocol_3(fake):
@@ -278,11 +279,11 @@ def test_reply_cut_short(fake):
 
 def test_padding_server_sizes_tensors_as_ggmls_client(fake):
     def padded(p):
-        rec = np.frombuffer(p, _rpc.RPC_TENSOR_DTYPE, 1, 4)[0]
+        rec = np.frombuffer(p, _protocol.RPC_TENSOR_DTYPE, 1, 4)[0]
         return struct.pack("<Q", nbytes(rec) + (512 if rec["type"] == 2 else 0))
     s = fake(GET_ALLOC_SIZE=padded)
     bt = RPCBackend(s.endpoint).buffer_type
-    assert type(bt) is _rpc.RPCPaddedBufferType
+    assert type(bt) is _protocol.RPCPaddedBufferType
     ctx = Context()
     q = ops.new_tensor(ctx, "q4_0", (64, 3))
     assert bt.get_alloc_size(q) == q.nbytes + 512
@@ -349,7 +350,7 @@ def test_a_trickled_reply_has_one_deadline(fake):
 def test_device_count_is_bounded(fake, count):
     s = fake(DEVICE_COUNT=lambda p: struct.pack("<I", count))
     with raises_rpc(s.endpoint, "DEVICE_COUNT", f"reported {count} devices, more than the "
-                    f"{_rpc.MAX_DEVICES}"):
+                    f"{_protocol.MAX_DEVICES}"):
         RPCBackend(s.endpoint)
 
 
@@ -385,7 +386,7 @@ def test_bytes_waiting_before_a_command_are_a_desync(fake):
 
 def test_alloc_size_below_nbytes(fake):
     def short(p):
-        rec = np.frombuffer(p, _rpc.RPC_TENSOR_DTYPE, 1, 4)[0]
+        rec = np.frombuffer(p, _protocol.RPC_TENSOR_DTYPE, 1, 4)[0]
         return struct.pack("<Q", nbytes(rec) - 1)
     s = fake(GET_ALLOC_SIZE=short)
     with raises_rpc(s.endpoint, "GET_ALLOC_SIZE", r"answered \d+ bytes for tensor .*less than "
@@ -425,7 +426,7 @@ def test_buffers_the_server_gives_are_checked(fake, lie, match, freed):
     ("GET_DEVICE_MEMORY", struct.pack("<QQ", 2, 1), "reported 2 bytes free of 1"),
     ("GET_ALIGNMENT", struct.pack("<Q", 2**63), "reported alignment 9223372036854775808, not"),
     ("GET_ALIGNMENT", struct.pack("<Q", 48), "reported alignment 48, not a power of two"),
-    ("GET_ALIGNMENT", struct.pack("<Q", 2 * _rpc.MAX_ALIGNMENT), "up to 1048576"),
+    ("GET_ALIGNMENT", struct.pack("<Q", 2 * _protocol.MAX_ALIGNMENT), "up to 1048576"),
     ("GET_MAX_SIZE", struct.pack("<Q", 16), "a largest buffer of 16 bytes, less than its "
      "alignment 32"),
     ("COPY_TENSOR", b"\x02", "answered 2, not 0 or 1"),
@@ -512,10 +513,10 @@ def test_protocol_7_commands_on_the_wire(fake):
     ybuf.tensor_alloc(y, 0)
     r.graph_compute([y])
     r.conn.device_count()                                   # a round trip: the fake has it
-    _, _, rec = _rpc.decode_graph(got["GRAPH_COMPUTE"][0])
-    ops7 = _rpc.PROTOCOLS[7].op_names
+    _, _, rec = _protocol.decode_graph(got["GRAPH_COMPUTE"][0])
+    ops7 = _protocol.PROTOCOLS[7].op_names
     assert [ops7[o] for o in rec["op"]] == ["NONE", "UNARY"]
-    assert rec["op"][1] == _rpc.PROTOCOLS[4].op_names.index("UNARY") + 5    # 5 ops before it
+    assert rec["op"][1] == _protocol.PROTOCOLS[4].op_names.index("UNARY") + 5    # 5 ops before it
     n = len(s.seen)                                         # the round trip above: all seen
     buf.clear(0)                                            # no reply to wait for
     ybuf.free()                                             # nor here
@@ -540,8 +541,8 @@ def test_protocol_7_reply_to_a_command_without_one_is_a_desync(fake):
 def test_protocol_table_is_one_description():
     """Both versions are read from the one table: the same ids, and the differences
     are the ones llama.cpp made (ggml-rpc.cpp of protocol 4 -> 7)."""
-    p4, p7 = _rpc.PROTOCOLS[4], _rpc.PROTOCOLS[7]
-    assert all(p4.ids[n] == p7.ids[n] == _rpc.CMD[n] for n in p4.ids)
+    p4, p7 = _protocol.PROTOCOLS[4], _protocol.PROTOCOLS[7]
+    assert all(p4.ids[n] == p7.ids[n] == _protocol.CMD[n] for n in p4.ids)
     assert set(p7.ids) - set(p4.ids) == {"MEMSET_TENSOR"}
     assert p4.no_reply == {"SET_TENSOR", "GRAPH_COMPUTE", "GRAPH_RECOMPUTE"}
     assert p7.no_reply == p4.no_reply | {"FREE_BUFFER", "BUFFER_CLEAR", "INIT_TENSOR",
@@ -553,7 +554,7 @@ def test_protocol_table_is_one_description():
     assert p7.pack("SET_TENSOR", {"tensor": bytes(296), "offset": 5, "cache_flag": 1}) \
         == bytes(296) + struct.pack("<BQ", 1, 5)
     assert len(p7.op_names) == 101 and len(p4.op_names) == 96
-    assert p7.op_names[p7.op_ids[_rpc.PROTOCOLS[4].op_names.index("CONV_2D")]] == "CONV_2D"
+    assert p7.op_names[p7.op_ids[_protocol.PROTOCOLS[4].op_names.index("CONV_2D")]] == "CONV_2D"
 
 
 def test_a_handle_above_int64_is_a_handle(fake):

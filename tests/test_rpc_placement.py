@@ -6,7 +6,7 @@ import json
 import pytest
 from conftest import shared_path
 
-from ggml_py._rpc import parse_endpoint
+from ggml_py.backends.rpc._protocol import parse_endpoint
 from ggml_py.backends.rpc import parse_endpoints
 from ggml_py.errors import CaseFormatError
 from ggml_py.models.placement import split_layers

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sysconfig
+from pathlib import Path
 
 from conftest import REPO_ROOT
 from ggml_py import ops
@@ -18,6 +19,7 @@ from ggml_py._core import GLU_OP_NAMES, OP_NAMES_LIST, TYPE_NAMES, UNARY_OP_NAME
 
 README = REPO_ROOT / "README.md"
 SRC = REPO_ROOT / "src"
+KERNELS = Path("ggml_py", "backends", "cpu", "kernels")  # the CPU kernels, below src/
 
 # prints the vocabulary as a C file including the header sees it: each list's names by id,
 # and the enum value of each list's last entry
@@ -81,7 +83,7 @@ def _compile_and_run(tmp_path, src_root):
 
 
 def _syntax_check(path, src_root):
-    return subprocess.run([_cc(), "-std=c11", "-fsyntax-only", "-I", str(src_root / "ggml-py-cpu"),
+    return subprocess.run([_cc(), "-std=c11", "-fsyntax-only", "-I", str(src_root / KERNELS),
                            str(path)], capture_output=True, text=True)
 
 
@@ -89,7 +91,6 @@ def _copy_sources(tmp_path):
     """The C headers and kernels, laid out as in src/."""
     copy = tmp_path / "src"
     shutil.copytree(SRC / "ggml_py", copy / "ggml_py", ignore=shutil.ignore_patterns("*.pyx", "*.pxd"))
-    shutil.copytree(SRC / "ggml-py-cpu", copy / "ggml-py-cpu")
     return copy
 
 
@@ -154,7 +155,7 @@ def test_a_dummy_unary_op_from_the_recipe_alone(tmp_path):
 def test_a_kernel_for_an_op_the_header_lacks_does_not_build(tmp_path):
     # the other way round: the C kernels name ops by the header's ids only
     copy = _copy_sources(tmp_path)
-    ops_c = copy / "ggml-py-cpu" / "ops.c"
+    ops_c = copy / KERNELS / "ops.c"
     text = ops_c.read_text()
     at = text.index("        case ", text.index("static void unary_row("))
     ops_c.write_text(text[:at] + "        case U_DUMMY: break;\n" + text[at:])

@@ -1,10 +1,10 @@
 """Element conversions of ggml's CPU backend: f16, bf16, q8_0 and q4_0, for numpy arrays.
 
-The row kernels are the CPU executor's C conversions (src/ggml-py-cpu/quants.c,
-reached through ggml_py._cpu so the process holds one copy and one instruction-set
-choice); these wrappers take numpy arrays, release the GIL for the loops and return
-float32 (or the stored form). The numerics are those of ggml 0.10.1's CPU backend on
-x86 with F16C:
+The row kernels are the CPU executor's C conversions
+(src/ggml_py/backends/cpu/kernels/quants.c, reached through ggml_py.backends.cpu._executor
+so the process holds one copy and one instruction-set choice); these wrappers take numpy
+arrays, release the GIL for the loops and return float32 (or the stored form). The numerics
+are those of ggml 0.10.1's CPU backend on x86 with F16C:
 
 * f16 -> f32 is exact (subnormals, infinities); a NaN keeps its payload and
   comes out quiet, as vcvtph2ps does;
@@ -25,9 +25,10 @@ follow ggml's x86 code (see quants.c).
 
 from libc.stdint cimport uint8_t, uint16_t, int64_t
 
-from ggml_py._cpu cimport (conversions, get_conversions, u16_to_f32_row, f32_to_u16_row,
-                           f32_to_f32_row, f32_to_blocks, blocks_to_f32, gp_type_traits,
-                           gp_from_float_fn, gp_vec_dot_fn)
+from ggml_py.backends.cpu._executor cimport (conversions, get_conversions, u16_to_f32_row,
+                                             f32_to_u16_row, f32_to_f32_row, f32_to_blocks,
+                                             blocks_to_f32, gp_type_traits, gp_from_float_fn,
+                                             gp_vec_dot_fn)
 from ggml_py._ggml cimport ggml_py_type_infos, GGML_PY_N_TYPE_INFOS, GGML_PY_TYPE_COUNT
 
 import sys

@@ -1,6 +1,6 @@
 // ggml_py's tensor, buffer type and buffer structs: the one definition. Cython sees them
 // through _ggml.pxd (`cdef extern from` this header), the CPU backend's C kernels
-// (src/ggml-py-cpu) include it, so the layout both sides use cannot drift apart.
+// (src/ggml_py/backends/cpu/kernels) include it, so the layout both sides use cannot drift apart.
 // The fields follow ggml's (ggml.h, ggml-backend-impl.h) where ggml_py has them.
 
 #pragma once

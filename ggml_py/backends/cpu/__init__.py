@@ -1,6 +1,6 @@
 """The CPU backend: ggml 0.10.1's CPU numerics, computed by compiled execution plans
-(cplans) over C kernels (ggml_py._cpu, src/ggml-py-cpu) with numpy kernels where those
-have none.
+(cplans) over C kernels (its module _executor, over src/ggml_py/backends/cpu/kernels) with
+numpy kernels where those have none.
 
     backend.py        CPUBackend, the kernel policy (KERNELS), compute_nodes
     memory.py         which buffers a thread may use; numpy views of tensors
@@ -8,7 +8,7 @@ have none.
     blas.py           MUL_MAT of large batches through BLAS, weights converted in tiles
 """
 
-from ggml_py._cpu import default_threads, isa, isa_supported, set_isa
+from ggml_py.backends.cpu._executor import default_threads, isa, isa_supported, set_isa
 from ggml_py.backends.cpu.backend import (CPUBackend, CPU_ALIGNMENT, KERNELS, KernelTable,
                                           SUPPORTED_OPS, compute_node, compute_nodes)
 from ggml_py.backends.cpu.memory import open_device_memory, memory_of, tensor_array

@@ -1,9 +1,9 @@
 """The CPU backend: host buffers, and graphs computed by the compiled executor.
 
-`CPUBackend.graph_compute` hands the nodes to ggml_py._cpu.Executor, which makes a
-compiled execution plan (cplan) once per (graph, node range) and reuses it while the
-graph does not change. Each node runs its C kernel (src/ggml-py-cpu) unless the kernel policy below
-gives it a Python one:
+`CPUBackend.graph_compute` hands the nodes to ggml_py.backends.cpu._executor.Executor,
+which makes a compiled execution plan (cplan) once per (graph, node range) and reuses it
+while the graph does not change. Each node runs its C kernel (src/ggml_py/backends/cpu/kernels)
+unless the kernel policy below gives it a Python one:
   * an entry of KERNELS the user replaced (KERNELS[op] = fn) runs instead of the C
     kernel, for every node of that op (tests use this to inject failures);
   * a MUL_MAT with a large batch goes to BLAS (blas.py);
@@ -22,7 +22,7 @@ from ggml_py._backend import Backend, BufferType, graph_nodes, node_range
 from ggml_py._core import (EMPTY_OPS, OP_IDS, Graph, Tensor, instance_arg, int_arg,
                            note_world_change)
 from ggml_py.errors import ArgumentTypeError, UnknownNameError
-from ggml_py._cpu import Executor, C_KERNEL_OPS, default_threads
+from ggml_py.backends.cpu._executor import Executor, C_KERNEL_OPS, default_threads
 from ggml_py.backends.cpu import blas
 from ggml_py.backends.cpu.memory import memory_of
 from ggml_py.backends.cpu.numpy_kernels import NUMPY_KERNELS

@@ -26,9 +26,9 @@ TILE_BYTES = 4 << 20            # float32 weight rows converted at once
 # 0.9, 0.75-0.9, 0.7-0.8; f16 1.4-2.2, 1.0-1.4, 0.9-1.3, 0.85-1.0; q8_0 and q4_0 1.2-1.4,
 # 0.9-1.1, 0.7-0.9, 0.65-0.8). bf16 follows f16.
 BLAS_MIN_BATCH = {"f32": 64, "f16": 256, "bf16": 256, "q8_0": 128, "q4_0": 128}
-# (the executor applies them: ggml_py._cpu, to MUL_MATs with f32 src1 rows, except those
-# the instruction set's GEMM takes: q8_0 under AVX-512 VNNI, 3-4x BLAS's speed at 128
-# rows, see gemm-q8.c)
+# (the executor applies them: ggml_py.backends.cpu._executor, to MUL_MATs with f32 src1
+# rows, except those the instruction set's GEMM takes: q8_0 under AVX-512 VNNI, 3-4x
+# BLAS's speed at 128 rows, see gemm-q8.c)
 
 
 def mul_mat(t):

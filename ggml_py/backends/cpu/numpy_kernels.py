@@ -27,7 +27,7 @@ from ggml_py import quants
 from ggml_py.numerics import alibi_bases, bits_f32, powf, rope_theta_scale, rope_yarn_corr_dims
 from ggml_py._core import (GLU_OP_NAMES as GLU_OPS, ROPE_TYPES, UNARY_OP_NAMES as UNARY_OPS,
                            acc_region_end)
-from ggml_py._cpu import isa
+from ggml_py.backends.cpu._executor import isa
 from ggml_py.backends.cpu.memory import tensor_array
 
 

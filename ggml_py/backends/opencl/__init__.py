@@ -1,6 +1,6 @@
 """An OpenCL backend: device buffers, copies, events and a kernel per graph node.
 
-The OpenCL library is opened at run time by a small C shim (ggml_py._opencl), so the
+The OpenCL library is opened at run time by a small C shim (ggml_py.backends.opencl._shim), so the
 backend is simply unavailable -- OpenCLUnavailable, with the reason -- where there is
 no library, platform or device. Layout follows ggml's OpenCL backend:
 
@@ -35,10 +35,10 @@ if TYPE_CHECKING:
     from ggml_py._core import Tensor
 
 try:
-    from ggml_py import _opencl
-    from ggml_py._opencl import OpenCLUnavailable, OpenCLError, BuildError
+    from ggml_py.backends.opencl import _shim
+    from ggml_py.backends.opencl._shim import OpenCLUnavailable, OpenCLError, BuildError
 except ImportError as _e:                          # a build without the extension
-    _opencl = None
+    _shim = None
     _IMPORT_ERROR = str(_e)
 
     class OpenCLUnavailable(BackendError):
@@ -64,7 +64,7 @@ _CL_DEVICE_TYPE_CPU = 1 << 1      # CL_DEVICE_TYPE_CPU (also without the extensi
 
 
 def _require_module():
-    if _opencl is None:
+    if _shim is None:
         raise OpenCLUnavailable(f"the OpenCL extension module is not built ({_IMPORT_ERROR})")
 
 
@@ -72,8 +72,8 @@ def available() -> tuple[bool, str]:
     """(True, library path) when an OpenCL device can be used, else (False, reason)."""
     try:
         _require_module()
-        path = _opencl.load()
-        n = _opencl.device_count()
+        path = _shim.load()
+        n = _shim.device_count()
     except OpenCLUnavailable as e:
         return False, str(e)
     if n == 0:
@@ -86,7 +86,7 @@ def list_devices() -> list[dict[str, Any]]:
     ok, _ = available()
     if not ok:
         return []
-    return [_opencl.device_info(i) for i in range(_opencl.device_count())]
+    return [_shim.device_info(i) for i in range(_shim.device_count())]
 
 
 def is_cpu_device(info: dict[str, Any]) -> bool:
@@ -115,18 +115,18 @@ def auto_backend() -> OpenCLBackend:
 def device_info(device: int | str = 0) -> dict[str, Any]:
     """What OpenCL says of a device (an index or a name): its name, platform, vendor,
     versions, memory sizes, compute units and work-group size."""
-    return _opencl.device_info(_device_index(device))
+    return _shim.device_info(_device_index(device))
 
 
 def memory_in_use(device=0):
     """Bytes of device memory ggml_py holds on an OpenCL device (index or name)."""
-    return _opencl.memory_in_use(_device_index(device))
+    return _shim.memory_in_use(_device_index(device))
 
 
 def set_memory_limit(device, limit):
     """Let ggml_py allocate at most `limit` bytes on the device (None: its global memory,
     the default); buffers past it raise AllocationError, as past the device's memory."""
-    _opencl.set_memory_limit(_device_index(device), limit)
+    _shim.set_memory_limit(_device_index(device), limit)
 
 
 def _device_index(device):
@@ -135,14 +135,14 @@ def _device_index(device):
         raise ArgumentTypeError(f"an OpenCL device is given by index or name, got "
                                 f"{type(device).__name__}")
     _require_module()
-    n = _opencl.device_count()
+    n = _shim.device_count()
     if n == 0:
-        raise OpenCLUnavailable(f"no OpenCL device found (library {_opencl.load()})")
+        raise OpenCLUnavailable(f"no OpenCL device found (library {_shim.load()})")
     if isinstance(device, int):
         if not 0 <= device < n:
             raise OpenCLUnavailable(f"no OpenCL device {device} (there are {n})")
         return device
-    infos = [_opencl.device_info(i) for i in range(n)]
+    infos = [_shim.device_info(i) for i in range(n)]
     for info in infos:
         if device.lower() in (info["name"] + " " + info["platform"]).lower():
             return info["index"]
@@ -161,8 +161,8 @@ class _Device:
 
     def __init__(self, index):
         self.index = index
-        self.info = _opencl.device_info(index)
-        self.ctx = _opencl.DeviceContext(index)
+        self.info = _shim.device_info(index)
+        self.ctx = _shim.DeviceContext(index)
         self.name = "OpenCL" if index == 0 else f"OpenCL{index}"
         self.buffer_type = OpenCLBufferType(self)
         self.program = None

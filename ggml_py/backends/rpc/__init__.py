@@ -8,7 +8,7 @@ and both of ggml_py's.
     sched = Scheduler([rpc0, rpc1, CPUBackend()])
 
 Start servers with `python -m ggml_py.rpc_server [--protocol 7]` (ggml_py.rpc_server) or
-llama.cpp's `rpc-server`. The wire protocol is in ggml_py._rpc; this module is the
+llama.cpp's `rpc-server`. The wire protocol is in ggml_py.backends.rpc._protocol; this module is the
 backend:
 
   * memory: the server device's buffer type (alignment and largest buffer from the
@@ -35,11 +35,12 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ggml_py import _rpc
+from ggml_py.backends.rpc import _protocol
 from ggml_py._backend import Backend, get_buffer, host_bytes
 from ggml_py._core import Graph
-from ggml_py._rpc import (RPCBuffer, RPCBufferType, DEFAULT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
-                          PROTO_VERSION, PROTO_VERSIONS, format_endpoint, parse_endpoint)
+from ggml_py.backends.rpc._protocol import (RPCBuffer, RPCBufferType, DEFAULT_TIMEOUT,
+                                            DEFAULT_CONNECT_TIMEOUT, PROTO_VERSION,
+                                            PROTO_VERSIONS, format_endpoint, parse_endpoint)
 from ggml_py._supports import CPU_OPS as CPU_SERVER_OPS, use_rule
 from ggml_py.errors import ArgumentError, RPCError
 
@@ -62,8 +63,8 @@ class RPCBackend(Backend):
 
     def __init__(self, endpoint, device=0, *, timeout=DEFAULT_TIMEOUT,
                  connect_timeout=DEFAULT_CONNECT_TIMEOUT, unsupported_ops=()):
-        self.timeout = _rpc.seconds_arg(timeout, "timeout")
-        conn = _rpc.connect(endpoint, timeout, connect_timeout)
+        self.timeout = _protocol.seconds_arg(timeout, "timeout")
+        conn = _protocol.connect(endpoint, timeout, connect_timeout)
         buft = conn.buffer_type(device)
         # ggml's RPC devices report GPU: not the CPU fallback, weights offloaded to them
         super().__init__(buft.name, buft, device_type="gpu")
@@ -121,7 +122,7 @@ class RPCBackend(Backend):
         nodes = graph if isinstance(graph, Graph) else getattr(graph, "nodes", graph)
         if len(nodes) == 0:
             return True
-        payload = _rpc.serialize_graph(self, self.device, nodes, self.conn)
+        payload = _protocol.serialize_graph(self, self.device, nodes, self.conn)
         self.conn.graph_compute(self.device, payload, self.timeout)
         return True
 

@@ -1,7 +1,7 @@
 """The `cpu` device kind: ggml-cpu's backend (llama.cpp's `CPU`).
 
 Its supports_op is ggml-cpu's rule (a MUL_MAT whose src1 is neither f32 nor the weight
-type's vec_dot type is not for it: ggml_py._rpc's CPU server rules, which are that rule);
+type's vec_dot type is not for it: the `cpu` rule of ggml_py._supports);
 its buffers are host memory at ggml's TENSOR_ALIGNMENT (32), unbounded. Beside them, its
 extra buffer type CPU_REPACK (ggml-cpu/repack.cpp: not host memory, same alignment) holds
 the weights ggml-cpu re-lays out for its matrix kernels: those read by a MUL_MAT (2-D) or

@@ -7,7 +7,7 @@ server (`rpc:HOST:PORT`) is asked for the free memory of each of its devices."""
 
 from __future__ import annotations
 
-from ggml_py import _rpc
+from ggml_py.backends.rpc import _protocol
 from ggml_py.backends.sim import RPC_SERVER_OPS, SimBackend, SimBufferType
 from ggml_py.errors import RPCError
 
@@ -33,7 +33,7 @@ def free_memory(endpoint: str) -> list[int]:
     """The free bytes of each device of the live ggml RPC server at `endpoint` (protocol 4
     or 7: GET_DEVICE_MEMORY); RPCError naming the endpoint when it cannot be asked."""
     try:
-        conn = _rpc.connect(endpoint, TIMEOUT, TIMEOUT)
+        conn = _protocol.connect(endpoint, TIMEOUT, TIMEOUT)
     except RPCError as e:
         raise RPCError(f"--device rpc:{endpoint}: {e}") from None
     try:

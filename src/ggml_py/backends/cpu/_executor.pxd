@@ -1,11 +1,11 @@
-# The CPU executor's C library (src/ggml-py-cpu) as Cython sees it, and the row
+# The CPU executor's C library (src/ggml_py/backends/cpu/kernels) as Cython sees it, and the row
 # conversions it exports to other modules (ggml_py._quants cimports them, so the
 # process holds one copy of the library and one choice of instruction set).
-# See _cpu.pyx for details.
+# See _executor.pyx for details.
 
 from libc.stdint cimport int64_t, uint8_t, uint16_t
 
-cdef extern from "ggml-py-cpu/ggml-py-cpu.h" nogil:
+cdef extern from "ggml_py/backends/cpu/kernels/ggml-py-cpu.h" nogil:
     ctypedef struct gp_tensor:
         pass
     ctypedef struct gp_threadpool:

@@ -1,5 +1,5 @@
 """The CPU backend's executor: compiled execution plans (cplans) over the C kernels of
-src/ggml-py-cpu, a thread pool, and the instruction-set switch.
+src/ggml_py/backends/cpu/kernels, a thread pool, and the instruction-set switch.
 
 A cplan is made once per run of graph nodes (a split, or a whole graph): every node's
 C kernel (or the Python kernel that replaces it), its thread count and work-buffer
@@ -52,7 +52,7 @@ cdef enum:
     GGML_TYPE_MAX = 64      # type ids are below this (ggml 0.10.1 has 40)
     GGML_TYPE_F32 = 0
 
-cdef extern from "ggml-py-cpu/ggml-py-cpu.h":
+cdef extern from "ggml_py/backends/cpu/kernels/ggml-py-cpu.h":
     enum:
         GP_OP_MUL_MAT
     int gp_op_has_kernel(int op)

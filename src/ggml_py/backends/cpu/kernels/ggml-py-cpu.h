@@ -1,10 +1,10 @@
 // ggml_py's CPU executor in C: kernels, compiled execution plans (cplans) and a thread pool.
 //
-// The Cython module ggml_py._cpu is the only user of this header. It builds a cplan
-// (gp_cplan) for a run of graph nodes once, keeps it while the mutation epochs say that
-// nothing it depends on changed, and runs it (gp_cplan_run) with the GIL
-// released; nodes whose kernel is written in Python are run by the Cython loop between
-// C segments.
+// The Cython module ggml_py.backends.cpu._executor is the only user of this header. It
+// builds a cplan (gp_cplan) for a run of graph nodes once, keeps it while the mutation
+// epochs say that nothing it depends on changed, and runs it (gp_cplan_run) with the GIL
+// released; nodes whose kernel is written in Python are run by the Cython loop between C
+// segments.
 //
 // The tensor and buffer structs are ggml_py's own, from src/ggml_py/ggml-py-types.h
 // (the header _ggml.pxd declares them from), under the kernels' gp_ names.
@@ -14,8 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../ggml_py/ggml-py-types.h"
-#include "../ggml_py/ggml-py-vocab.h"
+#include "../../../ggml-py-types.h"
+#include "../../../ggml-py-vocab.h"
 #include "block-quants.h"
 
 #ifdef __cplusplus

@@ -1,5 +1,5 @@
-# Thin Python objects over the OpenCL shim (src/ggml-py-opencl.c): library loading,
-# device listing, a device context with its queue, memory objects, programs,
+# Thin Python objects over the OpenCL shim (ggml-py-opencl.c, beside this file): library
+# loading, device listing, a device context with its queue, memory objects, programs,
 # kernels and events. No ggml knowledge here: ggml_py/backends/opencl/ builds
 # the backend on top. Every failure becomes a Python exception; nothing aborts.
 
@@ -11,7 +11,7 @@ from ggml_py._core cimport size_arg, int_arg
 from ggml_py.errors import AllocationError, ArgumentError, ArgumentTypeError, BackendError
 
 
-cdef extern from "ggml-py-opencl.h":
+cdef extern from "ggml_py/backends/opencl/ggml-py-opencl.h":
     enum:
         GPO_OK
         GPO_ENOLIB

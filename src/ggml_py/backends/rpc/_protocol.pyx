@@ -1084,15 +1084,17 @@ cdef class Connection:
         """Does the device's buffer type need just ggml_nbytes for the tensors ggml's client
         asks about (a short quantized row, FLASH_ATTN_EXT, MUL_MAT_ID)? A CPU server's does;
         a CUDA server pads. Decides whether the allocator may size tensors in C."""
-        from ggml_py import ops
         from ggml_py._core import Context
         ctx = Context("rpc-probe")
-        q = ops.new_tensor(ctx, "q4_0", (32, 2))
-        x = ops.new_tensor(ctx, "f32", (64, 1, 1))
-        fa = ops.flash_attn_ext(ctx, x, ops.new_tensor(ctx, "f16", (64, 32, 1)),
-                                ops.new_tensor(ctx, "f16", (64, 32, 1)), None, 1.0)
-        mmid = ops.mul_mat_id(ctx, ops.new_tensor(ctx, "f16", (64, 64, 2)), x,
-                              ops.new_tensor(ctx, "i32", (1, 1)))
+        q = ctx.new_tensor("q4_0", ne=(32, 2))
+        x = ctx.new_tensor("f32", ne=(64, 1, 1))
+        # (numpy-order shapes) attention of x over 32 keys, scale 1.0 as its f32 bits; x
+        # through the first of two f16 experts
+        fa = ctx.new_op("FLASH_ATTN_EXT", (x, ctx.new_tensor("f16", ne=(64, 32, 1)),
+                                           ctx.new_tensor("f16", ne=(64, 32, 1))),
+                        "f32", (1, 1, 1, 64), params=(0x3F800000, 0, 0))
+        mmid = ctx.new_op("MUL_MAT_ID", (ctx.new_tensor("f16", ne=(64, 64, 2)), x,
+                                         ctx.new_tensor("i32", ne=(1, 1))), "f32", (1, 1, 64))
         return all(self.get_alloc_size(device, t) == t.nbytes for t in (q, fa, mmid))
 
     @property

@@ -1,8 +1,8 @@
-// cplans: the CPU executor's compiled execution plans (not the scheduler's split plan).
-// For a run of graph nodes: each node's kernel, thread count and work-buffer share,
-// chosen once (whether it is still current is the mutation epochs' answer: ggml_py._cpu
-// asks them before every compute); and the loop that runs the nodes, alone or on a
-// thread pool.
+// cplans: the CPU executor's compiled execution plans (not the scheduler's split plan). For
+// a run of graph nodes: each node's kernel, thread count and work-buffer share, chosen once
+// (whether it is still current is the mutation epochs' answer: the executor,
+// ggml_py.backends.cpu._executor, asks them before every compute); and the loop that runs
+// the nodes, alone or on a thread pool.
 
 #include "cpu-impl.h"
 

@@ -1,5 +1,6 @@
-# Stub of the Cython module ggml_py._opencl (src/ggml_py/_opencl.pyx); checked against
-# the built module by `python -m mypy.stubtest` (.ci/stubtest).
+# Stub of the Cython module ggml_py.backends.opencl._shim
+# (src/ggml_py/backends/opencl/_shim.pyx); checked against the built module by
+# `python -m mypy.stubtest` (.ci/stubtest).
 from typing import Any, Sequence
 
 from typing_extensions import Self, disjoint_base

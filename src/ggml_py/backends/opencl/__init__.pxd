@@ -1,0 +1,1 @@
+# a package for Cython: its modules are named ggml_py.backends.opencl.*
