@@ -35,8 +35,6 @@ import statistics
 import sys
 import time
 
-import os
-
 if "--crossover" in sys.argv or "--gemm" in sys.argv:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")     # before numpy loads OpenBLAS
 
