@@ -34,21 +34,26 @@ from ggml_py._supports import acc_offsets, use_rule
 if TYPE_CHECKING:
     from ggml_py._core import Tensor
 
-try:
+_IMPORT_ERROR = ""
+if TYPE_CHECKING:
     from ggml_py.backends.opencl import _shim
     from ggml_py.backends.opencl._shim import OpenCLUnavailable, OpenCLError, BuildError
-except ImportError as _e:                          # a build without the extension
-    _shim = None
-    _IMPORT_ERROR = str(_e)
+else:
+    try:
+        from ggml_py.backends.opencl import _shim
+        from ggml_py.backends.opencl._shim import OpenCLUnavailable, OpenCLError, BuildError
+    except ImportError as _e:                      # a build without the extension
+        _shim = None
+        _IMPORT_ERROR = str(_e)
 
-    class OpenCLUnavailable(BackendError):
-        pass
+        class OpenCLUnavailable(BackendError):
+            pass
 
-    class OpenCLError(BackendError):
-        pass
+        class OpenCLError(BackendError):
+            pass
 
-    class BuildError(OpenCLError):
-        pass
+        class BuildError(OpenCLError):
+            pass
 
 __all__ = ["OpenCLBackend", "OpenCLBufferType", "OpenCLBuffer", "OpenCLEvent", "list_devices",
            "device_info", "is_cpu_device", "auto_backend", "available", "memory_in_use", "set_memory_limit", "OpenCLUnavailable",
@@ -157,7 +162,7 @@ class _Device:
     """Per-device state shared by all backends on it: context + queue, buffer type and
     (built on first use) the program and its kernels."""
 
-    _cache = {}
+    _cache: dict[int, _Device] = {}
 
     def __init__(self, index):
         self.index = index
